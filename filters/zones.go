@@ -1,0 +1,5 @@
+package filters
+
+// Zones holds limiter state that outlives a config reload (see zones
+// implementation by the filters owner).
+type Zones struct{}
