@@ -1,0 +1,50 @@
+package metrics
+
+import (
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestTextFormat(t *testing.T) {
+	var r Registry
+	var c Counter
+	c.Add(3)
+	h := NewHistogram([]float64{0.001, 0.01})
+	h.Observe(500 * time.Microsecond)
+	h.Observe(5 * time.Millisecond)
+	h.Observe(time.Second)
+	r.Register("fg_requests_total", "Requests.", "counter", func(w *Writer) {
+		w.Value(float64(c.Value()), Label{"route", `a"b`})
+	})
+	r.Register("fg_latency_seconds", "Latency.", "histogram", func(w *Writer) { w.Histogram(h, Label{"pool", "p"}) })
+	var sb strings.Builder
+	if _, err := r.WriteTo(&sb); err != nil {
+		t.Fatal(err)
+	}
+	out := sb.String()
+	for _, want := range []string{
+		"# TYPE fg_requests_total counter\n",
+		`fg_requests_total{route="a\"b"} 3` + "\n",
+		`fg_latency_seconds_bucket{pool="p",le="0.001"} 1` + "\n",
+		`fg_latency_seconds_bucket{pool="p",le="0.01"} 2` + "\n",
+		`fg_latency_seconds_bucket{pool="p",le="+Inf"} 3` + "\n",
+		`fg_latency_seconds_count{pool="p"} 3` + "\n",
+		`fg_latency_seconds_sum{pool="p"} 1.0055` + "\n",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("missing %q in\n%s", want, out)
+		}
+	}
+	if strings.Index(out, "fg_latency") > strings.Index(out, "fg_requests") {
+		t.Error("families not sorted by name")
+	}
+}
+
+func TestObserveAllocatesNothing(t *testing.T) {
+	h := NewHistogram(LatencyBuckets)
+	var c Counter
+	if n := testing.AllocsPerRun(1000, func() { h.Observe(3 * time.Millisecond); c.Inc() }); n != 0 {
+		t.Fatalf("allocs = %v", n)
+	}
+}

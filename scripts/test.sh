@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# Runs every test of flashgate on a fresh Debian machine: installs the real
+# servers the tests start (each test starts its own on free loopback ports),
+# then runs go vet and go test.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+need=()
+command -v redis-server >/dev/null 2>&1 || need+=(redis-server)
+if ((${#need[@]})); then
+  echo "installing: ${need[*]}"
+  SUDO=""
+  [ "$(id -u)" = 0 ] || SUDO=sudo
+  export DEBIAN_FRONTEND=noninteractive
+  $SUDO apt-get update -qq
+  $SUDO apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+fi
+
+go vet ./...
+go test -count=1 -timeout 12m ./... "$@"
