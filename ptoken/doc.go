@@ -1,0 +1,39 @@
+// Package ptoken mints and checks one-time purchase tokens.
+//
+// A shopper asks for a token (POST /api/seckill/token) while a sale is active
+// and must present it to buy (POST /api/seckill/do). The token is bound to the
+// user, the product and an expiry by an HMAC-SHA256 tag, so an edge can check
+// it without shared state, and a bot cannot buy without first going through
+// the token endpoint (and its limits) for that very user and product.
+//
+// Layout, base64url without padding (TokenLen = 50 characters):
+//
+//	version (1) | nonce (12) | expiresMs (8, big-endian) | tag (16)
+//	tag = HMAC-SHA256(secret, version | nonce | expiresMs |
+//	                          len(user) | user | len(product) | product)[:16]
+//
+// with the lengths as 4-byte big-endian integers, so that no two (user,
+// product) pairs feed the MAC the same bytes. User and product are not in the
+// token: the checker supplies them from the verified session and the request,
+// and a token minted for anyone or anything else fails as ErrForged. A 128-bit
+// tag is plenty for a token that lives seconds to minutes (RFC 2104 §5).
+//
+// # One-time use: the contract with the Redis script
+//
+// This package is stateless: Check alone accepts a token any number of times
+// until it expires. What makes a token single-use is its nonce. The stock
+// deduction script, in the same round trip as the deduction, must
+//
+//	SET sk:{<product>}:t:<NonceHex(nonce)> 1 NX PXAT <expiresMs + margin>
+//
+// and refuse the purchase (BAD_TOKEN) when the key already exists. The key
+// shares the product's hash tag, so it works on Redis Cluster, and it must
+// live at least until the token expires, otherwise a replay after the key's
+// expiry would be accepted again; that is why Check returns expiresMs. A
+// purchase refused before the script (sold out locally, rate-limited) does not
+// consume the token; one that reaches the script does, whatever its outcome.
+//
+// Nonces are 96 bits from crypto/rand, so two tokens never share one in
+// practice (birthday bound ~2^48 tokens), across all edges, without
+// coordination.
+package ptoken
