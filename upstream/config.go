@@ -1,6 +1,14 @@
 package upstream
 
-import "time"
+import (
+	"net"
+	"net/netip"
+	"strconv"
+	"strings"
+	"time"
+
+	"flashgate/conf/field"
+)
 
 // Config is the `upstreams:` section: named origin pools and the routes that
 // map requests to them.
@@ -11,37 +19,278 @@ type Config struct {
 
 // PoolConfig is one named origin pool.
 type PoolConfig struct {
-	Name           string        `yaml:"name"`
-	Balance        string        `yaml:"balance"` // round_robin | least_pending
-	Servers        []string      `yaml:"servers"`
+	Name    string   `yaml:"name"`
+	Balance string   `yaml:"balance"` // round_robin | least_pending
+	Servers []string `yaml:"servers"` // host:port, plain HTTP/1.1
+	// ConnectTimeout bounds the TCP connect to a server.
 	ConnectTimeout time.Duration `yaml:"connect_timeout"`
-	ReadTimeout    time.Duration `yaml:"read_timeout"`
-	WriteTimeout   time.Duration `yaml:"write_timeout"`
-	MaxConns       int           `yaml:"max_conns"`
-	MaxRetries     int           `yaml:"max_retries"`
-	Health         HealthConfig  `yaml:"health"`
-	Passive        PassiveConfig `yaml:"passive"`
+	// ReadTimeout bounds reading the whole response (headers and body) once
+	// the request is written; WriteTimeout bounds writing the request. Unlike
+	// nginx's proxy_read_timeout it is not reset between reads.
+	ReadTimeout  time.Duration `yaml:"read_timeout"`
+	WriteTimeout time.Duration `yaml:"write_timeout"`
+	// MaxConns caps the connections to each server; a request finding all of
+	// them busy waits up to ConnectTimeout for one.
+	MaxConns int `yaml:"max_conns"`
+	// MaxRetries is how many other servers a request may be retried on. Only
+	// bodyless GET/HEAD/OPTIONS are retried, and only when the connection
+	// could not be made, so the origin never sees a request twice. A pointer
+	// so that an explicit 0 (no retries) differs from "not set" (default 1).
+	MaxRetries *int          `yaml:"max_retries"`
+	Health     HealthConfig  `yaml:"health"`
+	Passive    PassiveConfig `yaml:"passive"`
 }
 
-// HealthConfig is an active health check.
+// HealthConfig is an active health check: GET Path on every server each
+// Interval. Without Path there is no active check and servers count as up.
 type HealthConfig struct {
 	Path     string        `yaml:"path"`
 	Interval time.Duration `yaml:"interval"`
 	Timeout  time.Duration `yaml:"timeout"`
-	Rise     int           `yaml:"rise"`
-	Fall     int           `yaml:"fall"`
+	Rise     int           `yaml:"rise"` // consecutive successes to mark a server up
+	Fall     int           `yaml:"fall"` // consecutive failures to mark it down
 }
 
 // PassiveConfig ejects a server after MaxFails failures within FailTimeout,
-// for FailTimeout (nginx max_fails/fail_timeout).
+// for FailTimeout (nginx max_fails/fail_timeout). MaxFails 0 disables it; a
+// pool of one server is never ejected (as in nginx: there is nowhere else to go).
 type PassiveConfig struct {
-	MaxFails    int           `yaml:"max_fails"`
+	MaxFails    *int          `yaml:"max_fails"`
 	FailTimeout time.Duration `yaml:"fail_timeout"`
 }
 
 // RouteConfig maps a path prefix (and optionally a host) to a pool.
 type RouteConfig struct {
+	// Prefix is a plain byte prefix of the path ("/api" also matches
+	// "/apiary"; write "/api/" to avoid that). Empty means "/".
 	Prefix string `yaml:"prefix"`
-	Host   string `yaml:"host"`
-	Pool   string `yaml:"pool"`
+	// Host is matched exactly (case-insensitive, without port) against the
+	// request's Host. Empty matches any host; a route for the request's
+	// host always wins over host-less routes, like an nginx server block.
+	Host string `yaml:"host"`
+	Pool string `yaml:"pool"`
+}
+
+// Balancing algorithms.
+const (
+	RoundRobin   = "round_robin"
+	LeastPending = "least_pending"
+)
+
+// Defaults.
+const (
+	DefaultConnectTimeout = time.Second
+	DefaultReadTimeout    = 10 * time.Second
+	DefaultWriteTimeout   = 10 * time.Second
+	DefaultMaxConns       = 512
+	DefaultMaxRetries     = 1
+	DefaultHealthInterval = 2 * time.Second
+	DefaultHealthTimeout  = time.Second
+	DefaultHealthRise     = 2
+	DefaultHealthFall     = 3
+	DefaultMaxFails       = 3
+	DefaultFailTimeout    = 10 * time.Second
+
+	// maxRetriesLimit keeps the per-request list of tried servers on the stack.
+	maxRetriesLimit = 16
+)
+
+// SetDefaults fills in every setting left empty. Call it after decoding:
+// pools are list items, so they cannot be pre-filled before.
+func (c *Config) SetDefaults() {
+	for i := range c.Pools {
+		p := &c.Pools[i]
+		if p.Balance == "" {
+			p.Balance = RoundRobin
+		}
+		setDur(&p.ConnectTimeout, DefaultConnectTimeout)
+		setDur(&p.ReadTimeout, DefaultReadTimeout)
+		setDur(&p.WriteTimeout, DefaultWriteTimeout)
+		if p.MaxConns == 0 {
+			p.MaxConns = DefaultMaxConns
+		}
+		if p.MaxRetries == nil {
+			p.MaxRetries = intPtr(DefaultMaxRetries)
+		}
+		if p.Health.Path != "" {
+			setDur(&p.Health.Interval, DefaultHealthInterval)
+			setDur(&p.Health.Timeout, DefaultHealthTimeout)
+			if p.Health.Rise == 0 {
+				p.Health.Rise = DefaultHealthRise
+			}
+			if p.Health.Fall == 0 {
+				p.Health.Fall = DefaultHealthFall
+			}
+		}
+		if p.Passive.MaxFails == nil {
+			p.Passive.MaxFails = intPtr(DefaultMaxFails)
+		}
+		setDur(&p.Passive.FailTimeout, DefaultFailTimeout)
+	}
+	for i := range c.Routes {
+		if c.Routes[i].Prefix == "" {
+			c.Routes[i].Prefix = "/"
+		}
+	}
+}
+
+func setDur(d *time.Duration, def time.Duration) {
+	if *d == 0 {
+		*d = def
+	}
+}
+
+func intPtr(n int) *int { return &n }
+
+// intOr reads an optional setting as Build sees it: defaults are applied
+// before, so nil only happens for hand-built configs that skipped them.
+func intOr(p *int, def int) int {
+	if p == nil {
+		return def
+	}
+	return *p
+}
+
+// Validate reports every problem with paths relative to the section, e.g.
+// "pools[0].servers[1]". It expects SetDefaults to have run.
+func (c *Config) Validate() field.Errors {
+	var errs field.Errors
+	names := make(map[string]int, len(c.Pools))
+	for i := range c.Pools {
+		p := &c.Pools[i]
+		at := field.Index("pools", i)
+		switch {
+		case p.Name == "":
+			errs.Add(field.Join(at, "name"), "required")
+		default:
+			if j, dup := names[p.Name]; dup {
+				errs.Add(field.Join(at, "name"), "duplicate pool name %q (also pools[%d])", p.Name, j)
+			} else {
+				names[p.Name] = i
+			}
+		}
+		switch p.Balance {
+		case RoundRobin, LeastPending:
+		default:
+			errs.Add(field.Join(at, "balance"), "unknown balance %q (want %s or %s)", p.Balance, RoundRobin, LeastPending)
+		}
+		if len(p.Servers) == 0 {
+			errs.Add(field.Join(at, "servers"), "at least one server is required")
+		}
+		seen := make(map[string]int, len(p.Servers))
+		for j, s := range p.Servers {
+			sat := field.Join(at, field.Index("servers", j))
+			if msg := checkHostPort(s); msg != "" {
+				errs.Add(sat, "%s", msg)
+				continue
+			}
+			if k, dup := seen[s]; dup {
+				errs.Add(sat, "duplicate server %q (also servers[%d])", s, k)
+			}
+			seen[s] = j
+		}
+		positive(&errs, field.Join(at, "connect_timeout"), p.ConnectTimeout)
+		positive(&errs, field.Join(at, "read_timeout"), p.ReadTimeout)
+		positive(&errs, field.Join(at, "write_timeout"), p.WriteTimeout)
+		if p.MaxConns <= 0 {
+			errs.Add(field.Join(at, "max_conns"), "must be positive")
+		}
+		if r := intOr(p.MaxRetries, DefaultMaxRetries); r < 0 || r > maxRetriesLimit {
+			errs.Add(field.Join(at, "max_retries"), "must be between 0 and %d", maxRetriesLimit)
+		}
+		if h := p.Health; h.Path != "" {
+			hat := field.Join(at, "health")
+			if !strings.HasPrefix(h.Path, "/") {
+				errs.Add(field.Join(hat, "path"), "must start with \"/\"")
+			}
+			positive(&errs, field.Join(hat, "interval"), h.Interval)
+			positive(&errs, field.Join(hat, "timeout"), h.Timeout)
+			if h.Rise <= 0 {
+				errs.Add(field.Join(hat, "rise"), "must be positive")
+			}
+			if h.Fall <= 0 {
+				errs.Add(field.Join(hat, "fall"), "must be positive")
+			}
+		}
+		if intOr(p.Passive.MaxFails, DefaultMaxFails) < 0 {
+			errs.Add(field.Join(at, "passive.max_fails"), "must not be negative (0 disables passive ejection)")
+		}
+		positive(&errs, field.Join(at, "passive.fail_timeout"), p.Passive.FailTimeout)
+	}
+
+	type routeKey struct{ host, prefix string }
+	routes := make(map[routeKey]int, len(c.Routes))
+	for i, r := range c.Routes {
+		at := field.Index("routes", i)
+		if !strings.HasPrefix(r.Prefix, "/") {
+			errs.Add(field.Join(at, "prefix"), "must start with \"/\"")
+		}
+		host, msg := normalizeHost(r.Host)
+		if msg != "" {
+			errs.Add(field.Join(at, "host"), "%s", msg)
+		}
+		switch {
+		case r.Pool == "":
+			errs.Add(field.Join(at, "pool"), "required")
+		default:
+			if _, ok := names[r.Pool]; !ok {
+				errs.Add(field.Join(at, "pool"), "unknown pool %q", r.Pool)
+			}
+		}
+		k := routeKey{host, r.Prefix}
+		if j, dup := routes[k]; dup {
+			errs.Add(at, "duplicate route (same host and prefix as routes[%d])", j)
+		} else {
+			routes[k] = i
+		}
+	}
+	return errs
+}
+
+func positive(errs *field.Errors, path string, d time.Duration) {
+	if d <= 0 {
+		errs.Add(path, "must be positive")
+	}
+}
+
+// checkHostPort returns why s is not a usable host:port, or "".
+func checkHostPort(s string) string {
+	host, port, err := net.SplitHostPort(s)
+	if err != nil {
+		return "want host:port, e.g. 10.0.0.5:8080"
+	}
+	if host == "" {
+		return "host is empty"
+	}
+	if strings.ContainsAny(host, "/ ") {
+		return "host " + strconv.Quote(host) + " is not a hostname or IP"
+	}
+	if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
+		return "port " + strconv.Quote(port) + " is not 1-65535"
+	}
+	return ""
+}
+
+// normalizeHost turns a route's host into the form Match compares with:
+// lower case, no brackets around IPv6, no trailing dot. It returns why the
+// host is unusable, or "".
+func normalizeHost(h string) (string, string) {
+	if h == "" {
+		return "", ""
+	}
+	h = strings.ToLower(strings.TrimSuffix(h, "."))
+	if strings.HasPrefix(h, "[") && strings.HasSuffix(h, "]") {
+		ip, err := netip.ParseAddr(h[1 : len(h)-1])
+		if err != nil || !ip.Is6() {
+			return "", "not a valid IPv6 literal"
+		}
+		return h[1 : len(h)-1], ""
+	}
+	if strings.Contains(h, ":") {
+		return "", "must not include a port (the request's port is ignored)"
+	}
+	if h == "" || strings.ContainsAny(h, "/ *?#@") {
+		return "", "must be a plain hostname"
+	}
+	return h, ""
 }
