@@ -1,0 +1,310 @@
+package upstream
+
+import (
+	"errors"
+	"net"
+	"net/netip"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/valyala/fasthttp"
+)
+
+// Pool is a named group of origin servers with its balancing, timeouts,
+// retries and failure handling. It is part of a Set and immutable; the
+// mutable per-server state it points to lives in the Manager.
+type Pool struct {
+	name         string
+	m            *Manager
+	servers      []*server
+	leastPending bool
+	maxRetries   int
+	maxFails     int // 0: passive ejection off
+	failTimeout  time.Duration
+	health       HealthConfig
+	connect      time.Duration
+
+	rr atomic.Uint32
+	// Failure logs are limited to one line per second per pool: an origin
+	// outage at sale traffic would otherwise write a line per request.
+	logSecond  atomic.Int64
+	suppressed atomic.Int64
+}
+
+type server struct {
+	addr string
+	st   *serverState
+	hc   *fasthttp.HostClient
+	cs   clientSettings
+}
+
+// Name returns the pool's configured name.
+func (p *Pool) Name() string { return p.name }
+
+// Error bodies: generic on purpose, the detail goes to the log.
+var (
+	badGatewayBody     = []byte(`{"code":"BAD_GATEWAY","message":"origin unavailable"}`)
+	gatewayTimeoutBody = []byte(`{"code":"GATEWAY_TIMEOUT","message":"origin timed out"}`)
+	jsonContentType    = []byte("application/json")
+)
+
+// call is the per-request scratch: the outgoing request and a buffer for
+// the forwarding headers, pooled so a proxied request allocates nothing.
+type call struct {
+	req fasthttp.Request
+	buf []byte
+}
+
+var callPool = sync.Pool{New: func() any { return new(call) }}
+
+// Serve proxies the request to one of the pool's servers and writes the
+// origin's answer (or a 502/504 JSON error) into ctx.Response, replacing
+// anything set there before.
+//
+// What the origin sees: the client's request with hop-by-hop headers
+// removed (RFC 9110 §7.6.1, plus every header the Connection header names),
+// the Host header exactly as the client sent it (nginx `proxy_set_header
+// Host $host`: origins do virtual hosting and build links with it),
+// X-Forwarded-For extended with the immediate peer, X-Real-IP = clientIP
+// (the real client as resolved by the caller; the peer if invalid) and
+// X-Forwarded-Proto http or https (of the edge's listener). It always
+// speaks HTTP/1.1 to keep connections alive.
+//
+// Bodies are buffered both ways, within the edge server's
+// MaxRequestBodySize and without a response limit: origins here serve
+// pages and API answers, not downloads. Upgrades (WebSocket) are not
+// proxied: Upgrade is hop-by-hop and is dropped.
+//
+// A bodyless GET, HEAD or OPTIONS whose connection cannot be made is
+// retried on another server, up to max_retries; nothing else is retried,
+// since the origin may already have acted on it.
+func (p *Pool) Serve(ctx *fasthttp.RequestCtx, clientIP netip.Addr) {
+	start := time.Now()
+	c := callPool.Get().(*call)
+	out := &c.req
+	c.buf = prepare(out, ctx, clientIP, c.buf)
+
+	retries := 0
+	if h := &out.Header; (h.IsGet() || h.IsHead() || h.IsOptions()) && len(out.Body()) == 0 {
+		retries = p.maxRetries
+	}
+	var tried [maxRetriesLimit + 1]int
+	ntried := 0
+	status, failStatus := 0, 0
+	for {
+		srv, idx := p.pick(tried[:ntried])
+		if srv == nil {
+			p.logFailure(nil, errNoServer, "no healthy server", ntried)
+			failStatus = fasthttp.StatusBadGateway
+			break
+		}
+		tried[ntried] = idx
+		ntried++
+		if len(out.Header.Host()) == 0 {
+			// HTTP/1.0 without Host: nginx would send the server name.
+			out.Header.SetHost(srv.addr)
+		}
+		// Keep the origin's answer as it is: no Content-Type it did not send.
+		ctx.Response.Header.SetNoDefaultContentType(true)
+		srv.st.pending.Add(1)
+		err := srv.hc.Do(out, &ctx.Response)
+		srv.st.pending.Add(-1)
+		if err == nil {
+			p.succeeded(srv)
+			c.buf = stripHopByHop(&ctx.Response.Header, c.buf[:0])
+			status = ctx.Response.StatusCode()
+			break
+		}
+		kind := classify(err)
+		if kind != failBusy {
+			// A full connection pool is our own limit, not the server's fault.
+			p.failed(srv)
+		}
+		if (kind == failDial || kind == failBusy) && ntried <= retries && ntried < len(p.servers) {
+			p.logFailure(srv, err, "retrying on another server", ntried)
+			continue
+		}
+		p.logFailure(srv, err, "request failed", ntried)
+		failStatus = fasthttp.StatusBadGateway
+		if kind == failTimeout {
+			failStatus = fasthttp.StatusGatewayTimeout
+		}
+		break
+	}
+	if failStatus != 0 {
+		writeError(ctx, failStatus)
+		status = failStatus
+	}
+	out.Reset()
+	callPool.Put(c)
+	if h := p.m.OnResponse; h != nil {
+		h(p.name, status, time.Since(start))
+	}
+}
+
+func writeError(ctx *fasthttp.RequestCtx, status int) {
+	ctx.Response.Reset()
+	ctx.Response.SetStatusCode(status)
+	ctx.Response.Header.SetContentTypeBytes(jsonContentType)
+	if status == fasthttp.StatusGatewayTimeout {
+		ctx.Response.SetBody(gatewayTimeoutBody)
+	} else {
+		ctx.Response.SetBody(badGatewayBody)
+	}
+}
+
+// pick chooses an available server not tried yet. Round robin starts at the
+// next index and walks on past unavailable servers; least_pending takes the
+// fewest in-flight requests, ties broken by that same rotating start so
+// idle pools still spread.
+func (p *Pool) pick(tried []int) (*server, int) {
+	n := len(p.servers)
+	start := int((p.rr.Add(1) - 1) % uint32(n))
+	var now int64 // read the clock only if some server was ejected
+	best, bestIdx := (*server)(nil), -1
+	for i := 0; i < n; i++ {
+		idx := (start + i) % n
+		srv := p.servers[idx]
+		if !srv.st.up.Load() || contains(tried, idx) {
+			continue
+		}
+		if until := srv.st.ejectedUntil.Load(); until != 0 {
+			if now == 0 {
+				now = p.m.now().UnixNano()
+			}
+			if now < until {
+				continue
+			}
+		}
+		if !p.leastPending {
+			return srv, idx
+		}
+		if best == nil || srv.st.pending.Load() < best.st.pending.Load() {
+			best, bestIdx = srv, idx
+		}
+	}
+	return best, bestIdx
+}
+
+func contains(list []int, x int) bool {
+	for _, v := range list {
+		if v == x {
+			return true
+		}
+	}
+	return false
+}
+
+// succeeded closes the passive failure window; two atomic loads when there
+// is nothing to clear, so the hot path does not write shared memory.
+func (p *Pool) succeeded(srv *server) {
+	st := srv.st
+	if st.fails.Load() == 0 && st.ejectedUntil.Load() == 0 {
+		return
+	}
+	st.mu.Lock()
+	wasEjected := st.ejectedUntil.Load() != 0
+	st.fails.Store(0)
+	st.ejectedUntil.Store(0)
+	st.mu.Unlock()
+	if wasEjected {
+		p.m.log.Info("upstream server recovered", "pool", p.name, "server", srv.addr)
+	}
+}
+
+// failed counts a passive failure: max_fails within fail_timeout eject the
+// server for fail_timeout (nginx semantics). A server that failed again
+// after its ejection ended, with no success between, is ejected at once.
+func (p *Pool) failed(srv *server) {
+	if p.maxFails <= 0 {
+		return
+	}
+	st := srv.st
+	now := p.m.now().UnixNano()
+	ft := int64(p.failTimeout)
+	st.mu.Lock()
+	eject := false
+	switch {
+	case st.ejectedUntil.Load() != 0:
+		eject = st.ejectedUntil.Load() <= now // already ejected: nothing new
+	default:
+		if st.fails.Load() == 0 || now-st.windowStart > ft {
+			st.fails.Store(0)
+			st.windowStart = now
+		}
+		eject = int(st.fails.Add(1)) >= p.maxFails
+	}
+	if eject {
+		st.ejectedUntil.Store(now + ft)
+		st.fails.Store(0)
+	}
+	st.mu.Unlock()
+	if eject {
+		p.m.log.Warn("upstream server ejected", "pool", p.name, "server", srv.addr,
+			"max_fails", p.maxFails, "for", p.failTimeout)
+	}
+}
+
+var errNoServer = errors.New("no server available (all down or ejected)")
+
+// logFailure writes the detail the client never sees, at most once a second
+// per pool, with the number of lines suppressed since the last one.
+func (p *Pool) logFailure(srv *server, err error, msg string, attempt int) {
+	sec := time.Now().Unix()
+	last := p.logSecond.Load()
+	if last == sec || !p.logSecond.CompareAndSwap(last, sec) {
+		p.suppressed.Add(1)
+		return
+	}
+	addr := ""
+	if srv != nil {
+		addr = srv.addr
+	}
+	p.m.log.Warn("upstream "+msg, "pool", p.name, "server", addr, "attempt", attempt,
+		"err", err, "suppressed", p.suppressed.Swap(0))
+}
+
+type failKind int
+
+const (
+	failOther   failKind = iota // the request may have reached the origin
+	failDial                    // no connection: the origin saw nothing
+	failBusy                    // connection limit reached: the origin saw nothing
+	failTimeout
+)
+
+func classify(err error) failKind {
+	var de *dialError
+	if errors.As(err, &de) {
+		return failDial
+	}
+	if errors.Is(err, fasthttp.ErrNoFreeConns) {
+		return failBusy
+	}
+	if errors.Is(err, fasthttp.ErrTimeout) {
+		return failTimeout
+	}
+	var te interface{ Timeout() bool }
+	if errors.As(err, &te) && te.Timeout() {
+		return failTimeout
+	}
+	return failOther
+}
+
+// dialError marks failures to connect, the only ones known to be safe to
+// retry elsewhere: fasthttp reports them like any other error.
+type dialError struct{ err error }
+
+func (e *dialError) Error() string { return e.err.Error() }
+func (e *dialError) Unwrap() error { return e.err }
+
+func dialFunc(timeout time.Duration) fasthttp.DialFunc {
+	return func(addr string) (net.Conn, error) {
+		conn, err := fasthttp.DialTimeout(addr, timeout)
+		if err != nil {
+			return nil, &dialError{err}
+		}
+		return conn, nil
+	}
+}
