@@ -35,8 +35,10 @@ var (
 // one only means fewer matches, never a file outside the set.
 func ParsePath(path []byte) (productID, asset []byte, ok bool) {
 	if bytes.HasPrefix(path, assetPrefix) {
-		name := path[len(assetPrefix):]
-		return nil, name, len(name) > 0
+		if name := path[len(assetPrefix):]; len(name) > 0 {
+			return nil, name, true
+		}
+		return nil, nil, false
 	}
 	if bytes.HasPrefix(path, pagePrefix) {
 		id := path[len(pagePrefix):]
