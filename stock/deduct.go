@@ -1,0 +1,367 @@
+package stock
+
+import (
+	"context"
+	_ "embed"
+	"fmt"
+	"math"
+	"strconv"
+	"sync"
+	"time"
+	"unsafe"
+
+	"github.com/redis/rueidis"
+)
+
+//go:embed lua/deduct.lua
+var deductLua string
+
+var deductScript = rueidis.NewLuaScript(deductLua)
+
+// Code is the answer to one purchase attempt.
+type Code uint8
+
+const (
+	OK           Code = iota // deducted; order pending, outbox entry written
+	SoldOut                  // not enough stock left for the quantity
+	LimitReached             // bought + qty would exceed the user's limit
+	BadToken                 // the purchase token was already used (or expired)
+	NotReady                 // the sale is not warmed: closed until it is
+)
+
+var codeNames = [...]string{"OK", "SOLD_OUT", "LIMIT_REACHED", "BAD_TOKEN", "NOT_READY"}
+
+// String is the code as the shopper API spells it.
+func (c Code) String() string {
+	if int(c) < len(codeNames) {
+		return codeNames[c]
+	}
+	return "Code(" + strconv.Itoa(int(c)) + ")"
+}
+
+// Attempt is one shopper's purchase attempt, already authenticated and
+// checked by the edge filters.
+type Attempt struct {
+	ProductID string
+	UserID    string
+	Qty       int // >= 1
+	Limit     int // per-user limit for the sale, >= 1
+	OrderID   int64
+	Price     int64 // unit price in cents
+	NowMs     int64 // edge clock, unix ms: the order's created time
+	// TokenNonceHex identifies the one-time purchase token; it is marked
+	// used by a successful deduction until TokenExpiresMs.
+	TokenNonceHex  string
+	TokenExpiresMs int64
+	Node           int // edge node id, recorded in the outbox entry
+}
+
+// Outcome is the script's answer for one attempt. Remaining is the product's
+// stock after the batch the attempt was part of, or -1 when unknown (sale not
+// warmed, or decided without asking Redis).
+type Outcome struct {
+	Code      Code
+	Remaining int64
+}
+
+// product is the per-product coalescer plus its pre-built keys.
+type product struct {
+	id                            string
+	prefix                        string // sk:{p}:
+	stockKey, outboxKey, metaKey  string
+	mu                            sync.Mutex
+	busy                          bool    // a script call for this product is in flight
+	pending                       []*call // queued behind it, FIFO
+}
+
+func (s *Store) product(id string) *product {
+	if p := (*s.products.Load())[id]; p != nil {
+		return p
+	}
+	s.pmu.Lock()
+	defer s.pmu.Unlock()
+	old := *s.products.Load()
+	if p := old[id]; p != nil {
+		return p
+	}
+	// Copy on write: products are few and long-lived, lookups are on every
+	// attempt and must neither lock nor allocate.
+	m := make(map[string]*product, len(old)+1)
+	for k, v := range old {
+		m[k] = v
+	}
+	p := &product{id: id, prefix: prefix(id), stockKey: StockKey(id), outboxKey: OutboxKey(id), metaKey: MetaKey(id)}
+	m[id] = p
+	s.products.Store(&m)
+	return p
+}
+
+// call is one attempt's slot in a batch. Pooled together with its channel:
+// each use sends exactly one value on done, which its owner receives.
+type call struct {
+	a        Attempt
+	deadline int64 // unix ns; the attempt is not sent after it
+	out      Outcome
+	err      error
+	lead     *batch // set when the receiver must run this batch
+	done     chan struct{}
+}
+
+var callPool = sync.Pool{New: func() any { return &call{done: make(chan struct{}, 1)} }}
+
+// batch is one script call's worth of attempts and its arguments.
+type batch struct {
+	calls []*call // calls[0] belongs to the goroutine running the batch
+	send  []*call // calls still within their budget
+	buf   []byte  // bytes of the per-attempt keys and numbers
+	spans []span
+	keys  []string
+	args  []string
+}
+
+type span struct{ lo, hi int32 }
+
+var batchPool = sync.Pool{New: func() any { return new(batch) }}
+
+// spansPerAttempt: buyer, order and token keys, then qty limit orderId price
+// now tokenTTL node.
+const spansPerAttempt = 10
+
+// Deduct runs one attempt through the product's group commit: while a
+// script call for the product is in flight, further attempts queue; when it
+// returns, the queued ones (up to Options.MaxBatch) go as the next single
+// call. No timer is involved, so coalescing adds at most one round trip of
+// latency, and under load Redis runs one script per batch instead of one
+// per attempt. Each attempt keeps its own checks (evaluated in queue order,
+// so a user's second attempt sees the first one's count) and its own answer.
+//
+// An error wrapping ErrUnknown (timeout, connection reset, a Redis error)
+// means the script may or may not have run for every attempt of that batch.
+// The caller answers 503 and lets the ledger settle it: if the deduction
+// happened, its outbox entry exists and becomes an order. Never retry a
+// deduction blindly. ErrNotSent and ErrInvalid mean nothing was sent.
+func (s *Store) Deduct(ctx context.Context, a Attempt) (Outcome, error) {
+	if out, err, done := s.precheck(ctx, &a); done {
+		return out, err
+	}
+	p := s.product(a.ProductID)
+	c := newCall(ctx, &a, s.opts.Timeout)
+	p.mu.Lock()
+	if p.busy {
+		p.pending = append(p.pending, c)
+		p.mu.Unlock()
+		<-c.done
+		if b := c.lead; b != nil {
+			c.lead = nil
+			s.lead(p, b)
+		}
+	} else {
+		p.busy = true
+		p.mu.Unlock()
+		b := batchPool.Get().(*batch)
+		b.calls = append(b.calls[:0], c)
+		s.lead(p, b)
+	}
+	return c.release()
+}
+
+// DeductDirect runs one attempt as its own script call, without coalescing.
+// Same answers and error semantics as Deduct; it exists to measure what the
+// group commit buys.
+func (s *Store) DeductDirect(ctx context.Context, a Attempt) (Outcome, error) {
+	if out, err, done := s.precheck(ctx, &a); done {
+		return out, err
+	}
+	p := s.product(a.ProductID)
+	c := newCall(ctx, &a, s.opts.Timeout)
+	b := batchPool.Get().(*batch)
+	b.calls = append(b.calls[:0], c)
+	s.exec(p, b)
+	b.recycle()
+	return c.release()
+}
+
+// Stats counts deduction script calls and the attempts they carried since
+// Open; attempts/calls is the average group-commit batch size.
+func (s *Store) Stats() (calls, attempts uint64) {
+	return s.nCalls.Load(), s.nAttempts.Load()
+}
+
+var unknownOutcome = Outcome{Remaining: -1}
+
+// precheck rejects what can be decided without Redis.
+func (s *Store) precheck(ctx context.Context, a *Attempt) (Outcome, error, bool) {
+	switch {
+	case s.closed.Load():
+		return unknownOutcome, ErrClosed, true
+	case !validProduct(a.ProductID) || !validUser(a.UserID) || !validNonce(a.TokenNonceHex) ||
+		a.Qty < 1 || a.Limit < 1 || a.Price < 0 || a.OrderID <= 0 || a.NowMs <= 0:
+		return unknownOutcome, fmt.Errorf("%w: attempt %+v", ErrInvalid, *a), true
+	case a.TokenExpiresMs <= a.NowMs:
+		return Outcome{Code: BadToken, Remaining: -1}, nil, true
+	case a.Qty > a.Limit:
+		return Outcome{Code: LimitReached, Remaining: -1}, nil, true
+	}
+	if err := ctx.Err(); err != nil {
+		return unknownOutcome, fmt.Errorf("%w: %w", ErrNotSent, err), true
+	}
+	return Outcome{}, nil, false
+}
+
+func newCall(ctx context.Context, a *Attempt, budget time.Duration) *call {
+	c := callPool.Get().(*call)
+	c.a = *a
+	c.deadline = time.Now().Add(budget).UnixNano()
+	if dl, ok := ctx.Deadline(); ok && dl.UnixNano() < c.deadline {
+		c.deadline = dl.UnixNano()
+	}
+	return c
+}
+
+func (c *call) release() (Outcome, error) {
+	out, err := c.out, c.err
+	*c = call{done: c.done}
+	callPool.Put(c)
+	return out, err
+}
+
+// lead runs batch b for p, then hands the product to the next batch (if
+// attempts queued meanwhile) before waking b's waiters, so the next script
+// call starts as early as possible.
+func (s *Store) lead(p *product, b *batch) {
+	s.exec(p, b)
+	var next *batch
+	p.mu.Lock()
+	if n := min(len(p.pending), s.opts.MaxBatch); n > 0 {
+		next = batchPool.Get().(*batch)
+		next.calls = append(next.calls[:0], p.pending[:n]...)
+		m := copy(p.pending, p.pending[n:])
+		clear(p.pending[m:])
+		p.pending = p.pending[:m]
+	} else {
+		p.busy = false
+	}
+	p.mu.Unlock()
+	if next != nil {
+		first := next.calls[0]
+		first.lead = next
+		first.done <- struct{}{}
+	}
+	for _, c := range b.calls[1:] {
+		c.done <- struct{}{} // c belongs to its waiter from here on
+	}
+	b.recycle()
+}
+
+func (b *batch) recycle() {
+	clear(b.calls)
+	clear(b.send)
+	clear(b.keys)
+	clear(b.args)
+	b.calls, b.send, b.keys, b.args = b.calls[:0], b.send[:0], b.keys[:0], b.args[:0]
+	batchPool.Put(b)
+}
+
+// exec sends b's attempts as one script call and fills in every call's
+// outcome or error.
+func (s *Store) exec(p *product, b *batch) {
+	now := time.Now().UnixNano()
+	dl := int64(math.MaxInt64)
+	b.send = b.send[:0]
+	for _, c := range b.calls {
+		if c.deadline <= now {
+			// Waited out its budget behind a slow call: not sent, so the
+			// outcome is known (nothing happened).
+			c.out, c.err = unknownOutcome, ErrNotSent
+			continue
+		}
+		b.send = append(b.send, c)
+		dl = min(dl, c.deadline)
+	}
+	if len(b.send) == 0 {
+		return
+	}
+	b.build(p, s)
+	s.nCalls.Add(1)
+	s.nAttempts.Add(uint64(len(b.send)))
+	ctx, cancel := context.WithDeadline(context.Background(), time.Unix(0, dl))
+	resp := deductScript.Exec(ctx, s.c, b.keys, b.args)
+	cancel()
+	if err := s.parse(b, resp); err != nil {
+		if resp.NonRedisError() != nil {
+			// rueidis may still write the command later (it does not
+			// recycle it either): the strings point into b.buf, so
+			// the buffer must never be reused.
+			b.buf = nil
+		}
+		for _, c := range b.send {
+			c.out, c.err = unknownOutcome, err
+		}
+	}
+}
+
+func (s *Store) parse(b *batch, resp rueidis.RedisResult) error {
+	arr, err := resp.ToArray()
+	if err != nil {
+		return fmt.Errorf("%w: %w", ErrUnknown, err)
+	}
+	if len(arr) != len(b.send)+1 {
+		return fmt.Errorf("%w: deduct script returned %d values for %d attempts", ErrUnknown, len(arr), len(b.send))
+	}
+	rem, err := arr[0].AsInt64()
+	if err != nil {
+		return fmt.Errorf("%w: %w", ErrUnknown, err)
+	}
+	for i, c := range b.send {
+		code, err := arr[i+1].AsInt64()
+		if err != nil || code < 0 || code >= int64(len(codeNames)) {
+			return fmt.Errorf("%w: deduct script code %d (%v)", ErrUnknown, code, err)
+		}
+		c.out = Outcome{Code: Code(code), Remaining: rem}
+	}
+	return nil
+}
+
+// build lays out KEYS and ARGV for deduct.lua. Per-attempt keys and numbers
+// are appended to one buffer and sliced into strings without copying; the
+// strings are only made after the last append, so the buffer cannot move
+// under them.
+func (b *batch) build(p *product, s *Store) {
+	b.buf, b.spans = b.buf[:0], b.spans[:0]
+	for _, c := range b.send {
+		a := &c.a
+		b.str(p.prefix, "u:", a.UserID)
+		b.num(p.prefix, "o:", a.OrderID)
+		b.str(p.prefix, "t:", a.TokenNonceHex)
+		b.num("", "", int64(a.Qty))
+		b.num("", "", int64(a.Limit))
+		b.num("", "", a.OrderID)
+		b.num("", "", a.Price)
+		b.num("", "", a.NowMs)
+		b.num("", "", a.TokenExpiresMs-a.NowMs)
+		b.num("", "", int64(a.Node))
+	}
+	b.keys = append(b.keys[:0], p.stockKey, p.outboxKey, p.metaKey)
+	b.args = append(b.args[:0], p.id, s.graceMs, s.orderTTLMs)
+	for i, c := range b.send {
+		sp := b.spans[i*spansPerAttempt : (i+1)*spansPerAttempt]
+		b.keys = append(b.keys, b.s(sp[0]), b.s(sp[1]), b.s(sp[2]))
+		b.args = append(b.args, c.a.UserID, b.s(sp[3]), b.s(sp[4]), b.s(sp[5]), b.s(sp[6]), b.s(sp[7]), b.s(sp[8]), b.s(sp[9]))
+	}
+}
+
+func (b *batch) str(p1, p2, v string) {
+	lo := len(b.buf)
+	b.buf = append(append(append(b.buf, p1...), p2...), v...)
+	b.spans = append(b.spans, span{int32(lo), int32(len(b.buf))})
+}
+
+func (b *batch) num(p1, p2 string, v int64) {
+	lo := len(b.buf)
+	b.buf = strconv.AppendInt(append(append(b.buf, p1...), p2...), v, 10)
+	b.spans = append(b.spans, span{int32(lo), int32(len(b.buf))})
+}
+
+func (b *batch) s(sp span) string {
+	return unsafe.String(&b.buf[sp.lo], int(sp.hi-sp.lo))
+}

@@ -1,0 +1,101 @@
+package stock
+
+import (
+	"context"
+	"strconv"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"flashgate/internal/redistest"
+)
+
+// orderSeq makes order ids (and so token nonces) unique across a test run.
+var orderSeq atomic.Int64
+
+func openReal(t testing.TB, opts Options) (*Store, *redistest.Server) {
+	t.Helper()
+	srv := redistest.New(t)
+	s, err := Open(context.Background(), srv.Addr(), opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s, srv
+}
+
+func openEmbedded(t testing.TB, opts Options) *Store {
+	t.Helper()
+	s, err := Open(context.Background(), "embedded", opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
+func attempt(product, user string, qty, limit int) Attempt {
+	id := orderSeq.Add(1)
+	now := time.Now().UnixMilli()
+	return Attempt{
+		ProductID: product, UserID: user, Qty: qty, Limit: limit,
+		OrderID: id, Price: 1999, NowMs: now,
+		TokenNonceHex: strconv.FormatInt(id, 16), TokenExpiresMs: now + 60_000, Node: 7,
+	}
+}
+
+func warm(t testing.TB, s *Store, product string, stock int64, limit int) {
+	t.Helper()
+	created, err := s.Warm(context.Background(), Sale{
+		ProductID: product, Stock: stock, Limit: limit, Price: 1999,
+		StartMs: time.Now().UnixMilli(), EndMs: time.Now().Add(time.Hour).UnixMilli(),
+	})
+	if err != nil || !created {
+		t.Fatalf("Warm(%s) = %v, %v", product, created, err)
+	}
+}
+
+func mustDeduct(t testing.TB, s *Store, a Attempt) Outcome {
+	t.Helper()
+	out, err := s.Deduct(context.Background(), a)
+	if err != nil {
+		t.Fatalf("Deduct(%+v): %v", a, err)
+	}
+	return out
+}
+
+func remaining(t testing.TB, s *Store, product string) int64 {
+	t.Helper()
+	n, ok, err := s.Remaining(context.Background(), product)
+	if err != nil || !ok {
+		t.Fatalf("Remaining(%s) = %d, %v, %v", product, n, ok, err)
+	}
+	return n
+}
+
+func pttl(t testing.TB, s *Store, key string) int64 {
+	t.Helper()
+	c := s.Client()
+	n, err := c.Do(context.Background(), c.B().Pttl().Key(key).Build()).AsInt64()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+func scanKeys(t testing.TB, s *Store, pattern string) []string {
+	t.Helper()
+	c := s.Client()
+	var keys []string
+	var cursor uint64
+	for {
+		e, err := c.Do(context.Background(), c.B().Scan().Cursor(cursor).Match(pattern).Count(1000).Build()).AsScanEntry()
+		if err != nil {
+			t.Fatal(err)
+		}
+		keys = append(keys, e.Elements...)
+		if cursor = e.Cursor; cursor == 0 {
+			return keys
+		}
+	}
+}

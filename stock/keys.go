@@ -1,0 +1,87 @@
+package stock
+
+import (
+	"errors"
+	"strconv"
+	"strings"
+)
+
+// Key layout. Every key of a product carries the product's hash tag {p} so
+// that one script touches one slot and runs unchanged on Redis Cluster.
+//
+//	sk:{p}:stock        remaining units (string integer); absent = not warmed
+//	sk:{p}:meta         hash: initial restocked released limit price start end
+//	sk:{p}:u:<userId>   units bought by the user; TTL until sale end + BuyerGrace
+//	sk:{p}:o:<orderId>  hash: state user qty price created node; TTL OrderTTL
+//	sk:{p}:t:<nonce>    a used one-time purchase token; TTL until it expires
+//	sk:{p}:outbox       stream of order events (see the Field* constants)
+//
+// SoldOutChannel is the pub/sub channel of sold-out broadcasts.
+const (
+	keyPrefix      = "sk:{"
+	SoldOutChannel = "sk:soldout"
+)
+
+// Outbox entry fields, written by the deduction script. The relay and the
+// consumer parse these names.
+const (
+	FieldOrder   = "order"   // order id, decimal
+	FieldProduct = "product" // product id
+	FieldUser    = "user"    // user id
+	FieldQty     = "qty"     // units
+	FieldPrice   = "price"   // unit price in cents
+	FieldCreated = "created" // edge clock, unix ms
+	FieldNode    = "node"    // edge node id
+)
+
+func prefix(product string) string { return keyPrefix + product + "}:" }
+
+// StockKey is sk:{p}:stock.
+func StockKey(product string) string { return prefix(product) + "stock" }
+
+// MetaKey is sk:{p}:meta.
+func MetaKey(product string) string { return prefix(product) + "meta" }
+
+// OutboxKey is sk:{p}:outbox.
+func OutboxKey(product string) string { return prefix(product) + "outbox" }
+
+// BuyerKey is sk:{p}:u:<user>.
+func BuyerKey(product, user string) string { return prefix(product) + "u:" + user }
+
+// OrderKey is sk:{p}:o:<orderId>.
+func OrderKey(product string, orderID int64) string {
+	return prefix(product) + "o:" + strconv.FormatInt(orderID, 10)
+}
+
+// TokenKey is sk:{p}:t:<nonceHex>.
+func TokenKey(product, nonceHex string) string { return prefix(product) + "t:" + nonceHex }
+
+// ErrInvalid is wrapped by every argument error; nothing was sent to Redis.
+var ErrInvalid = errors.New("stock: invalid argument")
+
+const (
+	maxProductLen = 128
+	maxUserLen    = 256
+	maxNonceLen   = 128
+)
+
+// validProduct rejects ids that would break the hash tag: a brace inside
+// would move the tag, and keys of one sale could land in different slots.
+func validProduct(p string) bool {
+	return p != "" && len(p) <= maxProductLen && !strings.ContainsAny(p, "{}")
+}
+
+func validUser(u string) bool { return u != "" && len(u) <= maxUserLen }
+
+func validNonce(n string) bool {
+	if n == "" || len(n) > maxNonceLen {
+		return false
+	}
+	for i := 0; i < len(n); i++ {
+		c := n[i]
+		if !('0' <= c && c <= '9' || 'a' <= c && c <= 'f' || 'A' <= c && c <= 'F') {
+			return false
+		}
+	}
+	return true
+}

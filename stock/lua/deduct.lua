@@ -1,0 +1,70 @@
+-- Group commit of N >= 1 purchase attempts for ONE product, atomically.
+-- Every write a purchase makes happens here, in the same script as the stock
+-- deduction: buyer count (with its TTL), used token, order hash, outbox entry.
+-- A crash can therefore never leave a deduction without its outbox entry.
+--
+-- KEYS[1] sk:{p}:stock   KEYS[2] sk:{p}:outbox   KEYS[3] sk:{p}:meta
+-- then per attempt i = 0..N-1:
+--   KEYS[4+3i] sk:{p}:u:<user>   KEYS[5+3i] sk:{p}:o:<orderId>   KEYS[6+3i] sk:{p}:t:<nonce>
+-- ARGV[1] product   ARGV[2] buyer grace ms (after the sale end)   ARGV[3] order TTL ms
+-- then per attempt: ARGV[4+8i..11+8i] = user qty limit orderId price nowMs tokenTTLms node
+--
+-- Returns {remaining, code_1, ..., code_N}; remaining is the stock after the
+-- whole batch, -1 when the sale is not warmed.
+-- Codes: 0 OK, 1 SOLD_OUT, 2 LIMIT_REACHED, 3 BAD_TOKEN, 4 NOT_READY.
+local n = (#KEYS - 3) / 3
+local res = {0}
+local stock = redis.call('GET', KEYS[1])
+if not stock then
+  -- Not warmed (or Redis lost its memory): the sale stays closed. A missing
+  -- key is neither 0 nor "unlimited".
+  res[1] = -1
+  for i = 2, n + 1 do res[i] = 4 end
+  return res
+end
+stock = tonumber(stock)
+if stock <= 0 then
+  -- Sold out: nothing can succeed, skip the per-attempt reads. (A replayed
+  -- token on a sold-out product is answered SOLD_OUT, not BAD_TOKEN.)
+  res[1] = stock
+  for i = 2, n + 1 do res[i] = 1 end
+  return res
+end
+local product, grace, ottl = ARGV[1], tonumber(ARGV[2]), ARGV[3]
+-- Buyer counts must outlive the sale, or a buyer could buy again once the
+-- key expired; the end comes from the meta warm-up wrote.
+local saleEnd = tonumber(redis.call('HGET', KEYS[3], 'end') or '0') or 0
+local taken = 0
+for i = 0, n - 1 do
+  local k, a = 4 + 3 * i, 4 + 8 * i
+  local qty = tonumber(ARGV[a + 1])
+  local code = 0
+  if redis.call('EXISTS', KEYS[k + 2]) == 1 then
+    code = 3
+  else
+    -- bought + qty > limit, not bought >= limit: quantity counts.
+    local bought = tonumber(redis.call('GET', KEYS[k]) or '0')
+    if bought + qty > tonumber(ARGV[a + 2]) then
+      code = 2
+    elseif stock < qty then
+      code = 1
+    else
+      stock = stock - qty
+      taken = taken + qty
+      local user, now = ARGV[a], tonumber(ARGV[a + 5])
+      redis.call('INCRBY', KEYS[k], qty)
+      redis.call('PEXPIREAT', KEYS[k], math.max(saleEnd, now) + grace)
+      redis.call('SET', KEYS[k + 2], '1', 'PX', ARGV[a + 6])
+      redis.call('HSET', KEYS[k + 1], 'state', 'pending', 'user', user, 'qty', ARGV[a + 1],
+        'price', ARGV[a + 4], 'created', ARGV[a + 5], 'node', ARGV[a + 7])
+      redis.call('PEXPIRE', KEYS[k + 1], ottl)
+      redis.call('XADD', KEYS[2], '*', 'order', ARGV[a + 3], 'product', product, 'user', user,
+        'qty', ARGV[a + 1], 'price', ARGV[a + 4], 'created', ARGV[a + 5], 'node', ARGV[a + 7])
+    end
+  end
+  res[i + 2] = code
+end
+-- One write of the stock key for the whole batch.
+if taken > 0 then redis.call('DECRBY', KEYS[1], taken) end
+res[1] = stock
+return res

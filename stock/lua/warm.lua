@@ -1,0 +1,18 @@
+-- Warm-up of one sale. The stock key is created with NX only: warm-up must
+-- never raise (or lower) the stock of a sale that is already live, e.g. when
+-- an edge restarts and warms again with the configured stock.
+--
+-- KEYS[1] sk:{p}:stock   KEYS[2] sk:{p}:meta
+-- ARGV stock initial restocked released limit price startMs endMs
+-- Returns 1 when the stock key was created, 0 when it existed.
+if redis.call('SET', KEYS[1], ARGV[1], 'NX') then
+  redis.call('HSET', KEYS[2], 'initial', ARGV[2], 'restocked', ARGV[3], 'released', ARGV[4],
+    'limit', ARGV[5], 'price', ARGV[6], 'start', ARGV[7], 'end', ARGV[8])
+  return 1
+end
+-- Live sale: the schedule may be updated, the reconciliation counters not.
+redis.call('HSET', KEYS[2], 'limit', ARGV[5], 'price', ARGV[6], 'start', ARGV[7], 'end', ARGV[8])
+redis.call('HSETNX', KEYS[2], 'initial', ARGV[2])
+redis.call('HSETNX', KEYS[2], 'restocked', 0)
+redis.call('HSETNX', KEYS[2], 'released', 0)
+return 0

@@ -1,0 +1,279 @@
+package stock
+
+import (
+	"context"
+	_ "embed"
+	"fmt"
+	"strconv"
+
+	"github.com/redis/rueidis"
+)
+
+var (
+	//go:embed lua/warm.lua
+	warmLua string
+	//go:embed lua/restock.lua
+	restockLua string
+	//go:embed lua/release.lua
+	releaseLua string
+	//go:embed lua/mark_success.lua
+	markSuccessLua string
+
+	warmScript        = rueidis.NewLuaScript(warmLua)
+	restockScript     = rueidis.NewLuaScript(restockLua)
+	releaseScript     = rueidis.NewLuaScript(releaseLua)
+	markSuccessScript = rueidis.NewLuaScript(markSuccessLua)
+)
+
+// Sale is what warm-up writes for one product.
+type Sale struct {
+	ProductID string
+	// Stock is the remaining stock to open the sale with: the configured
+	// stock for a new sale; after Redis lost its memory, what the ledger
+	// says is left (initial + restocked + released - sold).
+	Stock int64
+	// Initial, Restocked and Released are the reconciliation counters
+	// (Initial 0 means Stock). They are only written when the stock key
+	// is created.
+	Initial, Restocked, Released int64
+	Limit                        int
+	Price                        int64 // cents
+	StartMs, EndMs               int64
+}
+
+// SaleInfo is a sale's meta as stored, with its remaining stock.
+type SaleInfo struct {
+	Sale
+	Remaining int64
+}
+
+// Warm opens a sale: it writes the meta and creates the stock key only if
+// it does not exist. It never raises (or lowers) the stock of a live sale —
+// an edge restarting and warming again with the configured stock would
+// otherwise oversell. created reports whether the stock key was created;
+// on false only the schedule (limit, price, start, end) was updated.
+func (s *Store) Warm(ctx context.Context, sale Sale) (created bool, err error) {
+	if !validProduct(sale.ProductID) || sale.Stock < 0 || sale.Limit < 1 || sale.Price < 0 ||
+		sale.Initial < 0 || sale.Restocked < 0 || sale.Released < 0 {
+		return false, fmt.Errorf("%w: sale %+v", ErrInvalid, sale)
+	}
+	initial := sale.Initial
+	if initial == 0 {
+		initial = sale.Stock
+	}
+	ctx, cancel := s.call(ctx)
+	defer cancel()
+	n, err := warmScript.Exec(ctx, s.c,
+		[]string{StockKey(sale.ProductID), MetaKey(sale.ProductID)},
+		[]string{i64(sale.Stock), i64(initial), i64(sale.Restocked), i64(sale.Released),
+			strconv.Itoa(sale.Limit), i64(sale.Price), i64(sale.StartMs), i64(sale.EndMs)},
+	).AsInt64()
+	if err != nil {
+		return false, fmt.Errorf("stock: warm %s: %w", sale.ProductID, err)
+	}
+	return n == 1, nil
+}
+
+// Restock adds units to a live sale and records them in the meta
+// (restocked) for reconciliation. It fails with ErrNotWarmed rather than
+// create a stock key.
+func (s *Store) Restock(ctx context.Context, productID string, add int64) (newStock int64, err error) {
+	if !validProduct(productID) || add <= 0 {
+		return 0, fmt.Errorf("%w: restock %q by %d", ErrInvalid, productID, add)
+	}
+	ctx, cancel := s.call(ctx)
+	defer cancel()
+	n, err := restockScript.Exec(ctx, s.c, []string{StockKey(productID), MetaKey(productID)}, []string{i64(add)}).AsInt64()
+	if rueidis.IsRedisNil(err) {
+		return 0, fmt.Errorf("stock: restock %s: %w", productID, ErrNotWarmed)
+	}
+	if err != nil {
+		return 0, fmt.Errorf("stock: restock %s: %w", productID, err)
+	}
+	return n, nil
+}
+
+// Release returns a pending or successful order's units to stock and to
+// the buyer's allowance, and marks it released — at most once: a released,
+// failed or unknown order is left alone and released is false. Redelivered
+// failure events are therefore harmless.
+func (s *Store) Release(ctx context.Context, productID string, orderID int64) (released bool, err error) {
+	if !validProduct(productID) || orderID <= 0 {
+		return false, fmt.Errorf("%w: release %q/%d", ErrInvalid, productID, orderID)
+	}
+	ctx, cancel := s.call(ctx)
+	defer cancel()
+	okey := OrderKey(productID, orderID)
+	// The buyer key must be declared in KEYS (cluster), so its user is read
+	// first; the script re-checks it under atomicity.
+	user, err := s.c.Do(ctx, s.c.B().Hget().Key(okey).Field("user").Build()).ToString()
+	if rueidis.IsRedisNil(err) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("stock: release %s: %w", okey, err)
+	}
+	n, err := releaseScript.Exec(ctx, s.c,
+		[]string{StockKey(productID), MetaKey(productID), okey, BuyerKey(productID, user)},
+		[]string{user}).AsInt64()
+	if err != nil {
+		return false, fmt.Errorf("stock: release %s: %w", okey, err)
+	}
+	switch n {
+	case 1:
+		return true, nil
+	case 0:
+		return false, nil
+	case -1:
+		return false, fmt.Errorf("stock: release %s: %w", okey, ErrNotWarmed)
+	default:
+		return false, fmt.Errorf("stock: release %s: order's user changed (%d)", okey, n)
+	}
+}
+
+// Order states.
+const (
+	StatePending  = "pending"
+	StateSuccess  = "success"
+	StateReleased = "released"
+	StateFailed   = "failed"
+)
+
+// OrderInfo is an order hash as the deduction script wrote it.
+type OrderInfo struct {
+	OrderID   int64
+	ProductID string
+	State     string
+	UserID    string
+	Qty       int
+	Price     int64
+	CreatedMs int64
+	Node      int
+}
+
+// OrderState reads an order; ok is false when it does not exist (never
+// deducted, expired, or lost with Redis' memory).
+func (s *Store) OrderState(ctx context.Context, productID string, orderID int64) (OrderInfo, bool, error) {
+	if !validProduct(productID) {
+		return OrderInfo{}, false, fmt.Errorf("%w: product %q", ErrInvalid, productID)
+	}
+	ctx, cancel := s.call(ctx)
+	defer cancel()
+	m, err := s.c.Do(ctx, s.c.B().Hgetall().Key(OrderKey(productID, orderID)).Build()).AsStrMap()
+	if err != nil {
+		return OrderInfo{}, false, fmt.Errorf("stock: order %s/%d: %w", productID, orderID, err)
+	}
+	if len(m) == 0 {
+		return OrderInfo{}, false, nil
+	}
+	o := OrderInfo{OrderID: orderID, ProductID: productID, State: m["state"], UserID: m["user"]}
+	o.Qty, _ = strconv.Atoi(m["qty"])
+	o.Price, _ = strconv.ParseInt(m["price"], 10, 64)
+	o.CreatedMs, _ = strconv.ParseInt(m["created"], 10, 64)
+	o.Node, _ = strconv.Atoi(m["node"])
+	return o, true, nil
+}
+
+// MarkSuccess moves orders of one product from pending to success (the
+// consumer stored them). Other states are left alone, so it is idempotent
+// and never resurrects a released order. It returns how many changed.
+func (s *Store) MarkSuccess(ctx context.Context, productID string, orderIDs ...int64) (int, error) {
+	if !validProduct(productID) {
+		return 0, fmt.Errorf("%w: product %q", ErrInvalid, productID)
+	}
+	if len(orderIDs) == 0 {
+		return 0, nil
+	}
+	keys := make([]string, len(orderIDs))
+	for i, id := range orderIDs {
+		keys[i] = OrderKey(productID, id)
+	}
+	ctx, cancel := s.call(ctx)
+	defer cancel()
+	n, err := markSuccessScript.Exec(ctx, s.c, keys, nil).AsInt64()
+	if err != nil {
+		return 0, fmt.Errorf("stock: mark success %s: %w", productID, err)
+	}
+	return int(n), nil
+}
+
+// Remaining is the product's stock; ok is false when the sale is not warmed.
+func (s *Store) Remaining(ctx context.Context, productID string) (n int64, ok bool, err error) {
+	if !validProduct(productID) {
+		return 0, false, fmt.Errorf("%w: product %q", ErrInvalid, productID)
+	}
+	ctx, cancel := s.call(ctx)
+	defer cancel()
+	n, err = s.c.Do(ctx, s.c.B().Get().Key(StockKey(productID)).Build()).AsInt64()
+	if rueidis.IsRedisNil(err) {
+		return 0, false, nil
+	}
+	if err != nil {
+		return 0, false, fmt.Errorf("stock: remaining %s: %w", productID, err)
+	}
+	return n, true, nil
+}
+
+// Bought is how many units the user bought in the sale (0 if none).
+func (s *Store) Bought(ctx context.Context, productID, userID string) (int64, error) {
+	if !validProduct(productID) || !validUser(userID) {
+		return 0, fmt.Errorf("%w: bought %q/%q", ErrInvalid, productID, userID)
+	}
+	ctx, cancel := s.call(ctx)
+	defer cancel()
+	n, err := s.c.Do(ctx, s.c.B().Get().Key(BuyerKey(productID, userID)).Build()).AsInt64()
+	if rueidis.IsRedisNil(err) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, fmt.Errorf("stock: bought %s/%s: %w", productID, userID, err)
+	}
+	return n, nil
+}
+
+// OutboxLen is the number of entries in the product's outbox stream.
+func (s *Store) OutboxLen(ctx context.Context, productID string) (int64, error) {
+	if !validProduct(productID) {
+		return 0, fmt.Errorf("%w: product %q", ErrInvalid, productID)
+	}
+	ctx, cancel := s.call(ctx)
+	defer cancel()
+	n, err := s.c.Do(ctx, s.c.B().Xlen().Key(OutboxKey(productID)).Build()).AsInt64()
+	if err != nil {
+		return 0, fmt.Errorf("stock: outbox %s: %w", productID, err)
+	}
+	return n, nil
+}
+
+// SaleInfo reads a sale's meta and remaining stock; ok is false when the
+// sale is not warmed (no stock key).
+func (s *Store) SaleInfo(ctx context.Context, productID string) (SaleInfo, bool, error) {
+	if !validProduct(productID) {
+		return SaleInfo{}, false, fmt.Errorf("%w: product %q", ErrInvalid, productID)
+	}
+	ctx, cancel := s.call(ctx)
+	defer cancel()
+	res := s.c.DoMulti(ctx,
+		s.c.B().Get().Key(StockKey(productID)).Build(),
+		s.c.B().Hgetall().Key(MetaKey(productID)).Build())
+	rem, err := res[0].AsInt64()
+	if rueidis.IsRedisNil(err) {
+		return SaleInfo{}, false, nil
+	}
+	if err != nil {
+		return SaleInfo{}, false, fmt.Errorf("stock: sale %s: %w", productID, err)
+	}
+	m, err := res[1].AsStrMap()
+	if err != nil {
+		return SaleInfo{}, false, fmt.Errorf("stock: sale %s: %w", productID, err)
+	}
+	num := func(k string) int64 { n, _ := strconv.ParseInt(m[k], 10, 64); return n }
+	info := SaleInfo{Remaining: rem, Sale: Sale{
+		ProductID: productID, Stock: rem, Initial: num("initial"), Restocked: num("restocked"),
+		Released: num("released"), Limit: int(num("limit")), Price: num("price"),
+		StartMs: num("start"), EndMs: num("end"),
+	}}
+	return info, true, nil
+}
+
+func i64(n int64) string { return strconv.FormatInt(n, 10) }

@@ -1,0 +1,243 @@
+package stock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/redis/rueidis"
+)
+
+// Options tune a Store. The zero value is usable.
+type Options struct {
+	// Timeout is the budget of every Redis call (default 200ms). A slow or
+	// dead Redis yields an error within it; a coalesced attempt's budget
+	// starts when it is queued, so waiting for the batch ahead counts too.
+	Timeout time.Duration
+	// MaxFlushDelay is rueidis' auto-pipelining flush delay (default 0).
+	// ~100µs batched more commands per write in DESIGN.md's measurements;
+	// with group commit there are fewer commands to batch: measure.
+	MaxFlushDelay time.Duration
+	// MaxBatch caps the attempts one deduction script call carries
+	// (default 128): a bigger script blocks Redis longer for everyone.
+	MaxBatch int
+	// OrderTTL is how long order hashes live (default 7 days).
+	OrderTTL time.Duration
+	// BuyerGrace is how long a buyer's count outlives the sale's end
+	// (default 7 days), so that nobody can buy again after it expired.
+	BuyerGrace time.Duration
+	// DataDir, for the embedded server only, is where its state is saved
+	// on Close and loaded on Open (see Open). Ignored for a real Redis.
+	DataDir string
+	// Username and Password authenticate to a real Redis.
+	Username, Password string
+}
+
+func (o *Options) defaults() {
+	if o.Timeout <= 0 {
+		o.Timeout = 200 * time.Millisecond
+	}
+	if o.MaxBatch <= 0 {
+		o.MaxBatch = 128
+	}
+	if o.OrderTTL <= 0 {
+		o.OrderTTL = 7 * 24 * time.Hour
+	}
+	if o.BuyerGrace <= 0 {
+		o.BuyerGrace = 7 * 24 * time.Hour
+	}
+}
+
+// Errors. An error from Deduct that wraps ErrUnknown means the script may
+// or may not have run: see Deduct.
+var (
+	ErrClosed    = errors.New("stock: store closed")
+	ErrUnknown   = errors.New("stock: outcome unknown")
+	ErrNotSent   = errors.New("stock: budget spent before the attempt was sent")
+	ErrNotWarmed = errors.New("stock: sale not warmed")
+)
+
+// Store is the Redis side of the sale. It is safe for concurrent use.
+type Store struct {
+	c    rueidis.Client
+	opts Options
+
+	mini    *miniredis.Miniredis // embedded mode only
+	janitor chan struct{}        // closed to stop the embedded TTL clock
+	jdone   chan struct{}
+
+	// Pre-formatted shared script arguments.
+	graceMs, orderTTLMs string
+
+	products atomic.Pointer[map[string]*product]
+	pmu      sync.Mutex
+
+	subMu   sync.Mutex
+	subs    map[int]func(string, bool)
+	subSeq  int
+	subStop context.CancelFunc
+	subDone chan struct{}
+
+	nCalls, nAttempts atomic.Uint64
+
+	closed atomic.Bool
+}
+
+// Open connects to Redis.
+//
+// addr "" or "embedded" starts github.com/alicebob/miniredis in this
+// process: the zero-setup demo. It runs the same Lua but is ~15x slower than
+// redis-server, has no persistence of its own, and only counts TTLs down
+// while the Store is open. With Options.DataDir set, its sk:* keys (strings,
+// hashes, streams, with their TTLs) are written to DataDir/stock.json on
+// Close (atomically: temp file, fsync, rename) and loaded on Open. A crash
+// loses what happened since the last Open, exactly like a Redis without
+// persistence: warm-up must then rebuild sales from the ledger. Never use it
+// for production or benchmarks.
+//
+// Otherwise addr is host:port, a comma-separated list of cluster seeds, or a
+// redis:// URL; rueidis auto-pipelines and follows the cluster topology.
+func Open(ctx context.Context, addr string, opts Options) (*Store, error) {
+	opts.defaults()
+	s := &Store{
+		opts:       opts,
+		graceMs:    strconv.FormatInt(opts.BuyerGrace.Milliseconds(), 10),
+		orderTTLMs: strconv.FormatInt(opts.OrderTTL.Milliseconds(), 10),
+		subs:       map[int]func(string, bool){},
+	}
+	empty := map[string]*product{}
+	s.products.Store(&empty)
+
+	co := rueidis.ClientOption{
+		MaxFlushDelay: opts.MaxFlushDelay,
+		// Nothing here uses client-side caching; without it rueidis skips
+		// the CLIENT TRACKING handshake.
+		DisableCache: true,
+		Username:     opts.Username,
+		Password:     opts.Password,
+		// A dial that takes longer than the budget would hold every caller
+		// past it while rueidis reconnects.
+		Dialer: net.Dialer{Timeout: max(opts.Timeout, 100*time.Millisecond), KeepAlive: 30 * time.Second},
+	}
+	switch {
+	case addr == "" || addr == "embedded":
+		m := miniredis.NewMiniRedis()
+		if opts.DataDir != "" {
+			if err := loadSnapshot(m, opts.DataDir); err != nil {
+				return nil, err
+			}
+		}
+		if err := m.Start(); err != nil {
+			return nil, fmt.Errorf("stock: embedded redis: %w", err)
+		}
+		s.mini = m
+		co.InitAddress = []string{m.Addr()}
+		// RESP3 plus a subscription poisons the shared connection with
+		// miniredis (DESIGN.md); it is also not a cluster.
+		co.AlwaysRESP2 = true
+		co.ForceSingleClient = true
+	case strings.HasPrefix(addr, "redis://") || strings.HasPrefix(addr, "rediss://") || strings.HasPrefix(addr, "unix://"):
+		u, err := rueidis.ParseURL(addr)
+		if err != nil {
+			return nil, fmt.Errorf("stock: %w", err)
+		}
+		co.InitAddress, co.SelectDB, co.TLSConfig = u.InitAddress, u.SelectDB, u.TLSConfig
+		if u.Username != "" || u.Password != "" {
+			co.Username, co.Password = u.Username, u.Password
+		}
+	default:
+		co.InitAddress = strings.Split(addr, ",")
+	}
+	c, err := rueidis.NewClient(co)
+	if err != nil {
+		s.stopEmbedded()
+		return nil, fmt.Errorf("stock: connect %s: %w", addr, err)
+	}
+	s.c = c
+	pctx, cancel := context.WithTimeout(ctx, max(opts.Timeout, time.Second))
+	defer cancel()
+	if err := c.Do(pctx, c.B().Ping().Build()).Error(); err != nil {
+		c.Close()
+		s.stopEmbedded()
+		return nil, fmt.Errorf("stock: ping %s: %w", addr, err)
+	}
+	if s.mini != nil {
+		s.startJanitor()
+	}
+	return s, nil
+}
+
+// Client is the underlying rueidis client, for the outbox relay and tests.
+func (s *Store) Client() rueidis.Client { return s.c }
+
+// Embedded reports whether the Store runs the in-process miniredis.
+func (s *Store) Embedded() bool { return s.mini != nil }
+
+// Close stops the sold-out subscription, closes the connection and, for the
+// embedded server with a DataDir, saves its state. Attempts still queued or
+// in flight fail (with an unknown outcome for those already sent).
+func (s *Store) Close() error {
+	if s.closed.Swap(true) {
+		return nil
+	}
+	s.stopSubscription()
+	s.c.Close()
+	if s.mini == nil {
+		return nil
+	}
+	s.stopJanitor()
+	var err error
+	if s.opts.DataDir != "" {
+		// No client is connected any more: the snapshot is consistent
+		// (a stock deduction is never saved without its outbox entry).
+		err = saveSnapshot(s.mini, s.opts.DataDir)
+	}
+	s.mini.Close()
+	return err
+}
+
+func (s *Store) stopEmbedded() {
+	if s.mini != nil {
+		s.mini.Close()
+	}
+}
+
+// startJanitor advances miniredis' clock: it only expires keys when told
+// time has passed, and tokens, buyer counts and orders rely on TTLs.
+func (s *Store) startJanitor() {
+	s.janitor, s.jdone = make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(s.jdone)
+		t := time.NewTicker(250 * time.Millisecond)
+		defer t.Stop()
+		last := time.Now()
+		for {
+			select {
+			case <-s.janitor:
+				return
+			case now := <-t.C:
+				s.mini.FastForward(now.Sub(last))
+				last = now
+			}
+		}
+	}()
+}
+
+func (s *Store) stopJanitor() {
+	if s.janitor != nil {
+		close(s.janitor)
+		<-s.jdone
+	}
+}
+
+// call returns a context bounded by the store's budget for one-off calls.
+func (s *Store) call(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(ctx, s.opts.Timeout)
+}
