@@ -66,12 +66,12 @@ type Outcome struct {
 
 // product is the per-product coalescer plus its pre-built keys.
 type product struct {
-	id                            string
-	prefix                        string // sk:{p}:
-	stockKey, outboxKey, metaKey  string
-	mu                            sync.Mutex
-	busy                          bool    // a script call for this product is in flight
-	pending                       []*call // queued behind it, FIFO
+	id                           string
+	prefix                       string // sk:{p}:
+	stockKey, outboxKey, metaKey string
+	mu                           sync.Mutex
+	busy                         bool    // a script call for this product is in flight
+	pending                      []*call // queued behind it, FIFO
 }
 
 func (s *Store) product(id string) *product {
