@@ -1,0 +1,24 @@
+// Package filters is the sale API's first line of defence: the checks an edge
+// makes on every request before it spends anything on it, cheapest first.
+//
+// A config's filters list is compiled by Build into a Chain: each entry's
+// type is looked up in a registry of constructors (Register, one file per
+// filter type), each constructor decodes and validates its own params, and
+// the result is an immutable slice that Run walks in a flat loop. The proxy
+// swaps whole chains on reload; state that must outlive a reload (limiter
+// buckets, connection counts, counters) lives in Zones, keyed by name.
+//
+// Filter types here:
+//
+//   - access: nginx allow/deny rules on the client address.
+//   - ip_limit: nginx limit_req keyed by the client address (Limiter, which
+//     other keyed limits reuse through LimitConfig and KeyFromBytes).
+//   - conn_limit: nginx limit_conn, requests in flight per client address.
+//
+// RealIP resolves the client address behind trusted proxies (nginx realip,
+// recursive) before the chain runs.
+//
+// Everything on the request path is allocation-free (the tests prove it with
+// testing.AllocsPerRun) and reads time only from Request.NowNano, which the
+// proxy fills from an injectable clock, so tests never sleep.
+package filters
