@@ -268,9 +268,9 @@ func (p *Pool) logFailure(srv *server, err error, msg string, attempt int) {
 type failKind int
 
 const (
-	failOther   failKind = iota // the request may have reached the origin
-	failDial                    // no connection: the origin saw nothing
-	failBusy                    // connection limit reached: the origin saw nothing
+	failOther failKind = iota // the request may have reached the origin
+	failDial                  // no connection: the origin saw nothing
+	failBusy                  // connection limit reached: the origin saw nothing
 	failTimeout
 )
 
