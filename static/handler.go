@@ -11,6 +11,7 @@ import (
 	"mime"
 	"os"
 	"path"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -52,15 +53,13 @@ type file struct {
 // prepares every response. c should have had SetDefaults called.
 func New(c Config) (*Handler, error) {
 	c.SetDefaults()
+	// Validate again: a caller that skipped it must not get a header value
+	// with a line break into every response.
+	if errs := c.Validate(); len(errs) > 0 {
+		return nil, fmt.Errorf("static: %w", errs)
+	}
 	var fsys fs.FS
 	if c.Dir != "" {
-		fi, err := os.Stat(c.Dir)
-		if err != nil {
-			return nil, fmt.Errorf("static: dir: %w", err)
-		}
-		if !fi.IsDir() {
-			return nil, fmt.Errorf("static: dir %q is not a directory", c.Dir)
-		}
 		fsys = os.DirFS(c.Dir)
 	} else {
 		sub, err := fs.Sub(siteFS, "site")
@@ -205,11 +204,12 @@ func contentSecurityPolicy(imageOrigins []string) string {
 		"; connect-src 'self'; form-action 'self'; base-uri 'none'; frame-ancestors 'none'"
 }
 
-// Names lists the assets (not the page) by name, for logs and tests.
+// Names lists the assets (not the page) by name, sorted, for logs.
 func (h *Handler) Names() []string {
 	names := make([]string, 0, len(h.assets))
 	for n := range h.assets {
 		names = append(names, n)
 	}
+	slices.Sort(names)
 	return names
 }

@@ -150,6 +150,19 @@ func TestCacheControlConfig(t *testing.T) {
 	}
 }
 
+func TestNewRejectsInvalidConfig(t *testing.T) {
+	if _, err := New(Config{CacheControl: "public\r\nSet-Cookie: a=1"}); err == nil {
+		t.Fatal("New accepted a header value with a line break")
+	}
+}
+
+func TestNames(t *testing.T) {
+	h := newHandler(t, Config{})
+	if got := strings.Join(h.Names(), " "); got != "app.css app.js favicon.svg" {
+		t.Fatalf("Names() = %q", got)
+	}
+}
+
 func TestImageOriginsInCSP(t *testing.T) {
 	h := newHandler(t, Config{ImageOrigins: []string{"https://img.example.com/"}})
 	ctx := request("GET", "/seckill/p1")

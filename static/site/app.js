@@ -206,6 +206,7 @@
 
   el.loginForm.addEventListener('submit', function (ev) {
     ev.preventDefault();
+    if (el.loginBtn.disabled) return;  // Enter pressed again while signing in
     var id = el.userId.value.trim();
     if (!id) {
       setText(el.loginError, 'Please enter your user ID.');
