@@ -1,0 +1,5 @@
+//go:build !race
+
+package ptoken
+
+const raceEnabled = false
