@@ -12,12 +12,13 @@ import (
 // the health path every interval on its own connection, so a saturated
 // request pool cannot make a healthy server look dead.
 type checker struct {
-	cfg  HealthConfig
-	st   *serverState
-	hc   *fasthttp.HostClient
-	uri  string
-	stop chan struct{}
-	once sync.Once
+	cfg     HealthConfig
+	connect time.Duration // the pool's connect timeout, also a check setting
+	st      *serverState
+	hc      *fasthttp.HostClient
+	uri     string
+	stop    chan struct{}
+	once    sync.Once
 }
 
 // healthMaxBody bounds what a health endpoint may answer; anything larger
@@ -26,9 +27,10 @@ const healthMaxBody = 1 << 20
 
 func (m *Manager) startChecker(srv *server, cfg HealthConfig, connect time.Duration) *checker {
 	ck := &checker{
-		cfg: cfg,
-		st:  srv.st,
-		uri: "http://" + srv.addr + cfg.Path,
+		cfg:     cfg,
+		connect: connect,
+		st:      srv.st,
+		uri:     "http://" + srv.addr + cfg.Path,
 		hc: &fasthttp.HostClient{
 			Addr:                      srv.addr,
 			Dial:                      dialFunc(min(connect, cfg.Timeout)),

@@ -170,7 +170,7 @@ func (m *Manager) Activate(s *Set) {
 			k := serverKey{p.name, srv.addr}
 			states[k], servers[k] = srv.st, srv
 			ck := m.checkers[k]
-			if ck != nil && (p.health.Path == "" || ck.cfg != p.health || ck.st != srv.st) {
+			if ck != nil && (p.health.Path == "" || ck.cfg != p.health || ck.connect != p.connect || ck.st != srv.st) {
 				ck.halt()
 				delete(m.checkers, k)
 				ck = nil
@@ -244,6 +244,8 @@ func (m *Manager) Snapshot() []ServerState {
 	return out
 }
 
+const idleConnDuration = 4 * time.Second
+
 // clientSettings are what a connection pool is built from; equal settings
 // on reload keep the pool and its warm connections.
 type clientSettings struct {
@@ -265,8 +267,11 @@ func newHostClient(addr string, cs clientSettings) *fasthttp.HostClient {
 		// would resend an idempotent request to the same server after it
 		// may have arrived.
 		MaxIdemponentCallAttempts: 1,
-		RetryIfErr:                func(*fasthttp.Request, int, error) (bool, bool) { return false, false },
-		NoDefaultUserAgentHeader:  true,
+		// Since a request on a connection the origin closed while idle is
+		// not retried, drop idle connections before common origin
+		// keep-alive timeouts (Node.js: 5 s) close them under us.
+		MaxIdleConnDuration:      idleConnDuration,
+		NoDefaultUserAgentHeader: true,
 		// Forward the path byte for byte; routing already used the
 		// normalized one.
 		DisablePathNormalizing: true,

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -307,24 +308,21 @@ func TestHopByHopAndForwardingHeaders(t *testing.T) {
 
 func TestActiveHealthCheck(t *testing.T) {
 	m, logs := newTestManager(t)
-	var sick sync.Mutex // held: the health endpoint of b fails
-	health := func(id string, lock *sync.Mutex) string {
+	var sick atomic.Bool // b's health endpoint fails while set
+	health := func(id string, failing *atomic.Bool) string {
 		return startOrigin(t, func(ctx *fasthttp.RequestCtx) {
-			if string(ctx.Path()) == "/health" && lock != nil {
-				if !lock.TryLock() {
-					ctx.SetStatusCode(503)
-					return
-				}
-				lock.Unlock()
+			if string(ctx.Path()) == "/health" && failing.Load() {
+				ctx.SetStatusCode(503)
+				return
 			}
 			ctx.SetBodyString(id)
 		})
 	}
-	a, b := health("a", nil), health("b", &sick)
+	a, b := health("a", new(atomic.Bool)), health("b", &sick)
 	c := onePool("p", a, b)
 	c.Pools[0].Health = HealthConfig{Path: "/health", Interval: 5 * time.Millisecond, Timeout: time.Second, Rise: 2, Fall: 2}
 	c.Pools[0].MaxRetries = intPtr(0)
-	sick.Lock()
+	sick.Store(true)
 	e := startEdge(t, mustBuild(t, m, c))
 
 	await(t, "b marked down", func() bool { return !stateOf(m, "p", b).Up })
@@ -333,7 +331,7 @@ func TestActiveHealthCheck(t *testing.T) {
 			t.Fatalf("got %d %q, want only a while b is down", code, body)
 		}
 	}
-	sick.Unlock()
+	sick.Store(false)
 	await(t, "b back up", func() bool { return stateOf(m, "p", b).Healthy })
 	counts := map[string]int{}
 	for range 10 {

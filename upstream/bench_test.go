@@ -1,0 +1,91 @@
+package upstream
+
+import (
+	"net"
+	"testing"
+	"time"
+
+	"github.com/valyala/fasthttp"
+)
+
+// serveCtx is a request as the edge server would hand it to Serve, reused
+// across iterations the way fasthttp reuses its RequestCtx.
+func serveCtx(path string) *fasthttp.RequestCtx {
+	req := new(fasthttp.Request)
+	req.Header.SetMethod("GET")
+	req.SetRequestURI(path)
+	req.Header.SetHost("shop.example")
+	req.Header.Set("X-Forwarded-For", "198.51.100.1")
+	req.Header.Set("Connection", "keep-alive, X-Drop")
+	req.Header.Set("X-Drop", "1")
+	ctx := new(fasthttp.RequestCtx)
+	ctx.Init(req, &net.TCPAddr{IP: net.IPv4(192, 0, 2, 10), Port: 40000}, nil)
+	return ctx
+}
+
+func benchPool(t testing.TB, balance string) *Pool {
+	m, _ := newTestManager(t)
+	body := []byte(`{"ok":true}`)
+	h := func(ctx *fasthttp.RequestCtx) { ctx.SetBody(body) }
+	c := onePool("p", startOrigin(t, h), startOrigin(t, h))
+	c.Pools[0].Balance = balance
+	hooked := 0
+	m.OnResponse = func(string, int, time.Duration) { hooked++ }
+	return mustBuild(t, m, c).Pool("p")
+}
+
+func TestServeAllocs(t *testing.T) {
+	if raceEnabled {
+		t.Skip("allocation counts are meaningless under -race")
+	}
+	for _, balance := range []string{RoundRobin, LeastPending} {
+		t.Run(balance, func(t *testing.T) {
+			p := benchPool(t, balance)
+			ctx := serveCtx("/api/items?id=1")
+			serve := func() {
+				p.Serve(ctx, testClientIP)
+				if ctx.Response.StatusCode() != 200 {
+					t.Fatalf("status %d", ctx.Response.StatusCode())
+				}
+			}
+			for range 10 {
+				serve() // warm connections and pools
+			}
+			if n := testing.AllocsPerRun(200, serve); n != 0 {
+				t.Fatalf("Serve allocates %v times per request", n)
+			}
+		})
+	}
+}
+
+// BenchmarkServe is one proxied GET over loopback: Serve called on a
+// RequestCtx, the origin a fasthttp server on 127.0.0.1.
+func BenchmarkServe(b *testing.B) {
+	for _, balance := range []string{RoundRobin, LeastPending} {
+		b.Run(balance, func(b *testing.B) {
+			p := benchPool(b, balance)
+			ctx := serveCtx("/api/items?id=1")
+			b.ReportAllocs()
+			for b.Loop() {
+				p.Serve(ctx, testClientIP)
+			}
+		})
+	}
+}
+
+// BenchmarkEdgeGET adds the edge's own server and a client in front:
+// client -> edge (Match + Serve) -> origin, all on loopback.
+func BenchmarkEdgeGET(b *testing.B) {
+	m, _ := newTestManager(b)
+	c := onePool("p", idOrigin(b, "a"), idOrigin(b, "b"))
+	e := startEdge(b, mustBuild(b, m, c))
+	req, resp := fasthttp.AcquireRequest(), fasthttp.AcquireResponse()
+	req.SetRequestURI("/api/items")
+	req.Header.SetHost("shop.example")
+	b.ReportAllocs()
+	for b.Loop() {
+		if err := e.c.Do(req, resp); err != nil || resp.StatusCode() != 200 {
+			b.Fatal(err, resp.StatusCode())
+		}
+	}
+}
