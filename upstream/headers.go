@@ -108,6 +108,9 @@ func prepare(out *fasthttp.Request, ctx *fasthttp.RequestCtx, clientIP netip.Add
 	out.Header.SetNoDefaultContentType(true)
 
 	buf = stripHopByHop(&out.Header, buf)
+	// The edge already answered any 100-continue and read the body; asking
+	// the origin again would only cost it an interim response.
+	out.Header.Del(fasthttp.HeaderExpect)
 
 	// X-Forwarded-For: what came in (all copies, as nginx joins them) plus
 	// the peer we got it from ($proxy_add_x_forwarded_for). Stripping ran

@@ -276,6 +276,7 @@ func TestHopByHopAndForwardingHeaders(t *testing.T) {
 			"TE":                  "",
 			"Upgrade":             "",
 			"Transfer-Encoding":   "",
+			"Expect":              "",
 			"Content-Length":      "5",
 			"X-Forwarded-For":     "198.51.100.1, 198.51.100.2, 127.0.0.1",
 			"X-Real-IP":           testClientIP.String(),
@@ -512,4 +513,27 @@ func mustBuildOnly(t testing.TB, m *Manager, c Config) *Set {
 		t.Fatal(err)
 	}
 	return s
+}
+
+func TestExpectContinueNotForwarded(t *testing.T) {
+	m, _ := newTestManager(t)
+	got := make(chan string, 1)
+	origin := startOrigin(t, func(ctx *fasthttp.RequestCtx) {
+		got <- string(ctx.Request.Header.Peek("Expect")) + "|" + string(ctx.Request.Body())
+	})
+	e := startEdge(t, mustBuild(t, m, onePool("p", origin)))
+	req, resp := fasthttp.AcquireRequest(), fasthttp.AcquireResponse()
+	defer fasthttp.ReleaseRequest(req)
+	defer fasthttp.ReleaseResponse(resp)
+	req.Header.SetMethod("POST")
+	req.SetRequestURI("/order")
+	req.Header.SetHost("x")
+	req.Header.Set("Expect", "100-continue")
+	req.SetBodyString("payload")
+	if err := e.c.Do(req, resp); err != nil || resp.StatusCode() != 200 {
+		t.Fatal(err, resp.StatusCode())
+	}
+	if g := <-got; g != "|payload" {
+		t.Fatalf("origin saw Expect|body = %q", g)
+	}
 }
