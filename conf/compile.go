@@ -1,0 +1,121 @@
+package conf
+
+import (
+	"fmt"
+	"time"
+
+	"flashgate/conf/field"
+	"flashgate/filters"
+	"flashgate/static"
+	"flashgate/upstream"
+)
+
+// Env is the process-lifetime state a snapshot is compiled against: it is
+// what survives a reload (limiter zones, filter counters, upstream health).
+type Env struct {
+	Zones     *filters.Zones
+	Upstreams *upstream.Manager
+	Now       func() int64 // unix nanoseconds; injectable for tests
+}
+
+// Snapshot is a compiled, immutable configuration. The proxy reads it
+// through an atomic pointer; nothing in it is modified after Compile.
+type Snapshot struct {
+	Doc      *Document
+	Version  uint64
+	LoadedAt time.Time
+
+	RealIP *filters.RealIP
+	// APIChain runs for the sale API: every enabled filter, in file order.
+	APIChain *filters.Chain
+	// EdgeChain runs for every other request: the filters with scope "all".
+	EdgeChain *filters.Chain
+	Static    *static.Handler
+	Upstreams *upstream.Set
+
+	AdminToken string
+	// AccessSampleEvery logs one request in N (0 = none).
+	AccessSampleEvery uint64
+}
+
+// Compile builds a snapshot. It starts nothing and changes no live state
+// except creating limiter zones that did not exist yet, which is harmless if
+// the snapshot is then discarded.
+func Compile(doc *Document, env *Env, version uint64) (*Snapshot, error) {
+	cfg := doc.Config
+	var errs field.Errors
+	s := &Snapshot{Doc: doc, Version: version, LoadedAt: time.Now()}
+
+	rip, ferrs := filters.NewRealIP(cfg.RealIP.Header, cfg.RealIP.TrustedProxies)
+	errs.Nest("real_ip", ferrs)
+	s.RealIP = rip
+
+	specs := make([]filters.Spec, len(cfg.Filters))
+	for i, f := range cfg.Filters {
+		specs[i] = filters.Spec{Type: f.Type, Name: f.Name, Enabled: f.Enabled == nil || *f.Enabled, DryRun: f.DryRun, Params: f.Node}
+	}
+	fenv := &filters.Env{Now: env.Now, Zones: env.Zones}
+	var apiEntries, edgeEntries []filters.Entry
+	for i, spec := range specs {
+		chain, ferrs := filters.Build([]filters.Spec{spec}, fenv)
+		errs.Nest(field.Index("filters", i), stripIndex(ferrs))
+		if len(ferrs) > 0 || !spec.Enabled {
+			continue
+		}
+		for _, e := range chain.Entries() {
+			apiEntries = append(apiEntries, e)
+			if cfg.Filters[i].Scope == "all" {
+				edgeEntries = append(edgeEntries, e)
+			}
+		}
+	}
+	s.APIChain = filters.NewChain(apiEntries)
+	s.EdgeChain = filters.NewChain(edgeEntries)
+
+	st, err := static.New(cfg.Static)
+	if err != nil {
+		errs.Add("static", "%v", err)
+	}
+	s.Static = st
+
+	ups, err := env.Upstreams.Build(cfg.Upstreams)
+	if err != nil {
+		errs.Add("upstreams", "%v", err)
+	}
+	s.Upstreams = ups
+
+	tok, err := cfg.Admin.ResolveToken()
+	if err != nil {
+		errs.Add("admin.token", "%v", err)
+	}
+	s.AdminToken = tok
+	if cfg.Log.AccessSample > 0 {
+		s.AccessSampleEvery = uint64(1/cfg.Log.AccessSample + 0.5)
+	}
+
+	for i := range errs {
+		if errs[i].Line == 0 {
+			errs[i].Line = field.Line(doc.Root, errs[i].Path)
+		}
+	}
+	if len(errs) > 0 {
+		return nil, fmt.Errorf("%s: %w", doc.Source, errs)
+	}
+	return s, nil
+}
+
+// stripIndex removes the "[0]" that filters.Build puts in front of paths of
+// a one-element list, since the caller nests the real index.
+func stripIndex(errs field.Errors) field.Errors {
+	for i := range errs {
+		p := errs[i].Path
+		if len(p) >= 3 && p[:3] == "[0]" {
+			p = p[3:]
+			if len(p) > 0 && p[0] == '.' {
+				p = p[1:]
+			}
+			errs[i].Path = p
+		}
+	}
+	return errs
+}

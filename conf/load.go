@@ -1,0 +1,231 @@
+package conf
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"gopkg.in/yaml.v3"
+
+	"flashgate/conf/field"
+)
+
+// Document is a parsed, defaulted and validated configuration together with
+// the YAML tree it came from (for line numbers) and its source bytes.
+type Document struct {
+	Config *Config
+	Root   *yaml.Node
+	Source string
+	Raw    []byte
+}
+
+// MaxFileSize bounds the config file: a runaway generator must not eat memory.
+const MaxFileSize = 4 << 20
+
+// LoadFile reads and parses path.
+func LoadFile(path string) (*Document, error) {
+	st, err := os.Stat(path)
+	if err != nil {
+		return nil, err
+	}
+	if st.Size() > MaxFileSize {
+		return nil, fmt.Errorf("%s: %d bytes is larger than the %d-byte limit", path, st.Size(), MaxFileSize)
+	}
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	return Parse(data, path)
+}
+
+// Parse decodes data strictly, applies defaults and validates. The returned
+// error is a field.Errors (with lines) when the document is well-formed YAML
+// but wrong, so callers can print every problem at once.
+func Parse(data []byte, source string) (*Document, error) {
+	var root yaml.Node
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	if err := dec.Decode(&root); err != nil {
+		if errors.Is(err, io.EOF) {
+			return nil, fmt.Errorf("%s: empty document", source)
+		}
+		return nil, fmt.Errorf("%s: %v", source, err)
+	}
+	cfg := Defaults()
+	errs := field.Decode(&root, cfg)
+	if len(errs) == 0 {
+		cfg.setDefaults()
+		errs = cfg.Validate()
+	}
+	for i := range errs {
+		if errs[i].Line == 0 {
+			errs[i].Line = field.Line(&root, errs[i].Path)
+		}
+	}
+	if len(errs) > 0 {
+		return nil, errs
+	}
+	return &Document{Config: cfg, Root: &root, Source: source, Raw: data}, nil
+}
+
+// Defaults returns a Config holding every default that does not depend on
+// other fields. Decoding fills the document over it.
+func Defaults() *Config {
+	return &Config{
+		Listen: ListenConfig{
+			Addr:               ":8080",
+			ReadTimeout:        5 * time.Second,
+			WriteTimeout:       5 * time.Second,
+			IdleTimeout:        60 * time.Second,
+			MaxRequestBodySize: 1 << 20,
+			ReadBufferSize:     8 << 10,
+			Concurrency:        256 * 1024,
+			ShutdownTimeout:    10 * time.Second,
+		},
+		Admin:  AdminConfig{Addr: "127.0.0.1:9901"},
+		Log:    LogConfig{Level: "info", Format: "json", AccessSample: 0.01},
+		RealIP: RealIPConfig{Header: "X-Forwarded-For"},
+		Reload: ReloadConfig{Watch: true, Debounce: 200 * time.Millisecond},
+	}
+}
+
+// setDefaults fills defaults that live in list items or depend on other
+// fields; sections owned by other packages default themselves.
+func (c *Config) setDefaults() {
+	for i := range c.Filters {
+		f := &c.Filters[i]
+		if f.Scope == "" {
+			f.Scope = "api"
+		}
+		if f.Name == "" {
+			f.Name = f.Type
+		}
+	}
+	c.Static.SetDefaults()
+	c.Upstreams.SetDefaults()
+}
+
+// Validate checks every field that the document alone can check. Filter
+// settings are checked when the filters are built (Compile), because only
+// the filter knows its own parameters.
+func (c *Config) Validate() field.Errors {
+	var errs field.Errors
+	if c.NodeID < 0 || c.NodeID > 1023 {
+		errs.Add("node_id", "must be between 0 and 1023, got %d", c.NodeID)
+	}
+	l := c.Listen
+	checkAddr(&errs, "listen.addr", l.Addr)
+	positive(&errs, "listen.read_timeout", l.ReadTimeout)
+	positive(&errs, "listen.write_timeout", l.WriteTimeout)
+	positive(&errs, "listen.idle_timeout", l.IdleTimeout)
+	positive(&errs, "listen.shutdown_timeout", l.ShutdownTimeout)
+	if l.MaxRequestBodySize < 1024 {
+		errs.Add("listen.max_request_body_size", "must be at least 1024 bytes, got %d", l.MaxRequestBodySize)
+	}
+	if l.ReadBufferSize < 1024 || l.ReadBufferSize > 1<<20 {
+		errs.Add("listen.read_buffer_size", "must be between 1024 and 1048576 bytes (it bounds the request header size), got %d", l.ReadBufferSize)
+	}
+	if l.Concurrency < 1 {
+		errs.Add("listen.concurrency", "must be at least 1, got %d", l.Concurrency)
+	}
+	if l.MaxConnsPerIP < 0 {
+		errs.Add("listen.max_conns_per_ip", "must not be negative, got %d", l.MaxConnsPerIP)
+	}
+	checkAddr(&errs, "admin.addr", c.Admin.Addr)
+	if c.Admin.Addr != "" && !isLoopback(c.Admin.Addr) {
+		if tok, err := c.Admin.ResolveToken(); err != nil {
+			errs.Add("admin.token", "%v", err)
+		} else if tok == "" {
+			errs.Add("admin.token", "required when admin.addr (%s) is not a loopback address: the admin API must never be open to the world", c.Admin.Addr)
+		}
+	} else if _, err := c.Admin.ResolveToken(); err != nil {
+		errs.Add("admin.token", "%v", err)
+	}
+	if tok, _ := c.Admin.ResolveToken(); tok != "" && len(tok) < 16 {
+		errs.Add("admin.token", "must be at least 16 characters")
+	}
+	switch c.Log.Level {
+	case "debug", "info", "warn", "error":
+	default:
+		errs.Add("log.level", "must be one of debug, info, warn, error; got %q", c.Log.Level)
+	}
+	switch c.Log.Format {
+	case "json", "text":
+	default:
+		errs.Add("log.format", "must be json or text; got %q", c.Log.Format)
+	}
+	if c.Log.AccessSample < 0 || c.Log.AccessSample > 1 {
+		errs.Add("log.access_sample", "must be between 0 and 1, got %v", c.Log.AccessSample)
+	}
+	if c.RealIP.Header == "" {
+		errs.Add("real_ip.header", "must not be empty")
+	}
+	if c.Reload.Debounce < 0 || c.Reload.Debounce > 10*time.Second {
+		errs.Add("reload.debounce", "must be between 0 and 10s, got %v", c.Reload.Debounce)
+	}
+	names := map[string]int{}
+	for i, f := range c.Filters {
+		p := field.Index("filters", i)
+		if f.Type == "" {
+			errs.Add(p+".type", "is required")
+		}
+		if f.Scope != "api" && f.Scope != "all" {
+			errs.Add(p+".scope", "must be api or all, got %q", f.Scope)
+		}
+		if j, dup := names[f.Name]; dup {
+			errs.Add(p+".name", "%q is already the name of filters[%d]; give each filter of the same type its own name", f.Name, j)
+		}
+		names[f.Name] = i
+	}
+	errs.Nest("static", c.Static.Validate())
+	errs.Nest("upstreams", c.Upstreams.Validate())
+	return errs
+}
+
+// ResolveToken returns the admin token, reading it from the environment
+// when written as "env:NAME".
+func (a AdminConfig) ResolveToken() (string, error) {
+	if name, ok := strings.CutPrefix(a.Token, "env:"); ok {
+		v, found := os.LookupEnv(name)
+		if !found {
+			return "", fmt.Errorf("environment variable %s is not set", name)
+		}
+		return v, nil
+	}
+	return a.Token, nil
+}
+
+func positive(errs *field.Errors, path string, d time.Duration) {
+	if d <= 0 {
+		errs.Add(path, "must be a positive duration such as 5s, got %v", d)
+	}
+}
+
+func checkAddr(errs *field.Errors, path, addr string) {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		errs.Add(path, "must be host:port or :port, got %q", addr)
+		return
+	}
+	if n, err := strconv.Atoi(port); err != nil || n < 0 || n > 65535 {
+		errs.Add(path, "port must be a number from 0 to 65535, got %q", port)
+	}
+	_ = host
+}
+
+func isLoopback(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil || host == "" {
+		return false // ":9901" listens on every interface
+	}
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}

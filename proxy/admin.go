@@ -1,0 +1,128 @@
+package proxy
+
+import (
+	"crypto/subtle"
+	"encoding/json"
+	"strings"
+
+	"github.com/valyala/fasthttp"
+	"gopkg.in/yaml.v3"
+)
+
+// handleAdmin serves the operator listener. It is bound to loopback by
+// default; when a token is configured every path but the health probes
+// requires it, and config validation refuses a non-loopback address without
+// one.
+func (s *Server) handleAdmin(ctx *fasthttp.RequestCtx) {
+	path := string(ctx.Path())
+	switch path {
+	case "/healthz":
+		ctx.SetContentType("text/plain; charset=utf-8")
+		ctx.SetBodyString("ok\n")
+		return
+	case "/readyz":
+		ctx.SetContentType("text/plain; charset=utf-8")
+		if s.draining.Load() {
+			ctx.SetStatusCode(fasthttp.StatusServiceUnavailable)
+			ctx.SetBodyString("draining\n")
+			return
+		}
+		ctx.SetBodyString("ready\n")
+		return
+	}
+	snap := s.snap.Load()
+	if !authorized(ctx, snap.AdminToken) {
+		ctx.Response.Header.Set("WWW-Authenticate", `Bearer realm="flashgate-admin"`)
+		writeError(ctx, fasthttp.StatusUnauthorized, errUnauthorized)
+		s.log.Warn("admin request refused: bad or missing token", "path", path, "remote", ctx.RemoteIP().String())
+		return
+	}
+	switch path {
+	case "/metrics":
+		ctx.SetContentType("text/plain; version=0.0.4; charset=utf-8")
+		s.m.reg.WriteTo(ctx)
+	case "/admin/reload":
+		if !ctx.IsPost() {
+			ctx.Response.Header.Set(fasthttp.HeaderAllow, "POST")
+			writeError(ctx, fasthttp.StatusMethodNotAllowed, errMethod)
+			return
+		}
+		s.log.Info("admin action", "action", "reload", "remote", ctx.RemoteIP().String())
+		err := s.Reload("admin")
+		res := s.LastReload()
+		if err != nil {
+			ctx.SetStatusCode(fasthttp.StatusUnprocessableEntity)
+		}
+		writeJSON(ctx, res)
+	case "/admin/config":
+		out, err := s.RedactedConfig()
+		if err != nil {
+			ctx.Error(err.Error(), fasthttp.StatusInternalServerError)
+			return
+		}
+		ctx.SetContentType("application/yaml; charset=utf-8")
+		ctx.SetBody(out)
+	default:
+		writeError(ctx, fasthttp.StatusNotFound, errNotFound)
+	}
+}
+
+func authorized(ctx *fasthttp.RequestCtx, token string) bool {
+	if token == "" {
+		return true
+	}
+	got, ok := strings.CutPrefix(string(ctx.Request.Header.Peek(fasthttp.HeaderAuthorization)), "Bearer ")
+	return ok && subtle.ConstantTimeCompare([]byte(got), []byte(token)) == 1
+}
+
+func writeJSON(ctx *fasthttp.RequestCtx, v any) {
+	ctx.SetContentType("application/json")
+	b, _ := json.Marshal(v)
+	ctx.SetBody(b)
+}
+
+// RedactedConfig renders the running configuration as YAML with every value
+// whose key names a secret replaced, so it can be pasted into a ticket.
+func (s *Server) RedactedConfig() ([]byte, error) {
+	snap := s.snap.Load()
+	var root yaml.Node
+	if err := root.Encode(snap.Doc.Config); err != nil {
+		return nil, err
+	}
+	redact(&root)
+	head := "# flashgate running configuration, version " + itoa(snap.Version) + ", from " + snap.Doc.Source + "; secrets redacted\n"
+	b, err := yaml.Marshal(&root)
+	return append([]byte(head), b...), err
+}
+
+func redact(n *yaml.Node) {
+	if n.Kind == yaml.MappingNode {
+		for i := 0; i+1 < len(n.Content); i += 2 {
+			k, v := n.Content[i], n.Content[i+1]
+			if isSecretKey(k.Value) && v.Kind == yaml.ScalarNode && v.Value != "" && !strings.HasPrefix(v.Value, "env:") {
+				v.Value, v.Tag, v.Style = "REDACTED", "!!str", 0
+				continue
+			}
+			redact(v)
+		}
+		return
+	}
+	for _, c := range n.Content {
+		redact(c)
+	}
+}
+
+func isSecretKey(k string) bool {
+	k = strings.ToLower(k)
+	for _, s := range []string{"secret", "token", "password", "secrets"} {
+		if k == s || strings.HasSuffix(k, "_"+s) {
+			return true
+		}
+	}
+	return false
+}
+
+func itoa(v uint64) string {
+	b, _ := json.Marshal(v)
+	return string(b)
+}

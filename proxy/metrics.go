@@ -1,0 +1,161 @@
+package proxy
+
+import (
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"flashgate/filters"
+	"flashgate/metrics"
+	"flashgate/upstream"
+)
+
+// route classifies a request for metrics and for choosing the chain.
+type route uint8
+
+const (
+	routePage route = iota
+	routeAsset
+	routeAPI
+	routeOrigin
+	routeNotFound
+	numRoutes
+)
+
+var routeNames = [numRoutes]string{"page", "asset", "api", "origin", "not_found"}
+
+// serverMetrics are the edge's own counters. Per-request recording is a few
+// atomic adds on preallocated cells.
+type serverMetrics struct {
+	reg metrics.Registry
+
+	requests [numRoutes][600]metrics.Counter
+	latency  [numRoutes]*metrics.Histogram
+
+	reloadOK, reloadFailed metrics.Counter
+	lastReloadOK           atomic.Bool
+	lastReloadUnix         atomic.Int64
+
+	upMu   sync.Mutex
+	pools  atomic.Pointer[map[string]*poolMetrics]
+	active metrics.Gauge
+}
+
+type poolMetrics struct {
+	latency *metrics.Histogram
+	codes   [600]metrics.Counter
+}
+
+func newServerMetrics(zones *filters.Zones, ups *upstream.Manager) *serverMetrics {
+	m := &serverMetrics{}
+	for i := range m.latency {
+		m.latency[i] = metrics.NewHistogram(metrics.LatencyBuckets)
+	}
+	empty := map[string]*poolMetrics{}
+	m.pools.Store(&empty)
+
+	m.reg.Register("flashgate_http_requests_total", "Requests answered by the edge, by route and status code.", "counter", func(w *metrics.Writer) {
+		for r := range m.requests {
+			for code := range m.requests[r] {
+				if v := m.requests[r][code].Value(); v > 0 {
+					w.Value(float64(v), metrics.Label{Name: "route", Value: routeNames[r]}, metrics.Label{Name: "code", Value: strconv.Itoa(code)})
+				}
+			}
+		}
+	})
+	m.reg.Register("flashgate_http_request_duration_seconds", "Time from request read to response written by the handler, by route.", "histogram", func(w *metrics.Writer) {
+		for r, h := range m.latency {
+			w.Histogram(h, metrics.Label{Name: "route", Value: routeNames[r]})
+		}
+	})
+	m.reg.Register("flashgate_http_requests_in_flight", "Requests being handled now.", "gauge", func(w *metrics.Writer) {
+		w.Value(float64(m.active.Value()))
+	})
+	m.reg.Register("flashgate_filter_verdicts_total", "Filter decisions by filter name and outcome (dry_run_reject: would have rejected).", "counter", func(w *metrics.Writer) {
+		zones.EachStats(func(name string, s *filters.Stats) {
+			f := metrics.Label{Name: "filter", Value: name}
+			w.Value(float64(s.Passed.Load()), f, metrics.Label{Name: "outcome", Value: "pass"})
+			w.Value(float64(s.Rejected.Load()), f, metrics.Label{Name: "outcome", Value: "reject"})
+			w.Value(float64(s.DryRunRejected.Load()), f, metrics.Label{Name: "outcome", Value: "dry_run_reject"})
+		})
+	})
+	m.reg.Register("flashgate_upstream_request_duration_seconds", "Time spent waiting for origin pools, by pool.", "histogram", func(w *metrics.Writer) {
+		for name, pm := range *m.pools.Load() {
+			w.Histogram(pm.latency, metrics.Label{Name: "pool", Value: name})
+		}
+	})
+	m.reg.Register("flashgate_upstream_responses_total", "Responses from origin pools by pool and status (502/504: the edge's own answer when the origin failed).", "counter", func(w *metrics.Writer) {
+		for name, pm := range *m.pools.Load() {
+			for code := range pm.codes {
+				if v := pm.codes[code].Value(); v > 0 {
+					w.Value(float64(v), metrics.Label{Name: "pool", Value: name}, metrics.Label{Name: "code", Value: strconv.Itoa(code)})
+				}
+			}
+		}
+	})
+	m.reg.Register("flashgate_upstream_server_up", "1 when the origin server is considered healthy.", "gauge", func(w *metrics.Writer) {
+		for _, st := range ups.Snapshot() {
+			v := 0.0
+			if st.Healthy {
+				v = 1
+			}
+			w.Value(v, metrics.Label{Name: "pool", Value: st.Pool}, metrics.Label{Name: "server", Value: st.Addr})
+		}
+	})
+	m.reg.Register("flashgate_config_reloads_total", "Configuration reload attempts by result.", "counter", func(w *metrics.Writer) {
+		w.Value(float64(m.reloadOK.Value()), metrics.Label{Name: "result", Value: "success"})
+		w.Value(float64(m.reloadFailed.Value()), metrics.Label{Name: "result", Value: "failure"})
+	})
+	m.reg.Register("flashgate_config_last_reload_successful", "1 if the last reload attempt succeeded.", "gauge", func(w *metrics.Writer) {
+		v := 0.0
+		if m.lastReloadOK.Load() {
+			v = 1
+		}
+		w.Value(v)
+	})
+	m.reg.Register("flashgate_config_last_reload_timestamp_seconds", "Unix time of the last reload attempt.", "gauge", func(w *metrics.Writer) {
+		w.Value(float64(m.lastReloadUnix.Load()))
+	})
+	return m
+}
+
+func (m *serverMetrics) observeRequest(r route, status int, d time.Duration) {
+	if status < 0 || status >= 600 {
+		status = 0
+	}
+	m.requests[r][status].Inc()
+	m.latency[r].Observe(d)
+}
+
+// observeUpstream is the upstream manager's OnResponse hook.
+func (m *serverMetrics) observeUpstream(pool string, status int, d time.Duration) {
+	pm := (*m.pools.Load())[pool]
+	if pm == nil {
+		pm = m.addPool(pool)
+	}
+	if status < 0 || status >= 600 {
+		status = 0
+	}
+	pm.codes[status].Inc()
+	pm.latency.Observe(d)
+}
+
+// addPool copies the pool map on the rare first sight of a pool name so the
+// hot path reads it without a lock.
+func (m *serverMetrics) addPool(name string) *poolMetrics {
+	m.upMu.Lock()
+	defer m.upMu.Unlock()
+	cur := *m.pools.Load()
+	if pm := cur[name]; pm != nil {
+		return pm
+	}
+	next := make(map[string]*poolMetrics, len(cur)+1)
+	for k, v := range cur {
+		next[k] = v
+	}
+	pm := &poolMetrics{latency: metrics.NewHistogram(metrics.LatencyBuckets)}
+	next[name] = pm
+	m.pools.Store(&next)
+	return pm
+}

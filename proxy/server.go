@@ -1,0 +1,306 @@
+package proxy
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/valyala/fasthttp"
+
+	"flashgate/conf"
+	"flashgate/filters"
+	"flashgate/upstream"
+)
+
+// Options configure a Server beyond its config file.
+type Options struct {
+	// ConfigPath is re-read on reload. Empty disables file reloads.
+	ConfigPath string
+	Logger     *slog.Logger
+	// Now returns unix nanoseconds; tests inject a clock.
+	Now func() int64
+	// Version is reported by /healthz and the build-info metric.
+	Version string
+}
+
+// Server is one edge process.
+type Server struct {
+	opts Options
+	log  *slog.Logger
+	env  *conf.Env
+	m    *serverMetrics
+
+	snap     atomic.Pointer[conf.Snapshot]
+	version  atomic.Uint64
+	reloadMu sync.Mutex
+	// lastReload describes the last reload attempt for /admin/config and logs.
+	lastReload atomic.Pointer[ReloadResult]
+
+	draining atomic.Bool
+	sampleN  atomic.Uint64
+	reqPool  sync.Pool
+
+	public, admin *fasthttp.Server
+}
+
+// ReloadResult describes one reload attempt.
+type ReloadResult struct {
+	At      time.Time `json:"at"`
+	Trigger string    `json:"trigger"`
+	Version uint64    `json:"version"`
+	Error   string    `json:"error,omitempty"`
+}
+
+// New compiles doc into the first snapshot. It starts no listener.
+func New(doc *conf.Document, opts Options) (*Server, error) {
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	if opts.Now == nil {
+		opts.Now = func() int64 { return time.Now().UnixNano() }
+	}
+	s := &Server{opts: opts, log: opts.Logger}
+	s.env = &conf.Env{
+		Zones:     filters.NewZones(),
+		Upstreams: upstream.NewManager(opts.Logger),
+		Now:       opts.Now,
+	}
+	s.m = newServerMetrics(s.env.Zones, s.env.Upstreams)
+	s.env.Upstreams.OnResponse = s.m.observeUpstream
+	snap, err := conf.Compile(doc, s.env, s.version.Add(1))
+	if err != nil {
+		return nil, err
+	}
+	s.snap.Store(snap)
+	s.env.Upstreams.Activate(snap.Upstreams)
+	s.lastReload.Store(&ReloadResult{At: snap.LoadedAt, Trigger: "start", Version: snap.Version})
+	s.m.lastReloadOK.Store(true)
+	s.m.lastReloadUnix.Store(snap.LoadedAt.Unix())
+	s.reqPool.New = func() any { return new(filters.Request) }
+	s.public = s.newPublicServer(doc.Config)
+	s.admin = &fasthttp.Server{
+		Handler:            s.handleAdmin,
+		Name:               "flashgate-admin",
+		ReadTimeout:        10 * time.Second,
+		WriteTimeout:       30 * time.Second,
+		IdleTimeout:        60 * time.Second,
+		MaxRequestBodySize: 1 << 20,
+		Concurrency:        256,
+		NoDefaultDate:      true,
+	}
+	return s, nil
+}
+
+// Snapshot returns the configuration in force.
+func (s *Server) Snapshot() *conf.Snapshot { return s.snap.Load() }
+
+func (s *Server) newPublicServer(cfg *conf.Config) *fasthttp.Server {
+	l := cfg.Listen
+	return &fasthttp.Server{
+		Handler:                       s.Handle,
+		ErrorHandler:                  s.handleReadError,
+		Name:                          "flashgate",
+		ReadTimeout:                   l.ReadTimeout,
+		WriteTimeout:                  l.WriteTimeout,
+		IdleTimeout:                   l.IdleTimeout,
+		MaxRequestBodySize:            l.MaxRequestBodySize,
+		ReadBufferSize:                l.ReadBufferSize,
+		Concurrency:                   l.Concurrency,
+		MaxConnsPerIP:                 l.MaxConnsPerIP,
+		DisableHeaderNamesNormalizing: false,
+		NoDefaultServerHeader:         false,
+		CloseOnShutdown:               true,
+		ReduceMemoryUsage:             false,
+	}
+}
+
+// Serve runs the shopper listener and, if adminLn is not nil, the admin
+// listener until Shutdown. It returns the first listener error.
+func (s *Server) Serve(ln, adminLn net.Listener) error {
+	errc := make(chan error, 2)
+	go func() { errc <- s.public.Serve(ln) }()
+	if adminLn != nil {
+		go func() { errc <- s.admin.Serve(adminLn) }()
+	}
+	return <-errc
+}
+
+// Shutdown stops accepting, waits for in-flight requests until ctx ends,
+// then stops background work. /readyz turns 503 first so a load balancer
+// stops sending while we drain.
+func (s *Server) Shutdown(ctx context.Context) error {
+	s.draining.Store(true)
+	err := s.public.ShutdownWithContext(ctx)
+	aerr := s.admin.ShutdownWithContext(ctx)
+	s.env.Upstreams.Close()
+	return errors.Join(err, aerr)
+}
+
+// Reload re-reads the config file and swaps the snapshot if, and only if,
+// the new file compiles. A failure keeps the running snapshot.
+func (s *Server) Reload(trigger string) error {
+	if s.opts.ConfigPath == "" {
+		return errors.New("no config file to reload")
+	}
+	s.reloadMu.Lock()
+	defer s.reloadMu.Unlock()
+	now := time.Now()
+	s.m.lastReloadUnix.Store(now.Unix())
+	doc, err := conf.LoadFile(s.opts.ConfigPath)
+	var snap *conf.Snapshot
+	if err == nil {
+		snap, err = conf.Compile(doc, s.env, s.version.Add(1))
+	}
+	if err != nil {
+		s.m.reloadFailed.Inc()
+		s.m.lastReloadOK.Store(false)
+		s.lastReload.Store(&ReloadResult{At: now, Trigger: trigger, Version: s.snap.Load().Version, Error: err.Error()})
+		s.log.Error("config reload failed; keeping the running configuration", "trigger", trigger, "file", s.opts.ConfigPath, "err", err)
+		return err
+	}
+	old := s.snap.Swap(snap)
+	s.env.Upstreams.Activate(snap.Upstreams)
+	s.m.reloadOK.Inc()
+	s.m.lastReloadOK.Store(true)
+	s.lastReload.Store(&ReloadResult{At: now, Trigger: trigger, Version: snap.Version})
+	oc, nc := old.Doc.Config, snap.Doc.Config
+	if oc.Listen != nc.Listen || oc.Admin.Addr != nc.Admin.Addr || oc.Reload != nc.Reload {
+		s.log.Warn("listen, admin.addr and reload settings take effect on restart; the running listeners keep their old settings", "trigger", trigger)
+	}
+	s.log.Info("config reloaded", "trigger", trigger, "version", snap.Version, "filters", snap.APIChain.Len())
+	return nil
+}
+
+// LastReload reports the last reload attempt.
+func (s *Server) LastReload() ReloadResult { return *s.lastReload.Load() }
+
+var (
+	prefixAPI    = []byte("/api/seckill/")
+	pathLogin    = []byte("/api/login")
+	prefixSale   = []byte("/seckill/")
+	prefixAssets = []byte("/seckill/_static/")
+)
+
+func classify(path []byte) route {
+	switch {
+	case bytes.HasPrefix(path, prefixAPI), bytes.Equal(path, pathLogin):
+		return routeAPI
+	case bytes.HasPrefix(path, prefixAssets):
+		return routeAsset
+	case bytes.HasPrefix(path, prefixSale):
+		return routePage
+	}
+	return routeOrigin
+}
+
+// Handle is the shopper-facing request handler.
+func (s *Server) Handle(ctx *fasthttp.RequestCtx) {
+	start := time.Now()
+	s.m.active.Add(1)
+	snap := s.snap.Load()
+	r := s.reqPool.Get().(*filters.Request)
+	r.Ctx = ctx
+	r.ClientIP = snap.RealIP.Resolve(ctx)
+	r.NowNano = s.opts.Now()
+
+	path := ctx.Path()
+	rt := classify(path)
+	chain := snap.EdgeChain
+	if rt == routeAPI {
+		chain = snap.APIChain
+	}
+	v := chain.Run(r)
+	if v.Reject != nil {
+		writeRejection(ctx, v)
+	} else {
+		if v.Delay > 0 {
+			// limit_req without nodelay: hold the request to pace it, as nginx does.
+			time.Sleep(v.Delay)
+		}
+		rt = s.dispatch(ctx, snap, r, rt, path)
+	}
+	r.Finish()
+	r.Reset()
+	s.reqPool.Put(r)
+
+	status := ctx.Response.StatusCode()
+	d := time.Since(start)
+	s.m.observeRequest(rt, status, d)
+	s.m.active.Add(-1)
+	s.accessLog(ctx, snap, rt, status, d)
+}
+
+func (s *Server) dispatch(ctx *fasthttp.RequestCtx, snap *conf.Snapshot, r *filters.Request, rt route, path []byte) route {
+	switch rt {
+	case routeAPI:
+		writeError(ctx, fasthttp.StatusServiceUnavailable, errDegradedNoSale)
+	case routeAsset:
+		snap.Static.ServeAsset(ctx, path[len(prefixAssets):])
+	case routePage:
+		// /seckill/{id}; anything deeper is not a page.
+		id := path[len(prefixSale):]
+		if !staticValidProductID(id) {
+			writeError(ctx, fasthttp.StatusNotFound, errNotFound)
+			return routeNotFound
+		}
+		snap.Static.ServePage(ctx)
+	default:
+		pool := snap.Upstreams.Match(ctx.Host(), path)
+		if pool == nil {
+			writeError(ctx, fasthttp.StatusNotFound, errNotFound)
+			return routeNotFound
+		}
+		pool.Serve(ctx, r.ClientIP)
+	}
+	return rt
+}
+
+// accessLog writes one line per sampled request; every 5xx is logged.
+func (s *Server) accessLog(ctx *fasthttp.RequestCtx, snap *conf.Snapshot, rt route, status int, d time.Duration) {
+	every := snap.AccessSampleEvery
+	if status < 500 && (every == 0 || s.sampleN.Add(1)%every != 0) {
+		return
+	}
+	s.log.LogAttrs(context.Background(), slog.LevelInfo, "access",
+		slog.String("method", string(ctx.Method())),
+		slog.String("path", string(ctx.Path())),
+		slog.String("route", routeNames[rt]),
+		slog.Int("status", status),
+		slog.String("client", snap.RealIP.Resolve(ctx).String()),
+		slog.Int64("bytes", int64(len(ctx.Response.Body()))),
+		slog.Float64("ms", float64(d.Microseconds())/1000),
+	)
+}
+
+// handleReadError answers requests fasthttp could not parse, in the API's
+// error format instead of fasthttp's plain text.
+func (s *Server) handleReadError(ctx *fasthttp.RequestCtx, err error) {
+	var small *fasthttp.ErrSmallBuffer
+	switch {
+	case errors.Is(err, fasthttp.ErrBodyTooLarge):
+		writeError(ctx, fasthttp.StatusRequestEntityTooLarge, errTooLarge)
+	case errors.As(err, &small):
+		writeError(ctx, fasthttp.StatusRequestHeaderFieldsTooLarge, errHeadersTooLarge)
+	default:
+		var netErr net.Error
+		if errors.As(err, &netErr) && netErr.Timeout() {
+			writeError(ctx, fasthttp.StatusRequestTimeout, errTimeout)
+			break
+		}
+		writeError(ctx, fasthttp.StatusBadRequest, errBadRequest)
+	}
+	ctx.SetConnectionClose()
+	s.log.Debug("bad request", "remote", ctx.RemoteAddr().String(), "err", err)
+}
+
+// Describe is used by `proxy -t` and logs.
+func Describe(snap *conf.Snapshot) string {
+	c := snap.Doc.Config
+	return fmt.Sprintf("listen %s, admin %s, %d filters, %d pools, %d routes", c.Listen.Addr, c.Admin.Addr, len(c.Filters), len(c.Upstreams.Pools), len(c.Upstreams.Routes))
+}

@@ -1,0 +1,377 @@
+package proxy
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/valyala/fasthttp"
+
+	"flashgate/conf"
+)
+
+// edge is a running Server on loopback for tests.
+type edge struct {
+	srv       *Server
+	base      string // http://127.0.0.1:port
+	adminBase string
+	cfgPath   string
+}
+
+// startOrigin runs a real HTTP origin that echoes what it received.
+func startOrigin(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &fasthttp.Server{Handler: func(ctx *fasthttp.RequestCtx) {
+		ctx.Response.Header.Set("X-Origin", "yes")
+		fmt.Fprintf(ctx, "origin %s %s xff=%s real=%s", ctx.Method(), ctx.RequestURI(),
+			ctx.Request.Header.Peek("X-Forwarded-For"), ctx.Request.Header.Peek("X-Real-IP"))
+	}}
+	go s.Serve(ln)
+	t.Cleanup(func() { s.Shutdown() })
+	return ln.Addr().String()
+}
+
+const baseConfig = `
+node_id: 1
+listen:
+  addr: "127.0.0.1:0"
+admin:
+  addr: "127.0.0.1:0"
+log:
+  access_sample: 0
+filters:
+  - type: access
+    scope: all
+    rules: ["allow all"]
+  - type: ip_limit
+    rate: %s
+    burst: %d
+    nodelay: true
+upstreams:
+  pools:
+    - name: origin
+      servers: ["%s"]
+  routes:
+    - prefix: /
+      pool: origin
+reload:
+  watch: true
+  debounce: 20ms
+`
+
+func writeConfig(t *testing.T, path, body string) {
+	t.Helper()
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, []byte(body), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func startEdge(t *testing.T, body string) *edge {
+	t.Helper()
+	dir := t.TempDir()
+	path := filepath.Join(dir, "edge.yaml")
+	writeConfig(t, path, body)
+	doc, err := conf.LoadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv, err := New(doc, Options{ConfigPath: path})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	aln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go srv.Serve(ln, aln)
+	ctx, cancel := context.WithCancel(context.Background())
+	if err := srv.WatchConfig(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		cancel()
+		sctx, c := context.WithTimeout(context.Background(), 5*time.Second)
+		defer c()
+		srv.Shutdown(sctx)
+	})
+	return &edge{srv: srv, base: "http://" + ln.Addr().String(), adminBase: "http://" + aln.Addr().String(), cfgPath: path}
+}
+
+func get(t *testing.T, url string, hdr ...string) (int, http.Header, string) {
+	t.Helper()
+	req, _ := http.NewRequest("GET", url, nil)
+	for i := 0; i+1 < len(hdr); i += 2 {
+		req.Header.Set(hdr[i], hdr[i+1])
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, resp.Header, string(b)
+}
+
+func TestServesPageAndProxiesOtherPaths(t *testing.T) {
+	origin := startOrigin(t)
+	e := startEdge(t, fmt.Sprintf(baseConfig, "100r/s", 100, origin))
+
+	code, hdr, body := get(t, e.base+"/seckill/p1")
+	if code != 200 || !strings.Contains(hdr.Get("Content-Type"), "text/html") || !strings.Contains(body, "<html") {
+		t.Fatalf("page: %d %s %.80q", code, hdr.Get("Content-Type"), body)
+	}
+	code, hdr, body = get(t, e.base+"/catalog/items?x=1")
+	if code != 200 || hdr.Get("X-Origin") != "yes" || !strings.HasPrefix(body, "origin GET /catalog/items?x=1") {
+		t.Fatalf("proxied: %d %q", code, body)
+	}
+	// A spoofed X-Forwarded-For from an untrusted peer does not become the real IP.
+	_, _, body = get(t, e.base+"/whoami", "X-Forwarded-For", "6.6.6.6")
+	if !strings.Contains(body, "real=127.0.0.1") {
+		t.Fatalf("spoofed XFF believed: %q", body)
+	}
+	code, _, body = get(t, e.base+"/seckill/../etc/passwd")
+	if code == 200 && strings.Contains(body, "root:") {
+		t.Fatalf("traversal served a file")
+	}
+	code, _, body = get(t, e.base+"/api/seckill/do")
+	if code != 503 || !strings.Contains(body, `"code":"DEGRADED"`) {
+		t.Fatalf("sale API before the sale exists: %d %s", code, body)
+	}
+}
+
+func TestOriginDownIs502WithGenericBody(t *testing.T) {
+	ln, _ := net.Listen("tcp", "127.0.0.1:0")
+	dead := ln.Addr().String()
+	ln.Close()
+	e := startEdge(t, fmt.Sprintf(baseConfig, "100r/s", 100, dead))
+	code, _, body := get(t, e.base+"/x")
+	if code != 502 || strings.Contains(body, dead) {
+		t.Fatalf("got %d %q; want 502 without internal detail", code, body)
+	}
+}
+
+func TestOversizedBodyAndHeaders(t *testing.T) {
+	origin := startOrigin(t)
+	e := startEdge(t, fmt.Sprintf(baseConfig, "100r/s", 100, origin))
+	resp, err := http.Post(e.base+"/api/seckill/do", "application/json", strings.NewReader(strings.Repeat("x", 2<<20)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 413 || !strings.Contains(string(b), "TOO_LARGE") {
+		t.Fatalf("huge body: %d %s", resp.StatusCode, b)
+	}
+	code, _, _ := get(t, e.base+"/x", "X-Big", strings.Repeat("a", 20000))
+	if code != 431 {
+		t.Fatalf("huge header: %d, want 431", code)
+	}
+}
+
+func TestIPLimitReloadChangesBehaviourWithoutFailedRequests(t *testing.T) {
+	origin := startOrigin(t)
+	e := startEdge(t, fmt.Sprintf(baseConfig, "1r/m", 0, origin))
+
+	// With rate 1r/m and no burst, the second request within a minute is limited.
+	if code, _, _ := get(t, e.base+"/api/seckill/status"); code == 429 {
+		t.Fatal("first request limited")
+	}
+	code, hdr, body := get(t, e.base+"/api/seckill/status")
+	if code != 429 || hdr.Get("Retry-After") == "" || !strings.Contains(body, "RATE_LIMITED") {
+		t.Fatalf("second request: %d %q retry-after=%q", code, body, hdr.Get("Retry-After"))
+	}
+
+	// Keep load on proxied paths while the file changes; none may fail.
+	var failed, done atomic.Int64
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for i := 0; i < 4; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c := &http.Client{Timeout: 5 * time.Second}
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				resp, err := c.Get(e.base + "/load")
+				if err != nil || resp.StatusCode != 200 {
+					failed.Add(1)
+				}
+				if resp != nil {
+					io.Copy(io.Discard, resp.Body)
+					resp.Body.Close()
+				}
+				done.Add(1)
+			}
+		}()
+	}
+	before := e.srv.Snapshot().Version
+	writeConfig(t, e.cfgPath, fmt.Sprintf(baseConfig, "1000r/s", 1000, origin))
+	deadline := time.Now().Add(time.Second)
+	for e.srv.Snapshot().Version == before {
+		if time.Now().After(deadline) {
+			t.Fatal("file change not picked up within a second")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	for i := 0; i < 20; i++ {
+		if code, _, _ := get(t, e.base+"/api/seckill/status"); code == 429 {
+			t.Fatalf("still limited after reload (request %d)", i)
+		}
+	}
+	close(stop)
+	wg.Wait()
+	if failed.Load() != 0 || done.Load() == 0 {
+		t.Fatalf("%d of %d requests failed during reload", failed.Load(), done.Load())
+	}
+}
+
+func TestFailedReloadKeepsRunningConfig(t *testing.T) {
+	origin := startOrigin(t)
+	e := startEdge(t, fmt.Sprintf(baseConfig, "100r/s", 10, origin))
+	v := e.srv.Snapshot().Version
+	writeConfig(t, e.cfgPath, "listen:\n  adr: nope\n")
+	if err := e.srv.Reload("test"); err == nil || !strings.Contains(err.Error(), "listen.adr") {
+		t.Fatalf("broken reload: %v", err)
+	}
+	if e.srv.Snapshot().Version != v {
+		t.Fatal("snapshot replaced by a broken config")
+	}
+	if code, _, _ := get(t, e.base+"/seckill/p1"); code != 200 {
+		t.Fatalf("edge stopped serving after a failed reload: %d", code)
+	}
+	_, _, metrics := get(t, e.adminBase+"/metrics")
+	if !strings.Contains(metrics, `flashgate_config_reloads_total{result="failure"} 1`) &&
+		!strings.Contains(metrics, `flashgate_config_reloads_total{result="failure"} 2`) {
+		t.Fatalf("failure not counted:\n%s", metrics)
+	}
+}
+
+func TestAdminEndpoints(t *testing.T) {
+	origin := startOrigin(t)
+	e := startEdge(t, fmt.Sprintf(baseConfig, "100r/s", 10, origin))
+	get(t, e.base+"/seckill/p1")
+	code, _, body := get(t, e.adminBase+"/metrics")
+	for _, want := range []string{`flashgate_http_requests_total{route="page",code="200"}`, "flashgate_filter_verdicts_total", "flashgate_http_request_duration_seconds_bucket"} {
+		if code != 200 || !strings.Contains(body, want) {
+			t.Fatalf("metrics missing %q:\n%s", want, body)
+		}
+	}
+	if code, _, _ := get(t, e.adminBase+"/healthz"); code != 200 {
+		t.Fatal("healthz")
+	}
+	if code, _, _ := get(t, e.adminBase+"/readyz"); code != 200 {
+		t.Fatal("readyz")
+	}
+	resp, err := http.Post(e.adminBase+"/admin/reload", "", nil)
+	if err != nil || resp.StatusCode != 200 {
+		t.Fatalf("reload: %v %v", err, resp)
+	}
+	resp.Body.Close()
+}
+
+func TestAdminTokenAndRedaction(t *testing.T) {
+	origin := startOrigin(t)
+	secret := "s3cret-admin-token-0123456789"
+	cfg := fmt.Sprintf(baseConfig, "100r/s", 10, origin) + "\n" // admin token appended below
+	cfg = strings.Replace(cfg, "admin:\n  addr: \"127.0.0.1:0\"", "admin:\n  addr: \"127.0.0.1:0\"\n  token: \""+secret+"\"", 1)
+	e := startEdge(t, cfg)
+	if code, _, _ := get(t, e.adminBase+"/metrics"); code != 401 {
+		t.Fatalf("metrics without token: %d", code)
+	}
+	if code, _, _ := get(t, e.adminBase+"/metrics", "Authorization", "Bearer wrong-token-wrong-token"); code != 401 {
+		t.Fatalf("metrics with a forged token: %d", code)
+	}
+	code, _, body := get(t, e.adminBase+"/admin/config", "Authorization", "Bearer "+secret)
+	if code != 200 || strings.Contains(body, secret) || !strings.Contains(body, "REDACTED") {
+		t.Fatalf("config: %d\n%s", code, body)
+	}
+	if code, _, _ := get(t, e.adminBase+"/healthz"); code != 200 {
+		t.Fatal("healthz must stay open for probes")
+	}
+}
+
+func TestShutdownDrainsInFlightRequests(t *testing.T) {
+	release := make(chan struct{})
+	arrived := make(chan struct{}, 1)
+	ln, _ := net.Listen("tcp", "127.0.0.1:0")
+	slow := &fasthttp.Server{Handler: func(ctx *fasthttp.RequestCtx) {
+		arrived <- struct{}{}
+		<-release
+		ctx.SetBodyString("finished")
+	}}
+	go slow.Serve(ln)
+	defer slow.Shutdown()
+	e := startEdge(t, fmt.Sprintf(baseConfig, "100r/s", 10, ln.Addr().String()))
+
+	result := make(chan string, 1)
+	go func() {
+		resp, err := http.Get(e.base + "/slow")
+		if err != nil {
+			result <- "error: " + err.Error()
+			return
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		result <- fmt.Sprintf("%d %s", resp.StatusCode, b)
+	}()
+	<-arrived
+	shut := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		shut <- e.srv.Shutdown(ctx)
+	}()
+	// New connections are refused once shutdown began; the old one finishes.
+	deadline := time.Now().Add(2 * time.Second)
+	for {
+		c, err := net.DialTimeout("tcp", strings.TrimPrefix(e.base, "http://"), 100*time.Millisecond)
+		if err != nil {
+			break
+		}
+		c.Close()
+		if time.Now().After(deadline) {
+			t.Fatal("still accepting connections during shutdown")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	// The admin listener stays up while the shopper listener drains, so
+	// load balancers can see the edge leaving.
+	if resp, err := http.Get(e.adminBase + "/readyz"); err == nil {
+		resp.Body.Close()
+		if resp.StatusCode != 503 {
+			t.Fatalf("readyz %d while draining", resp.StatusCode)
+		}
+	}
+	close(release)
+	if got := <-result; got != "200 finished" {
+		t.Fatalf("in-flight request: %s", got)
+	}
+	if err := <-shut; err != nil {
+		t.Fatalf("shutdown: %v", err)
+	}
+}
