@@ -1,0 +1,129 @@
+package filters
+
+import (
+	"time"
+
+	"flashgate/conf/field"
+)
+
+func init() { Register("ip_limit", newIPLimit) }
+
+// LimitConfig is the YAML of a limit_req-style filter. ip_limit uses it as
+// is; a filter keyed by something else (the user id) embeds it with
+// `yaml:",inline"` and calls Compile, so both read and behave the same.
+type LimitConfig struct {
+	// Rate is the zone's rate ("10r/s", "600r/m"). In nginx it belongs to
+	// limit_req_zone; here each filter states it, and filters sharing a zone
+	// should agree.
+	Rate  Rate `yaml:"rate"`
+	Burst int  `yaml:"burst"`
+	// NoDelay passes the whole burst at once (nginx nodelay); without it and
+	// without Delay, every request above the rate waits its turn.
+	NoDelay bool `yaml:"nodelay"`
+	// Delay passes this many burst requests at once and delays the rest
+	// (nginx delay=, two-stage limiting).
+	Delay *int `yaml:"delay"`
+	// Status of a rejection: 429 by default (the API contract); 4xx or 5xx.
+	Status int `yaml:"status"`
+	// Zone names the state; it defaults to the filter's name. Filters naming
+	// the same zone share buckets, and a reload keeps them.
+	Zone    string `yaml:"zone"`
+	MaxKeys int    `yaml:"max_keys"`
+}
+
+const maxBurst = 1_000_000 // excess must fit 32 bits of milli-requests
+
+// DefaultLimitConfig is LimitConfig with its defaults; decode over it.
+func DefaultLimitConfig() LimitConfig {
+	return LimitConfig{Status: 429, MaxKeys: DefaultMaxKeys}
+}
+
+// RateLimit is a compiled LimitConfig: the zone and this filter's limit.
+type RateLimit struct {
+	Limiter *Limiter
+	Limit   Limit
+	Reject  *Rejection
+}
+
+// Compile validates c (errors relative to the filter's mapping) and binds it
+// to its zone in zones, named c.Zone or else defaultZone.
+func (c *LimitConfig) Compile(zones *Zones, defaultZone string) (*RateLimit, field.Errors) {
+	var errs field.Errors
+	if c.Rate.Milli <= 0 {
+		errs.Add("rate", `is required, e.g. "10r/s" or "600r/m"`)
+	}
+	if c.Burst < 0 || c.Burst > maxBurst {
+		errs.Add("burst", "must be between 0 and %d", maxBurst)
+	}
+	delay := 0
+	if c.Delay != nil {
+		delay = *c.Delay
+		if c.NoDelay {
+			errs.Add("delay", "conflicts with nodelay (nodelay means delay = burst)")
+		}
+		if delay < 0 {
+			errs.Add("delay", "must not be negative")
+		}
+	}
+	if c.NoDelay {
+		delay = c.Burst
+	}
+	checkStatus(&errs, c.Status)
+	if c.MaxKeys < 1 || c.MaxKeys > 1<<28 {
+		errs.Add("max_keys", "must be between 1 and %d", 1<<28)
+	}
+	if len(errs) > 0 {
+		return nil, errs
+	}
+	zone := c.Zone
+	if zone == "" {
+		zone = defaultZone
+	}
+	return &RateLimit{
+		Limiter: zones.Limiter(zone, c.MaxKeys),
+		Limit:   Limit{Rate: c.Rate, Burst: c.Burst, Delay: min(delay, c.Burst)},
+		Reject:  NewRejection(c.Status, "RATE_LIMITED", "too many requests"),
+	}, nil
+}
+
+// Check takes one request of key. A rejection carries Retry-After: whole
+// seconds (at least 1) until the same request would pass; a pass may carry
+// the delay nginx would impose.
+func (rl *RateLimit) Check(key [16]byte, nowNano int64) Verdict {
+	ok, d := rl.Limiter.Take(key, nowNano, rl.Limit)
+	if !ok {
+		return Verdict{Reject: rl.Reject, RetryAfter: int((d + time.Second - 1) / time.Second)}
+	}
+	return Verdict{Delay: d}
+}
+
+// ipLimit is nginx's limit_req keyed by the client address.
+type ipLimit struct {
+	rl     RateLimit
+	v6bits int
+}
+
+type ipLimitConfig struct {
+	LimitConfig `yaml:",inline"`
+	// IPv6Prefix groups IPv6 clients by network (64 treats a /64 as one
+	// client); 128, the default, is nginx's $binary_remote_addr.
+	IPv6Prefix int `yaml:"ipv6_prefix"`
+}
+
+func newIPLimit(spec Spec, env *Env) (Filter, field.Errors) {
+	cfg := ipLimitConfig{LimitConfig: DefaultLimitConfig(), IPv6Prefix: 128}
+	errs := decodeParams(spec, &cfg)
+	checkIPv6Prefix(&errs, cfg.IPv6Prefix)
+	if len(errs) > 0 {
+		return nil, errs
+	}
+	rl, errs := cfg.Compile(envZones(env), zoneName(spec, ""))
+	if len(errs) > 0 {
+		return nil, errs
+	}
+	return &ipLimit{rl: *rl, v6bits: cfg.IPv6Prefix}, nil
+}
+
+func (f *ipLimit) Handle(r *Request) Verdict {
+	return f.rl.Check(keyFromAddrPrefix(r.ClientIP, f.v6bits), r.NowNano)
+}
