@@ -175,13 +175,14 @@ func TestLimiterSweepsIdle(t *testing.T) {
 	// 2000 milli of excess + 1000 decays in 3 s at 1r/s; a shard sweeps on
 	// its first Take a minute after its previous sweep.
 	later := t0 + int64(61*time.Second)
-	for i := range 2000 {
+	for i := range 20000 {
 		k := KeyFromAddr(netip.AddrFrom4([4]byte{11, 0, byte(i >> 8), byte(i)}))
 		l.Take(k, later, lim)
 	}
-	// Every shard has seen a Take by now (2000 keys over 256 shards).
-	if n := l.Len(); n != 2000 {
-		t.Fatalf("Len = %d after the sweep, want the 2000 fresh keys", n)
+	// Every shard has seen a Take by now: 20000 keys over 256 shards leave
+	// one out with probability 256*(255/256)^20000, about 1e-32.
+	if n := l.Len(); n != 20000 {
+		t.Fatalf("Len = %d after the sweep, want the 20000 fresh keys", n)
 	}
 	if l.Evicted() != 0 {
 		t.Fatalf("Evicted = %d, want 0 (nothing was full)", l.Evicted())
