@@ -31,8 +31,6 @@ type LimitConfig struct {
 	MaxKeys int    `yaml:"max_keys"`
 }
 
-const maxBurst = 1_000_000 // excess must fit 32 bits of milli-requests
-
 // DefaultLimitConfig is LimitConfig with its defaults; decode over it.
 func DefaultLimitConfig() LimitConfig {
 	return LimitConfig{Status: 429, MaxKeys: DefaultMaxKeys}
@@ -46,14 +44,15 @@ type RateLimit struct {
 }
 
 // Compile validates c (errors relative to the filter's mapping) and binds it
-// to its zone in zones, named c.Zone or else defaultZone.
+// to its zone in zones, named c.Zone or else defaultZone. A nil zones gives
+// the limit private state.
 func (c *LimitConfig) Compile(zones *Zones, defaultZone string) (*RateLimit, field.Errors) {
 	var errs field.Errors
 	if c.Rate.Milli <= 0 {
 		errs.Add("rate", `is required, e.g. "10r/s" or "600r/m"`)
 	}
-	if c.Burst < 0 || c.Burst > maxBurst {
-		errs.Add("burst", "must be between 0 and %d", maxBurst)
+	if c.Burst < 0 || c.Burst > MaxBurst {
+		errs.Add("burst", "must be between 0 and %d", MaxBurst)
 	}
 	delay := 0
 	if c.Delay != nil {
@@ -78,6 +77,9 @@ func (c *LimitConfig) Compile(zones *Zones, defaultZone string) (*RateLimit, fie
 	zone := c.Zone
 	if zone == "" {
 		zone = defaultZone
+	}
+	if zones == nil {
+		zones = NewZones()
 	}
 	return &RateLimit{
 		Limiter: zones.Limiter(zone, c.MaxKeys),

@@ -197,3 +197,43 @@ func BenchmarkIPLimit(b *testing.B) {
 		c.Run(&r)
 	}
 }
+
+// A request without a client address (not over TCP) is limited under the
+// all-zero key rather than escaping the limit.
+func TestIPLimitNoAddress(t *testing.T) {
+	env, clk := newEnv()
+	c := mustBuild(t, env, "type: ip_limit\nrate: 1r/s\n", "type: conn_limit\nmax: 1\n")
+	r1 := Request{NowNano: clk.now}
+	if v := c.Run(&r1); v.Reject != nil {
+		t.Fatal("first rejected")
+	}
+	r2 := Request{NowNano: clk.now}
+	if v := c.Run(&r2); v.Reject == nil {
+		t.Fatal("second passed")
+	}
+	r1.Finish()
+	r2.Finish()
+	if n := env.Zones.Conns("conn_limit").Len(); n != 0 {
+		t.Fatalf("%d conn keys left", n)
+	}
+}
+
+// Compile is the reusable entry point for limits keyed by something else.
+func TestLimitConfigCompileForOtherKeys(t *testing.T) {
+	cfg := DefaultLimitConfig()
+	cfg.Rate = rate(t, "2r/s")
+	rl, errs := cfg.Compile(nil, "user_limit")
+	if errs != nil {
+		t.Fatal(errs)
+	}
+	uid := KeyFromBytes([]byte("u-42"))
+	if v := rl.Check(uid, t0); v.Reject != nil {
+		t.Fatal("first rejected")
+	}
+	if v := rl.Check(uid, t0); v.Reject == nil || v.RetryAfter != 1 {
+		t.Fatalf("%+v, want rejection with Retry-After 1", v)
+	}
+	if v := rl.Check(KeyFromBytes([]byte("u-43")), t0); v.Reject != nil {
+		t.Fatal("another user limited")
+	}
+}

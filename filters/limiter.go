@@ -22,6 +22,10 @@ const DefaultMaxKeys = 1 << 20
 // Take's arithmetic inside int64.
 const MaxRatePerSecond = 1_000_000
 
+// MaxBurst is the largest burst: the excess, in milli-requests, is stored in
+// 32 bits.
+const MaxBurst = 1_000_000
+
 const (
 	limMaxShards = 256
 	// Each shard is sized for max_keys/shards; fewer shards for small zones
@@ -233,8 +237,10 @@ func (l *Limiter) Evicted() uint64 { return l.evicted.Load() }
 // request would pass; the state is not changed, as in nginx, so rejected
 // requests cost the client nothing and cannot push its unblocking further out.
 func (l *Limiter) Take(key [16]byte, nowNano int64, lim Limit) (ok bool, d time.Duration) {
+	// Clamped so that no caller can overflow the 32-bit stored excess.
 	rate := min(max(lim.Rate.Milli, 1), MaxRatePerSecond*1000)
-	burst := int64(lim.Burst) * 1000
+	burst := int64(min(max(lim.Burst, 0), MaxBurst)) * 1000
+	thr := int64(min(max(lim.Delay, 0), MaxBurst)) * 1000
 	h := maphash.Bytes(l.seed, key[:])
 	s := &l.shards[h>>l.shift]
 	now := nowNano / int64(time.Millisecond)
@@ -272,7 +278,7 @@ func (l *Limiter) Take(key [16]byte, nowNano int64, lim Limit) (ok bool, d time.
 		e.a = uint32(rel)
 	}
 	s.mu.Unlock()
-	if thr := int64(lim.Delay) * 1000; excess > thr {
+	if excess > thr {
 		return true, time.Duration((excess-thr)*1000/rate) * time.Millisecond
 	}
 	return true, 0

@@ -296,6 +296,20 @@ func TestLimiterRebase(t *testing.T) {
 	}
 }
 
+// Out-of-range limits from code (not config) are clamped, never overflow.
+func TestLimiterClamps(t *testing.T) {
+	l := NewLimiter(0)
+	lim := Limit{Rate: Rate{Milli: 1 << 62}, Burst: 1 << 40, Delay: -5}
+	for range 3 {
+		if ok, _ := l.Take(keyA, t0, lim); !ok {
+			t.Fatal("rejected under a huge burst")
+		}
+	}
+	if ok, _ := l.Take(keyA, t0, Limit{}); ok {
+		t.Fatal("the zero Limit (rate clamped to 1 milli-request/s, burst 0) passed a second request")
+	}
+}
+
 // Simultaneous requests on several goroutines: exactly burst+1 pass.
 func TestLimiterConcurrent(t *testing.T) {
 	l := NewLimiter(0)
