@@ -284,9 +284,9 @@ func (s *Store) exec(p *product, b *batch) {
 	b.build(p, s)
 	s.nCalls.Add(1)
 	s.nAttempts.Add(uint64(len(b.send)))
-	ctx, cancel := context.WithDeadline(context.Background(), time.Unix(0, dl))
+	ctx := newBudget(time.Unix(0, dl))
 	resp := deductScript.Exec(ctx, s.c, b.keys, b.args)
-	cancel()
+	ctx.end()
 	if err := s.parse(b, resp); err != nil {
 		if resp.NonRedisError() != nil {
 			// rueidis may still write the command later (it does not

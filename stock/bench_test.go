@@ -1,0 +1,86 @@
+package stock
+
+import (
+	"context"
+	"runtime"
+	"strconv"
+	"testing"
+	"time"
+	"unsafe"
+
+	"flashgate/internal/redistest"
+)
+
+// Benchmarks run against a real redis-server (miniredis would measure
+// miniredis). 64 goroutines hammer the hottest case, one product, so that
+// coalesced and direct attempts are compared like with like:
+//
+//	go test -run '^$' -bench 'Deduct' -benchtime 3s ./stock/
+func BenchmarkDeductCoalesced(b *testing.B) {
+	for _, flush := range []time.Duration{0, 100 * time.Microsecond} {
+		b.Run("flush="+flush.String(), func(b *testing.B) { benchDeduct(b, false, flush) })
+	}
+}
+
+func BenchmarkDeductDirect(b *testing.B) {
+	for _, flush := range []time.Duration{0, 100 * time.Microsecond} {
+		b.Run("flush="+flush.String(), func(b *testing.B) { benchDeduct(b, true, flush) })
+	}
+}
+
+func benchDeduct(b *testing.B, direct bool, flush time.Duration) {
+	const goroutines = 64
+	srv := redistest.New(b)
+	ctx := context.Background()
+	s, err := Open(ctx, srv.Addr(), Options{MaxFlushDelay: flush})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer s.Close()
+	const product = "bench"
+	if _, err := s.Warm(ctx, Sale{ProductID: product, Stock: 1 << 50, Limit: 1 << 30, EndMs: time.Now().Add(time.Hour).UnixMilli()}); err != nil {
+		b.Fatal(err)
+	}
+	users := make([]string, 10_000)
+	for i := range users {
+		users[i] = "user" + strconv.Itoa(i)
+	}
+	deduct := s.Deduct
+	if direct {
+		deduct = s.DeductDirect
+	}
+	// Loads the script (NOSCRIPT -> EVAL) before the clock starts.
+	if out, err := deduct(ctx, attempt(product, "warmup", 1, 1)); err != nil || out.Code != OK {
+		b.Fatal(out, err)
+	}
+	calls0, attempts0 := s.Stats()
+	b.SetParallelism((goroutines + runtime.GOMAXPROCS(0) - 1) / runtime.GOMAXPROCS(0))
+	b.ReportAllocs()
+	b.ResetTimer()
+	start := time.Now()
+	b.RunParallel(func(pb *testing.PB) {
+		nonce := make([]byte, 0, 16)
+		now := time.Now().UnixMilli()
+		for pb.Next() {
+			id := orderSeq.Add(1)
+			// The nonce is copied into the batch's buffer, so a reused
+			// per-goroutine buffer is fine and keeps the loop allocation-free.
+			nonce = strconv.AppendInt(nonce[:0], id, 16)
+			a := Attempt{
+				ProductID: product, UserID: users[id%int64(len(users))], Qty: 1, Limit: 1 << 30,
+				OrderID: id, Price: 1999, NowMs: now,
+				TokenNonceHex: unsafe.String(&nonce[0], len(nonce)), TokenExpiresMs: now + 60_000, Node: 1,
+			}
+			out, err := deduct(ctx, a)
+			if err != nil || out.Code != OK {
+				b.Error(out, err)
+				return
+			}
+		}
+	})
+	el := time.Since(start)
+	b.StopTimer()
+	calls, attempts := s.Stats()
+	b.ReportMetric(float64(b.N)/el.Seconds(), "attempts/s")
+	b.ReportMetric(float64(attempts-attempts0)/float64(max(calls-calls0, 1)), "attempts/call")
+}
