@@ -1,0 +1,5 @@
+//go:build !race
+
+package stock
+
+const raceEnabled = false

@@ -1,0 +1,6 @@
+//go:build race
+
+package stock
+
+// sync.Pool drops items at random under the race detector.
+const raceEnabled = true
