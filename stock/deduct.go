@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 	"unsafe"
@@ -56,6 +57,9 @@ type Attempt struct {
 	Node           int // edge node id, recorded in the outbox entry
 }
 
+// Deduct copies what it needs from an Attempt: its strings may be views of
+// buffers the caller reuses once Deduct has returned.
+
 // Outcome is the script's answer for one attempt. Remaining is the product's
 // stock after the batch the attempt was part of, or -1 when unknown (sale not
 // warmed, or decided without asking Redis).
@@ -90,6 +94,8 @@ func (s *Store) product(id string) *product {
 	for k, v := range old {
 		m[k] = v
 	}
+	// Cloned: the caller's string may be a view of a request buffer.
+	id = strings.Clone(id)
 	p := &product{id: id, prefix: prefix(id), stockKey: StockKey(id), outboxKey: OutboxKey(id), metaKey: MetaKey(id)}
 	m[id] = p
 	s.products.Store(&m)
@@ -123,9 +129,9 @@ type span struct{ lo, hi int32 }
 
 var batchPool = sync.Pool{New: func() any { return new(batch) }}
 
-// spansPerAttempt: buyer, order and token keys, then qty limit orderId price
-// now tokenTTL node.
-const spansPerAttempt = 10
+// spansPerAttempt: buyer, order and token keys, then user qty limit orderId
+// price now tokenTTL node.
+const spansPerAttempt = 11
 
 // Deduct runs one attempt through the product's group commit: while a
 // script call for the product is in flight, further attempts queue; when it
@@ -322,10 +328,11 @@ func (s *Store) parse(b *batch, resp rueidis.RedisResult) error {
 	return nil
 }
 
-// build lays out KEYS and ARGV for deduct.lua. Per-attempt keys and numbers
-// are appended to one buffer and sliced into strings without copying; the
-// strings are only made after the last append, so the buffer cannot move
-// under them.
+// build lays out KEYS and ARGV for deduct.lua. Per-attempt keys, the user
+// and numbers are appended to one buffer and sliced into strings without
+// copying; the strings are only made after the last append, so the buffer
+// cannot move under them. Nothing of the caller's Attempt is referenced by
+// the command, which rueidis may still hold after a timeout.
 func (b *batch) build(p *product, s *Store) {
 	b.buf, b.spans = b.buf[:0], b.spans[:0]
 	for _, c := range b.send {
@@ -333,6 +340,7 @@ func (b *batch) build(p *product, s *Store) {
 		b.str(p.prefix, "u:", a.UserID)
 		b.num(p.prefix, "o:", a.OrderID)
 		b.str(p.prefix, "t:", a.TokenNonceHex)
+		b.str("", "", a.UserID)
 		b.num("", "", int64(a.Qty))
 		b.num("", "", int64(a.Limit))
 		b.num("", "", a.OrderID)
@@ -343,10 +351,10 @@ func (b *batch) build(p *product, s *Store) {
 	}
 	b.keys = append(b.keys[:0], p.stockKey, p.outboxKey, p.metaKey)
 	b.args = append(b.args[:0], p.id, s.graceMs, s.orderTTLMs)
-	for i, c := range b.send {
+	for i := range b.send {
 		sp := b.spans[i*spansPerAttempt : (i+1)*spansPerAttempt]
 		b.keys = append(b.keys, b.s(sp[0]), b.s(sp[1]), b.s(sp[2]))
-		b.args = append(b.args, c.a.UserID, b.s(sp[3]), b.s(sp[4]), b.s(sp[5]), b.s(sp[6]), b.s(sp[7]), b.s(sp[8]), b.s(sp[9]))
+		b.args = append(b.args, b.s(sp[3]), b.s(sp[4]), b.s(sp[5]), b.s(sp[6]), b.s(sp[7]), b.s(sp[8]), b.s(sp[9]), b.s(sp[10]))
 	}
 }
 
