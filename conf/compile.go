@@ -54,17 +54,19 @@ func Compile(doc *Document, env *Env, version uint64) (*Snapshot, error) {
 	for i, f := range cfg.Filters {
 		specs[i] = filters.Spec{Type: f.Type, Name: f.Name, Enabled: f.Enabled == nil || *f.Enabled, DryRun: f.DryRun, Params: f.Node}
 	}
-	fenv := &filters.Env{Now: env.Now, Zones: env.Zones}
+	// One Build for the whole list, so names and zones are checked across
+	// filters; the edge chain is the subset with scope "all", in file order.
+	chain, ferrs := filters.Build(specs, &filters.Env{Now: env.Now, Zones: env.Zones})
+	errs.Nest("filters", ferrs)
 	var apiEntries, edgeEntries []filters.Entry
-	for i, spec := range specs {
-		chain, ferrs := filters.Build([]filters.Spec{spec}, fenv)
-		errs.Nest(field.Index("filters", i), stripIndex(ferrs))
-		if len(ferrs) > 0 || !spec.Enabled {
-			continue
+	if chain != nil {
+		scopes := make(map[string]string, len(cfg.Filters))
+		for _, f := range cfg.Filters {
+			scopes[f.Name] = f.Scope
 		}
 		for _, e := range chain.Entries() {
 			apiEntries = append(apiEntries, e)
-			if cfg.Filters[i].Scope == "all" {
+			if scopes[e.Name] == "all" {
 				edgeEntries = append(edgeEntries, e)
 			}
 		}
@@ -102,20 +104,4 @@ func Compile(doc *Document, env *Env, version uint64) (*Snapshot, error) {
 		return nil, fmt.Errorf("%s: %w", doc.Source, errs)
 	}
 	return s, nil
-}
-
-// stripIndex removes the "[0]" that filters.Build puts in front of paths of
-// a one-element list, since the caller nests the real index.
-func stripIndex(errs field.Errors) field.Errors {
-	for i := range errs {
-		p := errs[i].Path
-		if len(p) >= 3 && p[:3] == "[0]" {
-			p = p[3:]
-			if len(p) > 0 && p[0] == '.' {
-				p = p[1:]
-			}
-			errs[i].Path = p
-		}
-	}
-	return errs
 }

@@ -168,7 +168,6 @@ func (c *Config) Validate() field.Errors {
 	if c.Reload.Debounce < 0 || c.Reload.Debounce > 10*time.Second {
 		errs.Add("reload.debounce", "must be between 0 and 10s, got %v", c.Reload.Debounce)
 	}
-	names := map[string]int{}
 	for i, f := range c.Filters {
 		p := field.Index("filters", i)
 		if f.Type == "" {
@@ -177,10 +176,6 @@ func (c *Config) Validate() field.Errors {
 		if f.Scope != "api" && f.Scope != "all" {
 			errs.Add(p+".scope", "must be api or all, got %q", f.Scope)
 		}
-		if j, dup := names[f.Name]; dup {
-			errs.Add(p+".name", "%q is already the name of filters[%d]; give each filter of the same type its own name", f.Name, j)
-		}
-		names[f.Name] = i
 	}
 	errs.Nest("static", c.Static.Validate())
 	errs.Nest("upstreams", c.Upstreams.Validate())
