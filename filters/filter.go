@@ -7,7 +7,10 @@ import (
 	"github.com/valyala/fasthttp"
 	"gopkg.in/yaml.v3"
 
+	"flashgate/activity"
 	"flashgate/conf/field"
+	"flashgate/ptoken"
+	"flashgate/session"
 )
 
 // Request is the per-request state the chain hands from filter to filter.
@@ -26,6 +29,18 @@ type Request struct {
 	UserID    []byte
 	ProductID []byte
 
+	// Sale API fields, parsed from the request before the chain runs (see
+	// package sale) or filled by the sale filters.
+	Endpoint Endpoint
+	Qty      int
+	Token    []byte
+	OrderID  int64
+	// Activity is the product's sale, found by sale_window.
+	Activity activity.Entry
+	// TokenNonce and TokenExpiresMs come from a verified purchase token.
+	TokenNonce     [12]byte
+	TokenExpiresMs int64
+
 	// finishers holds filters that took something (a connection slot) and must
 	// give it back when the request completes, in reverse order.
 	finishers  [maxFinishers]Finisher
@@ -41,6 +56,13 @@ func (r *Request) Reset() {
 	r.NowNano = 0
 	r.UserID = r.UserID[:0]
 	r.ProductID = r.ProductID[:0]
+	r.Endpoint = EndpointNone
+	r.Qty = 0
+	r.Token = r.Token[:0]
+	r.OrderID = 0
+	r.Activity = activity.Entry{}
+	r.TokenNonce = [12]byte{}
+	r.TokenExpiresMs = 0
 	for i := 0; i < r.nfinishers; i++ {
 		r.finishers[i] = nil
 	}
@@ -66,6 +88,26 @@ func (r *Request) Finish() {
 	}
 	r.nfinishers = 0
 }
+
+// Endpoint is the sale API call a request is for.
+type Endpoint uint8
+
+const (
+	EndpointNone   Endpoint = iota // not the sale API
+	EndpointStatus                 // GET /api/seckill/status
+	EndpointLogin                  // POST /api/login
+	EndpointToken                  // POST /api/seckill/token
+	EndpointDo                     // POST /api/seckill/do
+	EndpointResult                 // GET /api/seckill/result
+	EndpointEvents                 // GET /api/seckill/events
+)
+
+// NeedsUser reports whether the endpoint needs a signed-in shopper.
+func (e Endpoint) NeedsUser() bool { return e >= EndpointToken }
+
+// Buys reports whether the endpoint is part of a purchase (token or do),
+// the calls the sale filters guard.
+func (e Endpoint) Buys() bool { return e == EndpointToken || e == EndpointDo }
 
 // Rejection is a precompiled refusal: status, machine code and a short human
 // message. Body is rendered once at build time so rejecting allocates nothing.
@@ -120,6 +162,12 @@ type Spec struct {
 type Env struct {
 	Now   func() int64 // unix nanoseconds
 	Zones *Zones
+
+	// For the sale filters; nil when the edge runs without a sale.
+	Activities *activity.Registry
+	Sessions   *session.Codec
+	Tokens     *ptoken.Minter
+	Bought     *BoughtCache
 }
 
 // Constructor builds a filter from its spec. Errors name fields relative to

@@ -1,0 +1,41 @@
+package filters
+
+import (
+	"flashgate/conf/field"
+
+	"flashgate/ptoken"
+)
+
+func init() { Register("purchase_token", newPurchaseToken) }
+
+// purchaseToken checks the one-time token of a `do` call: minted by this
+// fleet, for this user and product, not expired. Whether it was already
+// used is decided atomically by the deduction script, which records its
+// nonce; a request refused earlier never burns it.
+type purchaseToken struct {
+	minter *ptoken.Minter
+	reject *Rejection
+}
+
+func newPurchaseToken(spec Spec, env *Env) (Filter, field.Errors) {
+	var cfg struct{}
+	if errs := decodeParams(spec, &cfg); len(errs) > 0 {
+		return nil, errs
+	}
+	if env == nil || env.Tokens == nil {
+		return nil, field.Errors{{Msg: "needs sale.token_secret"}}
+	}
+	return &purchaseToken{minter: env.Tokens, reject: NewRejection(403, "BAD_TOKEN", "invalid or expired purchase token")}, nil
+}
+
+func (f *purchaseToken) Handle(r *Request) Verdict {
+	if r.Endpoint != EndpointDo {
+		return Pass
+	}
+	nonce, exp, err := f.minter.Check(r.Token, r.UserID, r.ProductID, r.NowNano/1e6)
+	if err != nil {
+		return Verdict{Reject: f.reject}
+	}
+	r.TokenNonce, r.TokenExpiresMs = nonce, exp
+	return Pass
+}

@@ -1,0 +1,82 @@
+package filters
+
+import (
+	"strconv"
+
+	"flashgate/conf/field"
+)
+
+func init() { Register("user_limit", newUserLimit) }
+
+// userLimit is limit_req keyed by the signed-in user (several rates at once,
+// e.g. 5r/s and 50r/m), plus the local "already bought" check: a shopper at
+// the product's per-user limit is answered 409 here. Both are local to the
+// edge; the deduction script enforces the purchase limit exactly.
+type userLimit struct {
+	limits  []*RateLimit
+	bought  *BoughtCache
+	reached *Rejection
+}
+
+type userLimitConfig struct {
+	Limits []LimitConfig `yaml:"limits"`
+}
+
+func newUserLimit(spec Spec, env *Env) (Filter, field.Errors) {
+	var cfg userLimitConfig
+	errs := decodeParams(spec, &cfg)
+	if len(errs) > 0 {
+		return nil, errs
+	}
+	if cfg.Limits == nil {
+		// The seed design's defaults: 5 per second and 50 per minute per user.
+		cfg.Limits = []LimitConfig{DefaultLimitConfig(), DefaultLimitConfig()}
+		cfg.Limits[0].Rate, _ = ParseRate("5r/s")
+		cfg.Limits[1].Rate, _ = ParseRate("50r/m")
+	}
+	f := &userLimit{reached: NewRejection(409, "LIMIT_REACHED", "purchase limit reached")}
+	if env != nil {
+		f.bought = env.Bought
+	}
+	zones := envZones(env)
+	for i := range cfg.Limits {
+		lc := cfg.Limits[i]
+		if lc.Status == 0 {
+			lc.Status = 429
+		}
+		if lc.MaxKeys == 0 {
+			lc.MaxKeys = DefaultMaxKeys
+		}
+		rl, lerrs := lc.Compile(zones, zoneName(spec, "")+"#"+strconv.Itoa(i))
+		errs.Nest(field.Index("limits", i), lerrs)
+		if rl != nil {
+			f.limits = append(f.limits, rl)
+		}
+	}
+	if len(errs) > 0 {
+		return nil, errs
+	}
+	return f, nil
+}
+
+func (f *userLimit) Handle(r *Request) Verdict {
+	if !r.Endpoint.Buys() || len(r.UserID) == 0 {
+		return Pass
+	}
+	if f.bought != nil && r.Activity.Activity != nil {
+		qty := max(r.Qty, 1)
+		if f.bought.Get(r.ProductID, r.UserID)+qty > r.Activity.Limit {
+			return Verdict{Reject: f.reached}
+		}
+	}
+	key := KeyFromBytes(r.UserID)
+	var v Verdict
+	for _, rl := range f.limits {
+		got := rl.Check(key, r.NowNano)
+		if got.Reject != nil {
+			return got
+		}
+		v.Delay = max(v.Delay, got.Delay)
+	}
+	return v
+}
