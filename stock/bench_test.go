@@ -17,6 +17,14 @@ import (
 //
 //	go test -run '^$' -bench 'Deduct' -benchtime 3s ./stock/
 //
+// Measured on the 2-core dev machine (Redis 7.0.15, GOMAXPROCS=2, runs
+// alternated, medians): buy path coalesced ~74k attempts/s (~32 attempts per
+// call) vs direct ~56k (x1.3); sold-out storm ~280k vs ~145k (x1.9).
+// MaxFlushDelay 100µs made no measurable difference either way. The buy path
+// is bound by Redis itself: ~11µs of script time per successful attempt
+// (three new keys with TTLs plus a stream entry), which
+// testdata/redis-benchmark.sh with BATCH=32 puts at ~75k attempts/s.
+//
 // "buy" attempts all succeed (the script's full write path, ~6 redis.calls
 // each); "soldout" attempts hit a product with no stock left, the storm
 // after a sale ends that the local flag has not caught yet (no per-attempt

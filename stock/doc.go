@@ -8,16 +8,24 @@
 //     (explicit, only on a live sale) and release (guarded by the order's
 //     state, so at most once).
 //   - The outbox entry is written by the same script as the deduction, with
-//     the buyer count, the used token and the pending order: a crash can
-//     not separate them.
+//     the buyer count, the used token and the pending order: a crash cannot
+//     separate them.
 //   - Redis may lose its memory. A missing stock key means "not warmed" and
 //     closes the sale (NOT_READY); it is never read as 0 or as stock, and
 //     neither release nor restock recreates it.
 //
-// Performance: concurrent attempts for one product are group-committed
-// into one script call (see Store.Deduct), keys are built without
-// allocating, and batch structures are pooled.
+// Store.Deduct group-commits the concurrent attempts for one product into
+// one script call; each attempt keeps its own checks, in order: enough stock
+// for the quantity (SOLD_OUT), token not used yet (BAD_TOKEN), bought + qty
+// within the limit (LIMIT_REACHED). An error from Deduct is an unknown
+// outcome unless it wraps ErrInvalid, ErrNotSent or ErrClosed: answer 503 and
+// let the outbox and the ledger settle it; never retry a deduction blindly.
 //
-// The key layout is documented on StockKey's block in keys.go; every key
-// carries the product's hash tag so that it all works on Redis Cluster.
+// Key layout (keys.go): every key carries the product's hash tag {p}, so each
+// script touches one slot and everything runs unchanged on Redis Cluster.
+//
+// The embedded server (Open with addr "" or "embedded") is miniredis, for a
+// zero-setup demo only: ~15x slower, and its optional DataDir snapshot keeps
+// strings, hashes and stream entries (not stream consumer groups) across a
+// clean Close/Open, not across a crash.
 package stock

@@ -158,3 +158,20 @@ func TestEmbeddedBadSnapshot(t *testing.T) {
 		t.Fatal("a corrupt snapshot must fail Open, not start an empty sale")
 	}
 }
+
+// miniredis only expires keys when told time passed; the Store's clock
+// makes TTLs real, so a used token becomes usable again once it expired.
+func TestEmbeddedTTLsCountDown(t *testing.T) {
+	s := openEmbedded(t, Options{})
+	warm(t, s, "ttl", 100, 100)
+	a := attempt("ttl", "u", 1, 100)
+	a.TokenExpiresMs = a.NowMs + 300
+	if out := mustDeduct(t, s, a); out.Code != OK {
+		t.Fatal(out)
+	}
+	waitFor(t, func() bool {
+		b := attempt("ttl", "u", 1, 100)
+		b.TokenNonceHex = a.TokenNonceHex
+		return mustDeduct(t, s, b).Code == OK
+	})
+}

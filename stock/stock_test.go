@@ -9,6 +9,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"flashgate/internal/redistest"
 )
 
 type sold struct {
@@ -629,4 +631,31 @@ func testBroadcast(t *testing.T, a, b *Store, restart func()) {
 	for ctx.Err() == nil && b.PublishSoldOut(ctx, "p3", true) != nil {
 	}
 	expect(ch2, flag{"p3", true})
+}
+
+func TestOpenUnreachable(t *testing.T) {
+	srv := redistest.New(t)
+	addr := srv.Addr()
+	srv.Stop()
+	start := time.Now()
+	s, err := Open(context.Background(), addr, Options{Timeout: 100 * time.Millisecond})
+	if err == nil {
+		s.Close()
+		t.Fatal("Open succeeded without a server")
+	}
+	if el := time.Since(start); el > 3*time.Second {
+		t.Errorf("Open took %v to fail", el)
+	}
+}
+
+func TestClosedStore(t *testing.T) {
+	s, _ := openReal(t, Options{})
+	warm(t, s, "cl", 10, 1)
+	s.Close()
+	if _, err := s.Deduct(context.Background(), attempt("cl", "u", 1, 1)); !errors.Is(err, ErrClosed) {
+		t.Errorf("Deduct after Close: %v", err)
+	}
+	if err := s.Close(); err != nil {
+		t.Errorf("second Close: %v", err)
+	}
 }
