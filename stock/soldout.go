@@ -33,7 +33,7 @@ func (s *Store) PublishSoldOut(ctx context.Context, productID string, soldOut bo
 // loss. Broadcasts sent while disconnected are lost, so fn is also called
 // with product "" each time the subscription is (re)established: the caller
 // should then refresh its flags (Remaining). fn runs on the subscription's
-// goroutine and must be quick.
+// goroutine, must be quick and must not call stop.
 //
 // SubscribeSoldOut waits, at most until ctx is done, for the subscription
 // to be confirmed, so that a broadcast published after it returns is seen;
