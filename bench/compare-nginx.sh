@@ -18,6 +18,8 @@
 #                                        2-core box swamp the figures; "other%" shows what ran
 #                                        beside each round anyway (% of one CPU)
 #   KEEP=1                               keep the temp dir (configs, logs) after the run
+#   PROXY_REV=HEAD                       build the proxy from this commit (git archive) instead
+#                                        of the working tree, e.g. while others' edits are half-done
 #   PROXY_BIN=path                       use this proxy binary instead of building one
 # Exit status: 0 when the run completed (whether or not a target was met),
 # 1 on a setup or verification failure.
@@ -136,6 +138,11 @@ CLK_TCK=$(getconf CLK_TCK)
 echo "== building (in $root)"
 if [ -n "${PROXY_BIN:-}" ]; then
 	cp "$PROXY_BIN" "$tmp/proxy"
+elif [ -n "${PROXY_REV:-}" ]; then
+	mkdir -p "$tmp/src"
+	(cd "$root" && git archive "$PROXY_REV") | tar -x -C "$tmp/src"
+	(cd "$tmp/src" && go build -o "$tmp/proxy" ./cmd/proxy)
+	echo "   proxy built from $PROXY_REV ($(cd "$root" && git rev-parse --short "$PROXY_REV"))"
 else
 	(cd "$root" && go build -o "$tmp/proxy" ./cmd/proxy)
 fi
@@ -336,7 +343,7 @@ run_wrk() {
 	echo "$rps $p50 $p99 $cpu $us $other $errs"
 }
 
-median() { sort -g | awk '{a[NR] = $1} END {if (NR % 2) print a[(NR + 1) / 2]; else printf "%.3f\n", (a[NR / 2] + a[NR / 2 + 1]) / 2}'; }
+median() { sort -g | awk '{a[NR] = $1} END {if (NR % 2) printf "%.3f\n", a[(NR + 1) / 2]; else printf "%.3f\n", (a[NR / 2] + a[NR / 2 + 1]) / 2}'; }
 
 summary=()
 missed=0
@@ -361,7 +368,7 @@ for target in $TARGETS; do
 		if [ "$a_err" != 0 ] || [ "$b_err" != 0 ]; then
 			echo "   warning: errors or non-2xx answers in round $r (see wrk output with KEEP=1)"
 		fi
-		ratios+=("$(echo "scale=3; $a_rps / $b_rps" | bc)")
+		ratios+=("$(awk -v a="$a_rps" -v b="$b_rps" 'BEGIN {printf "%.3f", a / b}')")
 	done
 	med=$(printf '%s\n' "${ratios[@]}" | median)
 	goal=${GOAL[$target]}
