@@ -4,7 +4,11 @@ import (
 	"fmt"
 	"time"
 
+	"flashgate/activity"
 	"flashgate/conf/field"
+	"flashgate/ptoken"
+	"flashgate/sale"
+	"flashgate/session"
 	"flashgate/filters"
 	"flashgate/static"
 	"flashgate/upstream"
@@ -16,6 +20,16 @@ type Env struct {
 	Zones     *filters.Zones
 	Upstreams *upstream.Manager
 	Now       func() int64 // unix nanoseconds; injectable for tests
+
+	// The sale's process-lifetime state.
+	Activities *activity.Registry
+	Bought     *filters.BoughtCache
+	// Start anchors relative activity times ("+30s") so that a reload does
+	// not move a running demo sale.
+	Start time.Time
+	// Fallback secrets, random per process, for configs without secrets
+	// (demo); kept here so that a reload does not sign everyone out.
+	FallbackSessionSecret, FallbackTokenSecret []byte
 }
 
 // Snapshot is a compiled, immutable configuration. The proxy reads it
@@ -32,6 +46,9 @@ type Snapshot struct {
 	EdgeChain *filters.Chain
 	Static    *static.Handler
 	Upstreams *upstream.Set
+
+	// Sale holds the reloadable sale settings (sessions, tokens, catalog).
+	Sale *sale.Settings
 
 	AdminToken string
 	// AccessSampleEvery logs one request in N (0 = none).
@@ -56,7 +73,14 @@ func Compile(doc *Document, env *Env, version uint64) (*Snapshot, error) {
 	}
 	// One Build for the whole list, so names and zones are checked across
 	// filters; the edge chain is the subset with scope "all", in file order.
-	chain, ferrs := filters.Build(specs, &filters.Env{Now: env.Now, Zones: env.Zones})
+	saleSettings, serrs := compileSale(cfg, env)
+	errs = append(errs, serrs...)
+	s.Sale = saleSettings
+	fenv := &filters.Env{Now: env.Now, Zones: env.Zones, Activities: env.Activities, Bought: env.Bought}
+	if saleSettings != nil {
+		fenv.Sessions, fenv.Tokens = saleSettings.Sessions, saleSettings.Tokens
+	}
+	chain, ferrs := filters.Build(specs, fenv)
 	errs.Nest("filters", ferrs)
 	var apiEntries, edgeEntries []filters.Entry
 	if chain != nil {
@@ -104,4 +128,55 @@ func Compile(doc *Document, env *Env, version uint64) (*Snapshot, error) {
 		return nil, fmt.Errorf("%s: %w", doc.Source, errs)
 	}
 	return s, nil
+}
+
+// compileSale builds the sale's settings: session codec, token minter and
+// the declared activities.
+func compileSale(cfg *Config, env *Env) (*sale.Settings, field.Errors) {
+	var errs field.Errors
+	st := &sale.Settings{
+		DemoLogin:    cfg.Auth.DemoLogin,
+		CookieSecure: cfg.Auth.CookieSecure,
+		SessionTTL:   cfg.Auth.SessionTTL,
+		TokenTTL:     cfg.Sale.TokenTTL,
+		MaxBody:      cfg.Sale.MaxBody,
+		Hotspot:      cfg.Sale.HotspotThreshold,
+	}
+	secrets, random, err := cfg.Auth.SessionSecrets()
+	if err != nil {
+		errs.Add("auth.secrets", "%v", err)
+	} else {
+		if random && env.FallbackSessionSecret != nil {
+			secrets = [][]byte{env.FallbackSessionSecret}
+		}
+		if st.Sessions, err = session.NewCodec(secrets, cfg.Auth.SessionTTL); err != nil {
+			errs.Add("auth.secrets", "%v", err)
+		}
+	}
+	tsec, random, err := cfg.Sale.TokenSecretBytes()
+	if err != nil {
+		errs.Add("sale.token_secret", "%v", err)
+	} else {
+		if random && env.FallbackTokenSecret != nil {
+			tsec = env.FallbackTokenSecret
+		}
+		if st.Tokens, err = ptoken.New(tsec); err != nil {
+			errs.Add("sale.token_secret", "%v", err)
+		}
+	}
+	start := env.Start
+	if start.IsZero() {
+		start = time.Now()
+	}
+	for i, ac := range cfg.Activities {
+		a, aerrs := ac.Build(start)
+		errs.Nest(field.Index("activities", i), aerrs)
+		if len(aerrs) == 0 {
+			st.Catalog = append(st.Catalog, a)
+		}
+	}
+	if len(errs) > 0 {
+		return nil, errs
+	}
+	return st, nil
 }

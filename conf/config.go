@@ -5,6 +5,8 @@ import (
 
 	"gopkg.in/yaml.v3"
 
+	"flashgate/activity"
+	"flashgate/sale"
 	"flashgate/static"
 	"flashgate/upstream"
 )
@@ -23,6 +25,11 @@ type Config struct {
 	Static    static.Config   `yaml:"static"`
 	Upstreams upstream.Config `yaml:"upstreams"`
 	Reload    ReloadConfig    `yaml:"reload"`
+
+	Redis      sale.RedisConfig  `yaml:"redis"`
+	Auth       sale.AuthConfig   `yaml:"auth"`
+	Sale       sale.Config       `yaml:"sale"`
+	Activities []activity.Config `yaml:"activities"`
 }
 
 // ListenConfig is the shopper-facing listener.

@@ -8,7 +8,6 @@ import (
 	"net"
 	"os"
 	"strconv"
-	"strings"
 	"time"
 
 	"gopkg.in/yaml.v3"
@@ -108,6 +107,9 @@ func (c *Config) setDefaults() {
 	}
 	c.Static.SetDefaults()
 	c.Upstreams.SetDefaults()
+	c.Redis.SetDefaults()
+	c.Auth.SetDefaults()
+	c.Sale.SetDefaults()
 }
 
 // Validate checks every field that the document alone can check. Filter
@@ -179,21 +181,22 @@ func (c *Config) Validate() field.Errors {
 	}
 	errs.Nest("static", c.Static.Validate())
 	errs.Nest("upstreams", c.Upstreams.Validate())
+	errs.Nest("redis", c.Redis.Validate())
+	errs.Nest("auth", c.Auth.Validate())
+	errs.Nest("sale", c.Sale.Validate())
+	seen := map[string]int{}
+	for i, a := range c.Activities {
+		if j, dup := seen[a.ProductID]; dup {
+			errs.Add(field.Index("activities", i)+".product_id", "%q is already declared by activities[%d]", a.ProductID, j)
+		}
+		seen[a.ProductID] = i
+	}
 	return errs
 }
 
 // ResolveToken returns the admin token, reading it from the environment
 // when written as "env:NAME".
-func (a AdminConfig) ResolveToken() (string, error) {
-	if name, ok := strings.CutPrefix(a.Token, "env:"); ok {
-		v, found := os.LookupEnv(name)
-		if !found {
-			return "", fmt.Errorf("environment variable %s is not set", name)
-		}
-		return v, nil
-	}
-	return a.Token, nil
-}
+func (a AdminConfig) ResolveToken() (string, error) { return field.ResolveEnv(a.Token) }
 
 func positive(errs *field.Errors, path string, d time.Duration) {
 	if d <= 0 {

@@ -41,6 +41,10 @@ type Request struct {
 	TokenNonce     [12]byte
 	TokenExpiresMs int64
 
+	// Scratch is a buffer handlers may use to build an answer; it keeps its
+	// capacity across requests (the Request is pooled).
+	Scratch []byte
+
 	// finishers holds filters that took something (a connection slot) and must
 	// give it back when the request completes, in reverse order.
 	finishers  [maxFinishers]Finisher
@@ -63,6 +67,7 @@ func (r *Request) Reset() {
 	r.Activity = activity.Entry{}
 	r.TokenNonce = [12]byte{}
 	r.TokenExpiresMs = 0
+	r.Scratch = r.Scratch[:0]
 	for i := 0; i < r.nfinishers; i++ {
 		r.finishers[i] = nil
 	}

@@ -6,12 +6,10 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"flashgate/filters"
-	"flashgate/static"
 )
 
 // Precompiled error bodies: answering an error allocates nothing.
 var (
-	errDegradedNoSale  = filters.NewRejection(503, "DEGRADED", "the sale API is not enabled on this edge")
 	errNotFound        = filters.NewRejection(404, "NOT_FOUND", "not found")
 	errTooLarge        = filters.NewRejection(413, "TOO_LARGE", "request body too large")
 	errHeadersTooLarge = filters.NewRejection(431, "BAD_REQUEST", "request headers too large")
@@ -38,5 +36,3 @@ func writeRejection(ctx *fasthttp.RequestCtx, v filters.Verdict) {
 		ctx.Response.Header.SetBytesV(fasthttp.HeaderRetryAfter, strconv.AppendInt(buf[:0], int64(v.RetryAfter), 10))
 	}
 }
-
-func staticValidProductID(id []byte) bool { return static.ValidProductID(id) }

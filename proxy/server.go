@@ -13,8 +13,12 @@ import (
 
 	"github.com/valyala/fasthttp"
 
+	"flashgate/activity"
 	"flashgate/conf"
 	"flashgate/filters"
+	"flashgate/sale"
+	"flashgate/static"
+	"flashgate/stock"
 	"flashgate/upstream"
 )
 
@@ -42,6 +46,9 @@ type Server struct {
 	// lastReload describes the last reload attempt for /admin/config and logs.
 	lastReload atomic.Pointer[ReloadResult]
 
+	sale  *sale.Service
+	store *stock.Store
+
 	draining atomic.Bool
 	sampleN  atomic.Uint64
 	reqPool  sync.Pool
@@ -66,15 +73,28 @@ func New(doc *conf.Document, opts Options) (*Server, error) {
 		opts.Now = func() int64 { return time.Now().UnixNano() }
 	}
 	s := &Server{opts: opts, log: opts.Logger}
+	cfg := doc.Config
+	bought, err := filters.NewBoughtCache(cfg.Sale.BoughtCacheSize, cfg.Sale.BoughtCacheTTL)
+	if err != nil {
+		return nil, err
+	}
 	s.env = &conf.Env{
-		Zones:     filters.NewZones(),
-		Upstreams: upstream.NewManager(opts.Logger),
-		Now:       opts.Now,
+		Zones:                 filters.NewZones(),
+		Upstreams:             upstream.NewManager(opts.Logger),
+		Now:                   opts.Now,
+		Activities:            activity.NewRegistry(),
+		Bought:                bought,
+		Start:                 time.Unix(0, opts.Now()),
+		FallbackSessionSecret: randomBytes(32),
+		FallbackTokenSecret:   randomBytes(32),
 	}
 	s.m = newServerMetrics(s.env.Zones, s.env.Upstreams)
 	s.env.Upstreams.OnResponse = s.m.observeUpstream
 	snap, err := conf.Compile(doc, s.env, s.version.Add(1))
 	if err != nil {
+		return nil, err
+	}
+	if err := s.openSale(doc.Config, snap); err != nil {
 		return nil, err
 	}
 	s.snap.Store(snap)
@@ -139,7 +159,10 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	err := s.public.ShutdownWithContext(ctx)
 	aerr := s.admin.ShutdownWithContext(ctx)
 	s.env.Upstreams.Close()
-	return errors.Join(err, aerr)
+	s.sale.Stop()
+	serr := s.store.Close()
+	s.env.Bought.Close()
+	return errors.Join(err, aerr, serr)
 }
 
 // Reload re-reads the config file and swaps the snapshot if, and only if,
@@ -166,12 +189,17 @@ func (s *Server) Reload(trigger string) error {
 	}
 	old := s.snap.Swap(snap)
 	s.env.Upstreams.Activate(snap.Upstreams)
+	actx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	if err := s.sale.Apply(actx, snap.Sale); err != nil {
+		s.log.Warn("sale warm-up after reload incomplete; the refresh loop retries", "err", err)
+	}
+	cancel()
 	s.m.reloadOK.Inc()
 	s.m.lastReloadOK.Store(true)
 	s.lastReload.Store(&ReloadResult{At: now, Trigger: trigger, Version: snap.Version})
 	oc, nc := old.Doc.Config, snap.Doc.Config
-	if oc.Listen != nc.Listen || oc.Admin.Addr != nc.Admin.Addr || oc.Reload != nc.Reload {
-		s.log.Warn("listen, admin.addr and reload settings take effect on restart; the running listeners keep their old settings", "trigger", trigger)
+	if oc.Listen != nc.Listen || oc.Admin.Addr != nc.Admin.Addr || oc.Reload != nc.Reload || oc.Redis != nc.Redis || oc.NodeID != nc.NodeID {
+		s.log.Warn("listen, admin.addr, reload, redis and node_id take effect on restart; the running edge keeps its old settings for them", "trigger", trigger)
 	}
 	s.log.Info("config reloaded", "trigger", trigger, "version", snap.Version, "filters", snap.APIChain.Len())
 	return nil
@@ -215,7 +243,15 @@ func (s *Server) Handle(ctx *fasthttp.RequestCtx) {
 	if rt == routeAPI {
 		chain = snap.APIChain
 	}
-	v := chain.Run(r)
+	var v filters.Verdict
+	if rt == routeAPI {
+		if rej := sale.Parse(r, snap.Sale.MaxBody); rej != nil {
+			v.Reject = rej
+		}
+	}
+	if v.Reject == nil {
+		v = chain.Run(r)
+	}
 	if v.Reject != nil {
 		writeRejection(ctx, v)
 	} else {
@@ -239,13 +275,13 @@ func (s *Server) Handle(ctx *fasthttp.RequestCtx) {
 func (s *Server) dispatch(ctx *fasthttp.RequestCtx, snap *conf.Snapshot, r *filters.Request, rt route, path []byte) route {
 	switch rt {
 	case routeAPI:
-		writeError(ctx, fasthttp.StatusServiceUnavailable, errDegradedNoSale)
+		s.sale.Handle(r)
 	case routeAsset:
 		snap.Static.ServeAsset(ctx, path[len(prefixAssets):])
 	case routePage:
 		// /seckill/{id}; anything deeper is not a page.
 		id := path[len(prefixSale):]
-		if !staticValidProductID(id) {
+		if !static.ValidProductID(id) {
 			writeError(ctx, fasthttp.StatusNotFound, errNotFound)
 			return routeNotFound
 		}

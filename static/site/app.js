@@ -469,7 +469,8 @@
     return new Promise(function (resolve) {
       var done = false, es = null, timer = 0, failures = 0;
       var deadline = Date.now() + RESULT_GIVE_UP_MS;
-      var q = encodeURIComponent(id);
+      // Orders live under their product, so the lookups name both.
+      var q = encodeURIComponent(id) + '&productId=' + encodeURIComponent(state.productId);
 
       function finish(d) {
         if (done) return;

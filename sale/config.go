@@ -1,0 +1,210 @@
+package sale
+
+import (
+	"crypto/rand"
+	"fmt"
+	"time"
+
+	"flashgate/conf/field"
+)
+
+// RedisConfig is the `redis:` section.
+type RedisConfig struct {
+	// Addr is host:port, a comma-separated cluster seed list, a redis://
+	// URL, or "" / "embedded" for the in-process stand-in (demo only).
+	Addr string `yaml:"addr"`
+	// Timeout is the budget of every Redis call: slow or gone answers 503
+	// DEGRADED within it, never a hang.
+	Timeout       time.Duration `yaml:"timeout"`
+	MaxFlushDelay time.Duration `yaml:"max_flush_delay"`
+	Password      string        `yaml:"password"`
+	// DataDir keeps the embedded stand-in's state across restarts.
+	DataDir string `yaml:"data_dir"`
+}
+
+// AuthConfig is the `auth:` section: the signed shopper session.
+type AuthConfig struct {
+	// Secrets sign (the first) and verify (all) session JWTs; at least 32
+	// bytes each; "env:NAME" reads one from the environment. Empty: a random
+	// secret per process (demo: sessions end on restart and are not valid on
+	// other edges).
+	Secrets      []string      `yaml:"secrets"`
+	SessionTTL   time.Duration `yaml:"session_ttl"`
+	DemoLogin    bool          `yaml:"demo_login"`
+	CookieSecure bool          `yaml:"cookie_secure"`
+}
+
+// Config is the `sale:` section.
+type Config struct {
+	// TokenSecret signs purchase tokens (≥ 32 bytes, "env:NAME" allowed;
+	// empty: random per process, demo only). Every edge must share it.
+	TokenSecret string        `yaml:"token_secret"`
+	TokenTTL    time.Duration `yaml:"token_ttl"`
+	// MaxBody bounds a sale API request body (413 TOO_LARGE beyond).
+	MaxBody int `yaml:"max_body"`
+	// OrderTTL is how long order states stay in Redis for result polls.
+	OrderTTL time.Duration `yaml:"order_ttl"`
+	// RefreshInterval is how often the edge re-reads sales and stock from
+	// Redis (sold-out flags are also pushed; this is the safety net).
+	RefreshInterval time.Duration `yaml:"refresh_interval"`
+	// HotspotThreshold is requests per second per product above which the
+	// product is logged and counted as a hotspot (0 disables).
+	HotspotThreshold int64 `yaml:"hotspot_threshold"`
+	// BoughtCacheSize and BoughtCacheTTL size the local cache of shoppers
+	// who reached a product's limit.
+	BoughtCacheSize int64         `yaml:"bought_cache_size"`
+	BoughtCacheTTL  time.Duration `yaml:"bought_cache_ttl"`
+	// Breaker opens after this many consecutive Redis failures and stays
+	// open for BreakerOpenFor, then lets one probe through.
+	BreakerFailures int           `yaml:"breaker_failures"`
+	BreakerOpenFor  time.Duration `yaml:"breaker_open_for"`
+}
+
+// SetDefaults fills zero values.
+func (c *Config) SetDefaults() {
+	def := func(d *time.Duration, v time.Duration) {
+		if *d == 0 {
+			*d = v
+		}
+	}
+	def(&c.TokenTTL, 60*time.Second)
+	def(&c.OrderTTL, 7*24*time.Hour)
+	def(&c.RefreshInterval, time.Second)
+	def(&c.BoughtCacheTTL, 30*time.Second)
+	def(&c.BreakerOpenFor, 5*time.Second)
+	if c.MaxBody == 0 {
+		c.MaxBody = 4096
+	}
+	if c.BoughtCacheSize == 0 {
+		c.BoughtCacheSize = 1 << 18
+	}
+	if c.BreakerFailures == 0 {
+		c.BreakerFailures = 20
+	}
+}
+
+// Validate checks the section; paths are relative to `sale`.
+func (c *Config) Validate() field.Errors {
+	var errs field.Errors
+	if _, err := secret(c.TokenSecret); err != nil {
+		errs.Add("token_secret", "%v", err)
+	}
+	if c.TokenTTL < time.Second || c.TokenTTL > time.Hour {
+		errs.Add("token_ttl", "must be between 1s and 1h, got %v", c.TokenTTL)
+	}
+	if c.MaxBody < 64 || c.MaxBody > 1<<20 {
+		errs.Add("max_body", "must be between 64 and 1048576 bytes, got %d", c.MaxBody)
+	}
+	if c.OrderTTL < time.Minute {
+		errs.Add("order_ttl", "must be at least 1m, got %v", c.OrderTTL)
+	}
+	if c.RefreshInterval < 10*time.Millisecond || c.RefreshInterval > time.Minute {
+		errs.Add("refresh_interval", "must be between 10ms and 1m, got %v", c.RefreshInterval)
+	}
+	if c.HotspotThreshold < 0 {
+		errs.Add("hotspot_threshold", "must not be negative")
+	}
+	if c.BoughtCacheSize < 1 || c.BoughtCacheSize > 1<<26 {
+		errs.Add("bought_cache_size", "must be between 1 and %d", 1<<26)
+	}
+	if c.BoughtCacheTTL < time.Second {
+		errs.Add("bought_cache_ttl", "must be at least 1s")
+	}
+	if c.BreakerFailures < 1 {
+		errs.Add("breaker_failures", "must be at least 1")
+	}
+	if c.BreakerOpenFor < 100*time.Millisecond {
+		errs.Add("breaker_open_for", "must be at least 100ms")
+	}
+	return errs
+}
+
+// SetDefaults fills zero values.
+func (c *RedisConfig) SetDefaults() {
+	if c.Timeout == 0 {
+		c.Timeout = 200 * time.Millisecond
+	}
+}
+
+// Embedded reports whether the in-process stand-in is configured.
+func (c *RedisConfig) Embedded() bool { return c.Addr == "" || c.Addr == "embedded" }
+
+// Validate checks the section; paths are relative to `redis`.
+func (c *RedisConfig) Validate() field.Errors {
+	var errs field.Errors
+	if c.Timeout < time.Millisecond || c.Timeout > 10*time.Second {
+		errs.Add("timeout", "must be between 1ms and 10s, got %v", c.Timeout)
+	}
+	if c.MaxFlushDelay < 0 || c.MaxFlushDelay > 10*time.Millisecond {
+		errs.Add("max_flush_delay", "must be between 0 and 10ms, got %v", c.MaxFlushDelay)
+	}
+	if _, err := field.ResolveEnv(c.Password); err != nil {
+		errs.Add("password", "%v", err)
+	}
+	return errs
+}
+
+// SetDefaults fills zero values.
+func (c *AuthConfig) SetDefaults() {
+	if c.SessionTTL == 0 {
+		c.SessionTTL = 24 * time.Hour
+	}
+}
+
+// Validate checks the section; paths are relative to `auth`.
+func (c *AuthConfig) Validate() field.Errors {
+	var errs field.Errors
+	for i, s := range c.Secrets {
+		if _, err := secret(s); err != nil {
+			errs.Add(field.Index("secrets", i), "%v", err)
+		}
+	}
+	if c.SessionTTL < time.Minute || c.SessionTTL > 30*24*time.Hour {
+		errs.Add("session_ttl", "must be between 1m and 720h, got %v", c.SessionTTL)
+	}
+	return errs
+}
+
+// SessionSecrets resolves the secrets, or one random secret when none is
+// configured (random reports that, so the caller can warn).
+func (c *AuthConfig) SessionSecrets() (secrets [][]byte, random bool, err error) {
+	for _, s := range c.Secrets {
+		b, err := secret(s)
+		if err != nil {
+			return nil, false, err
+		}
+		secrets = append(secrets, b)
+	}
+	if len(secrets) == 0 {
+		return [][]byte{randomSecret()}, true, nil
+	}
+	return secrets, false, nil
+}
+
+// TokenSecretBytes resolves the purchase-token secret (random if unset).
+func (c *Config) TokenSecretBytes() (b []byte, random bool, err error) {
+	if c.TokenSecret == "" {
+		return randomSecret(), true, nil
+	}
+	b, err = secret(c.TokenSecret)
+	return b, false, err
+}
+
+func randomSecret() []byte {
+	b := make([]byte, 32)
+	rand.Read(b)
+	return b
+}
+
+// secret resolves "env:NAME" and checks the length. "" is allowed (random).
+func secret(s string) ([]byte, error) {
+	v, err := field.ResolveEnv(s)
+	if err != nil || v == "" {
+		return nil, err
+	}
+	if len(v) < 32 {
+		return nil, fmt.Errorf("must be at least 32 bytes (got %d)", len(v))
+	}
+	return []byte(v), nil
+}
+

@@ -1,0 +1,300 @@
+package sale
+
+import (
+	"bytes"
+	"strings"
+
+	"flashgate/activity"
+	"flashgate/filters"
+	"flashgate/orderid"
+)
+
+// Precompiled answers for malformed calls.
+var (
+	errNotFound    = filters.NewRejection(404, "NOT_FOUND", "no such API call")
+	errMethod      = filters.NewRejection(405, "BAD_REQUEST", "method not allowed")
+	errTooLarge    = filters.NewRejection(413, "TOO_LARGE", "request body too large")
+	errBadJSON     = filters.NewRejection(400, "BAD_REQUEST", "the body must be a JSON object")
+	errNoProduct   = filters.NewRejection(400, "BAD_REQUEST", "productId is required: letters, digits, '_' or '-'")
+	errBadQuantity = filters.NewRejection(400, "BAD_REQUEST", "quantity must be a whole number from 1 to 1000")
+	errNoToken     = filters.NewRejection(400, "BAD_REQUEST", "token is required")
+	errBadOrderID  = filters.NewRejection(400, "BAD_REQUEST", "orderId and productId are required")
+	errBadUserID   = filters.NewRejection(400, "BAD_REQUEST", "userId must be 1-64 characters of letters, digits, '_', '.', '@' or '-'")
+)
+
+var (
+	pathStatus = []byte("/api/seckill/status")
+	pathToken  = []byte("/api/seckill/token")
+	pathDo     = []byte("/api/seckill/do")
+	pathResult = []byte("/api/seckill/result")
+	pathEvents = []byte("/api/seckill/events")
+	pathLogin  = []byte("/api/login")
+)
+
+// maxQuantity bounds a single attempt whatever the sale's limit.
+const maxQuantity = 1000
+
+// Parse identifies the call and reads its parameters into r, before the
+// filter chain runs. It never allocates for a well-formed call: ids and
+// tokens stay views of the request (valid until the handler returns).
+func Parse(r *filters.Request, maxBody int) *filters.Rejection {
+	ctx := r.Ctx
+	path := ctx.Path()
+	get := ctx.IsGet() || ctx.IsHead()
+	switch {
+	case bytes.Equal(path, pathStatus):
+		r.Endpoint = filters.EndpointStatus
+	case bytes.Equal(path, pathToken):
+		r.Endpoint = filters.EndpointToken
+	case bytes.Equal(path, pathDo):
+		r.Endpoint = filters.EndpointDo
+	case bytes.Equal(path, pathResult):
+		r.Endpoint = filters.EndpointResult
+	case bytes.Equal(path, pathEvents):
+		r.Endpoint = filters.EndpointEvents
+	case bytes.Equal(path, pathLogin):
+		r.Endpoint = filters.EndpointLogin
+	default:
+		return errNotFound
+	}
+	switch r.Endpoint {
+	case filters.EndpointStatus, filters.EndpointResult, filters.EndpointEvents:
+		if !get {
+			return errMethod
+		}
+		args := ctx.QueryArgs()
+		r.ProductID = args.Peek("productId")
+		if !activity.ValidProductID(r.ProductID) {
+			if r.Endpoint == filters.EndpointStatus {
+				return errNoProduct
+			}
+			return errBadOrderID
+		}
+		if r.Endpoint != filters.EndpointStatus {
+			id, ok := orderid.Parse(args.Peek("orderId"))
+			if !ok || id <= 0 {
+				return errBadOrderID
+			}
+			r.OrderID = id
+		}
+		return nil
+	}
+	if !ctx.IsPost() {
+		return errMethod
+	}
+	body := ctx.PostBody()
+	if len(body) > maxBody {
+		return errTooLarge
+	}
+	var b callBody
+	if !b.parse(body) {
+		return errBadJSON
+	}
+	if r.Endpoint == filters.EndpointLogin {
+		if !b.hasUser || !validUserID(b.userID) {
+			return errBadUserID
+		}
+		r.UserID = b.userID
+		return nil
+	}
+	if !b.hasProduct || !activity.ValidProductID(b.productID) {
+		return errNoProduct
+	}
+	r.ProductID = b.productID
+	if r.Endpoint == filters.EndpointDo {
+		if !b.hasToken || len(b.token) == 0 {
+			return errNoToken
+		}
+		r.Token = b.token
+		r.Qty = 1
+		if b.hasQty {
+			if b.qty < 1 || b.qty > maxQuantity {
+				return errBadQuantity
+			}
+			r.Qty = int(b.qty)
+		}
+	}
+	return nil
+}
+
+func validUserID(b []byte) bool {
+	if len(b) == 0 || len(b) > 64 {
+		return false
+	}
+	for _, c := range b {
+		switch {
+		case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9', c == '_', c == '.', c == '@', c == '-':
+		default:
+			return false
+		}
+	}
+	return true
+}
+
+// callBody is the union of the sale API's request bodies.
+type callBody struct {
+	productID, token, userID     []byte
+	qty                          int64
+	hasProduct, hasToken, hasQty bool
+	hasUser                      bool
+}
+
+// parse reads one flat JSON object. Known keys must have the right type
+// (strings without escapes — ids and tokens never need them — and an
+// integer quantity); unknown keys are skipped if they hold scalars, so
+// clients can add fields. Anything else is malformed.
+func (b *callBody) parse(in []byte) bool {
+	p := jsonScanner{in: in}
+	p.ws()
+	if !p.eat('{') {
+		return false
+	}
+	p.ws()
+	if p.eat('}') {
+		p.ws()
+		return p.done()
+	}
+	for {
+		p.ws()
+		key, ok := p.str()
+		if !ok {
+			return false
+		}
+		p.ws()
+		if !p.eat(':') {
+			return false
+		}
+		p.ws()
+		switch string(key) {
+		case "productId":
+			b.productID, ok = p.str()
+			b.hasProduct = true
+		case "token":
+			b.token, ok = p.str()
+			b.hasToken = true
+		case "userId":
+			b.userID, ok = p.str()
+			b.hasUser = true
+		case "quantity":
+			b.qty, ok = p.integer()
+			b.hasQty = true
+		default:
+			ok = p.skipScalar()
+		}
+		if !ok {
+			return false
+		}
+		p.ws()
+		if p.eat(',') {
+			continue
+		}
+		if !p.eat('}') {
+			return false
+		}
+		p.ws()
+		return p.done()
+	}
+}
+
+type jsonScanner struct {
+	in  []byte
+	pos int
+}
+
+func (p *jsonScanner) done() bool { return p.pos == len(p.in) }
+
+func (p *jsonScanner) ws() {
+	for p.pos < len(p.in) {
+		switch p.in[p.pos] {
+		case ' ', '\t', '\n', '\r':
+			p.pos++
+		default:
+			return
+		}
+	}
+}
+
+func (p *jsonScanner) eat(c byte) bool {
+	if p.pos < len(p.in) && p.in[p.pos] == c {
+		p.pos++
+		return true
+	}
+	return false
+}
+
+// str reads a string with no escapes or control characters.
+func (p *jsonScanner) str() ([]byte, bool) {
+	if !p.eat('"') {
+		return nil, false
+	}
+	start := p.pos
+	for p.pos < len(p.in) {
+		c := p.in[p.pos]
+		switch {
+		case c == '"':
+			s := p.in[start:p.pos]
+			p.pos++
+			return s, true
+		case c == '\\' || c < 0x20:
+			return nil, false
+		}
+		p.pos++
+	}
+	return nil, false
+}
+
+// integer reads an optionally negative whole number (at most 9 digits).
+func (p *jsonScanner) integer() (int64, bool) {
+	neg := p.eat('-')
+	start := p.pos
+	var n int64
+	for p.pos < len(p.in) && p.in[p.pos] >= '0' && p.in[p.pos] <= '9' {
+		n = n*10 + int64(p.in[p.pos]-'0')
+		p.pos++
+		if p.pos-start > 9 {
+			return 0, false
+		}
+	}
+	if p.pos == start || (p.pos < len(p.in) && (p.in[p.pos] == '.' || p.in[p.pos] == 'e' || p.in[p.pos] == 'E')) {
+		return 0, false
+	}
+	if neg {
+		n = -n
+	}
+	return n, true
+}
+
+// skipScalar skips a string, number, true, false or null.
+func (p *jsonScanner) skipScalar() bool {
+	if p.pos >= len(p.in) {
+		return false
+	}
+	switch c := p.in[p.pos]; {
+	case c == '"':
+		p.pos++
+		for p.pos < len(p.in) {
+			switch p.in[p.pos] {
+			case '\\':
+				p.pos += 2
+				continue
+			case '"':
+				p.pos++
+				return true
+			}
+			p.pos++
+		}
+		return false
+	case c == '-' || (c >= '0' && c <= '9'):
+		for p.pos < len(p.in) && strings.IndexByte("+-.eE0123456789", p.in[p.pos]) >= 0 {
+			p.pos++
+		}
+		return true
+	}
+	for _, lit := range [...]string{"true", "false", "null"} {
+		if len(p.in)-p.pos >= len(lit) && string(p.in[p.pos:p.pos+len(lit)]) == lit {
+			p.pos += len(lit)
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,398 @@
+package sale
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"flashgate/activity"
+	"flashgate/filters"
+	"flashgate/metrics"
+	"flashgate/orderid"
+	"flashgate/ptoken"
+	"flashgate/session"
+	"flashgate/stock"
+)
+
+// Settings are the reloadable parts of the sale, compiled with the config
+// snapshot.
+type Settings struct {
+	Sessions     *session.Codec
+	Tokens       *ptoken.Minter
+	DemoLogin    bool
+	CookieSecure bool
+	SessionTTL   time.Duration
+	TokenTTL     time.Duration
+	MaxBody      int
+	Hotspot      int64
+	// Catalog is the activities declared in the config file.
+	Catalog []*activity.Activity
+}
+
+// OrderSink receives each successful purchase before the shopper is told
+// "pending" (the orders pipeline: an acknowledged Kafka write). nil keeps
+// orders in the outbox only.
+type OrderSink interface {
+	Publish(ctx context.Context, ev OrderEvent) error
+}
+
+// OrderEvent is a successful deduction.
+type OrderEvent struct {
+	OrderID   int64
+	ProductID string
+	UserID    string
+	Qty       int
+	Price     int64
+	CreatedMs int64
+	Node      int
+}
+
+// Ledger tells, for a sale whose Redis state is gone, how much of it is
+// already sold, so warm-up reopens it with what is really left. nil means
+// "no ledger": a missing stock key is taken as a new sale.
+type Ledger interface {
+	Sold(ctx context.Context, productID string) (units int64, err error)
+}
+
+// Deps are the process-lifetime collaborators of the Service.
+type Deps struct {
+	Store      *stock.Store
+	Activities *activity.Registry
+	IDs        *orderid.Generator
+	Bought     *filters.BoughtCache
+	Log        *slog.Logger
+	Node       int
+	Now        func() int64 // unix nanoseconds
+	Orders     OrderSink
+	Ledger     Ledger
+	Breaker    *Breaker
+}
+
+// Service is the sale API of one edge.
+type Service struct {
+	Deps
+	settings atomic.Pointer[Settings]
+
+	degradeAll atomic.Bool
+	degraded   atomic.Pointer[map[string]bool]
+	degradeMu  sync.Mutex
+
+	outcomes [numOutcomes]metrics.Counter
+	hotspots metrics.Counter
+
+	stopSub  func()
+	stopLoop context.CancelFunc
+	loopDone chan struct{}
+}
+
+// outcome indexes the attempt counters.
+type outcome int
+
+const (
+	outOK outcome = iota
+	outSoldOut
+	outLimit
+	outBadToken
+	outNotReady
+	outError
+	outDegraded
+	numOutcomes
+)
+
+var outcomeNames = [numOutcomes]string{"ok", "sold_out", "limit_reached", "bad_token", "not_ready", "error", "degraded"}
+
+// catalogKey holds activities created or updated through the admin API, as
+// JSON per product, so every edge learns them. It is not touched by any
+// script, so it needs no hash tag.
+const catalogKey = "sk:catalog"
+
+// New returns a Service; Start begins its background work.
+func New(d Deps) *Service {
+	if d.Log == nil {
+		d.Log = slog.Default()
+	}
+	if d.Now == nil {
+		d.Now = func() int64 { return time.Now().UnixNano() }
+	}
+	s := &Service{Deps: d}
+	empty := map[string]bool{}
+	s.degraded.Store(&empty)
+	return s
+}
+
+// Apply installs the settings of a new config snapshot and warms the
+// activities it declares.
+func (s *Service) Apply(ctx context.Context, st *Settings) error {
+	s.settings.Store(st)
+	return s.Refresh(ctx, true)
+}
+
+// Start subscribes to sold-out broadcasts and refreshes the edge's view of
+// the sales every interval until Stop.
+func (s *Service) Start(interval time.Duration) {
+	s.stopSub = s.Store.SubscribeSoldOut(context.Background(), func(product string, soldOut bool) {
+		if product == "" {
+			// (Re)subscribed: messages may have been missed; refresh now.
+			go s.Refresh(context.Background(), false)
+			return
+		}
+		st := s.Activities.StateOf(product)
+		if st.SetSoldOut(soldOut) {
+			s.Log.Info("sold-out flag changed by broadcast", "product", product, "soldOut", soldOut)
+		}
+	})
+	ctx, cancel := context.WithCancel(context.Background())
+	s.stopLoop = cancel
+	s.loopDone = make(chan struct{})
+	go func() {
+		defer close(s.loopDone)
+		t := time.NewTicker(interval)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+				if err := s.Refresh(ctx, false); err != nil && ctx.Err() == nil {
+					s.Log.Warn("sale refresh failed", "err", err)
+				}
+			}
+		}
+	}()
+}
+
+// Stop ends background work.
+func (s *Service) Stop() {
+	if s.stopLoop != nil {
+		s.stopLoop()
+		<-s.loopDone
+	}
+	if s.stopSub != nil {
+		s.stopSub()
+	}
+}
+
+// Refresh rebuilds the registry from the config catalog and the admin
+// catalog in Redis, warms sales whose stock key is missing (when warm is
+// set, or always for sales never seen), and updates remaining stock and
+// sold-out flags. It is the safety net behind the broadcast.
+func (s *Service) Refresh(ctx context.Context, warm bool) error {
+	st := s.settings.Load()
+	if st == nil {
+		return nil
+	}
+	all, err := s.catalog(ctx, st)
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for _, a := range all {
+		info, ok, err := s.Store.SaleInfo(ctx, a.ProductID)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		if !ok || warm {
+			if err := s.warm(ctx, a, ok); err != nil {
+				errs = append(errs, err)
+				continue
+			}
+			if info, ok, err = s.Store.SaleInfo(ctx, a.ProductID); err != nil || !ok {
+				errs = append(errs, fmt.Errorf("sale %s: not warmed after warm-up: %v", a.ProductID, err))
+				continue
+			}
+		}
+		state := s.Activities.StateOf(a.ProductID)
+		state.SetRemaining(info.Remaining)
+		if state.SetSoldOut(info.Remaining <= 0) {
+			s.Log.Info("sold-out flag changed by refresh", "product", a.ProductID, "soldOut", info.Remaining <= 0, "remaining", info.Remaining)
+		}
+		a.Stock = info.Initial + info.Restocked
+	}
+	s.Activities.Replace(all)
+	return errors.Join(errs...)
+}
+
+// warm opens a sale. A sale whose stock key is missing although it was
+// known is rebuilt from the ledger: Redis lost its memory, and reopening
+// with the configured stock would sell what was already sold.
+func (s *Service) warm(ctx context.Context, a *activity.Activity, exists bool) error {
+	sale := stock.Sale{ProductID: a.ProductID, Stock: a.Stock, Limit: a.Limit, Price: a.PriceCents, StartMs: a.StartMs, EndMs: a.EndMs}
+	if !exists && s.Ledger != nil {
+		sold, err := s.Ledger.Sold(ctx, a.ProductID)
+		if err != nil {
+			return fmt.Errorf("sale %s: ledger: %w (the sale stays closed until the ledger answers)", a.ProductID, err)
+		}
+		sale.Initial = a.Stock
+		sale.Stock = max(a.Stock-sold, 0)
+	}
+	created, err := s.Store.Warm(ctx, sale)
+	if err != nil {
+		return err
+	}
+	if created {
+		s.Log.Info("sale warmed", "product", a.ProductID, "stock", sale.Stock, "limit", a.Limit)
+	}
+	return nil
+}
+
+// catalog merges the config's activities with the admin catalog (which
+// wins: an admin change is the newer intent).
+func (s *Service) catalog(ctx context.Context, st *Settings) ([]*activity.Activity, error) {
+	byID := map[string]*activity.Activity{}
+	var order []string
+	for _, a := range st.Catalog {
+		c := *a
+		byID[a.ProductID] = &c
+		order = append(order, a.ProductID)
+	}
+	m, err := s.Store.Client().Do(ctx, s.Store.Client().B().Hgetall().Key(catalogKey).Build()).AsStrMap()
+	if err != nil {
+		return nil, fmt.Errorf("sale: read catalog: %w", err)
+	}
+	for id, js := range m {
+		var a activity.Activity
+		if err := json.Unmarshal([]byte(js), &a); err != nil || a.ProductID != id || len(a.Validate()) > 0 {
+			s.Log.Warn("ignoring a malformed catalog entry", "product", id, "err", err)
+			continue
+		}
+		if _, ok := byID[id]; !ok {
+			order = append(order, id)
+		}
+		byID[id] = &a
+	}
+	out := make([]*activity.Activity, 0, len(order))
+	for _, id := range order {
+		out = append(out, byID[id])
+	}
+	return out, nil
+}
+
+// PutActivity creates or updates an activity through the admin API. The
+// stock of a live sale is never changed here (Restock adds stock).
+func (s *Service) PutActivity(ctx context.Context, a *activity.Activity) error {
+	if errs := a.Validate(); len(errs) > 0 {
+		return errs
+	}
+	js, _ := json.Marshal(a)
+	c := s.Store.Client()
+	if err := c.Do(ctx, c.B().Hset().Key(catalogKey).FieldValue().FieldValue(a.ProductID, string(js)).Build()).Error(); err != nil {
+		return err
+	}
+	if err := s.warm(ctx, a, true); err != nil {
+		return err
+	}
+	return s.Refresh(ctx, false)
+}
+
+// Restock adds stock to a live sale, clears the sold-out flag everywhere.
+func (s *Service) Restock(ctx context.Context, productID string, add int64) (int64, error) {
+	n, err := s.Store.Restock(ctx, productID, add)
+	if err != nil {
+		return 0, err
+	}
+	st := s.Activities.StateOf(productID)
+	st.SetRemaining(n)
+	st.SetSoldOut(false)
+	if err := s.Store.PublishSoldOut(ctx, productID, false); err != nil {
+		s.Log.Warn("sold-out broadcast failed; other edges will catch up on refresh", "product", productID, "err", err)
+	}
+	return n, nil
+}
+
+// SetDegraded forces the sale API of one product ("" = all) to answer 503
+// DEGRADED, or lifts it.
+func (s *Service) SetDegraded(productID string, on bool) {
+	if productID == "" {
+		s.degradeAll.Store(on)
+		return
+	}
+	s.degradeMu.Lock()
+	defer s.degradeMu.Unlock()
+	cur := *s.degraded.Load()
+	next := make(map[string]bool, len(cur)+1)
+	for k, v := range cur {
+		next[k] = v
+	}
+	if on {
+		next[productID] = true
+	} else {
+		delete(next, productID)
+	}
+	s.degraded.Store(&next)
+}
+
+// Degraded reports the switch for a product (or all).
+func (s *Service) Degraded(productID []byte) bool {
+	return s.degradeAll.Load() || (*s.degraded.Load())[string(productID)]
+}
+
+// DegradeState lists the switch for the admin API.
+func (s *Service) DegradeState() (all bool, products []string) {
+	for p := range *s.degraded.Load() {
+		products = append(products, p)
+	}
+	return s.degradeAll.Load(), products
+}
+
+// RegisterMetrics exports the sale's counters.
+func (s *Service) RegisterMetrics(reg *metrics.Registry) {
+	reg.Register("flashgate_sale_attempts_total", "Purchase attempts (do) by outcome.", "counter", func(w *metrics.Writer) {
+		for i := range s.outcomes {
+			w.Value(float64(s.outcomes[i].Value()), metrics.Label{Name: "outcome", Value: outcomeNames[i]})
+		}
+	})
+	reg.Register("flashgate_sale_hotspots_total", "Times a product crossed the hotspot threshold.", "counter", func(w *metrics.Writer) {
+		w.Value(float64(s.hotspots.Value()))
+	})
+	reg.Register("flashgate_sale_hotspot", "1 while a product is a hotspot on this edge.", "gauge", func(w *metrics.Writer) {
+		for _, e := range s.Activities.List() {
+			v := 0.0
+			if e.Hot() {
+				v = 1
+			}
+			w.Value(v, metrics.Label{Name: "product", Value: e.ProductID})
+		}
+	})
+	reg.Register("flashgate_sale_sold_out", "1 while the product's local sold-out flag is set.", "gauge", func(w *metrics.Writer) {
+		for _, e := range s.Activities.List() {
+			v := 0.0
+			if e.SoldOut() {
+				v = 1
+			}
+			w.Value(v, metrics.Label{Name: "product", Value: e.ProductID})
+		}
+	})
+	reg.Register("flashgate_sale_stock_remaining", "Stock left as last seen by this edge.", "gauge", func(w *metrics.Writer) {
+		for _, e := range s.Activities.List() {
+			w.Value(float64(e.Remaining()), metrics.Label{Name: "product", Value: e.ProductID})
+		}
+	})
+	reg.Register("flashgate_redis_breaker_state", "Circuit breaker on Redis: 0 closed, 1 open, 2 half-open.", "gauge", func(w *metrics.Writer) {
+		w.Value(float64(s.Breaker.State()))
+	})
+	reg.Register("flashgate_redis_breaker_transitions_total", "Circuit breaker state changes.", "counter", func(w *metrics.Writer) {
+		w.Value(float64(s.Breaker.Transition.Load()))
+	})
+	reg.Register("flashgate_sale_degraded", "1 when the degrade switch is on (product \"*\" = all).", "gauge", func(w *metrics.Writer) {
+		all, ps := s.DegradeState()
+		v := 0.0
+		if all {
+			v = 1
+		}
+		w.Value(v, metrics.Label{Name: "product", Value: "*"})
+		for _, p := range ps {
+			w.Value(1, metrics.Label{Name: "product", Value: p})
+		}
+	})
+	reg.Register("flashgate_redis_script_calls_total", "Deduction script calls and the attempts they carried (group commit).", "counter", func(w *metrics.Writer) {
+		calls, attempts := s.Store.Stats()
+		w.Value(float64(calls), metrics.Label{Name: "what", Value: "calls"})
+		w.Value(float64(attempts), metrics.Label{Name: "what", Value: "attempts"})
+	})
+}
