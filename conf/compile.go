@@ -6,10 +6,10 @@ import (
 
 	"flashgate/activity"
 	"flashgate/conf/field"
+	"flashgate/filters"
 	"flashgate/ptoken"
 	"flashgate/sale"
 	"flashgate/session"
-	"flashgate/filters"
 	"flashgate/static"
 	"flashgate/upstream"
 )

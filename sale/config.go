@@ -207,4 +207,3 @@ func secret(s string) ([]byte, error) {
 	}
 	return []byte(v), nil
 }
-
