@@ -1,0 +1,91 @@
+package orders
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+)
+
+// Version is the schema version written in every event ("v"). Consumers
+// refuse versions they do not know (dead-letter) rather than guess.
+const Version = 1
+
+// Event types.
+const (
+	TypeOrder   = "order"   // a successful deduction: store the order
+	TypeRelease = "release" // the order's units went back to stock: mark it released
+)
+
+// Event is one message on the orders topic, keyed by order id, JSON:
+//
+//	{"v":1,"type":"order","orderId":"120850008860790784","productId":"p1",
+//	 "userId":"alice","quantity":1,"priceCents":9900,"createdMs":1796038487397,
+//	 "edge":1}
+//
+// orderId is a decimal string so that no consumer loses precision on a
+// 64-bit id. A release carries the same fields as the order it releases,
+// plus releasedMs.
+type Event struct {
+	V          int    `json:"v"`
+	Type       string `json:"type"`
+	OrderID    int64  `json:"orderId,string"`
+	ProductID  string `json:"productId"`
+	UserID     string `json:"userId"`
+	Qty        int    `json:"quantity"`
+	PriceCents int64  `json:"priceCents"`
+	CreatedMs  int64  `json:"createdMs"`
+	Edge       int    `json:"edge"`
+	ReleasedMs int64  `json:"releasedMs,omitempty"`
+}
+
+// Key is the Kafka message key: the order id, so all events of one order
+// land in one partition, in order.
+func (e *Event) Key() []byte { return strconv.AppendInt(nil, e.OrderID, 10) }
+
+// Encode renders the event.
+func (e *Event) Encode() ([]byte, error) {
+	if err := e.Validate(); err != nil {
+		return nil, err
+	}
+	return json.Marshal(e)
+}
+
+// ErrMalformed wraps every decoding failure; such events go to the
+// dead-letter topic.
+var ErrMalformed = errors.New("orders: malformed event")
+
+// Decode parses and validates one event.
+func Decode(b []byte) (Event, error) {
+	var e Event
+	if err := json.Unmarshal(b, &e); err != nil {
+		return Event{}, fmt.Errorf("%w: %v", ErrMalformed, err)
+	}
+	if err := e.Validate(); err != nil {
+		return Event{}, err
+	}
+	return e, nil
+}
+
+// Validate checks the fields every consumer relies on.
+func (e *Event) Validate() error {
+	switch {
+	case e.V != Version:
+		return fmt.Errorf("%w: unknown schema version %d", ErrMalformed, e.V)
+	case e.Type != TypeOrder && e.Type != TypeRelease:
+		return fmt.Errorf("%w: unknown type %q", ErrMalformed, e.Type)
+	case e.OrderID <= 0:
+		return fmt.Errorf("%w: orderId must be positive", ErrMalformed)
+	case e.ProductID == "" || len(e.ProductID) > 64:
+		return fmt.Errorf("%w: productId", ErrMalformed)
+	case e.UserID == "" || len(e.UserID) > 64:
+		return fmt.Errorf("%w: userId", ErrMalformed)
+	case e.Qty < 1 || e.Qty > 1000:
+		return fmt.Errorf("%w: quantity %d", ErrMalformed, e.Qty)
+	case e.PriceCents < 0:
+		return fmt.Errorf("%w: priceCents %d", ErrMalformed, e.PriceCents)
+	case e.CreatedMs <= 0:
+		return fmt.Errorf("%w: createdMs", ErrMalformed)
+	}
+	return nil
+}
