@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"bytes"
 	"crypto/subtle"
 	"encoding/json"
 	"strings"
@@ -63,7 +64,9 @@ func (s *Server) handleAdmin(ctx *fasthttp.RequestCtx) {
 		ctx.SetContentType("application/yaml; charset=utf-8")
 		ctx.SetBody(out)
 	default:
-		writeError(ctx, fasthttp.StatusNotFound, errNotFound)
+		if !s.handleAdminSale(ctx, path) {
+			writeError(ctx, fasthttp.StatusNotFound, errNotFound)
+		}
 	}
 }
 
@@ -74,6 +77,8 @@ func authorized(ctx *fasthttp.RequestCtx, token string) bool {
 	got, ok := strings.CutPrefix(string(ctx.Request.Header.Peek(fasthttp.HeaderAuthorization)), "Bearer ")
 	return ok && subtle.ConstantTimeCompare([]byte(got), []byte(token)) == 1
 }
+
+func bytesReader(b []byte) *bytes.Reader { return bytes.NewReader(b) }
 
 func writeJSON(ctx *fasthttp.RequestCtx, v any) {
 	ctx.SetContentType("application/json")

@@ -1,0 +1,176 @@
+package proxy
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"time"
+
+	"github.com/valyala/fasthttp"
+
+	"flashgate/activity"
+	"flashgate/stock"
+)
+
+// adminBodyLimit bounds admin JSON bodies.
+const adminBodyLimit = 64 << 10
+
+// handleAdminSale serves the sale's admin calls; it reports false for
+// paths it does not know.
+func (s *Server) handleAdminSale(ctx *fasthttp.RequestCtx, path string) bool {
+	actx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	switch path {
+	case "/admin/activities":
+		if ctx.IsGet() {
+			s.listActivities(ctx)
+			return true
+		}
+		if !s.requirePost(ctx) {
+			return true
+		}
+		var c activity.Config
+		if !decodeAdmin(ctx, &c) {
+			return true
+		}
+		a, errs := c.Build(time.Unix(0, s.opts.Now()))
+		if len(errs) > 0 {
+			adminError(ctx, fasthttp.StatusBadRequest, errs.Error())
+			return true
+		}
+		s.audit(ctx, "put_activity", "product", a.ProductID, "stock", a.Stock, "limit", a.Limit, "start_ms", a.StartMs, "end_ms", a.EndMs)
+		if err := s.sale.PutActivity(actx, a); err != nil {
+			adminError(ctx, fasthttp.StatusServiceUnavailable, err.Error())
+			return true
+		}
+		writeJSON(ctx, map[string]any{"ok": true, "productId": a.ProductID})
+	case "/admin/restock":
+		if !s.requirePost(ctx) {
+			return true
+		}
+		var req struct {
+			ProductID string `json:"productId"`
+			Add       int64  `json:"add"`
+		}
+		if !decodeAdmin(ctx, &req) {
+			return true
+		}
+		if !activity.ValidProductID(req.ProductID) || req.Add <= 0 || req.Add > 1e9 {
+			adminError(ctx, fasthttp.StatusBadRequest, "productId must be a valid id and add a whole number from 1 to 1000000000")
+			return true
+		}
+		s.audit(ctx, "restock", "product", req.ProductID, "add", req.Add)
+		n, err := s.sale.Restock(actx, req.ProductID, req.Add)
+		if err != nil {
+			status := fasthttp.StatusServiceUnavailable
+			if errors.Is(err, stock.ErrNotWarmed) {
+				status = fasthttp.StatusNotFound
+			}
+			adminError(ctx, status, err.Error())
+			return true
+		}
+		writeJSON(ctx, map[string]any{"ok": true, "productId": req.ProductID, "stock": n})
+	case "/admin/degrade":
+		if ctx.IsGet() {
+			all, products := s.sale.DegradeState()
+			writeJSON(ctx, map[string]any{"all": all, "products": products})
+			return true
+		}
+		if !s.requirePost(ctx) {
+			return true
+		}
+		var req struct {
+			ProductID string `json:"productId"`
+			On        *bool  `json:"on"`
+		}
+		if !decodeAdmin(ctx, &req) {
+			return true
+		}
+		if req.On == nil || (req.ProductID != "" && !activity.ValidProductID(req.ProductID)) {
+			adminError(ctx, fasthttp.StatusBadRequest, `send {"productId": "p1" or "" for all, "on": true|false}`)
+			return true
+		}
+		s.audit(ctx, "degrade", "product", req.ProductID, "on", *req.On)
+		s.sale.SetDegraded(req.ProductID, *req.On)
+		all, products := s.sale.DegradeState()
+		writeJSON(ctx, map[string]any{"ok": true, "all": all, "products": products})
+	default:
+		return false
+	}
+	return true
+}
+
+func (s *Server) listActivities(ctx *fasthttp.RequestCtx) {
+	nowMs := s.opts.Now() / 1e6
+	type item struct {
+		ProductID string `json:"productId"`
+		Name      string `json:"name"`
+		Price     string `json:"price"`
+		Status    string `json:"status"`
+		Stock     int64  `json:"stock"`
+		Remaining int64  `json:"remaining"`
+		Limit     int    `json:"limit"`
+		StartMs   int64  `json:"startMs"`
+		EndMs     int64  `json:"endMs"`
+		SoldOut   bool   `json:"soldOut"`
+		Hot       bool   `json:"hot"`
+		Degraded  bool   `json:"degraded"`
+	}
+	out := []item{}
+	for _, e := range s.env.Activities.List() {
+		out = append(out, item{
+			ProductID: e.ProductID, Name: e.Name, Price: string(activity.AppendPrice(nil, e.PriceCents)),
+			Status: e.PhaseAt(nowMs, e.SoldOut()).String(), Stock: e.Stock, Remaining: e.Remaining(),
+			Limit: e.Limit, StartMs: e.StartMs, EndMs: e.EndMs, SoldOut: e.SoldOut(), Hot: e.Hot(),
+			Degraded: s.sale.Degraded([]byte(e.ProductID)),
+		})
+	}
+	writeJSON(ctx, out)
+}
+
+func (s *Server) requirePost(ctx *fasthttp.RequestCtx) bool {
+	if ctx.IsPost() {
+		return true
+	}
+	ctx.Response.Header.Set(fasthttp.HeaderAllow, "POST")
+	writeError(ctx, fasthttp.StatusMethodNotAllowed, errMethod)
+	return false
+}
+
+// audit logs an admin action: who (the caller's address; every caller
+// holds the one admin token) and what.
+func (s *Server) audit(ctx *fasthttp.RequestCtx, action string, kv ...any) {
+	args := append([]any{"action", action, "remote", ctx.RemoteIP().String()}, kv...)
+	s.log.Info("admin action", args...)
+}
+
+func decodeAdmin(ctx *fasthttp.RequestCtx, v any) bool {
+	body := ctx.PostBody()
+	if len(body) > adminBodyLimit {
+		adminError(ctx, fasthttp.StatusRequestEntityTooLarge, "body too large")
+		return false
+	}
+	dec := json.NewDecoder(bytesReader(body))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		adminError(ctx, fasthttp.StatusBadRequest, "malformed JSON: "+err.Error())
+		return false
+	}
+	return true
+}
+
+func adminError(ctx *fasthttp.RequestCtx, status int, msg string) {
+	ctx.SetStatusCode(status)
+	code := "BAD_REQUEST"
+	switch status {
+	case fasthttp.StatusNotFound:
+		code = "NOT_FOUND"
+	case fasthttp.StatusServiceUnavailable:
+		code = "DEGRADED"
+	case fasthttp.StatusRequestEntityTooLarge:
+		code = "TOO_LARGE"
+	}
+	b, _ := json.Marshal(map[string]string{"code": code, "message": msg})
+	ctx.SetContentType("application/json")
+	ctx.SetBody(b)
+}
