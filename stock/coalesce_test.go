@@ -75,7 +75,8 @@ func waitFor(t *testing.T, cond func() bool) {
 }
 
 // TestDeductAllocs guards the hot path's allocations: what remains is
-// rueidis' reply array (one per script call).
+// rueidis' reply array (one per script call) and, per successful attempt,
+// the outbox entry id string rueidis reads (Outcome.OutboxID).
 func TestDeductAllocs(t *testing.T) {
 	if raceEnabled {
 		t.Skip("sync.Pool drops items under -race")

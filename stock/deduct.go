@@ -66,6 +66,11 @@ type Attempt struct {
 type Outcome struct {
 	Code      Code
 	Remaining int64
+	// OutboxID is the id of the outbox stream entry ("<ms>-<seq>") that a
+	// successful deduction wrote, "" for any other code. Once Kafka has
+	// acknowledged the order event, the edge removes the entry with
+	// AckOutbox; an entry left behind is re-sent by the outbox relay.
+	OutboxID string
 }
 
 // product is the per-product coalescer plus its pre-built keys.
@@ -319,8 +324,16 @@ func (s *Store) parse(b *batch, resp rueidis.RedisResult) error {
 		return fmt.Errorf("%w: %w", ErrUnknown, err)
 	}
 	for i, c := range b.send {
-		code, err := arr[i+1].AsInt64()
-		if err != nil || code < 0 || code >= int64(len(codeNames)) {
+		r := &arr[i+1]
+		if r.IsString() {
+			// OK: the reply is the outbox entry id. ToString hands out the
+			// reply's own string; the only allocation is rueidis' read.
+			id, _ := r.ToString()
+			c.out = Outcome{Code: OK, Remaining: rem, OutboxID: id}
+			continue
+		}
+		code, err := r.AsInt64()
+		if err != nil || code <= int64(OK) || code >= int64(len(codeNames)) {
 			return fmt.Errorf("%w: deduct script code %d (%v)", ErrUnknown, code, err)
 		}
 		c.out = Outcome{Code: Code(code), Remaining: rem}

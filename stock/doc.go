@@ -10,6 +10,10 @@
 //   - The outbox entry is written by the same script as the deduction, with
 //     the buyer count, the used token and the pending order: a crash cannot
 //     separate them.
+//   - A successful attempt's Outcome carries the id of its outbox entry;
+//     the edge removes the entry with AckOutbox once Kafka acknowledged the
+//     order event, and the outbox relay (package orders, consumer group
+//     RelayGroup) re-sends whatever is left.
 //   - Redis may lose its memory. A missing stock key means "not warmed" and
 //     closes the sale (NOT_READY); it is never read as 0 or as stock, and
 //     neither release nor restock recreates it.

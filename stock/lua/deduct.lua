@@ -9,9 +9,12 @@
 -- ARGV[1] product   ARGV[2] buyer grace ms (after the sale end)   ARGV[3] order TTL ms
 -- then per attempt: ARGV[4+8i..11+8i] = user qty limit orderId price nowMs tokenTTLms node
 --
--- Returns {remaining, code_1, ..., code_N}; remaining is the stock after the
--- whole batch, -1 when the sale is not warmed.
--- Codes: 0 OK, 1 SOLD_OUT, 2 LIMIT_REACHED, 3 BAD_TOKEN, 4 NOT_READY.
+-- Returns {remaining, r_1, ..., r_N}; remaining is the stock after the
+-- whole batch, -1 when the sale is not warmed. r_i is the outbox entry id
+-- (a string, "<ms>-<seq>") for a successful attempt, so that the edge can
+-- delete the entry once Kafka acknowledged the order; otherwise an integer
+-- code: 1 SOLD_OUT, 2 LIMIT_REACHED, 3 BAD_TOKEN, 4 NOT_READY (0, OK, is
+-- never returned: an OK is its entry id).
 -- Checks per attempt, in order: enough stock for qty, token unused, limit.
 -- (SOLD_OUT wins over BAD_TOKEN/LIMIT_REACHED: all three write nothing.)
 local n = (#KEYS - 3) / 3
@@ -64,7 +67,7 @@ for i = 0, n - 1 do
       redis.call('HSET', KEYS[k + 1], 'state', 'pending', 'user', user, 'qty', ARGV[a + 1],
         'price', ARGV[a + 4], 'created', ARGV[a + 5], 'node', ARGV[a + 7])
       redis.call('PEXPIRE', KEYS[k + 1], ottl)
-      redis.call('XADD', KEYS[2], '*', 'order', ARGV[a + 3], 'product', product, 'user', user,
+      code = redis.call('XADD', KEYS[2], '*', 'order', ARGV[a + 3], 'product', product, 'user', user,
         'qty', ARGV[a + 1], 'price', ARGV[a + 4], 'created', ARGV[a + 5], 'node', ARGV[a + 7])
     end
   end
