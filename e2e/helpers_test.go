@@ -159,8 +159,7 @@ func startEdgeFile(t *testing.T, path string) *edge {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e := &edge{t: t, srv: srv, addr: ln.Addr().String(), admin: aln.Addr().String(), cfg: path,
-		api: &fasthttp.Client{MaxConnsPerHost: 4096, ReadTimeout: 10 * time.Second, WriteTimeout: 10 * time.Second}}
+	e := &edge{t: t, srv: srv, addr: ln.Addr().String(), admin: aln.Addr().String(), cfg: path, api: newAPIClient()}
 	done := make(chan error, 1)
 	go func() { done <- srv.Serve(ln, aln) }()
 	t.Cleanup(func() {
@@ -168,6 +167,10 @@ func startEdgeFile(t *testing.T, path string) *edge {
 		e.api.CloseIdleConnections()
 	})
 	return e
+}
+
+func newAPIClient() *fasthttp.Client {
+	return &fasthttp.Client{MaxConnsPerHost: 4096, ReadTimeout: 10 * time.Second, WriteTimeout: 10 * time.Second}
 }
 
 // stop shuts the edge down (once).
