@@ -1,0 +1,314 @@
+package orderstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"regexp"
+	"strings"
+	"time"
+
+	"github.com/ClickHouse/clickhouse-go/v2"
+	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
+	"github.com/shopspring/decimal"
+)
+
+// Table is the table's name.
+const Table = "seckill_order"
+
+// column is one column of the expected schema, with its type spelled the
+// way system.columns spells it.
+type column struct{ name, typ string }
+
+// schema is seckill_order's columns, in order. Changing it needs a
+// migration: OpenClickHouse refuses a table that differs.
+var schema = []column{
+	{"order_id", "UInt64"},
+	{"product_id", "String"},
+	{"user_id", "String"},
+	{"quantity", "UInt32"},
+	{"price", "Decimal(10, 2)"},
+	{"status", "UInt8"},
+	{"create_time", "DateTime"},
+	{"update_ms", "UInt64"},
+	{"edge", "UInt16"},
+}
+
+// engine is the table's engine; reads use FINAL to see one row per order.
+const (
+	engine   = "ReplacingMergeTree(update_ms)"
+	orderBy  = "ORDER BY (product_id, order_id)"
+	colsList = "order_id, product_id, user_id, quantity, price, status, create_time, update_ms, edge"
+)
+
+func createTableSQL(db string) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "CREATE TABLE IF NOT EXISTS `%s`.%s (", db, Table)
+	for i, c := range schema {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		// Decimal(10, 2) is accepted with the space by every version.
+		b.WriteString(c.name + " " + c.typ)
+	}
+	b.WriteString(") ENGINE = " + engine + " " + orderBy)
+	return b.String()
+}
+
+// ClickHouseOptions tune OpenClickHouse. The zero value is usable.
+type ClickHouseOptions struct {
+	Username, Password string // default user "default", no password
+	// DialTimeout bounds a connection attempt (default 2s): while
+	// ClickHouse is down, each retry of the consumer fails this fast.
+	DialTimeout time.Duration
+	// Timeout bounds each call (default 30s).
+	Timeout time.Duration
+	// MaxOpenConns caps the pool (default 4).
+	MaxOpenConns int
+}
+
+// SchemaError is a seckill_order table that exists with another schema.
+// Problems names each missing or mistyped column (and a wrong engine).
+type SchemaError struct {
+	Table    string
+	Problems []string
+}
+
+func (e *SchemaError) Error() string {
+	return fmt.Sprintf("table %s has the wrong schema (%d problem(s)): %s; migrate or drop it",
+		e.Table, len(e.Problems), strings.Join(e.Problems, "; "))
+}
+
+// ClickHouse is the Store on a ClickHouse server (native protocol).
+type ClickHouse struct {
+	conn    driver.Conn
+	db      string
+	timeout time.Duration
+	table   string // `db`.seckill_order
+}
+
+var identRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,63}$`)
+
+// OpenClickHouse connects to addr (host:port of the native protocol,
+// several comma-separated for failover), creates the database and the table
+// if missing, and checks that an existing table has the expected schema:
+// a mismatch is a *SchemaError naming every wrong column.
+func OpenClickHouse(ctx context.Context, addr, database string, opts ClickHouseOptions) (*ClickHouse, error) {
+	if database == "" {
+		database = "default"
+	}
+	if !identRE.MatchString(database) {
+		return nil, fmt.Errorf("orderstore: database name %q: letters, digits and _ only", database)
+	}
+	if opts.DialTimeout <= 0 {
+		opts.DialTimeout = 2 * time.Second
+	}
+	if opts.Timeout <= 0 {
+		opts.Timeout = 30 * time.Second
+	}
+	if opts.MaxOpenConns <= 0 {
+		opts.MaxOpenConns = 4
+	}
+	if opts.Username == "" {
+		opts.Username = "default"
+	}
+	conn, err := clickhouse.Open(&clickhouse.Options{
+		Protocol: clickhouse.Native, // the HTTP protocol does not work with 18.16
+		Addr:     strings.Split(addr, ","),
+		// The database is created below: connect to one that exists.
+		Auth:         clickhouse.Auth{Database: "default", Username: opts.Username, Password: opts.Password},
+		DialTimeout:  opts.DialTimeout,
+		ReadTimeout:  opts.Timeout,
+		MaxOpenConns: opts.MaxOpenConns,
+		MaxIdleConns: opts.MaxOpenConns,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("orderstore: clickhouse %s: %w", addr, err)
+	}
+	s := &ClickHouse{conn: conn, db: database, timeout: opts.Timeout, table: "`" + database + "`." + Table}
+	if err := s.setup(ctx); err != nil {
+		conn.Close()
+		return nil, fmt.Errorf("orderstore: clickhouse %s: %w", addr, err)
+	}
+	return s, nil
+}
+
+func (s *ClickHouse) setup(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, s.timeout)
+	defer cancel()
+	if err := s.conn.Exec(ctx, "CREATE DATABASE IF NOT EXISTS `"+s.db+"`"); err != nil {
+		return err
+	}
+	if err := s.conn.Exec(ctx, createTableSQL(s.db)); err != nil {
+		return err
+	}
+	return s.checkSchema(ctx)
+}
+
+func (s *ClickHouse) checkSchema(ctx context.Context) error {
+	rows, err := s.conn.Query(ctx, "SELECT name, type FROM system.columns WHERE database = ? AND table = ?", s.db, Table)
+	if err != nil {
+		return fmt.Errorf("read schema: %w", err)
+	}
+	have := map[string]string{}
+	for rows.Next() {
+		var name, typ string
+		if err := rows.Scan(&name, &typ); err != nil {
+			rows.Close()
+			return fmt.Errorf("read schema: %w", err)
+		}
+		have[name] = typ
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("read schema: %w", err)
+	}
+	var problems []string
+	for _, c := range schema {
+		typ, ok := have[c.name]
+		switch {
+		case !ok:
+			problems = append(problems, "column "+c.name+" is missing (want "+c.typ+")")
+		case strings.ReplaceAll(typ, " ", "") != strings.ReplaceAll(c.typ, " ", ""):
+			problems = append(problems, "column "+c.name+" is "+typ+", want "+c.typ)
+		}
+	}
+	var eng, full string
+	if err := s.conn.QueryRow(ctx, "SELECT engine, engine_full FROM system.tables WHERE database = ? AND name = ?", s.db, Table).Scan(&eng, &full); err != nil {
+		return fmt.Errorf("read engine: %w", err)
+	}
+	// A plain MergeTree would keep every redelivered event as a row.
+	if eng != "ReplacingMergeTree" || !strings.Contains(full, engine) || !strings.Contains(full, orderBy) {
+		problems = append(problems, "engine is "+full+", want "+engine+" "+orderBy)
+	}
+	if len(problems) > 0 {
+		return &SchemaError{Table: s.db + "." + Table, Problems: problems}
+	}
+	return nil
+}
+
+// Insert stores rows in one batch (one INSERT with named columns over the
+// native protocol).
+func (s *ClickHouse) Insert(ctx context.Context, rows []Row) error {
+	if len(rows) == 0 {
+		return nil
+	}
+	for i := range rows {
+		if err := rows[i].Validate(); err != nil {
+			return err
+		}
+	}
+	ctx, cancel := context.WithTimeout(ctx, s.timeout)
+	defer cancel()
+	b, err := s.conn.PrepareBatch(ctx, "INSERT INTO "+s.table+" ("+colsList+")")
+	if err != nil {
+		return fmt.Errorf("orderstore: insert: %w", err)
+	}
+	defer b.Abort() //nolint:errcheck // a no-op once sent
+	for i := range rows {
+		r := &rows[i]
+		if err := b.Append(uint64(r.OrderID), r.ProductID, r.UserID, uint32(r.Qty),
+			decimal.New(r.PriceCents, -2), r.Status, time.UnixMilli(r.CreatedMs).Truncate(time.Second),
+			uint64(r.UpdatedMs), uint16(r.Edge)); err != nil {
+			return fmt.Errorf("orderstore: insert: %w", err)
+		}
+	}
+	if err := b.Send(); err != nil {
+		return fmt.Errorf("orderstore: insert %d rows: %w", len(rows), err)
+	}
+	return nil
+}
+
+// Get reads the newest row of one order.
+func (s *ClickHouse) Get(ctx context.Context, productID string, orderID int64) (Row, bool, error) {
+	ctx, cancel := context.WithTimeout(ctx, s.timeout)
+	defer cancel()
+	rows, err := s.conn.Query(ctx, "SELECT "+colsList+" FROM "+s.table+" FINAL WHERE product_id = ? AND order_id = ?",
+		productID, uint64(orderID))
+	if err != nil {
+		return Row{}, false, fmt.Errorf("orderstore: get %s/%d: %w", productID, orderID, err)
+	}
+	defer rows.Close()
+	if !rows.Next() {
+		return Row{}, false, rows.Err()
+	}
+	var (
+		id, upd uint64
+		qty     uint32
+		price   decimal.Decimal
+		created time.Time
+		edge    uint16
+		r       Row
+	)
+	if err := rows.Scan(&id, &r.ProductID, &r.UserID, &qty, &price, &r.Status, &created, &upd, &edge); err != nil {
+		return Row{}, false, fmt.Errorf("orderstore: get %s/%d: %w", productID, orderID, err)
+	}
+	r.OrderID, r.Qty, r.PriceCents = int64(id), int(qty), price.Shift(2).IntPart()
+	r.CreatedMs, r.UpdatedMs, r.Edge = created.UnixMilli(), int64(upd), int(edge)
+	return r, true, nil
+}
+
+// Totals counts one product's orders after FINAL.
+func (s *ClickHouse) Totals(ctx context.Context, productID string) (Totals, error) {
+	ctx, cancel := context.WithTimeout(ctx, s.timeout)
+	defer cancel()
+	var t Totals
+	// toInt64 everywhere: the driver scans only into the exact Go type,
+	// and count()/sum() types differ between versions.
+	err := s.conn.QueryRow(ctx, "SELECT toInt64(countIf(status = 1)), toInt64(sumIf(quantity, status = 1)), "+
+		"toInt64(countIf(status = 2)), toInt64(sumIf(quantity, status = 2)), toInt64(count()) - toInt64(uniqExact(order_id)) "+
+		"FROM "+s.table+" FINAL WHERE product_id = ?", productID).
+		Scan(&t.Orders, &t.Units, &t.ReleasedOrders, &t.ReleasedUnits, &t.Duplicates)
+	if err != nil {
+		return Totals{}, fmt.Errorf("orderstore: totals %s: %w", productID, err)
+	}
+	if t.Orders == 0 {
+		return t, nil
+	}
+	rows, err := s.conn.Query(ctx, "SELECT user_id, toInt64(sum(quantity)) AS u FROM "+s.table+
+		" FINAL WHERE product_id = ? AND status = 1 GROUP BY user_id ORDER BY u DESC, user_id LIMIT 1", productID)
+	if err != nil {
+		return Totals{}, fmt.Errorf("orderstore: totals %s: %w", productID, err)
+	}
+	defer rows.Close()
+	if rows.Next() {
+		if err := rows.Scan(&t.MaxUser, &t.MaxUserUnits); err != nil {
+			return Totals{}, fmt.Errorf("orderstore: totals %s: %w", productID, err)
+		}
+	}
+	return t, rows.Err()
+}
+
+// Products lists the products with at least one row.
+func (s *ClickHouse) Products(ctx context.Context) ([]string, error) {
+	ctx, cancel := context.WithTimeout(ctx, s.timeout)
+	defer cancel()
+	rows, err := s.conn.Query(ctx, "SELECT DISTINCT product_id FROM "+s.table+" ORDER BY product_id")
+	if err != nil {
+		return nil, fmt.Errorf("orderstore: products: %w", err)
+	}
+	defer rows.Close()
+	var out []string
+	for rows.Next() {
+		var p string
+		if err := rows.Scan(&p); err != nil {
+			return nil, fmt.Errorf("orderstore: products: %w", err)
+		}
+		out = append(out, p)
+	}
+	return out, rows.Err()
+}
+
+// Ping checks that ClickHouse answers.
+func (s *ClickHouse) Ping(ctx context.Context) error { return s.conn.Ping(ctx) }
+
+// Close closes the connection pool.
+func (s *ClickHouse) Close() error { return s.conn.Close() }
+
+var _ Store = (*ClickHouse)(nil)
+
+// IsSchemaError reports whether err is a wrong-schema refusal.
+func IsSchemaError(err error) bool {
+	var se *SchemaError
+	return errors.As(err, &se)
+}

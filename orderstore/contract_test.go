@@ -1,0 +1,152 @@
+package orderstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"reflect"
+	"testing"
+	"time"
+
+	"flashgate/orders"
+)
+
+// contract is run against every Store implementation: open returns a fresh,
+// empty store; reopen (may be nil) closes and opens the same one again.
+func contract(t *testing.T, open func(t *testing.T) (s Store, reopen func() Store)) {
+	ctx := context.Background()
+	base := time.Date(2026, 11, 11, 0, 0, 0, 0, time.UTC).UnixMilli() + 123
+	row := func(id int64, p, u string, qty int) Row {
+		return Row{OrderID: id, ProductID: p, UserID: u, Qty: qty, PriceCents: 9900, Status: StatusStored,
+			CreatedMs: base + id, UpdatedMs: base + id, Edge: 3}
+	}
+	same := func(t *testing.T, got, want Row) {
+		t.Helper()
+		// ClickHouse keeps create_time to the second.
+		if got.CreatedMs/1000 != want.CreatedMs/1000 {
+			t.Errorf("created %d, want %d (seconds)", got.CreatedMs, want.CreatedMs)
+		}
+		got.CreatedMs, want.CreatedMs = 0, 0
+		if got != want {
+			t.Errorf("row\n got %+v\nwant %+v", got, want)
+		}
+	}
+	totals := func(t *testing.T, s Store, p string, want Totals) {
+		t.Helper()
+		got, err := s.Totals(ctx, p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got != want {
+			t.Errorf("totals %s\n got %+v\nwant %+v", p, got, want)
+		}
+	}
+
+	t.Run("InsertGetTotals", func(t *testing.T) {
+		s, _ := open(t)
+		big := row(1<<62+5, "p1", "bob", 2) // ids use all 63 bits
+		big.PriceCents = maxPriceCents - 1
+		big.CreatedMs, big.UpdatedMs = base, base
+		rows := []Row{row(1, "p1", "alice", 1), row(2, "p1", "alice", 2), big, row(3, "p2", "carol", 1)}
+		if err := s.Insert(ctx, rows); err != nil {
+			t.Fatal(err)
+		}
+		for _, r := range rows {
+			got, ok, err := s.Get(ctx, r.ProductID, r.OrderID)
+			if err != nil || !ok {
+				t.Fatalf("get %d: %v %v", r.OrderID, ok, err)
+			}
+			same(t, got, r)
+		}
+		if _, ok, err := s.Get(ctx, "p2", 1); ok || err != nil {
+			t.Fatalf("order 1 is p1's, not p2's: %v %v", ok, err)
+		}
+		totals(t, s, "p1", Totals{Orders: 3, Units: 5, MaxUser: "alice", MaxUserUnits: 3})
+		totals(t, s, "p2", Totals{Orders: 1, Units: 1, MaxUser: "carol", MaxUserUnits: 1})
+		totals(t, s, "nope", Totals{})
+		ps, err := s.Products(ctx)
+		if err != nil || !reflect.DeepEqual(ps, []string{"p1", "p2"}) {
+			t.Fatalf("products %v %v", ps, err)
+		}
+	})
+
+	t.Run("RedeliveredEventIsOneRow", func(t *testing.T) {
+		s, _ := open(t)
+		r := row(10, "p1", "u", 1)
+		// Twice in one batch and once more in another: kafka-go retries.
+		if err := s.Insert(ctx, []Row{r, r}); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Insert(ctx, []Row{r}); err != nil {
+			t.Fatal(err)
+		}
+		totals(t, s, "p1", Totals{Orders: 1, Units: 1, MaxUser: "u", MaxUserUnits: 1})
+	})
+
+	t.Run("ReleaseReplacesOrderOnce", func(t *testing.T) {
+		s, _ := open(t)
+		e := orders.Event{V: 1, Type: orders.TypeOrder, OrderID: 20, ProductID: "p1", UserID: "u", Qty: 2, PriceCents: 100, CreatedMs: base, Edge: 1}
+		order := FromEvent(&e)
+		e.Type, e.ReleasedMs = orders.TypeRelease, base+5000
+		rel := FromEvent(&e)
+		if rel.Status != StatusReleased || rel.UpdatedMs != base+5000 {
+			t.Fatalf("release row %+v", rel)
+		}
+		for _, batch := range [][]Row{{order}, {rel}, {rel}, {order}} { // the order re-sent after its release
+			if err := s.Insert(ctx, batch); err != nil {
+				t.Fatal(err)
+			}
+		}
+		got, ok, err := s.Get(ctx, "p1", 20)
+		if err != nil || !ok || got.Status != StatusReleased {
+			t.Fatalf("get: %+v %v %v", got, ok, err)
+		}
+		totals(t, s, "p1", Totals{ReleasedOrders: 1, ReleasedUnits: 2})
+
+		// A release without releasedMs still beats its order.
+		e.OrderID, e.ReleasedMs = 21, 0
+		rel = FromEvent(&e)
+		e.Type = orders.TypeOrder
+		if err := s.Insert(ctx, []Row{rel, FromEvent(&e)}); err != nil {
+			t.Fatal(err)
+		}
+		totals(t, s, "p1", Totals{ReleasedOrders: 2, ReleasedUnits: 4})
+	})
+
+	t.Run("InvalidRowsAreRefused", func(t *testing.T) {
+		s, _ := open(t)
+		for _, mut := range []func(*Row){
+			func(r *Row) { r.OrderID = 0 },
+			func(r *Row) { r.PriceCents = maxPriceCents },
+			func(r *Row) { r.Status = 3 },
+			func(r *Row) { r.Edge = 70000 },
+			func(r *Row) { r.ProductID = "" },
+		} {
+			r := row(30, "p1", "u", 1)
+			mut(&r)
+			if err := s.Insert(ctx, []Row{row(31, "p1", "u", 1), r}); !errors.Is(err, ErrInvalidRow) {
+				t.Errorf("insert %+v: %v, want ErrInvalidRow", r, err)
+			}
+		}
+		totals(t, s, "p1", Totals{}) // nothing of a refused batch is stored
+	})
+
+	t.Run("ManyRows", func(t *testing.T) {
+		s, reopen := open(t)
+		var rows []Row
+		for i := range 5000 {
+			rows = append(rows, row(int64(100+i), "p3", fmt.Sprintf("u%d", i%100), 1+i%2))
+		}
+		for lo := 0; lo < len(rows); lo += 1000 {
+			if err := s.Insert(ctx, rows[lo:lo+1000]); err != nil {
+				t.Fatal(err)
+			}
+		}
+		want := Totals{Orders: 5000, Units: 7500, MaxUser: "u1", MaxUserUnits: 100}
+		totals(t, s, "p3", want)
+		if reopen != nil {
+			s = reopen()
+			totals(t, s, "p3", want)
+		}
+	})
+}

@@ -1,0 +1,25 @@
+// Package orderstore is the ledger of the sale: every order event the
+// consumer takes from Kafka becomes one row here, keyed by (product, order
+// id), and a release replaces its order's row. It is what reconcile checks
+// Redis against and what warm-up rebuilds a sale from when Redis lost its
+// memory (see Ledger).
+//
+// Two implementations pass the same contract tests:
+//
+//   - ClickHouse (OpenClickHouse): table seckill_order, a ReplacingMergeTree
+//     with version update_ms ordered by (product_id, order_id). A redelivered
+//     event inserts an identical row and a release inserts the same key with
+//     status 2 and a higher update_ms, so every query reads with FINAL and
+//     sees exactly one row per order, the newest. Inserting is therefore
+//     idempotent: the consumer retries a failed batch whole. SQL is kept to
+//     what ClickHouse 18.16 (Debian) and current releases both accept; the
+//     driver talks the native protocol and names the batch columns.
+//   - File (OpenFile): the zero-setup default when no ClickHouse address is
+//     configured. An append-only JSON-lines log, fsynced per Insert, loaded
+//     into memory at open with the same "highest update_ms wins" rule. It is
+//     for demos and single-node trials: one process at a time, the whole
+//     ledger in memory, the file never compacted.
+//
+// Row.CreatedMs is stored by ClickHouse as create_time DateTime, i.e. to the
+// second; update_ms keeps milliseconds.
+package orderstore

@@ -1,0 +1,41 @@
+package orderstore
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"sync/atomic"
+	"testing"
+
+	"flashgate/internal/chtest"
+)
+
+// ch is one clickhouse-server shared by the package's tests; each test
+// gets its own database.
+var ch *chtest.Server
+
+func TestMain(m *testing.M) {
+	var err error
+	if ch, err = chtest.Launch(""); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	fmt.Printf("clickhouse-server started in %v\n", ch.StartTook())
+	code := m.Run()
+	ch.Close()
+	os.Exit(code)
+}
+
+var dbSeq atomic.Int64
+
+func freshDB() string { return fmt.Sprintf("t%d", dbSeq.Add(1)) }
+
+func openCH(t testing.TB, db string) *ClickHouse {
+	t.Helper()
+	s, err := OpenClickHouse(context.Background(), ch.Addr(), db, ClickHouseOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
+}

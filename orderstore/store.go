@@ -1,0 +1,147 @@
+package orderstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"flashgate/orders"
+)
+
+// Row statuses.
+const (
+	StatusStored   uint8 = 1 // the order is stored: the shopper's purchase succeeded
+	StatusReleased uint8 = 2 // the order's units went back to stock
+)
+
+// Row is one order as stored. PriceCents is the unit price.
+type Row struct {
+	OrderID    int64
+	ProductID  string
+	UserID     string
+	Qty        int
+	PriceCents int64
+	Status     uint8
+	CreatedMs  int64 // ClickHouse keeps seconds (create_time DateTime)
+	UpdatedMs  int64 // the version: the newest row of an order wins
+	Edge       int
+}
+
+// Totals are one product's counts after FINAL (one row per order).
+type Totals struct {
+	Orders, Units                 int64 // status 1
+	ReleasedOrders, ReleasedUnits int64 // status 2
+	// Duplicates is the number of rows beyond one per order id; the
+	// table's key makes it 0 unless the table is broken. Reconcile
+	// reports it.
+	Duplicates int64
+	// MaxUser is the user with the most units in status-1 rows and
+	// MaxUserUnits those units ("" and 0 without orders); reconcile
+	// compares them with the sale's per-user limit.
+	MaxUser      string
+	MaxUserUnits int64
+}
+
+// Store is the order ledger. Implementations are safe for concurrent use.
+type Store interface {
+	// Insert stores rows. It is idempotent: inserting a row again, or an
+	// older version of an order, changes nothing anyone reads. On error
+	// some rows may be stored; the caller retries the whole batch.
+	Insert(ctx context.Context, rows []Row) error
+	// Get reads the newest row of one order.
+	Get(ctx context.Context, productID string, orderID int64) (Row, bool, error)
+	// Totals counts one product's orders by status.
+	Totals(ctx context.Context, productID string) (Totals, error)
+	// Products lists the products with at least one row, sorted.
+	Products(ctx context.Context) ([]string, error)
+	Close() error
+}
+
+// ErrInvalidRow wraps every row a store refuses; retrying cannot help, the
+// consumer dead-letters the event.
+var ErrInvalidRow = errors.New("orderstore: invalid row")
+
+// maxPriceCents is the first price Decimal(10,2) cannot hold.
+const maxPriceCents = 10_000_000_000
+
+// Validate checks that the row fits the schema.
+func (r *Row) Validate() error {
+	switch {
+	case r.OrderID <= 0:
+		return fmt.Errorf("%w: order id %d", ErrInvalidRow, r.OrderID)
+	case r.ProductID == "" || r.UserID == "":
+		return fmt.Errorf("%w: order %d: empty product or user", ErrInvalidRow, r.OrderID)
+	case r.Qty < 1 || r.Qty > 1<<31:
+		return fmt.Errorf("%w: order %d: quantity %d", ErrInvalidRow, r.OrderID, r.Qty)
+	case r.PriceCents < 0 || r.PriceCents >= maxPriceCents:
+		return fmt.Errorf("%w: order %d: price %d cents does not fit Decimal(10,2)", ErrInvalidRow, r.OrderID, r.PriceCents)
+	case r.Status != StatusStored && r.Status != StatusReleased:
+		return fmt.Errorf("%w: order %d: status %d", ErrInvalidRow, r.OrderID, r.Status)
+	case r.CreatedMs <= 0 || r.CreatedMs/1000 > 1<<32-1 || r.UpdatedMs < 0:
+		return fmt.Errorf("%w: order %d: times %d/%d", ErrInvalidRow, r.OrderID, r.CreatedMs, r.UpdatedMs)
+	case r.Edge < 0 || r.Edge > 65535:
+		return fmt.Errorf("%w: order %d: edge %d", ErrInvalidRow, r.OrderID, r.Edge)
+	}
+	return nil
+}
+
+// FromEvent is the row an event stores. An order's version is its
+// creation time; a release's is its release time, and always above the
+// order's, so that the release wins even when the order is delivered
+// again after it (an outbox re-send).
+func FromEvent(e *orders.Event) Row {
+	r := Row{
+		OrderID: e.OrderID, ProductID: e.ProductID, UserID: e.UserID, Qty: e.Qty,
+		PriceCents: e.PriceCents, Status: StatusStored, CreatedMs: e.CreatedMs,
+		UpdatedMs: e.CreatedMs, Edge: e.Edge,
+	}
+	if e.Type == orders.TypeRelease {
+		r.Status = StatusReleased
+		r.UpdatedMs = max(e.ReleasedMs, e.CreatedMs+1)
+	}
+	return r
+}
+
+// Newer reports whether a replaces b under ReplacingMergeTree's rule: the
+// higher version wins, and of equal versions the later inserted one.
+func Newer(a, b *Row) bool { return a.UpdatedMs >= b.UpdatedMs }
+
+// Ledger answers warm-up (sale.Ledger) from the store: Sold is the units of
+// the product's status-1 rows.
+//
+// Events still in Kafka (or in an edge's outbox) are not in the store yet:
+// a warm-up that trusted Sold while the consumer lags would reopen the sale
+// with units that are already sold. Set Drain (e.g. to a consumer's
+// Drained) so that Sold first waits until the consumer group has stored
+// everything published; Sold then fails rather than answer early, and the
+// sale stays closed until it can answer.
+type Ledger struct {
+	Store Store
+	// Drain, if set, is waited for before every Sold.
+	Drain func(ctx context.Context) error
+}
+
+// Sold is the units stored with status 1 for the product.
+func (l Ledger) Sold(ctx context.Context, productID string) (int64, error) {
+	if l.Drain != nil {
+		if err := l.Drain(ctx); err != nil {
+			return 0, fmt.Errorf("orderstore: ledger of %s: pipeline not drained: %w", productID, err)
+		}
+	}
+	t, err := l.Store.Totals(ctx, productID)
+	if err != nil {
+		return 0, err
+	}
+	return t.Units, nil
+}
+
+// Released is the units stored with status 2 for the product: a warm-up
+// that rebuilds the sale's meta should write it as "released" so that
+// reconcile's deducted stays balanced.
+func (l Ledger) Released(ctx context.Context, productID string) (int64, error) {
+	t, err := l.Store.Totals(ctx, productID)
+	if err != nil {
+		return 0, err
+	}
+	return t.ReleasedUnits, nil
+}

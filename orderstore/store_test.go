@@ -1,0 +1,165 @@
+package orderstore
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ClickHouse/clickhouse-go/v2"
+)
+
+func TestContractClickHouse(t *testing.T) {
+	contract(t, func(t *testing.T) (Store, func() Store) {
+		db := freshDB()
+		s := openCH(t, db)
+		return s, func() Store { s.Close(); return openCH(t, db) }
+	})
+}
+
+func TestContractFile(t *testing.T) {
+	contract(t, func(t *testing.T) (Store, func() Store) {
+		dir := t.TempDir()
+		open := func() *File {
+			s, err := OpenFile(dir)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { s.Close() })
+			return s
+		}
+		s := open()
+		return s, func() Store { s.Close(); return open() }
+	})
+}
+
+func TestClickHouseOpenIsIdempotent(t *testing.T) {
+	db := freshDB()
+	openCH(t, db)
+	openCH(t, db) // the table exists with the right schema
+}
+
+func TestClickHouseWrongSchema(t *testing.T) {
+	conn, err := clickhouse.Open(&clickhouse.Options{Addr: []string{ch.Addr()}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ctx := context.Background()
+	for _, tc := range []struct {
+		name, ddl string
+		want      []string
+	}{
+		{"MissingAndMistyped",
+			"(order_id UInt64, product_id String, user_id String, quantity UInt32, price Float64, status UInt8, create_time DateTime, update_ms UInt64) ENGINE = ReplacingMergeTree(update_ms) ORDER BY (product_id, order_id)",
+			[]string{"2 problem(s)", "column price is Float64, want Decimal(10, 2)", "column edge is missing"}},
+		{"PlainMergeTree",
+			"(order_id UInt64, product_id String, user_id String, quantity UInt32, price Decimal(10,2), status UInt8, create_time DateTime, update_ms UInt64, edge UInt16) ENGINE = MergeTree ORDER BY (product_id, order_id)",
+			[]string{"1 problem(s)", "engine is MergeTree"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			db := freshDB()
+			if err := conn.Exec(ctx, "CREATE DATABASE "+db); err != nil {
+				t.Fatal(err)
+			}
+			if err := conn.Exec(ctx, "CREATE TABLE "+db+".seckill_order "+tc.ddl); err != nil {
+				t.Fatal(err)
+			}
+			_, err := OpenClickHouse(ctx, ch.Addr(), db, ClickHouseOptions{})
+			var se *SchemaError
+			if !errors.As(err, &se) {
+				t.Fatalf("err = %v, want a *SchemaError", err)
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error %q does not say %q", err, w)
+				}
+			}
+			t.Log(err)
+		})
+	}
+}
+
+func TestClickHouseBadDatabaseName(t *testing.T) {
+	if _, err := OpenClickHouse(context.Background(), ch.Addr(), "x`; DROP", ClickHouseOptions{}); err == nil {
+		t.Fatal("accepted a database name that needs quoting")
+	}
+}
+
+func TestClickHouseUnreachable(t *testing.T) {
+	start := time.Now()
+	_, err := OpenClickHouse(context.Background(), "127.0.0.1:1", "x", ClickHouseOptions{DialTimeout: 200 * time.Millisecond})
+	if err == nil {
+		t.Fatal("opened a store on a closed port")
+	}
+	if d := time.Since(start); d > 5*time.Second {
+		t.Fatalf("took %v to fail", d)
+	}
+}
+
+func TestFileTornTailIsCut(t *testing.T) {
+	dir := t.TempDir()
+	s, err := OpenFile(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := Row{OrderID: 1, ProductID: "p", UserID: "u", Qty: 1, Status: 1, CreatedMs: 1000, UpdatedMs: 1000}
+	if err := s.Insert(context.Background(), []Row{r}); err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	f, _ := os.OpenFile(filepath.Join(dir, FileName), os.O_APPEND|os.O_WRONLY, 0)
+	f.WriteString(`{"o":2,"p":"p","u":`) // a crash mid-append
+	f.Close()
+	s, err = OpenFile(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.OrderID = 3
+	if err := s.Insert(context.Background(), []Row{r}); err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	s, err = OpenFile(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if tot, _ := s.Totals(context.Background(), "p"); tot.Orders != 2 {
+		t.Fatalf("orders %d, want 2", tot.Orders)
+	}
+}
+
+func TestFileCorruptLineIsAnError(t *testing.T) {
+	dir := t.TempDir()
+	os.WriteFile(filepath.Join(dir, FileName), []byte("{\"o\":1}\nnot json\n"), 0o644)
+	if _, err := OpenFile(dir); err == nil || !strings.Contains(err.Error(), "line 2") {
+		t.Fatalf("err = %v, want line 2", err)
+	}
+}
+
+func TestLedgerSold(t *testing.T) {
+	s, err := OpenFile(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	ctx := context.Background()
+	s.Insert(ctx, []Row{
+		{OrderID: 1, ProductID: "p", UserID: "u", Qty: 2, Status: StatusStored, CreatedMs: 1, UpdatedMs: 1},
+		{OrderID: 2, ProductID: "p", UserID: "u", Qty: 3, Status: StatusReleased, CreatedMs: 1, UpdatedMs: 2},
+	})
+	if n, err := (Ledger{Store: s}).Sold(ctx, "p"); n != 2 || err != nil {
+		t.Fatalf("sold %d %v", n, err)
+	}
+	if n, err := (Ledger{Store: s}).Released(ctx, "p"); n != 3 || err != nil {
+		t.Fatalf("released %d %v", n, err)
+	}
+	boom := errors.New("lagging")
+	if _, err := (Ledger{Store: s, Drain: func(context.Context) error { return boom }}).Sold(ctx, "p"); !errors.Is(err, boom) {
+		t.Fatalf("sold answered before the drain: %v", err)
+	}
+}
