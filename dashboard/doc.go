@@ -1,0 +1,18 @@
+// Package dashboard is the operator's view of one edge: a page on the admin
+// listener that shows, second by second, the sale (stock left, sold,
+// purchase attempts per second), the filter chain (rejections per second),
+// the order pipeline (outbox, Kafka lag, stored, dead-lettered) and the
+// edge's state (breaker, degrade switch, last reload), and that drives the
+// admin calls (activities, restock, degrade, cancel, reload) from forms.
+//
+// The package knows nothing about how those numbers are produced: the edge
+// hands New a function that fills a Snapshot, called once per JSON request
+// and once per second per event stream. The page is plain JS and CSS,
+// embedded and served from memory (ETag, gzip) under a self-only CSP, so an
+// on-call engineer gets it from any edge without a build step or a CDN.
+//
+// Authorization is the caller's: it checks the admin token before calling
+// Serve for data paths. The page and its assets carry no data (IsPublic) and
+// must load without a token, since a browser navigating to the page cannot
+// send one; the page then sends the token it is given on its own calls.
+package dashboard

@@ -1,0 +1,71 @@
+package dashboard
+
+// Breaker states for Snapshot.Breaker.
+const (
+	BreakerClosed   = "closed"
+	BreakerOpen     = "open"
+	BreakerHalfOpen = "half_open"
+)
+
+// Unknown marks a count the edge cannot tell right now (Product.Stored,
+// Pipeline.KafkaLag, Pipeline.Stored); the page shows it as "unknown".
+const Unknown = -1
+
+// Snapshot is what the page shows, filled by the edge on each request.
+// Counters (Product.Attempts, Filter.*) are monotonic: the page derives
+// per-second rates from the difference between successive snapshots, using
+// ServerTimeMs as the clock, and treats a counter that goes down (a restart)
+// as a new start.
+type Snapshot struct {
+	ServerTimeMs int64     `json:"serverTimeMs"`
+	Node         string    `json:"node"`
+	Version      string    `json:"version"`
+	Reload       Reload    `json:"reload"`
+	Breaker      string    `json:"breaker"` // BreakerClosed, BreakerOpen or BreakerHalfOpen
+	DegradedAll  bool      `json:"degradedAll"`
+	Products     []Product `json:"products"`
+	Filters      []Filter  `json:"filters"`
+	Pipeline     Pipeline  `json:"pipeline"`
+}
+
+// Reload is the last reload attempt.
+type Reload struct {
+	At      string `json:"at"` // RFC 3339; "" before the first
+	Trigger string `json:"trigger"`
+	Version uint64 `json:"version"`
+	Error   string `json:"error"` // "" when it succeeded
+}
+
+// Product is one sale.
+type Product struct {
+	ProductID     string `json:"productId"`
+	Name          string `json:"name"`
+	Status        string `json:"status"`        // upcoming, active, soldout, ended
+	Stock         int64  `json:"stock"`         // initial plus restocked
+	Remaining     int64  `json:"remaining"`     // stock left
+	Sold          int64  `json:"sold"`          // Stock - Remaining
+	Attempts      uint64 `json:"attempts"`      // purchase attempts, monotonic
+	SoldOut       bool   `json:"soldOut"`       // the local sold-out flag
+	Hot           bool   `json:"hot"`           // hotspot
+	Degraded      bool   `json:"degraded"`      // this product's degrade switch
+	OutboxPending int64  `json:"outboxPending"` // entries not yet acknowledged by Kafka
+	Stored        int64  `json:"stored"`        // orders in the order store; Unknown if it cannot be asked
+}
+
+// Filter is one filter of the chain, in chain order.
+type Filter struct {
+	Name           string `json:"name"`
+	Type           string `json:"type"`
+	Passed         uint64 `json:"passed"`
+	Rejected       uint64 `json:"rejected"`
+	DryRunRejected uint64 `json:"dryRunRejected"` // would have rejected; let through in dry-run mode
+}
+
+// Pipeline is the order path after the edge answered.
+type Pipeline struct {
+	OutboxPending   int64 `json:"outboxPending"`
+	KafkaLag        int64 `json:"kafkaLag"` // Unknown if it cannot be asked
+	Stored          int64 `json:"stored"`
+	DeadLettered    int64 `json:"deadLettered"`
+	ConsumerRunning bool  `json:"consumerRunning"`
+}
