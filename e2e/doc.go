@@ -1,0 +1,40 @@
+// Package e2e holds the end-to-end tests of the sale path: real edges
+// (proxy.Server, and once the real cmd/proxy binary) in front of a real
+// redis-server, driven over HTTP on loopback the way shoppers drive them.
+// It has no code of its own; everything is in the _test.go files.
+//
+// Each test starts its own redis-server (internal/redistest) and its own
+// edges on 127.0.0.1:0, from a config file written to t.TempDir() (the base
+// in helpers_test.go merged with per-test YAML overrides). Sessions are
+// Bearer JWTs the tests sign with the edges' auth.secrets; every edge of a
+// test shares the session and purchase-token secrets, as a fleet would.
+// After each scenario the tests read Redis directly (stock keys, buyers'
+// counts, outbox streams, INFO commandstats) rather than trusting the
+// edge's own answers.
+//
+// What they prove, against DESIGN.md's promises:
+//
+//   - TestNoOversellUnderLoad: 200,000 purchase attempts from 2,000
+//     concurrent buyers sell exactly the stock (in units, with quantities),
+//     never above a shopper's limit, one outbox entry per 200, unique order
+//     ids. -e2e.attempts and -e2e.buyers scale it.
+//   - TestSoldOutCostsNoRedis: a sold-out product costs no script call and
+//     almost no Redis command, on the edge that sold it and on another edge
+//     (in-process and the real binary) that learns it within a second.
+//   - TestRestartMidSaleKeepsStock: an edge restarted mid-sale, idle or
+//     under load, continues with the stock and buyers Redis holds.
+//   - TestRejections: forged, expired and alg-none sessions, replayed or
+//     foreign purchase tokens, malformed bodies, closed sales: each gets the
+//     contract's status and code and moves no stock; a refused token stays
+//     usable.
+//   - TestRedisDownDegradesFast: a dead or hung Redis gives 503 DEGRADED
+//     within redis.timeout, the breaker opens and closes; a Redis that comes
+//     back empty must not resurrect sold stock.
+//   - TestAdminDegradeSwitch: the admin degrade switch, per product and
+//     for all.
+//   - TestPartialStockIsNotSoldOut: a refusal for too large a quantity does
+//     not flag the product sold out while units remain.
+//
+// Run with `go test ./e2e/` (redis-server must be installed: see
+// scripts/test.sh); -short skips the load test.
+package e2e
