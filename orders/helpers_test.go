@@ -1,0 +1,208 @@
+package orders
+
+import (
+	"context"
+	"errors"
+	"io"
+	"strconv"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/segmentio/kafka-go"
+	"github.com/twmb/franz-go/pkg/kfake"
+
+	"flashgate/internal/kafkatest"
+	"flashgate/internal/redistest"
+	"flashgate/stock"
+)
+
+// startKafka is a kfake cluster with the orders and DLQ topics.
+func startKafka(t testing.TB, opts ...kfake.Opt) ([]string, *kfake.Cluster) {
+	t.Helper()
+	brokers, c := kafkatest.Start(t, opts...)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := EnsureTopics(ctx, brokers, DefaultTopics()...); err != nil {
+		t.Fatal(err)
+	}
+	return brokers, c
+}
+
+func newPublisher(t testing.TB, cfg PublisherConfig) *Publisher {
+	t.Helper()
+	p, err := NewPublisher(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.Close() })
+	return p
+}
+
+// record is one message read back from a topic.
+type record struct {
+	partition int
+	offset    int64
+	key       string
+	value     []byte
+	headers   map[string]string
+}
+
+// readAll reads every message of topic, all partitions, up to the high
+// watermarks at the time of the call.
+func readAll(t testing.TB, brokers []string, topic string) []record {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	cl := &kafka.Client{Addr: kafka.TCP(brokers...)}
+	md, err := cl.Metadata(ctx, &kafka.MetadataRequest{Topics: []string{topic}})
+	if err != nil || len(md.Topics) != 1 || md.Topics[0].Error != nil {
+		t.Fatalf("metadata %s: %v %+v", topic, err, md)
+	}
+	var out []record
+	for _, p := range md.Topics[0].Partitions {
+		for off := int64(0); ; {
+			res, err := cl.Fetch(ctx, &kafka.FetchRequest{Topic: topic, Partition: p.ID, Offset: off, MinBytes: 1, MaxBytes: 16 << 20, MaxWait: 50 * time.Millisecond})
+			if err != nil {
+				t.Fatalf("fetch %s/%d@%d: %v", topic, p.ID, off, err)
+			}
+			if res.Error != nil {
+				t.Fatalf("fetch %s/%d@%d: %v", topic, p.ID, off, res.Error)
+			}
+			hw := res.HighWatermark
+			for {
+				r, err := res.Records.ReadRecord()
+				if errors.Is(err, io.EOF) {
+					break
+				}
+				if err != nil {
+					t.Fatalf("read %s/%d: %v", topic, p.ID, err)
+				}
+				if r.Offset < off {
+					continue
+				}
+				rec := record{partition: p.ID, offset: r.Offset, headers: map[string]string{}}
+				if r.Key != nil {
+					k, _ := kafka.ReadAll(r.Key)
+					rec.key = string(k)
+				}
+				if r.Value != nil {
+					rec.value, _ = kafka.ReadAll(r.Value)
+				}
+				for _, h := range r.Headers {
+					rec.headers[h.Key] = string(h.Value)
+				}
+				out = append(out, rec)
+				off = r.Offset + 1
+			}
+			if off >= hw {
+				break
+			}
+		}
+	}
+	return out
+}
+
+// readOrders decodes the orders topic: events and how often each order id
+// occurs.
+func readOrders(t testing.TB, brokers []string) (map[int64]Event, map[int64]int) {
+	t.Helper()
+	evs, counts := map[int64]Event{}, map[int64]int{}
+	for _, r := range readAll(t, brokers, DefaultTopic) {
+		e, err := Decode(r.value)
+		if err != nil {
+			t.Fatalf("offset %d/%d: %v", r.partition, r.offset, err)
+		}
+		if r.key != strconv.FormatInt(e.OrderID, 10) {
+			t.Fatalf("key %q for order %d", r.key, e.OrderID)
+		}
+		evs[e.OrderID] = e
+		counts[e.OrderID]++
+	}
+	return evs, counts
+}
+
+// waitFor polls cond (never a fixed sleep) until it holds or 20s passed.
+func waitFor(t testing.TB, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// openStore is a stock.Store on redis-server ("real") or miniredis
+// ("embedded").
+func openStore(t testing.TB, kind string) *stock.Store {
+	t.Helper()
+	addr := "embedded"
+	if kind == "real" {
+		addr = redistest.Start(t)
+	}
+	s, err := stock.Open(context.Background(), addr, stock.Options{Timeout: 10 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
+func warm(t testing.TB, s *stock.Store, product string, n int64) {
+	t.Helper()
+	now := time.Now()
+	if _, err := s.Warm(context.Background(), stock.Sale{
+		ProductID: product, Stock: n, Limit: 1000, Price: 990,
+		StartMs: now.Add(-time.Minute).UnixMilli(), EndMs: now.Add(time.Hour).UnixMilli(),
+	}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+var orderSeq atomic.Int64
+
+func init() { orderSeq.Store(time.Now().UnixNano() / 1000) }
+
+// deduct buys one unit as a new user and returns the attempt and its
+// outbox entry id.
+func deduct(t testing.TB, s *stock.Store, product string) (stock.Attempt, string) {
+	t.Helper()
+	id := orderSeq.Add(1)
+	now := time.Now().UnixMilli()
+	a := stock.Attempt{
+		ProductID: product, UserID: "u" + strconv.FormatInt(id, 10), Qty: 1, Limit: 1000,
+		OrderID: id, Price: 990, NowMs: now, TokenNonceHex: strconv.FormatInt(id, 16),
+		TokenExpiresMs: now + 60_000, Node: 3,
+	}
+	out, err := s.Deduct(context.Background(), a)
+	if err != nil || out.Code != stock.OK || out.OutboxID == "" {
+		t.Fatalf("Deduct: %+v %v", out, err)
+	}
+	return a, out.OutboxID
+}
+
+func outboxLen(t testing.TB, s *stock.Store, product string) int64 {
+	t.Helper()
+	n, err := s.OutboxLen(context.Background(), product)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// pendingCount is the relay group's pending list length (XPENDING summary).
+func pendingCount(t testing.TB, s *stock.Store, product string) int64 {
+	t.Helper()
+	c := s.Client()
+	arr, err := c.Do(context.Background(), c.B().Xpending().Key(stock.OutboxKey(product)).Group(stock.RelayGroup).Build()).ToArray()
+	if err != nil || len(arr) == 0 {
+		t.Fatalf("XPENDING: %v %v", arr, err)
+	}
+	n, err := arr[0].AsInt64()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}

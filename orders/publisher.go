@@ -1,0 +1,326 @@
+package orders
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/segmentio/kafka-go"
+)
+
+// PublisherConfig configures a Publisher. Only Brokers is required.
+type PublisherConfig struct {
+	Brokers  []string
+	Topic    string // default DefaultTopic
+	DLQTopic string // default DefaultDLQTopic
+
+	// BatchTimeout is how long a partition's batch waits for more events
+	// before it is sent (default 2ms). Every synchronous publish waits up
+	// to this long: kafka-go's own default (1s) would make every purchase
+	// take a second.
+	BatchTimeout time.Duration
+	// BatchSize caps the events of one partition's batch (default 1000);
+	// a full batch is sent at once.
+	BatchSize int
+	// Timeout bounds one publish from the caller's view (default 3s), on
+	// top of the caller's context. When it runs out the event may still be
+	// written later (kafka-go keeps retrying the batch): the outcome is
+	// unknown, and the outbox relay settles it.
+	Timeout time.Duration
+	// WriteTimeout bounds one produce request (default 2s).
+	WriteTimeout time.Duration
+	// MaxAttempts is how often kafka-go tries a batch on retriable
+	// errors (default 10), backing off from 20ms to 500ms.
+	MaxAttempts int
+	// MetadataTTL is how long partition leaders are cached (default 1s):
+	// kafka-go's 6s default stalled writes for up to 5s when leaders
+	// moved (DESIGN.md).
+	MetadataTTL time.Duration
+	ClientID    string // default "flashgate"
+
+	// Outbox, if set, receives the acknowledgements of PublishAndAck
+	// (*stock.Store implements it).
+	Outbox OutboxAcker
+	// AckQueue is how many outbox acknowledgements may wait for the
+	// background acker (default 8192); beyond it PublishAndAck acks inline.
+	AckQueue int
+
+	Log *slog.Logger // default slog.Default()
+}
+
+// OutboxAcker removes acknowledged outbox entries; *stock.Store is one.
+type OutboxAcker interface {
+	AckOutbox(ctx context.Context, productID string, ids ...string) error
+}
+
+func (c *PublisherConfig) defaults() error {
+	if len(c.Brokers) == 0 {
+		return errors.New("orders: publisher: no brokers")
+	}
+	if c.Topic == "" {
+		c.Topic = DefaultTopic
+	}
+	if c.DLQTopic == "" {
+		c.DLQTopic = DefaultDLQTopic
+	}
+	if c.BatchTimeout <= 0 {
+		c.BatchTimeout = 2 * time.Millisecond
+	}
+	if c.BatchSize <= 0 {
+		c.BatchSize = 1000
+	}
+	if c.Timeout <= 0 {
+		c.Timeout = 3 * time.Second
+	}
+	if c.WriteTimeout <= 0 {
+		c.WriteTimeout = 2 * time.Second
+	}
+	if c.MaxAttempts <= 0 {
+		c.MaxAttempts = 10
+	}
+	if c.MetadataTTL <= 0 {
+		c.MetadataTTL = time.Second
+	}
+	if c.ClientID == "" {
+		c.ClientID = "flashgate"
+	}
+	if c.AckQueue <= 0 {
+		c.AckQueue = 8192
+	}
+	if c.Log == nil {
+		c.Log = slog.Default()
+	}
+	return nil
+}
+
+// Publisher writes order events to Kafka and returns only once Kafka
+// acknowledged them (acks=all), or with an error. Concurrent calls share
+// kafka-go's per-partition batches, so many shoppers cost one produce
+// request per partition every BatchTimeout. Safe for concurrent use.
+//
+// kafka-go has no idempotent producer: a retried batch whose first try was
+// applied (e.g. REQUEST_TIMED_OUT) is written twice. Consumers dedupe by
+// order id.
+type Publisher struct {
+	cfg       PublisherConfig
+	transport *kafka.Transport
+	w, dlq    *kafka.Writer
+
+	ackMu     sync.RWMutex // guards ackClosed against sends on a closed ackCh
+	ackClosed bool
+	ackCh     chan ackReq
+	ackDone   chan struct{}
+
+	published, failed, acked, ackErrors, deadLettered atomic.Uint64
+}
+
+type ackReq struct{ product, id string }
+
+// NewPublisher builds a Publisher. It does not connect: the first publish
+// does, and a broker that is down shows as publish errors.
+func NewPublisher(cfg PublisherConfig) (*Publisher, error) {
+	if err := cfg.defaults(); err != nil {
+		return nil, err
+	}
+	p := &Publisher{cfg: cfg}
+	p.transport = &kafka.Transport{
+		Dial:        (&net.Dialer{Timeout: 3 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
+		ClientID:    cfg.ClientID,
+		MetadataTTL: cfg.MetadataTTL,
+	}
+	errLog := kafka.LoggerFunc(func(f string, args ...any) { cfg.Log.Warn("kafka: " + fmt.Sprintf(f, args...)) })
+	newWriter := func(topic string) *kafka.Writer {
+		return &kafka.Writer{
+			Addr:            kafka.TCP(cfg.Brokers...),
+			Topic:           topic,
+			Balancer:        &kafka.Hash{}, // key = order id: one order's events stay in order
+			RequiredAcks:    kafka.RequireAll,
+			BatchTimeout:    cfg.BatchTimeout,
+			BatchSize:       cfg.BatchSize,
+			WriteTimeout:    cfg.WriteTimeout,
+			ReadTimeout:     cfg.WriteTimeout,
+			MaxAttempts:     cfg.MaxAttempts,
+			WriteBackoffMin: 20 * time.Millisecond,
+			WriteBackoffMax: 500 * time.Millisecond,
+			Transport:       p.transport,
+			ErrorLogger:     errLog,
+		}
+	}
+	p.w, p.dlq = newWriter(cfg.Topic), newWriter(cfg.DLQTopic)
+	if cfg.Outbox != nil {
+		p.ackCh, p.ackDone = make(chan ackReq, cfg.AckQueue), make(chan struct{})
+		go p.runAcker()
+	}
+	return p, nil
+}
+
+// PublishOrder publishes one event and returns once Kafka acknowledged it.
+// An error means the event may or may not be in Kafka.
+func (p *Publisher) PublishOrder(ctx context.Context, e Event) error {
+	return p.Publish(ctx, e)
+}
+
+// Publish publishes events, returning once Kafka acknowledged all of them.
+// When only some failed, the error is a kafka.WriteErrors with one entry
+// per event (nil for those acknowledged).
+func (p *Publisher) Publish(ctx context.Context, evs ...Event) error {
+	if len(evs) == 0 {
+		return nil
+	}
+	msgs := make([]kafka.Message, len(evs))
+	for i := range evs {
+		v, err := evs[i].Encode()
+		if err != nil {
+			p.failed.Add(uint64(len(evs)))
+			return fmt.Errorf("orders: publish: %w", err)
+		}
+		msgs[i] = kafka.Message{Key: evs[i].Key(), Value: v}
+	}
+	ctx, cancel := context.WithTimeout(ctx, p.cfg.Timeout)
+	defer cancel()
+	err := p.w.WriteMessages(ctx, msgs...)
+	if err == nil {
+		p.published.Add(uint64(len(evs)))
+		return nil
+	}
+	var werr kafka.WriteErrors
+	if errors.As(err, &werr) && len(werr) == len(evs) {
+		n := uint64(werr.Count())
+		p.failed.Add(n)
+		p.published.Add(uint64(len(evs)) - n)
+		return werr
+	}
+	p.failed.Add(uint64(len(evs)))
+	return fmt.Errorf("orders: publish: %w", err)
+}
+
+// PublishAndAck publishes e and, once Kafka acknowledged it, hands the
+// order's outbox entry (stock.Outcome.OutboxID) to the background acker,
+// which removes it from Redis (XDEL + XACK, batched per product). The caller
+// answers "pending" as soon as this returns nil: the removal is cleanup, not
+// part of the promise. If it is lost (crash, Redis error) the relay re-sends
+// the entry after its MinAge and the consumer drops the duplicate.
+//
+// On error the entry stays in the outbox for the relay: answer 503 with the
+// order id. When the acker's queue is full the entry is removed inline.
+func (p *Publisher) PublishAndAck(ctx context.Context, e Event, outboxID string) error {
+	if err := p.Publish(ctx, e); err != nil {
+		return err
+	}
+	if p.ackCh == nil || outboxID == "" {
+		return nil
+	}
+	p.ackMu.RLock()
+	queued := false
+	if !p.ackClosed {
+		select {
+		case p.ackCh <- ackReq{e.ProductID, outboxID}:
+			queued = true
+		default:
+		}
+	}
+	p.ackMu.RUnlock()
+	if !queued {
+		p.ack(context.WithoutCancel(ctx), e.ProductID, outboxID)
+	}
+	return nil
+}
+
+// runAcker removes acknowledged outbox entries: everything queued while
+// the previous removal ran goes as one XDEL/XACK per product (group commit,
+// no timer).
+func (p *Publisher) runAcker() {
+	defer close(p.ackDone)
+	batch := map[string][]string{}
+	for r := range p.ackCh {
+		batch[r.product] = append(batch[r.product], r.id)
+	drain:
+		for n := 1; n < 4096; n++ {
+			select {
+			case r, ok := <-p.ackCh:
+				if !ok {
+					break drain
+				}
+				batch[r.product] = append(batch[r.product], r.id)
+			default:
+				break drain
+			}
+		}
+		for product, ids := range batch {
+			p.ack(context.Background(), product, ids...)
+			delete(batch, product)
+		}
+	}
+}
+
+func (p *Publisher) ack(ctx context.Context, product string, ids ...string) {
+	if err := p.cfg.Outbox.AckOutbox(ctx, product, ids...); err != nil {
+		p.ackErrors.Add(uint64(len(ids)))
+		p.cfg.Log.Warn("outbox ack failed; the relay will re-send", "product", product, "entries", len(ids), "err", err)
+		return
+	}
+	p.acked.Add(uint64(len(ids)))
+}
+
+// DLQ header names.
+const (
+	HeaderReason = "reason" // why the message was dead-lettered
+	HeaderSource = "source" // where it came from, e.g. "outbox" or the topic
+)
+
+// DeadLetter writes a message that cannot be processed to the dead-letter
+// topic, synchronously, with the reason and source as headers.
+func (p *Publisher) DeadLetter(ctx context.Context, key, value []byte, source, reason string) error {
+	ctx, cancel := context.WithTimeout(ctx, p.cfg.Timeout)
+	defer cancel()
+	err := p.dlq.WriteMessages(ctx, kafka.Message{Key: key, Value: value, Headers: []kafka.Header{
+		{Key: HeaderReason, Value: []byte(reason)}, {Key: HeaderSource, Value: []byte(source)},
+	}})
+	if err != nil {
+		return fmt.Errorf("orders: dead-letter: %w", err)
+	}
+	p.deadLettered.Add(1)
+	return nil
+}
+
+// PublisherStats are counters since NewPublisher.
+type PublisherStats struct {
+	Published    uint64 // events Kafka acknowledged
+	Failed       uint64 // events whose publish returned an error
+	Acked        uint64 // outbox entries removed after their publish
+	AckErrors    uint64 // outbox entries whose removal failed (the relay re-sends them)
+	DeadLettered uint64
+	Writer       kafka.WriterStats // kafka-go's own, reset by each call
+}
+
+// Stats returns the counters. kafka-go's WriterStats are deltas since the
+// previous call: call it from one place (the metrics scrape).
+func (p *Publisher) Stats() PublisherStats {
+	return PublisherStats{
+		Published: p.published.Load(), Failed: p.failed.Load(), Acked: p.acked.Load(),
+		AckErrors: p.ackErrors.Load(), DeadLettered: p.deadLettered.Load(), Writer: p.w.Stats(),
+	}
+}
+
+// Close flushes queued outbox acknowledgements and closes the writers,
+// waiting for batches in flight. Publish after Close fails.
+func (p *Publisher) Close() error {
+	if p.ackCh != nil {
+		p.ackMu.Lock()
+		already := p.ackClosed
+		p.ackClosed = true
+		if !already {
+			close(p.ackCh)
+		}
+		p.ackMu.Unlock()
+		<-p.ackDone
+	}
+	err := errors.Join(p.w.Close(), p.dlq.Close())
+	p.transport.CloseIdleConnections()
+	return err
+}

@@ -1,0 +1,366 @@
+package orders
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/rueidis"
+	"github.com/segmentio/kafka-go"
+
+	"flashgate/stock"
+)
+
+// RelayConfig configures a Relay. Store, Publisher and Products are required.
+type RelayConfig struct {
+	Store     *stock.Store
+	Publisher *Publisher
+	// Products returns the ids of the products whose outboxes to sweep;
+	// called once per sweep.
+	Products func() []string
+	// Node is the edge's node id; Consumer defaults to
+	// "edge<Node>-<hostname>-<pid>", unique per process, so that a
+	// restarted edge is a new consumer and its predecessor's pending
+	// entries are claimed like any dead edge's.
+	Node     int
+	Consumer string
+	// Interval between sweeps (default 500ms).
+	Interval time.Duration
+	// MinAge is how long an entry must have sat in the relay group's
+	// pending list before the relay re-sends it (default 5s). The direct
+	// path normally removes an entry within milliseconds; MinAge must be
+	// well above the edge's publish timeout, or the relay re-sends what the
+	// direct path is still publishing (harmless, but duplicates).
+	MinAge time.Duration
+	// Count is the entries per XREADGROUP / XAUTOCLAIM call (default 256).
+	Count int
+	// MaxPerSweep bounds the entries taken and claimed per product and
+	// sweep (default 16384), so that one huge outbox cannot starve the
+	// others; the rest waits for the next sweep.
+	MaxPerSweep int
+	Log         *slog.Logger // default slog.Default()
+}
+
+func (c *RelayConfig) defaults() error {
+	if c.Store == nil || c.Publisher == nil || c.Products == nil {
+		return errors.New("orders: relay needs Store, Publisher and Products")
+	}
+	if c.Consumer == "" {
+		host, _ := os.Hostname()
+		c.Consumer = "edge" + strconv.Itoa(c.Node) + "-" + host + "-" + strconv.Itoa(os.Getpid())
+	}
+	if c.Interval <= 0 {
+		c.Interval = 500 * time.Millisecond
+	}
+	if c.MinAge <= 0 {
+		c.MinAge = 5 * time.Second
+	}
+	if c.Count <= 0 {
+		c.Count = 256
+	}
+	if c.MaxPerSweep <= 0 {
+		c.MaxPerSweep = 16384
+	}
+	if c.Log == nil {
+		c.Log = slog.Default()
+	}
+	return nil
+}
+
+// Relay is the outbox sweeper that runs in every edge. Each product's
+// outbox stream sk:{p}:outbox has one consumer group, stock.RelayGroup,
+// shared by all edges. Every sweep, per product:
+//
+//  1. XREADGROUP ... > takes entries no relay has seen into this edge's
+//     pending list, without publishing them: the direct path (the edge that
+//     made the order) is publishing them right now and removes each entry
+//     once Kafka acknowledged it (Publisher.PublishAndAck, stock.AckOutbox).
+//  2. XAUTOCLAIM takes entries that sat in any consumer's pending list for
+//     MinAge — this edge's, a live peer's or a dead edge's alike — and
+//     publishes the ones still in the stream: the direct path never
+//     acknowledged them (503 answered, publish failed, edge crashed between
+//     the deduction and Kafka). Once Kafka acknowledged them they are
+//     removed (XDEL + XACK). Delivery is at least once: the consumer drops
+//     duplicates by order id.
+//
+// Entries the direct path already deleted come back from XAUTOCLAIM (Redis
+// 7) in its list of deleted ids, and Redis drops them from the pending list
+// itself. miniredis does not (it skips them and keeps them pending), which
+// is why stock.AckOutbox XACKs as well as XDELs: with the direct path's XACK
+// nothing deleted stays pending there either.
+//
+// An entry whose fields do not make a valid event goes to the dead-letter
+// topic (source "outbox") and is removed.
+type Relay struct {
+	cfg    RelayConfig
+	c      rueidis.Client
+	groups sync.Map // product -> struct{}: group created
+
+	mu     sync.Mutex
+	closed bool
+	stop   context.CancelFunc
+	done   chan struct{}
+
+	sweeps, taken, relayed, deadLettered, errs atomic.Uint64
+	lastLagMs                                   atomic.Int64
+}
+
+// NewRelay builds a Relay; Start runs it.
+func NewRelay(cfg RelayConfig) (*Relay, error) {
+	if err := cfg.defaults(); err != nil {
+		return nil, err
+	}
+	return &Relay{cfg: cfg, c: cfg.Store.Client()}, nil
+}
+
+// Consumer is this relay's consumer name in the group.
+func (r *Relay) Consumer() string { return r.cfg.Consumer }
+
+// Start runs a sweep every Interval in a goroutine until Close.
+func (r *Relay) Start() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.closed || r.stop != nil {
+		return
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	r.stop, r.done = cancel, done
+	go func() {
+		defer close(done)
+		t := time.NewTicker(r.cfg.Interval)
+		defer t.Stop()
+		for {
+			r.Sweep(ctx)
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+		}
+	}()
+}
+
+// Close stops the sweeps and waits for the one in progress, which is
+// cancelled: what it had claimed but not published stays pending and is
+// claimed again after MinAge (by any edge).
+func (r *Relay) Close() {
+	r.mu.Lock()
+	r.closed = true
+	stop, done := r.stop, r.done
+	r.mu.Unlock()
+	if stop != nil {
+		stop()
+		<-done
+	}
+}
+
+// Sweep runs one pass over all products and returns how many entries it
+// re-sent. Errors are logged and counted; the first is returned.
+func (r *Relay) Sweep(ctx context.Context) (relayed int, err error) {
+	r.sweeps.Add(1)
+	var lag time.Duration
+	for _, p := range r.cfg.Products() {
+		if ctx.Err() != nil {
+			break
+		}
+		n, l, perr := r.sweepProduct(ctx, p)
+		relayed += n
+		lag = max(lag, l)
+		if perr != nil && ctx.Err() == nil {
+			r.errs.Add(1)
+			r.cfg.Log.Warn("outbox relay", "product", p, "err", perr)
+			if err == nil {
+				err = perr
+			}
+		}
+	}
+	r.lastLagMs.Store(lag.Milliseconds())
+	return relayed, err
+}
+
+// callTimeout bounds each Redis call of a sweep.
+const callTimeout = 5 * time.Second
+
+func (r *Relay) do(ctx context.Context, cmd rueidis.Completed) rueidis.RedisResult {
+	ctx, cancel := context.WithTimeout(ctx, callTimeout)
+	defer cancel()
+	return r.c.Do(ctx, cmd)
+}
+
+func isNoGroup(err error) bool { return err != nil && strings.Contains(err.Error(), "NOGROUP") }
+
+// sweepProduct returns the entries re-sent and the age of the oldest one.
+func (r *Relay) sweepProduct(ctx context.Context, product string) (int, time.Duration, error) {
+	key := stock.OutboxKey(product)
+	if _, ok := r.groups.Load(product); !ok {
+		err := r.do(ctx, r.c.B().XgroupCreate().Key(key).Group(stock.RelayGroup).Id("0").Mkstream().Build()).Error()
+		if err != nil && !strings.Contains(err.Error(), "BUSYGROUP") {
+			return 0, 0, fmt.Errorf("create group on %s: %w", key, err)
+		}
+		r.groups.Store(product, struct{}{})
+	}
+	if err := r.take(ctx, key); err != nil {
+		if isNoGroup(err) {
+			// Redis lost its memory (or the key was deleted): create the
+			// group again next sweep, from id 0.
+			r.groups.Delete(product)
+		}
+		return 0, 0, err
+	}
+	return r.claim(ctx, product, key)
+}
+
+// take moves new entries into this consumer's pending list.
+func (r *Relay) take(ctx context.Context, key string) error {
+	for n := 0; n < r.cfg.MaxPerSweep; {
+		res, err := r.do(ctx, r.c.B().Xreadgroup().Group(stock.RelayGroup, r.cfg.Consumer).
+			Count(int64(r.cfg.Count)).Streams().Key(key).Id(">").Build()).AsXRead()
+		if rueidis.IsRedisNil(err) {
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("XREADGROUP %s: %w", key, err)
+		}
+		got := len(res[key])
+		r.taken.Add(uint64(got))
+		if n += got; got < r.cfg.Count {
+			return nil
+		}
+	}
+	return nil
+}
+
+// claim re-sends entries pending for MinAge.
+func (r *Relay) claim(ctx context.Context, product, key string) (int, time.Duration, error) {
+	minIdle := strconv.FormatInt(r.cfg.MinAge.Milliseconds(), 10)
+	cursor, relayed := "0-0", 0
+	var lag time.Duration
+	for n := 0; n < r.cfg.MaxPerSweep; {
+		arr, err := r.do(ctx, r.c.B().Xautoclaim().Key(key).Group(stock.RelayGroup).Consumer(r.cfg.Consumer).
+			MinIdleTime(minIdle).Start(cursor).Count(int64(r.cfg.Count)).Build()).ToArray()
+		if err != nil {
+			if isNoGroup(err) {
+				r.groups.Delete(product)
+			}
+			return relayed, lag, fmt.Errorf("XAUTOCLAIM %s: %w", key, err)
+		}
+		if len(arr) < 2 {
+			return relayed, lag, fmt.Errorf("XAUTOCLAIM %s: %d-element reply", key, len(arr))
+		}
+		next, err := arr[0].ToString()
+		if err != nil {
+			return relayed, lag, fmt.Errorf("XAUTOCLAIM %s cursor: %w", key, err)
+		}
+		entries, err := arr[1].ToArray()
+		if err != nil && !rueidis.IsRedisNil(err) {
+			return relayed, lag, fmt.Errorf("XAUTOCLAIM %s entries: %w", key, err)
+		}
+		n += len(entries)
+		sent, l, err := r.relay(ctx, product, entries)
+		relayed += sent
+		lag = max(lag, l)
+		if err != nil {
+			return relayed, lag, err
+		}
+		if cursor = next; cursor == "0-0" {
+			return relayed, lag, nil
+		}
+	}
+	return relayed, lag, nil
+}
+
+// relay publishes claimed entries and removes those Kafka acknowledged.
+func (r *Relay) relay(ctx context.Context, product string, entries []rueidis.RedisMessage) (int, time.Duration, error) {
+	var (
+		evs  []Event
+		ids  []string // ids of evs, same order
+		gone []string // ids whose entries are deleted: only XACK needed
+		dead []string // dead-lettered: remove
+		lag  time.Duration
+	)
+	now := time.Now()
+	for i := range entries {
+		e, err := entries[i].AsXRangeEntry()
+		if err != nil {
+			// Redis 6.2 answers a deleted entry with a nil in place.
+			continue
+		}
+		if e.FieldValues == nil {
+			gone = append(gone, e.ID)
+			continue
+		}
+		if ms, err := strconv.ParseInt(e.ID[:max(strings.IndexByte(e.ID, '-'), 0)], 10, 64); err == nil {
+			lag = max(lag, now.Sub(time.UnixMilli(ms)))
+		}
+		ev, err := EventFromOutbox(e.FieldValues)
+		if err != nil {
+			v, _ := json.Marshal(e.FieldValues)
+			if derr := r.cfg.Publisher.DeadLetter(ctx, []byte(e.FieldValues[stock.FieldOrder]), v, "outbox "+stock.OutboxKey(product)+" "+e.ID, err.Error()); derr != nil {
+				return 0, lag, derr
+			}
+			r.deadLettered.Add(1)
+			dead = append(dead, e.ID)
+			continue
+		}
+		evs = append(evs, ev)
+		ids = append(ids, e.ID)
+	}
+	var done []string // published: remove
+	var perr error
+	if len(evs) > 0 {
+		perr = r.cfg.Publisher.Publish(ctx, evs...)
+		var werr kafka.WriteErrors
+		switch {
+		case perr == nil:
+			done = ids
+		case errors.As(perr, &werr) && len(werr) == len(ids):
+			// Some were acknowledged: remove those, keep the rest pending.
+			for i, e := range werr {
+				if e == nil {
+					done = append(done, ids[i])
+				}
+			}
+		}
+	}
+	sent := len(done)
+	if rm := append(append(done, dead...), gone...); len(rm) > 0 {
+		if err := r.cfg.Store.AckOutbox(ctx, product, rm...); err != nil {
+			// Published but still pending: re-sent after MinAge, a
+			// duplicate the consumer drops.
+			return 0, lag, errors.Join(perr, err)
+		}
+	}
+	r.relayed.Add(uint64(sent))
+	if perr != nil {
+		return sent, lag, fmt.Errorf("publish %d claimed entries: %w", len(evs)-sent, perr)
+	}
+	return sent, lag, nil
+}
+
+// RelayStats are counters since NewRelay.
+type RelayStats struct {
+	Sweeps       uint64
+	Taken        uint64 // new entries taken into this relay's pending list
+	Relayed      uint64 // entries re-sent to Kafka and removed
+	DeadLettered uint64
+	Errors       uint64        // failed product sweeps
+	LastLag      time.Duration // age of the oldest entry the last sweep re-sent
+}
+
+// Stats returns the counters.
+func (r *Relay) Stats() RelayStats {
+	return RelayStats{
+		Sweeps: r.sweeps.Load(), Taken: r.taken.Load(), Relayed: r.relayed.Load(),
+		DeadLettered: r.deadLettered.Load(), Errors: r.errs.Load(),
+		LastLag: time.Duration(r.lastLagMs.Load()) * time.Millisecond,
+	}
+}

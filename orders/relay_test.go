@@ -1,0 +1,261 @@
+package orders
+
+import (
+	"context"
+	"strconv"
+	"testing"
+	"time"
+
+	"flashgate/stock"
+)
+
+func newRelay(t testing.TB, cfg RelayConfig) *Relay {
+	t.Helper()
+	if cfg.Interval == 0 {
+		cfg.Interval = 20 * time.Millisecond
+	}
+	r, err := NewRelay(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(r.Close)
+	return r
+}
+
+// TestRelay: an order whose direct publish never happened is re-sent by the
+// relay and leaves the outbox; orders the direct path acknowledged are left
+// alone (no duplicate in Kafka); nothing stays pending. On redis-server and
+// on the embedded miniredis (whose XAUTOCLAIM does not report deleted ids).
+func TestRelay(t *testing.T) {
+	for _, kind := range []string{"real", "embedded"} {
+		t.Run(kind, func(t *testing.T) {
+			s := openStore(t, kind)
+			brokers, _ := startKafka(t)
+			pub := newPublisher(t, PublisherConfig{Brokers: brokers, Outbox: s})
+			warm(t, s, "p1", 1000)
+			const minAge = time.Second
+			r := newRelay(t, RelayConfig{Store: s, Publisher: pub, Products: func() []string { return []string{"p1", "p2"} }, MinAge: minAge, Node: 3})
+			r.Start()
+			ctx := context.Background()
+
+			want := map[int64]Event{}
+			// Orphans: deducted, never published (the edge died, or its
+			// publish failed and it answered 503).
+			var orphans []int64
+			for range 5 {
+				a, _ := deduct(t, s, "p1")
+				want[a.OrderID] = OrderEvent(&a)
+				orphans = append(orphans, a.OrderID)
+			}
+			// The direct path: publish, then remove the entry.
+			var direct []int64
+			for range 20 {
+				a, id := deduct(t, s, "p1")
+				if err := pub.PublishAndAck(ctx, OrderEvent(&a), id); err != nil {
+					t.Fatal(err)
+				}
+				want[a.OrderID] = OrderEvent(&a)
+				direct = append(direct, a.OrderID)
+			}
+			waitFor(t, "the relay to empty the outbox", func() bool { return outboxLen(t, s, "p1") == 0 })
+			got, counts := readOrders(t, brokers)
+			for id, e := range want {
+				if got[id] != e {
+					t.Errorf("order %d: Kafka has %+v, want %+v", id, got[id], e)
+				}
+			}
+			for _, id := range direct {
+				if counts[id] != 1 {
+					t.Errorf("acknowledged order %d is in Kafka %d times, want 1", id, counts[id])
+				}
+			}
+			for _, id := range orphans {
+				if counts[id] < 1 {
+					t.Errorf("orphan %d not re-sent", id)
+				}
+			}
+			st := r.Stats()
+			if st.Relayed < uint64(len(orphans)) || st.Taken < uint64(len(orphans)) || st.Errors != 0 {
+				t.Errorf("relay stats %+v", st)
+			}
+			if st.LastLag > 0 && st.LastLag < minAge {
+				t.Errorf("re-sent an entry %v old, younger than MinAge %v", st.LastLag, minAge)
+			}
+			if n := pendingCount(t, s, "p1"); n != 0 {
+				t.Errorf("relay group still has %d pending entries", n)
+			}
+			if ps := pub.Stats(); ps.Acked != uint64(len(direct)) || ps.AckErrors != 0 {
+				t.Errorf("publisher stats %+v", ps)
+			}
+			t.Logf("relay %+v", st)
+		})
+	}
+}
+
+// TestRelayClaimsFromDeadEdge: a relay took entries into its pending list
+// and died without acknowledging them (kill -9: its consumer name never
+// comes back). Another edge's relay claims them once they are MinAge idle,
+// not before, and publishes them.
+func TestRelayClaimsFromDeadEdge(t *testing.T) {
+	for _, kind := range []string{"real", "embedded"} {
+		t.Run(kind, func(t *testing.T) {
+			s := openStore(t, kind)
+			brokers, _ := startKafka(t)
+			pub := newPublisher(t, PublisherConfig{Brokers: brokers})
+			warm(t, s, "p1", 100)
+			products := func() []string { return []string{"p1"} }
+			ctx := context.Background()
+			ids := map[int64]bool{}
+			for range 6 {
+				a, _ := deduct(t, s, "p1")
+				ids[a.OrderID] = true
+			}
+			dead := newRelay(t, RelayConfig{Store: s, Publisher: pub, Products: products, Consumer: "edge9-gone-1", MinAge: time.Hour})
+			if n, err := dead.Sweep(ctx); err != nil || n != 0 {
+				t.Fatalf("dead relay's sweep: %d, %v", n, err)
+			}
+			if st := dead.Stats(); st.Taken != 6 {
+				t.Fatalf("dead relay took %d entries, want 6", st.Taken)
+			}
+			tookAt := time.Now()
+			dead.Close() // never acknowledges, never comes back
+
+			const minAge = 500 * time.Millisecond
+			live := newRelay(t, RelayConfig{Store: s, Publisher: pub, Products: products, Consumer: "edge1-alive-2", MinAge: minAge})
+			// Right away nothing is old enough.
+			if n, err := live.Sweep(ctx); err != nil || n != 0 {
+				t.Fatalf("live relay re-sent %d entries before MinAge (%v)", n, err)
+			}
+			live.Start()
+			waitFor(t, "the live relay to empty the outbox", func() bool { return outboxLen(t, s, "p1") == 0 })
+			if el := time.Since(tookAt); el < minAge {
+				t.Errorf("claimed after %v, before MinAge %v", el, minAge)
+			}
+			_, counts := readOrders(t, brokers)
+			for id := range ids {
+				if counts[id] != 1 {
+					t.Errorf("order %d in Kafka %d times, want 1", id, counts[id])
+				}
+			}
+			if n := pendingCount(t, s, "p1"); n != 0 {
+				t.Errorf("%d entries still pending", n)
+			}
+		})
+	}
+}
+
+// TestRelayDeadLetters: an outbox entry that does not make a valid event
+// goes to the dead-letter topic with its reason and is removed.
+func TestRelayDeadLetters(t *testing.T) {
+	s := openStore(t, "real")
+	brokers, _ := startKafka(t)
+	pub := newPublisher(t, PublisherConfig{Brokers: brokers})
+	c := s.Client()
+	ctx := context.Background()
+	if err := c.Do(ctx, c.B().Xadd().Key(stock.OutboxKey("p1")).Id("*").FieldValue().
+		FieldValue(stock.FieldOrder, "77").FieldValue(stock.FieldProduct, "p1").Build()).Error(); err != nil {
+		t.Fatal(err)
+	}
+	r := newRelay(t, RelayConfig{Store: s, Publisher: pub, Products: func() []string { return []string{"p1"} }, MinAge: 100 * time.Millisecond})
+	r.Start()
+	waitFor(t, "the malformed entry to leave the outbox", func() bool { return outboxLen(t, s, "p1") == 0 })
+	dl := readAll(t, brokers, DefaultDLQTopic)
+	if len(dl) != 1 || dl[0].key != "77" || dl[0].headers[HeaderReason] == "" || dl[0].headers[HeaderSource] == "" {
+		t.Fatalf("dead letters: %+v", dl)
+	}
+	if n := len(readAll(t, brokers, DefaultTopic)); n != 0 {
+		t.Errorf("%d messages on the orders topic", n)
+	}
+	if st := r.Stats(); st.DeadLettered != 1 {
+		t.Errorf("stats %+v", st)
+	}
+	t.Logf("dead letter %s, reason %q", dl[0].value, dl[0].headers[HeaderReason])
+}
+
+// TestRelayRecreatesGroup: Redis lost its memory (restart, empty); the
+// relay notices NOGROUP and creates the group again.
+func TestRelayRecreatesGroup(t *testing.T) {
+	s := openStore(t, "real")
+	brokers, _ := startKafka(t)
+	pub := newPublisher(t, PublisherConfig{Brokers: brokers})
+	warm(t, s, "p1", 100)
+	r := newRelay(t, RelayConfig{Store: s, Publisher: pub, Products: func() []string { return []string{"p1"} }, MinAge: 100 * time.Millisecond})
+	ctx := context.Background()
+	if _, err := r.Sweep(ctx); err != nil {
+		t.Fatal(err)
+	}
+	c := s.Client()
+	if err := c.Do(ctx, c.B().Del().Key(stock.OutboxKey("p1")).Build()).Error(); err != nil {
+		t.Fatal(err)
+	}
+	a, _ := deduct(t, s, "p1") // XADD recreates the stream, without the group
+	if _, err := r.Sweep(ctx); err == nil {
+		t.Fatal("sweep without the group did not fail")
+	}
+	r.Start()
+	waitFor(t, "the order to be re-sent", func() bool { return outboxLen(t, s, "p1") == 0 })
+	if _, counts := readOrders(t, brokers); counts[a.OrderID] != 1 {
+		t.Errorf("order %d in Kafka %d times", a.OrderID, counts[a.OrderID])
+	}
+}
+
+func TestEventFromOutbox(t *testing.T) {
+	a := stock.Attempt{ProductID: "p1", UserID: "bob", Qty: 2, OrderID: 42, Price: 1999, NowMs: 1796038487397, Node: 4}
+	f := map[string]string{
+		stock.FieldOrder: "42", stock.FieldProduct: "p1", stock.FieldUser: "bob", stock.FieldQty: "2",
+		stock.FieldPrice: "1999", stock.FieldCreated: strconv.FormatInt(a.NowMs, 10), stock.FieldNode: "4",
+	}
+	e, err := EventFromOutbox(f)
+	if err != nil || e != OrderEvent(&a) {
+		t.Fatalf("%+v %v, want %+v", e, err, OrderEvent(&a))
+	}
+	f[stock.FieldQty] = "x"
+	if _, err := EventFromOutbox(f); err == nil {
+		t.Error("bad qty accepted")
+	}
+}
+
+// TestRelayDeletedPendingEntries pins down what XAUTOCLAIM does with
+// entries deleted while pending, without an XACK: Redis 7 reports them as
+// deleted and drops them from the pending list; miniredis skips them (it
+// keeps them internally but no longer reports them: XPENDING filters
+// deleted entries). Either way the relay publishes nothing for them.
+func TestRelayDeletedPendingEntries(t *testing.T) {
+	for _, kind := range []string{"real", "embedded"} {
+		t.Run(kind, func(t *testing.T) {
+			s := openStore(t, kind)
+			brokers, _ := startKafka(t)
+			pub := newPublisher(t, PublisherConfig{Brokers: brokers})
+			warm(t, s, "p1", 100)
+			ctx := context.Background()
+			var ids []string
+			for range 3 {
+				_, id := deduct(t, s, "p1")
+				ids = append(ids, id)
+			}
+			const minAge = 100 * time.Millisecond
+			r := newRelay(t, RelayConfig{Store: s, Publisher: pub, Products: func() []string { return []string{"p1"} }, MinAge: minAge})
+			if _, err := r.Sweep(ctx); err != nil { // takes all 3
+				t.Fatal(err)
+			}
+			took := time.Now()
+			if n := pendingCount(t, s, "p1"); n != 3 {
+				t.Fatalf("%d pending after the first sweep, want 3", n)
+			}
+			c := s.Client()
+			if err := c.Do(ctx, c.B().Xdel().Key(stock.OutboxKey("p1")).Id(ids...).Build()).Error(); err != nil {
+				t.Fatal(err)
+			}
+			waitFor(t, "MinAge to pass", func() bool { return time.Since(took) > 2*minAge })
+			if n, err := r.Sweep(ctx); err != nil || n != 0 {
+				t.Fatalf("sweep re-sent %d deleted entries (%v)", n, err)
+			}
+			if n := pendingCount(t, s, "p1"); n != 0 {
+				t.Errorf("%d entries pending after XAUTOCLAIM, want 0", n)
+			}
+			if n := len(readAll(t, brokers, DefaultTopic)); n != 0 {
+				t.Errorf("%d messages published for deleted entries", n)
+			}
+		})
+	}
+}
