@@ -110,7 +110,7 @@ type Relay struct {
 	done   chan struct{}
 
 	sweeps, taken, relayed, deadLettered, errs atomic.Uint64
-	lastLagMs                                   atomic.Int64
+	lastLagMs                                  atomic.Int64
 }
 
 // NewRelay builds a Relay; Start runs it.
