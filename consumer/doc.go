@@ -1,0 +1,28 @@
+// Package consumer moves order events from Kafka into the order store and
+// tells Redis (and, through a hook, the shoppers) that the orders are safe.
+//
+// One batch at a time, in this order — each step only after the previous
+// one succeeded, so that a crash or an outage anywhere loses nothing:
+//
+//  1. fetch up to BatchSize messages, or what arrived within BatchTime of
+//     the first one;
+//  2. decode them (orders.Decode); a malformed event, or one whose row the
+//     store cannot hold, goes to the dead-letter topic with its original
+//     bytes and an "error" header, is logged and counted, and the group
+//     moves on past it;
+//  3. keep one row per (product, order id): the newest, by the store's rule
+//     (a release beats its order, whatever the delivery order), since
+//     kafka-go has no idempotent producer and re-sends arrive;
+//  4. insert the rows into the store, retrying with exponential backoff
+//     (capped, default 2 s) for as long as it fails — nothing is committed
+//     meanwhile, so ClickHouse being down only delays the batch;
+//  5. commit the offsets (a failed commit is only redelivery: the store is
+//     idempotent);
+//  6. mark the stored orders "success" in Redis (stock.Store.MarkSuccess,
+//     per product); a failure is logged and retried with the next batch —
+//     it only delays the shopper's answer — and then call OnStored.
+//
+// Drained and GroupLag tell whether everything published is stored (the
+// group's committed offsets reached the end of every partition): warm-up
+// must wait for it before it trusts the ledger, reconcile before it counts.
+package consumer

@@ -1,0 +1,124 @@
+package consumer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/segmentio/kafka-go"
+)
+
+// GroupLag is how many messages of topic the group has not committed yet,
+// summed over partitions: end offset minus committed offset (minus the log
+// start when nothing is committed). The consumer commits only after the
+// store, so 0 means every event published before the call is stored (or
+// dead-lettered). It asks the brokers, so any process can call it.
+func GroupLag(ctx context.Context, brokers []string, topic, group string) (int64, error) {
+	return groupLag(ctx, &kafka.Client{Addr: kafka.TCP(brokers...), Timeout: 10 * time.Second}, topic, group)
+}
+
+func groupLag(ctx context.Context, cl *kafka.Client, topic, group string) (int64, error) {
+	md, err := cl.Metadata(ctx, &kafka.MetadataRequest{Topics: []string{topic}})
+	if err != nil {
+		return 0, fmt.Errorf("consumer: lag: metadata: %w", err)
+	}
+	if len(md.Topics) != 1 || md.Topics[0].Error != nil {
+		if len(md.Topics) == 1 && errors.Is(md.Topics[0].Error, kafka.UnknownTopicOrPartition) {
+			return 0, nil // nothing was ever published
+		}
+		return 0, fmt.Errorf("consumer: lag: topic %s: %v", topic, md.Topics)
+	}
+	var parts []int
+	var reqs []kafka.OffsetRequest
+	for _, p := range md.Topics[0].Partitions {
+		parts = append(parts, p.ID)
+		reqs = append(reqs, kafka.FirstOffsetOf(p.ID), kafka.LastOffsetOf(p.ID))
+	}
+	offs, err := cl.ListOffsets(ctx, &kafka.ListOffsetsRequest{Topics: map[string][]kafka.OffsetRequest{topic: reqs}})
+	if err != nil {
+		return 0, fmt.Errorf("consumer: lag: list offsets: %w", err)
+	}
+	committed, err := cl.OffsetFetch(ctx, &kafka.OffsetFetchRequest{GroupID: group, Topics: map[string][]int{topic: parts}})
+	if errors.Is(err, kafka.GroupIdNotFound) {
+		committed, err = &kafka.OffsetFetchResponse{}, nil
+	}
+	if err != nil {
+		return 0, fmt.Errorf("consumer: lag: offset fetch: %w", err)
+	}
+	if committed.Error != nil && !errors.Is(committed.Error, kafka.GroupIdNotFound) {
+		// (A group that never committed is "not found" to some brokers.)
+		return 0, fmt.Errorf("consumer: lag: offset fetch: %w", committed.Error)
+	}
+	done := map[int]int64{}
+	for _, p := range committed.Topics[topic] {
+		if p.Error != nil && !errors.Is(p.Error, kafka.GroupIdNotFound) {
+			return 0, fmt.Errorf("consumer: lag: partition %d: %w", p.Partition, p.Error)
+		}
+		done[p.Partition] = p.CommittedOffset
+	}
+	var lag int64
+	for _, p := range offs.Topics[topic] {
+		if p.Error != nil {
+			return 0, fmt.Errorf("consumer: lag: partition %d: %w", p.Partition, p.Error)
+		}
+		c, ok := done[p.Partition]
+		if !ok || c < p.FirstOffset {
+			c = p.FirstOffset
+		}
+		if p.LastOffset > c {
+			lag += p.LastOffset - c
+		}
+	}
+	return lag, nil
+}
+
+// WaitDrained polls GroupLag every poll (default 100ms) until it is 0 or
+// ctx ends; the error then says how much was left.
+func WaitDrained(ctx context.Context, brokers []string, topic, group string, poll time.Duration) error {
+	return waitDrained(ctx, &kafka.Client{Addr: kafka.TCP(brokers...), Timeout: 10 * time.Second}, topic, group, poll)
+}
+
+func waitDrained(ctx context.Context, cl *kafka.Client, topic, group string, poll time.Duration) error {
+	if poll <= 0 {
+		poll = 100 * time.Millisecond
+	}
+	for {
+		lag, err := groupLag(ctx, cl, topic, group)
+		if err == nil && lag == 0 {
+			return nil
+		}
+		if !sleep(ctx, poll) {
+			if err != nil {
+				return fmt.Errorf("consumer: not drained: %w (%v)", err, ctx.Err())
+			}
+			return fmt.Errorf("consumer: not drained: %d events of %s not stored by group %s: %w", lag, topic, group, ctx.Err())
+		}
+	}
+}
+
+// Lag is GroupLag for this consumer's topic and group.
+func (c *Consumer) Lag(ctx context.Context) (int64, error) {
+	return groupLag(ctx, c.client, c.cfg.Topic, c.cfg.Group)
+}
+
+// Drained waits until the group has stored everything published so far
+// (lag 0), polling every 50ms; bound it with ctx. orderstore.Ledger.Drain
+// and reconcile's drain option take it.
+func (c *Consumer) Drained(ctx context.Context) error {
+	return waitDrained(ctx, c.client, c.cfg.Topic, c.cfg.Group, 50*time.Millisecond)
+}
+
+// EnsureTopic creates topic with the given partitions unless it exists.
+func EnsureTopic(ctx context.Context, cl *kafka.Client, topic string, partitions int) error {
+	resp, err := cl.CreateTopics(ctx, &kafka.CreateTopicsRequest{Topics: []kafka.TopicConfig{
+		{Topic: topic, NumPartitions: partitions, ReplicationFactor: 1},
+	}})
+	if err != nil {
+		return fmt.Errorf("consumer: create topic %s: %w", topic, err)
+	}
+	if err := resp.Errors[topic]; err != nil && !errors.Is(err, kafka.TopicAlreadyExists) {
+		return fmt.Errorf("consumer: create topic %s: %w", topic, err)
+	}
+	return nil
+}

@@ -1,0 +1,43 @@
+// Package reconcile proves the sale's promises after a test, a bench run or
+// an incident: it compares what Redis says left stock with what the order
+// ledger (orderstore) holds, per product, and prints
+//
+//	RECONCILE products=N oversold=X lost=Y duplicated=Z
+//
+// as its last line. Any non-zero total is an error (the CLI exits non-zero).
+//
+// Definitions, all in units, per product. From Redis (sk:{p}:meta and
+// sk:{p}:stock): I initial, R restocked, Rm released, Rem remaining, L the
+// per-user limit. From the ledger after FINAL: S units of status-1 rows
+// (stored orders), X units of status-2 rows (stored releases), the largest
+// number of status-1 units one user holds (maxUser), and the order ids with
+// more than one row (dupRows, 0 unless the table is broken). P pending:
+// units of events published-to-be but not stored — by default the outbox
+// entries (sk:{p}:outbox) whose order has no row yet; events in Kafka that
+// the consumer group has not stored are waited out first (see WithDrain),
+// since they cannot be attributed to a product without reading them.
+//
+//	deducted D = I + R + Rm − Rem   units the Lua script ever took from stock
+//	net      N = D − Rm = I + R − Rem  units sold and not given back
+//	F          = max(0, Rm − X)     releases Redis made whose event is not stored
+//	held       = S + P − F          units the ledger says shoppers hold
+//
+//	oversold   = max(0, −Rem) + max(0, held − (I + R)) + max(0, maxUser − L)
+//	lost       = max(0, N − held) + F
+//	duplicated = dupRows + max(0, held − N)
+//
+// oversold: the stock key went negative, shoppers hold more than ever
+// existed, or a buyer holds more than the limit. lost: units that left
+// stock and are neither stored nor pending, or a release that never reached
+// the ledger. duplicated: an order counted twice, or stored units that Redis
+// never deducted (e.g. a sale reopened without the ledger after Redis lost
+// its memory).
+//
+// lost and F are only meaningful once the pipeline drained: an event in
+// flight looks lost. Run therefore takes WithDrain (wait until the consumer
+// group's lag is 0, e.g. consumer.(*Consumer).Drained or
+// consumer.WaitDrained) and WithSettle (re-check until clean or a deadline,
+// for pipelines whose outbox sweeper is still working). A product whose
+// sale is not warmed in Redis (Redis lost its memory and warm-up has not
+// run) cannot be checked against Redis: it is reported, not counted.
+package reconcile
