@@ -202,7 +202,8 @@ upstreams:
 reload:
   watch: false
 EOF
-"$tmp/proxy" -t -c "$tmp/edge.yaml" >/dev/null || die "flashgate rejected the generated config $tmp/edge.yaml"
+"$tmp/proxy" -t -c "$tmp/edge.yaml" >"$tmp/proxy-t.log" 2>&1 ||
+	{ cat "$tmp/proxy-t.log" >&2; die "flashgate rejected the generated config $tmp/edge.yaml"; }
 
 # --- start origin and flashgate ------------------------------------------------------
 GOMAXPROCS=1 "${pin_load[@]}" "$tmp/origin" -addr "$ORIGIN" -size "$BODY_SIZE" 2>"$tmp/origin.log" &
