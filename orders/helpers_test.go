@@ -54,7 +54,11 @@ func readAll(t testing.TB, brokers []string, topic string) []record {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	cl := &kafka.Client{Addr: kafka.TCP(brokers...)}
+	// Its own transport: the default one caches leaders for 6s, stale
+	// once a test moved them.
+	tr := &kafka.Transport{MetadataTTL: 50 * time.Millisecond}
+	defer tr.CloseIdleConnections()
+	cl := &kafka.Client{Addr: kafka.TCP(brokers...), Transport: tr}
 	md, err := cl.Metadata(ctx, &kafka.MetadataRequest{Topics: []string{topic}})
 	if err != nil || len(md.Topics) != 1 || md.Topics[0].Error != nil {
 		t.Fatalf("metadata %s: %v %+v", topic, err, md)
@@ -67,6 +71,11 @@ func readAll(t testing.TB, brokers []string, topic string) []record {
 				t.Fatalf("fetch %s/%d@%d: %v", topic, p.ID, off, err)
 			}
 			if res.Error != nil {
+				var ke kafka.Error
+				if errors.As(res.Error, &ke) && ke.Temporary() && ctx.Err() == nil {
+					time.Sleep(10 * time.Millisecond) // leader moved: metadata refresh
+					continue
+				}
 				t.Fatalf("fetch %s/%d@%d: %v", topic, p.ID, off, res.Error)
 			}
 			hw := res.HighWatermark

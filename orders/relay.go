@@ -341,7 +341,17 @@ func (r *Relay) relay(ctx context.Context, product string, entries []rueidis.Red
 	}
 	r.relayed.Add(uint64(sent))
 	if perr != nil {
-		return sent, lag, fmt.Errorf("publish %d claimed entries: %w", len(evs)-sent, perr)
+		var werr kafka.WriteErrors
+		if errors.As(perr, &werr) {
+			// One line in the log, not one error per entry.
+			for _, e := range werr {
+				if e != nil {
+					perr = e
+					break
+				}
+			}
+		}
+		return sent, lag, fmt.Errorf("publish %d of %d claimed entries failed: %w", len(evs)-sent, len(evs), perr)
 	}
 	return sent, lag, nil
 }
