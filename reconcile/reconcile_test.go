@@ -39,6 +39,19 @@ func newFixture(t *testing.T) *fixture {
 	return &fixture{t: t, st: st, srv: srv, store: fs}
 }
 
+// restartRedis is Redis losing its memory; the edge's client reconnects
+// (a fresh one here, so that no connection from before answers EOF).
+func (f *fixture) restartRedis() {
+	f.t.Helper()
+	f.srv.Restart()
+	st, err := stock.Open(context.Background(), f.srv.Addr(), stock.Options{Timeout: 10 * time.Second})
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	f.t.Cleanup(func() { st.Close() })
+	f.st = st
+}
+
 func (f *fixture) warm(p string, n int64, limit int) {
 	f.t.Helper()
 	now := time.Now()
@@ -192,7 +205,7 @@ func TestOversold(t *testing.T) {
 			rows = append(rows, f.buy("a", fmt.Sprint("u", i), 1))
 		}
 		f.insert(rows...)
-		f.srv.Restart() // memory gone; a warm-up that ignores the ledger reopens the full stock
+		f.restartRedis() // memory gone; a warm-up that ignores the ledger reopens the full stock
 		now := time.Now()
 		await(t, func() bool {
 			_, err := f.st.Warm(context.Background(), stock.Sale{ProductID: "a", Stock: 4, Limit: 5, Price: 100, StartMs: now.UnixMilli(), EndMs: now.Add(time.Hour).UnixMilli()})
@@ -211,7 +224,7 @@ func TestOversold(t *testing.T) {
 		f := newFixture(t)
 		f.warm("a", 4, 5)
 		f.insert(f.buy("a", "u", 1), f.buy("a", "v", 1))
-		f.srv.Restart()
+		f.restartRedis()
 		sold, _ := orderstore.Ledger{Store: f.store}.Sold(context.Background(), "a")
 		now := time.Now()
 		// What sale's warm-up does: initial from config, stock = initial - sold.
