@@ -19,6 +19,7 @@
   var RETRY_MS = 3000;         // after a network failure
   var STALE_MS = 3500;         // data older than this is flagged
   var RATE_WINDOW_MS = 3000;   // rates average over this much server time
+  var MIN_SPAN_MS = 900;       // ... and over at least this much
   var SSE_QUIET_MS = 5000;     // a stream that says nothing (a buffering proxy) is given up
   var SSE_MAX_ERRORS = 3;      // reconnects in a row without a message before giving up
 
@@ -67,7 +68,7 @@
   }
   function fmtCount(n) { return typeof n === 'number' && n < 0 ? 'unknown' : fmt(n); }
   function fmtRate(r) {
-    if (r === null || r === undefined) return '—';
+    if (r === null || r === undefined) return '…'; // measuring: needs a second of history
     if (r === 0) return '0';
     return r < 10 ? r.toFixed(1) : Math.round(r).toLocaleString('en-US');
   }
@@ -107,7 +108,9 @@
     if (h.length < 2) return null;
     var a = h[0], b = h[h.length - 1];
     var va = a[kind][key], vb = b[kind][key];
-    if (typeof va !== 'number' || typeof vb !== 'number' || vb < va) return null;
+    // Two samples a few ms apart (the probe, then the stream's first
+    // event) would give a wild rate: wait for a second's span.
+    if (typeof va !== 'number' || typeof vb !== 'number' || vb < va || b.t - a.t < MIN_SPAN_MS) return null;
     return (vb - va) / ((b.t - a.t) / 1000);
   }
 
