@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"io"
+	"log/slog"
+	"strings"
 	"strconv"
 	"sync/atomic"
 	"testing"
@@ -29,8 +31,23 @@ func startKafka(t testing.TB, opts ...kfake.Opt) ([]string, *kfake.Cluster) {
 	return brokers, c
 }
 
+// testLog sends a component's log to the test's log.
+func testLog(t testing.TB) *slog.Logger {
+	return slog.New(slog.NewTextHandler(tWriter{t}, &slog.HandlerOptions{Level: slog.LevelDebug}))
+}
+
+type tWriter struct{ t testing.TB }
+
+func (w tWriter) Write(b []byte) (int, error) {
+	w.t.Log(strings.TrimSpace(string(b)))
+	return len(b), nil
+}
+
 func newPublisher(t testing.TB, cfg PublisherConfig) *Publisher {
 	t.Helper()
+	if cfg.Log == nil {
+		cfg.Log = testLog(t)
+	}
 	p, err := NewPublisher(cfg)
 	if err != nil {
 		t.Fatal(err)

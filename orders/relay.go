@@ -72,6 +72,10 @@ func (c *RelayConfig) defaults() error {
 	if c.Log == nil {
 		c.Log = slog.Default()
 	}
+	if c.MinAge <= c.Publisher.cfg.Timeout {
+		c.Log.Warn("outbox relay: MinAge is not above the publish timeout; the relay will re-send orders the direct path is still publishing",
+			"minAge", c.MinAge, "publishTimeout", c.Publisher.cfg.Timeout)
+	}
 	return nil
 }
 
@@ -93,9 +97,10 @@ func (c *RelayConfig) defaults() error {
 //
 // Entries the direct path already deleted come back from XAUTOCLAIM (Redis
 // 7) in its list of deleted ids, and Redis drops them from the pending list
-// itself. miniredis does not (it skips them and keeps them pending), which
-// is why stock.AckOutbox XACKs as well as XDELs: with the direct path's XACK
-// nothing deleted stays pending there either.
+// itself. miniredis (v2.40) skips them and keeps them in its pending list
+// (XPENDING hides them), which is why stock.AckOutbox XACKs as well as
+// XDELs: with the direct path's XACK nothing deleted stays pending there
+// either.
 //
 // An entry whose fields do not make a valid event goes to the dead-letter
 // topic (source "outbox") and is removed.

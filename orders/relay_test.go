@@ -14,6 +14,9 @@ func newRelay(t testing.TB, cfg RelayConfig) *Relay {
 	if cfg.Interval == 0 {
 		cfg.Interval = 20 * time.Millisecond
 	}
+	if cfg.Log == nil {
+		cfg.Log = testLog(t)
+	}
 	r, err := NewRelay(cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -120,7 +123,7 @@ func TestRelayClaimsFromDeadEdge(t *testing.T) {
 			tookAt := time.Now()
 			dead.Close() // never acknowledges, never comes back
 
-			const minAge = 500 * time.Millisecond
+			const minAge = time.Second
 			live := newRelay(t, RelayConfig{Store: s, Publisher: pub, Products: products, Consumer: "edge1-alive-2", MinAge: minAge})
 			// Right away nothing is old enough.
 			if n, err := live.Sweep(ctx); err != nil || n != 0 {
