@@ -19,9 +19,9 @@ import (
 
 // Defaults.
 const (
-	DefaultTopic     = "seckill.orders"
+	DefaultTopic     = orders.DefaultTopic
 	DefaultGroup     = "flashgate-orders"
-	DefaultDLQTopic  = "seckill.orders.dlq"
+	DefaultDLQTopic  = orders.DefaultDLQTopic
 	DefaultBatchSize = 500
 	DefaultBatchTime = 50 * time.Millisecond
 )
@@ -308,9 +308,11 @@ func deadLetter(m *kafka.Message, err error) kafka.Message {
 	return kafka.Message{
 		Key:   m.Key,
 		Value: m.Value,
+		// The headers of orders.Publisher.DeadLetter, so one topic has one
+		// format, plus where exactly the message was.
 		Headers: []kafka.Header{
-			{Key: "error", Value: []byte(err.Error())},
-			{Key: "topic", Value: []byte(m.Topic)},
+			{Key: orders.HeaderReason, Value: []byte(err.Error())},
+			{Key: orders.HeaderSource, Value: []byte(m.Topic)},
 			{Key: "partition", Value: strconv.AppendInt(nil, int64(m.Partition), 10)},
 			{Key: "offset", Value: strconv.AppendInt(nil, m.Offset, 10)},
 		},
@@ -319,7 +321,7 @@ func deadLetter(m *kafka.Message, err error) kafka.Message {
 
 func (c *Consumer) writeDLQ(ctx context.Context, msgs []kafka.Message) error {
 	if !c.dlqReady {
-		if err := EnsureTopic(ctx, c.client, c.cfg.DLQTopic, 1); err != nil {
+		if err := orders.EnsureTopics(ctx, c.cfg.Brokers, orders.Topic{Name: c.cfg.DLQTopic, Partitions: 1}); err != nil {
 			return err
 		}
 		c.dlqReady = true

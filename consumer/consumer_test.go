@@ -248,12 +248,12 @@ func TestMalformedGoesToDLQ(t *testing.T) {
 		}
 		var reason string
 		for _, h := range m.Headers {
-			if h.Key == "error" {
+			if h.Key == orders.HeaderReason {
 				reason = string(h.Value)
 			}
 		}
 		if !strings.Contains(reason, "malformed") && !strings.Contains(reason, "invalid row") {
-			t.Fatalf("DLQ error header %q", reason)
+			t.Fatalf("DLQ reason header %q", reason)
 		}
 		t.Logf("dead letter %s: %s", m.Key, reason)
 	}

@@ -8,7 +8,7 @@
 //     the first one;
 //  2. decode them (orders.Decode); a malformed event, or one whose row the
 //     store cannot hold, goes to the dead-letter topic with its original
-//     bytes and an "error" header, is logged and counted, and the group
+//     bytes and a "reason" header (orders.HeaderReason), is logged and counted, and the group
 //     moves on past it;
 //  3. keep one row per (product, order id): the newest, by the store's rule
 //     (a release beats its order, whatever the delivery order), since

@@ -16,6 +16,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kfake"
 
 	"flashgate/internal/chtest"
+	"flashgate/internal/kafkatest"
 	"flashgate/internal/redistest"
 	"flashgate/orders"
 	"flashgate/orderstore"
@@ -56,15 +57,10 @@ func openCH(t testing.TB, addr string) *orderstore.ClickHouse {
 func newCH(t testing.TB) *chtest.Server { return chtest.New(t) }
 
 // startKafka runs an in-process Kafka-protocol broker (kfake) with the
-// orders topic (4 partitions). Replace with internal/kafkatest once it lands.
+// orders topic (4 partitions).
 func startKafka(t testing.TB) ([]string, *kfake.Cluster) {
 	t.Helper()
-	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(4, testTopic))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(c.Close)
-	return c.ListenAddrs(), c
+	return kafkatest.Start(t, kfake.SeedTopics(4, testTopic))
 }
 
 func openStock(t testing.TB) *stock.Store {

@@ -108,17 +108,3 @@ func (c *Consumer) Lag(ctx context.Context) (int64, error) {
 func (c *Consumer) Drained(ctx context.Context) error {
 	return waitDrained(ctx, c.client, c.cfg.Topic, c.cfg.Group, 50*time.Millisecond)
 }
-
-// EnsureTopic creates topic with the given partitions unless it exists.
-func EnsureTopic(ctx context.Context, cl *kafka.Client, topic string, partitions int) error {
-	resp, err := cl.CreateTopics(ctx, &kafka.CreateTopicsRequest{Topics: []kafka.TopicConfig{
-		{Topic: topic, NumPartitions: partitions, ReplicationFactor: 1},
-	}})
-	if err != nil {
-		return fmt.Errorf("consumer: create topic %s: %w", topic, err)
-	}
-	if err := resp.Errors[topic]; err != nil && !errors.Is(err, kafka.TopicAlreadyExists) {
-		return fmt.Errorf("consumer: create topic %s: %w", topic, err)
-	}
-	return nil
-}
