@@ -2,33 +2,46 @@ package filters
 
 import (
 	"encoding/binary"
+	"sync"
 	"time"
-
-	"github.com/dgraph-io/ristretto/v2"
 )
 
 // BoughtCache remembers, per product and user, how many units the user is
 // known to have bought, so a shopper who reached the limit is answered at
 // the edge instead of costing a script call for every repeat click.
 // Entries expire quickly (Redis is the truth, and a release can lower the
-// count); an evicted or expired entry only means the next attempt asks
-// Redis. Bounded by ristretto's admission policy.
+// count); a missing or expired entry only means the next attempt asks
+// Redis, so when a shard is full the cache simply drops entries.
+//
+// It is a sharded map rather than a general-purpose cache (ristretto was
+// tried: its Get allocates a buffer every 64 lookups, and this lookup runs
+// on every purchase attempt).
 type BoughtCache struct {
-	c   *ristretto.Cache[uint64, int32]
-	ttl time.Duration
+	shards    [boughtShards]boughtShard
+	perShard  int
+	ttlMillis int64
+	now       func() int64 // unix nanoseconds
+}
+
+const boughtShards = 64
+
+type boughtShard struct {
+	mu sync.Mutex
+	m  map[uint64]boughtEntry
+}
+
+type boughtEntry struct {
+	units     int32
+	expiresMs int64
 }
 
 // NewBoughtCache holds up to maxEntries pairs for ttl each.
 func NewBoughtCache(maxEntries int64, ttl time.Duration) (*BoughtCache, error) {
-	c, err := ristretto.NewCache(&ristretto.Config[uint64, int32]{
-		NumCounters: maxEntries * 10,
-		MaxCost:     maxEntries,
-		BufferItems: 64,
-	})
-	if err != nil {
-		return nil, err
+	b := &BoughtCache{perShard: int(max(maxEntries/boughtShards, 16)), ttlMillis: ttl.Milliseconds(), now: wallNow}
+	for i := range b.shards {
+		b.shards[i].m = make(map[uint64]boughtEntry)
 	}
-	return &BoughtCache{c: c, ttl: ttl}, nil
+	return b, nil
 }
 
 func boughtKey(product, user []byte) uint64 {
@@ -36,23 +49,61 @@ func boughtKey(product, user []byte) uint64 {
 	return binary.LittleEndian.Uint64(p[:8])*0x9E3779B97F4A7C15 ^ binary.LittleEndian.Uint64(u[:8])
 }
 
-// Get returns the units known to be bought (0 when unknown).
+func (b *BoughtCache) shard(k uint64) *boughtShard { return &b.shards[k>>58] }
+
+// Get returns the units known to be bought (0 when unknown or expired).
 func (b *BoughtCache) Get(product, user []byte) int {
-	n, _ := b.c.Get(boughtKey(product, user))
-	return int(n)
+	k := boughtKey(product, user)
+	s := b.shard(k)
+	s.mu.Lock()
+	e, ok := s.m[k]
+	s.mu.Unlock()
+	if !ok || e.expiresMs <= b.now()/1e6 {
+		return 0
+	}
+	return int(e.units)
 }
 
-// Set records units bought. Ristretto applies sets asynchronously; that is
-// fine for a cache that only saves work.
+// Set records units bought.
 func (b *BoughtCache) Set(product, user []byte, units int) {
-	b.c.SetWithTTL(boughtKey(product, user), int32(units), 1, b.ttl)
+	k := boughtKey(product, user)
+	s := b.shard(k)
+	nowMs := b.now() / 1e6
+	s.mu.Lock()
+	if len(s.m) >= b.perShard {
+		s.evict(nowMs)
+	}
+	s.m[k] = boughtEntry{units: int32(units), expiresMs: nowMs + b.ttlMillis}
+	s.mu.Unlock()
+}
+
+// evict drops expired entries, and if none were, an arbitrary quarter of the
+// shard: losing an entry costs one script call, never correctness.
+func (s *boughtShard) evict(nowMs int64) {
+	n := len(s.m)
+	for k, e := range s.m {
+		if e.expiresMs <= nowMs {
+			delete(s.m, k)
+		}
+	}
+	if len(s.m) < n {
+		return
+	}
+	drop := n / 4
+	for k := range s.m {
+		if drop == 0 {
+			break
+		}
+		delete(s.m, k)
+		drop--
+	}
 }
 
 // Forget drops an entry (after a release lowered the count).
-func (b *BoughtCache) Forget(product, user []byte) { b.c.Del(boughtKey(product, user)) }
-
-// Wait blocks until pending sets are visible (tests).
-func (b *BoughtCache) Wait() { b.c.Wait() }
-
-// Close stops the cache's goroutines.
-func (b *BoughtCache) Close() { b.c.Close() }
+func (b *BoughtCache) Forget(product, user []byte) {
+	k := boughtKey(product, user)
+	s := b.shard(k)
+	s.mu.Lock()
+	delete(s.m, k)
+	s.mu.Unlock()
+}

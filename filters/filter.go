@@ -44,6 +44,9 @@ type Request struct {
 	// Scratch is a buffer handlers may use to build an answer; it keeps its
 	// capacity across requests (the Request is pooled).
 	Scratch []byte
+	// userBuf owns the verified user id (UserID may instead be a view of a
+	// request body, which must never be written through).
+	userBuf []byte
 
 	// finishers holds filters that took something (a connection slot) and must
 	// give it back when the request completes, in reverse order.
@@ -58,11 +61,13 @@ func (r *Request) Reset() {
 	r.Ctx = nil
 	r.ClientIP = netip.Addr{}
 	r.NowNano = 0
-	r.UserID = r.UserID[:0]
-	r.ProductID = r.ProductID[:0]
+	// The id and token fields may be views of the previous request's
+	// buffers: drop them rather than keep (and later write into) that memory.
+	r.UserID = nil
+	r.ProductID = nil
 	r.Endpoint = EndpointNone
 	r.Qty = 0
-	r.Token = r.Token[:0]
+	r.Token = nil
 	r.OrderID = 0
 	r.Activity = activity.Entry{}
 	r.TokenNonce = [12]byte{}

@@ -92,7 +92,15 @@ func (c *LimitConfig) Compile(zones *Zones, defaultZone string) (*RateLimit, fie
 // seconds (at least 1) until the same request would pass; a pass may carry
 // the delay nginx would impose.
 func (rl *RateLimit) Check(key [16]byte, nowNano int64) Verdict {
-	ok, d := rl.Limiter.Take(key, nowNano, rl.Limit)
+	return rl.verdict(rl.Limiter.Take(key, nowNano, rl.Limit))
+}
+
+// Peek is Check without accounting the request.
+func (rl *RateLimit) Peek(key [16]byte, nowNano int64) Verdict {
+	return rl.verdict(rl.Limiter.Peek(key, nowNano, rl.Limit))
+}
+
+func (rl *RateLimit) verdict(ok bool, d time.Duration) Verdict {
 	if !ok {
 		return Verdict{Reject: rl.Reject, RetryAfter: int((d + time.Second - 1) / time.Second)}
 	}

@@ -237,6 +237,17 @@ func (l *Limiter) Evicted() uint64 { return l.evicted.Load() }
 // request would pass; the state is not changed, as in nginx, so rejected
 // requests cost the client nothing and cannot push its unblocking further out.
 func (l *Limiter) Take(key [16]byte, nowNano int64, lim Limit) (ok bool, d time.Duration) {
+	return l.take(key, nowNano, lim, true)
+}
+
+// Peek answers like Take without accounting the request, so a filter with
+// several limits can charge none of them when one refuses (nginx accounts
+// a request in every limit_req of a location only once all passed).
+func (l *Limiter) Peek(key [16]byte, nowNano int64, lim Limit) (ok bool, d time.Duration) {
+	return l.take(key, nowNano, lim, false)
+}
+
+func (l *Limiter) take(key [16]byte, nowNano int64, lim Limit, commit bool) (ok bool, d time.Duration) {
 	// Clamped so that no caller can overflow the 32-bit stored excess.
 	rate := min(max(lim.Rate.Milli, 1), MaxRatePerSecond*1000)
 	burst := int64(min(max(lim.Burst, 0), MaxBurst)) * 1000
@@ -249,7 +260,9 @@ func (l *Limiter) Take(key [16]byte, nowNano int64, lim Limit) (ok bool, d time.
 	rel := s.prepare(now, rate)
 	i, found := s.t.find(&key, h)
 	if !found {
-		s.insert(&key, h, rel, now, rate, l)
+		if commit {
+			s.insert(&key, h, rel, now, rate, l)
+		}
 		s.mu.Unlock()
 		return true, 0
 	}
@@ -273,9 +286,11 @@ func (l *Limiter) Take(key [16]byte, nowNano int64, lim Limit) (ok bool, d time.
 		s.mu.Unlock()
 		return false, time.Duration(max(wait, 1)) * time.Millisecond
 	}
-	e.b = uint32(excess)
-	if ms != 0 {
-		e.a = uint32(rel)
+	if commit {
+		e.b = uint32(excess)
+		if ms != 0 {
+			e.a = uint32(rel)
+		}
 	}
 	s.mu.Unlock()
 	if excess > thr {
@@ -297,7 +312,7 @@ func (s *limShard) prepare(now, rate int64) int64 {
 	}
 	rel := max(now-s.base, 1)
 	if now >= s.nextSweep {
-		s.sweep(rel, now, rate)
+		s.sweep(rel, now, rate, true)
 	}
 	return rel
 }
@@ -307,7 +322,9 @@ func (s *limShard) insert(k *[16]byte, h uint64, rel, now, rate int64, l *Limite
 		// Free idle entries before growing or evicting, at most once per
 		// eighth of the table's worth of inserts: O(1) amortized per insert.
 		if s.inserts >= len(s.t.slots)/8 {
-			s.sweep(rel, now, rate)
+			// No shrinking here: freeing room and then shrinking would make
+			// the next inserts grow the table again (churn, allocations).
+			s.sweep(rel, now, rate, false)
 		}
 		for s.t.n >= s.maxKeys {
 			if s.evict(h, rel, rate) {
@@ -334,9 +351,9 @@ func idle(e *slot, rel, rate int64) bool {
 }
 
 // sweep drops idle entries (judged at this caller's rate: zones shared by
-// limits of different rates are judged by whichever sweeps) and gives memory
-// back after a flood.
-func (s *limShard) sweep(rel, now, rate int64) {
+// limits of different rates are judged by whichever sweeps) and, on the
+// periodic sweep, gives memory back after a flood.
+func (s *limShard) sweep(rel, now, rate int64, shrink bool) {
 	for i := 0; i < len(s.t.slots); {
 		if e := &s.t.slots[i]; e.a != 0 && idle(e, rel, rate) {
 			s.t.remove(i) // may shift another entry into i: look again
@@ -344,7 +361,9 @@ func (s *limShard) sweep(rel, now, rate int64) {
 		}
 		i++
 	}
-	s.t.shrink()
+	if shrink {
+		s.t.shrink()
+	}
 	s.inserts = 0
 	s.nextSweep = now + sweepEveryMs
 }

@@ -32,10 +32,10 @@ func (f *sessionFilter) Handle(r *Request) Verdict {
 		return Pass
 	}
 	tok := session.FromRequest(r.Ctx)
-	uid, err := f.codec.Verify(tok, r.NowNano/1e9, r.UserID[:0])
+	uid, err := f.codec.Verify(tok, r.NowNano/1e9, r.userBuf[:0])
 	if err != nil {
 		return Verdict{Reject: f.reject}
 	}
-	r.UserID = uid
+	r.userBuf, r.UserID = uid, uid
 	return Pass
 }

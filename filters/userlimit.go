@@ -30,9 +30,12 @@ func newUserLimit(spec Spec, env *Env) (Filter, field.Errors) {
 	}
 	if cfg.Limits == nil {
 		// The seed design's defaults: 5 per second and 50 per minute per user.
+		// The bursts let a shopper's token+do pair through at once.
 		cfg.Limits = []LimitConfig{DefaultLimitConfig(), DefaultLimitConfig()}
 		cfg.Limits[0].Rate, _ = ParseRate("5r/s")
+		cfg.Limits[0].Burst, cfg.Limits[0].NoDelay = 5, true
 		cfg.Limits[1].Rate, _ = ParseRate("50r/m")
+		cfg.Limits[1].Burst, cfg.Limits[1].NoDelay = 10, true
 	}
 	f := &userLimit{reached: NewRejection(409, "LIMIT_REACHED", "purchase limit reached")}
 	if env != nil {
@@ -69,14 +72,25 @@ func (f *userLimit) Handle(r *Request) Verdict {
 			return Verdict{Reject: f.reached}
 		}
 	}
+	if len(f.limits) == 0 {
+		return Pass
+	}
+	// Like nginx with several limit_req: the request is charged to every
+	// limit only if all of them pass. All but the last are checked without
+	// accounting, the last is accounted, then the others.
 	key := KeyFromBytes(r.UserID)
-	var v Verdict
-	for _, rl := range f.limits {
-		got := rl.Check(key, r.NowNano)
-		if got.Reject != nil {
-			return got
+	last := len(f.limits) - 1
+	for _, rl := range f.limits[:last] {
+		if v := rl.Peek(key, r.NowNano); v.Reject != nil {
+			return v
 		}
-		v.Delay = max(v.Delay, got.Delay)
+	}
+	v := f.limits[last].Check(key, r.NowNano)
+	if v.Reject != nil {
+		return v
+	}
+	for _, rl := range f.limits[:last] {
+		v.Delay = max(v.Delay, rl.Check(key, r.NowNano).Delay)
 	}
 	return v
 }

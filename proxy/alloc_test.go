@@ -9,6 +9,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"flashgate/session"
+	"flashgate/stock"
 )
 
 const allocSecret = "0123456789abcdef0123456789abcdef-session"
@@ -61,7 +62,18 @@ activities:
 		t.Fatal(err)
 	}
 	jwt, _ := codec.Sign("alice", time.Now())
-	e.srv.env.Activities.StateOf("p1").SetSoldOut(true)
+	// Sell out for real (in Redis), so the background refresh agrees with
+	// the flag, and wait until the edge has seen it.
+	c := e.srv.Store().Client()
+	if err := c.Do(t.Context(), c.B().Set().Key(stock.StockKey("p1")).Value("0").Build()).Error(); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.srv.Sale().Refresh(t.Context(), false); err != nil {
+		t.Fatal(err)
+	}
+	if !e.srv.env.Activities.StateOf("p1").SoldOut() {
+		t.Fatal("refresh did not set the sold-out flag")
+	}
 
 	cases := []struct{ name, method, uri, body string }{
 		{"status", "GET", "/api/seckill/status?productId=p1", ""},

@@ -161,7 +161,6 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	s.env.Upstreams.Close()
 	s.sale.Stop()
 	serr := s.store.Close()
-	s.env.Bought.Close()
 	return errors.Join(err, aerr, serr)
 }
 
