@@ -121,15 +121,16 @@ func TestRestartMidSaleKeepsStock(t *testing.T) {
 		e1.stop()
 		sold := rd.xlen("r")
 		e2 := startEdgeFile(t, e1.cfg)
-		cur.Store(e2)
-		close(restarted)
 		want := "active"
 		if sold == units {
 			want = "soldout"
 		}
+		// Checked before the shoppers are let onto the new edge.
 		if st, rem := e2.status("r"); rem != units-sold || st != want {
 			t.Errorf("after restart: status %q remaining %d, want %s %d", st, rem, want, units-sold)
 		}
+		cur.Store(e2)
+		close(restarted)
 		wg.Wait()
 		t.Logf("sold %d before the restart; %d requests failed while the edge was down (%d of them do calls on closed keep-alive connections, retried)",
 			sold, transport.Load(), lostDo.Load())
