@@ -15,7 +15,16 @@ type State struct {
 	winSec  atomic.Int64
 	winHits atomic.Int64
 	hot     atomic.Bool
+	// attempts counts purchase attempts (do calls) that reached the sale
+	// filters on this edge, for the dashboard's attempts per second.
+	attempts atomic.Uint64
 }
+
+// CountAttempt counts one purchase attempt.
+func (s *State) CountAttempt() { s.attempts.Add(1) }
+
+// Attempts is the number of purchase attempts counted so far.
+func (s *State) Attempts() uint64 { return s.attempts.Load() }
 
 // SoldOut reports the local sold-out flag.
 func (s *State) SoldOut() bool { return s.soldOut.Load() }

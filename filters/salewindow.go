@@ -43,6 +43,9 @@ func (f *saleWindow) Handle(r *Request) Verdict {
 	if r.Endpoint == EndpointStatus {
 		return Pass
 	}
+	if r.Endpoint == EndpointDo {
+		e.CountAttempt()
+	}
 	switch e.PhaseAt(r.NowNano/1e6, false) {
 	case activity.Upcoming:
 		return Verdict{Reject: f.notStarted}

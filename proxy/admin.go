@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"crypto/subtle"
 	"encoding/json"
+	"flashgate/dashboard"
 	"strings"
 
 	"github.com/valyala/fasthttp"
@@ -32,6 +33,12 @@ func (s *Server) handleAdmin(ctx *fasthttp.RequestCtx) {
 		return
 	}
 	snap := s.snap.Load()
+	// The dashboard page and its assets hold no data and must load in a
+	// browser, which cannot send the token; its data calls need it.
+	if dashboard.IsPublic(ctx.Path()) {
+		s.dash.Serve(ctx)
+		return
+	}
 	if !authorized(ctx, snap.AdminToken) {
 		ctx.Response.Header.Set("WWW-Authenticate", `Bearer realm="flashgate-admin"`)
 		writeError(ctx, fasthttp.StatusUnauthorized, errUnauthorized)
@@ -64,7 +71,7 @@ func (s *Server) handleAdmin(ctx *fasthttp.RequestCtx) {
 		ctx.SetContentType("application/yaml; charset=utf-8")
 		ctx.SetBody(out)
 	default:
-		if !s.handleAdminSale(ctx, path) {
+		if !s.dash.Serve(ctx) && !s.handleAdminSale(ctx, path) {
 			writeError(ctx, fasthttp.StatusNotFound, errNotFound)
 		}
 	}

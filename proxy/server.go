@@ -15,6 +15,7 @@ import (
 
 	"flashgate/activity"
 	"flashgate/conf"
+	"flashgate/dashboard"
 	"flashgate/filters"
 	"flashgate/sale"
 	"flashgate/static"
@@ -48,6 +49,10 @@ type Server struct {
 
 	sale  *sale.Service
 	store *stock.Store
+	dash  *dashboard.Handler
+	// pipeline fills the order pipeline's part of the dashboard, when the
+	// orders pipeline runs in this process.
+	pipeline func(*dashboard.Snapshot)
 
 	draining atomic.Bool
 	sampleN  atomic.Uint64
@@ -103,6 +108,7 @@ func New(doc *conf.Document, opts Options) (*Server, error) {
 	s.m.lastReloadOK.Store(true)
 	s.m.lastReloadUnix.Store(snap.LoadedAt.Unix())
 	s.reqPool.New = func() any { return new(filters.Request) }
+	s.dash = dashboard.New(s.dashboardSnapshot)
 	s.public = s.newPublicServer(doc.Config)
 	s.admin = &fasthttp.Server{
 		Handler:            s.handleAdmin,
@@ -156,6 +162,7 @@ func (s *Server) Serve(ln, adminLn net.Listener) error {
 // stops sending while we drain.
 func (s *Server) Shutdown(ctx context.Context) error {
 	s.draining.Store(true)
+	s.dash.Close()
 	err := s.public.ShutdownWithContext(ctx)
 	aerr := s.admin.ShutdownWithContext(ctx)
 	s.env.Upstreams.Close()

@@ -317,6 +317,17 @@ func TestAdminTokenAndRedaction(t *testing.T) {
 	if code, _, _ := get(t, e.adminBase+"/healthz"); code != 200 {
 		t.Fatal("healthz must stay open for probes")
 	}
+	// The dashboard page loads without the token; its data does not.
+	if code, _, body := get(t, e.adminBase+"/admin/"); code != 200 || !strings.Contains(body, "<html") {
+		t.Fatalf("dashboard page: %d", code)
+	}
+	if code, _, _ := get(t, e.adminBase+"/admin/dashboard.json"); code != 401 {
+		t.Fatalf("dashboard data without token: %d", code)
+	}
+	code, _, body = get(t, e.adminBase+"/admin/dashboard.json", "Authorization", "Bearer "+secret)
+	if code != 200 || !strings.Contains(body, `"breaker":"closed"`) || !strings.Contains(body, `"filters":[`) {
+		t.Fatalf("dashboard data: %d %s", code, body)
+	}
 }
 
 func TestShutdownDrainsInFlightRequests(t *testing.T) {

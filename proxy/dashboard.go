@@ -1,0 +1,53 @@
+package proxy
+
+import (
+	"time"
+
+	"flashgate/dashboard"
+	"flashgate/filters"
+)
+
+// dashboardSnapshot gathers what the ops dashboard shows. It reads only
+// in-memory state (no Redis call), so an open dashboard costs the edge
+// nothing worth measuring.
+func (s *Server) dashboardSnapshot() dashboard.Snapshot {
+	now := s.opts.Now()
+	snap := s.snap.Load()
+	lr := s.LastReload()
+	out := dashboard.Snapshot{
+		ServerTimeMs: now / 1e6,
+		Node:         itoa(uint64(snap.Doc.Config.NodeID)),
+		Version:      s.opts.Version,
+		Reload:       dashboard.Reload{At: lr.At.Format(time.RFC3339), Trigger: lr.Trigger, Version: lr.Version, Error: lr.Error},
+		Breaker:      s.sale.Breaker.State().String(),
+		Pipeline:     dashboard.Pipeline{OutboxPending: dashboard.Unknown, KafkaLag: dashboard.Unknown, Stored: dashboard.Unknown, DeadLettered: dashboard.Unknown},
+	}
+	out.DegradedAll, _ = s.sale.DegradeState()
+	for _, e := range s.env.Activities.List() {
+		remaining := e.Remaining()
+		p := dashboard.Product{
+			ProductID: e.ProductID, Name: e.Name, Status: e.PhaseAt(now/1e6, e.SoldOut()).String(),
+			Stock: e.Stock, Remaining: remaining, Attempts: e.Attempts(),
+			SoldOut: e.SoldOut(), Hot: e.Hot(), Degraded: s.sale.Degraded([]byte(e.ProductID)),
+			OutboxPending: dashboard.Unknown, Stored: dashboard.Unknown,
+		}
+		if remaining >= 0 {
+			p.Sold = e.Stock - remaining
+		}
+		out.Products = append(out.Products, p)
+	}
+	types := map[string]string{}
+	for _, e := range snap.APIChain.Entries() {
+		types[e.Name] = e.Type
+	}
+	s.env.Zones.EachStats(func(name string, st *filters.Stats) {
+		out.Filters = append(out.Filters, dashboard.Filter{
+			Name: name, Type: types[name],
+			Passed: st.Passed.Load(), Rejected: st.Rejected.Load(), DryRunRejected: st.DryRunRejected.Load(),
+		})
+	})
+	if s.pipeline != nil {
+		s.pipeline(&out)
+	}
+	return out
+}
