@@ -346,3 +346,34 @@ func TestInsertFailureCommitsNothing(t *testing.T) {
 		t.Fatalf("insert errors %d, want 4", got)
 	}
 }
+
+// Two members of the group split the partitions; the second one joining
+// rebalances the first mid-stream (redelivering what it had not committed).
+// Every order is still stored exactly once.
+func TestTwoConsumersRebalance(t *testing.T) {
+	brokers, _ := startKafka(t)
+	st := openStock(t)
+	s := openCH(t, ch.Addr())
+	products := []string{"g1"}
+	evs := sell(t, st, map[string]int64{"g1": 4000})
+	a := start(t, Config{Brokers: brokers, Store: s, Stock: st})
+	w := newWriter(brokers, testTopic)
+	defer w.Close()
+	publish(t, w, evs[:1000])
+	b := start(t, Config{Brokers: brokers, Store: s, Stock: st})
+	for lo := 1000; lo < len(evs); lo += 200 { // across the rebalance
+		publish(t, w, evs[lo:lo+200])
+		time.Sleep(200 * time.Millisecond)
+	}
+	if err := a.Drained(ctxT(t, 60*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("a %+v\nb %+v", a.Stats(), b.Stats())
+	if n, _ := storedRows(s, products); n != 4000 {
+		t.Fatalf("%d rows, want 4000", n)
+	}
+	if a.Stats().Messages == 0 || b.Stats().Messages == 0 {
+		t.Errorf("one member consumed nothing: the partitions were not split")
+	}
+	reconcileClean(t, st, s, a, products)
+}
