@@ -7,6 +7,8 @@ cd "$(dirname "$0")/.."
 
 need=()
 command -v redis-server >/dev/null 2>&1 || need+=(redis-server)
+# internal/chtest starts /usr/sbin/clickhouse-server (not on root's PATH everywhere).
+{ command -v clickhouse-server || [ -x /usr/sbin/clickhouse-server ]; } >/dev/null 2>&1 || need+=(clickhouse-server clickhouse-client)
 if ((${#need[@]})); then
   echo "installing: ${need[*]}"
   SUDO=""

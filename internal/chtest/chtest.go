@@ -93,7 +93,14 @@ func Launch(dir string) (*Server, error) {
 
 func launch(dir string, own bool) (*Server, error) {
 	if _, err := exec.LookPath(Binary); err != nil {
-		return nil, errors.New(MissingHint)
+		// Debian installs it in /usr/sbin, which a user's PATH may lack.
+		if Binary != "clickhouse-server" {
+			return nil, errors.New(MissingHint)
+		}
+		if _, err := os.Stat("/usr/sbin/clickhouse-server"); err != nil {
+			return nil, errors.New(MissingHint)
+		}
+		Binary = "/usr/sbin/clickhouse-server"
 	}
 	s := &Server{dir: dir, ownDir: own}
 	// Ports picked by listening on :0 can be taken by someone else before
