@@ -75,7 +75,7 @@ func testSoldOutCostsNoRedis(t *testing.T, startB func(*testing.T, string, ...st
 	if !waitFor(time.Second-time.Since(soldAt), func() bool { return statusOf(t, b, "hot") == "soldout" }) {
 		t.Fatalf("edge B still says %q %v after the sell-out on edge A", statusOf(t, b, "hot"), time.Since(soldAt))
 	}
-	t.Logf("edge B reported soldout %v after edge A's last sale", time.Since(soldAt).Round(time.Millisecond))
+	t.Logf("edge B reported soldout %v after edge A's last sale", time.Since(soldAt).Round(time.Microsecond))
 
 	for _, c := range []struct {
 		name string
