@@ -37,6 +37,7 @@ var ReadyTimeout = 60 * time.Second
 // ports and data directory stay the same across Stop/Start.
 type Server struct {
 	mu                        sync.Mutex
+	bin                       string
 	dir                       string
 	ownDir                    bool
 	tcpPort, httpPort, ipPort int
@@ -92,20 +93,17 @@ func Launch(dir string) (*Server, error) {
 }
 
 func launch(dir string, own bool) (*Server, error) {
-	if _, err := exec.LookPath(Binary); err != nil {
+	bin, err := exec.LookPath(Binary)
+	if err != nil {
 		// Debian installs it in /usr/sbin, which a user's PATH may lack.
-		if Binary != "clickhouse-server" {
+		bin = "/usr/sbin/clickhouse-server"
+		if _, err := os.Stat(bin); err != nil || Binary != "clickhouse-server" {
 			return nil, errors.New(MissingHint)
 		}
-		if _, err := os.Stat("/usr/sbin/clickhouse-server"); err != nil {
-			return nil, errors.New(MissingHint)
-		}
-		Binary = "/usr/sbin/clickhouse-server"
 	}
-	s := &Server{dir: dir, ownDir: own}
+	s := &Server{dir: dir, ownDir: own, bin: bin}
 	// Ports picked by listening on :0 can be taken by someone else before
 	// the server binds them; a fresh pick almost always succeeds.
-	var err error
 	for range 5 {
 		if s.tcpPort, s.httpPort, s.ipPort, err = freePorts(); err != nil {
 			return nil, err
@@ -261,12 +259,12 @@ func (s *Server) start() error {
 	}
 	defer out.Close()
 	t0 := time.Now()
-	cmd := exec.Command(Binary, "--config-file="+filepath.Join(s.dir, "config.xml"))
+	cmd := exec.Command(s.bin, "--config-file="+filepath.Join(s.dir, "config.xml"))
 	cmd.Dir = s.dir
 	cmd.Stdout, cmd.Stderr = out, out
 	cmd.SysProcAttr = sysProcAttr()
 	if err := cmd.Start(); err != nil {
-		return fmt.Errorf("start %s: %w", Binary, err)
+		return fmt.Errorf("start %s: %w", s.bin, err)
 	}
 	exited := make(chan struct{})
 	go func() {
