@@ -62,6 +62,10 @@ func OpenFile(dir string) (*File, error) {
 	if err != nil {
 		return nil, fmt.Errorf("orderstore: %w", err)
 	}
+	if err := lockFile(f); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("orderstore: %w", err)
+	}
 	s := &File{f: f, rows: map[fileKey]Row{}, products: map[string]map[int64]struct{}{}}
 	good, err := s.load(f)
 	if err != nil {

@@ -135,9 +135,9 @@ func (l Ledger) Sold(ctx context.Context, productID string) (int64, error) {
 	return t.Units, nil
 }
 
-// Released is the units stored with status 2 for the product: a warm-up
-// that rebuilds the sale's meta should write it as "released" so that
-// reconcile's deducted stays balanced.
+// Released is the units stored with status 2 for the product, for a
+// warm-up that wants to rebuild the sale's "released" counter too
+// (reconcile balances either way: see its doc).
 func (l Ledger) Released(ctx context.Context, productID string) (int64, error) {
 	t, err := l.Store.Totals(ctx, productID)
 	if err != nil {

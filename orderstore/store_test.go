@@ -163,3 +163,20 @@ func TestLedgerSold(t *testing.T) {
 		t.Fatalf("sold answered before the drain: %v", err)
 	}
 }
+
+func TestFileIsLocked(t *testing.T) {
+	dir := t.TempDir()
+	s, err := OpenFile(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := OpenFile(dir); err == nil || !strings.Contains(err.Error(), "in use") {
+		t.Fatalf("second open: %v, want in use", err)
+	}
+	s.Close()
+	s, err = OpenFile(dir)
+	if err != nil {
+		t.Fatalf("open after close: %v", err)
+	}
+	s.Close()
+}
