@@ -25,6 +25,7 @@ var (
 	errNotStarted      = filters.NewRejection(403, "NOT_STARTED", "the sale has not started")
 	errEnded           = filters.NewRejection(403, "ENDED", "the sale has ended")
 	errSoldOut         = filters.NewRejection(410, "SOLD_OUT", "sold out")
+	errNotEnough       = filters.NewRejection(410, "SOLD_OUT", "not enough stock left for this quantity")
 	errLimit           = filters.NewRejection(409, "LIMIT_REACHED", "purchase limit reached")
 	errDegraded        = filters.NewRejection(503, "DEGRADED", "the sale is busy, please try again")
 	errWarming         = filters.NewRejection(503, "DEGRADED", "the sale is opening, please try again")
@@ -245,8 +246,14 @@ func (s *Service) do(r *filters.Request, st *Settings) {
 		s.answerOrder(r, a.OrderID, e.ProductID, 200)
 	case stock.SoldOut:
 		s.outcomes[outSoldOut].Inc()
-		s.markSoldOut(e)
-		Reject(r.Ctx, errSoldOut)
+		// SOLD_OUT also answers a quantity larger than what is left: only
+		// an empty stock makes the product sold out for everyone.
+		if out.Remaining == 0 {
+			s.markSoldOut(e)
+			Reject(r.Ctx, errSoldOut)
+		} else {
+			Reject(r.Ctx, errNotEnough)
+		}
 	case stock.LimitReached:
 		s.outcomes[outLimit].Inc()
 		if s.Bought != nil {

@@ -197,6 +197,15 @@ func (s *Service) Refresh(ctx context.Context, warm bool) error {
 			errs = append(errs, err)
 			continue
 		}
+		state := s.Activities.StateOf(a.ProductID)
+		if !ok && s.Ledger == nil && state.Remaining() >= 0 {
+			// This edge saw the sale warmed and its stock key is gone: Redis
+			// lost its memory. Without a ledger nobody knows what was sold,
+			// and reopening with the configured stock would sell it twice:
+			// the sale stays closed (NOT_READY -> 503) until an operator acts.
+			errs = append(errs, fmt.Errorf("sale %s: stock key lost and no ledger to rebuild it from; the sale stays closed", a.ProductID))
+			continue
+		}
 		if !ok || warm {
 			if err := s.warm(ctx, a, ok); err != nil {
 				errs = append(errs, err)
@@ -207,7 +216,6 @@ func (s *Service) Refresh(ctx context.Context, warm bool) error {
 				continue
 			}
 		}
-		state := s.Activities.StateOf(a.ProductID)
 		state.SetRemaining(info.Remaining)
 		if state.SetSoldOut(info.Remaining <= 0) {
 			s.Log.Info("sold-out flag changed by refresh", "product", a.ProductID, "soldOut", info.Remaining <= 0, "remaining", info.Remaining)
