@@ -26,7 +26,13 @@ type Config struct {
 	Upstreams upstream.Config `yaml:"upstreams"`
 	Reload    ReloadConfig    `yaml:"reload"`
 
+	// DataDir is where the embedded stand-ins (Redis, Kafka, the order
+	// store) keep their state across restarts; "" keeps it in memory.
+	DataDir    string            `yaml:"data_dir"`
 	Redis      sale.RedisConfig  `yaml:"redis"`
+	Kafka      KafkaConfig       `yaml:"kafka"`
+	Orders     OrdersConfig      `yaml:"orders"`
+	ClickHouse ClickHouseConfig  `yaml:"clickhouse"`
 	Auth       sale.AuthConfig   `yaml:"auth"`
 	Sale       sale.Config       `yaml:"sale"`
 	Activities []activity.Config `yaml:"activities"`

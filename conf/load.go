@@ -110,6 +110,7 @@ func (c *Config) setDefaults() {
 	c.Redis.SetDefaults()
 	c.Auth.SetDefaults()
 	c.Sale.SetDefaults()
+	c.setOrderDefaults()
 }
 
 // Validate checks every field that the document alone can check. Filter
@@ -184,6 +185,7 @@ func (c *Config) Validate() field.Errors {
 	errs.Nest("redis", c.Redis.Validate())
 	errs.Nest("auth", c.Auth.Validate())
 	errs.Nest("sale", c.Sale.Validate())
+	c.validateOrders(&errs)
 	seen := map[string]int{}
 	for i, a := range c.Activities {
 		if j, dup := seen[a.ProductID]; dup {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"fmt"
+	"path/filepath"
 	"time"
 
 	"flashgate/conf"
@@ -23,7 +24,9 @@ func (s *Server) openSale(cfg *conf.Config, snap *conf.Snapshot) error {
 	password, _ := field.ResolveEnv(rc.Password)
 	dataDir := ""
 	if rc.Embedded() {
-		dataDir = rc.DataDir
+		if cfg.DataDir != "" {
+			dataDir = filepath.Join(cfg.DataDir, "redis")
+		}
 		s.log.Warn("redis.addr is empty: using the embedded in-process Redis stand-in (demo only, ~15x slower than redis-server)", "data_dir", dataDir)
 	}
 	store, err := stock.Open(ctx, rc.Addr, stock.Options{
@@ -50,6 +53,10 @@ func (s *Server) openSale(cfg *conf.Config, snap *conf.Snapshot) error {
 		Log: s.log, Node: cfg.NodeID, Now: s.opts.Now, Breaker: breaker,
 	})
 	s.sale.RegisterMetrics(&s.m.reg)
+	if err := s.openOrders(cfg); err != nil {
+		store.Close()
+		return fmt.Errorf("orders pipeline: %w", err)
+	}
 	if err := s.sale.Apply(ctx, snap.Sale); err != nil {
 		s.log.Warn("sale warm-up incomplete; the refresh loop retries", "err", err)
 	}

@@ -53,6 +53,9 @@ type Server struct {
 	// pipeline fills the order pipeline's part of the dashboard, when the
 	// orders pipeline runs in this process.
 	pipeline func(*dashboard.Snapshot)
+	orders   *pipeline
+	// storedHook, if set, hears about every batch of stored orders.
+	storedHook func(products map[string][]int64)
 
 	draining atomic.Bool
 	sampleN  atomic.Uint64
@@ -167,8 +170,12 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	aerr := s.admin.ShutdownWithContext(ctx)
 	s.env.Upstreams.Close()
 	s.sale.Stop()
+	var perr error
+	if s.orders != nil {
+		perr = s.orders.close()
+	}
 	serr := s.store.Close()
-	return errors.Join(err, aerr, serr)
+	return errors.Join(err, aerr, perr, serr)
 }
 
 // Reload re-reads the config file and swaps the snapshot if, and only if,

@@ -18,8 +18,6 @@ type RedisConfig struct {
 	Timeout       time.Duration `yaml:"timeout"`
 	MaxFlushDelay time.Duration `yaml:"max_flush_delay"`
 	Password      string        `yaml:"password"`
-	// DataDir keeps the embedded stand-in's state across restarts.
-	DataDir string `yaml:"data_dir"`
 }
 
 // AuthConfig is the `auth:` section: the signed shopper session.

@@ -12,6 +12,7 @@ import (
 	"flashgate/activity"
 	"flashgate/filters"
 	"flashgate/orderid"
+	"flashgate/orderstore"
 	"flashgate/ptoken"
 	"flashgate/session"
 	"flashgate/stock"
@@ -208,7 +209,7 @@ func (s *Service) do(r *filters.Request, st *Settings) {
 	var nonceHex [2 * ptoken.NonceLen]byte
 	ptoken.NonceHex(nonceHex[:0], r.TokenNonce)
 	a := stock.Attempt{
-		ProductID: view(r.ProductID), UserID: view(r.UserID), Qty: r.Qty, Limit: e.Limit,
+		ProductID: e.ProductID, UserID: view(r.UserID), Qty: r.Qty, Limit: e.Limit,
 		OrderID: s.IDs.Next(), Price: e.PriceCents, NowMs: nowMs,
 		TokenNonceHex: view(nonceHex[:]), TokenExpiresMs: r.TokenExpiresMs, Node: s.Node,
 	}
@@ -234,8 +235,8 @@ func (s *Service) do(r *filters.Request, st *Settings) {
 			s.markSoldOut(e)
 		}
 		if s.Orders != nil {
-			ev := OrderEvent{OrderID: a.OrderID, ProductID: e.ProductID, UserID: string(r.UserID), Qty: r.Qty, Price: e.PriceCents, CreatedMs: nowMs, Node: s.Node}
-			if err := s.Orders.Publish(context.Background(), ev); err != nil {
+			a.UserID = string(r.UserID) // the pipeline may keep it past this request
+			if err := s.Orders.Publish(context.Background(), &a, out.OutboxID); err != nil {
 				// The outbox entry the script wrote is still there: the
 				// relay will deliver it. The shopper may poll the result.
 				s.Log.Warn("order event not acknowledged; left to the outbox relay", "order", a.OrderID, "err", err)
@@ -314,6 +315,21 @@ func (s *Service) result(r *filters.Request) {
 	if err != nil {
 		Reject(r.Ctx, errDegraded)
 		return
+	}
+	if !ok && s.Results != nil {
+		// The Redis state expired (or Redis lost it): the order store knows.
+		row, found, err := s.Results.Get(context.Background(), string(r.ProductID), r.OrderID)
+		if err != nil {
+			Reject(r.Ctx, errDegraded)
+			return
+		}
+		if found {
+			o, ok = stock.OrderInfo{OrderID: row.OrderID, ProductID: row.ProductID, UserID: row.UserID,
+				Qty: row.Qty, Price: row.PriceCents, CreatedMs: row.CreatedMs, State: stock.StateSuccess}, true
+			if row.Status == orderstore.StatusReleased {
+				o.State = stock.StateReleased
+			}
+		}
 	}
 	// Another shopper's order is indistinguishable from no order.
 	if !ok || o.UserID != string(r.UserID) {

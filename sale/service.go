@@ -14,6 +14,7 @@ import (
 	"flashgate/filters"
 	"flashgate/metrics"
 	"flashgate/orderid"
+	"flashgate/orderstore"
 	"flashgate/ptoken"
 	"flashgate/session"
 	"flashgate/stock"
@@ -35,21 +36,11 @@ type Settings struct {
 }
 
 // OrderSink receives each successful purchase before the shopper is told
-// "pending" (the orders pipeline: an acknowledged Kafka write). nil keeps
-// orders in the outbox only.
+// "pending": the orders pipeline, which returns once Kafka acknowledged the
+// event and then removes the outbox entry the script wrote. nil keeps
+// orders in the outbox only (the relay delivers them).
 type OrderSink interface {
-	Publish(ctx context.Context, ev OrderEvent) error
-}
-
-// OrderEvent is a successful deduction.
-type OrderEvent struct {
-	OrderID   int64
-	ProductID string
-	UserID    string
-	Qty       int
-	Price     int64
-	CreatedMs int64
-	Node      int
+	Publish(ctx context.Context, a *stock.Attempt, outboxID string) error
 }
 
 // Ledger tells, for a sale whose Redis state is gone, how much of it is
@@ -70,7 +61,15 @@ type Deps struct {
 	Now        func() int64 // unix nanoseconds
 	Orders     OrderSink
 	Ledger     Ledger
-	Breaker    *Breaker
+	// Results answers result polls for orders whose Redis state expired or
+	// was lost (the order store).
+	Results OrderLookup
+	Breaker *Breaker
+}
+
+// OrderLookup finds a stored order.
+type OrderLookup interface {
+	Get(ctx context.Context, productID string, orderID int64) (orderstore.Row, bool, error)
 }
 
 // Service is the sale API of one edge.
