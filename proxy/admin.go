@@ -71,7 +71,7 @@ func (s *Server) handleAdmin(ctx *fasthttp.RequestCtx) {
 		ctx.SetContentType("application/yaml; charset=utf-8")
 		ctx.SetBody(out)
 	default:
-		if !s.dash.Serve(ctx) && !s.handleAdminSale(ctx, path) {
+		if !s.dash.Serve(ctx) && !s.handleAdminSale(ctx, path) && !s.handleAdminOrders(ctx, path) {
 			writeError(ctx, fasthttp.StatusNotFound, errNotFound)
 		}
 	}

@@ -72,7 +72,21 @@ type ReloadResult struct {
 	Error   string    `json:"error,omitempty"`
 }
 
-// New compiles doc into the first snapshot. It starts no listener.
+// Check compiles doc as New would, without connecting to anything or
+// starting anything: `proxy -t`.
+func Check(doc *conf.Document) (*conf.Snapshot, error) {
+	env := &conf.Env{
+		Zones:      filters.NewZones(),
+		Upstreams:  upstream.NewManager(slog.New(slog.DiscardHandler)),
+		Activities: activity.NewRegistry(),
+		Start:      time.Now(),
+	}
+	return conf.Compile(doc, env, 1)
+}
+
+// New compiles doc into the first snapshot, connects to Redis and Kafka (or
+// starts their embedded stand-ins) and warms the sales. It starts no
+// listener.
 func New(doc *conf.Document, opts Options) (*Server, error) {
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()

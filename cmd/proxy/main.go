@@ -25,7 +25,16 @@ func main() {
 }
 
 func run(args []string, stdout, stderr io.Writer) int {
+	if len(args) > 0 && (args[0] == "orders" || args[0] == "reconcile") {
+		return subcommand(args[0], args[1:], stdout, stderr)
+	}
 	fs := flag.NewFlagSet("proxy", flag.ContinueOnError)
+	fs.Usage = func() {
+		fmt.Fprint(stderr, "usage: proxy [-c FILE] [-t] [-version]   run the edge (or test its config)\n"+
+			"       proxy orders -c FILE                run the order consumer on its own\n"+
+			"       proxy reconcile -c FILE             check stock against stored orders\n")
+		fs.PrintDefaults()
+	}
 	fs.SetOutput(stderr)
 	cfgPath := fs.String("c", "conf/edge.yaml", "config file")
 	test := fs.Bool("t", false, "test the config file and exit (0 when valid)")
@@ -45,15 +54,20 @@ func run(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "proxy: configuration %s test failed:\n%s\n", *cfgPath, indentErrors(err))
 		return 1
 	}
+	if *test {
+		snap, err := proxy.Check(doc)
+		if err != nil {
+			fmt.Fprintf(stderr, "proxy: configuration %s test failed:\n%s\n", doc.Source, indentErrors(err))
+			return 1
+		}
+		fmt.Fprintf(stdout, "proxy: configuration %s is ok (%s)\n", doc.Source, proxy.Describe(snap))
+		return 0
+	}
 	logger := newLogger(doc.Config.Log, stderr)
 	srv, err := proxy.New(doc, proxy.Options{ConfigPath: path, Logger: logger, Version: version})
 	if err != nil {
-		fmt.Fprintf(stderr, "proxy: configuration %s test failed:\n%s\n", doc.Source, indentErrors(err))
+		fmt.Fprintf(stderr, "proxy: cannot start: %s\n", indentErrors(err))
 		return 1
-	}
-	if *test {
-		fmt.Fprintf(stdout, "proxy: configuration %s is ok (%s)\n", doc.Source, proxy.Describe(srv.Snapshot()))
-		return 0
 	}
 	return serve(srv, doc, logger)
 }

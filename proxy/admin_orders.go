@@ -1,0 +1,119 @@
+package proxy
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"time"
+
+	"github.com/valyala/fasthttp"
+
+	"flashgate/activity"
+	"flashgate/consumer"
+	"flashgate/orders"
+	"flashgate/reconcile"
+)
+
+// handleAdminOrders serves order cancellation and reconciliation; it
+// reports false for paths it does not know.
+func (s *Server) handleAdminOrders(ctx *fasthttp.RequestCtx, path string) bool {
+	switch path {
+	case "/admin/orders/cancel":
+		if !s.requirePost(ctx) {
+			return true
+		}
+		var req struct {
+			ProductID string `json:"productId"`
+			OrderID   int64  `json:"orderId,string"`
+		}
+		if !decodeAdmin(ctx, &req) {
+			return true
+		}
+		if !activity.ValidProductID(req.ProductID) || req.OrderID <= 0 {
+			adminError(ctx, fasthttp.StatusBadRequest, `send {"productId": "p1", "orderId": "<id>"}`)
+			return true
+		}
+		s.audit(ctx, "cancel_order", "product", req.ProductID, "order", req.OrderID)
+		actx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		released, err := s.CancelOrder(actx, req.ProductID, req.OrderID)
+		if err != nil {
+			adminError(ctx, fasthttp.StatusServiceUnavailable, err.Error())
+			return true
+		}
+		if !released {
+			adminError(ctx, fasthttp.StatusNotFound, "no pending or successful order with that id (unknown, expired, or already released)")
+			return true
+		}
+		writeJSON(ctx, map[string]any{"ok": true, "released": true})
+	case "/admin/reconcile":
+		actx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+		defer cancel()
+		rep, err := s.Reconcile(actx)
+		var buf bytes.Buffer
+		rep.Print(&buf)
+		if err != nil {
+			ctx.SetStatusCode(fasthttp.StatusConflict)
+			buf.WriteString("error: " + err.Error() + "\n")
+		}
+		ctx.SetContentType("text/plain; charset=utf-8")
+		ctx.SetBody(buf.Bytes())
+	default:
+		return false
+	}
+	return true
+}
+
+// CancelOrder releases an order that will not be fulfilled: one idempotent
+// script returns its units to stock and to the buyer's allowance (pending
+// or success -> released; released -> nothing), then the release event
+// goes to Kafka so the order store marks it released, and every edge hears
+// that the product has stock again. A release delivered twice returns
+// stock once: the script is guarded by the order's state.
+func (s *Server) CancelOrder(ctx context.Context, productID string, orderID int64) (bool, error) {
+	info, found, err := s.store.OrderState(ctx, productID, orderID)
+	if err != nil || !found {
+		return false, err
+	}
+	released, err := s.store.Release(ctx, productID, orderID)
+	if err != nil || !released {
+		return false, err
+	}
+	s.env.Bought.Forget([]byte(productID), []byte(info.UserID))
+	if s.orders != nil {
+		ev := orders.Event{
+			V: orders.Version, Type: orders.TypeRelease, OrderID: orderID, ProductID: productID,
+			UserID: info.UserID, Qty: info.Qty, PriceCents: info.Price, CreatedMs: info.CreatedMs,
+			Edge: info.Node, ReleasedMs: s.opts.Now() / 1e6,
+		}
+		if err := s.orders.pub.PublishOrder(ctx, ev); err != nil {
+			// Stock is back already; the store learns of the release when
+			// an operator retries (the release script is idempotent, the
+			// event is not lost silently: this error reaches the caller).
+			return true, err
+		}
+	}
+	st := s.env.Activities.StateOf(productID)
+	st.SetSoldOut(false)
+	if err := s.store.PublishSoldOut(ctx, productID, false); err != nil {
+		s.log.Warn("sold-out clear broadcast failed; other edges catch up on refresh", "product", productID, "err", err)
+	}
+	return true, nil
+}
+
+// Reconcile checks this edge's sales against the order store after the
+// pipeline drained (see package reconcile for the definitions).
+func (s *Server) Reconcile(ctx context.Context) (reconcile.Report, error) {
+	if s.orders == nil || s.orders.store == nil {
+		return reconcile.Report{}, errNoOrderStore
+	}
+	brokers := s.orders.brokers
+	cfg := s.snap.Load().Doc.Config
+	drain := func(ctx context.Context) error {
+		return consumer.WaitDrained(ctx, brokers, cfg.Kafka.Topic, cfg.Orders.Group, 100*time.Millisecond)
+	}
+	return reconcile.Run(ctx, s.store, s.orders.store, s.productIDs(), nil,
+		reconcile.WithDrain(drain, 30*time.Second), reconcile.WithSettle(10*time.Second, 200*time.Millisecond))
+}
+
+var errNoOrderStore = errors.New("this edge runs no order consumer (orders.consumer: false): run `proxy reconcile` where the order store is reachable")
