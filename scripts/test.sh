@@ -9,6 +9,8 @@ need=()
 command -v redis-server >/dev/null 2>&1 || need+=(redis-server)
 # internal/chtest starts /usr/sbin/clickhouse-server (not on root's PATH everywhere).
 { command -v clickhouse-server || [ -x /usr/sbin/clickhouse-server ]; } >/dev/null 2>&1 || need+=(clickhouse-server clickhouse-client)
+# browser/ drives Debian's chromium (headless) at /usr/bin/chromium.
+[ -x /usr/bin/chromium ] || need+=(chromium)
 if ((${#need[@]})); then
   echo "installing: ${need[*]}"
   SUDO=""
