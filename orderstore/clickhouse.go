@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
+	"strconv"
 	"strings"
 	"time"
 
@@ -277,6 +278,78 @@ func (s *ClickHouse) Totals(ctx context.Context, productID string) (Totals, erro
 		}
 	}
 	return t, rows.Err()
+}
+
+// Buyers is the status-1 units per user of one product, after FINAL.
+func (s *ClickHouse) Buyers(ctx context.Context, productID string) (map[string]int64, error) {
+	ctx, cancel := context.WithTimeout(ctx, s.timeout)
+	defer cancel()
+	rows, err := s.conn.Query(ctx, "SELECT user_id, toInt64(sum(quantity)) FROM "+s.table+
+		" FINAL WHERE product_id = ? AND status = 1 GROUP BY user_id", productID)
+	if err != nil {
+		return nil, fmt.Errorf("orderstore: buyers %s: %w", productID, err)
+	}
+	defer rows.Close()
+	out := map[string]int64{}
+	for rows.Next() {
+		var u string
+		var n int64
+		if err := rows.Scan(&u, &n); err != nil {
+			return nil, fmt.Errorf("orderstore: buyers %s: %w", productID, err)
+		}
+		out[u] = n
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("orderstore: buyers %s: %w", productID, err)
+	}
+	return out, nil
+}
+
+// statusesChunk bounds the ids of one Statuses query (the IN list is
+// written into the SQL text).
+const statusesChunk = 5000
+
+// Statuses reads the status of the stored ones of orderIDs, after FINAL.
+func (s *ClickHouse) Statuses(ctx context.Context, productID string, orderIDs []int64) (map[int64]uint8, error) {
+	out := make(map[int64]uint8, len(orderIDs))
+	for lo := 0; lo < len(orderIDs); lo += statusesChunk {
+		if err := s.statuses(ctx, productID, orderIDs[lo:min(lo+statusesChunk, len(orderIDs))], out); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
+func (s *ClickHouse) statuses(ctx context.Context, productID string, ids []int64, out map[int64]uint8) error {
+	ctx, cancel := context.WithTimeout(ctx, s.timeout)
+	defer cancel()
+	// Numbers only: formatting them into the text is safe, and binding a
+	// slice is not something every server version takes the same way.
+	in := make([]byte, 0, len(ids)*20)
+	for i, id := range ids {
+		if i > 0 {
+			in = append(in, ',')
+		}
+		in = strconv.AppendUint(in, uint64(id), 10)
+	}
+	rows, err := s.conn.Query(ctx, "SELECT order_id, status FROM "+s.table+
+		" FINAL WHERE product_id = ? AND order_id IN ("+string(in)+")", productID)
+	if err != nil {
+		return fmt.Errorf("orderstore: statuses %s: %w", productID, err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var id uint64
+		var st uint8
+		if err := rows.Scan(&id, &st); err != nil {
+			return fmt.Errorf("orderstore: statuses %s: %w", productID, err)
+		}
+		out[int64(id)] = st
+	}
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("orderstore: statuses %s: %w", productID, err)
+	}
+	return nil
 }
 
 // Products lists the products with at least one row.

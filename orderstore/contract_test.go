@@ -131,6 +131,65 @@ func contract(t *testing.T, open func(t *testing.T) (s Store, reopen func() Stor
 		totals(t, s, "p1", Totals{}) // nothing of a refused batch is stored
 	})
 
+	t.Run("BuyersAndStatuses", func(t *testing.T) {
+		s, reopen := open(t)
+		e := orders.Event{V: 1, Type: orders.TypeOrder, OrderID: 43, ProductID: "p1", UserID: "bob", Qty: 2, PriceCents: 100, CreatedMs: base, Edge: 1}
+		order := FromEvent(&e)
+		e.Type, e.ReleasedMs = orders.TypeRelease, base+10
+		rows := []Row{row(40, "p1", "alice", 1), row(41, "p1", "alice", 2), row(42, "p1", "bob", 1),
+			order, FromEvent(&e), // bob's second order, released
+			row(44, "p1", "carol", 3), row(45, "p2", "alice", 5), row(41, "p1", "alice", 2)}
+		rel := row(44, "p1", "carol", 3) // carol's only order, released: she holds nothing
+		rel.Status, rel.UpdatedMs = StatusReleased, rel.UpdatedMs+1
+		if err := s.Insert(ctx, rows); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Insert(ctx, []Row{rel}); err != nil {
+			t.Fatal(err)
+		}
+		check := func(s Store) {
+			t.Helper()
+			b, err := s.Buyers(ctx, "p1")
+			if err != nil || !reflect.DeepEqual(b, map[string]int64{"alice": 3, "bob": 1}) {
+				t.Errorf("buyers p1 %v %v", b, err)
+			}
+			if b, err := s.Buyers(ctx, "nope"); err != nil || len(b) != 0 {
+				t.Errorf("buyers of an unknown product %v %v", b, err)
+			}
+			st, err := s.Statuses(ctx, "p1", []int64{40, 43, 44, 45, 99})
+			want := map[int64]uint8{40: StatusStored, 43: StatusReleased, 44: StatusReleased}
+			if err != nil || !reflect.DeepEqual(st, want) { // 45 is p2's, 99 unknown
+				t.Errorf("statuses %v %v, want %v", st, err, want)
+			}
+			if st, err := s.Statuses(ctx, "p1", nil); err != nil || len(st) != 0 {
+				t.Errorf("statuses of nothing %v %v", st, err)
+			}
+		}
+		check(s)
+		if reopen != nil {
+			check(reopen())
+		}
+	})
+
+	t.Run("ManyStatuses", func(t *testing.T) {
+		s, _ := open(t)
+		var rows []Row
+		var ids []int64
+		for i := range 12000 { // more than one IN list of the ClickHouse store
+			if i%3 == 0 {
+				rows = append(rows, row(int64(1000+i), "p4", "u", 1))
+			}
+			ids = append(ids, int64(1000+i))
+		}
+		if err := s.Insert(ctx, rows); err != nil {
+			t.Fatal(err)
+		}
+		st, err := s.Statuses(ctx, "p4", ids)
+		if err != nil || len(st) != len(rows) {
+			t.Fatalf("statuses: %d of %d, %v", len(st), len(rows), err)
+		}
+	})
+
 	t.Run("ManyRows", func(t *testing.T) {
 		s, reopen := open(t)
 		var rows []Row

@@ -20,6 +20,12 @@
 //     for demos and single-node trials: one process at a time, the whole
 //     ledger in memory, the file never compacted.
 //
+// Ledger is the read side for warm-up: after Redis lost a sale it waits
+// until no event of the sale can still be on its way (InFlight, Drain) and
+// reads the units sold, released and held per buyer (Buyers), so that the
+// sale reopens with exactly what is left and nobody can buy beyond the
+// limit.
+//
 // Row.CreatedMs is stored by ClickHouse as create_time DateTime, i.e. to the
 // second; update_ms keeps milliseconds.
 package orderstore

@@ -205,6 +205,32 @@ func (s *File) Totals(_ context.Context, productID string) (Totals, error) {
 	return t, nil
 }
 
+// Buyers is the status-1 units per user of one product.
+func (s *File) Buyers(_ context.Context, productID string) (map[string]int64, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := map[string]int64{}
+	for id := range s.products[productID] {
+		if r := s.rows[fileKey{productID, id}]; r.Status == StatusStored {
+			out[r.UserID] += int64(r.Qty)
+		}
+	}
+	return out, nil
+}
+
+// Statuses reads the status of the stored ones of orderIDs.
+func (s *File) Statuses(_ context.Context, productID string, orderIDs []int64) (map[int64]uint8, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make(map[int64]uint8, len(orderIDs))
+	for _, id := range orderIDs {
+		if r, ok := s.rows[fileKey{productID, id}]; ok {
+			out[id] = r.Status
+		}
+	}
+	return out, nil
+}
+
 // Products lists the products with at least one row.
 func (s *File) Products(context.Context) ([]string, error) {
 	s.mu.Lock()

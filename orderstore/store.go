@@ -54,6 +54,13 @@ type Store interface {
 	Totals(ctx context.Context, productID string) (Totals, error)
 	// Products lists the products with at least one row, sorted.
 	Products(ctx context.Context) ([]string, error)
+	// Buyers is, per user, the units of the product's status-1 rows (after
+	// FINAL; users whose orders were all released are absent). Warm-up
+	// restores the buyers' counts from it after Redis lost them.
+	Buyers(ctx context.Context, productID string) (map[string]int64, error)
+	// Statuses is the status of each of the given orders of the product
+	// that is stored; orders without a row are absent from the map.
+	Statuses(ctx context.Context, productID string, orderIDs []int64) (map[int64]uint8, error)
 	Close() error
 }
 
@@ -106,42 +113,3 @@ func FromEvent(e *orders.Event) Row {
 // higher version wins, and of equal versions the later inserted one.
 func Newer(a, b *Row) bool { return a.UpdatedMs >= b.UpdatedMs }
 
-// Ledger answers warm-up (sale.Ledger) from the store: Sold is the units of
-// the product's status-1 rows.
-//
-// Events still in Kafka (or in an edge's outbox) are not in the store yet:
-// a warm-up that trusted Sold while the consumer lags would reopen the sale
-// with units that are already sold. Set Drain (e.g. to a consumer's
-// Drained) so that Sold first waits until the consumer group has stored
-// everything published; Sold then fails rather than answer early, and the
-// sale stays closed until it can answer.
-type Ledger struct {
-	Store Store
-	// Drain, if set, is waited for before every Sold.
-	Drain func(ctx context.Context) error
-}
-
-// Sold is the units stored with status 1 for the product.
-func (l Ledger) Sold(ctx context.Context, productID string) (int64, error) {
-	if l.Drain != nil {
-		if err := l.Drain(ctx); err != nil {
-			return 0, fmt.Errorf("orderstore: ledger of %s: pipeline not drained: %w", productID, err)
-		}
-	}
-	t, err := l.Store.Totals(ctx, productID)
-	if err != nil {
-		return 0, err
-	}
-	return t.Units, nil
-}
-
-// Released is the units stored with status 2 for the product, for a
-// warm-up that wants to rebuild the sale's "released" counter too
-// (reconcile balances either way: see its doc).
-func (l Ledger) Released(ctx context.Context, productID string) (int64, error) {
-	t, err := l.Store.Totals(ctx, productID)
-	if err != nil {
-		return 0, err
-	}
-	return t.ReleasedUnits, nil
-}

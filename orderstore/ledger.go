@@ -1,0 +1,157 @@
+package orderstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"time"
+)
+
+// Ledger answers warm-up (sale.Ledger) from the store when a sale's Redis
+// state is gone: what is sold, what was released, and what each buyer holds.
+//
+// Events not in the store yet would make it answer low, and a sale reopened
+// with units that are already sold oversells. Two fields close that gap:
+//
+//   - Drain (e.g. a consumer's Drained) is waited for before every read: it
+//     returns once the consumer group has stored everything published so
+//     far, so an event Kafka acknowledged before the call is counted.
+//   - InFlight is how long after Redis lost the sale an edge may still get
+//     an event into Kafka: a deduction made just before the loss whose
+//     publish is still being retried. Rebuild does not drain before
+//     lostAt+InFlight. With kafka-go that is the publisher's MaxAttempts ×
+//     (WriteTimeout + backoff), not only its Timeout: a publish that timed
+//     out for the caller is still retried by the writer. 0 is right when
+//     no process that deducted before the loss can still be publishing
+//     (the embedded Redis: it lost its memory because its only edge died).
+//
+// Events whose outbox entry survived (the embedded Redis keeps its outbox
+// streams across a crash) are the caller's to count: Rebuild reports which
+// of the order ids it is given are stored, consistently with the totals.
+type Ledger struct {
+	Store Store
+	// Drain, if set, is waited for before every read.
+	Drain    func(ctx context.Context) error
+	InFlight time.Duration
+}
+
+// LedgerState is one product's ledger as Rebuild read it.
+type LedgerState struct {
+	Sold     int64            // units of status-1 rows
+	Released int64            // units of status-2 rows
+	Orders   int64            // status-1 rows
+	Buyers   map[string]int64 // status-1 units per user
+	// Statuses holds the stored ones of the order ids given to Rebuild,
+	// as of the same read as the counts above.
+	Statuses map[int64]uint8
+}
+
+// ErrSettling is returned by Rebuild when the events of the sale's last
+// moments may still be on their way to Kafka (see Ledger.InFlight) and the
+// caller's deadline comes before they are settled: ask again later.
+var ErrSettling = errors.New("orderstore: events of the lost sale may still be in flight")
+
+// rebuildTries bounds the reads Rebuild repeats while the ledger moves
+// under it (an outbox relay storing events during the read).
+const rebuildTries = 5
+
+// Rebuild waits until the events of a sale lost at lostAt (zero: not
+// lost, a new sale) can no longer be in flight, drains, then reads the
+// product's ledger. orderIDs are orders the caller may count itself
+// (outbox entries, surviving order hashes): State.Statuses says which of
+// them are stored, and is consistent with the counts — when one of them is
+// stored during the read, or any total moves, the read is repeated, so
+// that an order is never counted both as stored and as pending, nor by
+// neither.
+func (l Ledger) Rebuild(ctx context.Context, productID string, lostAt time.Time, orderIDs []int64) (LedgerState, error) {
+	if !lostAt.IsZero() && l.InFlight > 0 {
+		until := lostAt.Add(l.InFlight)
+		if d := time.Until(until); d > 0 {
+			if dl, ok := ctx.Deadline(); ok && dl.Before(until) {
+				return LedgerState{}, fmt.Errorf("%w for another %v (sale %s)", ErrSettling, d.Round(time.Millisecond), productID)
+			}
+			t := time.NewTimer(d)
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				return LedgerState{}, fmt.Errorf("%w: %w", ErrSettling, ctx.Err())
+			case <-t.C:
+			}
+		}
+	}
+	for range rebuildTries {
+		if err := l.drain(ctx, productID); err != nil {
+			return LedgerState{}, err
+		}
+		st, stable, err := l.read(ctx, productID, orderIDs)
+		if err != nil || stable {
+			return st, err
+		}
+	}
+	return LedgerState{}, fmt.Errorf("orderstore: ledger of %s kept changing during %d reads", productID, rebuildTries)
+}
+
+// read takes the totals and the asked statuses before and after the
+// buyers; stable reports that nothing moved in between.
+func (l Ledger) read(ctx context.Context, productID string, orderIDs []int64) (st LedgerState, stable bool, err error) {
+	t0, err := l.Store.Totals(ctx, productID)
+	if err != nil {
+		return st, false, err
+	}
+	s0, err := l.Store.Statuses(ctx, productID, orderIDs)
+	if err != nil {
+		return st, false, err
+	}
+	buyers, err := l.Store.Buyers(ctx, productID)
+	if err != nil {
+		return st, false, err
+	}
+	s1, err := l.Store.Statuses(ctx, productID, orderIDs)
+	if err != nil {
+		return st, false, err
+	}
+	t1, err := l.Store.Totals(ctx, productID)
+	if err != nil {
+		return st, false, err
+	}
+	var sum int64
+	for _, n := range buyers {
+		sum += n
+	}
+	if t0 != t1 || !maps.Equal(s0, s1) || sum != t1.Units {
+		return st, false, nil
+	}
+	return LedgerState{Sold: t1.Units, Released: t1.ReleasedUnits, Orders: t1.Orders, Buyers: buyers, Statuses: s1}, true, nil
+}
+
+func (l Ledger) drain(ctx context.Context, productID string) error {
+	if l.Drain == nil {
+		return nil
+	}
+	if err := l.Drain(ctx); err != nil {
+		return fmt.Errorf("orderstore: ledger of %s: pipeline not drained: %w", productID, err)
+	}
+	return nil
+}
+
+// Sold is the units stored with status 1 for the product, after Drain.
+func (l Ledger) Sold(ctx context.Context, productID string) (int64, error) {
+	if err := l.drain(ctx, productID); err != nil {
+		return 0, err
+	}
+	t, err := l.Store.Totals(ctx, productID)
+	if err != nil {
+		return 0, err
+	}
+	return t.Units, nil
+}
+
+// Released is the units stored with status 2 for the product.
+func (l Ledger) Released(ctx context.Context, productID string) (int64, error) {
+	t, err := l.Store.Totals(ctx, productID)
+	if err != nil {
+		return 0, err
+	}
+	return t.ReleasedUnits, nil
+}

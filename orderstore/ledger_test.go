@@ -1,0 +1,114 @@
+package orderstore
+
+import (
+	"context"
+	"errors"
+	"reflect"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+func ledgerRow(id int64, u string, qty int, status uint8) Row {
+	ms := time.Now().UnixMilli()
+	return Row{OrderID: id, ProductID: "lp", UserID: u, Qty: qty, PriceCents: 100, Status: status, CreatedMs: ms, UpdatedMs: ms + int64(status)}
+}
+
+func TestLedgerRebuild(t *testing.T) {
+	ctx := context.Background()
+	fs, err := OpenFile(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fs.Close()
+	if err := fs.Insert(ctx, []Row{ledgerRow(1, "a", 2, StatusStored), ledgerRow(2, "b", 1, StatusStored),
+		ledgerRow(3, "b", 3, StatusReleased)}); err != nil {
+		t.Fatal(err)
+	}
+
+	t.Run("ReadsAfterDrain", func(t *testing.T) {
+		var drained atomic.Int32
+		l := Ledger{Store: fs, Drain: func(context.Context) error {
+			// An event that was in Kafka lands before the drain returns.
+			if drained.Add(1) == 1 {
+				return fs.Insert(ctx, []Row{ledgerRow(4, "c", 1, StatusStored)})
+			}
+			return nil
+		}}
+		st, err := l.Rebuild(ctx, "lp", time.Now(), []int64{4, 5})
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := LedgerState{Sold: 4, Released: 3, Orders: 3, Buyers: map[string]int64{"a": 2, "b": 1, "c": 1},
+			Statuses: map[int64]uint8{4: StatusStored}}
+		if !reflect.DeepEqual(st, want) {
+			t.Fatalf("state\n got %+v\nwant %+v", st, want)
+		}
+	})
+
+	t.Run("NotDrainedFails", func(t *testing.T) {
+		boom := errors.New("lag 3")
+		l := Ledger{Store: fs, Drain: func(context.Context) error { return boom }}
+		if _, err := l.Rebuild(ctx, "lp", time.Time{}, nil); !errors.Is(err, boom) {
+			t.Fatalf("err %v", err)
+		}
+	})
+
+	t.Run("InFlightWindow", func(t *testing.T) {
+		l := Ledger{Store: fs, InFlight: time.Hour}
+		// The deadline comes before the window closes: fail at once.
+		dctx, cancel := context.WithTimeout(ctx, time.Second)
+		defer cancel()
+		start := time.Now()
+		if _, err := l.Rebuild(dctx, "lp", time.Now(), nil); !errors.Is(err, ErrSettling) || time.Since(start) > 100*time.Millisecond {
+			t.Fatalf("err %v after %v", err, time.Since(start))
+		}
+		// A new sale (zero lostAt) and a loss long ago do not wait.
+		if _, err := l.Rebuild(dctx, "lp", time.Time{}, nil); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := l.Rebuild(dctx, "lp", time.Now().Add(-2*time.Hour), nil); err != nil {
+			t.Fatal(err)
+		}
+		// A window that closes within the deadline is waited out.
+		l.InFlight = 150 * time.Millisecond
+		start = time.Now()
+		if _, err := l.Rebuild(dctx, "lp", start, nil); err != nil || time.Since(start) < 150*time.Millisecond {
+			t.Fatalf("err %v after %v", err, time.Since(start))
+		}
+	})
+
+	t.Run("MovingLedgerIsReadAgain", func(t *testing.T) {
+		// An outbox relay stores an asked-for order in the middle of the
+		// read: the counts and the statuses must agree.
+		m := &movingStore{Store: fs, id: 6}
+		st, err := Ledger{Store: m}.Rebuild(ctx, "lp", time.Time{}, []int64{6})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if m.reads.Load() < 2 {
+			t.Fatal("the read was not repeated")
+		}
+		if st.Statuses[6] != StatusStored || st.Buyers["m"] != 1 {
+			t.Fatalf("order 6 stored but not counted consistently: %+v", st)
+		}
+	})
+}
+
+// movingStore stores order id during the first Buyers call.
+type movingStore struct {
+	Store
+	id    int64
+	reads atomic.Int32
+}
+
+func (m *movingStore) Buyers(ctx context.Context, p string) (map[string]int64, error) {
+	if m.reads.Add(1) == 1 {
+		b, err := m.Store.Buyers(ctx, p)
+		if err != nil {
+			return nil, err
+		}
+		return b, m.Store.Insert(ctx, []Row{ledgerRow(m.id, "m", 1, StatusStored)})
+	}
+	return m.Store.Buyers(ctx, p)
+}
