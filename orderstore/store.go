@@ -112,4 +112,3 @@ func FromEvent(e *orders.Event) Row {
 // Newer reports whether a replaces b under ReplacingMergeTree's rule: the
 // higher version wins, and of equal versions the later inserted one.
 func Newer(a, b *Row) bool { return a.UpdatedMs >= b.UpdatedMs }
-
