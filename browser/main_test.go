@@ -94,9 +94,10 @@ type tab struct {
 	name string
 	ctx  context.Context
 
-	mu   sync.Mutex
-	reqs []*netReq
-	byID map[network.RequestID]*netReq
+	mu      sync.Mutex
+	reqs    []*netReq
+	byID    map[network.RequestID]*netReq
+	changed chan struct{} // closed (and replaced) on every network event
 }
 
 // netReq is what the tab saw of one request.
@@ -119,7 +120,7 @@ type netReq struct {
 // saved and its path logged.
 func newTab(t *testing.T, name string) *tab {
 	t.Helper()
-	b := &tab{t: t, name: name, byID: map[network.RequestID]*netReq{}}
+	b := &tab{t: t, name: name, byID: map[network.RequestID]*netReq{}, changed: make(chan struct{})}
 	ctx, cancel := chromedp.NewContext(browserCtx, chromedp.WithNewBrowserContext(), chromedp.WithListener(b.onEvent))
 	t.Cleanup(cancel)
 	b.ctx = ctx
@@ -140,6 +141,10 @@ func newTab(t *testing.T, name string) *tab {
 func (b *tab) onEvent(ev any) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	defer func() {
+		close(b.changed)
+		b.changed = make(chan struct{})
+	}()
 	switch ev := ev.(type) {
 	case *network.EventRequestWillBeSent:
 		r := &netReq{ID: ev.RequestID, URL: ev.Request.URL, Method: ev.Request.Method, Type: ev.Type}
@@ -177,6 +182,26 @@ func (b *tab) requests(from int) []netReq {
 		out = append(out, *r)
 	}
 	return out
+}
+
+// waitNet waits until cond holds for the recorded requests, re-checking on
+// every network event of the tab.
+func (b *tab) waitNet(d time.Duration, what string, cond func([]netReq) bool) {
+	b.t.Helper()
+	timeout := time.After(d)
+	for {
+		b.mu.Lock()
+		ch := b.changed
+		b.mu.Unlock()
+		if cond(b.requests(0)) {
+			return
+		}
+		select {
+		case <-ch:
+		case <-timeout:
+			b.t.Fatalf("%s: waited %v for %s\n%s", b.name, d, what, b.state())
+		}
+	}
 }
 
 // mark is the index of the next request to be recorded.
