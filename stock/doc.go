@@ -16,7 +16,30 @@
 //     RelayGroup) re-sends whatever is left.
 //   - Redis may lose its memory. A missing stock key means "not warmed" and
 //     closes the sale (NOT_READY); it is never read as 0 or as stock, and
-//     neither release nor restock recreates it.
+//     neither release nor restock recreates it. Warm-up reopens a lost sale
+//     from the order ledger with Store.Rebuild (package sale computes it):
+//     order states, then every buyer's count, then the stock key, each step
+//     a script guarded by the missing stock key, so no purchase ever sees
+//     the stock without the counts.
+//
+// What a loss costs. After a loss the sale holds initial + restocked minus
+// the units the ledger says shoppers hold: stored orders (status 1; released
+// ones are status 2 and already back), events Kafka acknowledged but the
+// consumer had not stored yet (warm-up waits for the drain), and outbox
+// entries that survived (the embedded server's snapshot; the ledger is
+// asked which of them are stored). One kind of order is not counted: one
+// the script deducted whose event never reached Kafka and whose outbox
+// entry died with Redis (the edge died, or Kafka failed and the shopper got
+// 503 with the order id before the relay could re-send it). Its shopper was
+// never told "queued" (DESIGN.md promise 2), its units go back on sale and
+// its buyer count is not restored; the order does not exist. An event still
+// being retried into Kafka when Redis went away is the reason warm-up
+// waits out orderstore.Ledger.InFlight before it drains.
+//
+// Surviving a real Redis restart needs nothing here: no persistence is
+// assumed. Restocks recorded only in a lost meta are forgotten (the
+// configured stock is the initial again), except what the ledger proves:
+// warm-up records at least held - initial as restocked.
 //
 // Store.Deduct group-commits the concurrent attempts for one product into
 // one script call; each attempt keeps its own checks, in order: enough stock
@@ -29,7 +52,10 @@
 // script touches one slot and everything runs unchanged on Redis Cluster.
 //
 // The embedded server (Open with addr "" or "embedded") is miniredis, for a
-// zero-setup demo only: ~15x slower, and its optional DataDir snapshot keeps
-// strings, hashes and stream entries (not stream consumer groups) across a
-// clean Close/Open, not across a crash.
+// zero-setup demo only: ~15x slower. Its optional DataDir snapshot keeps
+// strings, hashes and stream entries (not stream consumer groups): exactly
+// across a clean Close/Open; after a crash the last periodic save (every
+// Options.SaveEvery) is loaded without its stock and buyer keys, and the
+// sales go through the same ledger rebuild as after a real Redis lost its
+// memory (see Open).
 package stock

@@ -17,9 +17,16 @@ const snapshotFile = "stock.json"
 
 // snapshot is the embedded server's sk:* keys. It exists because miniredis
 // has no RDB/AOF; it is for the zero-setup demo only.
+//
+// Clean is set only by the save on Close, when no client is connected: the
+// stock and buyer keys are then exact. A periodic save (Options.SaveEvery)
+// is not clean: sales continue after it, and a crash before the next save
+// forgets them. Open therefore drops the stock and buyer keys of a snapshot
+// that is not clean, and warm-up rebuilds those sales from the ledger.
 type snapshot struct {
 	Version int           `json:"version"`
 	SavedMs int64         `json:"savedMs"`
+	Clean   bool          `json:"clean,omitempty"`
 	Keys    []snapshotKey `json:"keys"`
 }
 
@@ -38,9 +45,13 @@ type streamEntry struct {
 	Values []string `json:"values"`
 }
 
-func saveSnapshot(m *miniredis.Miniredis, dir string) error {
+// saveSnapshot writes the sk:* keys to dir. clean must only be set when no
+// client is connected. While clients run (a periodic save), keys are read
+// one by one: the snapshot is not a point in time, and a key that vanishes
+// while it is taken (an expired token, a deleted outbox) is skipped.
+func saveSnapshot(m *miniredis.Miniredis, dir string, clean bool) error {
 	now := time.Now()
-	snap := snapshot{Version: 1, SavedMs: now.UnixMilli(), Keys: []snapshotKey{}}
+	snap := snapshot{Version: 1, SavedMs: now.UnixMilli(), Clean: clean, Keys: []snapshotKey{}}
 	for _, k := range m.Keys() {
 		if !strings.HasPrefix(k, "sk:") {
 			continue
@@ -50,14 +61,22 @@ func saveSnapshot(m *miniredis.Miniredis, dir string) error {
 			sk.ExpireAtMs = now.Add(ttl).UnixMilli()
 		}
 		switch sk.Type {
+		case "": // gone since Keys
+			continue
 		case "string":
 			v, err := m.Get(k)
+			if errors.Is(err, miniredis.ErrKeyNotFound) {
+				continue
+			}
 			if err != nil {
 				return fmt.Errorf("stock: snapshot %s: %w", k, err)
 			}
 			sk.Value = v
 		case "hash":
 			fields, err := m.HKeys(k)
+			if errors.Is(err, miniredis.ErrKeyNotFound) {
+				continue
+			}
 			if err != nil {
 				return fmt.Errorf("stock: snapshot %s: %w", k, err)
 			}
@@ -67,6 +86,9 @@ func saveSnapshot(m *miniredis.Miniredis, dir string) error {
 			}
 		case "stream":
 			entries, err := m.Stream(k)
+			if errors.Is(err, miniredis.ErrKeyNotFound) {
+				continue
+			}
 			if err != nil {
 				return fmt.Errorf("stock: snapshot %s: %w", k, err)
 			}
@@ -121,26 +143,39 @@ func writeAtomic(path string, b []byte) error {
 	return nil
 }
 
-func loadSnapshot(m *miniredis.Miniredis, dir string) error {
+// loadSnapshot loads dir's snapshot into m. A snapshot that is not clean
+// (see snapshot) comes without its stock and buyer keys: lost reports how
+// many stock keys were dropped, i.e. sales warm-up must rebuild from the
+// ledger.
+func loadSnapshot(m *miniredis.Miniredis, dir string) (lost int, err error) {
 	path := filepath.Join(dir, snapshotFile)
 	b, err := os.ReadFile(path)
 	if errors.Is(err, os.ErrNotExist) {
-		return nil
+		return 0, nil
 	}
 	if err != nil {
-		return fmt.Errorf("stock: load %s: %w", path, err)
+		return 0, fmt.Errorf("stock: load %s: %w", path, err)
 	}
 	var snap snapshot
 	if err := json.Unmarshal(b, &snap); err != nil {
-		return fmt.Errorf("stock: load %s: %w", path, err)
+		return 0, fmt.Errorf("stock: load %s: %w", path, err)
 	}
 	if snap.Version != 1 {
-		return fmt.Errorf("stock: load %s: unknown version %d", path, snap.Version)
+		return 0, fmt.Errorf("stock: load %s: unknown version %d", path, snap.Version)
 	}
 	now := time.Now().UnixMilli()
 	for _, k := range snap.Keys {
 		if k.ExpireAtMs != 0 && k.ExpireAtMs <= now {
 			continue
+		}
+		if !snap.Clean {
+			switch lostKind(k.Key) {
+			case "stock":
+				lost++
+				continue
+			case "buyer":
+				continue
+			}
 		}
 		switch k.Type {
 		case "string":
@@ -159,11 +194,36 @@ func loadSnapshot(m *miniredis.Miniredis, dir string) error {
 			err = fmt.Errorf("unsupported type %q", k.Type)
 		}
 		if err != nil {
-			return fmt.Errorf("stock: load %s: key %s: %w", path, k.Key, err)
+			return 0, fmt.Errorf("stock: load %s: key %s: %w", path, k.Key, err)
 		}
 		if k.ExpireAtMs != 0 {
 			m.SetTTL(k.Key, time.Duration(k.ExpireAtMs-now)*time.Millisecond)
 		}
 	}
-	return nil
+	return lost, nil
+}
+
+// lostKind tells the keys a snapshot that is not clean cannot be trusted
+// with: "stock" for sk:{p}:stock (stale high: sales since the save are
+// forgotten), "buyer" for sk:{p}:u:<user> (stale low), "" for the rest.
+// Everything else is kept: the meta (initial, restocked — what the rebuild
+// starts from), the catalog, order hashes (corrected by the rebuild), the
+// outbox streams (events that may not have reached Kafka: the relay sends
+// them again, the consumer drops duplicates, the rebuild counts them), and
+// used tokens.
+func lostKind(key string) string {
+	if !strings.HasPrefix(key, keyPrefix) {
+		return ""
+	}
+	end := strings.IndexByte(key, '}')
+	if end < 0 || !strings.HasPrefix(key[end:], "}:") {
+		return ""
+	}
+	switch rest := key[end+2:]; {
+	case rest == "stock":
+		return "stock"
+	case strings.HasPrefix(rest, "u:"):
+		return "buyer"
+	}
+	return ""
 }

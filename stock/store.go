@@ -34,8 +34,15 @@ type Options struct {
 	// (default 7 days), so that nobody can buy again after it expired.
 	BuyerGrace time.Duration
 	// DataDir, for the embedded server only, is where its state is saved
-	// on Close and loaded on Open (see Open). Ignored for a real Redis.
+	// on Close and every SaveEvery, and loaded on Open (see Open). Ignored
+	// for a real Redis.
 	DataDir string
+	// SaveEvery is how often the embedded server saves its state to
+	// DataDir while open (default 1s; negative: only on Close). It bounds
+	// what a crash forgets of the admin catalog, restocks, order states and
+	// outbox entries; stock and buyers' counts are rebuilt from the ledger
+	// after a crash whatever it is (see Open).
+	SaveEvery time.Duration
 	// Username and Password authenticate to a real Redis.
 	Username, Password string
 }
@@ -52,6 +59,9 @@ func (o *Options) defaults() {
 	}
 	if o.BuyerGrace <= 0 {
 		o.BuyerGrace = 7 * 24 * time.Hour
+	}
+	if o.SaveEvery == 0 {
+		o.SaveEvery = time.Second
 	}
 }
 
@@ -70,8 +80,10 @@ type Store struct {
 	opts Options
 
 	mini    *miniredis.Miniredis // embedded mode only
-	janitor chan struct{}        // closed to stop the embedded TTL clock
+	janitor chan struct{}        // closed to stop the embedded TTL clock and saver
 	jdone   chan struct{}
+	lost    int // stock keys dropped from an unclean snapshot at Open
+	saveErr atomic.Pointer[error]
 
 	// Pre-formatted shared script arguments.
 	graceMs, orderTTLMs string
@@ -96,11 +108,20 @@ type Store struct {
 // process: the zero-setup demo. It runs the same Lua but is ~15x slower than
 // redis-server, has no persistence of its own, and only counts TTLs down
 // while the Store is open. With Options.DataDir set, its sk:* keys (strings,
-// hashes, streams, with their TTLs) are written to DataDir/stock.json on
-// Close (atomically: temp file, fsync, rename) and loaded on Open. A crash
-// loses what happened since the last Open, exactly like a Redis without
-// persistence: warm-up must then rebuild sales from the ledger. Never use it
-// for production or benchmarks.
+// hashes, streams, with their TTLs) are written to DataDir/stock.json
+// (atomically: temp file, fsync, rename) on Close and every
+// Options.SaveEvery, and loaded on Open.
+//
+// Only the save on Close is a clean snapshot. After a crash (kill -9, power
+// loss) the file is an older, periodic one: its stock keys would hold more
+// than is left and its buyers' counts less than was bought, so Open drops
+// them — the sale then looks exactly like one a real Redis lost, and stays
+// closed until warm-up rebuilt it from the ledger (sale.Ledger). The rest
+// is kept: meta, admin catalog, order hashes, outbox entries, used tokens.
+// The file is marked "not clean" again before Open returns. Correctness
+// never depends on how recent the periodic save is; it only bounds what a
+// crash forgets of the catalog, restocks, order states and outbox entries.
+// Never use it for production or benchmarks.
 //
 // Otherwise addr is host:port, a comma-separated list of cluster seeds, or a
 // redis:// URL; rueidis auto-pipelines and follows the cluster topology.
@@ -130,7 +151,14 @@ func Open(ctx context.Context, addr string, opts Options) (*Store, error) {
 	case addr == "" || addr == "embedded":
 		m := miniredis.NewMiniRedis()
 		if opts.DataDir != "" {
-			if err := loadSnapshot(m, opts.DataDir); err != nil {
+			lost, err := loadSnapshot(m, opts.DataDir)
+			if err != nil {
+				return nil, err
+			}
+			s.lost = lost
+			// From now on the stock keys move: a crash before the next
+			// save must not find a file that still says "clean".
+			if err := saveSnapshot(m, opts.DataDir, false); err != nil {
 				return nil, err
 			}
 		}
@@ -180,6 +208,19 @@ func (s *Store) Client() rueidis.Client { return s.c }
 // Embedded reports whether the Store runs the in-process miniredis.
 func (s *Store) Embedded() bool { return s.mini != nil }
 
+// LostOnOpen is the number of sales whose stock key the embedded server
+// dropped at Open because its snapshot was not clean (a crash): they stay
+// closed until warm-up rebuilt them from the ledger.
+func (s *Store) LostOnOpen() int { return s.lost }
+
+// SaveErr is the last periodic save's error (nil after a success).
+func (s *Store) SaveErr() error {
+	if p := s.saveErr.Load(); p != nil {
+		return *p
+	}
+	return nil
+}
+
 // Close stops the sold-out subscription, closes the connection and, for the
 // embedded server with a DataDir, saves its state. Attempts still queued or
 // in flight fail (with an unknown outcome for those already sent).
@@ -196,8 +237,9 @@ func (s *Store) Close() error {
 	var err error
 	if s.opts.DataDir != "" {
 		// No client is connected any more: the snapshot is consistent
-		// (a stock deduction is never saved without its outbox entry).
-		err = saveSnapshot(s.mini, s.opts.DataDir)
+		// (a stock deduction is never saved without its outbox entry) and
+		// clean, so the next Open keeps its stock.
+		err = saveSnapshot(s.mini, s.opts.DataDir, true)
 	}
 	s.mini.Close()
 	return err
@@ -210,13 +252,20 @@ func (s *Store) stopEmbedded() {
 }
 
 // startJanitor advances miniredis' clock: it only expires keys when told
-// time has passed, and tokens, buyer counts and orders rely on TTLs.
+// time has passed, and tokens, buyer counts and orders rely on TTLs. With a
+// DataDir it also saves the state every SaveEvery.
 func (s *Store) startJanitor() {
 	s.janitor, s.jdone = make(chan struct{}), make(chan struct{})
 	go func() {
 		defer close(s.jdone)
 		t := time.NewTicker(250 * time.Millisecond)
 		defer t.Stop()
+		var save <-chan time.Time
+		if s.opts.DataDir != "" && s.opts.SaveEvery > 0 {
+			st := time.NewTicker(s.opts.SaveEvery)
+			defer st.Stop()
+			save = st.C
+		}
 		last := time.Now()
 		for {
 			select {
@@ -225,6 +274,12 @@ func (s *Store) startJanitor() {
 			case now := <-t.C:
 				s.mini.FastForward(now.Sub(last))
 				last = now
+			case <-save:
+				if err := saveSnapshot(s.mini, s.opts.DataDir, false); err != nil {
+					s.saveErr.Store(&err)
+				} else {
+					s.saveErr.Store(nil)
+				}
 			}
 		}
 	}()

@@ -1,0 +1,274 @@
+package stock
+
+import (
+	"context"
+	_ "embed"
+	"fmt"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redis/rueidis"
+)
+
+// The ledger rebuild: reopening a sale whose stock key is missing (Redis
+// lost its memory) from the order ledger. Package sale reads the ledger and
+// computes a Rebuild; this file reads what survived in Redis and writes the
+// result, in an order that never lets a purchase see stock without its
+// buyers' counts (see Rebuild).
+
+var (
+	//go:embed lua/reschedule.lua
+	rescheduleLua string
+	//go:embed lua/restore_buyers.lua
+	restoreBuyersLua string
+	//go:embed lua/fix_orders.lua
+	fixOrdersLua string
+
+	rescheduleScript    = rueidis.NewLuaScript(rescheduleLua)
+	restoreBuyersScript = rueidis.NewLuaScript(restoreBuyersLua)
+	fixOrdersScript     = rueidis.NewLuaScript(fixOrdersLua)
+)
+
+// rebuildChunk bounds the keys of one rebuild script call: a script blocks
+// Redis for everyone while it runs.
+const rebuildChunk = 500
+
+// Reschedule updates a live sale's limit, price, start and end, like Warm on
+// a live sale, but never creates the stock key: live is false when it is
+// missing (a new sale, or one Redis lost), and nothing was written.
+func (s *Store) Reschedule(ctx context.Context, sale Sale) (live bool, err error) {
+	if !validProduct(sale.ProductID) || sale.Limit < 1 || sale.Price < 0 {
+		return false, fmt.Errorf("%w: sale %+v", ErrInvalid, sale)
+	}
+	initial := sale.Initial
+	if initial == 0 {
+		initial = sale.Stock
+	}
+	ctx, cancel := s.call(ctx)
+	defer cancel()
+	n, err := rescheduleScript.Exec(ctx, s.c,
+		[]string{StockKey(sale.ProductID), MetaKey(sale.ProductID)},
+		[]string{i64(sale.Stock), i64(initial), i64(sale.Restocked), i64(sale.Released),
+			strconv.Itoa(sale.Limit), i64(sale.Price), i64(sale.StartMs), i64(sale.EndMs)},
+	).AsInt64()
+	if err != nil {
+		return false, fmt.Errorf("stock: reschedule %s: %w", sale.ProductID, err)
+	}
+	return n == 1, nil
+}
+
+// Meta reads a sale's meta hash whether or not its stock key exists; ok is
+// false when there is none. A meta without a stock key is a sale that was
+// open and lost its stock key (the embedded server drops stock keys after a
+// crash, see Open): its Initial and Restocked are what the rebuild starts
+// from. Stock is 0.
+func (s *Store) Meta(ctx context.Context, productID string) (Sale, bool, error) {
+	if !validProduct(productID) {
+		return Sale{}, false, fmt.Errorf("%w: product %q", ErrInvalid, productID)
+	}
+	ctx, cancel := s.call(ctx)
+	defer cancel()
+	m, err := s.c.Do(ctx, s.c.B().Hgetall().Key(MetaKey(productID)).Build()).AsStrMap()
+	if err != nil {
+		return Sale{}, false, fmt.Errorf("stock: meta %s: %w", productID, err)
+	}
+	if len(m) == 0 {
+		return Sale{}, false, nil
+	}
+	num := func(k string) int64 { n, _ := strconv.ParseInt(m[k], 10, 64); return n }
+	return Sale{
+		ProductID: productID, Initial: num("initial"), Restocked: num("restocked"),
+		Released: num("released"), Limit: int(num("limit")), Price: num("price"),
+		StartMs: num("start"), EndMs: num("end"),
+	}, true, nil
+}
+
+// OutboxOrder is one order event waiting in a product's outbox.
+type OutboxOrder struct {
+	OrderID int64
+	UserID  string
+	Qty     int64
+}
+
+// OutboxOrders lists the orders in the product's outbox stream: deducted,
+// and maybe or maybe not in Kafka yet. After a real Redis lost its memory
+// there are none (the stream died with it); the embedded server restores
+// its streams from the snapshot. Entries without a valid order id, user or
+// quantity are skipped (the relay dead-letters them).
+func (s *Store) OutboxOrders(ctx context.Context, productID string) ([]OutboxOrder, error) {
+	if !validProduct(productID) {
+		return nil, fmt.Errorf("%w: product %q", ErrInvalid, productID)
+	}
+	key := OutboxKey(productID)
+	var out []OutboxOrder
+	for start := "-"; ; {
+		cctx, cancel := s.call(ctx)
+		entries, err := s.c.Do(cctx, s.c.B().Xrange().Key(key).Start(start).End("+").Count(1000).Build()).AsXRange()
+		cancel()
+		if err != nil {
+			return nil, fmt.Errorf("stock: outbox %s: %w", key, err)
+		}
+		for _, e := range entries {
+			id, err1 := strconv.ParseInt(e.FieldValues[FieldOrder], 10, 64)
+			qty, err2 := strconv.ParseInt(e.FieldValues[FieldQty], 10, 64)
+			user := e.FieldValues[FieldUser]
+			if err1 != nil || err2 != nil || id <= 0 || qty <= 0 || !validUser(user) {
+				continue
+			}
+			out = append(out, OutboxOrder{OrderID: id, UserID: user, Qty: qty})
+		}
+		if len(entries) < 1000 {
+			return out, nil
+		}
+		start = "(" + entries[len(entries)-1].ID
+	}
+}
+
+// SurvivingOrders lists the order hashes of a product with their states,
+// embedded server only: after a crash it restores them from a snapshot
+// that may predate changes the ledger knows (a release, a success). A real
+// Redis that lost its memory has none, and listing keys there would mean a
+// SCAN of every node: it returns nil.
+func (s *Store) SurvivingOrders(ctx context.Context, productID string) (map[int64]string, error) {
+	if !validProduct(productID) {
+		return nil, fmt.Errorf("%w: product %q", ErrInvalid, productID)
+	}
+	if s.mini == nil {
+		return nil, nil
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	pre := prefix(productID) + "o:"
+	out := map[int64]string{}
+	for _, k := range s.mini.Keys() {
+		if !strings.HasPrefix(k, pre) {
+			continue
+		}
+		id, err := strconv.ParseInt(k[len(pre):], 10, 64)
+		if err != nil || s.mini.Type(k) != "hash" {
+			continue
+		}
+		out[id] = s.mini.HGet(k, "state")
+	}
+	return out, nil
+}
+
+// Rebuild is what the ledger says a lost sale must reopen with.
+type Rebuild struct {
+	// Sale: Stock is what is left (Initial + Restocked - units held), and
+	// Initial, Restocked and Released are written to the meta for
+	// reconcile, as computed (Initial is not defaulted to Stock here).
+	Sale
+	// Buyers is the units each user holds: their stored orders plus their
+	// orders still on the way (outbox).
+	Buyers map[string]int64
+	// Orders corrects surviving order hashes: order id -> state.
+	Orders map[int64]string
+	// NowMs is the clock for the buyers' expiry (default: now).
+	NowMs int64
+}
+
+// Rebuild reopens a sale whose stock key is missing. The writes go in this
+// order, each call guarded by the missing stock key:
+//
+//  1. surviving order hashes take their ledger state (lua/fix_orders.lua);
+//  2. every buyer's count is raised to what the ledger says, with the TTL
+//     the deduction gives it (lua/restore_buyers.lua, in chunks);
+//  3. the stock key and the meta are created (lua/warm.lua, SET NX).
+//
+// The stock key's creation is what opens the sale: no purchase can run
+// before step 3, and every count is in place by then. created is false when
+// the stock key exists (another edge or call rebuilt it first, or the sale
+// was never lost): its writes stop at the first guarded call that sees it,
+// and what it wrote before that is the same ledger's view.
+func (s *Store) Rebuild(ctx context.Context, r Rebuild) (created bool, err error) {
+	sale := r.Sale
+	if !validProduct(sale.ProductID) || sale.Stock < 0 || sale.Limit < 1 || sale.Price < 0 ||
+		sale.Initial < 0 || sale.Restocked < 0 || sale.Released < 0 {
+		return false, fmt.Errorf("%w: rebuild %+v", ErrInvalid, sale)
+	}
+	p := sale.ProductID
+	stockKey := StockKey(p)
+	for u, n := range r.Buyers {
+		if !validUser(u) || n < 0 {
+			return false, fmt.Errorf("%w: rebuild %s: buyer %q holds %d", ErrInvalid, p, u, n)
+		}
+	}
+
+	// 1. Order states.
+	ids := make([]int64, 0, len(r.Orders))
+	for id := range r.Orders {
+		ids = append(ids, id)
+	}
+	sort.Slice(ids, func(i, j int) bool { return ids[i] < ids[j] })
+	for lo := 0; lo < len(ids); lo += rebuildChunk {
+		chunk := ids[lo:min(lo+rebuildChunk, len(ids))]
+		keys, args := []string{stockKey}, []string{""}
+		for _, id := range chunk {
+			keys = append(keys, OrderKey(p, id))
+			args = append(args, r.Orders[id])
+		}
+		if live, err := s.guarded(ctx, fixOrdersScript, keys, args); err != nil || live {
+			return false, wrapRebuild(p, "order states", err)
+		}
+	}
+
+	// 2. Buyers.
+	now := r.NowMs
+	if now == 0 {
+		now = time.Now().UnixMilli()
+	}
+	expireAt := i64(max(sale.EndMs, now) + s.opts.BuyerGrace.Milliseconds())
+	users := make([]string, 0, len(r.Buyers))
+	for u, n := range r.Buyers {
+		if n > 0 {
+			users = append(users, u)
+		}
+	}
+	sort.Strings(users)
+	for lo := 0; lo < len(users); lo += rebuildChunk {
+		chunk := users[lo:min(lo+rebuildChunk, len(users))]
+		keys, args := []string{stockKey}, []string{expireAt}
+		for _, u := range chunk {
+			keys = append(keys, BuyerKey(p, u))
+			args = append(args, i64(r.Buyers[u]))
+		}
+		if live, err := s.guarded(ctx, restoreBuyersScript, keys, args); err != nil || live {
+			return false, wrapRebuild(p, "buyers", err)
+		}
+	}
+
+	// 3. Open.
+	cctx, cancel := s.call(ctx)
+	defer cancel()
+	n, err := warmScript.Exec(cctx, s.c, []string{stockKey, MetaKey(p)},
+		[]string{i64(sale.Stock), i64(sale.Initial), i64(sale.Restocked), i64(sale.Released),
+			strconv.Itoa(sale.Limit), i64(sale.Price), i64(sale.StartMs), i64(sale.EndMs)},
+	).AsInt64()
+	if err != nil {
+		return false, wrapRebuild(p, "open", err)
+	}
+	return n == 1, nil
+}
+
+// guarded runs one of the rebuild's scripts; live reports that it found
+// the stock key (and wrote nothing).
+func (s *Store) guarded(ctx context.Context, script *rueidis.Lua, keys, args []string) (live bool, err error) {
+	ctx, cancel := s.call(ctx)
+	defer cancel()
+	n, err := script.Exec(ctx, s.c, keys, args).AsInt64()
+	if err != nil {
+		return false, err
+	}
+	return n == -1, nil
+}
+
+func wrapRebuild(p, step string, err error) error {
+	if err == nil {
+		return nil
+	}
+	return fmt.Errorf("stock: rebuild %s: %s: %w", p, step, err)
+}

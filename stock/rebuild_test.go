@@ -1,0 +1,294 @@
+package stock
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+)
+
+func TestLostKind(t *testing.T) {
+	for key, want := range map[string]string{
+		"sk:{p1}:stock":      "stock",
+		"sk:{p1}:u:alice":    "buyer",
+		"sk:{p1}:u:":         "buyer",
+		"sk:{p1}:meta":       "",
+		"sk:{p1}:o:12":       "",
+		"sk:{p1}:t:ab":       "",
+		"sk:{p1}:outbox":     "",
+		"sk:{u:x}:meta":      "",
+		"sk:catalog":         "",
+		"sk:{p1}:stockpile":  "",
+		"sk:{broken:stock":   "",
+		"other:{p1}:stock":   "",
+		"sk:{p:u}:u:u:stock": "buyer",
+	} {
+		if got := lostKind(key); got != want {
+			t.Errorf("lostKind(%q) = %q, want %q", key, got, want)
+		}
+	}
+}
+
+// A real Redis restarted empty: Rebuild writes buyers, then the stock key
+// and meta; purchases see both.
+func TestRebuildAfterRestart(t *testing.T) {
+	ctx := context.Background()
+	s, srv := openReal(t, Options{})
+	warm(t, s, "rb", 10, 3)
+	mustDeduct(t, s, attempt("rb", "alice", 2, 3))
+	mustDeduct(t, s, attempt("rb", "bob", 1, 3))
+	end := time.Now().Add(time.Hour).UnixMilli()
+
+	srv.Restart()
+	s, err := Open(ctx, srv.Addr(), Options{Timeout: testBudget})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+
+	if _, ok, err := s.Meta(ctx, "rb"); ok || err != nil {
+		t.Fatalf("meta after the loss: %v %v", ok, err)
+	}
+	sale := Sale{ProductID: "rb", Stock: 10, Limit: 3, Price: 1999, EndMs: end}
+	if live, err := s.Reschedule(ctx, sale); live || err != nil {
+		t.Fatalf("Reschedule of a lost sale = %v, %v", live, err)
+	}
+	if out := mustDeduct(t, s, attempt("rb", "carol", 1, 3)); out.Code != NotReady {
+		t.Fatalf("Reschedule opened the sale: %v", out.Code)
+	}
+	if orders, err := s.SurvivingOrders(ctx, "rb"); orders != nil || err != nil {
+		t.Fatalf("SurvivingOrders on a real Redis = %v, %v", orders, err)
+	}
+
+	sale.Stock, sale.Initial = 7, 10
+	sale.Released = 1
+	created, err := s.Rebuild(ctx, Rebuild{Sale: sale, Buyers: map[string]int64{"alice": 2, "bob": 1, "zed": 0}})
+	if err != nil || !created {
+		t.Fatalf("Rebuild = %v, %v", created, err)
+	}
+	if r := remaining(t, s, "rb"); r != 7 {
+		t.Fatalf("remaining %d", r)
+	}
+	info, _, _ := s.SaleInfo(ctx, "rb")
+	if info.Initial != 10 || info.Restocked != 0 || info.Released != 1 || info.Limit != 3 || info.EndMs != end {
+		t.Fatalf("meta %+v", info)
+	}
+	for u, want := range map[string]int64{"alice": 2, "bob": 1, "zed": 0} {
+		if n, _ := s.Bought(ctx, "rb", u); n != want {
+			t.Errorf("%s bought %d, want %d", u, n, want)
+		}
+	}
+	// The buyer key's TTL is the deduction's: the sale's end + grace.
+	if ttl := pttl(t, s, BuyerKey("rb", "alice")); ttl < (7*24*time.Hour).Milliseconds() || ttl > (7*24*time.Hour+time.Hour).Milliseconds() {
+		t.Errorf("alice's PTTL %d", ttl)
+	}
+	if out := mustDeduct(t, s, attempt("rb", "alice", 2, 3)); out.Code != LimitReached {
+		t.Errorf("alice (2 of 3) buying 2 more: %v", out.Code)
+	}
+	if out := mustDeduct(t, s, attempt("rb", "alice", 1, 3)); out.Code != OK || out.Remaining != 6 {
+		t.Errorf("alice buying her last unit: %+v", out)
+	}
+
+	// The sale is live: a second rebuild (another edge, late) writes
+	// nothing, neither buyers nor stock.
+	created, err = s.Rebuild(ctx, Rebuild{Sale: Sale{ProductID: "rb", Stock: 9, Initial: 10, Limit: 3},
+		Buyers: map[string]int64{"carol": 3, "alice": 1}})
+	if err != nil || created {
+		t.Fatalf("Rebuild of a live sale = %v, %v", created, err)
+	}
+	if n, _ := s.Bought(ctx, "rb", "carol"); n != 0 {
+		t.Errorf("carol's count written into a live sale: %d", n)
+	}
+	if n, _ := s.Bought(ctx, "rb", "alice"); n != 3 {
+		t.Errorf("alice's count changed in a live sale: %d", n)
+	}
+	if r := remaining(t, s, "rb"); r != 6 {
+		t.Errorf("remaining %d", r)
+	}
+	if live, err := s.Reschedule(ctx, Sale{ProductID: "rb", Limit: 4, Price: 5, EndMs: end}); !live || err != nil {
+		t.Fatalf("Reschedule of a live sale = %v, %v", live, err)
+	}
+	if info, _, _ := s.SaleInfo(ctx, "rb"); info.Limit != 4 || info.Price != 5 || info.Initial != 10 {
+		t.Fatalf("meta after reschedule %+v", info)
+	}
+}
+
+// Only the stock key is gone (evicted, or the embedded server after a
+// crash): surviving order hashes take the ledger's state, and surviving
+// buyer counts are only ever raised.
+func TestRebuildWithSurvivors(t *testing.T) {
+	ctx := context.Background()
+	for name, s := range map[string]*Store{"real": func() *Store { s, _ := openReal(t, Options{}); return s }(), "embedded": openEmbedded(t, Options{})} {
+		t.Run(name, func(t *testing.T) {
+			warm(t, s, "sv", 10, 5)
+			a := attempt("sv", "u", 2, 5)
+			b := attempt("sv", "v", 1, 5)
+			mustDeduct(t, s, a)
+			mustDeduct(t, s, b)
+			c := s.Client()
+			if err := c.Do(ctx, c.B().Del().Key(StockKey("sv")).Build()).Error(); err != nil {
+				t.Fatal(err)
+			}
+			if meta, ok, err := s.Meta(ctx, "sv"); !ok || err != nil || meta.Initial != 10 || meta.Limit != 5 {
+				t.Fatalf("meta %+v %v %v", meta, ok, err)
+			}
+			outbox, err := s.OutboxOrders(ctx, "sv")
+			if err != nil || len(outbox) != 2 || outbox[0] != (OutboxOrder{a.OrderID, "u", 2}) || outbox[1] != (OutboxOrder{b.OrderID, "v", 1}) {
+				t.Fatalf("outbox %+v %v", outbox, err)
+			}
+			if name == "embedded" {
+				got, err := s.SurvivingOrders(ctx, "sv")
+				if err != nil || len(got) != 2 || got[a.OrderID] != StatePending {
+					t.Fatalf("surviving orders %v %v", got, err)
+				}
+			}
+			// a was released after all (the ledger says so); u holds 1 by
+			// the ledger but 2 survived: kept.
+			created, err := s.Rebuild(ctx, Rebuild{Sale: Sale{ProductID: "sv", Stock: 9, Initial: 10, Released: 2, Limit: 5},
+				Buyers: map[string]int64{"u": 1, "v": 1, "w": 4}, Orders: map[int64]string{a.OrderID: StateReleased, 999: StateSuccess}})
+			if err != nil || !created {
+				t.Fatalf("Rebuild = %v, %v", created, err)
+			}
+			if o, _, _ := s.OrderState(ctx, "sv", a.OrderID); o.State != StateReleased {
+				t.Errorf("order a is %q", o.State)
+			}
+			if _, ok, _ := s.OrderState(ctx, "sv", 999); ok {
+				t.Error("a missing order hash was created")
+			}
+			// Released already: a cancel cannot return its units twice.
+			if ok, err := s.Release(ctx, "sv", a.OrderID); ok || err != nil {
+				t.Errorf("release after rebuild = %v, %v", ok, err)
+			}
+			for u, want := range map[string]int64{"u": 2, "v": 1, "w": 4} {
+				if n, _ := s.Bought(ctx, "sv", u); n != want {
+					t.Errorf("%s bought %d, want %d", u, n, want)
+				}
+			}
+			if r := remaining(t, s, "sv"); r != 9 {
+				t.Errorf("remaining %d", r)
+			}
+		})
+	}
+}
+
+func readSnapshot(t *testing.T, dir string) snapshot {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(dir, snapshotFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var snap snapshot
+	if err := json.Unmarshal(b, &snap); err != nil {
+		t.Fatal(err)
+	}
+	return snap
+}
+
+func copySnapshot(t *testing.T, from, to string) {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(from, snapshotFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(to, snapshotFile), b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// kill -9 of the embedded default: the next Open finds the last periodic
+// save. Its stock and buyer keys are dropped (they are stale), the rest is
+// kept for the ledger rebuild.
+func TestEmbeddedCrashDropsStockAndBuyers(t *testing.T) {
+	ctx := context.Background()
+	dir, crashed := t.TempDir(), t.TempDir()
+	s := openEmbedded(t, Options{DataDir: dir, SaveEvery: 20 * time.Millisecond})
+	if snap := readSnapshot(t, dir); snap.Clean {
+		t.Fatal("the file says clean while the store is open")
+	}
+	warm(t, s, "kc", 10, 3)
+	a := attempt("kc", "alice", 2, 3)
+	mustDeduct(t, s, a)
+	c := s.Client()
+	c.Do(ctx, c.B().Hset().Key("sk:catalog").FieldValue().FieldValue("kc", `{"x":1}`).Build())
+
+	// Wait for a periodic save that has alice's purchase, and keep it:
+	// that is the file a crash now would leave.
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		snap := readSnapshot(t, dir)
+		has := false
+		for _, k := range snap.Keys {
+			has = has || k.Key == BuyerKey("kc", "alice")
+		}
+		if has && !snap.Clean {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("no periodic save")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	copySnapshot(t, dir, crashed)
+	// Sold after the last save: forgotten by the crash.
+	mustDeduct(t, s, attempt("kc", "alice", 1, 3))
+	mustDeduct(t, s, attempt("kc", "bob", 3, 3))
+
+	s2 := openEmbedded(t, Options{DataDir: crashed, SaveEvery: -1})
+	if s2.LostOnOpen() != 1 {
+		t.Fatalf("LostOnOpen %d", s2.LostOnOpen())
+	}
+	if _, ok, _ := s2.Remaining(ctx, "kc"); ok {
+		t.Fatal("the stale stock key was loaded")
+	}
+	if out := mustDeduct(t, s2, attempt("kc", "carol", 1, 3)); out.Code != NotReady {
+		t.Fatalf("a crashed sale is open before its rebuild: %v", out.Code)
+	}
+	if n, _ := s2.Bought(ctx, "kc", "alice"); n != 0 {
+		t.Errorf("stale buyer count loaded: %d", n)
+	}
+	if meta, ok, _ := s2.Meta(ctx, "kc"); !ok || meta.Initial != 10 || meta.Limit != 3 {
+		t.Errorf("meta %+v %v", meta, ok)
+	}
+	if v, _ := s2.Client().Do(ctx, c.B().Hget().Key("sk:catalog").Field("kc").Build()).ToString(); v != `{"x":1}` {
+		t.Errorf("catalog %q", v)
+	}
+	if o, ok, _ := s2.OrderState(ctx, "kc", a.OrderID); !ok || o.State != StatePending {
+		t.Errorf("order hash %+v %v", o, ok)
+	}
+	if ob, _ := s2.OutboxOrders(ctx, "kc"); len(ob) != 1 || ob[0].OrderID != a.OrderID {
+		t.Errorf("outbox %+v", ob)
+	}
+	replay := attempt("kc", "dave", 1, 3)
+	replay.TokenNonceHex = a.TokenNonceHex
+	created, err := s2.Rebuild(ctx, Rebuild{Sale: Sale{ProductID: "kc", Stock: 8, Initial: 10, Limit: 3}, Buyers: map[string]int64{"alice": 2}})
+	if err != nil || !created {
+		t.Fatal(created, err)
+	}
+	if out := mustDeduct(t, s2, replay); out.Code != BadToken {
+		t.Errorf("used token forgotten: %v", out.Code)
+	}
+	// The file is "not clean" from Open on, whatever it said before.
+	if snap := readSnapshot(t, crashed); snap.Clean {
+		t.Error("file still clean after Open")
+	}
+
+	// A clean Close keeps the stock: the next Open trusts it.
+	if err := s2.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if snap := readSnapshot(t, crashed); !snap.Clean {
+		t.Fatal("Close did not write a clean snapshot")
+	}
+	s3 := openEmbedded(t, Options{DataDir: crashed, SaveEvery: -1})
+	if s3.LostOnOpen() != 0 || remaining(t, s3, "kc") != 8 {
+		t.Fatalf("clean restart: lost %d", s3.LostOnOpen())
+	}
+	if n, _ := s3.Bought(ctx, "kc", "alice"); n != 2 {
+		t.Errorf("alice %d after a clean restart", n)
+	}
+	if snap := readSnapshot(t, crashed); snap.Clean {
+		t.Error("file still clean after the second Open")
+	}
+}
