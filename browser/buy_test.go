@@ -42,6 +42,7 @@ func TestBuyFlow(t *testing.T) {
 	b.waitText(10*time.Second, "message", regexp.MustCompile(`^Success! Order \d+ confirmed\.$`))
 
 	// The id on the page is the one the API answered to the page's own do.
+	b.keepShot("success")
 	apiID := doOrderID(t, b, mark)
 	if got := b.text("order-id"); got != apiID {
 		t.Errorf("#order-id = %q, the API answered orderId %q", got, apiID)
@@ -71,6 +72,7 @@ func TestBuyFlow(t *testing.T) {
 	b.clickBuy()
 	b.waitText(5*time.Second, "message", regexp.MustCompile(`already bought the maximum`))
 	b.waitBuy(2*time.Second, `^Limit reached$`, false)
+	b.keepShot("limit")
 	if vis := eval[bool](b, `!document.getElementById('order-line').hidden`); vis {
 		t.Error("the old order line still shows next to the limit message")
 	}

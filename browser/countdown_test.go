@@ -87,6 +87,7 @@ func TestCountdownFromServerTime(t *testing.T) {
 			t.Errorf("%s: Buy says %q, the server's start is %d..%d s away", s.b.name, st.Buy, lo, hi)
 		}
 	}
+	shoppers[1].b.keepShot("countdown")
 	ids := make([]float64, len(shoppers))
 	for i, s := range shoppers {
 		ids[i] = eval[float64](s.b, `__fg.id`)

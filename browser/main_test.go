@@ -380,10 +380,25 @@ func (b *tab) state() string {
 }
 
 var shotDir = sync.OnceValue(func() string {
-	d := filepath.Join(os.TempDir(), "flashgate-browser-shots")
+	d := os.Getenv("BROWSER_SHOTS")
+	if d == "" {
+		d = filepath.Join(os.TempDir(), "flashgate-browser-shots")
+	}
 	os.MkdirAll(d, 0o755)
 	return d
 })
+
+// keepShot saves a screenshot when BROWSER_SHOTS names a directory, for a
+// person to look at the pages (go test ./browser/ with BROWSER_SHOTS=/tmp/x).
+func (b *tab) keepShot(label string) {
+	b.t.Helper()
+	if os.Getenv("BROWSER_SHOTS") == "" {
+		return
+	}
+	if path := b.screenshot(label); path != "" {
+		b.t.Logf("%s: screenshot %s", b.name, path)
+	}
+}
 
 // screenshot saves a full-page PNG and returns its path ("" on error).
 func (b *tab) screenshot(label string) string {

@@ -96,6 +96,7 @@ func TestPhoneViewportAndNoThirdParty(t *testing.T) {
 	b.do(chromedp.Tap(chromedp.ID("buy")))
 	b.waitText(10*time.Second, "message", regexp.MustCompile(`^Success!`))
 	fits("after a purchase")
+	b.keepShot("phone")
 	for _, r := range b.requests(loaded) {
 		if !strings.HasPrefix(r.URL, e.base+"/") {
 			t.Errorf("request to another origin: %s %s (%s)", r.Method, r.URL, r.Type)
