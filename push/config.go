@@ -39,7 +39,7 @@ type Config struct {
 	// Render writes the JSON of an event (sale.AppendResult): the same
 	// document /api/seckill/result answers. Required.
 	Render func(b []byte, o stock.OrderInfo) []byte `yaml:"-"`
-	Log    *slog.Logger                            `yaml:"-"`
+	Log    *slog.Logger                             `yaml:"-"`
 	// Now returns unix nanoseconds (tests inject a clock).
 	Now func() int64 `yaml:"-"`
 }
