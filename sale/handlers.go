@@ -81,7 +81,7 @@ func (s *Service) Handle(r *filters.Request) {
 	case filters.EndpointResult:
 		s.result(r)
 	case filters.EndpointEvents:
-		Reject(ctx, errNoEvents)
+		s.events(r)
 	}
 }
 

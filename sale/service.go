@@ -16,6 +16,7 @@ import (
 	"flashgate/orderid"
 	"flashgate/orderstore"
 	"flashgate/ptoken"
+	"flashgate/push"
 	"flashgate/session"
 	"flashgate/stock"
 )
@@ -65,6 +66,9 @@ type Deps struct {
 	// was lost (the order store).
 	Results OrderLookup
 	Breaker *Breaker
+	// Events serves /api/seckill/events; nil answers 404 and the page
+	// polls /api/seckill/result.
+	Events *push.Hub
 }
 
 // OrderLookup finds a stored order.

@@ -1,0 +1,62 @@
+package sale
+
+import (
+	"context"
+
+	"github.com/valyala/fasthttp"
+
+	"flashgate/filters"
+)
+
+// events serves GET /api/seckill/events?orderId=&productId=: the order's
+// state at once, then its outcome, as Server-Sent Events (package push),
+// to the signed-in owner of the order only; anyone else gets the same 404
+// as for an order that does not exist.
+//
+// The stream is reserved before the order is read, so a flood of stream
+// requests meets the limits (429) before it costs a Redis call, and an
+// outcome published while the order is being read is not missed. Unlike
+// result, there is no fallback to the order store: an order whose Redis
+// state is gone was decided long ago (or Redis lost its memory), the page
+// then polls /api/seckill/result, which asks the store — a flood of
+// streams for unknown orders must not become a flood of store queries.
+func (s *Service) events(r *filters.Request) {
+	ctx := r.Ctx
+	if s.Events == nil {
+		Reject(ctx, errNoEvents)
+		return
+	}
+	if !ctx.IsGet() {
+		Reject(ctx, errMethod)
+		return
+	}
+	if len(r.UserID) == 0 {
+		Reject(ctx, errUnauthenticated)
+		return
+	}
+	st, rej := s.Events.Open(r.ProductID, r.OrderID, r.UserID)
+	if rej != nil {
+		Reject(ctx, rej)
+		if rej.Status == fasthttp.StatusTooManyRequests {
+			ctx.Response.Header.SetBytesKV(headerRetryAfter, retryAfterOne)
+		}
+		return
+	}
+	o, ok, err := s.Store.OrderState(context.Background(), view(r.ProductID), r.OrderID)
+	if err != nil {
+		st.Abort()
+		Reject(ctx, errDegraded)
+		return
+	}
+	if !ok || o.UserID != string(r.UserID) {
+		st.Abort()
+		Reject(ctx, errUnknownOrder)
+		return
+	}
+	st.Serve(ctx, o)
+}
+
+var (
+	headerRetryAfter = []byte(fasthttp.HeaderRetryAfter)
+	retryAfterOne    = []byte("1")
+)
