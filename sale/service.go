@@ -44,13 +44,6 @@ type OrderSink interface {
 	Publish(ctx context.Context, a *stock.Attempt, outboxID string) error
 }
 
-// Ledger tells, for a sale whose Redis state is gone, how much of it is
-// already sold, so warm-up reopens it with what is really left. nil means
-// "no ledger": a missing stock key is taken as a new sale.
-type Ledger interface {
-	Sold(ctx context.Context, productID string) (units int64, err error)
-}
-
 // Deps are the process-lifetime collaborators of the Service.
 type Deps struct {
 	Store      *stock.Store
@@ -91,6 +84,8 @@ type Service struct {
 	stopSub  func()
 	stopLoop context.CancelFunc
 	loopDone chan struct{}
+
+	rb rebuilder // lost sales (rebuild.go)
 }
 
 // outcome indexes the attempt counters.
@@ -181,8 +176,9 @@ func (s *Service) Stop() {
 }
 
 // Refresh rebuilds the registry from the config catalog and the admin
-// catalog in Redis, warms sales whose stock key is missing (when warm is
-// set, or always for sales never seen), and updates remaining stock and
+// catalog in Redis, opens sales whose stock key is missing (new ones with
+// their configured stock, lost ones from the ledger: see openSale), updates the
+// schedule of live sales when warm is set, and updates remaining stock and
 // sold-out flags. It is the safety net behind the broadcast.
 func (s *Service) Refresh(ctx context.Context, warm bool) error {
 	st := s.settings.Load()
@@ -194,24 +190,23 @@ func (s *Service) Refresh(ctx context.Context, warm bool) error {
 		return err
 	}
 	var errs []error
+	ledgerDown := false
 	for _, a := range all {
 		info, ok, err := s.Store.SaleInfo(ctx, a.ProductID)
 		if err != nil {
 			errs = append(errs, err)
 			continue
 		}
-		state := s.Activities.StateOf(a.ProductID)
-		if !ok && s.Ledger == nil && state.Remaining() >= 0 {
-			// This edge saw the sale warmed and its stock key is gone: Redis
-			// lost its memory. Without a ledger nobody knows what was sold,
-			// and reopening with the configured stock would sell it twice:
-			// the sale stays closed (NOT_READY -> 503) until an operator acts.
-			errs = append(errs, fmt.Errorf("sale %s: stock key lost and no ledger to rebuild it from; the sale stays closed", a.ProductID))
-			continue
-		}
 		if !ok || warm {
+			if !ok && ledgerDown {
+				// One rebuild just waited its whole budget for the
+				// ledger: the others would too. Next refresh.
+				errs = append(errs, fmt.Errorf("sale %s: closed until the ledger answers", a.ProductID))
+				continue
+			}
 			if err := s.warm(ctx, a, ok); err != nil {
 				errs = append(errs, err)
+				ledgerDown = ledgerDown || (!ok && errors.Is(err, context.DeadlineExceeded))
 				continue
 			}
 			if info, ok, err = s.Store.SaleInfo(ctx, a.ProductID); err != nil || !ok {
@@ -219,6 +214,7 @@ func (s *Service) Refresh(ctx context.Context, warm bool) error {
 				continue
 			}
 		}
+		state := s.Activities.StateOf(a.ProductID)
 		state.SetRemaining(info.Remaining)
 		if state.SetSoldOut(info.Remaining <= 0) {
 			s.Log.Info("sold-out flag changed by refresh", "product", a.ProductID, "soldOut", info.Remaining <= 0, "remaining", info.Remaining)
@@ -229,27 +225,19 @@ func (s *Service) Refresh(ctx context.Context, warm bool) error {
 	return errors.Join(errs...)
 }
 
-// warm opens a sale. A sale whose stock key is missing although it was
-// known is rebuilt from the ledger: Redis lost its memory, and reopening
-// with the configured stock would sell what was already sold.
+// warm opens a sale or updates a live one's schedule. exists is what the
+// caller last saw; a live sale's stock is never changed here, and a
+// missing stock key is only ever created by openSale (a new sale's configured
+// stock, or a lost sale rebuilt from the ledger).
 func (s *Service) warm(ctx context.Context, a *activity.Activity, exists bool) error {
-	sale := stock.Sale{ProductID: a.ProductID, Stock: a.Stock, Limit: a.Limit, Price: a.PriceCents, StartMs: a.StartMs, EndMs: a.EndMs}
-	if !exists && s.Ledger != nil {
-		sold, err := s.Ledger.Sold(ctx, a.ProductID)
-		if err != nil {
-			return fmt.Errorf("sale %s: ledger: %w (the sale stays closed until the ledger answers)", a.ProductID, err)
+	if exists {
+		live, err := s.Store.Reschedule(ctx, saleOf(a))
+		if err != nil || live {
+			return err
 		}
-		sale.Initial = a.Stock
-		sale.Stock = max(a.Stock-sold, 0)
+		// Lost since the caller looked.
 	}
-	created, err := s.Store.Warm(ctx, sale)
-	if err != nil {
-		return err
-	}
-	if created {
-		s.Log.Info("sale warmed", "product", a.ProductID, "stock", sale.Stock, "limit", a.Limit)
-	}
-	return nil
+	return s.openSale(ctx, a)
 }
 
 // catalog merges the config's activities with the admin catalog (which
