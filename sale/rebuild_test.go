@@ -530,3 +530,44 @@ func copyFile(t *testing.T, from, to string) {
 		t.Fatal(err)
 	}
 }
+
+// Without a ledger nobody knows what a crashed sale sold: it stays closed,
+// whatever path tries to warm it (refresh, or an admin update).
+func TestLostSaleWithoutLedgerStaysClosed(t *testing.T) {
+	ctx := context.Background()
+	dir, crashDir := t.TempDir(), t.TempDir()
+	st1, err := stock.Open(ctx, "embedded", stock.Options{DataDir: dir, SaveEvery: 10 * time.Millisecond, Timeout: 10 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st1.Close() })
+	a := newActivity("nl", 10, 2)
+	settings := &sale.Settings{Catalog: []*activity.Activity{a}}
+	if err := sale.New(sale.Deps{Store: st1, Activities: activity.NewRegistry(), Log: discard}).Apply(ctx, settings); err != nil {
+		t.Fatal(err)
+	}
+	at := newAttempt("nl", "u", 1, 2)
+	if out, err := st1.Deduct(ctx, at); err != nil || out.Code != stock.OK {
+		t.Fatal(out, err)
+	}
+	waitSnapshotWith(t, dir, at.OrderID)
+	copyFile(t, filepath.Join(dir, "stock.json"), filepath.Join(crashDir, "stock.json"))
+
+	st2, err := stock.Open(ctx, "embedded", stock.Options{DataDir: crashDir, SaveEvery: -1, Timeout: 10 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st2.Close() })
+	svc := sale.New(sale.Deps{Store: st2, Activities: activity.NewRegistry(), Log: discard})
+	if err := svc.Apply(ctx, settings); err == nil || !strings.Contains(err.Error(), "no ledger") {
+		t.Fatalf("Apply after a crash without a ledger: %v", err)
+	}
+	b := *a
+	b.Stock = 50
+	if err := svc.PutActivity(ctx, &b); err == nil {
+		t.Fatal("PutActivity reopened a lost sale")
+	}
+	if out, err := st2.Deduct(ctx, newAttempt("nl", "v", 1, 2)); err != nil || out.Code != stock.NotReady {
+		t.Fatalf("lost sale open: %v %v", out.Code, err)
+	}
+}
