@@ -29,7 +29,7 @@ type sysOp struct {
 	b           []byte
 	n           int
 	err         error
-	one         [1]byte
+	junk        [256]byte
 	write, peek func(fd uintptr) bool
 }
 
@@ -51,8 +51,20 @@ func (o *sysOp) doWrite(fd uintptr) bool {
 	}
 }
 
+// doPeek looks for the end of the client's side. A stream never reads what
+// the client sends (nothing, for a browser), so bytes in front of the FIN
+// are discarded to see it; a client that keeps sending reads as open.
 func (o *sysOp) doPeek(fd uintptr) bool {
-	o.n, _, o.err = syscall.Recvfrom(int(fd), o.one[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
+	for range 16 {
+		o.n, _, o.err = syscall.Recvfrom(int(fd), o.junk[:], syscall.MSG_DONTWAIT)
+		if o.err == syscall.EINTR {
+			continue
+		}
+		if o.err != nil || o.n == 0 {
+			return true
+		}
+	}
+	o.n, o.err = 1, syscall.EAGAIN
 	return true
 }
 
@@ -81,7 +93,7 @@ func trySend(rc syscall.RawConn, b []byte) error {
 }
 
 // peerClosed reports whether the client has closed its side (or reset):
-// a page that was closed or reloaded. It reads nothing.
+// a page that was closed or reloaded.
 func peerClosed(rc syscall.RawConn) bool {
 	o := sysOps.Get().(*sysOp)
 	err := rc.Read(o.peek)
