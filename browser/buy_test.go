@@ -67,8 +67,13 @@ func TestBuyFlow(t *testing.T) {
 		t.Errorf("result of %s for alice: %v", apiID, r)
 	}
 
-	// Limit 1: a second Buy is refused, in words, and the button stops.
-	b.waitBuy(3*time.Second, `^Buy now$`, true)
+	// Limit 1: the purchase used the whole allowance, so Buy turns off at
+	// once instead of inviting a refusal.
+	b.waitBuy(3*time.Second, `^Limit reached$`, false)
+	// A reloaded page no longer knows: a second Buy is refused, in words,
+	// and the button stops.
+	b.open(e.page("p1"))
+	b.waitBuy(5*time.Second, `^Buy now$`, true)
 	b.clickBuy()
 	b.waitText(5*time.Second, "message", regexp.MustCompile(`already bought the maximum`))
 	b.waitBuy(2*time.Second, `^Limit reached$`, false)

@@ -4,7 +4,6 @@ import (
 	"time"
 
 	"flashgate/dashboard"
-	"flashgate/filters"
 )
 
 // dashboardSnapshot gathers what the ops dashboard shows. It reads only
@@ -36,16 +35,14 @@ func (s *Server) dashboardSnapshot() dashboard.Snapshot {
 		}
 		out.Products = append(out.Products, p)
 	}
-	types := map[string]string{}
+	// The filters in chain order, as ops read the config.
 	for _, e := range snap.APIChain.Entries() {
-		types[e.Name] = e.Type
-	}
-	s.env.Zones.EachStats(func(name string, st *filters.Stats) {
+		st := e.Stats
 		out.Filters = append(out.Filters, dashboard.Filter{
-			Name: name, Type: types[name],
+			Name: e.Name, Type: e.Type,
 			Passed: st.Passed.Load(), Rejected: st.Rejected.Load(), DryRunRejected: st.DryRunRejected.Load(),
 		})
-	})
+	}
 	if s.pipeline != nil {
 		s.pipeline(&out)
 	}

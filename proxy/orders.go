@@ -34,9 +34,13 @@ type pipeline struct {
 
 	// Sampled by watch.
 	outbox, lag atomic.Int64
+	perProduct  atomic.Pointer[map[string]productPipe]
 	stopWatch   context.CancelFunc
 	watchDone   chan struct{}
 }
+
+// productPipe is one product's backlog as last sampled.
+type productPipe struct{ outbox, stored int64 }
 
 // sink adapts the publisher to the sale's OrderSink.
 type sink struct{ p *orders.Publisher }
@@ -231,15 +235,26 @@ func (p *pipeline) watch(ctx context.Context, s *Server, every time.Duration) {
 	defer t.Stop()
 	for {
 		var outbox int64
+		per := map[string]productPipe{}
 		for _, id := range s.productIDs() {
-			n, err := s.store.OutboxLen(ctx, id)
-			if err != nil {
+			pp := productPipe{outbox: -1, stored: -1}
+			if n, err := s.store.OutboxLen(ctx, id); err == nil {
+				pp.outbox = n
+				if outbox >= 0 {
+					outbox += n
+				}
+			} else {
 				outbox = -1
-				break
 			}
-			outbox += n
+			if p.store != nil {
+				if t, err := p.store.Totals(ctx, id); err == nil {
+					pp.stored = t.Orders
+				}
+			}
+			per[id] = pp
 		}
 		p.outbox.Store(outbox)
+		p.perProduct.Store(&per)
 		if p.consumer != nil {
 			lag, err := p.consumer.Lag(ctx)
 			if err != nil {
@@ -258,6 +273,13 @@ func (p *pipeline) watch(ctx context.Context, s *Server, every time.Duration) {
 func (p *pipeline) fillDashboard(d *dashboard.Snapshot) {
 	d.Pipeline.OutboxPending = p.outbox.Load()
 	d.Pipeline.KafkaLag = p.lag.Load()
+	if per := p.perProduct.Load(); per != nil {
+		for i := range d.Products {
+			if pp, ok := (*per)[d.Products[i].ProductID]; ok {
+				d.Products[i].OutboxPending, d.Products[i].Stored = pp.outbox, pp.stored
+			}
+		}
+	}
 	if p.consumer != nil {
 		st := p.consumer.Stats()
 		d.Pipeline.Stored = int64(st.Stored)

@@ -272,7 +272,7 @@
         flag(q('soldout'), p.soldOut, 'SOLD OUT', 'bad');
         flag(q('hot'), p.hot, 'HOT', 'warn');
         flag(q('degraded'), p.degraded, 'DEGRADED', 'bad');
-        text(q('outbox'), fmt(p.outboxPending));
+        text(q('outbox'), fmtCount(p.outboxPending));
         text(q('stored'), fmtCount(p.stored));
       }, 'No sales on this edge.', 11);
     // The action forms offer the ids seen here.

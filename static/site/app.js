@@ -49,6 +49,7 @@
     user: loadUser(),
     busy: false,         // a purchase is in flight
     limitReached: false,
+    bought: 0,        // units this shopper bought here since signing in
     cooldownUntil: 0,    // browser ms; a 429's Retry-After is relative, so no server clock needed
     msgKey: '',
     pollTimer: 0,
@@ -188,6 +189,7 @@
   function signIn(id) {
     state.user = id;
     state.limitReached = false;
+    state.bought = 0;
     saveUser(id);
     setText(el.loginError, '');
     if (state.msgKey === 'auth') setMessage('');
@@ -406,6 +408,9 @@
         if (!r.ok || !r.data || r.data.orderId == null) return refused(r);
         var id = String(r.data.orderId);
         showOrder(id);
+        // Reaching the per-shopper limit turns Buy off rather than invite a 409.
+        state.bought += qty;
+        if (state.product && state.product.limit > 0 && state.bought >= state.product.limit) state.limitReached = true;
         if (r.data.status === 'success') return settle(id, r.data);
         setMessage('Queued — order ' + id + ' is being confirmed…', 'info');
         return waitForOutcome(id);
