@@ -268,8 +268,8 @@ type ordAnswer struct {
 	status int
 	code   string
 	msg    string // message of an error answer other than 410/409
-	order  int64 // orderId of a 200 (or of a 503 that names its order)
-	err    error // transport error
+	order  int64  // orderId of a 200 (or of a 503 that names its order)
+	err    error  // transport error
 	took   time.Duration
 	at     time.Duration // since the load started, when the answer came
 }
