@@ -45,6 +45,8 @@ type envOpts struct {
 	// then waits for the stream to end.
 	blocking bool
 	redis    *redistest.Server // shared server; nil starts one
+	// maxIdleWorker is fasthttp's MaxIdleWorkerDuration (0: its default).
+	maxIdleWorker time.Duration
 }
 
 func newEnv(t testing.TB, o envOpts) *env {
@@ -74,7 +76,7 @@ func newEnv(t testing.TB, o envOpts) *env {
 	if err := e.svc.Apply(ctx, &sale.Settings{MaxBody: 4096}); err != nil {
 		t.Fatal(err)
 	}
-	e.srv = &fasthttp.Server{Handler: e.handle, KeepHijackedConns: !o.blocking, ReadBufferSize: 8192}
+	e.srv = &fasthttp.Server{Handler: e.handle, KeepHijackedConns: !o.blocking, ReadBufferSize: 8192, MaxIdleWorkerDuration: o.maxIdleWorker}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

@@ -142,8 +142,8 @@ func measure(tb testing.TB, n int, blocking bool) memResult {
 	if err := raiseFDLimit(n + 200); err != nil {
 		tb.Skipf("cannot open %d streams: %v", n, err)
 	}
-	e := newEnv(tb, envOpts{blocking: blocking, cfg: push.Config{MaxStreams: n + 10, Deadline: 10 * time.Minute, Heartbeat: time.Minute}})
-	e.srv.MaxIdleWorkerDuration = 100 * time.Millisecond
+	e := newEnv(tb, envOpts{blocking: blocking, maxIdleWorker: 100 * time.Millisecond,
+		cfg: push.Config{MaxStreams: n + 10, Deadline: 10 * time.Minute, Heartbeat: time.Minute}})
 	first := nextID()
 	idSeq.Add(int64(n))
 	c := e.st.Client()

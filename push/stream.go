@@ -169,12 +169,12 @@ func (s *Stream) attach(c net.Conn) (wait <-chan struct{}) {
 	if err != nil || s.state != statePending {
 		s.closeLocked()
 		s.mu.Unlock()
-		h.unregister(s)
 		if err != nil {
 			h.countDrop(err)
 		} else {
 			h.pushes.Inc() // decided between Serve and the hijack
 		}
+		h.unregister(s)
 		return nil
 	}
 	s.phase = phaseLive
@@ -208,12 +208,12 @@ func (s *Stream) deliver(st state, b []byte) []byte {
 	err := s.h.send(s, b)
 	s.closeLocked()
 	s.mu.Unlock()
-	s.h.unregister(s)
 	if err != nil {
 		s.h.countDrop(err)
 	} else {
 		s.h.pushes.Inc()
 	}
+	s.h.unregister(s)
 	return b
 }
 
@@ -238,8 +238,8 @@ func (s *Stream) heartbeat(now int64, b []byte) []byte {
 	}
 	s.closeLocked()
 	s.mu.Unlock()
-	s.h.unregister(s)
 	s.h.countDrop(err)
+	s.h.unregister(s)
 	return b
 }
 
@@ -267,7 +267,6 @@ func (s *Stream) expire(st state, b []byte) []byte {
 	decided := s.state != statePending
 	s.closeLocked()
 	s.mu.Unlock()
-	s.h.unregister(s)
 	switch {
 	case err != nil:
 		s.h.countDrop(err)
@@ -276,6 +275,7 @@ func (s *Stream) expire(st state, b []byte) []byte {
 	default:
 		s.h.deadlines.Inc()
 	}
+	s.h.unregister(s)
 	return b
 }
 
@@ -295,8 +295,8 @@ func (s *Stream) drop(why error) {
 	}
 	s.closeLocked()
 	s.mu.Unlock()
-	s.h.unregister(s)
 	s.h.countDrop(why)
+	s.h.unregister(s)
 }
 
 // shutdown closes the stream when the hub closes.
@@ -311,8 +311,9 @@ func (s *Stream) shutdown() {
 	s.h.unregister(s)
 }
 
-// closeLocked ends the stream; the caller unregisters it after unlocking
-// (the tables' locks are never taken under a stream's).
+// closeLocked ends the stream; the caller counts why, then unregisters it
+// after unlocking (the tables' locks are never taken under a stream's).
+// Counting first: whoever sees the open count drop sees the counters too.
 func (s *Stream) closeLocked() {
 	s.phase = phaseClosed
 	if s.conn != nil {
