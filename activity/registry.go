@@ -18,7 +18,16 @@ type State struct {
 	// attempts counts purchase attempts (do calls) that reached the sale
 	// filters on this edge, for the dashboard's attempts per second.
 	attempts atomic.Uint64
+	// gen counts releases and restocks seen for the product; caches of
+	// "this shopper is at the limit" include it, so a release forgets them.
+	gen atomic.Uint32
 }
+
+// Generation is the product's release generation.
+func (s *State) Generation() uint32 { return s.gen.Load() }
+
+// BumpGeneration forgets what edge caches know about the product's buyers.
+func (s *State) BumpGeneration() { s.gen.Add(1) }
 
 // CountAttempt counts one purchase attempt.
 func (s *State) CountAttempt() { s.attempts.Add(1) }

@@ -44,16 +44,20 @@ func NewBoughtCache(maxEntries int64, ttl time.Duration) (*BoughtCache, error) {
 	return b, nil
 }
 
-func boughtKey(product, user []byte) uint64 {
+// boughtKey mixes in the product's release generation: a release or
+// restock anywhere bumps it on every edge (activity.State), so every entry
+// of the product is forgotten at once, without a scan.
+func boughtKey(product, user []byte, gen uint32) uint64 {
 	p, u := KeyFromBytes(product), KeyFromBytes(user)
-	return binary.LittleEndian.Uint64(p[:8])*0x9E3779B97F4A7C15 ^ binary.LittleEndian.Uint64(u[:8])
+	return (binary.LittleEndian.Uint64(p[:8])+uint64(gen))*0x9E3779B97F4A7C15 ^ binary.LittleEndian.Uint64(u[:8])
 }
 
 func (b *BoughtCache) shard(k uint64) *boughtShard { return &b.shards[k>>58] }
 
-// Get returns the units known to be bought (0 when unknown or expired).
-func (b *BoughtCache) Get(product, user []byte) int {
-	k := boughtKey(product, user)
+// Get returns the units known to be bought (0 when unknown or expired) in
+// the product's current release generation.
+func (b *BoughtCache) Get(product, user []byte, gen uint32) int {
+	k := boughtKey(product, user, gen)
 	s := b.shard(k)
 	s.mu.Lock()
 	e, ok := s.m[k]
@@ -65,8 +69,8 @@ func (b *BoughtCache) Get(product, user []byte) int {
 }
 
 // Set records units bought.
-func (b *BoughtCache) Set(product, user []byte, units int) {
-	k := boughtKey(product, user)
+func (b *BoughtCache) Set(product, user []byte, gen uint32, units int) {
+	k := boughtKey(product, user, gen)
 	s := b.shard(k)
 	nowMs := b.now() / 1e6
 	s.mu.Lock()
@@ -97,13 +101,4 @@ func (s *boughtShard) evict(nowMs int64) {
 		delete(s.m, k)
 		drop--
 	}
-}
-
-// Forget drops an entry (after a release lowered the count).
-func (b *BoughtCache) Forget(product, user []byte) {
-	k := boughtKey(product, user)
-	s := b.shard(k)
-	s.mu.Lock()
-	delete(s.m, k)
-	s.mu.Unlock()
 }

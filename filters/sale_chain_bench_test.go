@@ -208,17 +208,17 @@ func TestBoughtCacheGetNoAmortizedAllocs(t *testing.T) {
 		t.Fatal(err)
 	}
 	p, u := []byte("p1"), []byte("shopper-1")
-	bc.Get(p, u)
+	bc.Get(p, u, 0)
 	const runs = 64 * 100
 	var before, after runtime.MemStats
 	runtime.ReadMemStats(&before)
 	for range runs {
-		bc.Get(p, u)
+		bc.Get(p, u, 0)
 	}
 	runtime.ReadMemStats(&after)
 	if n := after.Mallocs - before.Mallocs; n != 0 {
 		t.Fatalf("%d allocations (%d bytes) in %d Gets; AllocsPerRun says %v", n, after.TotalAlloc-before.TotalAlloc, runs,
-			testing.AllocsPerRun(runs, func() { bc.Get(p, u) }))
+			testing.AllocsPerRun(runs, func() { bc.Get(p, u, 0) }))
 	}
 }
 

@@ -451,11 +451,11 @@ func TestUserLimitRefusalBooksNoLimit(t *testing.T) {
 func TestUserLimitBought(t *testing.T) {
 	f := newSaleFixture(t)
 	ch := mustBuild(t, f.env, "type: sale_window\n", saleUserLimitYAML)
-	f.bought.Set([]byte("p1"), []byte("full"), 2) // p1's limit is 2
-	f.bought.Set([]byte("p1"), []byte("half"), 1)
-	f.bought.Set([]byte("p1"), []byte("capped"), 2)
-	f.bought.Set([]byte("one"), []byte("half"), 1) // "one" has limit 1
-	if f.bought.Get([]byte("p1"), []byte("full")) != 2 || f.bought.Get([]byte("p1"), []byte("capped")) != 2 {
+	f.bought.Set([]byte("p1"), []byte("full"), 0, 2) // p1's limit is 2
+	f.bought.Set([]byte("p1"), []byte("half"), 0, 1)
+	f.bought.Set([]byte("p1"), []byte("capped"), 0, 2)
+	f.bought.Set([]byte("one"), []byte("half"), 0, 1) // "one" has limit 1
+	if f.bought.Get([]byte("p1"), []byte("full"), 0) != 2 || f.bought.Get([]byte("p1"), []byte("capped"), 0) != 2 {
 		t.Fatal("the bought cache dropped a set; the test cannot run")
 	}
 	for _, tc := range []struct {
@@ -492,9 +492,12 @@ func TestUserLimitBought(t *testing.T) {
 		v, _ := f.run(ch, saleCall{ep: EndpointDo, product: "one", user: "capped", qty: 1})
 		checkVerdict(t, v, 0, "")
 	}
-	// Forget (after a release) lets the shopper try again.
-	f.bought.Forget([]byte("p1"), []byte("half"))
+	// A release anywhere bumps the product's generation on every edge,
+	// which forgets its cached buyers: the shopper may try again.
 	v, _ := f.run(ch, saleCall{ep: EndpointDo, product: "p1", user: "half", qty: 2})
+	checkVerdict(t, v, 409, "LIMIT_REACHED")
+	f.reg.StateOf("p1").BumpGeneration()
+	v, _ = f.run(ch, saleCall{ep: EndpointDo, product: "p1", user: "half", qty: 2})
 	checkVerdict(t, v, 0, "")
 }
 

@@ -68,7 +68,7 @@ func (f *userLimit) Handle(r *Request) Verdict {
 	}
 	if f.bought != nil && r.Activity.Activity != nil {
 		qty := max(r.Qty, 1)
-		if f.bought.Get(r.ProductID, r.UserID)+qty > r.Activity.Limit {
+		if f.bought.Get(r.ProductID, r.UserID, r.Activity.Generation())+qty > r.Activity.Limit {
 			return Verdict{Reject: f.reached}
 		}
 	}

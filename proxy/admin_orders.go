@@ -12,6 +12,7 @@ import (
 	"flashgate/consumer"
 	"flashgate/orders"
 	"flashgate/reconcile"
+	"flashgate/stock"
 )
 
 // handleAdminOrders serves order cancellation and reconciliation; it
@@ -36,16 +37,17 @@ func (s *Server) handleAdminOrders(ctx *fasthttp.RequestCtx, path string) bool {
 		s.audit(ctx, "cancel_order", "product", req.ProductID, "order", req.OrderID)
 		actx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
-		released, err := s.CancelOrder(actx, req.ProductID, req.OrderID)
+		res, err := s.CancelOrder(actx, req.ProductID, req.OrderID)
 		if err != nil {
 			adminError(ctx, fasthttp.StatusServiceUnavailable, err.Error())
 			return true
 		}
-		if !released {
-			adminError(ctx, fasthttp.StatusNotFound, "no pending or successful order with that id (unknown, expired, or already released)")
+		if res == cancelNotFound {
+			adminError(ctx, fasthttp.StatusNotFound, "no order with that id that can be released (unknown, expired, or failed)")
 			return true
 		}
-		writeJSON(ctx, map[string]any{"ok": true, "released": true})
+		// Cancelling is idempotent: a repeat answers 200 and returns no stock.
+		writeJSON(ctx, map[string]any{"ok": true, "released": true, "alreadyReleased": res == cancelAlready})
 	case "/admin/reconcile":
 		actx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 		defer cancel()
@@ -70,16 +72,25 @@ func (s *Server) handleAdminOrders(ctx *fasthttp.RequestCtx, path string) bool {
 // goes to Kafka so the order store marks it released, and every edge hears
 // that the product has stock again. A release delivered twice returns
 // stock once: the script is guarded by the order's state.
-func (s *Server) CancelOrder(ctx context.Context, productID string, orderID int64) (bool, error) {
+func (s *Server) CancelOrder(ctx context.Context, productID string, orderID int64) (cancelResult, error) {
 	info, found, err := s.store.OrderState(ctx, productID, orderID)
 	if err != nil || !found {
-		return false, err
+		return cancelNotFound, err
 	}
 	released, err := s.store.Release(ctx, productID, orderID)
-	if err != nil || !released {
-		return false, err
+	if err != nil {
+		return cancelNotFound, err
 	}
-	s.env.Bought.Forget([]byte(productID), []byte(info.UserID))
+	res := cancelReleased
+	if !released {
+		if info.State != stock.StateReleased {
+			return cancelNotFound, nil
+		}
+		res = cancelAlready
+	}
+	// A cancel of an order already released publishes its release event
+	// again: if the first cancel's publish failed, its retry must not be
+	// a dead end (the consumer keeps one row per order whatever arrives).
 	if s.orders != nil {
 		ev := orders.Event{
 			V: orders.Version, Type: orders.TypeRelease, OrderID: orderID, ProductID: productID,
@@ -88,18 +99,29 @@ func (s *Server) CancelOrder(ctx context.Context, productID string, orderID int6
 		}
 		if err := s.orders.pub.PublishOrder(ctx, ev); err != nil {
 			// Stock is back already; the store learns of the release when
-			// an operator retries (the release script is idempotent, the
-			// event is not lost silently: this error reaches the caller).
-			return true, err
+			// the operator retries (which publishes the event again).
+			return res, err
 		}
+	}
+	if res == cancelAlready {
+		return res, nil
 	}
 	st := s.env.Activities.StateOf(productID)
 	st.SetSoldOut(false)
+	st.BumpGeneration()
 	if err := s.store.PublishSoldOut(ctx, productID, false); err != nil {
 		s.log.Warn("sold-out clear broadcast failed; other edges catch up on refresh", "product", productID, "err", err)
 	}
-	return true, nil
+	return res, nil
 }
+
+type cancelResult uint8
+
+const (
+	cancelNotFound cancelResult = iota // no order that can be released
+	cancelReleased                     // released now: its units are back
+	cancelAlready                      // released before: nothing changed (its event was sent again)
+)
 
 // Reconcile checks this edge's sales against the order store after the
 // pipeline drained (see package reconcile for the definitions).

@@ -229,7 +229,8 @@ func (s *Service) do(r *filters.Request, st *Settings) {
 	case stock.OK:
 		s.outcomes[outOK].Inc()
 		if s.Bought != nil {
-			s.Bought.Set(r.ProductID, r.UserID, s.Bought.Get(r.ProductID, r.UserID)+r.Qty)
+			gen := e.Generation()
+			s.Bought.Set(r.ProductID, r.UserID, gen, s.Bought.Get(r.ProductID, r.UserID, gen)+r.Qty)
 		}
 		if out.Remaining == 0 {
 			s.markSoldOut(e)
@@ -258,7 +259,7 @@ func (s *Service) do(r *filters.Request, st *Settings) {
 	case stock.LimitReached:
 		s.outcomes[outLimit].Inc()
 		if s.Bought != nil {
-			s.Bought.Set(r.ProductID, r.UserID, e.Limit)
+			s.Bought.Set(r.ProductID, r.UserID, e.Generation(), e.Limit)
 		}
 		Reject(r.Ctx, errLimit)
 	case stock.BadToken:

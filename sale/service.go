@@ -140,6 +140,11 @@ func (s *Service) Start(interval time.Duration) {
 			return
 		}
 		st := s.Activities.StateOf(product)
+		if !soldOut {
+			// Sent on release and restock: buyers may have their allowance
+			// back, so the local "at the limit" answers are forgotten.
+			st.BumpGeneration()
+		}
 		if st.SetSoldOut(soldOut) {
 			s.Log.Info("sold-out flag changed by broadcast", "product", product, "soldOut", soldOut)
 		}
@@ -298,6 +303,7 @@ func (s *Service) Restock(ctx context.Context, productID string, add int64) (int
 	st := s.Activities.StateOf(productID)
 	st.SetRemaining(n)
 	st.SetSoldOut(false)
+	st.BumpGeneration()
 	if err := s.Store.PublishSoldOut(ctx, productID, false); err != nil {
 		s.Log.Warn("sold-out broadcast failed; other edges will catch up on refresh", "product", productID, "err", err)
 	}
