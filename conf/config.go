@@ -6,6 +6,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"flashgate/activity"
+	"flashgate/push"
 	"flashgate/sale"
 	"flashgate/static"
 	"flashgate/upstream"
@@ -35,6 +36,7 @@ type Config struct {
 	ClickHouse ClickHouseConfig  `yaml:"clickhouse"`
 	Auth       sale.AuthConfig   `yaml:"auth"`
 	Sale       sale.Config       `yaml:"sale"`
+	Events     push.Config       `yaml:"events"`
 	Activities []activity.Config `yaml:"activities"`
 }
 

@@ -110,6 +110,7 @@ func (c *Config) setDefaults() {
 	c.Redis.SetDefaults()
 	c.Auth.SetDefaults()
 	c.Sale.SetDefaults()
+	c.Events.SetDefaults()
 	c.setOrderDefaults()
 }
 
@@ -185,6 +186,7 @@ func (c *Config) Validate() field.Errors {
 	errs.Nest("redis", c.Redis.Validate())
 	errs.Nest("auth", c.Auth.Validate())
 	errs.Nest("sale", c.Sale.Validate())
+	errs.Nest("events", c.Events.Validate())
 	c.validateOrders(&errs)
 	seen := map[string]int{}
 	for i, a := range c.Activities {

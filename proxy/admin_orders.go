@@ -11,6 +11,7 @@ import (
 	"flashgate/activity"
 	"flashgate/consumer"
 	"flashgate/orders"
+	"flashgate/push"
 	"flashgate/reconcile"
 	"flashgate/stock"
 )
@@ -87,6 +88,10 @@ func (s *Server) CancelOrder(ctx context.Context, productID string, orderID int6
 			return cancelNotFound, nil
 		}
 		res = cancelAlready
+	}
+	// Shoppers waiting on the order's event stream learn it failed.
+	if err := push.PublishReleased(ctx, s.store.Client(), productID, orderID); err != nil {
+		s.log.Warn("release not pushed; the order's streams end at their deadline", "order", orderID, "err", err)
 	}
 	// A cancel of an order already released publishes its release event
 	// again: if the first cancel's publish failed, its retry must not be

@@ -16,6 +16,7 @@ import (
 	"flashgate/metrics"
 	"flashgate/orders"
 	"flashgate/orderstore"
+	"flashgate/push"
 	"flashgate/stock"
 )
 
@@ -222,6 +223,12 @@ func (s *Server) productIDs() []string {
 
 // onStored runs on the consumer's goroutine after each stored batch.
 func (s *Server) onStored(products map[string][]int64) {
+	// Every edge's event streams hear of the batch (this one's included).
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	if err := push.PublishStored(ctx, s.store.Client(), products); err != nil {
+		s.log.Warn("stored orders not pushed; their streams end at the deadline with the state read then", "err", err)
+	}
+	cancel()
 	if s.storedHook != nil {
 		s.storedHook(products)
 	}

@@ -10,6 +10,7 @@ import (
 	"flashgate/conf"
 	"flashgate/conf/field"
 	"flashgate/orderid"
+	"flashgate/push"
 	"flashgate/sale"
 	"flashgate/stock"
 )
@@ -48,12 +49,25 @@ func (s *Server) openSale(cfg *conf.Config, snap *conf.Snapshot) error {
 		s.log.Warn("redis circuit breaker changed state", "from", from.String(), "to", to.String())
 	})
 	s.store = store
+	if !cfg.Events.Disabled {
+		ec := cfg.Events
+		ec.KeepHijackedConns, ec.Render, ec.Log, ec.Now = true, sale.AppendResult, s.log, s.opts.Now
+		if s.events, err = push.New(store.Client(), ec); err != nil {
+			store.Close()
+			return err
+		}
+		s.events.Start(ctx)
+		s.events.RegisterMetrics(&s.m.reg)
+	}
 	s.sale = sale.New(sale.Deps{
 		Store: store, Activities: s.env.Activities, IDs: ids, Bought: s.env.Bought,
-		Log: s.log, Node: cfg.NodeID, Now: s.opts.Now, Breaker: breaker,
+		Log: s.log, Node: cfg.NodeID, Now: s.opts.Now, Breaker: breaker, Events: s.events,
 	})
 	s.sale.RegisterMetrics(&s.m.reg)
 	if err := s.openOrders(cfg); err != nil {
+		if s.events != nil {
+			s.events.Close()
+		}
 		store.Close()
 		return fmt.Errorf("orders pipeline: %w", err)
 	}

@@ -17,6 +17,7 @@ import (
 	"flashgate/conf"
 	"flashgate/dashboard"
 	"flashgate/filters"
+	"flashgate/push"
 	"flashgate/sale"
 	"flashgate/static"
 	"flashgate/stock"
@@ -47,19 +48,17 @@ type Server struct {
 	// lastReload describes the last reload attempt for /admin/config and logs.
 	lastReload atomic.Pointer[ReloadResult]
 
-	sale  *sale.Service
-	store *stock.Store
-	dash  *dashboard.Handler
+	sale *sale.Service
+	// events is the event-stream hub (nil when events.disabled).
+	events *push.Hub
+	store  *stock.Store
+	dash   *dashboard.Handler
 	// pipeline fills the order pipeline's part of the dashboard, when the
 	// orders pipeline runs in this process.
 	pipeline func(*dashboard.Snapshot)
 	orders   *pipeline
 	// storedHook, if set, hears about every batch of stored orders.
 	storedHook func(products map[string][]int64)
-
-	// wallClock: Options.Now is the real clock, so a request's time can be
-	// taken from fasthttp's own reading.
-	wallClock bool
 
 	draining atomic.Bool
 	sampleN  atomic.Uint64
@@ -95,11 +94,10 @@ func New(doc *conf.Document, opts Options) (*Server, error) {
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
-	wall := opts.Now == nil
-	if wall {
+	if opts.Now == nil {
 		opts.Now = func() int64 { return time.Now().UnixNano() }
 	}
-	s := &Server{opts: opts, log: opts.Logger, wallClock: wall}
+	s := &Server{opts: opts, log: opts.Logger}
 	cfg := doc.Config
 	bought, err := filters.NewBoughtCache(cfg.Sale.BoughtCacheSize, cfg.Sale.BoughtCacheTTL)
 	if err != nil {
@@ -164,7 +162,10 @@ func (s *Server) newPublicServer(cfg *conf.Config) *fasthttp.Server {
 		DisableHeaderNamesNormalizing: false,
 		NoDefaultServerHeader:         false,
 		CloseOnShutdown:               true,
-		ReduceMemoryUsage:             false,
+		// Event streams park their connection in the push hub once the
+		// handler returns (no goroutine, no buffers per waiting shopper).
+		KeepHijackedConns: true,
+		ReduceMemoryUsage: false,
 	}
 }
 
@@ -187,6 +188,9 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	s.dash.Close()
 	err := s.public.ShutdownWithContext(ctx)
 	aerr := s.admin.ShutdownWithContext(ctx)
+	if s.events != nil {
+		s.events.Close() // hijacked streams are not the server's to close
+	}
 	s.env.Upstreams.Close()
 	s.sale.Stop()
 	var perr error
@@ -261,19 +265,13 @@ func classify(path []byte) route {
 
 // Handle is the shopper-facing request handler.
 func (s *Server) Handle(ctx *fasthttp.RequestCtx) {
-	// fasthttp already read the clock for this request: reuse it (clock
-	// reads are a measurable share of a cheap request).
-	start := ctx.Time()
+	start := time.Now()
 	s.m.active.Add(1)
 	snap := s.snap.Load()
 	r := s.reqPool.Get().(*filters.Request)
 	r.Ctx = ctx
 	r.ClientIP = snap.RealIP.Resolve(ctx)
-	if s.wallClock {
-		r.NowNano = start.UnixNano()
-	} else {
-		r.NowNano = s.opts.Now()
-	}
+	r.NowNano = s.opts.Now()
 
 	path := ctx.Path()
 	rt := classify(path)

@@ -17,6 +17,7 @@ import (
 	"flashgate/consumer"
 	"flashgate/orderstore"
 	"flashgate/proxy"
+	"flashgate/push"
 	"flashgate/reconcile"
 	"flashgate/stock"
 )
@@ -67,6 +68,14 @@ func subcommand(name string, args []string, stdout, stderr io.Writer) int {
 		Brokers: cfg.Kafka.Brokers, Topic: cfg.Kafka.Topic, DLQTopic: cfg.Kafka.DLQTopic,
 		Group: cfg.Orders.Group, BatchSize: cfg.Orders.BatchSize, BatchTime: cfg.Orders.BatchTime,
 		Store: store, Stock: st, Log: logger,
+		// Edges push the outcome to shoppers waiting on event streams.
+		OnStored: func(products map[string][]int64) {
+			pctx, cancel := context.WithTimeout(ctx, time.Second)
+			defer cancel()
+			if err := push.PublishStored(pctx, st.Client(), products); err != nil {
+				logger.Warn("stored orders not pushed; their streams end at the deadline with the state read then", "err", err)
+			}
+		},
 	})
 	if err != nil {
 		fmt.Fprintf(stderr, "proxy orders: %v\n", err)
