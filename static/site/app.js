@@ -36,7 +36,8 @@
     UNKNOWN_PRODUCT: 'This product does not exist.',
     FORBIDDEN: 'Sorry, this purchase isn\u2019t allowed from your account or network.',
     BAD_REQUEST: 'Something about that request was wrong — please reload the page and try again.',
-    TOO_LARGE: 'That request was too large — please reload the page and try again.'
+    TOO_LARGE: 'That request was too large — please reload the page and try again.',
+    released: 'It was cancelled, and the item went back on sale.'
   };
   var STATUS_TEXT = { upcoming: 'Coming soon', active: 'On sale now', soldout: 'Sold out', ended: 'Sale ended' };
 
@@ -459,7 +460,7 @@
     if (d.status === 'success') {
       setMessage('Success! Order ' + id + ' confirmed.', 'ok');
     } else if (d.status === 'failed') {
-      var code = d.order && (d.order.code || d.order.reason);
+      var code = d.reason || (d.order && (d.order.code || d.order.reason));
       var why = code && MESSAGES[code] ? ' ' + MESSAGES[code] : '';
       setMessage('Sorry — order ' + id + ' could not be completed.' + why, 'bad');
     } else {
