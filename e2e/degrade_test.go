@@ -38,13 +38,13 @@ func TestAdminDegradeSwitch(t *testing.T) {
 	expect := func(t *testing.T, product string, status int, code string) {
 		t.Helper()
 		// A token minted before the switch, used after it, and a new one.
-		stock0, outbox0 := rd.stock(product), rd.xlen(product)
+		stock0, outbox0 := rd.stock(product), rd.orderCount(product)
 		res, err := e.attempt(jwt, product, 1)
 		if err != nil || res.status != status || (code != "" && res.code() != code) {
 			t.Errorf("%s: %v %v, want %d %s", product, res, err, status, code)
 		}
 		if status != 200 {
-			if s, n := rd.stock(product), rd.xlen(product); s != stock0 || n != outbox0 {
+			if s, n := rd.stock(product), rd.orderCount(product); s != stock0 || n != outbox0 {
 				t.Errorf("%s: stock %d -> %d, outbox %d -> %d while degraded", product, stock0, s, outbox0, n)
 			}
 		}

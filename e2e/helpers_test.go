@@ -377,7 +377,7 @@ func (r *rdb) stock(p string) int64 {
 	return n
 }
 
-// xlen is XLEN sk:{p}:outbox.
+// xlen is XLEN sk:{p}:outbox: entries not yet acknowledged by Kafka.
 func (r *rdb) xlen(p string) int64 {
 	r.t.Helper()
 	ctx, cancel := r.ctx()
@@ -389,18 +389,43 @@ func (r *rdb) xlen(p string) int64 {
 	return n
 }
 
-// outbox returns the order ids and units of every outbox entry of p.
-func (r *rdb) outbox(p string) (orders []string, units int64) {
+// orderCount counts p's order records (sk:{p}:o:*): each is written by the
+// same script call as the deduction and its outbox entry. (The outbox is
+// emptied as Kafka acknowledges events, so it does not count orders.)
+func (r *rdb) orderCount(p string) int64 {
+	ids, _ := r.orders(p)
+	return int64(len(ids))
+}
+
+// orders returns the order ids and units of every order record of p: one
+// per successful deduction, whatever became of its outbox entry.
+func (r *rdb) orders(p string) (orders []string, units int64) {
 	r.t.Helper()
 	ctx, cancel := r.ctx()
 	defer cancel()
-	entries, err := r.c.Do(ctx, r.c.B().Xrange().Key("sk:{"+p+"}:outbox").Start("-").End("+").Build()).AsXRange()
-	if err != nil {
-		r.t.Fatalf("XRANGE %s: %v", p, err)
+	prefix := "sk:{" + p + "}:o:"
+	var keys []string
+	var cursor uint64
+	for {
+		e, err := r.c.Do(ctx, r.c.B().Scan().Cursor(cursor).Match(prefix+"*").Count(1000).Build()).AsScanEntry()
+		if err != nil {
+			r.t.Fatalf("SCAN %s: %v", prefix, err)
+		}
+		keys = append(keys, e.Elements...)
+		if cursor = e.Cursor; cursor == 0 {
+			break
+		}
 	}
-	for _, e := range entries {
-		orders = append(orders, e.FieldValues["order"])
-		q, _ := strconv.ParseInt(e.FieldValues["qty"], 10, 64)
+	cmds := make(rueidis.Commands, len(keys))
+	for i, k := range keys {
+		cmds[i] = r.c.B().Hget().Key(k).Field("qty").Build()
+	}
+	for i, res := range r.c.DoMulti(ctx, cmds...) {
+		q, err := res.AsInt64()
+		if err != nil {
+			r.t.Fatalf("HGET %s qty: %v", keys[i], err)
+		}
+		orders = append(orders, strings.TrimPrefix(keys[i], prefix))
 		units += q
 	}
 	return orders, units

@@ -158,9 +158,9 @@ func checkLoad(t *testing.T, rd *rdb, products []string, stockEach int64, limit 
 		if unitsBy[p] != stockEach {
 			t.Errorf("%s: %d units sold, want %d", p, unitsBy[p], stockEach)
 		}
-		n := rd.xlen(p)
+		n := rd.orderCount(p)
 		outboxTotal += n
-		ids, ounits := rd.outbox(p)
+		ids, ounits := rd.orders(p)
 		if int64(len(ids)) != n || ounits != stockEach {
 			t.Errorf("%s: outbox holds %d entries (%d units), want %d units", p, len(ids), ounits, stockEach)
 		}

@@ -167,7 +167,7 @@ func TestRedisDownDegradesFast(t *testing.T) {
 				}
 			}
 			t.Logf("after Redis restarted empty: answers %v; Redis stock key now %d, outbox %d; %d units sold in total (%d before the outage)",
-				codes, rd.stock("d"), rd.xlen("d"), sold, before)
+				codes, rd.stock("d"), rd.orderCount("d"), sold, before)
 			if sold > units {
 				t.Errorf("OVERSOLD: %d units answered 200 in total for a sale of %d: the edge re-warmed the sale with its full configured stock after Redis lost its memory (no ledger); promise 4 says sales stay closed until rebuilt from the ledger", sold, units)
 			}

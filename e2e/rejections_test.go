@@ -171,7 +171,7 @@ func TestRejections(t *testing.T) {
 			req := c.prep(t)
 			stock0, outbox0 := map[string]int64{}, map[string]int64{}
 			for _, p := range products {
-				stock0[p], outbox0[p] = rd.stock(p), rd.xlen(p)
+				stock0[p], outbox0[p] = rd.stock(p), rd.orderCount(p)
 			}
 			res := e.must(req.method, req.path, req.jwt, req.body)
 			if res.status != c.status || (c.code != "" && res.code() != c.code) {
@@ -181,7 +181,7 @@ func TestRejections(t *testing.T) {
 				t.Errorf("answer is not {code, message}: %s", res.body)
 			}
 			for _, p := range products {
-				if s, n := rd.stock(p), rd.xlen(p); s != stock0[p] || n != outbox0[p] {
+				if s, n := rd.stock(p), rd.orderCount(p); s != stock0[p] || n != outbox0[p] {
 					t.Errorf("%s: stock %d -> %d, outbox %d -> %d; a rejected call must change nothing", p, stock0[p], s, outbox0[p], n)
 				}
 			}

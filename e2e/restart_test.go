@@ -53,7 +53,7 @@ func TestRestartMidSaleKeepsStock(t *testing.T) {
 		if ok != units {
 			t.Errorf("%d purchases in total, want exactly %d", ok, units)
 		}
-		if s, n := rd.stock("r"), rd.xlen("r"); s != 0 || n != units {
+		if s, n := rd.stock("r"), rd.orderCount("r"); s != 0 || n != units {
 			t.Errorf("stock %d outbox %d, want 0 and %d", s, n, units)
 		}
 		if st, _ := e2.status("r"); st != "soldout" {
@@ -119,7 +119,7 @@ func TestRestartMidSaleKeepsStock(t *testing.T) {
 		}
 		<-stopAt
 		e1.stop()
-		sold := rd.xlen("r")
+		sold := rd.orderCount("r")
 		e2 := startEdgeFile(t, e1.cfg)
 		want := "active"
 		if sold == units {
@@ -137,7 +137,7 @@ func TestRestartMidSaleKeepsStock(t *testing.T) {
 		if got := ok.Load(); got != units {
 			t.Errorf("%d answers 200, want exactly %d", got, units)
 		}
-		if s, n := rd.stock("r"), rd.xlen("r"); s != 0 || n != units {
+		if s, n := rd.stock("r"), rd.orderCount("r"); s != 0 || n != units {
 			t.Errorf("stock %d outbox %d, want 0 and %d", s, n, units)
 		}
 	})

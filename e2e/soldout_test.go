@@ -112,7 +112,7 @@ func testSoldOutCostsNoRedis(t *testing.T, startB func(*testing.T, string, ...st
 	if s := rd.stock("hot"); s != 0 {
 		t.Errorf("stock = %d, want 0", s)
 	}
-	if n := rd.xlen("hot"); n != units {
+	if n := rd.orderCount("hot"); n != units {
 		t.Errorf("outbox = %d, want %d", n, units)
 	}
 }
