@@ -127,6 +127,15 @@ func (s *Server) openOrders(cfg *conf.Config) error {
 		if err := p.startConsumer(s, cfg); err != nil {
 			return fail(err)
 		}
+	} else if cfg.ClickHouse.Addr != "" {
+		// The consumer runs elsewhere; the edge still reads the store for
+		// warm-up after a Redis loss and for expired results.
+		ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+		p.store, err = OpenOrderStore(ctx, cfg, "")
+		cancel()
+		if err != nil {
+			return fail(fmt.Errorf("order store: %w", err))
+		}
 	}
 	p.relay.Start()
 	p.outbox.Store(-1)
@@ -138,8 +147,19 @@ func (s *Server) openOrders(cfg *conf.Config) error {
 	s.sale.Orders = sink{p.pub}
 	if p.store != nil {
 		// Warm-up after Redis lost a sale first waits until every published
-		// event is stored, then trusts the store.
-		s.sale.Ledger = orderstore.Ledger{Store: p.store, Drain: p.consumer.Drained}
+		// event is stored (and none can still be in flight), then trusts
+		// the store.
+		brokers, topic, group := p.brokers, cfg.Kafka.Topic, cfg.Orders.Group
+		drain := func(ctx context.Context) error {
+			return consumer.WaitDrained(ctx, brokers, topic, group, 100*time.Millisecond)
+		}
+		inFlight := time.Duration(0) // embedded Redis: its only edge died with it
+		if !s.store.Embedded() {
+			// A publish that timed out for the shopper is still retried by
+			// kafka-go: up to MaxAttempts × (WriteTimeout + backoff).
+			inFlight = cfg.Kafka.Timeout + 25*time.Second
+		}
+		s.sale.Ledger = orderstore.Ledger{Store: p.store, Drain: drain, InFlight: inFlight}
 		s.sale.Results = p.store
 	}
 	s.pipeline = p.fillDashboard

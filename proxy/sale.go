@@ -40,6 +40,9 @@ func (s *Server) openSale(cfg *conf.Config, snap *conf.Snapshot) error {
 	if err != nil {
 		return fmt.Errorf("redis %q: %w", rc.Addr, err)
 	}
+	if n := store.LostOnOpen(); n > 0 {
+		s.log.Warn("the embedded Redis did not stop cleanly last time: its sales are rebuilt from the order ledger before they reopen", "sales", n)
+	}
 	ids, err := orderid.NewGenerator(cfg.NodeID, func() int64 { return s.opts.Now() / 1e6 })
 	if err != nil {
 		store.Close()
