@@ -139,8 +139,13 @@ func (s *Server) Reconcile(ctx context.Context) (reconcile.Report, error) {
 	drain := func(ctx context.Context) error {
 		return consumer.WaitDrained(ctx, brokers, cfg.Kafka.Topic, cfg.Orders.Group, 100*time.Millisecond)
 	}
-	return reconcile.Run(ctx, s.store, s.orders.store, s.productIDs(), nil,
+	rep, err := reconcile.Run(ctx, s.store, s.orders.store, s.productIDs(), nil,
 		reconcile.WithDrain(drain, 30*time.Second), reconcile.WithSettle(10*time.Second, 200*time.Millisecond))
+	if rep.Drained {
+		s.m.reconcileMismatch.Set(rep.Oversold + rep.Lost + rep.Duplicated)
+		s.m.reconcileUnix.Set(time.Now().Unix())
+	}
+	return rep, err
 }
 
 var errNoOrderStore = errors.New("this edge runs no order consumer (orders.consumer: false): run `proxy reconcile` where the order store is reachable")

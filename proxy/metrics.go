@@ -37,6 +37,11 @@ type serverMetrics struct {
 	lastReloadOK           atomic.Bool
 	lastReloadUnix         atomic.Int64
 
+	// reconcileMismatch is oversold+lost+duplicated of the last reconcile
+	// run on this edge (-1: never run).
+	reconcileMismatch metrics.Gauge
+	reconcileUnix     metrics.Gauge
+
 	upMu   sync.Mutex
 	pools  atomic.Pointer[map[string]*poolMetrics]
 	active metrics.Gauge
@@ -54,6 +59,13 @@ func newServerMetrics(zones *filters.Zones, ups *upstream.Manager) *serverMetric
 	}
 	empty := map[string]*poolMetrics{}
 	m.pools.Store(&empty)
+	m.reconcileMismatch.Set(-1)
+	m.reg.Register("flashgate_reconcile_mismatch", "Oversold + lost + duplicated units found by the last reconcile run on this edge (-1: never run).", "gauge", func(w *metrics.Writer) {
+		w.Value(float64(m.reconcileMismatch.Value()))
+	})
+	m.reg.Register("flashgate_reconcile_last_run_timestamp_seconds", "Unix time of the last reconcile run on this edge.", "gauge", func(w *metrics.Writer) {
+		w.Value(float64(m.reconcileUnix.Value()))
+	})
 
 	m.reg.Register("flashgate_http_requests_total", "Requests answered by the edge, by route and status code.", "counter", func(w *metrics.Writer) {
 		for r := range m.requests {
