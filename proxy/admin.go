@@ -41,7 +41,7 @@ func (s *Server) handleAdmin(ctx *fasthttp.RequestCtx) {
 	}
 	if !authorized(ctx, snap.AdminToken) {
 		ctx.Response.Header.Set("WWW-Authenticate", `Bearer realm="flashgate-admin"`)
-		writeError(ctx, fasthttp.StatusUnauthorized, errUnauthorized)
+		errUnauthorized.Write(ctx)
 		s.log.Warn("admin request refused: bad or missing token", "path", path, "remote", ctx.RemoteIP().String())
 		return
 	}
@@ -52,7 +52,7 @@ func (s *Server) handleAdmin(ctx *fasthttp.RequestCtx) {
 	case "/admin/reload":
 		if !ctx.IsPost() {
 			ctx.Response.Header.Set(fasthttp.HeaderAllow, "POST")
-			writeError(ctx, fasthttp.StatusMethodNotAllowed, errMethod)
+			errMethod.Write(ctx)
 			return
 		}
 		s.log.Info("admin action", "action", "reload", "remote", ctx.RemoteIP().String())
@@ -72,7 +72,7 @@ func (s *Server) handleAdmin(ctx *fasthttp.RequestCtx) {
 		ctx.SetBody(out)
 	default:
 		if !s.dash.Serve(ctx) && !s.handleAdminSale(ctx, path) && !s.handleAdminOrders(ctx, path) {
-			writeError(ctx, fasthttp.StatusNotFound, errNotFound)
+			errNotFound.Write(ctx)
 		}
 	}
 }

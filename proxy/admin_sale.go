@@ -133,7 +133,7 @@ func (s *Server) requirePost(ctx *fasthttp.RequestCtx) bool {
 		return true
 	}
 	ctx.Response.Header.Set(fasthttp.HeaderAllow, "POST")
-	writeError(ctx, fasthttp.StatusMethodNotAllowed, errMethod)
+	errMethod.Write(ctx)
 	return false
 }
 

@@ -1,12 +1,6 @@
 package proxy
 
-import (
-	"strconv"
-
-	"github.com/valyala/fasthttp"
-
-	"flashgate/filters"
-)
+import "flashgate/filters"
 
 // Precompiled error bodies: answering an error allocates nothing.
 var (
@@ -18,21 +12,3 @@ var (
 	errUnauthorized    = filters.NewRejection(401, "UNAUTHENTICATED", "admin token required")
 	errMethod          = filters.NewRejection(405, "BAD_REQUEST", "method not allowed")
 )
-
-var contentJSON = []byte("application/json")
-
-func writeError(ctx *fasthttp.RequestCtx, status int, rej *filters.Rejection) {
-	ctx.Response.Reset()
-	ctx.SetStatusCode(status)
-	ctx.Response.Header.SetContentTypeBytes(contentJSON)
-	ctx.Response.Header.Set(fasthttp.HeaderCacheControl, "no-store")
-	ctx.SetBody(rej.Body)
-}
-
-func writeRejection(ctx *fasthttp.RequestCtx, v filters.Verdict) {
-	writeError(ctx, v.Reject.Status, v.Reject)
-	if v.RetryAfter > 0 {
-		var buf [20]byte
-		ctx.Response.Header.SetBytesV(fasthttp.HeaderRetryAfter, strconv.AppendInt(buf[:0], int64(v.RetryAfter), 10))
-	}
-}

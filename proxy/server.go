@@ -289,7 +289,7 @@ func (s *Server) Handle(ctx *fasthttp.RequestCtx) {
 		v = chain.Run(r)
 	}
 	if v.Reject != nil {
-		writeRejection(ctx, v)
+		v.Write(ctx)
 	} else {
 		if v.Delay > 0 {
 			// limit_req without nodelay: hold the request to pace it, as nginx does.
@@ -318,14 +318,14 @@ func (s *Server) dispatch(ctx *fasthttp.RequestCtx, snap *conf.Snapshot, r *filt
 		// /seckill/{id}; anything deeper is not a page.
 		id := path[len(prefixSale):]
 		if !static.ValidProductID(id) {
-			writeError(ctx, fasthttp.StatusNotFound, errNotFound)
+			errNotFound.Write(ctx)
 			return routeNotFound
 		}
 		snap.Static.ServePage(ctx)
 	default:
 		pool := snap.Upstreams.Match(ctx.Host(), path)
 		if pool == nil {
-			writeError(ctx, fasthttp.StatusNotFound, errNotFound)
+			errNotFound.Write(ctx)
 			return routeNotFound
 		}
 		pool.Serve(ctx, r.ClientIP)
@@ -356,16 +356,16 @@ func (s *Server) handleReadError(ctx *fasthttp.RequestCtx, err error) {
 	var small *fasthttp.ErrSmallBuffer
 	switch {
 	case errors.Is(err, fasthttp.ErrBodyTooLarge):
-		writeError(ctx, fasthttp.StatusRequestEntityTooLarge, errTooLarge)
+		errTooLarge.Write(ctx)
 	case errors.As(err, &small):
-		writeError(ctx, fasthttp.StatusRequestHeaderFieldsTooLarge, errHeadersTooLarge)
+		errHeadersTooLarge.Write(ctx)
 	default:
 		var netErr net.Error
 		if errors.As(err, &netErr) && netErr.Timeout() {
-			writeError(ctx, fasthttp.StatusRequestTimeout, errTimeout)
+			errTimeout.Write(ctx)
 			break
 		}
-		writeError(ctx, fasthttp.StatusBadRequest, errBadRequest)
+		errBadRequest.Write(ctx)
 	}
 	ctx.SetConnectionClose()
 	s.log.Debug("bad request", "remote", ctx.RemoteAddr().String(), "err", err)

@@ -98,7 +98,7 @@ func (e *env) handle(ctx *fasthttp.RequestCtx) {
 	defer func() { r.Reset(); reqPool.Put(r) }()
 	r.Ctx, r.NowNano = ctx, time.Now().UnixNano()
 	if rej := sale.Parse(r, 4096); rej != nil {
-		sale.Reject(ctx, rej)
+		rej.Write(ctx)
 		return
 	}
 	if u := ctx.Request.Header.Peek(testUserHeader); len(u) > 0 {

@@ -23,20 +23,20 @@ import (
 func (s *Service) events(r *filters.Request) {
 	ctx := r.Ctx
 	if s.Events == nil {
-		Reject(ctx, errNoEvents)
+		errNoEvents.Write(ctx)
 		return
 	}
 	if !ctx.IsGet() {
-		Reject(ctx, errMethod)
+		errMethod.Write(ctx)
 		return
 	}
 	if len(r.UserID) == 0 {
-		Reject(ctx, errUnauthenticated)
+		errUnauthenticated.Write(ctx)
 		return
 	}
 	st, rej := s.Events.Open(r.ProductID, r.OrderID, r.UserID)
 	if rej != nil {
-		Reject(ctx, rej)
+		rej.Write(ctx)
 		if rej.Status == fasthttp.StatusTooManyRequests {
 			ctx.Response.Header.SetBytesKV(headerRetryAfter, retryAfterOne)
 		}
@@ -45,12 +45,12 @@ func (s *Service) events(r *filters.Request) {
 	o, ok, err := s.Store.OrderState(context.Background(), view(r.ProductID), r.OrderID)
 	if err != nil {
 		st.Abort()
-		Reject(ctx, errDegraded)
+		errDegraded.Write(ctx)
 		return
 	}
 	if !ok || o.UserID != string(r.UserID) {
 		st.Abort()
-		Reject(ctx, errUnknownOrder)
+		errUnknownOrder.Write(ctx)
 		return
 	}
 	st.Serve(ctx, o)

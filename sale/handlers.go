@@ -36,15 +36,6 @@ var (
 
 var contentJSON = []byte("application/json")
 
-// Reject writes a precompiled error answer.
-func Reject(ctx *fasthttp.RequestCtx, rej *filters.Rejection) {
-	ctx.Response.Reset()
-	ctx.SetStatusCode(rej.Status)
-	ctx.Response.Header.SetContentTypeBytes(contentJSON)
-	ctx.Response.Header.Set(fasthttp.HeaderCacheControl, "no-store")
-	ctx.SetBody(rej.Body)
-}
-
 func writeJSON(ctx *fasthttp.RequestCtx, body []byte) {
 	ctx.SetStatusCode(fasthttp.StatusOK)
 	ctx.Response.Header.SetContentTypeBytes(contentJSON)
@@ -66,7 +57,7 @@ func (s *Service) Handle(r *filters.Request) {
 	st := s.settings.Load()
 	ctx := r.Ctx
 	if st == nil {
-		Reject(ctx, errWarming)
+		errWarming.Write(ctx)
 		return
 	}
 	switch r.Endpoint {
@@ -96,7 +87,7 @@ func (s *Service) entry(r *filters.Request) (activity.Entry, bool) {
 func (s *Service) status(r *filters.Request, st *Settings) {
 	e, ok := s.entry(r)
 	if !ok {
-		Reject(r.Ctx, errUnknownProduct)
+		errUnknownProduct.Write(r.Ctx)
 		return
 	}
 	nowMs := r.NowNano / 1e6
@@ -114,13 +105,13 @@ func (s *Service) hit(e activity.Entry, nowMs int64, st *Settings) {
 
 func (s *Service) login(r *filters.Request, st *Settings) {
 	if !st.DemoLogin {
-		Reject(r.Ctx, errNoLogin)
+		errNoLogin.Write(r.Ctx)
 		return
 	}
 	uid := string(r.UserID)
 	tok, err := st.Sessions.Sign(uid, time.Unix(0, r.NowNano))
 	if err != nil {
-		Reject(r.Ctx, errBadUserID)
+		errBadUserID.Write(r.Ctx)
 		return
 	}
 	c := fasthttp.AcquireCookie()
@@ -168,7 +159,7 @@ func (s *Service) open(r *filters.Request) (activity.Entry, *filters.Rejection) 
 func (s *Service) token(r *filters.Request, st *Settings) {
 	e, rej := s.open(r)
 	if rej != nil {
-		Reject(r.Ctx, rej)
+		rej.Write(r.Ctx)
 		return
 	}
 	s.hit(e, r.NowNano/1e6, st)
@@ -196,14 +187,14 @@ func (s *Service) do(r *filters.Request, st *Settings) {
 		rej = errLimit
 	}
 	if rej != nil {
-		Reject(r.Ctx, rej)
+		rej.Write(r.Ctx)
 		return
 	}
 	nowMs := r.NowNano / 1e6
 	s.hit(e, nowMs, st)
 	if !s.Breaker.Allow() {
 		s.outcomes[outDegraded].Inc()
-		Reject(r.Ctx, errDegraded)
+		errDegraded.Write(r.Ctx)
 		return
 	}
 	var nonceHex [2 * ptoken.NonceLen]byte
@@ -218,7 +209,7 @@ func (s *Service) do(r *filters.Request, st *Settings) {
 		s.Breaker.Failure()
 		s.outcomes[outError].Inc()
 		s.Log.Warn("deduction failed", "product", e.ProductID, "order", a.OrderID, "unknown_outcome", errors.Is(err, stock.ErrUnknown), "err", err)
-		Reject(r.Ctx, errDegraded)
+		errDegraded.Write(r.Ctx)
 		return
 	}
 	s.Breaker.Success()
@@ -252,22 +243,22 @@ func (s *Service) do(r *filters.Request, st *Settings) {
 		// an empty stock makes the product sold out for everyone.
 		if out.Remaining == 0 {
 			s.markSoldOut(e)
-			Reject(r.Ctx, errSoldOut)
+			errSoldOut.Write(r.Ctx)
 		} else {
-			Reject(r.Ctx, errNotEnough)
+			errNotEnough.Write(r.Ctx)
 		}
 	case stock.LimitReached:
 		s.outcomes[outLimit].Inc()
 		if s.Bought != nil {
 			s.Bought.Set(r.ProductID, r.UserID, e.Generation(), e.Limit)
 		}
-		Reject(r.Ctx, errLimit)
+		errLimit.Write(r.Ctx)
 	case stock.BadToken:
 		s.outcomes[outBadToken].Inc()
-		Reject(r.Ctx, errBadToken)
+		errBadToken.Write(r.Ctx)
 	default:
 		s.outcomes[outNotReady].Inc()
-		Reject(r.Ctx, errWarming)
+		errWarming.Write(r.Ctx)
 	}
 }
 
@@ -309,19 +300,19 @@ func (s *Service) markSoldOut(e activity.Entry) {
 
 func (s *Service) result(r *filters.Request) {
 	if len(r.UserID) == 0 {
-		Reject(r.Ctx, errUnauthenticated)
+		errUnauthenticated.Write(r.Ctx)
 		return
 	}
 	o, ok, err := s.Store.OrderState(context.Background(), view(r.ProductID), r.OrderID)
 	if err != nil {
-		Reject(r.Ctx, errDegraded)
+		errDegraded.Write(r.Ctx)
 		return
 	}
 	if !ok && s.Results != nil {
 		// The Redis state expired (or Redis lost it): the order store knows.
 		row, found, err := s.Results.Get(context.Background(), string(r.ProductID), r.OrderID)
 		if err != nil {
-			Reject(r.Ctx, errDegraded)
+			errDegraded.Write(r.Ctx)
 			return
 		}
 		if found {
@@ -334,7 +325,7 @@ func (s *Service) result(r *filters.Request) {
 	}
 	// Another shopper's order is indistinguishable from no order.
 	if !ok || o.UserID != string(r.UserID) {
-		Reject(r.Ctx, errUnknownOrder)
+		errUnknownOrder.Write(r.Ctx)
 		return
 	}
 	r.Scratch = AppendResult(r.Scratch[:0], o)
