@@ -39,24 +39,7 @@ const rebuildChunk = 500
 // a live sale, but never creates the stock key: live is false when it is
 // missing (a new sale, or one Redis lost), and nothing was written.
 func (s *Store) Reschedule(ctx context.Context, sale Sale) (live bool, err error) {
-	if !validProduct(sale.ProductID) || sale.Limit < 1 || sale.Price < 0 {
-		return false, fmt.Errorf("%w: sale %+v", ErrInvalid, sale)
-	}
-	initial := sale.Initial
-	if initial == 0 {
-		initial = sale.Stock
-	}
-	ctx, cancel := s.call(ctx)
-	defer cancel()
-	n, err := rescheduleScript.Exec(ctx, s.c,
-		[]string{StockKey(sale.ProductID), MetaKey(sale.ProductID)},
-		[]string{i64(sale.Stock), i64(initial), i64(sale.Restocked), i64(sale.Released),
-			strconv.Itoa(sale.Limit), i64(sale.Price), i64(sale.StartMs), i64(sale.EndMs)},
-	).AsInt64()
-	if err != nil {
-		return false, fmt.Errorf("stock: reschedule %s: %w", sale.ProductID, err)
-	}
-	return n == 1, nil
+	return s.runSaleScript(ctx, rescheduleScript, "reschedule", sale)
 }
 
 // Meta reads a sale's meta hash whether or not its stock key exists; ok is

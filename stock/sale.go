@@ -53,8 +53,16 @@ type SaleInfo struct {
 // otherwise oversell. created reports whether the stock key was created;
 // on false only the schedule (limit, price, start, end) was updated.
 func (s *Store) Warm(ctx context.Context, sale Sale) (created bool, err error) {
-	if !validProduct(sale.ProductID) || sale.Stock < 0 || sale.Limit < 1 || sale.Price < 0 ||
-		sale.Initial < 0 || sale.Restocked < 0 || sale.Released < 0 {
+	if sale.Stock < 0 || sale.Initial < 0 || sale.Restocked < 0 || sale.Released < 0 {
+		return false, fmt.Errorf("%w: sale %+v", ErrInvalid, sale)
+	}
+	return s.runSaleScript(ctx, warmScript, "warm", sale)
+}
+
+// runSaleScript runs warm or reschedule, which take the same keys and
+// arguments (stock, meta; the sale's figures and schedule) and answer 1 or 0.
+func (s *Store) runSaleScript(ctx context.Context, script *rueidis.Lua, what string, sale Sale) (bool, error) {
+	if !validProduct(sale.ProductID) || sale.Limit < 1 || sale.Price < 0 {
 		return false, fmt.Errorf("%w: sale %+v", ErrInvalid, sale)
 	}
 	initial := sale.Initial
@@ -63,13 +71,13 @@ func (s *Store) Warm(ctx context.Context, sale Sale) (created bool, err error) {
 	}
 	ctx, cancel := s.call(ctx)
 	defer cancel()
-	n, err := warmScript.Exec(ctx, s.c,
+	n, err := script.Exec(ctx, s.c,
 		[]string{StockKey(sale.ProductID), MetaKey(sale.ProductID)},
 		[]string{i64(sale.Stock), i64(initial), i64(sale.Restocked), i64(sale.Released),
 			strconv.Itoa(sale.Limit), i64(sale.Price), i64(sale.StartMs), i64(sale.EndMs)},
 	).AsInt64()
 	if err != nil {
-		return false, fmt.Errorf("stock: warm %s: %w", sale.ProductID, err)
+		return false, fmt.Errorf("stock: %s %s: %w", what, sale.ProductID, err)
 	}
 	return n == 1, nil
 }
