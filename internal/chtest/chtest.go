@@ -13,10 +13,10 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
-	"sync"
-	"syscall"
 	"testing"
 	"time"
+
+	"flashgate/internal/proctest"
 )
 
 // Binary is the clickhouse-server executable; tests may point it elsewhere
@@ -36,15 +36,9 @@ var ReadyTimeout = 60 * time.Second
 // Server is one clickhouse-server child process bound to 127.0.0.1. Its
 // ports and data directory stay the same across Stop/Start.
 type Server struct {
-	mu                        sync.Mutex
-	bin                       string
+	proc                      *proctest.Child
 	dir                       string
-	ownDir                    bool
 	tcpPort, httpPort, ipPort int
-	cmd                       *exec.Cmd
-	exited                    chan struct{}
-	closed                    bool
-	startTook                 time.Duration
 }
 
 // Start starts a clickhouse-server for the test and returns its native
@@ -58,12 +52,7 @@ func Start(t testing.TB) string {
 // tests that stop and restart it. The server is killed when the test ends.
 func New(t testing.TB) *Server {
 	t.Helper()
-	s, err := launch(t.TempDir(), false)
-	if err != nil {
-		t.Fatalf("chtest: %v", err)
-	}
-	t.Cleanup(s.Close)
-	return s
+	return proctest.ForTest(t, "chtest", launch)
 }
 
 // Launch starts a clickhouse-server outside any test, for TestMain, so that
@@ -75,21 +64,26 @@ func New(t testing.TB) *Server {
 //	srv.Close()
 //	os.Exit(code)
 //
-// dir "" means a fresh temporary directory, removed by Close.
+// (Main does just that.) dir "" means a fresh temporary directory, removed
+// by Close.
 func Launch(dir string) (*Server, error) {
-	own := false
-	if dir == "" {
-		d, err := os.MkdirTemp("", "chtest-")
-		if err != nil {
-			return nil, err
-		}
-		dir, own = d, true
+	return proctest.InDir(dir, "chtest-", launch)
+}
+
+// Main is a TestMain that shares one clickhouse-server among a package's
+// tests: it launches it into *shared, runs the tests, closes the server and
+// exits with the tests' code.
+func Main(m *testing.M, shared **Server) {
+	s, err := Launch("")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
 	}
-	s, err := launch(dir, own)
-	if err != nil && own {
-		os.RemoveAll(dir)
-	}
-	return s, err
+	*shared = s
+	fmt.Printf("clickhouse-server started in %v\n", s.StartTook())
+	code := m.Run()
+	s.Close()
+	os.Exit(code)
 }
 
 func launch(dir string, own bool) (*Server, error) {
@@ -101,24 +95,40 @@ func launch(dir string, own bool) (*Server, error) {
 			return nil, errors.New(MissingHint)
 		}
 	}
-	s := &Server{dir: dir, ownDir: own, bin: bin}
-	// Ports picked by listening on :0 can be taken by someone else before
-	// the server binds them; a fresh pick almost always succeeds.
-	for range 5 {
-		if s.tcpPort, s.httpPort, s.ipPort, err = freePorts(); err != nil {
-			return nil, err
+	s := &Server{dir: dir}
+	errLog := filepath.Join(dir, "log", "clickhouse-server.err.log")
+	stdout := filepath.Join(dir, "log", "stdout.log")
+	client := &http.Client{Timeout: time.Second}
+	s.proc = proctest.NewChild(dir, own, proctest.Spec{
+		Name: func() string {
+			return fmt.Sprintf("clickhouse-server (native port %d, http port %d)", s.tcpPort, s.httpPort)
+		},
+		Command: func() *exec.Cmd {
+			cmd := exec.Command(bin, "--config-file="+filepath.Join(dir, "config.xml"))
+			cmd.Dir = dir
+			return cmd
+		},
+		Output:  stdout,
+		Fresh:   []string{errLog},
+		Log:     func() []byte { return append(proctest.Tail(errLog), proctest.Tail(stdout)...) },
+		Ready:   func() error { return ping(client, "http://"+s.HTTPAddr()+"/ping") },
+		Probe:   "/ping",
+		Timeout: ReadyTimeout,
+		// The server usually answers within a few hundred milliseconds.
+		Backoff: 5 * time.Millisecond,
+	})
+	err = s.proc.Launch(func() error {
+		ports, err := proctest.FreePorts(3)
+		if err != nil {
+			return err
 		}
-		if err = s.writeConfig(); err != nil {
-			return nil, err
-		}
-		if err = s.start(); err == nil {
-			return s, nil
-		}
-		if !errors.Is(err, errBind) {
-			return nil, err
-		}
+		s.tcpPort, s.httpPort, s.ipPort = ports[0], ports[1], ports[2]
+		return s.writeConfig()
+	})
+	if err != nil {
+		return nil, err
 	}
-	return nil, err
+	return s, nil
 }
 
 // Addr is host:port of the native protocol listener (what clickhouse-go
@@ -132,59 +142,31 @@ func (s *Server) HTTPAddr() string { return net.JoinHostPort("127.0.0.1", strcon
 func (s *Server) Dir() string { return s.dir }
 
 // StartTook is how long the last (re)start took until /ping answered.
-func (s *Server) StartTook() time.Duration {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.startTook
-}
+func (s *Server) StartTook() time.Duration { return s.proc.StartTook() }
 
 // Stop kills the server with SIGKILL, as a crash would, and waits for it to
 // exit. Inserted parts are on disk and come back with Start; clients see
 // connection errors meanwhile.
-func (s *Server) Stop() {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.kill()
-}
+func (s *Server) Stop() { s.proc.Stop() }
 
 // Start restarts a stopped server on the same ports and data directory. It
 // returns an error if it cannot come back.
 func (s *Server) Start() error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.cmd != nil {
-		return nil
-	}
-	if err := s.start(); err != nil {
+	if err := s.proc.Start(); err != nil {
 		return fmt.Errorf("chtest: restart on %s: %w", s.Addr(), err)
 	}
 	return nil
 }
 
+// Pause freezes the server (SIGSTOP): connections stay open but nothing is
+// answered, which is how a hung ClickHouse looks to a client.
+func (s *Server) Pause() { s.proc.Pause() }
+
+// Resume undoes Pause.
+func (s *Server) Resume() { s.proc.Resume() }
+
 // Close kills the server for good and removes a directory Launch created.
-func (s *Server) Close() {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.closed {
-		return
-	}
-	s.closed = true
-	s.kill()
-	if s.ownDir {
-		os.RemoveAll(s.dir)
-	}
-}
-
-func (s *Server) kill() {
-	if s.cmd == nil {
-		return
-	}
-	_ = s.cmd.Process.Kill()
-	<-s.exited
-	s.cmd = nil
-}
-
-var errBind = errors.New("port already in use")
+func (s *Server) Close() { s.proc.Close() }
 
 var (
 	commentRE    = regexp.MustCompile(`(?s)<!--.*?-->`)
@@ -247,62 +229,6 @@ func (s *Server) writeConfig() error {
 	return os.WriteFile(filepath.Join(s.dir, "users.xml"), users, 0o644)
 }
 
-func (s *Server) start() error {
-	if s.closed {
-		return errors.New("server closed")
-	}
-	errLog := filepath.Join(s.dir, "log", "clickhouse-server.err.log")
-	_ = os.Remove(errLog)
-	out, err := os.Create(filepath.Join(s.dir, "log", "stdout.log"))
-	if err != nil {
-		return err
-	}
-	defer out.Close()
-	t0 := time.Now()
-	cmd := exec.Command(s.bin, "--config-file="+filepath.Join(s.dir, "config.xml"))
-	cmd.Dir = s.dir
-	cmd.Stdout, cmd.Stderr = out, out
-	cmd.SysProcAttr = sysProcAttr()
-	if err := cmd.Start(); err != nil {
-		return fmt.Errorf("start %s: %w", s.bin, err)
-	}
-	exited := make(chan struct{})
-	go func() {
-		_ = cmd.Wait()
-		close(exited)
-	}()
-	s.cmd, s.exited = cmd, exited
-
-	client := &http.Client{Timeout: time.Second}
-	url := "http://" + s.HTTPAddr() + "/ping"
-	deadline := t0.Add(ReadyTimeout)
-	backoff := 5 * time.Millisecond
-	for {
-		if ping(client, url) == nil {
-			s.startTook = time.Since(t0)
-			return nil
-		}
-		select {
-		case <-exited:
-			s.cmd = nil
-			log := append(tail(errLog), tail(out.Name())...)
-			if bytes.Contains(log, []byte("Address already in use")) {
-				return errBind
-			}
-			return fmt.Errorf("clickhouse-server (native port %d) exited: %s", s.tcpPort, log)
-		default:
-		}
-		if time.Now().After(deadline) {
-			s.kill()
-			return fmt.Errorf("clickhouse-server (http port %d) did not answer /ping within %v: %s", s.httpPort, ReadyTimeout, tail(errLog))
-		}
-		// Polling the readiness condition with a capped backoff: the
-		// server usually answers within a few hundred milliseconds.
-		time.Sleep(backoff)
-		backoff = min(backoff*2, 50*time.Millisecond)
-	}
-}
-
 func ping(c *http.Client, url string) error {
 	resp, err := c.Get(url)
 	if err != nil {
@@ -315,46 +241,3 @@ func ping(c *http.Client, url string) error {
 	}
 	return nil
 }
-
-func freePorts() (tcp, http, interserver int, err error) {
-	var ls [3]net.Listener
-	defer func() {
-		for _, l := range ls {
-			if l != nil {
-				l.Close()
-			}
-		}
-	}()
-	var ports [3]int
-	for i := range ls {
-		if ls[i], err = net.Listen("tcp", "127.0.0.1:0"); err != nil {
-			return 0, 0, 0, err
-		}
-		ports[i] = ls[i].Addr().(*net.TCPAddr).Port
-	}
-	return ports[0], ports[1], ports[2], nil
-}
-
-func tail(path string) []byte {
-	b, _ := os.ReadFile(path)
-	if len(b) > 2000 {
-		b = b[len(b)-2000:]
-	}
-	return bytes.TrimSpace(b)
-}
-
-// signal is used by tests that freeze the server.
-func (s *Server) signal(sig syscall.Signal) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.cmd != nil {
-		_ = s.cmd.Process.Signal(sig)
-	}
-}
-
-// Pause freezes the server (SIGSTOP): connections stay open but nothing is
-// answered, which is how a hung ClickHouse looks to a client.
-func (s *Server) Pause() { s.signal(syscall.SIGSTOP) }
-
-// Resume undoes Pause.
-func (s *Server) Resume() { s.signal(syscall.SIGCONT) }

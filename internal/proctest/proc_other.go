@@ -1,6 +1,6 @@
 //go:build !linux
 
-package chtest
+package proctest
 
 import "syscall"
 

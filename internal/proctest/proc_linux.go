@@ -1,10 +1,9 @@
-package redistest
+package proctest
 
 import "syscall"
 
 // Pdeathsig kills the server if the test binary dies without running its
-// cleanups (a panic in another goroutine, go test -timeout), so no orphaned
-// redis-server keeps a port.
+// cleanups, so no orphaned server keeps its ports.
 func sysProcAttr() *syscall.SysProcAttr {
 	return &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 }
