@@ -27,17 +27,7 @@ import (
 // each test gets its own database.
 var ch *chtest.Server
 
-func TestMain(m *testing.M) {
-	var err error
-	if ch, err = chtest.Launch(""); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	fmt.Printf("clickhouse-server started in %v\n", ch.StartTook())
-	code := m.Run()
-	ch.Close()
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { chtest.Main(m, &ch) }
 
 const testTopic = DefaultTopic
 

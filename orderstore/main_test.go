@@ -3,7 +3,6 @@ package orderstore
 import (
 	"context"
 	"fmt"
-	"os"
 	"sync/atomic"
 	"testing"
 
@@ -14,17 +13,7 @@ import (
 // gets its own database.
 var ch *chtest.Server
 
-func TestMain(m *testing.M) {
-	var err error
-	if ch, err = chtest.Launch(""); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	fmt.Printf("clickhouse-server started in %v\n", ch.StartTook())
-	code := m.Run()
-	ch.Close()
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { chtest.Main(m, &ch) }
 
 var dbSeq atomic.Int64
 
