@@ -1,0 +1,475 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"time"
+
+	"gopkg.in/yaml.v3"
+
+	"flashgate/conf"
+	"flashgate/internal/chtest"
+	"flashgate/proxy"
+)
+
+// EnvOptions say what a run starts.
+type EnvOptions struct {
+	Root       string // module root
+	Dir        string // run directory: configs, logs, data
+	GoMaxProcs int    // the edge's GOMAXPROCS (0: the Go default)
+	Pin        bool   // edge on CPU 1; Redis, Kafka, the origin and bench on CPU 0
+	Kafka      string // "bench": a kfake process bench starts; "edge": embedded in the edge
+	ClickHouse bool   // a clickhouse-server as the order store (else the edge's embedded one)
+	ProxyBin   string // a prebuilt cmd/proxy; "" builds one
+	Quiet      io.Writer
+}
+
+// Env is everything one run started.
+type Env struct {
+	opt   EnvOptions
+	procs *Procs
+
+	Redis, Kafka, Origin, Edge *Proc
+	RedisAddr, Brokers         string
+	OriginAddr                 string
+	EdgeAddr, AdminAddr        string
+	EdgeConfig                 string
+	ch                         *chtest.Server
+	Delays                     []*DelayProxy
+	bins                       map[string]string
+}
+
+func serverCPU(pin bool) int {
+	if pin {
+		return 1
+	}
+	return -1
+}
+
+func loadCPU(pin bool) int {
+	if pin {
+		return 0
+	}
+	return -1
+}
+
+func newEnv(opt EnvOptions) *Env {
+	if opt.Quiet == nil {
+		opt.Quiet = io.Discard
+	}
+	return &Env{opt: opt, procs: newProcs(opt.Dir), bins: map[string]string{}}
+}
+
+// Close stops everything, last started first.
+func (e *Env) Close() {
+	e.procs.StopAll()
+	for _, d := range e.Delays {
+		d.Close()
+	}
+	if e.ch != nil {
+		e.ch.Close()
+	}
+}
+
+func (e *Env) logf(format string, args ...any) { fmt.Fprintf(e.opt.Quiet, format+"\n", args...) }
+
+// build compiles the Go programs a run needs into the run directory.
+func (e *Env) build(pkgs ...string) error {
+	var todo []string
+	for _, p := range pkgs {
+		name := filepath.Base(p)
+		if name == "proxy" && e.opt.ProxyBin != "" {
+			e.bins[name] = e.opt.ProxyBin
+			continue
+		}
+		if _, ok := e.bins[name]; !ok {
+			todo = append(todo, p)
+			e.bins[name] = filepath.Join(e.opt.Dir, "bin", name)
+		}
+	}
+	if len(todo) == 0 {
+		return nil
+	}
+	t0 := time.Now()
+	args := append([]string{"build", "-o", filepath.Join(e.opt.Dir, "bin") + "/"}, todo...)
+	cmd := exec.Command("go", args...)
+	cmd.Dir = e.opt.Root
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("go build %s: %v\n%s", strings.Join(todo, " "), err, out)
+	}
+	e.logf("built %s in %.1fs", strings.Join(todo, " "), time.Since(t0).Seconds())
+	return nil
+}
+
+// StartRedis starts redis-server (Debian) on a free port, no persistence.
+func (e *Env) StartRedis(ctx context.Context) error {
+	if err := need("the run's Redis", toolRedis); err != nil {
+		return err
+	}
+	port, err := freePort()
+	if err != nil {
+		return err
+	}
+	dir := filepath.Join(e.opt.Dir, "redis")
+	os.MkdirAll(dir, 0o755)
+	e.RedisAddr = "127.0.0.1:" + strconv.Itoa(port)
+	e.Redis, err = e.procs.Start("redis", loadCPU(e.opt.Pin), nil, toolPath(toolRedis),
+		"--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+		"--dir", dir, "--protected-mode", "no")
+	if err != nil {
+		return err
+	}
+	return waitFor(ctx, e.Redis, "redis-server", 10*time.Second, func() error {
+		rc, err := dialRedis(e.RedisAddr)
+		if err != nil {
+			return err
+		}
+		defer rc.Close()
+		_, err = rc.Do("PING")
+		return err
+	})
+}
+
+// StartKafka starts kfake as a child process (this binary, `bench kfake`).
+func (e *Env) StartKafka(ctx context.Context) error {
+	self, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	port, err := freePort()
+	if err != nil {
+		return err
+	}
+	e.Brokers = "127.0.0.1:" + strconv.Itoa(port)
+	e.Kafka, err = e.procs.Start("kafka", loadCPU(e.opt.Pin), []string{"GOMAXPROCS=1"}, self, "kfake", "-port", strconv.Itoa(port))
+	if err != nil {
+		return err
+	}
+	return waitFor(ctx, e.Kafka, "kfake", 15*time.Second, tcpReady(e.Brokers))
+}
+
+// StartClickHouse starts clickhouse-server (Debian) as the order store.
+func (e *Env) StartClickHouse() error {
+	if err := need("-clickhouse", toolClickHouse); err != nil {
+		return err
+	}
+	dir := filepath.Join(e.opt.Dir, "clickhouse")
+	os.MkdirAll(dir, 0o755)
+	var err error
+	e.ch, err = chtest.Launch(dir)
+	return err
+}
+
+// StartOrigin starts bench/origin, the stand-in for the origin pools.
+func (e *Env) StartOrigin(ctx context.Context) error {
+	if err := e.build("./bench/origin"); err != nil {
+		return err
+	}
+	var err error
+	if e.OriginAddr, err = freeAddr(); err != nil {
+		return err
+	}
+	e.Origin, err = e.procs.Start("origin", loadCPU(e.opt.Pin), []string{"GOMAXPROCS=1"}, e.bins["origin"], "-addr", e.OriginAddr)
+	if err != nil {
+		return err
+	}
+	return waitFor(ctx, e.Origin, "bench origin", 10*time.Second, tcpReady(e.OriginAddr))
+}
+
+// EdgeSpec is what the edge config is made of.
+type EdgeSpec struct {
+	RedisAddr  string // maybe a delay proxy
+	OriginAddr string // maybe a delay proxy
+	Products   []Activity
+	ScopeAll   bool           // ip_limit and conn_limit on every request (the nginx comparison)
+	Extra      map[string]any // merged last (a scenario's edge:)
+}
+
+// Activity is one sale in the edge config.
+type Activity struct {
+	ID         string
+	Stock      int
+	Limit      int
+	Price      string
+	Start, End time.Time
+}
+
+// edgeBase is the edge bench runs: loopback listeners, the whole sale
+// chain as edge.yaml ships it, limits high enough that a load from one
+// address is never rate limited (as in e2e), fixed secrets bench shares.
+const edgeBase = `
+node_id: 1
+listen:
+  shutdown_timeout: 5s
+  max_conns_per_ip: 0
+log:
+  level: warn
+  format: text
+  access_sample: 0
+reload:
+  watch: false
+filters:
+  - type: access
+    scope: all
+    rules: ["allow all"]
+  - type: ip_limit
+    rate: 1000000r/s
+    burst: 1000000
+    nodelay: true
+  - type: conn_limit
+    max: 1000000
+  - type: session
+  - type: sale_window
+  - type: sold_out
+  - type: user_limit
+    limits:
+      - rate: 100000r/s
+        burst: 100000
+        nodelay: true
+  - type: purchase_token
+redis:
+  timeout: 200ms
+auth:
+  demo_login: false
+sale:
+  token_ttl: 10m
+  refresh_interval: 1s
+orders:
+  consumer: true
+upstreams:
+  pools:
+    - name: origin
+      balance: round_robin
+      connect_timeout: 1s
+      read_timeout: 1s
+      write_timeout: 1s
+      max_conns: 1024
+      max_retries: 1
+  routes:
+    - prefix: /
+      pool: origin
+`
+
+// WriteEdgeConfig renders the edge's config and checks it like `proxy -t`.
+func (e *Env) WriteEdgeConfig(spec EdgeSpec) error {
+	var doc map[string]any
+	if err := yaml.Unmarshal([]byte(edgeBase), &doc); err != nil {
+		return err
+	}
+	var err error
+	if e.EdgeAddr, err = freeAddr(); err != nil {
+		return err
+	}
+	if e.AdminAddr, err = freeAddr(); err != nil {
+		return err
+	}
+	var acts []any
+	for _, a := range spec.Products {
+		acts = append(acts, map[string]any{
+			"product_id": a.ID, "name": "Bench " + a.ID, "price": a.Price, "stock": a.Stock, "limit": a.Limit,
+			"start": a.Start.UTC().Format(time.RFC3339Nano), "end": a.End.UTC().Format(time.RFC3339Nano),
+		})
+	}
+	set := map[string]any{
+		"listen":     map[string]any{"addr": e.EdgeAddr},
+		"admin":      map[string]any{"addr": e.AdminAddr},
+		"redis":      map[string]any{"addr": spec.RedisAddr},
+		"auth":       map[string]any{"secrets": []any{benchSessionSecret}},
+		"sale":       map[string]any{"token_secret": benchTokenSecret},
+		"data_dir":   filepath.Join(e.opt.Dir, "data"),
+		"activities": acts,
+	}
+	if e.opt.Kafka == "bench" {
+		set["kafka"] = map[string]any{"brokers": []any{e.Brokers}}
+	}
+	if e.ch != nil {
+		set["clickhouse"] = map[string]any{"addr": e.ch.Addr()}
+	}
+	mergeYAML(doc, set)
+	if spec.OriginAddr != "" {
+		pools := doc["upstreams"].(map[string]any)["pools"].([]any)
+		pools[0].(map[string]any)["servers"] = []any{spec.OriginAddr}
+	}
+	if spec.ScopeAll {
+		for _, f := range doc["filters"].([]any) {
+			m := f.(map[string]any)
+			if m["type"] == "ip_limit" || m["type"] == "conn_limit" {
+				m["scope"] = "all"
+			}
+		}
+	}
+	if spec.Extra != nil {
+		mergeYAML(doc, spec.Extra)
+	}
+	out, err := yaml.Marshal(doc)
+	if err != nil {
+		return err
+	}
+	e.EdgeConfig = filepath.Join(e.opt.Dir, "edge.yaml")
+	if err := os.WriteFile(e.EdgeConfig, out, 0o644); err != nil {
+		return err
+	}
+	doc2, err := conf.Parse(out, e.EdgeConfig)
+	if err == nil {
+		_, err = proxy.Check(doc2)
+	}
+	if err != nil {
+		return fmt.Errorf("the edge config bench wrote is invalid (check the scenario's edge: section):\n%v", err)
+	}
+	return nil
+}
+
+func mergeYAML(dst, src map[string]any) {
+	for k, v := range src {
+		if sm, ok := v.(map[string]any); ok {
+			if dm, ok := dst[k].(map[string]any); ok {
+				mergeYAML(dm, sm)
+				continue
+			}
+		}
+		dst[k] = v
+	}
+}
+
+// StartEdge builds and starts cmd/proxy on the config, and waits until it
+// is ready and its first sale answers.
+func (e *Env) StartEdge(ctx context.Context, firstProduct string) error {
+	if err := e.build("./cmd/proxy"); err != nil {
+		return err
+	}
+	var env []string
+	if e.opt.GoMaxProcs > 0 {
+		env = append(env, "GOMAXPROCS="+strconv.Itoa(e.opt.GoMaxProcs))
+	}
+	var err error
+	e.Edge, err = e.procs.Start("edge", serverCPU(e.opt.Pin), env, e.bins["proxy"], "-c", e.EdgeConfig)
+	if err != nil {
+		return err
+	}
+	c := &http.Client{Timeout: 2 * time.Second}
+	return waitFor(ctx, e.Edge, "the edge (cmd/proxy)", 60*time.Second, func() error {
+		r, err := c.Get("http://" + e.AdminAddr + "/readyz")
+		if err != nil {
+			return err
+		}
+		r.Body.Close()
+		if r.StatusCode != 200 {
+			return fmt.Errorf("readyz %d", r.StatusCode)
+		}
+		if firstProduct == "" {
+			return nil
+		}
+		r, err = c.Get("http://" + e.EdgeAddr + "/api/seckill/status?productId=" + firstProduct)
+		if err != nil {
+			return err
+		}
+		r.Body.Close()
+		if r.StatusCode != 200 {
+			return fmt.Errorf("status of %s: %d", firstProduct, r.StatusCode)
+		}
+		return nil
+	})
+}
+
+// Reconciled is the reconcile verdict of a run.
+type Reconciled struct {
+	Ran        bool   `json:"ran"`
+	Products   int    `json:"products"`
+	Oversold   int64  `json:"oversold"`
+	Lost       int64  `json:"lost"`
+	Duplicated int64  `json:"duplicated"`
+	Clean      bool   `json:"clean"`
+	Text       string `json:"text"`
+	Err        string `json:"error,omitempty"`
+}
+
+var reconcileLine = regexp.MustCompile(`RECONCILE products=(\d+) oversold=(\d+) lost=(\d+) duplicated=(\d+)`)
+
+// reconcileVia asks an edge's GET /admin/reconcile (reconcile.Run against
+// the run's Redis and the edge's order store, after the pipeline drained).
+func reconcileVia(admin, token string) Reconciled {
+	rec := Reconciled{Ran: true}
+	req, _ := http.NewRequest("GET", "http://"+admin+"/admin/reconcile", nil)
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	resp, err := (&http.Client{Timeout: 120 * time.Second}).Do(req)
+	if err != nil {
+		rec.Err = fmt.Sprintf("GET /admin/reconcile: %v", err)
+		return rec
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	rec.Text = string(b)
+	m := reconcileLine.FindStringSubmatch(rec.Text)
+	if m == nil {
+		rec.Err = fmt.Sprintf("GET /admin/reconcile answered %d without a RECONCILE line", resp.StatusCode)
+		return rec
+	}
+	rec.Products, _ = strconv.Atoi(m[1])
+	rec.Oversold, _ = strconv.ParseInt(m[2], 10, 64)
+	rec.Lost, _ = strconv.ParseInt(m[3], 10, 64)
+	rec.Duplicated, _ = strconv.ParseInt(m[4], 10, 64)
+	rec.Clean = resp.StatusCode == 200 && rec.Oversold == 0 && rec.Lost == 0 && rec.Duplicated == 0
+	if resp.StatusCode != 200 {
+		rec.Err = "reconcile reported a mismatch (409)"
+		if i := strings.Index(rec.Text, "error: "); i >= 0 {
+			rec.Err = strings.TrimSpace(rec.Text[i+7:])
+		}
+	}
+	return rec
+}
+
+// edgeMetrics reads a few counters from the edge's /metrics.
+func edgeMetrics(admin string) map[string]float64 {
+	out := map[string]float64{}
+	resp, err := (&http.Client{Timeout: 5 * time.Second}).Get("http://" + admin + "/metrics")
+	if err != nil {
+		return out
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	for _, line := range strings.Split(string(b), "\n") {
+		if strings.HasPrefix(line, "#") {
+			continue
+		}
+		for _, want := range []string{"flashgate_redis_script_calls_total", "flashgate_sale_attempts_total", "flashgate_orders_"} {
+			if strings.HasPrefix(line, want) {
+				k, v, ok := strings.Cut(line, " ")
+				if !ok {
+					continue
+				}
+				f, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
+				if err == nil {
+					out[k] = f
+				}
+			}
+		}
+	}
+	return out
+}
+
+// probe checks a target answers at all, for a clear message when not.
+func probe(addr string) error {
+	c := &http.Client{Timeout: 3 * time.Second}
+	r, err := c.Get("http://" + addr + "/")
+	if err != nil {
+		var ue interface{ Unwrap() error }
+		if errors.As(err, &ue) {
+			err = ue.Unwrap()
+		}
+		return fmt.Errorf("target %s is not reachable: %v (is the edge running there? leave -target out to let bench start one)", addr, err)
+	}
+	r.Body.Close()
+	return nil
+}

@@ -1,0 +1,158 @@
+// Command bench is flashgate's load tool: open-loop (or closed-loop) load
+// from scenario files, latency percentiles from the intended send time,
+// reconciliation after every run, and the peer comparison.
+//
+//	go run ./bench run -s normal            # or burst, oversell, fault
+//	go run ./bench compare                  # flashgate vs nginx, OpenResty, fasthttp, redis-benchmark
+//	go run ./bench list
+//
+// See bench/README.md.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+
+	"flashgate/orders"
+)
+
+func main() {
+	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+func usage(w io.Writer) {
+	fmt.Fprint(w, `usage:
+  bench run -s SCENARIO [flags]   run a scenario (bench/scenarios/SCENARIO.yaml or a path)
+  bench compare [flags]           flashgate against its peers, same load, one run, ratio table
+  bench list                      the scenarios
+  bench run -h | bench compare -h the flags
+`)
+}
+
+func run(args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		usage(stderr)
+		return 2
+	}
+	switch args[0] {
+	case "run":
+		return cmdRun(args[1:], stdout, stderr)
+	case "compare":
+		return cmdCompare(args[1:], stdout, stderr)
+	case "list":
+		root, err := moduleRoot()
+		if err != nil {
+			fmt.Fprintln(stderr, "bench:", err)
+			return 1
+		}
+		for _, n := range listScenarios(root) {
+			sc, err := loadScenario(resolveScenario(root, n), nil)
+			if err != nil {
+				fmt.Fprintf(stdout, "%-10s (invalid: %v)\n", n, err)
+				continue
+			}
+			fmt.Fprintf(stdout, "%-10s %s\n", n, sc.Description)
+		}
+		return 0
+	case "kfake":
+		return cmdKfake(args[1:], stderr)
+	case "-h", "-help", "--help", "help":
+		usage(stdout)
+		return 0
+	}
+	if strings.HasPrefix(args[0], "-") {
+		return cmdRun(args, stdout, stderr) // `bench -s normal`
+	}
+	fmt.Fprintf(stderr, "bench: unknown command %q\n", args[0])
+	usage(stderr)
+	return 2
+}
+
+// moduleRoot is the directory of flashgate's go.mod, found upwards from
+// the working directory.
+func moduleRoot() (string, error) {
+	dir, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	for {
+		if b, err := os.ReadFile(filepath.Join(dir, "go.mod")); err == nil && strings.HasPrefix(string(b), "module flashgate") {
+			return dir, nil
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return "", errors.New("run bench inside the flashgate module (no go.mod of module flashgate above the working directory)")
+		}
+		dir = parent
+	}
+}
+
+// signalContext is cancelled on Ctrl-C or SIGTERM; a second Ctrl-C while
+// bench tears down is ignored so the teardown completes.
+func signalContext() (context.Context, func()) {
+	ctx, cancel := context.WithCancel(context.Background())
+	sigs := make(chan os.Signal, 2)
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
+	go func() {
+		s, ok := <-sigs
+		if ok {
+			fmt.Fprintf(os.Stderr, "\nbench: %v: stopping, tearing everything down\n", s)
+			cancel()
+		}
+	}()
+	return ctx, func() { signal.Stop(sigs); cancel() }
+}
+
+// pinSelf moves every thread of this process to cpu.
+func pinSelf(cpu int) error {
+	var set unix.CPUSet
+	set.Set(cpu)
+	tasks, err := os.ReadDir("/proc/self/task")
+	if err != nil {
+		return err
+	}
+	for _, t := range tasks {
+		tid, err := strconv.Atoi(t.Name())
+		if err != nil {
+			continue
+		}
+		if err := unix.SchedSetaffinity(tid, &set); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// cmdKfake runs the Kafka-protocol broker (kfake) bench starts for a run
+// when the edge should not carry it: `bench kfake -port P`.
+func cmdKfake(args []string, stderr io.Writer) int {
+	fs := flag.NewFlagSet("bench kfake", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	port := fs.Int("port", 0, "port on 127.0.0.1")
+	parts := fs.Int("partitions", 6, "partitions of the orders topic")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	brokers, stop, err := orders.StartEmbeddedWith(orders.EmbeddedConfig{Port: *port, Partitions: *parts})
+	if err != nil {
+		fmt.Fprintln(stderr, "bench kfake:", err)
+		return 1
+	}
+	fmt.Fprintln(stderr, "kfake on", strings.Join(brokers, ","))
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
+	<-sigs
+	stop()
+	return 0
+}

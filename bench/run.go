@@ -1,0 +1,373 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"time"
+)
+
+type stringList []string
+
+func (s *stringList) String() string     { return strings.Join(*s, ",") }
+func (s *stringList) Set(v string) error { *s = append(*s, v); return nil }
+
+// runFlags are the flags of `bench run`.
+type runFlags struct {
+	scenario   string
+	sets       stringList
+	out        string
+	gomaxprocs int
+	pin        bool
+	kafka      string
+	clickhouse bool
+	target     string
+	admin      string
+	proxyBin   string
+	keep       bool
+	quiet      bool
+}
+
+func cmdRun(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("bench run", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var f runFlags
+	fs.StringVar(&f.scenario, "s", "", "scenario: a name in bench/scenarios (normal, burst, oversell, fault) or a YAML path")
+	fs.Var(&f.sets, "set", "override a scenario key, e.g. -set rate=500 -set faults.redis.latency=2ms (repeatable)")
+	fs.StringVar(&f.out, "out", "", "directory for result.json and report.html (default bench/results/SCENARIO-TIME)")
+	fs.IntVar(&f.gomaxprocs, "gomaxprocs", 1, "GOMAXPROCS of the edge (0: Go's default)")
+	fs.BoolVar(&f.pin, "pin", false, "pin the edge to CPU 1 and Redis, Kafka, the origin and bench to CPU 0 (taskset)")
+	fs.StringVar(&f.kafka, "kafka", "bench", `"bench": kfake in a process bench starts; "edge": the edge's embedded kfake (kafka.brokers empty)`)
+	fs.BoolVar(&f.clickhouse, "clickhouse", false, "store orders in a clickhouse-server bench starts (Debian clickhouse-server) instead of the edge's embedded store")
+	fs.StringVar(&f.target, "target", "", "load an edge that is already running (host:port) instead of starting one; the scenario's sale must exist there")
+	fs.StringVar(&f.admin, "admin", "", "with -target: its admin listener, for reconcile and metrics")
+	fs.StringVar(&f.proxyBin, "proxy-bin", "", "a prebuilt cmd/proxy binary instead of building the working tree")
+	fs.BoolVar(&f.keep, "keep", false, "keep the run directory (configs, logs, data)")
+	fs.BoolVar(&f.quiet, "q", false, "no progress line")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if f.scenario == "" && fs.NArg() > 0 {
+		f.scenario = fs.Arg(0)
+	}
+	if f.scenario == "" {
+		fmt.Fprintln(stderr, "bench run: -s SCENARIO is required (bench list shows them)")
+		return 2
+	}
+	if f.kafka != "bench" && f.kafka != "edge" {
+		fmt.Fprintf(stderr, "bench run: -kafka %q: want bench or edge\n", f.kafka)
+		return 2
+	}
+	root, err := moduleRoot()
+	if err != nil {
+		fmt.Fprintln(stderr, "bench:", err)
+		return 1
+	}
+	sc, err := loadScenario(resolveScenario(root, f.scenario), f.sets)
+	if err != nil {
+		fmt.Fprintln(stderr, "bench:", err)
+		return 2
+	}
+	ctx, stop := signalContext()
+	defer stop()
+	res, err := runScenario(ctx, root, sc, f, stderr)
+	if err != nil {
+		fmt.Fprintln(stderr, "bench:", err)
+		if errors.Is(err, context.Canceled) {
+			return 130
+		}
+		return 1
+	}
+	printReport(stdout, res)
+	if !res.Passed() {
+		return 1
+	}
+	return 0
+}
+
+// runScenario starts what the scenario needs, plays it, reconciles, tears
+// everything down and writes the result files.
+func runScenario(ctx context.Context, root string, sc *Scenario, f runFlags, stderr io.Writer) (*Result, error) {
+	progress := stderr
+	if f.quiet {
+		progress = io.Discard
+	}
+	dir, err := os.MkdirTemp("", "flashgate-bench-"+sc.Name+"-")
+	if err != nil {
+		return nil, err
+	}
+	if f.keep {
+		fmt.Fprintln(stderr, "bench: run directory", dir)
+	} else {
+		defer os.RemoveAll(dir)
+	}
+	if f.pin {
+		if runtime.NumCPU() < 2 {
+			return nil, errors.New("-pin needs 2 CPUs")
+		}
+		if err := need("-pin", toolTaskset); err != nil {
+			return nil, err
+		}
+		if err := pinSelf(0); err != nil {
+			return nil, fmt.Errorf("pin bench to CPU 0: %w", err)
+		}
+	}
+	env := newEnv(EnvOptions{Root: root, Dir: dir, GoMaxProcs: f.gomaxprocs, Pin: f.pin, Kafka: f.kafka,
+		ClickHouse: f.clickhouse, ProxyBin: f.proxyBin, Quiet: progress})
+	defer env.Close()
+
+	res := &Result{Scenario: sc.Name, Description: sc.Description, Started: time.Now().UTC(), Config: sc,
+		Machine: machineInfo(), GoVersion: runtime.Version(), Commit: gitCommit(root),
+		EdgeGoMaxProcs: f.gomaxprocs, Pinned: f.pin, Kafka: f.kafka, ClickHouse: f.clickhouse}
+	addr, admin := f.target, f.admin
+	var saleStart time.Time
+	t0 := time.Now()
+	if addr != "" {
+		if err := probe(addr); err != nil {
+			return nil, err
+		}
+		res.Target = "external " + addr
+		saleStart = time.Now().Add(sc.SaleStart)
+	} else {
+		if err := need("a run", toolRedis); err != nil {
+			return nil, err
+		}
+		if err := env.build("./cmd/proxy", "./bench/origin"); err != nil {
+			return nil, err
+		}
+		fmt.Fprintln(progress, "bench: starting redis-server, kafka, origin, edge")
+		if err := env.StartRedis(ctx); err != nil {
+			return nil, err
+		}
+		if f.kafka == "bench" {
+			if err := env.StartKafka(ctx); err != nil {
+				return nil, err
+			}
+		}
+		if f.clickhouse {
+			if err := env.StartClickHouse(); err != nil {
+				return nil, err
+			}
+		}
+		if err := env.StartOrigin(ctx); err != nil {
+			return nil, err
+		}
+		spec := EdgeSpec{RedisAddr: env.RedisAddr, OriginAddr: env.OriginAddr, Extra: sc.Edge}
+		if fr := sc.Faults.Redis; fr != nil {
+			d, err := startDelayProxy("redis", env.RedisAddr, *fr)
+			if err != nil {
+				return nil, err
+			}
+			env.Delays = append(env.Delays, d)
+			spec.RedisAddr = d.Addr()
+		}
+		if fo := sc.Faults.Origin; fo != nil {
+			d, err := startDelayProxy("origin", env.OriginAddr, *fo)
+			if err != nil {
+				return nil, err
+			}
+			env.Delays = append(env.Delays, d)
+			spec.OriginAddr = d.Addr()
+		}
+		// The sale opens sale_start after the load starts; the load starts
+		// once the edge is up (allow it a few seconds).
+		saleStart = time.Now().Add(-time.Second)
+		if sc.SaleStart > 0 {
+			saleStart = time.Now().Add(4*time.Second + sc.SaleStart)
+		}
+		for i := range sc.Products {
+			spec.Products = append(spec.Products, Activity{ID: productID(i), Stock: sc.Stock, Limit: sc.Limit,
+				Price: sc.Price, Start: saleStart, End: saleStart.Add(2 * time.Hour)})
+		}
+		if err := env.WriteEdgeConfig(spec); err != nil {
+			return nil, err
+		}
+		if err := env.StartEdge(ctx, productID(0)); err != nil {
+			return nil, err
+		}
+		addr, admin = env.EdgeAddr, env.AdminAddr
+		res.Target = "edge started by bench"
+		fmt.Fprintf(progress, "bench: edge %s (admin %s, GOMAXPROCS=%d) ready after %.1fs; redis %s; kafka %s\n",
+			addr, admin, f.gomaxprocs, time.Since(t0).Seconds(), env.RedisAddr, orDefault(env.Brokers, "embedded in the edge"))
+	}
+
+	users, err := newUsers(sc.Users, benchSessionSecret, benchTokenSecret)
+	if err != nil {
+		return nil, err
+	}
+	// Sessions of the shoppers who arrive at once are signed before the
+	// clock starts, as their browsers would hold them already.
+	for i := range min(sc.Burst, sc.Users) {
+		users.Session(i)
+	}
+	start := time.Now().Add(200 * time.Millisecond)
+	if sc.SaleStart > 0 {
+		if s := saleStart.Add(-sc.SaleStart); s.After(start) {
+			start = s
+		} else {
+			fmt.Fprintf(progress, "bench: the edge took long to start: the sale opens %.1fs after the load starts (not %v)\n",
+				saleStart.Sub(start).Seconds(), sc.SaleStart)
+		}
+	}
+
+	// Snapshots before the load.
+	var watches []*ProcWatch
+	if env.Edge != nil {
+		for _, p := range []*Proc{env.Edge, env.Redis, env.Kafka, env.Origin} {
+			if p != nil {
+				pid := p.Pid()
+				watches = append(watches, watchProc(p.Name, func() []int { return []int{pid} }))
+			}
+		}
+	}
+	self := os.Getpid()
+	watches = append(watches, watchProc("bench (load generator)", func() []int { return []int{self} }))
+	var statsBefore map[string]CmdStat
+	if env.RedisAddr != "" {
+		statsBefore, _ = commandStats(env.RedisAddr)
+	}
+	var metricsBefore map[string]float64
+	if admin != "" {
+		metricsBefore = edgeMetrics(admin)
+	}
+	mb0, mt0 := machineTicks()
+
+	rec := newRecorder(start, callNames)
+	gen := newGenerator(sc, addr, users, rec)
+	planned := int64(0)
+	if sc.Mode == "open" {
+		planned = NewPacer(sc.Rate, sc.Burst, sc.Duration, sc.Tick).All()
+	}
+	fmt.Fprintf(progress, "bench: %s: %s\n", sc.Name, describeLoad(sc))
+	pctx, stopProgress := context.WithCancel(ctx)
+	go gen.progress(pctx, progress, start, planned)
+	for _, w := range watches {
+		w.Reset()
+	}
+	gen.Run(ctx, start)
+	stopProgress()
+	loadEnd := time.Now()
+	if ctx.Err() != nil {
+		return nil, ctx.Err()
+	}
+
+	// After the load.
+	for _, w := range watches {
+		res.Processes = append(res.Processes, w.Stat())
+	}
+	mb1, mt1 := machineTicks()
+	if mt1 > mt0 {
+		res.MachineBusyPct = 100 * float64(mb1-mb0) / float64(mt1-mt0) * float64(runtime.NumCPU())
+	}
+	if env.RedisAddr != "" {
+		if after, err := commandStats(env.RedisAddr); err == nil {
+			res.RedisCommands = statsDelta(statsBefore, after)
+		}
+	}
+	if admin != "" {
+		after := edgeMetrics(admin)
+		res.EdgeMetrics = map[string]float64{}
+		for k, v := range after {
+			res.EdgeMetrics[k] = v - metricsBefore[k]
+		}
+	}
+	for _, d := range env.Delays {
+		res.Faults = append(res.Faults, FaultStat{Name: d.Name, Connections: d.conns.Load(), Chunks: d.chunks.Load(), Stalls: d.stalls.Load()})
+	}
+	window := loadEnd.Sub(start).Seconds()
+	if last := lastCompletion(rec); !last.IsZero() {
+		window = last.Sub(start).Seconds()
+	}
+	res.Seconds = window
+	res.Endpoints, res.Total, res.SendLag = rec.results(window)
+	res.Arrived, res.Unfinished = gen.arrived.Load(), gen.active.Load()
+	res.SessionsSigned = users.signed.Load()
+	for i := range gen.sales {
+		s := &gen.sales[i]
+		ps := ProductSale{Product: productID(i), Stock: int64(sc.Stock), Orders: s.orders.Load(), Units: s.units.Load(), Unknown: s.pendingUnknown.Load()}
+		ps.OverStock = max(0, ps.Units-ps.Stock)
+		res.Sales = append(res.Sales, ps)
+	}
+
+	// Reconcile: the edge's GET /admin/reconcile waits for the order
+	// pipeline to drain, then checks every product.
+	if admin != "" {
+		fmt.Fprintln(progress, "bench: reconciling (GET /admin/reconcile: waits for the order pipeline to drain)")
+		res.Reconcile = reconcileVia(admin, "")
+	} else {
+		res.Reconcile = Reconciled{Err: "not run: give -admin with -target"}
+	}
+	if env.Edge != nil {
+		if ok, err := env.Edge.Exited(); ok {
+			res.Notes = append(res.Notes, fmt.Sprintf("the edge exited during the run (%v); its log ends: %s", err, env.Edge.Tail()))
+		}
+	}
+	env.Close()
+
+	out := f.out
+	if out == "" {
+		out = filepath.Join(root, "bench", "results", sc.Name+"-"+res.Started.Format("20060102-150405"))
+	}
+	if err := res.write(out); err != nil {
+		return nil, err
+	}
+	res.OutDir = out
+	return res, nil
+}
+
+func lastCompletion(rec *Recorder) time.Time {
+	var last int64
+	for _, e := range rec.endpoints {
+		e.mu.Lock()
+		last = max(last, e.last)
+		e.mu.Unlock()
+	}
+	if last == 0 {
+		return time.Time{}
+	}
+	return time.Unix(0, last)
+}
+
+func describeLoad(sc *Scenario) string {
+	var steps []string
+	for _, s := range sc.Steps {
+		x := s.Call
+		if s.Repeat > 1 {
+			x += fmt.Sprintf("×%d/%v", s.Repeat, s.Every)
+		}
+		if s.Prob < 1 {
+			x += fmt.Sprintf("(%.0f%%)", 100*s.Prob)
+		}
+		steps = append(steps, x)
+	}
+	load := ""
+	if sc.Mode == "open" {
+		if sc.Burst > 0 {
+			load = fmt.Sprintf("%d shoppers at once", sc.Burst)
+		}
+		if sc.Rate > 0 {
+			if load != "" {
+				load += ", then "
+			}
+			load += fmt.Sprintf("%.0f shoppers/s for %v", sc.Rate, sc.Duration)
+		}
+		load = "open loop, " + load
+	} else {
+		load = fmt.Sprintf("closed loop, %d shoppers at a time for %v", sc.Connections, sc.Duration)
+	}
+	return fmt.Sprintf("%s; %d connections; steps %s; %d products × %d stock, limit %d",
+		load, sc.Connections, strings.Join(steps, " → "), sc.Products, sc.Stock, sc.Limit)
+}
+
+func orDefault(s, d string) string {
+	if s == "" {
+		return d
+	}
+	return s
+}
