@@ -2,25 +2,18 @@ package browser
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"net/http"
 	"net/url"
-	"os"
-	"path/filepath"
-	"strings"
-	"sync"
 	"testing"
 	"time"
 
-	"gopkg.in/yaml.v3"
-
-	"flashgate/conf"
+	"flashgate/internal/edgetest"
 	"flashgate/internal/redistest"
+	"flashgate/internal/syncbuf"
 	"flashgate/proxy"
 	"flashgate/session"
 )
@@ -89,7 +82,7 @@ type edge struct {
 	token string // admin token ("" when none)
 	jwt   *session.Codec
 	hc    *http.Client
-	logs  *syncBuffer
+	logs  *syncbuf.Buffer
 }
 
 // startEdge starts an edge on its own redis-server and data directory, on
@@ -98,39 +91,19 @@ func startEdge(t *testing.T, overrides ...string) *edge {
 	t.Helper()
 	redisAddr := redistest.Start(t)
 	ov := append([]string{fmt.Sprintf("redis: {addr: %q}\ndata_dir: %q\n", redisAddr, t.TempDir())}, overrides...)
-	path := writeConfig(t, ov...)
-	doc, err := conf.LoadFile(path)
-	if err != nil {
-		t.Fatalf("config: %v", err)
-	}
-	logs := &syncBuffer{}
-	srv, err := proxy.New(doc, proxy.Options{ConfigPath: path, Logger: slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelWarn}))})
-	if err != nil {
-		t.Fatalf("proxy.New: %v", err)
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	aln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
+	logs := &syncbuf.Buffer{}
+	ed := edgetest.Start(t, edgetest.WriteConfig(t, baseConfig, ov...),
+		slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelWarn})))
 	codec, err := session.NewCodec([][]byte{[]byte(sessionSecret)}, time.Hour)
 	if err != nil {
 		t.Fatal(err)
 	}
 	e := &edge{
-		t: t, srv: srv, base: "http://" + ln.Addr().String(), admin: "http://" + aln.Addr().String(),
-		token: doc.Config.Admin.Token, jwt: codec, hc: &http.Client{Timeout: 10 * time.Second}, logs: logs,
+		t: t, srv: ed.Srv, base: "http://" + ed.Addr, admin: "http://" + ed.Admin,
+		token: ed.Doc.Config.Admin.Token, jwt: codec, hc: &http.Client{Timeout: 10 * time.Second}, logs: logs,
 	}
-	go srv.Serve(ln, aln)
 	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		if err := srv.Shutdown(ctx); err != nil {
-			t.Logf("edge shutdown: %v", err)
-		}
+		ed.Stop()
 		e.hc.CloseIdleConnections()
 		if t.Failed() && logs.Len() > 0 {
 			t.Logf("edge log (warn and above):\n%s", logs.Tail(4000))
@@ -139,45 +112,8 @@ func startEdge(t *testing.T, overrides ...string) *edge {
 	return e
 }
 
-// writeConfig renders baseConfig merged with the overrides into a file.
-func writeConfig(t *testing.T, overrides ...string) string {
-	t.Helper()
-	var doc map[string]any
-	if err := yaml.Unmarshal([]byte(baseConfig), &doc); err != nil {
-		t.Fatalf("base config: %v", err)
-	}
-	for _, o := range overrides {
-		var m map[string]any
-		if err := yaml.Unmarshal([]byte(o), &m); err != nil {
-			t.Fatalf("override %q: %v", o, err)
-		}
-		mergeYAML(doc, m)
-	}
-	out, err := yaml.Marshal(doc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	path := filepath.Join(t.TempDir(), "edge.yaml")
-	if err := os.WriteFile(path, out, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	return path
-}
-
-func mergeYAML(dst, src map[string]any) {
-	for k, v := range src {
-		if sm, ok := v.(map[string]any); ok {
-			if dm, ok := dst[k].(map[string]any); ok {
-				mergeYAML(dm, sm)
-				continue
-			}
-		}
-		dst[k] = v
-	}
-}
-
 // activities renders an `activities:` override of sale entries.
-func activities(items ...string) string { return "activities:\n" + strings.Join(items, "") }
+func activities(items ...string) string { return edgetest.Activities(items...) }
 
 // sale is one activity entry.
 func sale(id, name, price string, stock, limit int, start, end string) string {
@@ -304,33 +240,4 @@ func (e *edge) adminPost(path string, body any) apiResp {
 		e.t.Fatalf("admin %s: %v", path, r)
 	}
 	return r
-}
-
-// syncBuffer is a goroutine-safe log sink.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) Len() int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Len()
-}
-
-// Tail is the last n bytes of the log.
-func (s *syncBuffer) Tail(n int) string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	b := s.b.Bytes()
-	if len(b) > n {
-		b = b[len(b)-n:]
-	}
-	return string(b)
 }

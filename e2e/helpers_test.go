@@ -4,11 +4,6 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"io"
-	"log/slog"
-	"net"
-	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -18,9 +13,8 @@ import (
 
 	"github.com/redis/rueidis"
 	"github.com/valyala/fasthttp"
-	"gopkg.in/yaml.v3"
 
-	"flashgate/conf"
+	"flashgate/internal/edgetest"
 	"flashgate/proxy"
 	"flashgate/session"
 )
@@ -90,7 +84,7 @@ type edge struct {
 	admin string // host:port of the admin listener
 	cfg   string // path of the config file
 	api   *fasthttp.Client
-	once  sync.Once
+	ed    *edgetest.Edge
 }
 
 // startEdge writes the base config merged with overrides (YAML documents)
@@ -105,63 +99,15 @@ func startEdge(t *testing.T, redisAddr string, overrides ...string) *edge {
 // writeConfig renders the merged config into a file in t.TempDir().
 func writeConfig(t *testing.T, overrides ...string) string {
 	t.Helper()
-	var doc map[string]any
-	if err := yaml.Unmarshal([]byte(baseConfig), &doc); err != nil {
-		t.Fatalf("base config: %v", err)
-	}
-	for _, o := range overrides {
-		var m map[string]any
-		if err := yaml.Unmarshal([]byte(o), &m); err != nil {
-			t.Fatalf("override %q: %v", o, err)
-		}
-		mergeYAML(doc, m)
-	}
-	out, err := yaml.Marshal(doc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	path := filepath.Join(t.TempDir(), "edge.yaml")
-	if err := os.WriteFile(path, out, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	return path
-}
-
-func mergeYAML(dst, src map[string]any) {
-	for k, v := range src {
-		if sm, ok := v.(map[string]any); ok {
-			if dm, ok := dst[k].(map[string]any); ok {
-				mergeYAML(dm, sm)
-				continue
-			}
-		}
-		dst[k] = v
-	}
+	return edgetest.WriteConfig(t, baseConfig, overrides...)
 }
 
 // startEdgeFile starts an edge on an existing config file (a restart with
 // the same config).
 func startEdgeFile(t *testing.T, path string) *edge {
 	t.Helper()
-	doc, err := conf.LoadFile(path)
-	if err != nil {
-		t.Fatalf("config: %v", err)
-	}
-	srv, err := proxy.New(doc, proxy.Options{ConfigPath: path, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
-	if err != nil {
-		t.Fatalf("proxy.New: %v", err)
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	aln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	e := &edge{t: t, srv: srv, addr: ln.Addr().String(), admin: aln.Addr().String(), cfg: path, api: newAPIClient()}
-	done := make(chan error, 1)
-	go func() { done <- srv.Serve(ln, aln) }()
+	ed := edgetest.Start(t, path, nil)
+	e := &edge{t: t, srv: ed.Srv, addr: ed.Addr, admin: ed.Admin, cfg: path, api: newAPIClient(), ed: ed}
 	t.Cleanup(func() {
 		e.stop()
 		e.api.CloseIdleConnections()
@@ -174,15 +120,7 @@ func newAPIClient() *fasthttp.Client {
 }
 
 // stop shuts the edge down (once).
-func (e *edge) stop() {
-	e.once.Do(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		if err := e.srv.Shutdown(ctx); err != nil {
-			e.t.Logf("shutdown: %v", err)
-		}
-	})
-}
+func (e *edge) stop() { e.ed.Stop() }
 
 // resp is an answer of the shopper API.
 type resp struct {
@@ -524,9 +462,7 @@ func waitFor(d time.Duration, cond func() bool) bool {
 }
 
 // activities renders an `activities:` override.
-func activities(items ...string) string {
-	return "activities:\n" + strings.Join(items, "")
-}
+func activities(items ...string) string { return edgetest.Activities(items...) }
 
 // sale is one activity entry, open now for an hour.
 func sale(product string, stock, limit int) string {

@@ -6,15 +6,12 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"log/slog"
 	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"runtime"
-	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -22,8 +19,9 @@ import (
 	"github.com/redis/rueidis"
 	"github.com/valyala/fasthttp"
 
-	"flashgate/conf"
 	"flashgate/consumer"
+	"flashgate/internal/edgetest"
+	"flashgate/internal/syncbuf"
 	"flashgate/orderstore"
 	"flashgate/proxy"
 	"flashgate/push"
@@ -51,18 +49,10 @@ type pushEdge struct {
 // the test ends.
 func servePushEdge(t testing.TB, path string, cfg push.Config) *pushEdge {
 	t.Helper()
-	doc, err := conf.LoadFile(path)
-	if err != nil {
-		t.Fatalf("config: %v", err)
-	}
-	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	srv, err := proxy.New(doc, proxy.Options{ConfigPath: path, Logger: log})
-	if err != nil {
-		t.Fatalf("proxy.New: %v", err)
-	}
+	srv, _ := edgetest.New(t, path, edgetest.Discard)
 	// The wiring proxy/ is to do (see push's doc): the hub on the edge's
 	// Redis client, the sale's Events, KeepHijackedConns on the server.
-	cfg.Render, cfg.KeepHijackedConns, cfg.Log = flashsale.AppendResult, true, log
+	cfg.Render, cfg.KeepHijackedConns, cfg.Log = flashsale.AppendResult, true, edgetest.Discard
 	hub, err := push.New(srv.Store().Client(), cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -79,10 +69,7 @@ func servePushEdge(t testing.TB, path string, cfg push.Config) *pushEdge {
 		// long (10s by default); the memory figure is taken after.
 		MaxIdleWorkerDuration: time.Second,
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
+	ln := edgetest.Listen(t)
 	go fs.Serve(ln)
 	e := &pushEdge{srv: srv, hub: hub, fs: fs, addr: ln.Addr().String()}
 	t.Cleanup(func() {
@@ -110,7 +97,7 @@ func pushConsumer(t testing.TB, brokers []string, redisAddr string, store orders
 	}
 	c, err := consumer.New(consumer.Config{
 		Brokers: brokers, Store: store, Stock: st,
-		Log: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Log: edgetest.Discard,
 		// What proxy/ and cmd/proxy/sub.go are to pass.
 		OnStored: func(products map[string][]int64) {
 			if seen != nil {
@@ -168,36 +155,9 @@ func openPushStream(addr, query, jwt string) (*pushStream, error) {
 	}
 	s := &pushStream{c: c, r: bufio.NewReaderSize(c, 1024)}
 	c.SetReadDeadline(time.Now().Add(30 * time.Second))
-	line, err := s.r.ReadString('\n')
-	if err != nil {
+	if s.status, _, s.body, err = edgetest.ReadHead(s.r); err != nil {
 		c.Close()
-		return nil, fmt.Errorf("status line: %w", err)
-	}
-	if f := strings.Fields(line); len(f) >= 2 {
-		s.status, _ = strconv.Atoi(f[1])
-	}
-	length := -1
-	for {
-		line, err := s.r.ReadString('\n')
-		if err != nil {
-			c.Close()
-			return nil, fmt.Errorf("headers: %w", err)
-		}
-		line = strings.TrimRight(line, "\r\n")
-		if line == "" {
-			break
-		}
-		if k, v, ok := strings.Cut(line, ":"); ok && strings.EqualFold(k, "content-length") {
-			length, _ = strconv.Atoi(strings.TrimSpace(v))
-		}
-	}
-	if length >= 0 {
-		b := make([]byte, length)
-		if _, err := io.ReadFull(s.r, b); err != nil {
-			c.Close()
-			return nil, err
-		}
-		s.body = string(b)
+		return nil, err
 	}
 	return s, nil
 }
@@ -205,20 +165,7 @@ func openPushStream(addr, query, jwt string) (*pushStream, error) {
 // next returns the next event's data, skipping comments; io.EOF at the end.
 func (s *pushStream) next(within time.Duration) (string, error) {
 	s.c.SetReadDeadline(time.Now().Add(within))
-	var data string
-	for {
-		line, err := s.r.ReadString('\n')
-		if err != nil {
-			return "", err
-		}
-		line = strings.TrimRight(line, "\n")
-		switch {
-		case strings.HasPrefix(line, "data: "):
-			data += line[len("data: "):]
-		case line == "" && data != "":
-			return data, nil
-		}
-	}
+	return edgetest.NextEvent(s.r)
 }
 
 func (s *pushStream) close() { s.c.Close() }
@@ -255,10 +202,7 @@ func TestPushEdgeProcess(t *testing.T) {
 		runtime.ReadMemStats(&m)
 		json.NewEncoder(w).Encode(pushEdgeStats{Hub: e.hub.Stats(), HeapStack: m.HeapInuse + m.StackInuse, Goroutines: runtime.NumGoroutine()})
 	})
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
+	ln := edgetest.Listen(t)
 	hs := &http.Server{Handler: mux}
 	go hs.Serve(ln)
 	defer hs.Close()
@@ -283,8 +227,8 @@ func startPushEdgeProc(t *testing.T, configPath string) *pushEdgeProc {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var stderr strings.Builder
-	cmd.Stderr = &syncWriter{w: &stderr}
+	var stderr syncbuf.Buffer
+	cmd.Stderr = &stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -325,17 +269,6 @@ func (p *pushEdgeProc) stats(t *testing.T) pushEdgeStats {
 		t.Fatal(err)
 	}
 	return st
-}
-
-type syncWriter struct {
-	mu sync.Mutex
-	w  io.Writer
-}
-
-func (s *syncWriter) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.w.Write(p)
 }
 
 // raiseNoFile lifts the soft open-file limit to the hard one and reports

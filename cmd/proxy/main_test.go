@@ -9,6 +9,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"flashgate/internal/syncbuf"
 )
 
 func TestConfigTestFlag(t *testing.T) {
@@ -60,7 +62,7 @@ func TestSIGTERMExitsZero(t *testing.T) {
 	cfg := filepath.Join(dir, "edge.yaml")
 	os.WriteFile(cfg, []byte("listen:\n  addr: \"127.0.0.1:0\"\nadmin:\n  addr: \"127.0.0.1:0\"\nlog:\n  format: text\n"), 0o644)
 	cmd := exec.Command(bin, "-c", cfg)
-	var logs syncBuffer
+	var logs syncbuf.Buffer
 	cmd.Stderr = &logs
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
