@@ -1,23 +1,28 @@
 package upstream
 
 import (
+	"bufio"
 	"net"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/valyala/fasthttp"
 )
 
-// serveCtx is a request as the edge server would hand it to Serve, reused
-// across iterations the way fasthttp reuses its RequestCtx.
+// serveCtx is a request as the edge server would hand it to Serve, parsed
+// from the wire (so with its raw header block), reused across iterations the
+// way fasthttp reuses its RequestCtx.
 func serveCtx(path string) *fasthttp.RequestCtx {
 	req := new(fasthttp.Request)
-	req.Header.SetMethod("GET")
-	req.SetRequestURI(path)
-	req.Header.SetHost("shop.example")
-	req.Header.Set("X-Forwarded-For", "198.51.100.1")
-	req.Header.Set("Connection", "keep-alive, X-Drop")
-	req.Header.Set("X-Drop", "1")
+	raw := "GET " + path + " HTTP/1.1\r\n" +
+		"Host: shop.example\r\n" +
+		"X-Forwarded-For: 198.51.100.1\r\n" +
+		"Connection: keep-alive, X-Drop\r\n" +
+		"X-Drop: 1\r\n\r\n"
+	if err := req.Read(bufio.NewReader(strings.NewReader(raw))); err != nil {
+		panic(err)
+	}
 	ctx := new(fasthttp.RequestCtx)
 	ctx.Init(req, &net.TCPAddr{IP: net.IPv4(192, 0, 2, 10), Port: 40000}, nil)
 	return ctx

@@ -112,7 +112,7 @@ func (p *Pool) Serve(ctx *fasthttp.RequestCtx, clientIP netip.Addr) {
 		srv.st.pending.Add(-1)
 		if err == nil {
 			p.succeeded(srv)
-			c.buf = stripHopByHop(&ctx.Response.Header, c.buf[:0])
+			c.buf = stripHopByHop(&ctx.Response.Header, responsePresent(&ctx.Response.Header), c.buf[:0])
 			status = ctx.Response.StatusCode()
 			break
 		}
