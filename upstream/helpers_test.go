@@ -1,16 +1,16 @@
 package upstream
 
 import (
-	"bytes"
 	"log/slog"
 	"net"
 	"net/netip"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/valyala/fasthttp"
+
+	"flashgate/internal/syncbuf"
 )
 
 // startOrigin runs a fasthttp server on a loopback port until the test ends.
@@ -95,28 +95,11 @@ func (e *edge) do(t testing.TB, method, host, path string, body []byte) (int, st
 }
 
 // newTestManager logs into a buffer the test can search.
-func newTestManager(t testing.TB) (*Manager, *logBuffer) {
-	lb := &logBuffer{}
+func newTestManager(t testing.TB) (*Manager, *syncbuf.Buffer) {
+	lb := &syncbuf.Buffer{}
 	m := NewManager(slog.New(slog.NewTextHandler(lb, &slog.HandlerOptions{Level: slog.LevelDebug})))
 	t.Cleanup(m.Close)
 	return m, lb
-}
-
-type logBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *logBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *logBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }
 
 // fakeClock drives passive ejection without waiting.
