@@ -17,6 +17,7 @@ import (
 
 	"flashgate/activity"
 	"flashgate/filters"
+	"flashgate/internal/edgetest"
 	"flashgate/internal/redistest"
 	"flashgate/push"
 	"flashgate/sale"
@@ -179,33 +180,10 @@ func openRaw(t testing.TB, addr, target, user string) *sse {
 	if _, err := io.WriteString(c, req+"\r\n"); err != nil {
 		t.Fatal(err)
 	}
-	s := &sse{t: t, c: c, r: bufio.NewReader(c), headers: map[string]string{}}
+	s := &sse{t: t, c: c, r: bufio.NewReader(c)}
 	s.deadline()
-	line, err := s.r.ReadString('\n')
-	if err != nil {
-		t.Fatalf("status line: %v", err)
-	}
-	if f := strings.Fields(line); len(f) >= 2 {
-		s.status, _ = strconv.Atoi(f[1])
-	}
-	for {
-		line, err := s.r.ReadString('\n')
-		if err != nil {
-			t.Fatalf("headers: %v", err)
-		}
-		line = strings.TrimRight(line, "\r\n")
-		if line == "" {
-			break
-		}
-		k, v, _ := strings.Cut(line, ":")
-		s.headers[strings.ToLower(k)] = strings.TrimSpace(v)
-	}
-	if n, err := strconv.Atoi(s.headers["content-length"]); err == nil {
-		b := make([]byte, n)
-		if _, err := io.ReadFull(s.r, b); err != nil {
-			t.Fatalf("body: %v", err)
-		}
-		s.body = string(b)
+	if s.status, s.headers, s.body, err = edgetest.ReadHead(s.r); err != nil {
+		t.Fatal(err)
 	}
 	return s
 }
@@ -218,23 +196,7 @@ func (s *sse) deadline() { s.c.SetReadDeadline(time.Now().Add(10 * time.Second))
 // and the error at the end of the stream.
 func (s *sse) next() (string, error) {
 	s.deadline()
-	var data string
-	for {
-		line, err := s.r.ReadString('\n')
-		if err != nil {
-			return "", err
-		}
-		line = strings.TrimRight(line, "\n")
-		switch {
-		case strings.HasPrefix(line, ":"):
-		case strings.HasPrefix(line, "data: "):
-			data += line[len("data: "):]
-		case line == "":
-			if data != "" {
-				return data, nil
-			}
-		}
-	}
+	return edgetest.NextEvent(s.r)
 }
 
 // comment reads until a comment line (a heartbeat) and fails on an event.
