@@ -94,3 +94,27 @@ func BenchmarkEdgeGET(b *testing.B) {
 		}
 	}
 }
+
+// TestOnResponseTimesTheOrigin pins what the latency handed to OnResponse
+// means: the wait for the origin, not the time since the request arrived
+// (ctx.Time(), which would count the caller's filters and delays).
+func TestOnResponseTimesTheOrigin(t *testing.T) {
+	m, _ := newTestManager(t)
+	const originDelay, callerDelay = 30 * time.Millisecond, 200 * time.Millisecond
+	origin := startOrigin(t, func(ctx *fasthttp.RequestCtx) {
+		time.Sleep(originDelay)
+		ctx.SetBodyString("ok")
+	})
+	var got time.Duration
+	m.OnResponse = func(_ string, _ int, d time.Duration) { got = d }
+	p := mustBuild(t, m, onePool("p", origin)).Pool("p")
+	ctx := serveCtx("/x") // arrival: now
+	time.Sleep(callerDelay)
+	p.Serve(ctx, testClientIP)
+	if ctx.Response.StatusCode() != 200 {
+		t.Fatalf("status %d", ctx.Response.StatusCode())
+	}
+	if got < originDelay || got >= callerDelay {
+		t.Errorf("OnResponse got %v: want at least the origin's %v and less than the %v before Serve", got, originDelay, callerDelay)
+	}
+}

@@ -17,8 +17,11 @@ import (
 type Manager struct {
 	// OnResponse, when set (before the first Serve), is called after every
 	// proxied request with the pool name, the status sent to the client
-	// (502/504 when the origin failed) and the time spent. It runs on the
-	// request goroutine: keep it cheap and allocation-free.
+	// (502/504 when the origin failed) and the time spent waiting for the
+	// origin: from the request being ready to send to the last attempt's
+	// answer or failure, retries included (not the caller's filters nor the
+	// edge's header rewriting). It runs on the request goroutine: keep it
+	// cheap and allocation-free.
 	OnResponse func(pool string, status int, d time.Duration)
 
 	log *slog.Logger
