@@ -1,11 +1,1041 @@
 package main
 
 import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
 	"fmt"
 	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"text/tabwriter"
+	"time"
+
+	"github.com/valyala/fasthttp"
 )
 
+// compareFlags are the flags of `bench compare`.
+type compareFlags struct {
+	duration, warmup time.Duration
+	rounds           int
+	conns, threads   int
+	attemptConns     int
+	pin              bool
+	targets          string
+	out              string
+	keep             bool
+	proxyBin         string
+	quietPct         int
+	quietWait        time.Duration
+	dirtyPct         float64
+	redo             int
+	rbClients        int
+	consumer         string
+}
+
+// Goals of issue #5: flashgate / peer, per round, median over rounds.
+var compareTargets = []struct {
+	name, what, a, b string
+	goal             float64
+}{
+	{"soldout", "sold-out rejection (410) through the full chain vs a bare fasthttp server answering the same 410", "flashgate", "barefasthttp", 0.8},
+	{"attempts-redis", "purchase attempts (each deducts) vs redis-benchmark EVALSHA of the same script on the same Redis", "flashgate", "redis-benchmark", 0.6},
+	{"attempts-openresty", "purchase attempts (each deducts) vs the OpenResty pattern (nginx+Lua EVALSHA, same script, same Redis)", "flashgate", "openresty", 1.5},
+	{"page", "the sale page GET /seckill/p1 vs nginx serving the same bytes", "flashgate", "nginx", 1.0},
+	{"proxy", "a proxied path GET /items/p1 vs nginx proxy_pass to the same origin", "flashgate", "nginx", 0.9},
+}
+
+// Comparison is one target's rounds and verdict.
+type Comparison struct {
+	Name      string      `json:"name"`
+	What      string      `json:"what"`
+	A         string      `json:"a"`
+	B         string      `json:"b"`
+	Goal      float64     `json:"goal"`
+	Rounds    [][2]Sample `json:"rounds"`
+	Ratios    []float64   `json:"ratios"`     // requests/s A/B per round
+	CPURatios []float64   `json:"cpu_ratios"` // CPU per request A/B per round (servers only)
+	Median    float64     `json:"median"`
+	CPUMedian float64     `json:"cpu_median"`
+	Met       bool        `json:"met"`
+	Skipped   string      `json:"skipped,omitempty"`
+}
+
+// CompareResult is compare.json.
+type CompareResult struct {
+	Started     time.Time     `json:"started"`
+	Machine     string        `json:"machine"`
+	GoVersion   string        `json:"go"`
+	Commit      string        `json:"commit"`
+	Nginx       string        `json:"nginx"`
+	Setup       []string      `json:"setup"`
+	Comparisons []*Comparison `json:"comparisons"`
+	Reconcile   Reconciled    `json:"reconcile"`
+	ResultLine  string        `json:"result_line"`
+}
+
 func cmdCompare(args []string, stdout, stderr io.Writer) int {
-	fmt.Fprintln(stderr, "bench compare: not yet")
-	return 2
+	fs := flag.NewFlagSet("bench compare", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var f compareFlags
+	fs.DurationVar(&f.duration, "duration", 5*time.Second, "measurement time per server per round")
+	fs.DurationVar(&f.warmup, "warmup", 2*time.Second, "warm-up per server before a target's rounds")
+	fs.IntVar(&f.rounds, "rounds", 3, "rounds, each A then B (alternating)")
+	fs.IntVar(&f.conns, "c", 64, "wrk connections (-c)")
+	fs.IntVar(&f.threads, "t", 1, "wrk threads (-t)")
+	fs.IntVar(&f.attemptConns, "attempt-conns", 256, "connections of bench's closed-loop generator for purchase attempts (both servers)")
+	fs.IntVar(&f.rbClients, "rb-clients", 50, "redis-benchmark -c")
+	fs.BoolVar(&f.pin, "pin", true, "pin servers under test to CPU 1, load generators and the origin to CPU 0 (Redis, Kafka float)")
+	fs.StringVar(&f.targets, "targets", "soldout,attempts,page,proxy", "which comparisons (soldout, attempts, page, proxy)")
+	fs.StringVar(&f.out, "out", "", "directory for compare.json (default bench/results/compare-TIME)")
+	fs.BoolVar(&f.keep, "keep", false, "keep the run directory (configs, logs)")
+	fs.StringVar(&f.proxyBin, "proxy-bin", "", "a prebuilt cmd/proxy binary instead of building the working tree")
+	fs.IntVar(&f.quietPct, "quiet-pct", 10, "before each measurement wait until the machine is at most this % busy...")
+	fs.DurationVar(&f.quietWait, "quiet-wait", 30*time.Second, "...for at most this long")
+	fs.Float64Var(&f.dirtyPct, "dirty-pct", 25, "redo a round when other processes used more than this % of one CPU during it")
+	fs.IntVar(&f.redo, "redo", 1, "redo a dirty round at most this many times")
+	fs.StringVar(&f.consumer, "consumer", "separate", `order consumer: "separate" (a second cmd/proxy, off the edge's CPU) or "edge"`)
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	root, err := moduleRoot()
+	if err != nil {
+		fmt.Fprintln(stderr, "bench:", err)
+		return 1
+	}
+	ctx, stop := signalContext()
+	defer stop()
+	res, err := runCompare(ctx, root, f, stdout, stderr)
+	if err != nil {
+		fmt.Fprintln(stderr, "bench compare:", err)
+		if errors.Is(err, context.Canceled) {
+			return 130
+		}
+		return 1
+	}
+	fmt.Fprintln(stdout, res.ResultLine)
+	if !res.Reconcile.Clean {
+		return 1
+	}
+	return 0
+}
+
+// comparer holds a compare run's servers.
+type comparer struct {
+	f           compareFlags
+	env         *Env
+	log         io.Writer
+	dir         string
+	nginx       *Proc // page + proxy peer
+	ngAddr      string
+	or          *Proc // OpenResty pattern
+	orAddr      string
+	bare        *Proc
+	bareAdr     string
+	users       *Users
+	next        atomic.Int64 // next shopper id for purchase attempts
+	sha         string
+	rbRate      float64            // redis-benchmark's last rate, to size its -n
+	attemptRate map[string]float64 // the generator's last rate per server, to size what it prepares
+	setup       []string
+}
+
+func (c *comparer) logf(format string, args ...any) { fmt.Fprintf(c.log, format+"\n", args...) }
+
+func runCompare(ctx context.Context, root string, f compareFlags, stdout, stderr io.Writer) (*CompareResult, error) {
+	want := map[string]bool{}
+	for _, t := range strings.Split(f.targets, ",") {
+		t = strings.TrimSpace(t)
+		switch t {
+		case "soldout", "attempts", "page", "proxy":
+			want[t] = true
+		case "":
+		default:
+			return nil, fmt.Errorf("-targets: unknown %q (soldout, attempts, page, proxy)", t)
+		}
+	}
+	if err := need("bench compare", toolRedis, toolWrk); err != nil {
+		return nil, err
+	}
+	if f.pin {
+		if runtime.NumCPU() < 2 {
+			f.pin = false
+			fmt.Fprintln(stderr, "bench compare: one CPU: not pinning")
+		} else if err := need("-pin", toolTaskset); err != nil {
+			return nil, err
+		} else if err := pinSelf(0); err != nil {
+			return nil, err
+		}
+	}
+	dir, err := os.MkdirTemp("", "flashgate-compare-")
+	if err != nil {
+		return nil, err
+	}
+	os.Chmod(dir, 0o755)
+	if f.keep {
+		fmt.Fprintln(stderr, "bench compare: run directory", dir)
+	} else {
+		defer os.RemoveAll(dir)
+	}
+	env := newEnv(EnvOptions{Root: root, Dir: dir, GoMaxProcs: 1, Pin: f.pin, ServerCPU: 1, LoadCPU: 0, InfraCPU: -1,
+		Kafka: "bench", Consumer: f.consumer, ProxyBin: f.proxyBin, Quiet: stderr})
+	defer env.Close()
+	c := &comparer{f: f, env: env, log: stderr, dir: dir, attemptRate: map[string]float64{}}
+	res := &CompareResult{Started: time.Now().UTC(), Machine: machineInfo(), GoVersion: runtime.Version(), Commit: gitCommit(root)}
+
+	// Peers whose packages are missing are skipped with the package named.
+	skip := map[string]string{}
+	if err := need("the nginx peer", toolNginx); err != nil {
+		skip["page"], skip["proxy"] = err.Error(), err.Error()
+	}
+	if err := need("the OpenResty peer", toolNginx, toolNginxNDK, toolNginxLua, toolLuaRedis); err != nil {
+		skip["attempts-openresty"] = err.Error()
+	}
+	if err := need("the redis-benchmark peer", toolRedisBench); err != nil {
+		skip["attempts-redis"] = err.Error()
+	}
+	for _, s := range skip {
+		fmt.Fprintln(stderr, "bench compare: skipped:", s)
+	}
+
+	if err := env.build("./cmd/proxy", "./bench/origin", "./bench/peers/barefasthttp"); err != nil {
+		return nil, err
+	}
+	if err := c.start(ctx, root, skip); err != nil {
+		return nil, err
+	}
+	res.Setup = c.setup
+	res.Nginx = nginxVersion()
+	fmt.Fprintf(stderr, "== %s; %s; flashgate GOMAXPROCS=1 vs nginx/OpenResty 1 worker, fasthttp GOMAXPROCS=1\n", res.Machine, res.Nginx)
+	if f.pin {
+		fmt.Fprintln(stderr, "== pinned: servers under test on CPU 1; wrk, bench's generator, redis-benchmark and the origin on CPU 0; Redis, Kafka and the order consumer float")
+	}
+
+	run := func(name string, fn func(cmp *Comparison) error) error {
+		var t = compareTargets[0]
+		for _, x := range compareTargets {
+			if x.name == name {
+				t = x
+			}
+		}
+		cmp := &Comparison{Name: t.name, What: t.what, A: t.a, B: t.b, Goal: t.goal}
+		res.Comparisons = append(res.Comparisons, cmp)
+		if s, ok := skip[name]; ok {
+			cmp.Skipped = s
+			return nil
+		}
+		fmt.Fprintf(stderr, "\n-- %s: %s\n", name, t.what)
+		if err := fn(cmp); err != nil {
+			return err
+		}
+		cmp.finish()
+		return ctx.Err()
+	}
+	if want["soldout"] {
+		if err := run("soldout", c.soldout); err != nil {
+			return nil, err
+		}
+	}
+	if want["attempts"] {
+		var ar, ao *Comparison
+		err := c.attempts(ctx, skip, func(r, o *Comparison) { ar, ao = r, o })
+		if ar != nil {
+			res.Comparisons = append(res.Comparisons, ar, ao)
+		}
+		if err != nil {
+			return nil, err
+		}
+	}
+	if want["page"] {
+		if err := run("page", func(cmp *Comparison) error { return c.wrkPair(cmp, "/seckill/p1", "", c.ngAddr, c.ngPids) }); err != nil {
+			return nil, err
+		}
+	}
+	if want["proxy"] {
+		if err := run("proxy", func(cmp *Comparison) error { return c.wrkPair(cmp, "/items/p1", "", c.ngAddr, c.ngPids) }); err != nil {
+			return nil, err
+		}
+	}
+
+	fmt.Fprintln(stderr, "\nbench compare: reconciling (GET /admin/reconcile)")
+	res.Reconcile = reconcileVia(env.OrdersAdmin, "")
+	env.Close()
+
+	printCompare(stdout, res)
+	out := f.out
+	if out == "" {
+		out = filepath.Join(root, "bench", "results", "compare-"+res.Started.Format("20060102-150405"))
+	}
+	if err := os.MkdirAll(out, 0o755); err != nil {
+		return nil, err
+	}
+	res.ResultLine = compareResultLine(res)
+	b, _ := json.MarshalIndent(res, "", "  ")
+	if err := os.WriteFile(filepath.Join(out, "compare.json"), b, 0o644); err != nil {
+		return nil, err
+	}
+	fmt.Fprintf(stdout, "compare.json: %s\n", filepath.Join(out, "compare.json"))
+	return res, nil
+}
+
+func nginxVersion() string {
+	out, err := exec.Command(toolPath(toolNginx), "-v").CombinedOutput()
+	if err != nil {
+		return "nginx ?"
+	}
+	return strings.TrimSpace(strings.TrimPrefix(strings.TrimSpace(string(out)), "nginx version: "))
+}
+
+// start brings up Redis, Kafka, the origin, the edge and the peers.
+func (c *comparer) start(ctx context.Context, root string, skip map[string]string) error {
+	env := c.env
+	if err := env.StartRedis(ctx); err != nil {
+		return err
+	}
+	if err := env.StartKafka(ctx); err != nil {
+		return err
+	}
+	if err := env.StartOrigin(ctx); err != nil {
+		return err
+	}
+	now := time.Now().Add(-time.Second)
+	end := now.Add(3 * time.Hour)
+	spec := EdgeSpec{RedisAddr: env.RedisAddr, OriginAddr: env.OriginAddr, ScopeAll: true, Products: []Activity{
+		{ID: "p1", Stock: 1000, Limit: 1, Price: "99.00", Start: now, End: end},
+		{ID: "so", Stock: 1, Limit: 1, Price: "99.00", Start: now, End: end},
+		{ID: "pa", Stock: 1_000_000_000, Limit: 1, Price: "99.00", Start: now, End: end},
+	}}
+	if err := env.WriteEdgeConfig(spec); err != nil {
+		return err
+	}
+	if err := env.StartEdge(ctx, "p1"); err != nil {
+		return err
+	}
+	c.setup = append(c.setup, "flashgate: cmd/proxy GOMAXPROCS=1, the whole filter chain (access, ip_limit and conn_limit on every path at limits that never reject, session, sale_window, sold_out, user_limit, purchase_token), Redis "+env.RedisAddr+", kfake in its own process, order consumer "+env.opt.Consumer)
+	var err error
+	if c.users, err = newUsers(10_000_000, benchSessionSecret, benchTokenSecret); err != nil {
+		return err
+	}
+	c.next.Store(1000)
+
+	// Sell "so" out: one purchase, then the edge's flag answers 410.
+	if err := c.sellOut(); err != nil {
+		return err
+	}
+
+	// The bare fasthttp ceiling.
+	if c.bareAdr, err = freeAddr(); err != nil {
+		return err
+	}
+	if c.bare, err = env.procs.Start("barefasthttp", env.cpu(1), []string{"GOMAXPROCS=1"}, env.bins["barefasthttp"], "-addr", c.bareAdr); err != nil {
+		return err
+	}
+	if err := waitFor(ctx, c.bare, "barefasthttp", 10*time.Second, tcpReady(c.bareAdr)); err != nil {
+		return err
+	}
+
+	if _, ok := skip["page"]; !ok {
+		if err := c.startNginx(ctx, root); err != nil {
+			return err
+		}
+	}
+	if _, ok := skip["attempts-openresty"]; !ok {
+		if err := c.startOpenResty(ctx, root); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// sellOut buys the one unit of "so" through the edge and checks the next
+// attempt is answered 410 (by the edge's sold-out flag).
+func (c *comparer) sellOut() error {
+	cl := &fasthttp.Client{}
+	post := func(path, jwt, body string) (int, []byte, error) {
+		req, resp := fasthttp.AcquireRequest(), fasthttp.AcquireResponse()
+		defer fasthttp.ReleaseRequest(req)
+		defer fasthttp.ReleaseResponse(resp)
+		req.SetRequestURI("http://" + c.env.EdgeAddr + path)
+		req.Header.SetMethod("POST")
+		req.Header.Set("Authorization", "Bearer "+jwt)
+		req.SetBodyString(body)
+		err := cl.DoTimeout(req, resp, 5*time.Second)
+		return resp.StatusCode(), append([]byte(nil), resp.Body()...), err
+	}
+	jwt := c.users.Session(1)
+	st, body, err := post("/api/seckill/token", jwt, `{"productId":"so"}`)
+	if err != nil || st != 200 {
+		return fmt.Errorf("token for so: %d %s %v", st, body, err)
+	}
+	tok := jsonStr(body, "token")
+	st, body, err = post("/api/seckill/do", jwt, `{"productId":"so","token":"`+tok+`","quantity":1}`)
+	if err != nil || st != 200 {
+		return fmt.Errorf("buying so: %d %s %v", st, body, err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		st, body, err = post("/api/seckill/do", c.users.Session(2), c.soldOutBody())
+		if err == nil && st == 410 {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("so is not answered 410 after it sold out: %d %s %v", st, body, err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+func (c *comparer) soldOutBody() string {
+	tok := c.users.Token(nil, c.users.ID(2), "so", time.Hour)
+	return `{"productId":"so","token":"` + string(tok) + `","quantity":1}`
+}
+
+// startNginx runs bench/peers/nginx-edge.conf the way compare-nginx.sh
+// does: the page as flashgate serves it (same bytes and headers), the
+// proxied paths to the same origin, limit_req + limit_conn never rejecting.
+func (c *comparer) startNginx(ctx context.Context, root string) error {
+	env := c.env
+	www := filepath.Join(c.dir, "www")
+	os.MkdirAll(www, 0o755)
+	os.MkdirAll(filepath.Join(c.dir, "tmp"), 0o755)
+	resp, err := http.Get("http://" + env.EdgeAddr + "/seckill/p1")
+	if err != nil {
+		return err
+	}
+	page, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 {
+		return fmt.Errorf("flashgate answered %d for /seckill/p1", resp.StatusCode)
+	}
+	if err := os.WriteFile(filepath.Join(www, "index.html"), page, 0o644); err != nil {
+		return err
+	}
+	csp, cc := resp.Header.Get("Content-Security-Policy"), resp.Header.Get("Cache-Control")
+	if csp == "" || cc == "" {
+		return errors.New("flashgate's page lacks Content-Security-Policy or Cache-Control")
+	}
+	if c.ngAddr, err = freeAddr(); err != nil {
+		return err
+	}
+	tmpl, err := os.ReadFile(filepath.Join(root, "bench", "peers", "nginx-edge.conf"))
+	if err != nil {
+		return err
+	}
+	conf := strings.NewReplacer("__DIR__", c.dir, "__ROOT__", www, "__LISTEN__", c.ngAddr, "__ORIGIN__", env.OriginAddr,
+		"__CSP__", csp, "__PAGE_CACHE_CONTROL__", cc, "__SENDFILE__", "off").Replace(string(tmpl))
+	conf = strings.ReplaceAll(conf, "\n__L__", "\n") // LIMITS=1: limit_req and limit_conn on
+	path := filepath.Join(c.dir, "nginx.conf")
+	if err := os.WriteFile(path, []byte(conf), 0o644); err != nil {
+		return err
+	}
+	if c.nginx, err = c.startNginxConf(ctx, "nginx", path, c.ngAddr); err != nil {
+		return err
+	}
+	// Same answers before measuring.
+	for _, chk := range []struct{ name, addr string }{{"flashgate", env.EdgeAddr}, {"nginx", c.ngAddr}} {
+		r, err := http.Get("http://" + chk.addr + "/seckill/p1")
+		if err != nil {
+			return err
+		}
+		b, _ := io.ReadAll(r.Body)
+		r.Body.Close()
+		if r.StatusCode != 200 || string(b) != string(page) {
+			return fmt.Errorf("%s: /seckill/p1 answered %d with a different body", chk.name, r.StatusCode)
+		}
+		r, err = http.Get("http://" + chk.addr + "/items/p1")
+		if err != nil {
+			return err
+		}
+		io.Copy(io.Discard, r.Body)
+		r.Body.Close()
+		if r.StatusCode != 200 || r.Header.Get("X-Origin") != "flashgate-bench" {
+			return fmt.Errorf("%s: /items/p1 did not come from the origin (%d)", chk.name, r.StatusCode)
+		}
+	}
+	c.setup = append(c.setup, "nginx: bench/peers/nginx-edge.conf, 1 worker, the page as flashgate serves it (same bytes and headers, open_file_cache, sendfile off), proxy_pass with upstream keepalive, limit_req + limit_conn never rejecting, no access log")
+	return nil
+}
+
+func (c *comparer) startNginxConf(ctx context.Context, name, path, addr string) (*Proc, error) {
+	ng := toolPath(toolNginx)
+	errLog := filepath.Join(c.dir, name+"-error.log")
+	if out, err := exec.Command(ng, "-t", "-q", "-p", c.dir, "-c", path, "-e", errLog).CombinedOutput(); err != nil {
+		return nil, fmt.Errorf("nginx rejected %s: %s", path, out)
+	}
+	p, err := c.env.procs.Start(name, c.env.cpu(1), nil, ng, "-p", c.dir, "-c", path, "-e", errLog)
+	if err != nil {
+		return nil, err
+	}
+	if err := waitFor(ctx, p, name, 10*time.Second, tcpReady(addr)); err != nil {
+		return nil, err
+	}
+	if n := len(childPids(p.Pid())); n != 1 {
+		return nil, fmt.Errorf("%s: expected one worker, found %d", name, n)
+	}
+	return p, nil
+}
+
+// startOpenResty runs bench/peers/openresty-seckill.conf against the run's
+// Redis with the deduction script loaded and its own products warmed: "or"
+// (stock to spare, for attempts) and "so" (the edge's sold-out product: the
+// first call sets the peer's sold-out flag, and the script writes nothing).
+func (c *comparer) startOpenResty(ctx context.Context, root string) error {
+	env := c.env
+	lua, err := os.ReadFile(filepath.Join(root, "stock", "lua", "deduct.lua"))
+	if err != nil {
+		return err
+	}
+	rc, err := dialRedis(env.RedisAddr)
+	if err != nil {
+		return err
+	}
+	defer rc.Close()
+	v, err := rc.Do("SCRIPT", "LOAD", string(lua))
+	if err != nil {
+		return err
+	}
+	c.sha = fmt.Sprint(v)
+	for _, cmd := range [][]string{
+		{"SET", "sk:{or}:stock", "1000000000"},
+		{"HSET", "sk:{or}:meta", "initial", "1000000000", "limit", "1", "end", "0"},
+		{"SET", "sk:{b}:stock", "1000000000000000"},
+		{"HSET", "sk:{b}:meta", "end", "0"},
+	} {
+		if _, err := rc.Do(cmd...); err != nil {
+			return err
+		}
+	}
+	if c.orAddr, err = freeAddr(); err != nil {
+		return err
+	}
+	host, port, _ := strings.Cut(env.RedisAddr, ":")
+	tmpl, err := os.ReadFile(filepath.Join(root, "bench", "peers", "openresty-seckill.conf"))
+	if err != nil {
+		return err
+	}
+	conf := strings.NewReplacer("__DIR__", c.dir, "__LISTEN__", c.orAddr, "__REDIS_HOST__", host, "__REDIS_PORT__", port,
+		"__SHA__", c.sha, "__GRACE_MS__", "604800000", "__ORDER_TTL_MS__", "604800000", "__LIMIT__", "1",
+		"__PRICE__", "9900", "__TOKEN_TTL_MS__", "600000", "__NODE__", "99").Replace(string(tmpl))
+	path := filepath.Join(c.dir, "openresty.conf")
+	if err := os.WriteFile(path, []byte(conf), 0o644); err != nil {
+		return err
+	}
+	if c.or, err = c.startNginxConf(ctx, "openresty", path, c.orAddr); err != nil {
+		return err
+	}
+	// Check its answers: a purchase, then the sold-out flag for "so".
+	cl := &fasthttp.Client{}
+	try := func(product string) (int, string) {
+		req, resp := fasthttp.AcquireRequest(), fasthttp.AcquireResponse()
+		defer fasthttp.ReleaseRequest(req)
+		defer fasthttp.ReleaseResponse(resp)
+		i := int(c.next.Add(1))
+		req.SetRequestURI("http://" + c.orAddr + "/api/seckill/do")
+		req.Header.SetMethod("POST")
+		req.Header.Set("Authorization", "Bearer "+c.users.SignFresh(i))
+		req.SetBodyString(`{"productId":"` + product + `","token":"` + string(c.users.Token(nil, c.users.ID(i), product, time.Hour)) + `","quantity":1}`)
+		if err := cl.DoTimeout(req, resp, 5*time.Second); err != nil {
+			return 0, err.Error()
+		}
+		return resp.StatusCode(), string(resp.Body())
+	}
+	if st, body := try("or"); st != 200 {
+		return fmt.Errorf("openresty peer: a purchase answered %d %s (log %s)", st, body, filepath.Join(c.dir, "openresty-error.log"))
+	}
+	for range 2 {
+		if st, body := try("so"); st != 410 {
+			return fmt.Errorf("openresty peer: sold-out product answered %d %s", st, body)
+		}
+	}
+	c.setup = append(c.setup, "openresty: bench/peers/openresty-seckill.conf (Debian nginx + libnginx-mod-http-lua + lua-nginx-redis), 1 worker, lua_shared_dict sold-out flag, EVALSHA of stock/lua/deduct.lua on the same Redis, cosocket keepalive")
+	return nil
+}
+
+func (c *comparer) ngPids() []int   { return procTree(c.nginx) }
+func (c *comparer) orPids() []int   { return procTree(c.or) }
+func (c *comparer) edgePids() []int { return []int{c.env.Edge.Pid()} }
+func (c *comparer) barePids() []int { return []int{c.bare.Pid()} }
+
+func procTree(p *Proc) []int {
+	if p == nil {
+		return nil
+	}
+	return append([]int{p.Pid()}, childPids(p.Pid())...)
+}
+
+// ourPids are every process bench started (for "other%").
+func (c *comparer) ourPids() []int {
+	var pids []int
+	c.env.procs.mu.Lock()
+	for _, p := range c.env.procs.list {
+		if ok, _ := p.Exited(); !ok {
+			pids = append(pids, procTree(p)...)
+		}
+	}
+	c.env.procs.mu.Unlock()
+	return append(pids, os.Getpid())
+}
+
+func sumTicks(pids []int) int64 {
+	var t int64
+	for _, p := range pids {
+		t += cpuTicks(p)
+	}
+	return t
+}
+
+// waitQuiet waits until the machine (our servers idle) is at most
+// quietPct % busy over a second, or quietWait passed.
+func (c *comparer) waitQuiet() {
+	deadline := time.Now().Add(c.f.quietWait)
+	for {
+		b0, t0 := machineTicks()
+		time.Sleep(time.Second)
+		b1, t1 := machineTicks()
+		pct := 100 * float64(b1-b0) / float64(max(1, t1-t0))
+		if pct <= float64(c.f.quietPct) {
+			return
+		}
+		if time.Now().After(deadline) {
+			c.logf("   (machine still %.0f%% busy after %v; measuring anyway: see other%%)", pct, c.f.quietWait)
+			return
+		}
+	}
+}
+
+// measure runs load (which returns its sample and the load tool's own CPU
+// seconds) with the server's and the machine's CPU counted around it.
+func (c *comparer) measure(server string, pids func() []int, load func() (Sample, float64, error)) (Sample, error) {
+	c.waitQuiet()
+	sp := pids()
+	ours0 := sumTicks(c.ourPids())
+	s0 := sumTicks(sp)
+	mb0, _ := machineTicks()
+	t0 := time.Now()
+	s, toolCPU, err := load()
+	el := time.Since(t0).Seconds()
+	mb1, _ := machineTicks()
+	s1 := sumTicks(sp)
+	ours1 := sumTicks(c.ourPids())
+	if err != nil {
+		return s, err
+	}
+	s.Server = server
+	srv := float64(s1-s0) / clkTck
+	s.CPUPct = 100 * srv / el
+	if s.Requests > 0 {
+		s.CPUPerReq = 1e6 * srv / float64(s.Requests)
+	}
+	other := float64(mb1-mb0)/clkTck - float64(ours1-ours0)/clkTck - toolCPU
+	s.OtherPct = max(0, 100*other/el)
+	return s, nil
+}
+
+func (c *comparer) wrkSample(url, script string, expect int) func() (Sample, float64, error) {
+	return func() (Sample, float64, error) {
+		out, toolCPU, err := runWrk(c.env.cpu(0), c.f.threads, c.f.conns, c.f.duration, script, url)
+		if err != nil {
+			return Sample{}, toolCPU, err
+		}
+		s, non2xx, err := parseWrk(out)
+		s.Tool = fmt.Sprintf("wrk -t%d -c%d -d%s", c.f.threads, c.f.conns, wrkDuration(c.f.duration))
+		if expect == 200 {
+			s.Errors += non2xx
+		} else if non2xx != s.Requests {
+			s.Errors += s.Requests - non2xx // answers that were not the expected rejection
+		}
+		return s, toolCPU, err
+	}
+}
+
+// wrkPair measures flashgate and a peer on the same path with the same wrk
+// command, alternating, round by round.
+func (c *comparer) wrkPair(cmp *Comparison, path, script, peerAddr string, peerPids func() []int) error {
+	return c.wrkPairAt(cmp, path, script, 200, c.env.EdgeAddr, peerAddr, peerPids)
+}
+
+func (c *comparer) wrkPairAt(cmp *Comparison, path, script string, expect int, aAddr, bAddr string, bPids func() []int) error {
+	for _, addr := range []string{aAddr, bAddr} {
+		runWrk(c.env.cpu(0), c.f.threads, c.f.conns, c.f.warmup, script, "http://"+addr+path)
+	}
+	printRoundHeader(c.log)
+	for r := 1; r <= c.f.rounds; r++ {
+		var a, b Sample
+		var err error
+		for attempt := 0; attempt <= c.f.redo; attempt++ {
+			if a, err = c.measure(cmp.A, c.edgePids, c.wrkSample("http://"+aAddr+path, script, expect)); err != nil {
+				return err
+			}
+			if b, err = c.measure(cmp.B, bPids, c.wrkSample("http://"+bAddr+path, script, expect)); err != nil {
+				return err
+			}
+			dirty := a.OtherPct > c.f.dirtyPct || b.OtherPct > c.f.dirtyPct
+			if dirty && attempt < c.f.redo {
+				b.Note = "other load: round redone"
+			}
+			printRound(c.log, r, a, b)
+			if !dirty {
+				break
+			}
+		}
+		cmp.Rounds = append(cmp.Rounds, [2]Sample{a, b})
+	}
+	return nil
+}
+
+func (c *comparer) soldout(cmp *Comparison) error {
+	script := filepath.Join(c.dir, "soldout.lua")
+	lua := fmt.Sprintf("wrk.method = \"POST\"\nwrk.headers[\"Content-Type\"] = \"application/json\"\nwrk.headers[\"Authorization\"] = \"Bearer %s\"\nwrk.body = '%s'\n",
+		c.users.Session(2), c.soldOutBody())
+	if err := os.WriteFile(script, []byte(lua), 0o644); err != nil {
+		return err
+	}
+	if err := c.wrkPairAt(cmp, "/api/seckill/do", script, 410, c.env.EdgeAddr, c.bareAdr, c.barePids); err != nil {
+		return err
+	}
+	if c.or != nil {
+		// For the record: the OpenResty pattern's own sold-out answer.
+		s, err := c.measure("openresty", c.orPids, c.wrkSample("http://"+c.orAddr+"/api/seckill/do", script, 410))
+		if err == nil {
+			s.Note = "for reference: the OpenResty pattern's lua_shared_dict sold-out answer"
+			printRound(c.log, 0, s, Sample{})
+		}
+	}
+	return nil
+}
+
+// attempts: every request is a fresh shopper with a fresh token on a
+// product with stock to spare, so every attempt deducts. flashgate and the
+// OpenResty pattern get the same requests from bench's closed-loop
+// generator; redis-benchmark calls the same script on the same Redis.
+func (c *comparer) attempts(ctx context.Context, skip map[string]string, done func(r, o *Comparison)) error {
+	var tr, to = compareTargets[1], compareTargets[2]
+	cr := &Comparison{Name: tr.name, What: tr.what, A: tr.a, B: tr.b, Goal: tr.goal, Skipped: skip[tr.name]}
+	co := &Comparison{Name: to.name, What: to.what, A: to.a, B: to.b, Goal: to.goal, Skipped: skip[to.name]}
+	done(cr, co)
+	fmt.Fprintf(c.log, "\n-- attempts: every request a fresh shopper and token, stock to spare: every attempt deducts (bench closed loop, %d connections; redis-benchmark -c %d)\n",
+		c.f.attemptConns, c.f.rbClients)
+	gen := func(addr, product string, d time.Duration) func() (Sample, float64, error) {
+		n := int(1.5 * c.attemptRate[addr] * d.Seconds())
+		reqs := c.prepare(product, min(max(n, 20000), 800000))
+		return func() (Sample, float64, error) {
+			self0 := cpuTicks(os.Getpid())
+			s := c.attemptLoad(ctx, addr, product, reqs, d)
+			return s, float64(cpuTicks(os.Getpid())-self0) / clkTck, nil
+		}
+	}
+	// Warm-up.
+	gen(c.env.EdgeAddr, "pa", c.f.warmup)()
+	if c.or != nil {
+		gen(c.orAddr, "or", c.f.warmup)()
+	}
+	printRoundHeader(c.log)
+	for r := 1; r <= c.f.rounds; r++ {
+		a, err := c.measure("flashgate", c.edgePids, gen(c.env.EdgeAddr, "pa", c.f.duration))
+		if err != nil {
+			return err
+		}
+		printRound(c.log, r, a, Sample{})
+		if co.Skipped == "" {
+			b, err := c.measure("openresty", c.orPids, gen(c.orAddr, "or", c.f.duration))
+			if err != nil {
+				return err
+			}
+			printRound(c.log, r, b, Sample{})
+			co.Rounds = append(co.Rounds, [2]Sample{a, b})
+		}
+		if cr.Skipped == "" {
+			b, err := c.measure("redis-benchmark", func() []int { return []int{c.env.Redis.Pid()} }, c.redisBenchmark)
+			if err != nil {
+				return err
+			}
+			printRound(c.log, r, b, Sample{})
+			cr.Rounds = append(cr.Rounds, [2]Sample{a, b})
+		}
+		c.trimPeerKeys()
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+	}
+	for _, cmp := range []*Comparison{cr, co} {
+		if cmp.Skipped == "" {
+			cmp.finish()
+		}
+	}
+	return nil
+}
+
+// trimPeerKeys drops the outbox streams the peers filled (nobody relays
+// them), so every round starts alike.
+func (c *comparer) trimPeerKeys() {
+	rc, err := dialRedis(c.env.RedisAddr)
+	if err != nil {
+		return
+	}
+	defer rc.Close()
+	rc.Do("DEL", "sk:{or}:outbox", "sk:{b}:outbox")
+}
+
+// attemptReq is one prepared purchase: a fresh shopper's session and a
+// fresh token. Preparing them before the clock starts keeps the signing
+// (two HMACs, ~3 µs) off the generator's CPU while it measures.
+type attemptReq struct {
+	auth string
+	body []byte
+}
+
+func (c *comparer) prepare(product string, n int) []attemptReq {
+	out := make([]attemptReq, n)
+	var wg sync.WaitGroup
+	parts := max(1, runtime.GOMAXPROCS(0))
+	for p := range parts {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for k := p; k < n; k += parts {
+				out[k] = c.attemptFor(product)
+			}
+		}()
+	}
+	wg.Wait()
+	return out
+}
+
+func (c *comparer) attemptFor(product string) attemptReq {
+	i := int(c.next.Add(1))
+	user := c.users.ID(i)
+	tok := c.users.Token(nil, user, product, 10*time.Minute)
+	body := make([]byte, 0, 100)
+	body = append(body, `{"productId":"`...)
+	body = append(body, product...)
+	body = append(body, `","token":"`...)
+	body = append(body, tok...)
+	body = append(body, `","quantity":1}`...)
+	return attemptReq{auth: "Bearer " + c.users.SignFresh(i), body: body}
+}
+
+// attemptLoad runs the closed-loop purchase generator for d against addr,
+// with requests prepared beforehand (sized from the rate seen last).
+func (c *comparer) attemptLoad(ctx context.Context, addr, product string, reqs []attemptReq, d time.Duration) Sample {
+	conns := c.f.attemptConns
+	var taken atomic.Int64
+	var extra atomic.Int64
+	hc := &fasthttp.HostClient{Addr: addr, MaxConns: conns, ReadTimeout: 10 * time.Second, WriteTimeout: 10 * time.Second, NoDefaultUserAgentHeader: true}
+	defer hc.CloseIdleConnections()
+	var mu sync.Mutex
+	hist := newHist(3)
+	codes := map[string]int64{}
+	var errs int64
+	var wg sync.WaitGroup
+	t0 := time.Now()
+	end := t0.Add(d)
+	for range conns {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var req fasthttp.Request
+			var resp fasthttp.Response
+			h := newHist(3)
+			my := map[string]int64{}
+			var myErr int64
+			uri := []byte("http://" + addr + "/api/seckill/do")
+			for time.Now().Before(end) && ctx.Err() == nil {
+				var a attemptReq
+				if k := taken.Add(1) - 1; k < int64(len(reqs)) {
+					a = reqs[k]
+				} else {
+					a = c.attemptFor(product)
+					extra.Add(1)
+				}
+				req.Reset()
+				req.SetRequestURIBytes(uri)
+				req.Header.SetMethod("POST")
+				req.Header.SetContentType("application/json")
+				req.Header.Set("Authorization", a.auth)
+				req.SetBodyRaw(a.body)
+				s := time.Now()
+				err := hc.DoTimeout(&req, &resp, 10*time.Second)
+				h.RecordValue(max(1, time.Since(s).Microseconds()))
+				switch {
+				case err != nil:
+					myErr++
+					my[errorCode(err)]++
+				case resp.StatusCode() == 200:
+					my["OK"]++
+				default:
+					my[orDefault(jsonStr(resp.Body(), "code"), httpCodeName(resp.StatusCode()))]++
+				}
+			}
+			mu.Lock()
+			hist.Merge(h)
+			for k, v := range my {
+				codes[k] += v
+			}
+			errs += myErr
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	el := time.Since(t0).Seconds()
+	s := Sample{Tool: fmt.Sprintf("bench closed loop, %d connections", conns), Requests: hist.TotalCount(), Codes: codes}
+	s.RPS = float64(s.Requests) / el
+	s.P50, s.P99 = float64(hist.ValueAtQuantile(50))/1000, float64(hist.ValueAtQuantile(99))/1000
+	s.Errors = s.Requests - codes["OK"] // every attempt should deduct
+	if x := extra.Load(); x > 0 {
+		s.Note = fmt.Sprintf("%d requests signed during the measurement (prepared %d)", x, len(reqs))
+	}
+	c.attemptRate[addr] = s.RPS
+	return s
+}
+
+// redisBenchmark is stock/testdata/redis-benchmark.sh's call, on the run's
+// Redis: EVALSHA deduct.lua with one attempt of a random shopper, order
+// and token per call, stock to spare.
+func (c *comparer) redisBenchmark() (Sample, float64, error) {
+	host, port, _ := strings.Cut(c.env.RedisAddr, ":")
+	// Size -n for about the measurement time at the rate seen last.
+	n := int(c.rbRate * c.f.duration.Seconds())
+	if n <= 0 {
+		n = 200000
+	}
+	keys := []string{"sk:{b}:stock", "sk:{b}:outbox", "sk:{b}:meta", "sk:{b}:u:__rand_int__", "sk:{b}:o:__rand_int__", "sk:{b}:t:__rand_int__"}
+	argv := []string{"b", "604800000", "604800000", "user__rand_int__", "1", "1000000", "__rand_int__", "1999", "1700000000000", "600000", "1"}
+	args := []string{"-h", host, "-p", port, "-n", strconv.Itoa(n), "-c", strconv.Itoa(c.f.rbClients), "-r", "100000000", "-q",
+		"EVALSHA", c.sha, "6"}
+	args = append(append(args, keys...), argv...)
+	bin := toolPath(toolRedisBench)
+	if cpu := c.env.cpu(0); cpu >= 0 {
+		args = append([]string{"-c", strconv.Itoa(cpu), bin}, args...)
+		bin = "taskset"
+	}
+	cmd := exec.Command(bin, args...)
+	out, err := cmd.CombinedOutput()
+	var toolCPU float64
+	if cmd.ProcessState != nil {
+		toolCPU = (cmd.ProcessState.UserTime() + cmd.ProcessState.SystemTime()).Seconds()
+	}
+	if err != nil {
+		return Sample{}, toolCPU, fmt.Errorf("redis-benchmark: %v: %s", err, out)
+	}
+	rps, p50, err := parseRedisBenchmark(string(out))
+	if err != nil {
+		return Sample{}, toolCPU, err
+	}
+	c.rbRate = rps
+	return Sample{Tool: fmt.Sprintf("redis-benchmark -c %d -n %d EVALSHA", c.f.rbClients, n), Requests: int64(n), RPS: rps, P50: p50}, toolCPU, nil
+}
+
+func (cmp *Comparison) finish() {
+	cmp.Ratios, cmp.CPURatios = nil, nil
+	for _, r := range cmp.Rounds {
+		if r[1].RPS > 0 {
+			cmp.Ratios = append(cmp.Ratios, r[0].RPS/r[1].RPS)
+		}
+		if r[1].CPUPerReq > 0 {
+			cmp.CPURatios = append(cmp.CPURatios, r[0].CPUPerReq/r[1].CPUPerReq)
+		}
+	}
+	cmp.Median, cmp.CPUMedian = median(cmp.Ratios), median(cmp.CPURatios)
+	cmp.Met = len(cmp.Ratios) > 0 && cmp.Median >= cmp.Goal
+}
+
+func median(v []float64) float64 {
+	if len(v) == 0 {
+		return 0
+	}
+	s := append([]float64(nil), v...)
+	sort.Float64s(s)
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+}
+
+func printRoundHeader(w io.Writer) {
+	fmt.Fprintf(w, "%-6s %-16s %12s %9s %9s %7s %9s %7s %7s  %s\n", "round", "server", "requests/s", "p50 ms", "p99 ms", "cpu%", "cpu-us/r", "other%", "errors", "note")
+}
+
+func printRound(w io.Writer, r int, a, b Sample) {
+	for _, s := range []Sample{a, b} {
+		if s.Server == "" {
+			continue
+		}
+		rs := strconv.Itoa(r)
+		if r == 0 {
+			rs = "-"
+		}
+		fmt.Fprintf(w, "%-6s %-16s %12.0f %9.3f %9.3f %7.1f %9.2f %7.1f %7d  %s\n", rs, s.Server, s.RPS, s.P50, s.P99, s.CPUPct, s.CPUPerReq, s.OtherPct, s.Errors, s.Note)
+	}
+}
+
+func printCompare(w io.Writer, res *CompareResult) {
+	fmt.Fprintf(w, "\n== bench compare: %s, %s, %s, commit %s, %s\n", res.Machine, res.Started.Format("2006-01-02 15:04 UTC"), res.GoVersion, res.Commit, res.Nginx)
+	for _, s := range res.Setup {
+		fmt.Fprintln(w, "   "+s)
+	}
+	fmt.Fprintln(w)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "target\tflashgate req/s\tpeer\tpeer req/s\tratio (median)\tper round\tgoal\tverdict\tCPU/req ratio")
+	for _, cmp := range res.Comparisons {
+		if cmp.Skipped != "" {
+			fmt.Fprintf(tw, "%s\t-\t%s\t-\t-\t-\t>= %.1f\tSKIPPED\t-\n", cmp.Name, cmp.B, cmp.Goal)
+			continue
+		}
+		var a, b []float64
+		var rounds []string
+		for i, r := range cmp.Rounds {
+			a, b = append(a, r[0].RPS), append(b, r[1].RPS)
+			if i < len(cmp.Ratios) {
+				rounds = append(rounds, fmt.Sprintf("%.2f", cmp.Ratios[i]))
+			}
+		}
+		verdict := "met"
+		if !cmp.Met {
+			verdict = "MISSED"
+		}
+		cpu := "-"
+		if cmp.CPUMedian > 0 {
+			cpu = fmt.Sprintf("%.2f", cmp.CPUMedian)
+		}
+		fmt.Fprintf(tw, "%s\t%.0f\t%s\t%.0f\t%.2f\t%s\t>= %.1f\t%s\t%s\n", cmp.Name, median(a), cmp.B, median(b), cmp.Median,
+			strings.Join(rounds, " "), cmp.Goal, verdict, cpu)
+	}
+	tw.Flush()
+	for _, cmp := range res.Comparisons {
+		if cmp.Skipped != "" {
+			fmt.Fprintf(w, "skipped %s: %s\n", cmp.Name, cmp.Skipped)
+		}
+	}
+	fmt.Fprintln(w, "(requests/s: medians over rounds; ratio: flashgate/peer per round, median; CPU/req: the server processes' CPU per request, flashgate/peer, lower is better; the burst P999 target comes from `bench run -s burst`)")
+	fmt.Fprintln(w)
+	if res.Reconcile.Text != "" {
+		fmt.Fprint(w, res.Reconcile.Text)
+	}
+	if res.Reconcile.Err != "" {
+		fmt.Fprintln(w, "reconcile:", res.Reconcile.Err)
+	}
+}
+
+// compareResultLine is the last line of `bench compare`: the figures of
+// flashgate's purchase attempts (bench's closed loop) and reconcile.
+func compareResultLine(res *CompareResult) string {
+	var s Sample
+	for _, cmp := range res.Comparisons {
+		if strings.HasPrefix(cmp.Name, "attempts") && len(cmp.Rounds) > 0 {
+			s = cmp.Rounds[len(cmp.Rounds)-1][0]
+			break
+		}
+	}
+	rc := res.Reconcile
+	return fmt.Sprintf("RESULT scenario=compare rps=%.0f p50_ms=%.3f p99_ms=%.3f p999_ms=NA errors=%d oversold=%d lost=%d duplicated=%d",
+		s.RPS, s.P50, s.P99, s.Errors, rc.Oversold, rc.Lost, rc.Duplicated)
 }

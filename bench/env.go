@@ -26,7 +26,11 @@ type EnvOptions struct {
 	Root       string // module root
 	Dir        string // run directory: configs, logs, data
 	GoMaxProcs int    // the edge's GOMAXPROCS (0: the Go default)
-	Pin        bool   // edge on CPU 1; Redis, Kafka, the origin and bench on CPU 0
+	Pin        bool   // the servers under test on ServerCPU, load and infrastructure on LoadCPU / InfraCPU
+	ServerCPU  int    // with Pin: the edge and its peers (default 1)
+	LoadCPU    int    // with Pin: load generators and the origin (default 0)
+	InfraCPU   int    // with Pin: Redis, Kafka, a separate order consumer (-1: not pinned)
+	Consumer   string // "edge": the order consumer runs in the edge; "separate": in a second cmd/proxy
 	Kafka      string // "bench": a kfake process bench starts; "edge": embedded in the edge
 	ClickHouse bool   // a clickhouse-server as the order store (else the edge's embedded one)
 	ProxyBin   string // a prebuilt cmd/proxy; "" builds one
@@ -39,32 +43,30 @@ type Env struct {
 	procs *Procs
 
 	Redis, Kafka, Origin, Edge *Proc
+	Orders                     *Proc // the separate order consumer (a second cmd/proxy), if any
 	RedisAddr, Brokers         string
 	OriginAddr                 string
 	EdgeAddr, AdminAddr        string
-	EdgeConfig                 string
+	OrdersAdmin                string // admin listener of the process holding the order store
+	EdgeConfig, OrdersConfig   string
 	ch                         *chtest.Server
 	Delays                     []*DelayProxy
 	bins                       map[string]string
 }
 
-func serverCPU(pin bool) int {
-	if pin {
-		return 1
+func (e *Env) cpu(which int) int {
+	if !e.opt.Pin {
+		return -1
 	}
-	return -1
-}
-
-func loadCPU(pin bool) int {
-	if pin {
-		return 0
-	}
-	return -1
+	return which
 }
 
 func newEnv(opt EnvOptions) *Env {
 	if opt.Quiet == nil {
 		opt.Quiet = io.Discard
+	}
+	if opt.Consumer == "" {
+		opt.Consumer = "edge"
 	}
 	return &Env{opt: opt, procs: newProcs(opt.Dir), bins: map[string]string{}}
 }
@@ -123,7 +125,7 @@ func (e *Env) StartRedis(ctx context.Context) error {
 	dir := filepath.Join(e.opt.Dir, "redis")
 	os.MkdirAll(dir, 0o755)
 	e.RedisAddr = "127.0.0.1:" + strconv.Itoa(port)
-	e.Redis, err = e.procs.Start("redis", loadCPU(e.opt.Pin), nil, toolPath(toolRedis),
+	e.Redis, err = e.procs.Start("redis", e.cpu(e.opt.InfraCPU), nil, toolPath(toolRedis),
 		"--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
 		"--dir", dir, "--protected-mode", "no")
 	if err != nil {
@@ -151,7 +153,7 @@ func (e *Env) StartKafka(ctx context.Context) error {
 		return err
 	}
 	e.Brokers = "127.0.0.1:" + strconv.Itoa(port)
-	e.Kafka, err = e.procs.Start("kafka", loadCPU(e.opt.Pin), []string{"GOMAXPROCS=1"}, self, "kfake", "-port", strconv.Itoa(port))
+	e.Kafka, err = e.procs.Start("kafka", e.cpu(e.opt.InfraCPU), []string{"GOMAXPROCS=1"}, self, "kfake", "-port", strconv.Itoa(port))
 	if err != nil {
 		return err
 	}
@@ -179,7 +181,7 @@ func (e *Env) StartOrigin(ctx context.Context) error {
 	if e.OriginAddr, err = freeAddr(); err != nil {
 		return err
 	}
-	e.Origin, err = e.procs.Start("origin", loadCPU(e.opt.Pin), []string{"GOMAXPROCS=1"}, e.bins["origin"], "-addr", e.OriginAddr)
+	e.Origin, err = e.procs.Start("origin", e.cpu(e.opt.LoadCPU), []string{"GOMAXPROCS=1"}, e.bins["origin"], "-addr", e.OriginAddr)
 	if err != nil {
 		return err
 	}
@@ -260,18 +262,34 @@ upstreams:
       pool: origin
 `
 
-// WriteEdgeConfig renders the edge's config and checks it like `proxy -t`.
+// WriteEdgeConfig renders the edge's config (and, with a separate order
+// consumer, the consumer's) and checks it like `proxy -t`.
 func (e *Env) WriteEdgeConfig(spec EdgeSpec) error {
+	var err error
+	separate := e.opt.Consumer == "separate"
+	e.EdgeConfig, e.EdgeAddr, e.AdminAddr, err = e.writeConfig(spec, "edge", 1, !separate)
+	if err != nil {
+		return err
+	}
+	e.OrdersAdmin = e.AdminAddr
+	if separate {
+		var addr string
+		e.OrdersConfig, addr, e.OrdersAdmin, err = e.writeConfig(spec, "orders", 2, true)
+		_ = addr
+	}
+	return err
+}
+
+func (e *Env) writeConfig(spec EdgeSpec, name string, node int, consumer bool) (path, addr, admin string, err error) {
 	var doc map[string]any
 	if err := yaml.Unmarshal([]byte(edgeBase), &doc); err != nil {
-		return err
+		return "", "", "", err
 	}
-	var err error
-	if e.EdgeAddr, err = freeAddr(); err != nil {
-		return err
+	if addr, err = freeAddr(); err != nil {
+		return
 	}
-	if e.AdminAddr, err = freeAddr(); err != nil {
-		return err
+	if admin, err = freeAddr(); err != nil {
+		return
 	}
 	var acts []any
 	for _, a := range spec.Products {
@@ -281,12 +299,14 @@ func (e *Env) WriteEdgeConfig(spec EdgeSpec) error {
 		})
 	}
 	set := map[string]any{
-		"listen":     map[string]any{"addr": e.EdgeAddr},
-		"admin":      map[string]any{"addr": e.AdminAddr},
+		"node_id":    node,
+		"listen":     map[string]any{"addr": addr},
+		"admin":      map[string]any{"addr": admin},
+		"orders":     map[string]any{"consumer": consumer},
 		"redis":      map[string]any{"addr": spec.RedisAddr},
 		"auth":       map[string]any{"secrets": []any{benchSessionSecret}},
 		"sale":       map[string]any{"token_secret": benchTokenSecret},
-		"data_dir":   filepath.Join(e.opt.Dir, "data"),
+		"data_dir":   filepath.Join(e.opt.Dir, "data-"+name),
 		"activities": acts,
 	}
 	if e.opt.Kafka == "bench" {
@@ -313,20 +333,20 @@ func (e *Env) WriteEdgeConfig(spec EdgeSpec) error {
 	}
 	out, err := yaml.Marshal(doc)
 	if err != nil {
-		return err
+		return
 	}
-	e.EdgeConfig = filepath.Join(e.opt.Dir, "edge.yaml")
-	if err := os.WriteFile(e.EdgeConfig, out, 0o644); err != nil {
-		return err
+	path = filepath.Join(e.opt.Dir, name+".yaml")
+	if err = os.WriteFile(path, out, 0o644); err != nil {
+		return
 	}
-	doc2, err := conf.Parse(out, e.EdgeConfig)
+	doc2, err := conf.Parse(out, path)
 	if err == nil {
 		_, err = proxy.Check(doc2)
 	}
 	if err != nil {
-		return fmt.Errorf("the edge config bench wrote is invalid (check the scenario's edge: section):\n%v", err)
+		err = fmt.Errorf("the edge config bench wrote is invalid (check the scenario's edge: section):\n%v", err)
 	}
-	return nil
+	return path, addr, admin, err
 }
 
 func mergeYAML(dst, src map[string]any) {
@@ -352,13 +372,28 @@ func (e *Env) StartEdge(ctx context.Context, firstProduct string) error {
 		env = append(env, "GOMAXPROCS="+strconv.Itoa(e.opt.GoMaxProcs))
 	}
 	var err error
-	e.Edge, err = e.procs.Start("edge", serverCPU(e.opt.Pin), env, e.bins["proxy"], "-c", e.EdgeConfig)
+	if e.OrdersConfig != "" {
+		// The order consumer on its own: a second cmd/proxy with
+		// orders.consumer true, whose listeners get no load.
+		e.Orders, err = e.procs.Start("orders", e.cpu(e.opt.InfraCPU), []string{"GOMAXPROCS=1"}, e.bins["proxy"], "-c", e.OrdersConfig)
+		if err != nil {
+			return err
+		}
+		if err := e.waitEdge(ctx, e.Orders, e.OrdersAdmin, "", ""); err != nil {
+			return err
+		}
+	}
+	e.Edge, err = e.procs.Start("edge", e.cpu(e.opt.ServerCPU), env, e.bins["proxy"], "-c", e.EdgeConfig)
 	if err != nil {
 		return err
 	}
+	return e.waitEdge(ctx, e.Edge, e.AdminAddr, e.EdgeAddr, firstProduct)
+}
+
+func (e *Env) waitEdge(ctx context.Context, p *Proc, admin, addr, firstProduct string) error {
 	c := &http.Client{Timeout: 2 * time.Second}
-	return waitFor(ctx, e.Edge, "the edge (cmd/proxy)", 60*time.Second, func() error {
-		r, err := c.Get("http://" + e.AdminAddr + "/readyz")
+	return waitFor(ctx, p, p.Name+" (cmd/proxy)", 60*time.Second, func() error {
+		r, err := c.Get("http://" + admin + "/readyz")
 		if err != nil {
 			return err
 		}
@@ -369,7 +404,7 @@ func (e *Env) StartEdge(ctx context.Context, firstProduct string) error {
 		if firstProduct == "" {
 			return nil
 		}
-		r, err = c.Get("http://" + e.EdgeAddr + "/api/seckill/status?productId=" + firstProduct)
+		r, err = c.Get("http://" + addr + "/api/seckill/status?productId=" + firstProduct)
 		if err != nil {
 			return err
 		}

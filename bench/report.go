@@ -28,6 +28,7 @@ type Result struct {
 	EdgeGoMaxProcs int                `json:"edge_gomaxprocs"`
 	Pinned         bool               `json:"pinned"`
 	Kafka          string             `json:"kafka"`
+	Consumer       string             `json:"consumer"`
 	ClickHouse     bool               `json:"clickhouse"`
 	Config         *Scenario          `json:"scenario_config"`
 	Seconds        float64            `json:"seconds"` // from the start to the last answer
@@ -126,8 +127,8 @@ func (r *Result) write(dir string) error {
 // printReport writes the text summary; its last line is the RESULT line.
 func printReport(w io.Writer, r *Result) {
 	fmt.Fprintf(w, "\n== %s: %s\n", r.Scenario, r.Description)
-	fmt.Fprintf(w, "== %s, %s, commit %s; edge GOMAXPROCS=%d, pinned=%v, kafka=%s, clickhouse=%v\n",
-		r.Machine, r.Started.Format("2006-01-02 15:04 UTC"), r.Commit, r.EdgeGoMaxProcs, r.Pinned, r.Kafka, r.ClickHouse)
+	fmt.Fprintf(w, "== %s, %s, commit %s; edge GOMAXPROCS=%d, pinned=%v, kafka=%s, consumer=%s, clickhouse=%v\n",
+		r.Machine, r.Started.Format("2006-01-02 15:04 UTC"), r.Commit, r.EdgeGoMaxProcs, r.Pinned, r.Kafka, r.Consumer, r.ClickHouse)
 	fmt.Fprintf(w, "== %d shoppers over %.1fs; send lag p99 %.2fms max %.1fms (bench's own lateness, counted in the latencies)\n\n",
 		r.Arrived, r.Seconds, r.SendLag.P99, r.SendLag.Max)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
@@ -429,7 +430,7 @@ code,pre{background:#f6f6f6;padding:2px 4px}pre{padding:8px;overflow-x:auto}
 <h1>bench: {{.R.Scenario}}</h1>
 <p>{{.R.Description}}</p>
 <p>{{.R.Machine}} · {{.R.Started.Format "2006-01-02 15:04 UTC"}} · {{.R.GoVersion}} · commit {{.R.Commit}} · {{.R.Target}} ·
-edge GOMAXPROCS={{.R.EdgeGoMaxProcs}} · pinned={{.R.Pinned}} · kafka={{.R.Kafka}} · clickhouse={{.R.ClickHouse}}</p>
+edge GOMAXPROCS={{.R.EdgeGoMaxProcs}} · pinned={{.R.Pinned}} · kafka={{.R.Kafka}} · consumer={{.R.Consumer}} · clickhouse={{.R.ClickHouse}}</p>
 <p>{{.Load}}</p>
 <pre>{{.R.ResultLine}}</pre>
 <h2>Endpoints</h2>

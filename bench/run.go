@@ -27,6 +27,7 @@ type runFlags struct {
 	pin        bool
 	kafka      string
 	clickhouse bool
+	consumer   string
 	target     string
 	admin      string
 	proxyBin   string
@@ -45,6 +46,7 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 	fs.BoolVar(&f.pin, "pin", false, "pin the edge to CPU 1 and Redis, Kafka, the origin and bench to CPU 0 (taskset)")
 	fs.StringVar(&f.kafka, "kafka", "bench", `"bench": kfake in a process bench starts; "edge": the edge's embedded kfake (kafka.brokers empty)`)
 	fs.BoolVar(&f.clickhouse, "clickhouse", false, "store orders in a clickhouse-server bench starts (Debian clickhouse-server) instead of the edge's embedded store")
+	fs.StringVar(&f.consumer, "consumer", "edge", `"edge": the order consumer runs inside the edge; "separate": in a second cmd/proxy bench starts (keeps its CPU off the edge)`)
 	fs.StringVar(&f.target, "target", "", "load an edge that is already running (host:port) instead of starting one; the scenario's sale must exist there")
 	fs.StringVar(&f.admin, "admin", "", "with -target: its admin listener, for reconcile and metrics")
 	fs.StringVar(&f.proxyBin, "proxy-bin", "", "a prebuilt cmd/proxy binary instead of building the working tree")
@@ -58,6 +60,10 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 	}
 	if f.scenario == "" {
 		fmt.Fprintln(stderr, "bench run: -s SCENARIO is required (bench list shows them)")
+		return 2
+	}
+	if f.consumer != "edge" && f.consumer != "separate" {
+		fmt.Fprintf(stderr, "bench run: -consumer %q: want edge or separate\n", f.consumer)
 		return 2
 	}
 	if f.kafka != "bench" && f.kafka != "edge" {
@@ -118,14 +124,15 @@ func runScenario(ctx context.Context, root string, sc *Scenario, f runFlags, std
 			return nil, fmt.Errorf("pin bench to CPU 0: %w", err)
 		}
 	}
-	env := newEnv(EnvOptions{Root: root, Dir: dir, GoMaxProcs: f.gomaxprocs, Pin: f.pin, Kafka: f.kafka,
-		ClickHouse: f.clickhouse, ProxyBin: f.proxyBin, Quiet: progress})
+	env := newEnv(EnvOptions{Root: root, Dir: dir, GoMaxProcs: f.gomaxprocs, Pin: f.pin, ServerCPU: 1, LoadCPU: 0, InfraCPU: 0,
+		Kafka: f.kafka, Consumer: f.consumer, ClickHouse: f.clickhouse, ProxyBin: f.proxyBin, Quiet: progress})
 	defer env.Close()
 
 	res := &Result{Scenario: sc.Name, Description: sc.Description, Started: time.Now().UTC(), Config: sc,
 		Machine: machineInfo(), GoVersion: runtime.Version(), Commit: gitCommit(root),
-		EdgeGoMaxProcs: f.gomaxprocs, Pinned: f.pin, Kafka: f.kafka, ClickHouse: f.clickhouse}
+		EdgeGoMaxProcs: f.gomaxprocs, Pinned: f.pin, Kafka: f.kafka, Consumer: f.consumer, ClickHouse: f.clickhouse}
 	addr, admin := f.target, f.admin
+	ordersAdmin := admin
 	var saleStart time.Time
 	t0 := time.Now()
 	if addr != "" {
@@ -192,6 +199,7 @@ func runScenario(ctx context.Context, root string, sc *Scenario, f runFlags, std
 			return nil, err
 		}
 		addr, admin = env.EdgeAddr, env.AdminAddr
+		ordersAdmin = env.OrdersAdmin
 		res.Target = "edge started by bench"
 		fmt.Fprintf(progress, "bench: edge %s (admin %s, GOMAXPROCS=%d) ready after %.1fs; redis %s; kafka %s\n",
 			addr, admin, f.gomaxprocs, time.Since(t0).Seconds(), env.RedisAddr, orDefault(env.Brokers, "embedded in the edge"))
@@ -219,7 +227,7 @@ func runScenario(ctx context.Context, root string, sc *Scenario, f runFlags, std
 	// Snapshots before the load.
 	var watches []*ProcWatch
 	if env.Edge != nil {
-		for _, p := range []*Proc{env.Edge, env.Redis, env.Kafka, env.Origin} {
+		for _, p := range []*Proc{env.Edge, env.Redis, env.Kafka, env.Orders, env.Origin} {
 			if p != nil {
 				pid := p.Pid()
 				watches = append(watches, watchProc(p.Name, func() []int { return []int{pid} }))
@@ -297,9 +305,9 @@ func runScenario(ctx context.Context, root string, sc *Scenario, f runFlags, std
 
 	// Reconcile: the edge's GET /admin/reconcile waits for the order
 	// pipeline to drain, then checks every product.
-	if admin != "" {
+	if ordersAdmin != "" {
 		fmt.Fprintln(progress, "bench: reconciling (GET /admin/reconcile: waits for the order pipeline to drain)")
-		res.Reconcile = reconcileVia(admin, "")
+		res.Reconcile = reconcileVia(ordersAdmin, "")
 	} else {
 		res.Reconcile = Reconciled{Err: "not run: give -admin with -target"}
 	}

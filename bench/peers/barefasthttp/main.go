@@ -1,0 +1,49 @@
+// Command barefasthttp is the ceiling of any fasthttp edge on this
+// machine, for `bench compare`: a fasthttp server that answers every
+// request with the edge's sold-out rejection — 410, the same JSON body and
+// headers — and does nothing else (no routing, no filters, no session).
+// flashgate's sold-out answer through its full chain (access, ip_limit,
+// conn_limit, session JWT, sale_window, sold_out) is compared with it.
+//
+//	GOMAXPROCS=1 go run ./bench/peers/barefasthttp -addr 127.0.0.1:9100
+package main
+
+import (
+	"flag"
+	"log"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/valyala/fasthttp"
+)
+
+func main() {
+	addr := flag.String("addr", "127.0.0.1:9100", "listen address")
+	flag.Parse()
+	body := []byte(`{"code":"SOLD_OUT","message":"sold out"}`)
+	contentJSON := []byte("application/json")
+	noStore := []byte("no-store")
+	srv := &fasthttp.Server{
+		Handler: func(ctx *fasthttp.RequestCtx) {
+			ctx.SetStatusCode(fasthttp.StatusGone)
+			ctx.Response.Header.SetContentTypeBytes(contentJSON)
+			ctx.Response.Header.SetBytesV(fasthttp.HeaderCacheControl, noStore)
+			ctx.SetBody(body)
+		},
+		Name:        "barefasthttp",
+		IdleTimeout: 5 * time.Minute,
+		Concurrency: 1 << 18,
+	}
+	go func() {
+		sigs := make(chan os.Signal, 1)
+		signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT)
+		<-sigs
+		srv.Shutdown()
+	}()
+	log.Printf("barefasthttp on %s: 410 %s", *addr, body)
+	if err := srv.ListenAndServe(*addr); err != nil {
+		log.Fatal(err)
+	}
+}
