@@ -595,18 +595,29 @@ func sumTicks(pids []int) int64 {
 
 // waitQuiet waits until the machine (our servers idle) is at most
 // quietPct % busy over a second, or quietWait passed.
-func (c *comparer) waitQuiet() {
-	deadline := time.Now().Add(c.f.quietWait)
+func (c *comparer) waitQuiet() { waitQuiet(c.log, c.f.quietPct, c.f.quietWait) }
+
+// waitQuiet waits until the machine is at most pct % busy over a second
+// (other jobs on a shared 2-core box swamp the figures), or wait passed.
+func waitQuiet(log io.Writer, pct int, wait time.Duration) {
+	if pct <= 0 || pct >= 100 {
+		return
+	}
+	deadline := time.Now().Add(wait)
+	t0 := time.Now()
 	for {
-		b0, t0 := machineTicks()
+		b0, m0 := machineTicks()
 		time.Sleep(time.Second)
-		b1, t1 := machineTicks()
-		pct := 100 * float64(b1-b0) / float64(max(1, t1-t0))
-		if pct <= float64(c.f.quietPct) {
+		b1, m1 := machineTicks()
+		busy := 100 * float64(b1-b0) / float64(max(1, m1-m0))
+		if busy <= float64(pct) {
+			if w := time.Since(t0); w > 2*time.Second {
+				fmt.Fprintf(log, "   (waited %.0fs for other jobs on the machine)\n", w.Seconds())
+			}
 			return
 		}
 		if time.Now().After(deadline) {
-			c.logf("   (machine still %.0f%% busy after %v; measuring anyway: see other%%)", pct, c.f.quietWait)
+			fmt.Fprintf(log, "   (machine still %.0f%% busy after %v; measuring anyway)\n", busy, wait)
 			return
 		}
 	}

@@ -34,6 +34,7 @@ type EnvOptions struct {
 	Kafka      string // "bench": a kfake process bench starts; "edge": embedded in the edge
 	ClickHouse bool   // a clickhouse-server as the order store (else the edge's embedded one)
 	ProxyBin   string // a prebuilt cmd/proxy; "" builds one
+	Pprof      bool   // run bench/pprofproxy as the edge, with a pprof listener at PprofAddr
 	Quiet      io.Writer
 }
 
@@ -49,6 +50,7 @@ type Env struct {
 	EdgeAddr, AdminAddr        string
 	OrdersAdmin                string // admin listener of the process holding the order store
 	EdgeConfig, OrdersConfig   string
+	PprofAddr                  string
 	ch                         *chtest.Server
 	Delays                     []*DelayProxy
 	bins                       map[string]string
@@ -383,7 +385,17 @@ func (e *Env) StartEdge(ctx context.Context, firstProduct string) error {
 			return err
 		}
 	}
-	e.Edge, err = e.procs.Start("edge", e.cpu(e.opt.ServerCPU), env, e.bins["proxy"], "-c", e.EdgeConfig)
+	bin, args := e.bins["proxy"], []string{"-c", e.EdgeConfig}
+	if e.opt.Pprof {
+		if err := e.build("./bench/pprofproxy"); err != nil {
+			return err
+		}
+		if e.PprofAddr, err = freeAddr(); err != nil {
+			return err
+		}
+		bin, args = e.bins["pprofproxy"], append(args, "-pprof", e.PprofAddr)
+	}
+	e.Edge, err = e.procs.Start("edge", e.cpu(e.opt.ServerCPU), env, bin, args...)
 	if err != nil {
 		return err
 	}

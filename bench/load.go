@@ -77,6 +77,38 @@ func newGenerator(sc *Scenario, addr string, users *Users, rec *Recorder) *Gener
 
 func productID(i int) string { return "p" + strconv.Itoa(i+1) }
 
+// Preconnect opens every connection before the clock starts, with one
+// status call each that is not recorded.
+func (g *Generator) Preconnect(ctx context.Context) error {
+	var wg sync.WaitGroup
+	var failed atomic.Int64
+	var mu sync.Mutex
+	var first error
+	for range g.sc.Connections {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			req, resp := fasthttp.AcquireRequest(), fasthttp.AcquireResponse()
+			defer fasthttp.ReleaseRequest(req)
+			defer fasthttp.ReleaseResponse(resp)
+			req.SetRequestURI("http://" + g.addr + "/api/seckill/status?productId=" + g.products[0])
+			if err := g.client.DoTimeout(req, resp, 30*time.Second); err != nil {
+				failed.Add(1)
+				mu.Lock()
+				if first == nil {
+					first = err
+				}
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	if n := failed.Load(); n > 0 {
+		return fmt.Errorf("preconnect: %d of %d connections failed, e.g. %v", n, g.sc.Connections, first)
+	}
+	return ctx.Err()
+}
+
 // Run plays the scenario from start and returns when every journey ended
 // or the drain time ran out after the load phase.
 func (g *Generator) Run(ctx context.Context, start time.Time) {

@@ -46,6 +46,7 @@ type Result struct {
 	Faults         []FaultStat        `json:"faults,omitempty"`
 	Reconcile      Reconciled         `json:"reconcile"`
 	Notes          []string           `json:"notes,omitempty"`
+	Profile        string             `json:"pprof_top,omitempty"`
 	ResultLine     string             `json:"result_line"`
 	OutDir         string             `json:"-"`
 }
@@ -193,6 +194,13 @@ func printReport(w io.Writer, r *Result) {
 	}
 	if r.Reconcile.Err != "" {
 		fmt.Fprintln(w, "reconcile:", r.Reconcile.Err)
+	}
+	if r.Profile != "" {
+		lines := strings.Split(r.Profile, "\n")
+		fmt.Fprintln(w, "edge CPU profile (top; all of it in pprof-top.txt, cpu.pprof):")
+		for _, l := range lines[:min(len(lines), 22)] {
+			fmt.Fprintln(w, "  "+l)
+		}
 	}
 	if r.OutDir != "" {
 		fmt.Fprintf(w, "report: %s/report.html (result.json beside it)\n", r.OutDir)
@@ -461,6 +469,7 @@ edge GOMAXPROCS={{.R.EdgeGoMaxProcs}} · pinned={{.R.Pinned}} · kafka={{.R.Kafk
 <p class="{{if .R.Reconcile.Clean}}ok{{else}}bad{{end}}">reconcile: oversold={{.R.Reconcile.Oversold}} lost={{.R.Reconcile.Lost}} duplicated={{.R.Reconcile.Duplicated}} {{.R.Reconcile.Err}}</p>
 <pre>{{.R.Reconcile.Text}}</pre>
 {{range .R.Notes}}<p>note: {{.}}</p>{{end}}
+{{if .R.Profile}}<h2>Edge CPU profile</h2><pre>{{.R.Profile}}</pre>{{end}}
 </body></html>
 `))
 

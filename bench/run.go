@@ -6,7 +6,10 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"math"
+	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"runtime"
 	"strings"
@@ -33,6 +36,9 @@ type runFlags struct {
 	proxyBin   string
 	keep       bool
 	quiet      bool
+	pprof      bool
+	quietPct   int
+	quietWait  time.Duration
 }
 
 func cmdRun(args []string, stdout, stderr io.Writer) int {
@@ -52,6 +58,9 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&f.proxyBin, "proxy-bin", "", "a prebuilt cmd/proxy binary instead of building the working tree")
 	fs.BoolVar(&f.keep, "keep", false, "keep the run directory (configs, logs, data)")
 	fs.BoolVar(&f.quiet, "q", false, "no progress line")
+	fs.BoolVar(&f.pprof, "pprof", false, "run the edge as bench/pprofproxy and save a CPU profile of the load (cpu.pprof, pprof-top.txt)")
+	fs.IntVar(&f.quietPct, "quiet-pct", 15, "before the load, wait until the machine is at most this % busy (0: do not wait)...")
+	fs.DurationVar(&f.quietWait, "quiet-wait", 60*time.Second, "...for at most this long")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -125,7 +134,7 @@ func runScenario(ctx context.Context, root string, sc *Scenario, f runFlags, std
 		}
 	}
 	env := newEnv(EnvOptions{Root: root, Dir: dir, GoMaxProcs: f.gomaxprocs, Pin: f.pin, ServerCPU: 1, LoadCPU: 0, InfraCPU: 0,
-		Kafka: f.kafka, Consumer: f.consumer, ClickHouse: f.clickhouse, ProxyBin: f.proxyBin, Quiet: progress})
+		Kafka: f.kafka, Consumer: f.consumer, ClickHouse: f.clickhouse, ProxyBin: f.proxyBin, Pprof: f.pprof, Quiet: progress})
 	defer env.Close()
 
 	res := &Result{Scenario: sc.Name, Description: sc.Description, Started: time.Now().UTC(), Config: sc,
@@ -139,6 +148,7 @@ func runScenario(ctx context.Context, root string, sc *Scenario, f runFlags, std
 		if err := probe(addr); err != nil {
 			return nil, err
 		}
+		waitQuiet(progress, f.quietPct, f.quietWait)
 		res.Target = "external " + addr
 		saleStart = time.Now().Add(sc.SaleStart)
 	} else {
@@ -182,6 +192,7 @@ func runScenario(ctx context.Context, root string, sc *Scenario, f runFlags, std
 			env.Delays = append(env.Delays, d)
 			spec.OriginAddr = d.Addr()
 		}
+		waitQuiet(progress, f.quietPct, f.quietWait)
 		// The sale opens sale_start after the load starts; the load starts
 		// once the edge is up (allow it a few seconds).
 		saleStart = time.Now().Add(-time.Second)
@@ -248,6 +259,17 @@ func runScenario(ctx context.Context, root string, sc *Scenario, f runFlags, std
 
 	rec := newRecorder(start, callNames)
 	gen := newGenerator(sc, addr, users, rec)
+	if sc.Preconnect {
+		t := time.Now()
+		if err := gen.Preconnect(ctx); err != nil {
+			return nil, err
+		}
+		fmt.Fprintf(progress, "bench: %d connections open in %.1fs\n", sc.Connections, time.Since(t).Seconds())
+		if s := time.Now().Add(200 * time.Millisecond); s.After(start) {
+			start = s
+			rec.start = s
+		}
+	}
 	planned := int64(0)
 	if sc.Mode == "open" {
 		planned = NewPacer(sc.Rate, sc.Burst, sc.Duration, sc.Tick).All()
@@ -257,6 +279,12 @@ func runScenario(ctx context.Context, root string, sc *Scenario, f runFlags, std
 	go gen.progress(pctx, progress, start, planned)
 	for _, w := range watches {
 		w.Reset()
+	}
+	var profile chan []byte
+	if env.PprofAddr != "" {
+		profile = make(chan []byte, 1)
+		secs := int(math.Ceil(time.Until(start).Seconds() + sc.Duration.Seconds() + 1))
+		go func() { profile <- fetchProfile(env.PprofAddr, secs) }()
 	}
 	gen.Run(ctx, start)
 	stopProgress()
@@ -316,11 +344,18 @@ func runScenario(ctx context.Context, root string, sc *Scenario, f runFlags, std
 			res.Notes = append(res.Notes, fmt.Sprintf("the edge exited during the run (%v); its log ends: %s", err, env.Edge.Tail()))
 		}
 	}
+	var prof []byte
+	if profile != nil {
+		prof = <-profile
+	}
 	env.Close()
 
 	out := f.out
 	if out == "" {
 		out = filepath.Join(root, "bench", "results", sc.Name+"-"+res.Started.Format("20060102-150405"))
+	}
+	if len(prof) > 0 {
+		res.Profile = saveProfile(out, env.bins["pprofproxy"], prof)
 	}
 	if err := res.write(out); err != nil {
 		return nil, err
@@ -378,4 +413,35 @@ func orDefault(s, d string) string {
 		return d
 	}
 	return s
+}
+
+// fetchProfile takes a CPU profile of the edge over secs seconds.
+func fetchProfile(addr string, secs int) []byte {
+	c := &http.Client{Timeout: time.Duration(secs+30) * time.Second}
+	r, err := c.Get(fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", addr, secs))
+	if err != nil {
+		return nil
+	}
+	defer r.Body.Close()
+	b, _ := io.ReadAll(r.Body)
+	if r.StatusCode != 200 {
+		return nil
+	}
+	return b
+}
+
+// saveProfile writes cpu.pprof and pprof-top.txt (go tool pprof -top) and
+// returns the top lines for the report.
+func saveProfile(dir, bin string, prof []byte) string {
+	os.MkdirAll(dir, 0o755)
+	path := filepath.Join(dir, "cpu.pprof")
+	if err := os.WriteFile(path, prof, 0o644); err != nil {
+		return ""
+	}
+	out, err := exec.Command("go", "tool", "pprof", "-top", "-nodecount=40", bin, path).CombinedOutput()
+	if err != nil {
+		return "go tool pprof: " + err.Error()
+	}
+	os.WriteFile(filepath.Join(dir, "pprof-top.txt"), out, 0o644)
+	return string(out)
 }

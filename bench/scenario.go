@@ -32,6 +32,7 @@ type Scenario struct {
 	Timeout     time.Duration `yaml:"timeout"`     // per request
 	Drain       time.Duration `yaml:"drain"`       // after duration: let journeys in progress finish, at most this long
 	Tick        time.Duration `yaml:"tick"`        // open: pacing granularity (arrivals released per tick)
+	Preconnect  bool          `yaml:"preconnect"`  // open every connection (one status call each, not counted) before the start, as browsers already on the page have
 
 	// The sale.
 	Users     int           `yaml:"users"`      // shopper ids u0000001..; sessions signed lazily

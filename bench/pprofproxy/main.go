@@ -4,8 +4,9 @@
 //	GOMAXPROCS=1 go run ./bench/pprofproxy -c edge.yaml -pprof 127.0.0.1:6060 &
 //	go tool pprof -top 'http://127.0.0.1:6060/debug/pprof/profile?seconds=10'
 //
-// It wires only what serving needs (config, server, listeners, SIGTERM);
-// reloads and the rest of main's behaviour are left to cmd/proxy. It is a
+// It wires only what serving needs (config, server, shopper and admin
+// listeners, SIGTERM); reloads and the rest of main's behaviour are left to
+// cmd/proxy. `bench run -pprof` runs it as the edge. It is a
 // bench tool: never deploy it, the pprof listener has no authentication.
 package main
 
@@ -44,8 +45,16 @@ func main() {
 	if err != nil {
 		log.Fatal(err)
 	}
+	// The admin listener too, as cmd/proxy opens it: bench reconciles and
+	// reads /metrics through it.
+	var adminLn net.Listener
+	if a := doc.Config.Admin.Addr; a != "" {
+		if adminLn, err = net.Listen("tcp", a); err != nil {
+			log.Fatal(err)
+		}
+	}
 	go func() { log.Fatal(http.ListenAndServe(*pprofAddr, nil)) }()
-	go func() { log.Fatal(srv.Serve(ln, nil)) }()
+	go func() { log.Fatal(srv.Serve(ln, adminLn)) }()
 	log.Printf("serving %s, pprof on http://%s/debug/pprof/", ln.Addr(), *pprofAddr)
 
 	sigs := make(chan os.Signal, 1)
