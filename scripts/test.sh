@@ -21,4 +21,10 @@ if ((${#need[@]})); then
 fi
 
 go vet ./...
-go test -count=1 -timeout 12m ./... "$@"
+# Unit and component tests first, packages in parallel. The end-to-end and
+# browser suites put real load on real servers; on a 2-core machine they run
+# after the rest, one package at a time, so that they measure the system and
+# not the other packages competing for the cores.
+heavy='flashgate/e2e|flashgate/browser'
+go test -count=1 -timeout 12m $(go list ./... | grep -Ev "^($heavy)$") "$@"
+go test -count=1 -timeout 12m -p 1 ./e2e/ ./browser/ "$@"
