@@ -7,6 +7,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"math"
 	"net/http"
 	"os"
 	"os/exec"
@@ -40,6 +41,7 @@ type compareFlags struct {
 	redo             int
 	rbClients        int
 	consumer         string
+	pprof            bool
 }
 
 // Goals of issue #5: flashgate / peer, per round, median over rounds.
@@ -92,7 +94,7 @@ func cmdCompare(args []string, stdout, stderr io.Writer) int {
 	fs.IntVar(&f.rounds, "rounds", 3, "rounds, each A then B (alternating)")
 	fs.IntVar(&f.conns, "c", 64, "wrk connections (-c)")
 	fs.IntVar(&f.threads, "t", 1, "wrk threads (-t)")
-	fs.IntVar(&f.attemptConns, "attempt-conns", 256, "connections of bench's closed-loop generator for purchase attempts (both servers)")
+	fs.IntVar(&f.attemptConns, "attempt-conns", 512, "connections of bench's closed-loop generator for purchase attempts (both servers)")
 	fs.IntVar(&f.rbClients, "rb-clients", 50, "redis-benchmark -c")
 	fs.BoolVar(&f.pin, "pin", true, "pin servers under test to CPU 1, load generators and the origin to CPU 0 (Redis, Kafka float)")
 	fs.StringVar(&f.targets, "targets", "soldout,attempts,page,proxy", "which comparisons (soldout, attempts, page, proxy)")
@@ -103,6 +105,7 @@ func cmdCompare(args []string, stdout, stderr io.Writer) int {
 	fs.DurationVar(&f.quietWait, "quiet-wait", 30*time.Second, "...for at most this long")
 	fs.Float64Var(&f.dirtyPct, "dirty-pct", 25, "redo a round when other processes used more than this % of one CPU during it")
 	fs.IntVar(&f.redo, "redo", 1, "redo a dirty round at most this many times")
+	fs.BoolVar(&f.pprof, "pprof", false, "run the edge as bench/pprofproxy and save a CPU profile of its first round of each target (pprof-TARGET.pprof, -top.txt)")
 	fs.StringVar(&f.consumer, "consumer", "separate", `order consumer: "separate" (a second cmd/proxy, off the edge's CPU) or "edge"`)
 	if err := fs.Parse(args); err != nil {
 		return 2
@@ -146,6 +149,9 @@ type comparer struct {
 	sha         string
 	rbRate      float64            // redis-benchmark's last rate, to size its -n
 	attemptRate map[string]float64 // the generator's last rate per server, to size what it prepares
+	out         string             // results directory
+	target      string             // the comparison being measured (profile names)
+	profiled    map[string]bool
 	setup       []string
 }
 
@@ -189,8 +195,13 @@ func runCompare(ctx context.Context, root string, f compareFlags, stdout, stderr
 	env := newEnv(EnvOptions{Root: root, Dir: dir, GoMaxProcs: 1, Pin: f.pin, ServerCPU: 1, LoadCPU: 0, InfraCPU: -1,
 		Kafka: "bench", Consumer: f.consumer, ProxyBin: f.proxyBin, Quiet: stderr})
 	defer env.Close()
-	c := &comparer{f: f, env: env, log: stderr, dir: dir, attemptRate: map[string]float64{}}
+	c := &comparer{f: f, env: env, log: stderr, dir: dir, attemptRate: map[string]float64{}, profiled: map[string]bool{}}
 	res := &CompareResult{Started: time.Now().UTC(), Machine: machineInfo(), GoVersion: runtime.Version(), Commit: gitCommit(root)}
+	c.out = f.out
+	if c.out == "" {
+		c.out = filepath.Join(root, "bench", "results", "compare-"+res.Started.Format("20060102-150405"))
+	}
+	env.opt.Pprof = f.pprof
 
 	// Peers whose packages are missing are skipped with the package named.
 	skip := map[string]string{}
@@ -234,6 +245,7 @@ func runCompare(ctx context.Context, root string, f compareFlags, stdout, stderr
 			return nil
 		}
 		fmt.Fprintf(stderr, "\n-- %s: %s\n", name, t.what)
+		c.target = name
 		if err := fn(cmp); err != nil {
 			return err
 		}
@@ -271,10 +283,7 @@ func runCompare(ctx context.Context, root string, f compareFlags, stdout, stderr
 	env.Close()
 
 	printCompare(stdout, res)
-	out := f.out
-	if out == "" {
-		out = filepath.Join(root, "bench", "results", "compare-"+res.Started.Format("20060102-150405"))
-	}
+	out := c.out
 	if err := os.MkdirAll(out, 0o755); err != nil {
 		return nil, err
 	}
@@ -572,6 +581,43 @@ func procTree(p *Proc) []int {
 	return append([]int{p.Pid()}, childPids(p.Pid())...)
 }
 
+// settle waits (at most 30 s) until the order consumer and Kafka are idle:
+// the backlog of a purchase round is consumed before the next round starts
+// and is counted in the round that made it.
+func (c *comparer) settle() {
+	var pids []int
+	for _, p := range []*Proc{c.env.Orders, c.env.Kafka} {
+		if p != nil {
+			pids = append(pids, p.Pid())
+		}
+	}
+	if c.env.Orders == nil {
+		pids = append(pids, c.env.Edge.Pid()) // the consumer runs in the edge
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for time.Now().Before(deadline) {
+		t0 := sumTicks(pids)
+		time.Sleep(500 * time.Millisecond)
+		if sumTicks(pids)-t0 <= 3 { // <= 6% of a CPU
+			return
+		}
+	}
+}
+
+// procTicks is the CPU ticks of each process bench started, by name.
+func (c *comparer) procTicks() map[string]int64 {
+	out := map[string]int64{}
+	c.env.procs.mu.Lock()
+	list := c.env.procs.list
+	c.env.procs.mu.Unlock()
+	for _, p := range list {
+		if ok, _ := p.Exited(); !ok {
+			out[p.Name] = sumTicks(procTree(p))
+		}
+	}
+	return out
+}
+
 // ourPids are every process bench started (for "other%").
 func (c *comparer) ourPids() []int {
 	var pids []int
@@ -625,20 +671,62 @@ func waitQuiet(log io.Writer, pct int, wait time.Duration) {
 
 // measure runs load (which returns its sample and the load tool's own CPU
 // seconds) with the server's and the machine's CPU counted around it.
+// After the load, the per-process figures wait for the order pipeline to
+// catch up (the consumer's backlog is part of what an attempt costs).
 func (c *comparer) measure(server string, pids func() []int, load func() (Sample, float64, error)) (Sample, error) {
 	c.waitQuiet()
+	rs0, _ := commandStats(c.env.RedisAddr)
 	sp := pids()
 	ours0 := sumTicks(c.ourPids())
+	self0 := cpuTicks(os.Getpid())
+	pt0 := c.procTicks()
 	s0 := sumTicks(sp)
 	mb0, _ := machineTicks()
+	var prof chan []byte
+	if done, ok := c.profiled[c.target]; c.env.PprofAddr != "" && server == "flashgate" && ok && !done {
+		c.profiled[c.target] = true
+		prof = make(chan []byte, 1)
+		go func() { prof <- fetchProfile(c.env.PprofAddr, int(math.Max(1, c.f.duration.Seconds()-0.5))) }()
+	}
 	t0 := time.Now()
 	s, toolCPU, err := load()
+	if prof != nil {
+		if p := <-prof; len(p) > 0 {
+			top := saveProfileAs(c.out, c.env.bins["pprofproxy"], "pprof-"+c.target, p)
+			c.logf("   (edge CPU profile of this round: %s/pprof-%s.pprof, -top.txt)", c.out, c.target)
+			_ = top
+		}
+	}
 	el := time.Since(t0).Seconds()
 	mb1, _ := machineTicks()
 	s1 := sumTicks(sp)
 	ours1 := sumTicks(c.ourPids())
+	self1 := cpuTicks(os.Getpid())
 	if err != nil {
 		return s, err
+	}
+	c.settle()
+	pt1 := c.procTicks()
+	if rs1, err := commandStats(c.env.RedisAddr); err == nil && s.Requests > 0 {
+		s.RedisPerReq = map[string]float64{}
+		for k, v := range statsDelta(rs0, rs1) {
+			if k != "info" {
+				s.RedisPerReq[k] = float64(v.Calls) / float64(s.Requests)
+			}
+		}
+	}
+	if s.Requests > 0 {
+		s.PerProc = map[string]float64{}
+		for name, t := range pt1 {
+			if d := t - pt0[name]; d > 0 {
+				s.PerProc[name] = 1e6 * float64(d) / clkTck / float64(s.Requests)
+			}
+		}
+	}
+	if s.Requests > 0 {
+		// Everything bench started but its own generator: the server,
+		// Redis, Kafka, the order consumer, the origin.
+		s.SysPerReq = 1e6 * float64((ours1-ours0)-(self1-self0)) / clkTck / float64(s.Requests)
 	}
 	s.Server = server
 	srv := float64(s1-s0) / clkTck
@@ -677,6 +765,12 @@ func (c *comparer) wrkPair(cmp *Comparison, path, script, peerAddr string, peerP
 func (c *comparer) wrkPairAt(cmp *Comparison, path, script string, expect int, aAddr, bAddr string, bPids func() []int) error {
 	for _, addr := range []string{aAddr, bAddr} {
 		runWrk(c.env.cpu(0), c.f.threads, c.f.conns, c.f.warmup, script, "http://"+addr+path)
+	}
+	if c.env.PprofAddr != "" {
+		// A profile in a round of its own, not counted: profiling costs
+		// the edge a few per cent.
+		c.profiled[c.target] = false
+		c.measure(cmp.A, c.edgePids, c.wrkSample("http://"+aAddr+path, script, expect))
 	}
 	printRoundHeader(c.log)
 	for r := 1; r <= c.f.rounds; r++ {
@@ -733,11 +827,16 @@ func (c *comparer) attempts(ctx context.Context, skip map[string]string, done fu
 	cr := &Comparison{Name: tr.name, What: tr.what, A: tr.a, B: tr.b, Goal: tr.goal, Skipped: skip[tr.name]}
 	co := &Comparison{Name: to.name, What: to.what, A: to.a, B: to.b, Goal: to.goal, Skipped: skip[to.name]}
 	done(cr, co)
+	c.target = "attempts"
 	fmt.Fprintf(c.log, "\n-- attempts: every request a fresh shopper and token, stock to spare: every attempt deducts (bench closed loop, %d connections; redis-benchmark -c %d)\n",
 		c.f.attemptConns, c.f.rbClients)
 	gen := func(addr, product string, d time.Duration) func() (Sample, float64, error) {
-		n := int(1.5 * c.attemptRate[addr] * d.Seconds())
-		reqs := c.prepare(product, min(max(n, 20000), 800000))
+		// Enough for the fastest rate seen so far (or 30k/s), capped.
+		rate := 30000.0
+		for _, r := range c.attemptRate {
+			rate = max(rate, r)
+		}
+		reqs := c.prepare(product, min(int(1.5*rate*d.Seconds()), 1_000_000))
 		return func() (Sample, float64, error) {
 			self0 := cpuTicks(os.Getpid())
 			s := c.attemptLoad(ctx, addr, product, reqs, d)
@@ -749,32 +848,54 @@ func (c *comparer) attempts(ctx context.Context, skip map[string]string, done fu
 	if c.or != nil {
 		gen(c.orAddr, "or", c.f.warmup)()
 	}
+	if c.env.PprofAddr != "" {
+		// A profile in a round of its own, not counted: profiling costs
+		// the edge a few per cent.
+		c.profiled[c.target] = false
+		c.measure("flashgate", c.edgePids, gen(c.env.EdgeAddr, "pa", c.f.duration))
+	}
 	printRoundHeader(c.log)
 	for r := 1; r <= c.f.rounds; r++ {
-		a, err := c.measure("flashgate", c.edgePids, gen(c.env.EdgeAddr, "pa", c.f.duration))
-		if err != nil {
-			return err
-		}
-		printRound(c.log, r, a, Sample{})
-		if co.Skipped == "" {
-			b, err := c.measure("openresty", c.orPids, gen(c.orAddr, "or", c.f.duration))
-			if err != nil {
+		var a, b, rb Sample
+		for attempt := 0; attempt <= c.f.redo; attempt++ {
+			var err error
+			if a, err = c.measure("flashgate", c.edgePids, gen(c.env.EdgeAddr, "pa", c.f.duration)); err != nil {
 				return err
 			}
-			printRound(c.log, r, b, Sample{})
+			printRound(c.log, r, a, Sample{})
+			printPerProc(c.log, a)
+			dirty := a.OtherPct > c.f.dirtyPct
+			if co.Skipped == "" {
+				if b, err = c.measure("openresty", c.orPids, gen(c.orAddr, "or", c.f.duration)); err != nil {
+					return err
+				}
+				printRound(c.log, r, b, Sample{})
+				printPerProc(c.log, b)
+				dirty = dirty || b.OtherPct > c.f.dirtyPct
+			}
+			if cr.Skipped == "" {
+				if rb, err = c.measure("redis-benchmark", func() []int { return []int{c.env.Redis.Pid()} }, c.redisBenchmark); err != nil {
+					return err
+				}
+				printRound(c.log, r, rb, Sample{})
+				dirty = dirty || rb.OtherPct > c.f.dirtyPct
+			}
+			c.trimPeerKeys()
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			if !dirty {
+				break
+			}
+			if attempt < c.f.redo {
+				c.logf("   (other load above %.0f%% of a CPU: round redone)", c.f.dirtyPct)
+			}
+		}
+		if co.Skipped == "" {
 			co.Rounds = append(co.Rounds, [2]Sample{a, b})
 		}
 		if cr.Skipped == "" {
-			b, err := c.measure("redis-benchmark", func() []int { return []int{c.env.Redis.Pid()} }, c.redisBenchmark)
-			if err != nil {
-				return err
-			}
-			printRound(c.log, r, b, Sample{})
-			cr.Rounds = append(cr.Rounds, [2]Sample{a, b})
-		}
-		c.trimPeerKeys()
-		if ctx.Err() != nil {
-			return ctx.Err()
+			cr.Rounds = append(cr.Rounds, [2]Sample{a, rb})
 		}
 	}
 	for _, cmp := range []*Comparison{cr, co} {
@@ -902,7 +1023,10 @@ func (c *comparer) attemptLoad(ctx context.Context, addr, product string, reqs [
 	s.P50, s.P99 = float64(hist.ValueAtQuantile(50))/1000, float64(hist.ValueAtQuantile(99))/1000
 	s.Errors = s.Requests - codes["OK"] // every attempt should deduct
 	if x := extra.Load(); x > 0 {
-		s.Note = fmt.Sprintf("%d requests signed during the measurement (prepared %d)", x, len(reqs))
+		s.Note = fmt.Sprintf("%d requests signed during the measurement (prepared %d); ", x, len(reqs))
+	}
+	if s.Errors > 0 {
+		s.Note += "answers: " + codesString(codes)
 	}
 	c.attemptRate[addr] = s.RPS
 	return s
@@ -927,6 +1051,12 @@ func (c *comparer) redisBenchmark() (Sample, float64, error) {
 	if cpu := c.env.cpu(0); cpu >= 0 {
 		args = append([]string{"-c", strconv.Itoa(cpu), bin}, args...)
 		bin = "taskset"
+	}
+	if c.f.pin {
+		// Redis's ceiling: a CPU of its own (the servers' CPU, idle now),
+		// redis-benchmark on the other one. It floats again afterwards.
+		setAffinity(c.env.Redis.Pid(), 1)
+		defer setAffinity(c.env.Redis.Pid(), -1)
 	}
 	cmd := exec.Command(bin, args...)
 	out, err := cmd.CombinedOutput()
@@ -972,7 +1102,7 @@ func median(v []float64) float64 {
 }
 
 func printRoundHeader(w io.Writer) {
-	fmt.Fprintf(w, "%-6s %-16s %12s %9s %9s %7s %9s %7s %7s  %s\n", "round", "server", "requests/s", "p50 ms", "p99 ms", "cpu%", "cpu-us/r", "other%", "errors", "note")
+	fmt.Fprintf(w, "%-6s %-16s %12s %9s %9s %7s %9s %9s %7s %7s  %s\n", "round", "server", "requests/s", "p50 ms", "p99 ms", "cpu%", "cpu-us/r", "sys-us/r", "other%", "errors", "note")
 }
 
 func printRound(w io.Writer, r int, a, b Sample) {
@@ -984,7 +1114,7 @@ func printRound(w io.Writer, r int, a, b Sample) {
 		if r == 0 {
 			rs = "-"
 		}
-		fmt.Fprintf(w, "%-6s %-16s %12.0f %9.3f %9.3f %7.1f %9.2f %7.1f %7d  %s\n", rs, s.Server, s.RPS, s.P50, s.P99, s.CPUPct, s.CPUPerReq, s.OtherPct, s.Errors, s.Note)
+		fmt.Fprintf(w, "%-6s %-16s %12.0f %9.3f %9.3f %7.1f %9.2f %9.2f %7.1f %7d  %s\n", rs, s.Server, s.RPS, s.P50, s.P99, s.CPUPct, s.CPUPerReq, s.SysPerReq, s.OtherPct, s.Errors, s.Note)
 	}
 }
 
@@ -1049,4 +1179,45 @@ func compareResultLine(res *CompareResult) string {
 	rc := res.Reconcile
 	return fmt.Sprintf("RESULT scenario=compare rps=%.0f p50_ms=%.3f p99_ms=%.3f p999_ms=NA errors=%d oversold=%d lost=%d duplicated=%d",
 		s.RPS, s.P50, s.P99, s.Errors, rc.Oversold, rc.Lost, rc.Duplicated)
+}
+
+func codesString(m map[string]int64) string {
+	var parts []string
+	for _, k := range sortedKeys(m) {
+		parts = append(parts, fmt.Sprintf("%s %d", k, m[k]))
+	}
+	return strings.Join(parts, ", ")
+}
+
+// printPerProc shows where the CPU of one request went, per process.
+func printPerProc(w io.Writer, s Sample) {
+	if len(s.PerProc) == 0 {
+		return
+	}
+	names := make([]string, 0, len(s.PerProc))
+	for k := range s.PerProc {
+		names = append(names, k)
+	}
+	sort.Slice(names, func(i, j int) bool { return s.PerProc[names[i]] > s.PerProc[names[j]] })
+	var parts []string
+	for _, n := range names {
+		if s.PerProc[n] >= 0.05 {
+			parts = append(parts, fmt.Sprintf("%s %.1f", n, s.PerProc[n]))
+		}
+	}
+	fmt.Fprintf(w, "       CPU µs per request by process: %s\n", strings.Join(parts, ", "))
+	if len(s.RedisPerReq) > 0 {
+		names = names[:0]
+		for k := range s.RedisPerReq {
+			names = append(names, k)
+		}
+		sort.Slice(names, func(i, j int) bool { return s.RedisPerReq[names[i]] > s.RedisPerReq[names[j]] })
+		parts = parts[:0]
+		for _, n := range names {
+			if s.RedisPerReq[n] >= 0.005 {
+				parts = append(parts, fmt.Sprintf("%s %.3f", n, s.RedisPerReq[n]))
+			}
+		}
+		fmt.Fprintf(w, "       Redis commands per request (calls inside scripts included): %s\n", strings.Join(parts, ", "))
+	}
 }

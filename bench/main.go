@@ -18,6 +18,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
@@ -129,6 +130,29 @@ func pinSelf(cpu int) error {
 		}
 		if err := unix.SchedSetaffinity(tid, &set); err != nil {
 			return err
+		}
+	}
+	return nil
+}
+
+// setAffinity pins every thread of pid to cpu, or lets it float on every
+// CPU (cpu < 0).
+func setAffinity(pid, cpu int) error {
+	var set unix.CPUSet
+	if cpu >= 0 {
+		set.Set(cpu)
+	} else {
+		for i := range runtime.NumCPU() {
+			set.Set(i)
+		}
+	}
+	tasks, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
+	if err != nil {
+		return err
+	}
+	for _, t := range tasks {
+		if tid, err := strconv.Atoi(t.Name()); err == nil {
+			unix.SchedSetaffinity(tid, &set)
 		}
 	}
 	return nil

@@ -433,8 +433,12 @@ func fetchProfile(addr string, secs int) []byte {
 // saveProfile writes cpu.pprof and pprof-top.txt (go tool pprof -top) and
 // returns the top lines for the report.
 func saveProfile(dir, bin string, prof []byte) string {
+	return saveProfileAs(dir, bin, "cpu", prof)
+}
+
+func saveProfileAs(dir, bin, name string, prof []byte) string {
 	os.MkdirAll(dir, 0o755)
-	path := filepath.Join(dir, "cpu.pprof")
+	path := filepath.Join(dir, name+".pprof")
 	if err := os.WriteFile(path, prof, 0o644); err != nil {
 		return ""
 	}
@@ -442,6 +446,10 @@ func saveProfile(dir, bin string, prof []byte) string {
 	if err != nil {
 		return "go tool pprof: " + err.Error()
 	}
-	os.WriteFile(filepath.Join(dir, "pprof-top.txt"), out, 0o644)
+	top := "pprof-top.txt"
+	if name != "cpu" {
+		top = name + "-top.txt"
+	}
+	os.WriteFile(filepath.Join(dir, top), out, 0o644)
 	return string(out)
 }
