@@ -49,6 +49,11 @@ func startDelayProxy(name, target string, f Fault) (*DelayProxy, error) {
 func (d *DelayProxy) Addr() string { return d.ln.Addr().String() }
 
 func (d *DelayProxy) Close() {
+	select {
+	case <-d.stop:
+		return
+	default:
+	}
 	close(d.stop)
 	d.ln.Close()
 	d.mu.Lock()

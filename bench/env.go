@@ -5,11 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"sort"
 	"strconv"
 	"strings"
 	"time"
@@ -73,14 +75,16 @@ func newEnv(opt EnvOptions) *Env {
 	return &Env{opt: opt, procs: newProcs(opt.Dir), bins: map[string]string{}}
 }
 
-// Close stops everything, last started first.
+// Close stops everything, last started first. It may be called again.
 func (e *Env) Close() {
 	e.procs.StopAll()
 	for _, d := range e.Delays {
 		d.Close()
 	}
+	e.Delays = nil
 	if e.ch != nil {
 		e.ch.Close()
+		e.ch = nil
 	}
 }
 
@@ -393,7 +397,7 @@ func (e *Env) StartEdge(ctx context.Context, firstProduct string) error {
 		if e.PprofAddr, err = freeAddr(); err != nil {
 			return err
 		}
-		bin, args = e.bins["pprofproxy"], append(args, "-pprof", e.PprofAddr)
+		bin, args = e.bins["pprofproxy"], append(args, "-pprof", e.PprofAddr, "-block-rate", "100000")
 	}
 	e.Edge, err = e.procs.Start("edge", e.cpu(e.opt.ServerCPU), env, bin, args...)
 	if err != nil {
@@ -490,7 +494,7 @@ func edgeMetrics(admin string) map[string]float64 {
 		if strings.HasPrefix(line, "#") {
 			continue
 		}
-		for _, want := range []string{"flashgate_redis_script_calls_total", "flashgate_sale_attempts_total", "flashgate_orders_"} {
+		for _, want := range []string{"flashgate_redis_script_calls_total", "flashgate_sale_attempts_total", "flashgate_orders_", "flashgate_http_request_duration_seconds_bucket", "flashgate_http_request_duration_seconds_count"} {
 			if strings.HasPrefix(line, want) {
 				k, v, ok := strings.Cut(line, " ")
 				if !ok {
@@ -519,4 +523,58 @@ func probe(addr string) error {
 	}
 	r.Body.Close()
 	return nil
+}
+
+// RouteLatency is the edge's own view of a route during the load: time
+// from request read to response written (its histogram, so quantiles are
+// bucket bounds). The difference to bench's figures is time spent before
+// the edge read the request (queues, the scheduler) and on the wire.
+type RouteLatency struct {
+	Route string  `json:"route"`
+	Count int64   `json:"count"`
+	P50   float64 `json:"p50_le_ms"`
+	P99   float64 `json:"p99_le_ms"`
+	P999  float64 `json:"p999_le_ms"`
+}
+
+var bucketLine = regexp.MustCompile(`^flashgate_http_request_duration_seconds_bucket\{route="([^"]+)",le="([^"]+)"\}$`)
+
+// serverLatency turns the delta of the edge's latency histograms into
+// per-route quantile bounds.
+func serverLatency(delta map[string]float64) []RouteLatency {
+	type bucket struct{ le, cum float64 }
+	routes := map[string][]bucket{}
+	for k, v := range delta {
+		m := bucketLine.FindStringSubmatch(k)
+		if m == nil {
+			continue
+		}
+		le := math.Inf(1)
+		if m[2] != "+Inf" {
+			le, _ = strconv.ParseFloat(m[2], 64)
+		}
+		routes[m[1]] = append(routes[m[1]], bucket{le, v})
+	}
+	var out []RouteLatency
+	for r, bs := range routes {
+		sort.Slice(bs, func(i, j int) bool { return bs[i].le < bs[j].le })
+		total := bs[len(bs)-1].cum
+		if total <= 0 {
+			continue
+		}
+		q := func(p float64) float64 {
+			for _, b := range bs {
+				if b.cum >= p*total {
+					if math.IsInf(b.le, 1) {
+						return -1 // beyond the largest bucket
+					}
+					return b.le * 1000
+				}
+			}
+			return -1
+		}
+		out = append(out, RouteLatency{Route: r, Count: int64(total), P50: q(0.5), P99: q(0.99), P999: q(0.999)})
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Route < out[j].Route })
+	return out
 }

@@ -29,7 +29,18 @@ import (
 )
 
 func main() {
+	raiseFileLimit()
 	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+// raiseFileLimit lifts the soft limit on open files to the hard one: a
+// burst holds a connection per shopper (the children inherit it).
+func raiseFileLimit() {
+	var l unix.Rlimit
+	if unix.Getrlimit(unix.RLIMIT_NOFILE, &l) == nil && l.Cur < l.Max {
+		l.Cur = l.Max
+		unix.Setrlimit(unix.RLIMIT_NOFILE, &l)
+	}
 }
 
 func usage(w io.Writer) {

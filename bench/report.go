@@ -47,6 +47,7 @@ type Result struct {
 	Reconcile      Reconciled         `json:"reconcile"`
 	Notes          []string           `json:"notes,omitempty"`
 	Profile        string             `json:"pprof_top,omitempty"`
+	ServerLatency  []RouteLatency     `json:"server_latency,omitempty"`
 	ResultLine     string             `json:"result_line"`
 	OutDir         string             `json:"-"`
 }
@@ -167,6 +168,10 @@ func printReport(w io.Writer, r *Result) {
 			parts = append(parts, fmt.Sprintf("%s %d (%.1fµs)", k, c.Calls, c.PerUs))
 		}
 		fmt.Fprintf(w, "  redis commands: %s\n", strings.Join(parts, ", "))
+	}
+	for _, l := range r.ServerLatency {
+		fmt.Fprintf(w, "  edge's own latency (read to written, its histogram) route %-7s %d requests, p50 <= %s ms, p99 <= %s ms, p99.9 <= %s ms\n",
+			l.Route, l.Count, fmtNum(l.P50), fmtNum(l.P99), fmtNum(l.P999))
 	}
 	if calls, att := r.EdgeMetrics[`flashgate_redis_script_calls_total{what="calls"}`], r.EdgeMetrics[`flashgate_redis_script_calls_total{what="attempts"}`]; calls > 0 {
 		fmt.Fprintf(w, "  deduction script: %.0f calls for %.0f attempts (group commit: %.2f attempts per call)\n", calls, att, att/calls)
@@ -458,6 +463,9 @@ edge GOMAXPROCS={{.R.EdgeGoMaxProcs}} · pinned={{.R.Pinned}} · kafka={{.R.Kafk
 <table><tr><th>process</th><th>CPU % of one CPU</th><th>CPU s</th><th>RSS MB</th><th>peak RSS MB</th></tr>
 {{range .R.Processes}}<tr><td>{{.Name}}</td><td>{{f2 .CPUPct}}</td><td>{{f2 .CPUSeconds}}</td><td>{{f0 .RSSMB}}</td><td>{{f0 .PeakRSSMB}}</td></tr>{{end}}
 <tr><td>machine (everything)</td><td>{{f2 .R.MachineBusyPct}}</td><td colspan="3"></td></tr></table>
+{{if .R.ServerLatency}}<h3>The edge's own latency (request read to response written; bucket bounds)</h3>
+<table><tr><th>route</th><th>requests</th><th>p50 ≤ ms</th><th>p99 ≤ ms</th><th>p99.9 ≤ ms</th></tr>
+{{range .R.ServerLatency}}<tr><td>{{.Route}}</td><td>{{.Count}}</td><td>{{f2 .P50}}</td><td>{{f2 .P99}}</td><td>{{f2 .P999}}</td></tr>{{end}}</table>{{end}}
 {{if .R.RedisCommands}}<h3>Redis commands during the load (INFO commandstats delta)</h3>
 <table><tr><th>command</th><th>calls</th><th>µs per call</th><th>total ms</th></tr>
 {{range .Cmds}}<tr><td>{{.Name}}</td><td>{{.Calls}}</td><td>{{f2 .PerUs}}</td><td>{{f0 .Ms}}</td></tr>{{end}}</table>{{end}}

@@ -235,6 +235,19 @@ func runScenario(ctx context.Context, root string, sc *Scenario, f runFlags, std
 		}
 	}
 
+	rec := newRecorder(start, callNames)
+	gen := newGenerator(sc, addr, users, rec)
+	if sc.Preconnect {
+		t := time.Now()
+		if err := gen.Preconnect(ctx); err != nil {
+			return nil, err
+		}
+		fmt.Fprintf(progress, "bench: %d connections open in %.1fs\n", sc.Connections, time.Since(t).Seconds())
+		if s := time.Now().Add(200 * time.Millisecond); s.After(start) {
+			start = s
+			rec.start = s
+		}
+	}
 	// Snapshots before the load.
 	var watches []*ProcWatch
 	if env.Edge != nil {
@@ -257,19 +270,6 @@ func runScenario(ctx context.Context, root string, sc *Scenario, f runFlags, std
 	}
 	mb0, mt0 := machineTicks()
 
-	rec := newRecorder(start, callNames)
-	gen := newGenerator(sc, addr, users, rec)
-	if sc.Preconnect {
-		t := time.Now()
-		if err := gen.Preconnect(ctx); err != nil {
-			return nil, err
-		}
-		fmt.Fprintf(progress, "bench: %d connections open in %.1fs\n", sc.Connections, time.Since(t).Seconds())
-		if s := time.Now().Add(200 * time.Millisecond); s.After(start) {
-			start = s
-			rec.start = s
-		}
-	}
 	planned := int64(0)
 	if sc.Mode == "open" {
 		planned = NewPacer(sc.Rate, sc.Burst, sc.Duration, sc.Tick).All()
@@ -312,6 +312,12 @@ func runScenario(ctx context.Context, root string, sc *Scenario, f runFlags, std
 		for k, v := range after {
 			res.EdgeMetrics[k] = v - metricsBefore[k]
 		}
+		res.ServerLatency = serverLatency(res.EdgeMetrics)
+		for k := range res.EdgeMetrics {
+			if strings.HasPrefix(k, "flashgate_http_request_duration_seconds") {
+				delete(res.EdgeMetrics, k)
+			}
+		}
 	}
 	for _, d := range env.Delays {
 		res.Faults = append(res.Faults, FaultStat{Name: d.Name, Connections: d.conns.Load(), Chunks: d.chunks.Load(), Stalls: d.stalls.Load()})
@@ -344,9 +350,10 @@ func runScenario(ctx context.Context, root string, sc *Scenario, f runFlags, std
 			res.Notes = append(res.Notes, fmt.Sprintf("the edge exited during the run (%v); its log ends: %s", err, env.Edge.Tail()))
 		}
 	}
-	var prof []byte
+	var prof, block []byte
 	if profile != nil {
 		prof = <-profile
+		block = fetchURL(fmt.Sprintf("http://%s/debug/pprof/block", env.PprofAddr))
 	}
 	env.Close()
 
@@ -356,6 +363,9 @@ func runScenario(ctx context.Context, root string, sc *Scenario, f runFlags, std
 	}
 	if len(prof) > 0 {
 		res.Profile = saveProfile(out, env.bins["pprofproxy"], prof)
+	}
+	if len(block) > 0 {
+		saveProfileAs(out, env.bins["pprofproxy"], "block", block)
 	}
 	if err := res.write(out); err != nil {
 		return nil, err
@@ -417,8 +427,14 @@ func orDefault(s, d string) string {
 
 // fetchProfile takes a CPU profile of the edge over secs seconds.
 func fetchProfile(addr string, secs int) []byte {
-	c := &http.Client{Timeout: time.Duration(secs+30) * time.Second}
-	r, err := c.Get(fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", addr, secs))
+	return fetchURLTimeout(fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", addr, secs), time.Duration(secs+30)*time.Second)
+}
+
+func fetchURL(url string) []byte { return fetchURLTimeout(url, 30*time.Second) }
+
+func fetchURLTimeout(url string, timeout time.Duration) []byte {
+	c := &http.Client{Timeout: timeout}
+	r, err := c.Get(url)
 	if err != nil {
 		return nil
 	}

@@ -20,6 +20,7 @@ import (
 	_ "net/http/pprof"
 	"os"
 	"os/signal"
+	"runtime"
 	"syscall"
 	"time"
 
@@ -30,7 +31,11 @@ import (
 func main() {
 	cfgPath := flag.String("c", "conf/edge.yaml", "config file")
 	pprofAddr := flag.String("pprof", "127.0.0.1:6060", "pprof listen address (loopback only)")
+	blockRate := flag.Int("block-rate", 0, "runtime.SetBlockProfileRate (ns; 0: off): where goroutines wait, in /debug/pprof/block")
 	flag.Parse()
+	if *blockRate > 0 {
+		runtime.SetBlockProfileRate(*blockRate)
+	}
 
 	doc, err := conf.LoadFile(*cfgPath)
 	if err != nil {
