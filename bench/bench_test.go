@@ -381,3 +381,23 @@ func TestDelayProxy(t *testing.T) {
 		t.Errorf("stalled round trip %v, want >= 150ms", el)
 	}
 }
+
+func TestComparisonMedianLeavesDirtyRoundsOut(t *testing.T) {
+	r := func(a, b float64) [2]Sample { return [2]Sample{{RPS: a, CPUPerReq: 1}, {RPS: b, CPUPerReq: 2}} }
+	cmp := &Comparison{Goal: 0.9, Rounds: [][2]Sample{r(90, 100), r(300, 100), r(95, 100)}, Dirty: []bool{false, true, false}}
+	cmp.finish()
+	if cmp.Median != 0.925 || !cmp.Met || cmp.CPUMedian != 0.5 || len(cmp.Ratios) != 3 {
+		t.Errorf("%+v", cmp)
+	}
+	if got := cmp.medianRPS(0); got != 92.5 {
+		t.Error(got)
+	}
+	all := &Comparison{Goal: 1, Rounds: [][2]Sample{r(50, 100)}, Dirty: []bool{true}}
+	all.finish()
+	if all.Median != 0.5 || all.Met {
+		t.Errorf("%+v", all)
+	}
+	if median([]float64{3, 1, 2}) != 2 || median(nil) != 0 {
+		t.Error("median")
+	}
+}
