@@ -303,8 +303,12 @@ func rewriteHeaders(out *fasthttp.Request, ctx *fasthttp.RequestCtx, clientIP ne
 	}
 	mark := len(buf)
 	buf = real.Unmap().AppendTo(buf)
+	// Set replaces only the first copy: a client sending the header twice
+	// would get its second copy through to the origin. Delete every copy.
+	out.Header.Del(headerXRealIP)
 	out.Header.SetBytesV(headerXRealIP, buf[mark:])
 
+	out.Header.Del(headerXForwardedProto)
 	if ctx.IsTLS() {
 		out.Header.Set(headerXForwardedProto, "https")
 	} else {

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"fmt"
 	"net"
+	"net/netip"
 	"strings"
 	"testing"
 
@@ -372,5 +373,27 @@ func BenchmarkScanRaw(b *testing.B) {
 		"Sec-Fetch-Dest: document\r\nSec-Fetch-Mode: navigate\r\nPriority: u=0, i\r\n\r\n").Header.RawHeaders()
 	for b.Loop() {
 		scanRaw(raw)
+	}
+}
+
+// A client cannot smuggle a second X-Real-IP or X-Forwarded-Proto past the
+// edge: the origin sees exactly the edge's own values.
+func TestSpoofedDuplicateForwardingHeadersDropped(t *testing.T) {
+	var req fasthttp.Request
+	req.Header.SetMethod("GET")
+	req.SetRequestURI("/x")
+	req.Header.Add("X-Real-IP", "1.1.1.1")
+	req.Header.Add("X-Real-IP", "7.7.7.7")
+	req.Header.Add("X-Forwarded-Proto", "https")
+	req.Header.Add("X-Forwarded-Proto", "gopher")
+	var ctx fasthttp.RequestCtx
+	ctx.Init(&req, &net.TCPAddr{IP: net.IPv4(10, 0, 0, 9), Port: 1234}, nil)
+	var out fasthttp.Request
+	prepare(&out, &ctx, netip.MustParseAddr("203.0.113.7"), nil)
+	if got := out.Header.PeekAll("X-Real-IP"); len(got) != 1 || string(got[0]) != "203.0.113.7" {
+		t.Fatalf("X-Real-IP = %q", got)
+	}
+	if got := out.Header.PeekAll("X-Forwarded-Proto"); len(got) != 1 || string(got[0]) != "http" {
+		t.Fatalf("X-Forwarded-Proto = %q", got)
 	}
 }
