@@ -36,6 +36,7 @@ type compareFlags struct {
 	out              string
 	keep             bool
 	proxyBin         string
+	proxyRev         string
 	quietPct         int
 	quietWait        time.Duration
 	dirtyPct         float64
@@ -103,6 +104,7 @@ func cmdCompare(args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&f.targets, "targets", "soldout,page,proxy,attempts", "which comparisons (soldout, page, proxy, attempts)")
 	fs.StringVar(&f.out, "out", "", "directory for compare.json (default bench/results/compare-TIME)")
 	fs.BoolVar(&f.keep, "keep", false, "keep the run directory (configs, logs)")
+	fs.StringVar(&f.proxyRev, "proxy-rev", "", "build cmd/proxy from this git revision (e.g. HEAD) instead of the working tree")
 	fs.StringVar(&f.proxyBin, "proxy-bin", "", "a prebuilt cmd/proxy binary instead of building the working tree")
 	fs.IntVar(&f.quietPct, "quiet-pct", 10, "before each measurement wait until the machine is at most this % busy...")
 	fs.DurationVar(&f.quietWait, "quiet-wait", 30*time.Second, "...for at most this long")
@@ -197,10 +199,10 @@ func runCompare(ctx context.Context, root string, f compareFlags, stdout, stderr
 		defer os.RemoveAll(dir)
 	}
 	env := newEnv(EnvOptions{Root: root, Dir: dir, GoMaxProcs: 1, Pin: f.pin, ServerCPU: 1, LoadCPU: 0, InfraCPU: -1,
-		Kafka: "bench", Consumer: f.consumer, ProxyBin: f.proxyBin, Quiet: stderr})
+		Kafka: "bench", Consumer: f.consumer, ProxyBin: f.proxyBin, ProxyRev: f.proxyRev, Quiet: stderr})
 	defer env.Close()
 	c := &comparer{f: f, env: env, log: stderr, dir: dir, attemptRate: map[string]float64{}, profiled: map[string]bool{}}
-	res := &CompareResult{Started: time.Now().UTC(), Machine: machineInfo(), GoVersion: runtime.Version(), Commit: gitCommit(root)}
+	res := &CompareResult{Started: time.Now().UTC(), Machine: machineInfo(), GoVersion: runtime.Version(), Commit: proxyCommit(root, f.proxyRev)}
 	c.out = f.out
 	if c.out == "" {
 		c.out = filepath.Join(root, "bench", "results", "compare-"+res.Started.Format("20060102-150405"))
@@ -610,12 +612,16 @@ func (c *comparer) settle() {
 	if c.env.Orders == nil {
 		pids = append(pids, c.env.Edge.Pid()) // the consumer runs in the edge
 	}
-	deadline := time.Now().Add(30 * time.Second)
-	for time.Now().Before(deadline) {
+	deadline := time.Now().Add(60 * time.Second)
+	quiet := 0
+	for time.Now().Before(deadline) && quiet < 2 {
 		t0 := sumTicks(pids)
 		time.Sleep(500 * time.Millisecond)
-		if sumTicks(pids)-t0 <= 3 { // <= 6% of a CPU
-			return
+		lag, ok := edgeMetrics(c.env.OrdersAdmin)["flashgate_orders_consumer_lag"]
+		if sumTicks(pids)-t0 <= 3 && (!ok || lag <= 0) { // <= 6% of a CPU and nothing left to store
+			quiet++
+		} else {
+			quiet = 0
 		}
 	}
 }

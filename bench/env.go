@@ -36,6 +36,7 @@ type EnvOptions struct {
 	Kafka      string // "bench": a kfake process bench starts; "edge": embedded in the edge
 	ClickHouse bool   // a clickhouse-server as the order store (else the edge's embedded one)
 	ProxyBin   string // a prebuilt cmd/proxy; "" builds one
+	ProxyRev   string // build cmd/proxy from this git revision (git archive), not the working tree
 	Pprof      bool   // run bench/pprofproxy as the edge, with a pprof listener at PprofAddr
 	Quiet      io.Writer
 }
@@ -99,6 +100,14 @@ func (e *Env) build(pkgs ...string) error {
 			e.bins[name] = e.opt.ProxyBin
 			continue
 		}
+		if name == "proxy" && e.opt.ProxyRev != "" {
+			if _, ok := e.bins[name]; !ok {
+				if err := e.buildRev(e.opt.ProxyRev); err != nil {
+					return err
+				}
+			}
+			continue
+		}
 		if _, ok := e.bins[name]; !ok {
 			todo = append(todo, p)
 			e.bins[name] = filepath.Join(e.opt.Dir, "bin", name)
@@ -116,6 +125,28 @@ func (e *Env) build(pkgs ...string) error {
 		return fmt.Errorf("go build %s: %v\n%s", strings.Join(todo, " "), err, out)
 	}
 	e.logf("built %s in %.1fs", strings.Join(todo, " "), time.Since(t0).Seconds())
+	return nil
+}
+
+// buildRev builds cmd/proxy from a git revision: others may be half-way
+// through edits in the working tree.
+func (e *Env) buildRev(rev string) error {
+	src := filepath.Join(e.opt.Dir, "src")
+	if err := os.MkdirAll(src, 0o755); err != nil {
+		return err
+	}
+	cmd := exec.Command("sh", "-c", `git -C "$1" archive "$2" | tar -x -C "$3"`, "sh", e.opt.Root, rev, src)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("git archive %s: %v: %s", rev, err, out)
+	}
+	bin := filepath.Join(e.opt.Dir, "bin", "proxy")
+	cmd = exec.Command("go", "build", "-o", bin, "./cmd/proxy")
+	cmd.Dir = src
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("go build ./cmd/proxy at %s: %v\n%s", rev, err, out)
+	}
+	e.bins["proxy"] = bin
+	e.logf("built ./cmd/proxy from %s", rev)
 	return nil
 }
 

@@ -240,6 +240,21 @@ func machineInfo() string {
 	return fmt.Sprintf("%d CPUs %s (%s)", runtime.NumCPU(), model, kernel)
 }
 
+// proxyCommit names what the edge was built from: a revision, or the
+// working tree's HEAD (+dirty when it has uncommitted changes).
+func proxyCommit(root, rev string) string {
+	if rev == "" {
+		return gitCommit(root)
+	}
+	cmd := exec.Command("git", "rev-parse", "--short", rev)
+	cmd.Dir = root
+	out, err := cmd.Output()
+	if err != nil {
+		return rev
+	}
+	return strings.TrimSpace(string(out))
+}
+
 func gitCommit(root string) string {
 	cmd := exec.Command("git", "rev-parse", "--short", "HEAD")
 	cmd.Dir = root

@@ -34,6 +34,7 @@ type runFlags struct {
 	target     string
 	admin      string
 	proxyBin   string
+	proxyRev   string
 	keep       bool
 	quiet      bool
 	pprof      bool
@@ -56,6 +57,7 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&f.target, "target", "", "load an edge that is already running (host:port) instead of starting one; the scenario's sale must exist there")
 	fs.StringVar(&f.admin, "admin", "", "with -target: its admin listener, for reconcile and metrics")
 	fs.StringVar(&f.proxyBin, "proxy-bin", "", "a prebuilt cmd/proxy binary instead of building the working tree")
+	fs.StringVar(&f.proxyRev, "proxy-rev", "", "build cmd/proxy from this git revision (e.g. HEAD) instead of the working tree")
 	fs.BoolVar(&f.keep, "keep", false, "keep the run directory (configs, logs, data)")
 	fs.BoolVar(&f.quiet, "q", false, "no progress line")
 	fs.BoolVar(&f.pprof, "pprof", false, "run the edge as bench/pprofproxy and save a CPU profile of the load (cpu.pprof, pprof-top.txt)")
@@ -134,11 +136,11 @@ func runScenario(ctx context.Context, root string, sc *Scenario, f runFlags, std
 		}
 	}
 	env := newEnv(EnvOptions{Root: root, Dir: dir, GoMaxProcs: f.gomaxprocs, Pin: f.pin, ServerCPU: 1, LoadCPU: 0, InfraCPU: 0,
-		Kafka: f.kafka, Consumer: f.consumer, ClickHouse: f.clickhouse, ProxyBin: f.proxyBin, Pprof: f.pprof, Quiet: progress})
+		Kafka: f.kafka, Consumer: f.consumer, ClickHouse: f.clickhouse, ProxyBin: f.proxyBin, ProxyRev: f.proxyRev, Pprof: f.pprof, Quiet: progress})
 	defer env.Close()
 
 	res := &Result{Scenario: sc.Name, Description: sc.Description, Started: time.Now().UTC(), Config: sc,
-		Machine: machineInfo(), GoVersion: runtime.Version(), Commit: gitCommit(root),
+		Machine: machineInfo(), GoVersion: runtime.Version(), Commit: proxyCommit(root, f.proxyRev),
 		EdgeGoMaxProcs: f.gomaxprocs, Pinned: f.pin, Kafka: f.kafka, Consumer: f.consumer, ClickHouse: f.clickhouse}
 	addr, admin := f.target, f.admin
 	ordersAdmin := admin
