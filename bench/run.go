@@ -89,6 +89,9 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 	sc, err := loadScenario(resolveScenario(root, f.scenario), f.sets)
 	if err != nil {
 		fmt.Fprintln(stderr, "bench:", err)
+		if strings.Contains(err.Error(), "no such file") {
+			fmt.Fprintf(stderr, "bench: the scenarios are %s (bench list)\n", strings.Join(listScenarios(root), ", "))
+		}
 		return 2
 	}
 	ctx, stop := signalContext()
