@@ -356,6 +356,11 @@ func lineChart(title, xLabel, yLabel string, series []Series, logY bool) templat
 			dash = ` stroke-dasharray="4 3"`
 		}
 		fmt.Fprintf(&b, `<polyline fill="none" stroke="%s" stroke-width="1.6"%s points="%s"/>`, s.Color, dash, strings.Join(pts, " "))
+		if len(s.Points) <= 30 {
+			for _, p := range s.Points {
+				fmt.Fprintf(&b, `<circle cx="%.1f" cy="%.1f" r="2.2" fill="%s"/>`, tx(p[0]), ty(p[1]), s.Color)
+			}
+		}
 		ly := T + 10 + float64(i)*15
 		fmt.Fprintf(&b, `<line x1="%.0f" x2="%.0f" y1="%.0f" y2="%.0f" stroke="%s" stroke-width="2"%s/>`, L+pw+10, L+pw+28, ly, ly, s.Color, dash)
 		fmt.Fprintf(&b, `<text x="%.0f" y="%.0f" font-size="11">%s</text>`, L+pw+32, ly+4, template.HTMLEscapeString(s.Name))
@@ -509,15 +514,15 @@ func renderHTML(w io.Writer, r *Result) error {
 		c := palette[i%len(palette)]
 		var s99, sr, s50, smax []([2]float64)
 		for _, pt := range e.Series {
-			x := float64(pt.T)
+			x := pt.T
 			s99 = append(s99, [2]float64{x, pt.P99})
 			s50 = append(s50, [2]float64{x, pt.P50})
 			smax = append(smax, [2]float64{x, pt.Max})
-			sr = append(sr, [2]float64{x, float64(pt.Count)})
+			sr = append(sr, [2]float64{x, pt.Rate})
 		}
 		p99 = append(p99, Series{Name: e.Name, Color: c, Points: s99})
 		rate = append(rate, Series{Name: e.Name, Color: c, Points: sr})
-		perEndpoint = append(perEndpoint, lineChart(e.Name+": latency per second", "seconds since start", "ms (log)", []Series{
+		perEndpoint = append(perEndpoint, lineChart(e.Name+": latency over time", "seconds since start", "ms (log)", []Series{
 			{Name: "p50", Color: "#2ca02c", Points: s50}, {Name: "p99", Color: "#d62728", Points: s99}, {Name: "max", Color: "#777", Points: smax, Dash: true},
 		}, true))
 		hists = append(hists, histogramChart(fmt.Sprintf("%s: %d requests, p50 %.2f ms, p99 %.2f ms, p99.9 %.2f ms", e.Name, e.Count, e.P50, e.P99, e.P999), e.Hist, c))
@@ -530,7 +535,7 @@ func renderHTML(w io.Writer, r *Result) error {
 	return reportTmpl.Execute(w, map[string]any{
 		"R":           r,
 		"Load":        describeLoad(r.Config),
-		"P99Chart":    lineChart("p99 latency per second, by endpoint", "seconds since start", "ms (log)", p99, true),
+		"P99Chart":    lineChart("p99 latency over time, by endpoint", "seconds since start", "ms (log)", p99, true),
 		"RateChart":   lineChart("answers per second, by endpoint", "seconds since start", "requests/s", rate, false),
 		"PerEndpoint": perEndpoint,
 		"Hists":       hists,

@@ -241,6 +241,9 @@ func runScenario(ctx context.Context, root string, sc *Scenario, f runFlags, std
 	}
 
 	rec := newRecorder(start, callNames)
+	if sc.Duration <= 10*time.Second {
+		rec.slot = 100 * time.Millisecond // a short run gets a finer time series
+	}
 	gen := newGenerator(sc, addr, users, rec)
 	if sc.Preconnect {
 		t := time.Now()

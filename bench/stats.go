@@ -36,7 +36,7 @@ type Endpoint struct {
 
 	mu     sync.Mutex
 	hist   *hdrhistogram.Histogram
-	perSec []*hdrhistogram.Histogram
+	perSec []*hdrhistogram.Histogram // one per Recorder.slot
 	class  [numClasses]int64
 	codes  map[string]int64
 	lag    *hdrhistogram.Histogram // how late requests left against their intended time
@@ -52,6 +52,7 @@ func newEndpoint(name string) *Endpoint {
 // progress line reads.
 type Recorder struct {
 	start     time.Time
+	slot      time.Duration // time-series resolution: 1 s, or 100 ms for short runs
 	endpoints map[string]*Endpoint
 	order     []string
 
@@ -61,7 +62,7 @@ type Recorder struct {
 }
 
 func newRecorder(start time.Time, names []string) *Recorder {
-	r := &Recorder{start: start, endpoints: map[string]*Endpoint{}}
+	r := &Recorder{start: start, slot: time.Second, endpoints: map[string]*Endpoint{}}
 	for _, n := range names {
 		r.endpoints[n] = newEndpoint(n)
 		r.order = append(r.order, n)
@@ -105,13 +106,13 @@ func (r *Recorder) Record(name string, intended, sent, end time.Time, status int
 			code = httpCodeName(status)
 		}
 	}
-	sec := int(end.Sub(r.start) / time.Second)
+	sec := int(end.Sub(r.start) / r.slot)
 	lagUs := max(0, sent.Sub(intended).Microseconds())
 	e := r.endpoint(name)
 	e.mu.Lock()
 	e.hist.RecordValue(us)
 	e.lag.RecordValue(max(histMin, min(histMax, lagUs)))
-	if sec >= 0 && sec < 24*3600 {
+	if sec >= 0 && sec < 100000 {
 		for len(e.perSec) <= sec {
 			e.perSec = append(e.perSec, nil)
 		}
@@ -174,15 +175,21 @@ func itoa(n int) string {
 // secondP99 is the worst p99 (ms) of any endpoint in second sec, for the
 // progress line.
 func (r *Recorder) secondP99(sec int) (p99ms float64, n int64) {
+	per := int(time.Second / r.slot)
 	for _, name := range r.order {
 		e := r.endpoints[name]
 		e.mu.Lock()
-		if sec >= 0 && sec < len(e.perSec) && e.perSec[sec] != nil {
-			h := e.perSec[sec]
+		h := newHist(2)
+		for i := sec * per; i >= 0 && i < (sec+1)*per && i < len(e.perSec); i++ {
+			if e.perSec[i] != nil {
+				h.Merge(e.perSec[i])
+			}
+		}
+		e.mu.Unlock()
+		if h.TotalCount() > 0 {
 			n += h.TotalCount()
 			p99ms = math.Max(p99ms, float64(h.ValueAtQuantile(99))/1000)
 		}
-		e.mu.Unlock()
 	}
 	return p99ms, n
 }
@@ -223,10 +230,12 @@ type EndpointResult struct {
 	Hist    []Bucket         `json:"histogram"`
 }
 
-// SecondPoint is one second of the latency-over-time chart.
+// SecondPoint is one slot (1 s, or 100 ms for short runs) of the
+// latency-over-time chart.
 type SecondPoint struct {
-	T     int     `json:"t"`
-	Count int64   `json:"count"`
+	T     float64 `json:"t"`     // seconds since the start, at the slot's start
+	Count int64   `json:"count"` // answers in the slot
+	Rate  float64 `json:"rate"`  // answers per second
 	P50   float64 `json:"p50_ms"`
 	P99   float64 `json:"p99_ms"`
 	Max   float64 `json:"max_ms"`
@@ -266,8 +275,9 @@ func (r *Recorder) results(seconds float64) (eps []EndpointResult, total, lag St
 			if h == nil {
 				continue
 			}
-			er.Series = append(er.Series, SecondPoint{T: sec, Count: h.TotalCount(),
-				P50: float64(h.ValueAtQuantile(50)) / 1000, P99: float64(h.ValueAtQuantile(99)) / 1000, Max: float64(h.Max()) / 1000})
+			er.Series = append(er.Series, SecondPoint{T: float64(sec) * r.slot.Seconds(), Count: h.TotalCount(),
+				Rate: float64(h.TotalCount()) / r.slot.Seconds(),
+				P50:  float64(h.ValueAtQuantile(50)) / 1000, P99: float64(h.ValueAtQuantile(99)) / 1000, Max: float64(h.Max()) / 1000})
 		}
 		er.Hist = logBuckets(e.hist)
 		e.mu.Unlock()
