@@ -347,7 +347,7 @@ func (c *comparer) start(ctx context.Context, root string, skip map[string]strin
 	if err := env.StartEdge(ctx, "p1"); err != nil {
 		return err
 	}
-	c.setup = append(c.setup, "flashgate: cmd/proxy GOMAXPROCS=1, the whole filter chain (access, ip_limit and conn_limit on every path at limits that never reject, session, sale_window, sold_out, user_limit, purchase_token), Redis "+env.RedisAddr+", kfake in its own process, order consumer "+env.opt.Consumer)
+	c.setup = append(c.setup, "flashgate: cmd/proxy GOMAXPROCS=1, the whole filter chain (access, ip_limit and conn_limit on every path at limits that never reject, sale_window, sold_out, session, user_limit, purchase_token), Redis "+env.RedisAddr+", kfake in its own process, order consumer "+env.opt.Consumer)
 	var err error
 	if c.users, err = newUsers(10_000_000, benchSessionSecret, benchTokenSecret); err != nil {
 		return err

@@ -53,9 +53,9 @@ filters:
     nodelay: true
   - type: conn_limit
     max: 100000
-  - type: session
   - type: sale_window
   - type: sold_out
+  - type: session
   - type: user_limit
     limits:
       - rate: 100000r/s
