@@ -2,10 +2,13 @@ package stock
 
 import (
 	"context"
+	"errors"
 	"strconv"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/redis/rueidis"
 )
 
 // TestGroupCommit makes the batching observable: with Redis paused, the
@@ -59,6 +62,124 @@ func TestGroupCommit(t *testing.T) {
 	}
 	if r := remaining(t, s, product); r != 0 {
 		t.Errorf("remaining %d", r)
+	}
+}
+
+// TestQueuedBatchGetsItsOwnBudget: attempts that queued behind a slow call
+// until their own budget was nearly spent still get Redis's answer, because
+// the call that carries them has a full budget from when it is sent. Redis
+// holds every command for pause (CLIENT PAUSE from a second connection):
+// the first call times out after budget; the batch queued behind it goes
+// out then, its oldest attempt with almost nothing left of its own budget,
+// and Redis answers it when the pause ends, well within a fresh budget.
+func TestQueuedBatchGetsItsOwnBudget(t *testing.T) {
+	const budget, pause = time.Second, 1600 * time.Millisecond
+	s, srv := openReal(t, Options{Timeout: budget})
+	const product, n = "qb", 20
+	warm(t, s, product, 100, 1)
+	mustDeduct(t, s, attempt(product, "warmup", 1, 1)) // loads the script
+	calls0, _ := s.Stats()
+
+	admin, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{srv.Addr()}, DisableCache: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer admin.Close()
+	ms := strconv.FormatInt(pause.Milliseconds(), 10)
+	if err := admin.Do(context.Background(), admin.B().Arbitrary("CLIENT", "PAUSE", ms, "ALL").Build()).Error(); err != nil {
+		t.Fatal(err)
+	}
+	paused := time.Now()
+
+	var wg sync.WaitGroup
+	outs := make([]Outcome, n)
+	errs := make([]error, n)
+	start := func(i int) {
+		wg.Go(func() { outs[i], errs[i] = s.Deduct(context.Background(), attempt(product, "u"+strconv.Itoa(i), 1, 1)) })
+	}
+	start(0)
+	p := s.product(product)
+	waitFor(t, func() bool { c, _ := s.Stats(); return c == calls0+1 }) // the first call is held
+	for i := 1; i < n; i++ {
+		start(i)
+	}
+	waitFor(t, func() bool {
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		return len(p.pending) == n-1
+	})
+	// Before the fix the batch inherited its oldest attempt's deadline,
+	// queued+budget, which passes before the pause ends.
+	t.Logf("%d attempts queued %v after the pause began (pause %v, budget %v)", n-1, time.Since(paused).Round(time.Millisecond), pause, budget)
+	wg.Wait()
+
+	if !errors.Is(errs[0], ErrUnknown) || !errors.Is(errs[0], ErrCallFailed) {
+		t.Fatalf("first attempt: %v %v, want a timeout (ErrUnknown, ErrCallFailed): the pause did not hold it", outs[0], errs[0])
+	}
+	for i := 1; i < n; i++ {
+		if errs[i] != nil || outs[i].Code != OK {
+			t.Errorf("queued attempt %d: %v %v, want OK", i, outs[i], errs[i])
+		}
+	}
+	if calls, _ := s.Stats(); calls-calls0 != 2 {
+		t.Errorf("%d script calls, want 2 (the held one, then the queued batch)", calls-calls0)
+	}
+}
+
+// TestFailedCallMarksOneAttempt: every attempt of a failed call gets an
+// unknown outcome, exactly one of them also ErrCallFailed; an attempt
+// dropped unsent gets neither. Redis is hung (SIGSTOP); MaxBatch 4 makes
+// the queue outlast one call: the first call (1 attempt) times out after
+// budget, the next (4) after another budget, and the other 7 queued
+// attempts have spent their own budget by then.
+func TestFailedCallMarksOneAttempt(t *testing.T) {
+	const budget = 300 * time.Millisecond
+	s, srv := openReal(t, Options{Timeout: budget, MaxBatch: 4})
+	const product, n = "fm", 12
+	warm(t, s, product, 100, 1)
+	mustDeduct(t, s, attempt(product, "warmup", 1, 1))
+	calls0, _ := s.Stats()
+
+	srv.Pause()
+	defer srv.Resume()
+	var wg sync.WaitGroup
+	errs := make([]error, n)
+	start := func(i int) {
+		wg.Go(func() { _, errs[i] = s.Deduct(context.Background(), attempt(product, "u"+strconv.Itoa(i), 1, 1)) })
+	}
+	start(0)
+	p := s.product(product)
+	waitFor(t, func() bool { c, _ := s.Stats(); return c == calls0+1 })
+	for i := 1; i < n; i++ {
+		start(i)
+	}
+	waitFor(t, func() bool {
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		return len(p.pending) == n-1
+	})
+	wg.Wait()
+
+	var failed, unknown, notSent int
+	for i, err := range errs {
+		switch {
+		case errors.Is(err, ErrNotSent):
+			notSent++
+			if errors.Is(err, ErrUnknown) || errors.Is(err, ErrCallFailed) {
+				t.Errorf("attempt %d: %v: not sent, yet unknown or failed", i, err)
+			}
+		case errors.Is(err, ErrUnknown):
+			unknown++
+			if errors.Is(err, ErrCallFailed) {
+				failed++
+			}
+		default:
+			t.Errorf("attempt %d: %v, want a timeout or not sent", i, err)
+		}
+	}
+	calls, _ := s.Stats()
+	if calls-calls0 != 2 || failed != 2 || unknown != 5 || notSent != 7 {
+		t.Errorf("%d calls, %d ErrCallFailed, %d unknown, %d not sent; want 2, 2, 5, 7", calls-calls0, failed, unknown, notSent)
 	}
 }
 

@@ -3,8 +3,8 @@ package stock
 import (
 	"context"
 	_ "embed"
+	"errors"
 	"fmt"
-	"math"
 	"strconv"
 	"strings"
 	"sync"
@@ -18,6 +18,12 @@ import (
 var deductLua string
 
 var deductScript = rueidis.NewLuaScript(deductLua)
+
+// ErrCallFailed is wrapped, together with ErrUnknown, by the error of
+// exactly one attempt of each failed deduction script call (timeout,
+// connection error, Redis error): a circuit breaker counts those, one per
+// call, rather than one per attempt the call carried.
+var ErrCallFailed = errors.New("stock: script call failed")
 
 // Code is the answer to one purchase attempt.
 type Code uint8
@@ -150,7 +156,16 @@ const spansPerAttempt = 11
 // means the script may or may not have run for every attempt of that batch.
 // The caller answers 503 and lets the ledger settle it: if the deduction
 // happened, its outbox entry exists and becomes an order. Never retry a
-// deduction blindly. ErrNotSent and ErrInvalid mean nothing was sent.
+// deduction blindly. Exactly one attempt of a failed call also gets
+// ErrCallFailed, so that a circuit breaker counts calls, not attempts.
+// ErrNotSent, ErrInvalid and ErrClosed mean nothing was sent.
+//
+// Budget: an attempt waits in the queue for at most Options.Timeout (or
+// until ctx's deadline, if earlier) and is then dropped unsent
+// (ErrNotSent); the script call that carries it has a full Timeout of its
+// own from when it is sent. The worst case is thus two budgets. An attempt
+// is not answered at its own deadline while its call is in flight: it
+// waits for the call's answer or the call's budget.
 func (s *Store) Deduct(ctx context.Context, a Attempt) (Outcome, error) {
 	if out, err, done := s.precheck(ctx, &a); done {
 		return out, err
@@ -275,19 +290,24 @@ func (b *batch) recycle() {
 
 // exec sends b's attempts as one script call and fills in every call's
 // outcome or error.
+//
+// The call gets a full Options.Timeout from now, whatever its attempts
+// waited in the queue: inheriting the oldest attempt's remaining budget
+// made a burst's big batches time out after a few milliseconds although
+// Redis answers in one. An attempt whose own budget ran out in the queue is
+// not sent. So an attempt is answered within two budgets: at most one
+// waiting, then at most one for the call.
 func (s *Store) exec(p *product, b *batch) {
-	now := time.Now().UnixNano()
-	dl := int64(math.MaxInt64)
+	now := time.Now()
 	b.send = b.send[:0]
 	for _, c := range b.calls {
-		if c.deadline <= now {
+		if c.deadline <= now.UnixNano() {
 			// Waited out its budget behind a slow call: not sent, so the
 			// outcome is known (nothing happened).
 			c.out, c.err = unknownOutcome, ErrNotSent
 			continue
 		}
 		b.send = append(b.send, c)
-		dl = min(dl, c.deadline)
 	}
 	if len(b.send) == 0 {
 		return
@@ -295,7 +315,7 @@ func (s *Store) exec(p *product, b *batch) {
 	b.build(p, s)
 	s.nCalls.Add(1)
 	s.nAttempts.Add(uint64(len(b.send)))
-	ctx := newBudget(time.Unix(0, dl))
+	ctx := newBudget(now.Add(s.opts.Timeout))
 	resp := deductScript.Exec(ctx, s.c, b.keys, b.args)
 	ctx.end()
 	if err := s.parse(b, resp); err != nil {
@@ -308,6 +328,9 @@ func (s *Store) exec(p *product, b *batch) {
 		for _, c := range b.send {
 			c.out, c.err = unknownOutcome, err
 		}
+		// One failed call is one piece of evidence about Redis, however
+		// many attempts it carried: only its first attempt says so.
+		b.send[0].err = fmt.Errorf("%w: %w", ErrCallFailed, err)
 	}
 }
 
