@@ -69,8 +69,9 @@ func TestGroupCommit(t *testing.T) {
 // until their own budget was nearly spent still get Redis's answer, because
 // the call that carries them has a full budget from when it is sent. Redis
 // holds every command for pause (CLIENT PAUSE from a second connection):
-// the first call times out after budget; the batch queued behind it goes
-// out then, its oldest attempt with almost nothing left of its own budget,
+// the first call times out after budget; the batch queued behind it (a
+// quarter budget in) goes out then, its oldest attempt with a quarter of
+// its own budget left, less than the pause still lasts,
 // and Redis answers it when the pause ends, well within a fresh budget.
 func TestQueuedBatchGetsItsOwnBudget(t *testing.T) {
 	const budget, pause = time.Second, 1600 * time.Millisecond
@@ -100,6 +101,11 @@ func TestQueuedBatchGetsItsOwnBudget(t *testing.T) {
 	start(0)
 	p := s.product(product)
 	waitFor(t, func() bool { c, _ := s.Stats(); return c == calls0+1 }) // the first call is held
+	// Not synchronisation: the queued attempts' budgets must start after
+	// the first call's by more than its timer may fire late (or they are
+	// dropped unsent with it), and early enough that their own deadlines,
+	// the old call deadline, pass before the pause ends.
+	time.Sleep(budget / 4)
 	for i := 1; i < n; i++ {
 		start(i)
 	}
@@ -130,8 +136,8 @@ func TestQueuedBatchGetsItsOwnBudget(t *testing.T) {
 // unknown outcome, exactly one of them also ErrCallFailed; an attempt
 // dropped unsent gets neither. Redis is hung (SIGSTOP); MaxBatch 4 makes
 // the queue outlast one call: the first call (1 attempt) times out after
-// budget, the next (4) after another budget, and the other 7 queued
-// attempts have spent their own budget by then.
+// budget, the next (4, queued half a budget in) after another budget, and
+// the other 7 queued attempts have spent their own budget by then.
 func TestFailedCallMarksOneAttempt(t *testing.T) {
 	const budget = 300 * time.Millisecond
 	s, srv := openReal(t, Options{Timeout: budget, MaxBatch: 4})
@@ -150,6 +156,9 @@ func TestFailedCallMarksOneAttempt(t *testing.T) {
 	start(0)
 	p := s.product(product)
 	waitFor(t, func() bool { c, _ := s.Stats(); return c == calls0+1 })
+	// Not synchronisation: queued at once, the first call's timer firing a
+	// moment late would leave the queued attempts no budget at all.
+	time.Sleep(budget / 2)
 	for i := 1; i < n; i++ {
 		start(i)
 	}
