@@ -24,6 +24,12 @@ func (s BreakerState) String() string { return breakerNames[s] }
 // DEGRADED without calling Redis; after openFor it lets a single probe
 // through (half-open); the probe's success closes it, its failure opens it
 // again. The closed-state path is two atomic loads.
+//
+// A failure is one failed Redis call, not one failed purchase attempt: a
+// coalesced script call carries up to stock.Options.MaxBatch attempts, and
+// one stall must not count as a hundred (stock.ErrCallFailed marks one
+// attempt per failed call). An attempt that was never sent says nothing
+// about Redis and is not counted.
 type Breaker struct {
 	failures int64
 	openFor  time.Duration
@@ -50,21 +56,37 @@ func NewBreaker(failures int, openFor time.Duration, now func() time.Time, onCha
 func (b *Breaker) State() BreakerState { return BreakerState(b.state.Load()) }
 
 // Allow reports whether a Redis call may be made now. A true answer in
-// half-open state makes the caller the probe: it must report Success or
-// Failure.
+// half-open state makes the caller the probe: it must report Success,
+// Failure or Abstain (see Admit).
 func (b *Breaker) Allow() bool {
+	ok, _ := b.Admit()
+	return ok
+}
+
+// Admit is Allow that also says whether the caller is the half-open probe.
+// A probe whose call ended without a verdict on Redis (never sent, or its
+// failure counted by another attempt of the same call) must Abstain, or
+// the breaker would wait for a verdict that never comes.
+func (b *Breaker) Admit() (ok, probe bool) {
 	switch BreakerState(b.state.Load()) {
 	case Closed:
-		return true
+		return true, false
 	case Open:
 		if b.now().UnixNano()-b.openedAt.Load() < int64(b.openFor) {
-			return false
+			return false, false
 		}
 		b.set(Open, HalfOpen)
 		fallthrough
 	default: // half-open: one probe in flight at a time
-		return b.probing.CompareAndSwap(false, true)
+		ok := b.probing.CompareAndSwap(false, true)
+		return ok, ok
 	}
+}
+
+// Abstain hands the probe back without a verdict: the next Admit in
+// half-open state becomes the probe. Only the probe may call it.
+func (b *Breaker) Abstain() {
+	b.probing.Store(false)
 }
 
 // Success records a call that worked.
@@ -76,7 +98,8 @@ func (b *Breaker) Success() {
 	}
 }
 
-// Failure records a call that failed (timeout, connection error).
+// Failure records a call that failed (timeout, connection error): once per
+// call, however many attempts it carried.
 func (b *Breaker) Failure() {
 	n := b.consec.Add(1)
 	switch BreakerState(b.state.Load()) {

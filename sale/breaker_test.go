@@ -54,3 +54,49 @@ func TestBreakerOpensProbesAndCloses(t *testing.T) {
 		}
 	}
 }
+
+// A probe whose attempt says nothing about Redis (never sent, or its call's
+// failure counted by another attempt) abstains: the next caller probes.
+// Without it the breaker would stay half-open with no probe, for good.
+func TestBreakerProbeAbstains(t *testing.T) {
+	now := time.Unix(1000, 0)
+	b := NewBreaker(1, time.Second, func() time.Time { return now }, nil)
+	if ok, probe := b.Admit(); !ok || probe {
+		t.Fatalf("closed: Admit = %v, %v, want true, false", ok, probe)
+	}
+	b.Failure()
+	if ok, _ := b.Admit(); ok {
+		t.Fatal("open breaker admitted")
+	}
+	now = now.Add(time.Second)
+	if ok, probe := b.Admit(); !ok || !probe {
+		t.Fatalf("after open_for: Admit = %v, %v, want the probe", ok, probe)
+	}
+	if ok, _ := b.Admit(); ok {
+		t.Fatal("second probe admitted while the first is out")
+	}
+	b.Abstain()
+	if b.State() != HalfOpen {
+		t.Fatalf("state %v after abstaining, want half_open", b.State())
+	}
+	ok, probe := b.Admit()
+	if !ok || !probe {
+		t.Fatalf("after the probe abstained: Admit = %v, %v, want a new probe", ok, probe)
+	}
+	b.Success()
+	if b.State() != Closed {
+		t.Fatalf("state %v after the probe succeeded", b.State())
+	}
+}
+
+func TestBreakerAllocs(t *testing.T) {
+	b := NewBreaker(1<<30, time.Second, nil, nil)
+	if n := testing.AllocsPerRun(1000, func() {
+		if ok, _ := b.Admit(); ok {
+			b.Failure()
+			b.Success()
+		}
+	}); n != 0 {
+		t.Fatalf("%v allocations", n)
+	}
+}

@@ -52,8 +52,10 @@ type Config struct {
 	// who reached a product's limit.
 	BoughtCacheSize int64         `yaml:"bought_cache_size"`
 	BoughtCacheTTL  time.Duration `yaml:"bought_cache_ttl"`
-	// Breaker opens after this many consecutive Redis failures and stays
-	// open for BreakerOpenFor, then lets one probe through.
+	// Breaker opens after this many consecutive failed Redis calls (a
+	// coalesced call of many attempts counts once) and stays open for
+	// BreakerOpenFor (default 1s, at least 100ms), then lets one probe
+	// through.
 	BreakerFailures int           `yaml:"breaker_failures"`
 	BreakerOpenFor  time.Duration `yaml:"breaker_open_for"`
 }
@@ -69,7 +71,7 @@ func (c *Config) SetDefaults() {
 	def(&c.OrderTTL, 7*24*time.Hour)
 	def(&c.RefreshInterval, time.Second)
 	def(&c.BoughtCacheTTL, 30*time.Second)
-	def(&c.BreakerOpenFor, 5*time.Second)
+	def(&c.BreakerOpenFor, time.Second)
 	if c.MaxBody == 0 {
 		c.MaxBody = 4096
 	}

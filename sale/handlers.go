@@ -192,7 +192,8 @@ func (s *Service) do(r *filters.Request, st *Settings) {
 	}
 	nowMs := r.NowNano / 1e6
 	s.hit(e, nowMs, st)
-	if !s.Breaker.Allow() {
+	allowed, probe := s.Breaker.Admit()
+	if !allowed {
 		s.outcomes[outDegraded].Inc()
 		errDegraded.Write(r.Ctx)
 		return
@@ -206,7 +207,14 @@ func (s *Service) do(r *filters.Request, st *Settings) {
 	}
 	out, err := s.Store.Deduct(context.Background(), a)
 	if err != nil {
-		s.Breaker.Failure()
+		// One failure per failed script call, not per attempt it carried
+		// (one stall would open the breaker); nothing for an attempt that
+		// was never sent (ErrNotSent, ErrInvalid, ErrClosed).
+		if errors.Is(err, stock.ErrCallFailed) {
+			s.Breaker.Failure()
+		} else if probe {
+			s.Breaker.Abstain()
+		}
 		s.outcomes[outError].Inc()
 		s.Log.Warn("deduction failed", "product", e.ProductID, "order", a.OrderID, "unknown_outcome", errors.Is(err, stock.ErrUnknown), "err", err)
 		errDegraded.Write(r.Ctx)

@@ -1,0 +1,166 @@
+package sale
+
+import (
+	"context"
+	"encoding/binary"
+	"io"
+	"log/slog"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/valyala/fasthttp"
+
+	"flashgate/activity"
+	"flashgate/filters"
+	"flashgate/internal/redistest"
+	"flashgate/orderid"
+	"flashgate/stock"
+)
+
+// nonceSeq makes purchase-token nonces unique across the test run.
+var nonceSeq atomic.Uint64
+
+// doRig is a sale Service on a real redis-server, driven through Handle
+// with requests as the filter chain leaves them (token already verified).
+type doRig struct {
+	srv   *redistest.Server
+	st    *stock.Store
+	svc   *Service
+	brk   *Breaker
+	calls func() uint64
+}
+
+func newDoRig(t *testing.T, opts stock.Options, brk *Breaker, products ...string) *doRig {
+	t.Helper()
+	srv := redistest.New(t)
+	st, err := stock.Open(context.Background(), srv.Addr(), opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	ids, err := orderid.NewGenerator(1, func() int64 { return time.Now().UnixMilli() })
+	if err != nil {
+		t.Fatal(err)
+	}
+	svc := New(Deps{Store: st, Activities: activity.NewRegistry(), IDs: ids, Breaker: brk,
+		Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	now := time.Now()
+	var catalog []*activity.Activity
+	for _, p := range products {
+		catalog = append(catalog, &activity.Activity{ProductID: p, Name: p, PriceCents: 100, Stock: 1000, Limit: 1,
+			StartMs: now.Add(-time.Hour).UnixMilli(), EndMs: now.Add(time.Hour).UnixMilli()})
+	}
+	if err := svc.Apply(context.Background(), &Settings{Catalog: catalog}); err != nil {
+		t.Fatal(err)
+	}
+	return &doRig{srv: srv, st: st, svc: svc, brk: brk, calls: func() uint64 { c, _ := st.Stats(); return c }}
+}
+
+// do sends one purchase attempt and returns the HTTP status.
+func (r *doRig) do(product, user string) int {
+	now := time.Now()
+	req := &filters.Request{Ctx: new(fasthttp.RequestCtx), NowNano: now.UnixNano(), Endpoint: filters.EndpointDo,
+		UserID: []byte(user), ProductID: []byte(product), Qty: 1, TokenExpiresMs: now.Add(time.Minute).UnixMilli()}
+	binary.BigEndian.PutUint64(req.TokenNonce[:], nonceSeq.Add(1))
+	r.svc.Handle(req)
+	return req.Ctx.Response.StatusCode()
+}
+
+// waitUntil polls a condition (never a fixed sleep) for up to 10s.
+func waitUntil(t *testing.T, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatal("condition not reached within 10s")
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// TestBreakerCountsFailedCalls: a hung Redis (SIGSTOP) fails script calls,
+// not attempts, and the breaker counts one failure per failed call. Twelve
+// concurrent purchases, MaxBatch 4: the first call (1 attempt) times out
+// after budget, the next (4 attempts, queued half a budget in) after
+// another budget, and the 7 queued with them have spent their own budget
+// by then and are never sent (stock.ErrNotSent, no failure). All 12 answer 503; the breaker has seen
+// 2 failures, stays closed with breaker_failures 3 (it opened on 12 before).
+func TestBreakerCountsFailedCalls(t *testing.T) {
+	const budget, n = 400 * time.Millisecond, 12
+	brk := NewBreaker(3, time.Hour, nil, nil)
+	r := newDoRig(t, stock.Options{Timeout: budget, MaxBatch: 4}, brk, "bf")
+	if code := r.do("bf", "warmup"); code != 200 { // loads the script
+		t.Fatalf("warm-up purchase: %d", code)
+	}
+	calls0 := r.calls()
+
+	r.srv.Pause()
+	defer r.srv.Resume()
+	codes := make([]int, n)
+	var wg sync.WaitGroup
+	start := func(i int) { wg.Go(func() { codes[i] = r.do("bf", "u"+strconv.Itoa(i)) }) }
+	start(0)
+	waitUntil(t, func() bool { return r.calls() == calls0+1 }) // the first call is held
+	// Not synchronisation: the scenario needs the queued attempts' budgets
+	// to start well after the first call's. Queued at once, the first call's
+	// timer firing a moment late would leave them nothing, and they would
+	// all be dropped unsent with that call.
+	time.Sleep(budget / 2)
+	for i := 1; i < n; i++ {
+		start(i)
+	}
+	wg.Wait()
+
+	for i, c := range codes {
+		if c != 503 {
+			t.Errorf("attempt %d: status %d, want 503", i, c)
+		}
+	}
+	calls := r.calls() - calls0
+	if got := brk.consec.Load(); got != int64(calls) || calls != 2 {
+		t.Errorf("breaker counted %d failures for %d failed script calls carrying %d attempts; want 2 and 2", got, calls, n)
+	}
+	if brk.State() != Closed {
+		t.Errorf("breaker %v after 2 failed calls, want closed (breaker_failures 3)", brk.State())
+	}
+	if got := r.svc.outcomes[outError].Value(); got != n {
+		t.Errorf("%d error outcomes, want %d", got, n)
+	}
+
+	// Redis back: the next purchase goes through and resets the count.
+	r.srv.Resume()
+	if code := r.do("bf", "after"); code != 200 {
+		t.Fatalf("after resume: status %d", code)
+	}
+	if got := brk.consec.Load(); got != 0 {
+		t.Errorf("%d consecutive failures after a success, want 0", got)
+	}
+}
+
+// TestBreakerOpensOnFailedCalls: consecutive failed calls still open it.
+// Each sequential attempt against a hung Redis is its own call.
+func TestBreakerOpensOnFailedCalls(t *testing.T) {
+	const budget = 100 * time.Millisecond
+	brk := NewBreaker(3, time.Hour, nil, nil)
+	r := newDoRig(t, stock.Options{Timeout: budget}, brk, "bo")
+	if code := r.do("bo", "warmup"); code != 200 {
+		t.Fatalf("warm-up purchase: %d", code)
+	}
+	r.srv.Pause()
+	defer r.srv.Resume()
+	for i := range 3 {
+		if code := r.do("bo", "u"+strconv.Itoa(i)); code != 503 {
+			t.Fatalf("attempt %d: status %d, want 503", i, code)
+		}
+	}
+	if brk.State() != Open {
+		t.Fatalf("breaker %v after 3 failed calls, want open", brk.State())
+	}
+	calls := r.calls()
+	if code := r.do("bo", "refused"); code != 503 || r.calls() != calls {
+		t.Fatalf("open breaker: status %d, %d script calls made, want 503 and none", code, r.calls()-calls)
+	}
+}
