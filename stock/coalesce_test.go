@@ -12,11 +12,12 @@ import (
 )
 
 // TestGroupCommit makes the batching observable: with Redis paused, the
-// first attempt is in flight and the others queue behind it; on resume they
-// all go as ONE more script call, each with its own answer.
+// first attempt is in flight (the first inFlightPerProduct, each its own
+// call) and the others queue behind it; on resume the queued ones go as
+// MaxBatch-sized script calls, each attempt with its own answer.
 func TestGroupCommit(t *testing.T) {
 	s, srv := openReal(t, Options{MaxBatch: 16})
-	const product, n = "gc", 40
+	const product, n, k = "gc", 40, inFlightPerProduct
 	warm(t, s, product, 30, 1)
 	calls0, _ := s.Stats()
 
@@ -32,16 +33,18 @@ func TestGroupCommit(t *testing.T) {
 			outs[i], errs[i] = s.Deduct(context.Background(), attempt(product, "u"+strconv.Itoa(i%35), 1, 1))
 		}()
 	}
-	start(0)
 	p := s.product(product)
-	waitFor(t, func() bool { c, _ := s.Stats(); return c == calls0+1 }) // the leader is in flight
-	for i := 1; i < n; i++ {
+	for i := range k {
+		start(i)
+		waitFor(t, func() bool { c, _ := s.Stats(); return c == calls0+uint64(i)+1 }) // in flight
+	}
+	for i := k; i < n; i++ {
 		start(i)
 	}
 	waitFor(t, func() bool {
 		p.mu.Lock()
 		defer p.mu.Unlock()
-		return len(p.pending) == n-1
+		return len(p.pending) == n-k
 	})
 	srv.Resume()
 	wg.Wait()
@@ -53,9 +56,10 @@ func TestGroupCommit(t *testing.T) {
 		}
 		codes[outs[i].Code]++
 	}
-	// 39 queued attempts, MaxBatch 16: batches of 16, 16, 7 after the first.
-	if calls, _ := s.Stats(); calls-calls0 != 4 {
-		t.Errorf("%d script calls for %d attempts, want 4", calls-calls0, n)
+	// With one in flight: 39 queued attempts, MaxBatch 16: batches of 16,
+	// 16, 7 after the first.
+	if calls, _ := s.Stats(); calls-calls0 != k+(n-k+15)/16 {
+		t.Errorf("%d script calls for %d attempts, want %d", calls-calls0, n, k+(n-k+15)/16)
 	}
 	if codes[OK] != 30 || codes[LimitReached]+codes[SoldOut] != 10 {
 		t.Errorf("codes %v, want 30 OK and 10 rejected", codes)
@@ -69,14 +73,15 @@ func TestGroupCommit(t *testing.T) {
 // until their own budget was nearly spent still get Redis's answer, because
 // the call that carries them has a full budget from when it is sent. Redis
 // holds every command for pause (CLIENT PAUSE from a second connection):
-// the first call times out after budget; the batch queued behind it (a
-// quarter budget in) goes out then, its oldest attempt with a quarter of
-// its own budget left, less than the pause still lasts,
-// and Redis answers it when the pause ends, well within a fresh budget.
+// the first call times out after budget (so does the second one in
+// flight, sent later); the batch queued behind them (a quarter budget in)
+// goes out then, its oldest attempt with a quarter of its own budget left,
+// less than the pause still lasts, and Redis answers it when the pause
+// ends, well within a fresh budget.
 func TestQueuedBatchGetsItsOwnBudget(t *testing.T) {
 	const budget, pause = time.Second, 1600 * time.Millisecond
 	s, srv := openReal(t, Options{Timeout: budget})
-	const product, n = "qb", 20
+	const product, n, k = "qb", 20, inFlightPerProduct
 	warm(t, s, product, 100, 1)
 	mustDeduct(t, s, attempt(product, "warmup", 1, 1)) // loads the script
 	calls0, _ := s.Stats()
@@ -106,42 +111,49 @@ func TestQueuedBatchGetsItsOwnBudget(t *testing.T) {
 	// dropped unsent with it), and early enough that their own deadlines,
 	// the old call deadline, pass before the pause ends.
 	time.Sleep(budget / 4)
-	for i := 1; i < n; i++ {
+	for i := 1; i < k; i++ { // the other calls in flight, held too
+		start(i)
+		waitFor(t, func() bool { c, _ := s.Stats(); return c == calls0+uint64(i)+1 })
+	}
+	for i := k; i < n; i++ {
 		start(i)
 	}
 	waitFor(t, func() bool {
 		p.mu.Lock()
 		defer p.mu.Unlock()
-		return len(p.pending) == n-1
+		return len(p.pending) == n-k
 	})
 	// Before the fix the batch inherited its oldest attempt's deadline,
 	// queued+budget, which passes before the pause ends.
-	t.Logf("%d attempts queued %v after the pause began (pause %v, budget %v)", n-1, time.Since(paused).Round(time.Millisecond), pause, budget)
+	t.Logf("%d attempts queued %v after the pause began (pause %v, budget %v)", n-k, time.Since(paused).Round(time.Millisecond), pause, budget)
 	wg.Wait()
 
-	if !errors.Is(errs[0], ErrUnknown) || !errors.Is(errs[0], ErrCallFailed) {
-		t.Fatalf("first attempt: %v %v, want a timeout (ErrUnknown, ErrCallFailed): the pause did not hold it", outs[0], errs[0])
+	for i := range k {
+		if !errors.Is(errs[i], ErrUnknown) || !errors.Is(errs[i], ErrCallFailed) {
+			t.Fatalf("attempt %d in flight: %v %v, want a timeout (ErrUnknown, ErrCallFailed): the pause did not hold it", i, outs[i], errs[i])
+		}
 	}
-	for i := 1; i < n; i++ {
+	for i := k; i < n; i++ {
 		if errs[i] != nil || outs[i].Code != OK {
 			t.Errorf("queued attempt %d: %v %v, want OK", i, outs[i], errs[i])
 		}
 	}
-	if calls, _ := s.Stats(); calls-calls0 != 2 {
-		t.Errorf("%d script calls, want 2 (the held one, then the queued batch)", calls-calls0)
+	if calls, _ := s.Stats(); calls-calls0 != k+1 {
+		t.Errorf("%d script calls, want %d (the held ones, then the queued batch)", calls-calls0, k+1)
 	}
 }
 
 // TestFailedCallMarksOneAttempt: every attempt of a failed call gets an
 // unknown outcome, exactly one of them also ErrCallFailed; an attempt
 // dropped unsent gets neither. Redis is hung (SIGSTOP); MaxBatch 4 makes
-// the queue outlast one call: the first call (1 attempt) times out after
-// budget, the next (4, queued half a budget in) after another budget, and
-// the other 7 queued attempts have spent their own budget by then.
+// the queue outlast one call: the first calls in flight (1 attempt each)
+// time out after budget, the next ones (4 attempts each, queued half a
+// budget in) after another budget, and the attempts still queued have
+// spent their own budget by then.
 func TestFailedCallMarksOneAttempt(t *testing.T) {
 	const budget = 300 * time.Millisecond
 	s, srv := openReal(t, Options{Timeout: budget, MaxBatch: 4})
-	const product, n = "fm", 12
+	const product, n, k = "fm", 12, inFlightPerProduct
 	warm(t, s, product, 100, 1)
 	mustDeduct(t, s, attempt(product, "warmup", 1, 1))
 	calls0, _ := s.Stats()
@@ -153,19 +165,21 @@ func TestFailedCallMarksOneAttempt(t *testing.T) {
 	start := func(i int) {
 		wg.Go(func() { _, errs[i] = s.Deduct(context.Background(), attempt(product, "u"+strconv.Itoa(i), 1, 1)) })
 	}
-	start(0)
 	p := s.product(product)
-	waitFor(t, func() bool { c, _ := s.Stats(); return c == calls0+1 })
-	// Not synchronisation: queued at once, the first call's timer firing a
+	for i := range k {
+		start(i)
+		waitFor(t, func() bool { c, _ := s.Stats(); return c == calls0+uint64(i)+1 })
+	}
+	// Not synchronisation: queued at once, the first calls' timers firing a
 	// moment late would leave the queued attempts no budget at all.
 	time.Sleep(budget / 2)
-	for i := 1; i < n; i++ {
+	for i := k; i < n; i++ {
 		start(i)
 	}
 	waitFor(t, func() bool {
 		p.mu.Lock()
 		defer p.mu.Unlock()
-		return len(p.pending) == n-1
+		return len(p.pending) == n-k
 	})
 	wg.Wait()
 
@@ -187,8 +201,10 @@ func TestFailedCallMarksOneAttempt(t *testing.T) {
 		}
 	}
 	calls, _ := s.Stats()
-	if calls-calls0 != 2 || failed != 2 || unknown != 5 || notSent != 7 {
-		t.Errorf("%d calls, %d ErrCallFailed, %d unknown, %d not sent; want 2, 2, 5, 7", calls-calls0, failed, unknown, notSent)
+	// k calls of 1 attempt, then k of MaxBatch; the rest was never sent.
+	if calls-calls0 != 2*k || failed != 2*k || unknown != 5*k || notSent != n-5*k {
+		t.Errorf("%d calls, %d ErrCallFailed, %d unknown, %d not sent; want %d, %d, %d, %d",
+			calls-calls0, failed, unknown, notSent, 2*k, 2*k, 5*k, n-5*k)
 	}
 }
 
