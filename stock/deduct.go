@@ -118,8 +118,9 @@ func (s *Store) product(id string) *product {
 // inFlightPerProduct is how many deduction script calls per product may be
 // in flight at once. Each script is atomic, so any number keeps the sale's
 // promises. Two measured faster in BenchmarkDeductBurst (2,000 goroutines,
-// one product: buying ~80k -> ~95k attempts/s, p99 ~60 -> ~45 ms; a
-// sold-out storm ~410k -> ~640k attempts/s), but it stays one: with a
+// one product, five runs each: buying 74-93k -> 94-101k attempts/s, p99
+// 44-68 -> 42-55 ms; a sold-out storm 330-445k -> 610-650k attempts/s; at
+// 64 goroutines about even), but it stays one: with a
 // second call on the connection, rueidis' timeout of one call (it closes
 // a connection whose lone synchronous command timed out) was seen to fail
 // the batch sent behind it with a fresh budget, the very failure the
