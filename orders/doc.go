@@ -10,11 +10,18 @@
 //	err := pub.PublishAndAck(ctx, orders.OrderEvent(&attempt), outcome.OutboxID)
 //
 // which returns once Kafka acknowledged the event (acks=all) — only then may
-// the edge answer 200 pending. Concurrent calls share kafka-go's
-// per-partition batches (BatchTimeout 2ms, not kafka-go's 1s default), so a
-// synchronous publish costs about BatchTimeout plus one produce round trip,
-// and the rate is bounded by concurrent publishers / that latency
-// (BenchmarkPublish64, BenchmarkPublish256). After the acknowledgement the
+// the edge answer 200 pending. Concurrent calls share produce requests
+// through a group commit per partition (producer.go, on kafka-go's
+// Client.Produce rather than its Writer): while a partition's request is in
+// flight, its events queue; when it returns, everything queued goes as the
+// next request. No timer, so a lone publish costs one produce round trip
+// (the Writer added its 2ms BatchTimeout) and under load batches grow to
+// what queued during one round trip. One request in flight per partition
+// keeps one order's events in order; keys map to partitions exactly as
+// kafka.Hash did (FNV-1a, not murmur2), so existing topics keep their
+// layout. Retriable errors are retried with backoff (20ms..500ms) while the
+// caller still waits; Timeout bounds the caller's wait. BenchmarkPublish
+// compares it with the Writer. After the acknowledgement the
 // order's outbox entry is handed to a background acker that removes it
 // (stock.Store.AckOutbox: XDEL + XACK, batched per product); that removal is
 // cleanup, not part of the promise. On error the edge answers 503 with the
@@ -32,7 +39,8 @@
 //
 // # Shutdown order
 //
-// Relay.Close, then Publisher.Close (flushes queued outbox removals), then
+// Relay.Close, then Publisher.Close (sends queued events, then flushes
+// queued outbox removals), then
 // the stock.Store, then the embedded broker's stop.
 //
 // # The embedded broker

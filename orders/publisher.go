@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -19,22 +20,23 @@ type PublisherConfig struct {
 	Topic    string // default DefaultTopic
 	DLQTopic string // default DefaultDLQTopic
 
-	// BatchTimeout is how long a partition's batch waits for more events
-	// before it is sent (default 2ms). Every synchronous publish waits up
-	// to this long: kafka-go's own default (1s) would make every purchase
-	// take a second.
+	// BatchTimeout is how long the dead-letter writer's batch waits for
+	// more messages (default 2ms; kafka-go's 1s default would stall every
+	// dead-lettering). Order events do not wait for any timer: they go
+	// through a group commit per partition (see producer).
 	BatchTimeout time.Duration
-	// BatchSize caps the events of one partition's batch (default 1000);
-	// a full batch is sent at once.
+	// BatchSize caps the events of one produce request (default 1000);
+	// what queued beyond it goes in the next request at once.
 	BatchSize int
 	// Timeout bounds one publish from the caller's view (default 3s), on
 	// top of the caller's context. When it runs out the event may still be
-	// written later (kafka-go keeps retrying the batch): the outcome is
-	// unknown, and the outbox relay settles it.
+	// written later (a request in flight or retried): the outcome is
+	// unknown, and the outbox relay settles it. Events whose callers gave
+	// up are neither sent nor retried any more.
 	Timeout time.Duration
 	// WriteTimeout bounds one produce request (default 2s).
 	WriteTimeout time.Duration
-	// MaxAttempts is how often kafka-go tries a batch on retriable
+	// MaxAttempts is how often a produce request is tried on retriable
 	// errors (default 10), backing off from 20ms to 500ms.
 	MaxAttempts int
 	// MetadataTTL is how long partition leaders are cached (default 1s):
@@ -51,6 +53,11 @@ type PublisherConfig struct {
 	AckQueue int
 
 	Log *slog.Logger // default slog.Default()
+
+	// useWriter sends order events through kafka-go's Writer (BatchTimeout
+	// batches) instead of the group commit: only for BenchmarkPublish's
+	// before/after comparison.
+	useWriter bool
 }
 
 // OutboxAcker removes acknowledged outbox entries; *stock.Store is one.
@@ -100,8 +107,10 @@ func (c *PublisherConfig) defaults() error {
 
 // Publisher writes order events to Kafka and returns only once Kafka
 // acknowledged them (acks=all), or with an error. Concurrent calls share
-// kafka-go's per-partition batches, so many shoppers cost one produce
-// request per partition every BatchTimeout. Safe for concurrent use.
+// produce requests: per partition, one request is in flight and what
+// queued meanwhile goes as the next one (no timer), so many shoppers cost
+// one produce request per partition per round trip. Safe for concurrent
+// use.
 //
 // kafka-go has no idempotent producer: a retried batch whose first try was
 // applied (e.g. REQUEST_TIMED_OUT) is written twice. Consumers dedupe by
@@ -109,7 +118,8 @@ func (c *PublisherConfig) defaults() error {
 type Publisher struct {
 	cfg       PublisherConfig
 	transport *kafka.Transport
-	w, dlq    *kafka.Writer
+	pr        *producer
+	w, dlq    *kafka.Writer // w only with cfg.useWriter
 
 	ackMu     sync.RWMutex // guards ackClosed against sends on a closed ackCh
 	ackClosed bool
@@ -151,7 +161,12 @@ func NewPublisher(cfg PublisherConfig) (*Publisher, error) {
 			ErrorLogger:     errLog,
 		}
 	}
-	p.w, p.dlq = newWriter(cfg.Topic), newWriter(cfg.DLQTopic)
+	p.dlq = newWriter(cfg.DLQTopic)
+	if cfg.useWriter {
+		p.w = newWriter(cfg.Topic)
+	} else {
+		p.pr = newProducer(&p.cfg, p.transport)
+	}
 	if cfg.Outbox != nil {
 		p.ackCh, p.ackDone = make(chan ackReq, cfg.AckQueue), make(chan struct{})
 		go p.runAcker()
@@ -166,12 +181,137 @@ func (p *Publisher) PublishOrder(ctx context.Context, e Event) error {
 }
 
 // Publish publishes events, returning once Kafka acknowledged all of them.
-// When only some failed, the error is a kafka.WriteErrors with one entry
-// per event (nil for those acknowledged).
+// When only some of several failed, the error is a kafka.WriteErrors with
+// one entry per event (nil for those acknowledged). Any error means the
+// failed events may or may not be in Kafka.
 func (p *Publisher) Publish(ctx context.Context, evs ...Event) error {
-	if len(evs) == 0 {
+	switch {
+	case len(evs) == 0:
+		return nil
+	case p.w != nil:
+		return p.publishWriter(ctx, evs)
+	case len(evs) == 1:
+		return p.publishOne(ctx, &evs[0])
+	}
+	return p.publishMany(ctx, evs)
+}
+
+// newCall encodes e into a pooled call with the publish's deadline.
+func (p *Publisher) newCall(ctx context.Context, e *Event, now int64) (*pcall, error) {
+	v, err := e.Encode()
+	if err != nil {
+		return nil, fmt.Errorf("orders: publish: %w", err)
+	}
+	c := pcallPool.Get().(*pcall)
+	c.key = strconv.AppendInt(c.keyBuf[:0], e.OrderID, 10)
+	c.val = v
+	c.ctx = ctx
+	c.deadline = now + int64(p.cfg.Timeout)
+	if dl, ok := ctx.Deadline(); ok && dl.UnixNano() < c.deadline {
+		c.deadline = dl.UnixNano()
+	}
+	return c, nil
+}
+
+func (p *Publisher) publishOne(ctx context.Context, e *Event) error {
+	now := time.Now().UnixNano()
+	c, err := p.newCall(ctx, e, now)
+	if err == nil {
+		err = p.pr.enqueue(ctx, c, now)
+		if err != nil {
+			c.recycle()
+		}
+	}
+	if err != nil {
+		p.failed.Add(1)
+		return err
+	}
+	t := c.startTimer(time.Duration(c.deadline - now))
+	select {
+	case <-c.done:
+		t.Stop()
+		err = c.err
+		c.recycle()
+	case <-t.C:
+		err = errGaveUp // c stays with its sender: not recycled
+	case <-ctx.Done():
+		t.Stop()
+		err = fmt.Errorf("%w: %w", errGaveUp, ctx.Err())
+	}
+	if err != nil {
+		p.failed.Add(1)
+		return err
+	}
+	p.published.Add(1)
+	return nil
+}
+
+// startTimer arms the call's pooled timer (Go 1.23+ timers: Reset and Stop
+// never leave a stale tick behind).
+func (c *pcall) startTimer(d time.Duration) *time.Timer {
+	if c.timer == nil {
+		c.timer = time.NewTimer(d)
+	} else {
+		c.timer.Reset(d)
+	}
+	return c.timer
+}
+
+func (p *Publisher) publishMany(ctx context.Context, evs []Event) error {
+	now := time.Now().UnixNano()
+	calls := make([]*pcall, len(evs))
+	werr := make(kafka.WriteErrors, len(evs))
+	failed := 0
+	for i := range evs {
+		c, err := p.newCall(ctx, &evs[i], now)
+		if err == nil {
+			if err = p.pr.enqueue(ctx, c, now); err != nil {
+				c.recycle()
+			}
+		}
+		if err != nil {
+			werr[i] = err
+			failed++
+			continue
+		}
+		calls[i] = c
+	}
+	t := time.NewTimer(time.Duration(p.cfg.Timeout))
+	defer t.Stop()
+	gaveUp := error(nil)
+	for i, c := range calls {
+		if c == nil {
+			continue
+		}
+		if gaveUp == nil {
+			select {
+			case <-c.done:
+				werr[i] = c.err
+				c.recycle()
+			case <-t.C:
+				gaveUp = errGaveUp
+			case <-ctx.Done():
+				gaveUp = fmt.Errorf("%w: %w", errGaveUp, ctx.Err())
+			}
+		}
+		if gaveUp != nil {
+			werr[i] = gaveUp // c stays with its sender: not recycled
+		}
+		if werr[i] != nil {
+			failed++
+		}
+	}
+	p.failed.Add(uint64(failed))
+	p.published.Add(uint64(len(evs) - failed))
+	if failed == 0 {
 		return nil
 	}
+	return werr
+}
+
+// publishWriter is the kafka-go Writer path (cfg.useWriter), kept for the
+// benchmark's comparison.
+func (p *Publisher) publishWriter(ctx context.Context, evs []Event) error {
 	msgs := make([]kafka.Message, len(evs))
 	for i := range evs {
 		v, err := evs[i].Encode()
@@ -295,21 +435,39 @@ type PublisherStats struct {
 	Acked        uint64 // outbox entries removed after their publish
 	AckErrors    uint64 // outbox entries whose removal failed (the relay re-sends them)
 	DeadLettered uint64
-	Writer       kafka.WriterStats // kafka-go's own, reset by each call
+	Requests     uint64 // produce requests sent for order events, retries included
+	Retries      uint64 // of those, retries
+	// Writer is kept in kafka-go's shape for existing readers: deltas
+	// since the previous call (Writes, Messages, Errors, Retries,
+	// BatchSize Avg/Max/Count/Sum) of the order events' produce requests.
+	Writer kafka.WriterStats
 }
 
-// Stats returns the counters. kafka-go's WriterStats are deltas since the
-// previous call: call it from one place (the metrics scrape).
+// Stats returns the counters. Writer holds deltas since the previous call:
+// call it from one place (the metrics scrape).
 func (p *Publisher) Stats() PublisherStats {
-	return PublisherStats{
+	st := PublisherStats{
 		Published: p.published.Load(), Failed: p.failed.Load(), Acked: p.acked.Load(),
-		AckErrors: p.ackErrors.Load(), DeadLettered: p.deadLettered.Load(), Writer: p.w.Stats(),
+		AckErrors: p.ackErrors.Load(), DeadLettered: p.deadLettered.Load(),
 	}
+	if p.w != nil {
+		st.Writer = p.w.Stats()
+		st.Requests, st.Retries = uint64(st.Writer.Writes), uint64(st.Writer.Retries)
+	} else {
+		st.Writer = p.pr.stats()
+		st.Requests, st.Retries = uint64(p.pr.requests.Load()), uint64(p.pr.retries.Load())
+	}
+	return st
 }
 
-// Close flushes queued outbox acknowledgements and closes the writers,
-// waiting for batches in flight. Publish after Close fails.
+// Close sends the events already queued (failing those whose callers gave
+// up), flushes queued outbox acknowledgements and closes the dead-letter
+// writer. Publishes waiting in Close return; Publish after Close fails
+// with ErrPublisherClosed. Safe to call more than once.
 func (p *Publisher) Close() error {
+	if p.pr != nil {
+		p.pr.close()
+	}
 	if p.ackCh != nil {
 		p.ackMu.Lock()
 		already := p.ackClosed
@@ -320,7 +478,10 @@ func (p *Publisher) Close() error {
 		p.ackMu.Unlock()
 		<-p.ackDone
 	}
-	err := errors.Join(p.w.Close(), p.dlq.Close())
+	err := p.dlq.Close()
+	if p.w != nil {
+		err = errors.Join(p.w.Close(), err)
+	}
 	p.transport.CloseIdleConnections()
 	return err
 }
