@@ -28,7 +28,8 @@
 //     contract's status and code and moves no stock; a refused token stays
 //     usable.
 //   - TestRedisDownDegradesFast: a dead or hung Redis gives 503 DEGRADED
-//     within redis.timeout, the breaker opens and closes; a Redis that comes
+//     within twice redis.timeout, the breaker (counting failed calls, not
+//     attempts) opens and closes; a Redis that comes
 //     back empty must not resurrect sold stock.
 //   - TestAdminDegradeSwitch: the admin degrade switch, per product and
 //     for all.

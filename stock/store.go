@@ -18,8 +18,10 @@ import (
 // Options tune a Store. The zero value is usable.
 type Options struct {
 	// Timeout is the budget of every Redis call (default 200ms). A slow or
-	// dead Redis yields an error within it; a coalesced attempt's budget
-	// starts when it is queued, so waiting for the batch ahead counts too.
+	// dead Redis yields an error within it. A coalesced attempt waits at
+	// most Timeout in its product's queue (past it, it is not sent:
+	// ErrNotSent); the script call it goes out with then gets a fresh
+	// Timeout. So an attempt is answered within twice Timeout.
 	Timeout time.Duration
 	// MaxFlushDelay is rueidis' auto-pipelining flush delay (default 0).
 	// ~100µs batched more commands per write in DESIGN.md's measurements;
