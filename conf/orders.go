@@ -15,8 +15,10 @@ type KafkaConfig struct {
 	DLQTopic string   `yaml:"dlq_topic"`
 	// Partitions of the orders topic when the edge creates it.
 	Partitions int `yaml:"partitions"`
-	// BatchTimeout is how long an event waits for others to share its
-	// produce request: every purchase waits up to this long for Kafka.
+	// BatchTimeout is how long a dead-lettered message waits for others
+	// to share its produce request. Order events wait for no timer: per
+	// partition one request is in flight and what queued meanwhile goes
+	// as the next one (orders/producer.go).
 	BatchTimeout time.Duration `yaml:"batch_timeout"`
 	// Timeout bounds one publish: past it the shopper gets 503 with the
 	// order id, and the outbox relay delivers the event.
@@ -92,7 +94,7 @@ func (c *Config) validateOrders(errs *field.Errors) {
 		errs.Add("kafka.partitions", "must be between 1 and 1000, got %d", k.Partitions)
 	}
 	if k.BatchTimeout < 0 || k.BatchTimeout > time.Second {
-		errs.Add("kafka.batch_timeout", "must be between 0 and 1s (every purchase waits up to this long), got %v", k.BatchTimeout)
+		errs.Add("kafka.batch_timeout", "must be between 0 and 1s, got %v", k.BatchTimeout)
 	}
 	if k.Timeout < 100*time.Millisecond || k.Timeout > time.Minute {
 		errs.Add("kafka.timeout", "must be between 100ms and 1m, got %v", k.Timeout)
