@@ -63,6 +63,7 @@ type record struct {
 	key       string
 	value     []byte
 	headers   map[string]string
+	time      time.Time // the record's timestamp (CreateTime, set by the producer)
 }
 
 // readAll reads every message of topic, all partitions, up to the high
@@ -107,7 +108,7 @@ func readAll(t testing.TB, brokers []string, topic string) []record {
 				if r.Offset < off {
 					continue
 				}
-				rec := record{partition: p.ID, offset: r.Offset, headers: map[string]string{}}
+				rec := record{partition: p.ID, offset: r.Offset, headers: map[string]string{}, time: r.Time}
 				if r.Key != nil {
 					k, _ := kafka.ReadAll(r.Key)
 					rec.key = string(k)

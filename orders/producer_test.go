@@ -63,6 +63,8 @@ func TestPartitionAllocs(t *testing.T) {
 func TestPublishConcurrentExactlyOnce(t *testing.T) {
 	brokers, _ := startKafka(t)
 	p := newPublisher(t, PublisherConfig{Brokers: brokers})
+	// Broker timestamps have millisecond precision.
+	start := time.Now().Add(-time.Millisecond)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	const workers, each = 512, 8
@@ -103,6 +105,12 @@ func TestPublishConcurrentExactlyOnce(t *testing.T) {
 			t.Fatal(err)
 		}
 		counts[e.OrderID]++
+		// Time-based retention deletes by record timestamp: a 1970 one
+		// would make a lagging consumer lose the events. (kafka-go's
+		// encoder stamps records that carry no time; this holds it.)
+		if r.time.Before(start) || r.time.After(time.Now()) {
+			t.Errorf("order %s has timestamp %v, want the publish time (after %v)", r.key, r.time, start)
+		}
 		if want := kafkaHash([]byte(r.key), DefaultPartitions); r.partition != want {
 			t.Errorf("order %s in partition %d, kafka.Hash picks %d", r.key, r.partition, want)
 		}
