@@ -282,13 +282,21 @@ func (s *Store) lead(p *product, b *batch) {
 		p.inFlight--
 	}
 	p.mu.Unlock()
+	for _, c := range b.calls[1:] {
+		c.done <- struct{}{} // c belongs to its waiter from here on
+	}
+	// The next batch's leader is woken last, on purpose: a goroutine woken
+	// by a channel send goes to its P's runnext slot and runs as soon as
+	// this one blocks, and every later wake-up pushes the previous one to
+	// the tail of the run queue. Woken first, the leader queued behind its
+	// batch's 100+ waiters and, under a burst, behind every other runnable
+	// goroutine of the edge (thousands): the product's next script call
+	// left tens of milliseconds late, and attempts ran out of budget in
+	// the queue although Redis answered in a millisecond.
 	if next != nil {
 		first := next.calls[0]
 		first.lead = next
 		first.done <- struct{}{}
-	}
-	for _, c := range b.calls[1:] {
-		c.done <- struct{}{} // c belongs to its waiter from here on
 	}
 	b.recycle()
 }
