@@ -40,6 +40,7 @@ func TestErrorsNameFieldAndLine(t *testing.T) {
 		{"admin token from missing env", "admin:\n  token: env:FLASHGATE_TEST_NOPE\n", "admin.token", 2, "not set"},
 		{"sample out of range", "log:\n  access_sample: 2\n", "log.access_sample", 2, "between 0 and 1"},
 		{"list where mapping expected", "listen: [1, 2]\n", "listen", 1, "expected a mapping"},
+		{"queue shorter than a call", "redis:\n  timeout: 500ms\n  queue_timeout: 100ms\n", "redis.queue_timeout", 3, "between timeout"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -72,7 +73,8 @@ func TestDefaultsFillOmittedFields(t *testing.T) {
 		t.Fatal(err)
 	}
 	c := doc.Config
-	if c.NodeID != 7 || c.Listen.ReadTimeout == 0 || c.Log.Level != "info" || c.RealIP.Header != "X-Forwarded-For" {
+	if c.NodeID != 7 || c.Listen.ReadTimeout == 0 || c.Log.Level != "info" || c.RealIP.Header != "X-Forwarded-For" ||
+		c.Redis.QueueTimeout < c.Redis.Timeout {
 		t.Fatalf("defaults missing: %+v", c)
 	}
 }

@@ -32,6 +32,7 @@ func (s *Server) openSale(cfg *conf.Config, snap *conf.Snapshot) error {
 	}
 	store, err := stock.Open(ctx, rc.Addr, stock.Options{
 		Timeout:       rc.Timeout,
+		QueueTimeout:  rc.QueueTimeout,
 		MaxFlushDelay: rc.MaxFlushDelay,
 		OrderTTL:      cfg.Sale.OrderTTL,
 		DataDir:       dataDir,

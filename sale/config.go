@@ -15,7 +15,11 @@ type RedisConfig struct {
 	Addr string `yaml:"addr"`
 	// Timeout is the budget of every Redis call: slow or gone answers 503
 	// DEGRADED within it, never a hang.
-	Timeout       time.Duration `yaml:"timeout"`
+	Timeout time.Duration `yaml:"timeout"`
+	// QueueTimeout is how long a purchase may wait for its product's
+	// script call in flight (the group commit) before it is answered 503
+	// unsent (default 1s, at least Timeout). See stock.Options.
+	QueueTimeout  time.Duration `yaml:"queue_timeout"`
 	MaxFlushDelay time.Duration `yaml:"max_flush_delay"`
 	Password      string        `yaml:"password"`
 }
@@ -124,6 +128,9 @@ func (c *RedisConfig) SetDefaults() {
 	if c.Timeout == 0 {
 		c.Timeout = 200 * time.Millisecond
 	}
+	if c.QueueTimeout == 0 {
+		c.QueueTimeout = max(time.Second, c.Timeout)
+	}
 }
 
 // Embedded reports whether the in-process stand-in is configured.
@@ -134,6 +141,9 @@ func (c *RedisConfig) Validate() field.Errors {
 	var errs field.Errors
 	if c.Timeout < time.Millisecond || c.Timeout > 10*time.Second {
 		errs.Add("timeout", "must be between 1ms and 10s, got %v", c.Timeout)
+	}
+	if c.QueueTimeout < c.Timeout || c.QueueTimeout > 30*time.Second {
+		errs.Add("queue_timeout", "must be between timeout (%v) and 30s, got %v", c.Timeout, c.QueueTimeout)
 	}
 	if c.MaxFlushDelay < 0 || c.MaxFlushDelay > 10*time.Millisecond {
 		errs.Add("max_flush_delay", "must be between 0 and 10ms, got %v", c.MaxFlushDelay)

@@ -216,7 +216,13 @@ func (s *Service) do(r *filters.Request, st *Settings) {
 			s.Breaker.Abstain()
 		}
 		s.outcomes[outError].Inc()
-		s.Log.Warn("deduction failed", "product", e.ProductID, "order", a.OrderID, "unknown_outcome", errors.Is(err, stock.ErrUnknown), "err", err)
+		if errors.Is(err, stock.ErrNotSent) {
+			// Nothing happened; counted above. One line per attempt would
+			// be thousands of lines in a burst, on the hot path.
+			s.Log.Debug("deduction not sent", "product", e.ProductID, "order", a.OrderID, "err", err)
+		} else {
+			s.Log.Warn("deduction failed", "product", e.ProductID, "order", a.OrderID, "unknown_outcome", errors.Is(err, stock.ErrUnknown), "err", err)
+		}
 		errDegraded.Write(r.Ctx)
 		return
 	}

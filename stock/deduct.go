@@ -174,10 +174,10 @@ const spansPerAttempt = 11
 // ErrCallFailed, so that a circuit breaker counts calls, not attempts.
 // ErrNotSent, ErrInvalid and ErrClosed mean nothing was sent.
 //
-// Budget: an attempt waits in the queue for at most Options.Timeout (or
-// until ctx's deadline, if earlier) and is then dropped unsent
+// Budget: an attempt waits in the queue for at most Options.QueueTimeout
+// (or until ctx's deadline, if earlier) and is then dropped unsent
 // (ErrNotSent); the script call that carries it has a full Timeout of its
-// own from when it is sent. The worst case is thus two budgets. An attempt
+// own from when it is sent. The worst case is QueueTimeout + Timeout. An attempt
 // is not answered at its own deadline while its call is in flight: it
 // waits for the call's answer or the call's budget.
 func (s *Store) Deduct(ctx context.Context, a Attempt) (Outcome, error) {
@@ -185,7 +185,7 @@ func (s *Store) Deduct(ctx context.Context, a Attempt) (Outcome, error) {
 		return out, err
 	}
 	p := s.product(a.ProductID)
-	c := newCall(ctx, &a, s.opts.Timeout)
+	c := newCall(ctx, &a, s.opts.QueueTimeout)
 	p.mu.Lock()
 	if p.inFlight >= p.maxInFlight {
 		p.pending = append(p.pending, c)
@@ -213,7 +213,7 @@ func (s *Store) DeductDirect(ctx context.Context, a Attempt) (Outcome, error) {
 		return out, err
 	}
 	p := s.product(a.ProductID)
-	c := newCall(ctx, &a, s.opts.Timeout)
+	c := newCall(ctx, &a, s.opts.QueueTimeout)
 	b := batchPool.Get().(*batch)
 	b.calls = append(b.calls[:0], c)
 	s.exec(p, b)
@@ -316,9 +316,8 @@ func (b *batch) recycle() {
 // The call gets a full Options.Timeout from now, whatever its attempts
 // waited in the queue: inheriting the oldest attempt's remaining budget
 // made a burst's big batches time out after a few milliseconds although
-// Redis answers in one. An attempt whose own budget ran out in the queue is
-// not sent. So an attempt is answered within two budgets: at most one
-// waiting, then at most one for the call.
+// Redis answers in one. An attempt whose queue budget (QueueTimeout) ran
+// out is not sent. So an attempt is answered within QueueTimeout + Timeout.
 func (s *Store) exec(p *product, b *batch) {
 	now := time.Now()
 	b.send = b.send[:0]

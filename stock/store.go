@@ -18,11 +18,19 @@ import (
 // Options tune a Store. The zero value is usable.
 type Options struct {
 	// Timeout is the budget of every Redis call (default 200ms). A slow or
-	// dead Redis yields an error within it. A coalesced attempt waits at
-	// most Timeout in its product's queue (past it, it is not sent:
-	// ErrNotSent); the script call it goes out with then gets a fresh
-	// Timeout. So an attempt is answered within twice Timeout.
+	// dead Redis yields an error within it: the script call that carries
+	// an attempt gets a full Timeout from when it is sent.
 	Timeout time.Duration
+	// QueueTimeout is how long an attempt may wait in its product's
+	// group-commit queue before it is dropped unsent (ErrNotSent; default:
+	// Timeout). So an attempt is answered within QueueTimeout + Timeout.
+	// The queue is short while Redis answers and the edge has CPU to
+	// spare; under a burst that saturates the edge it is the edge's run
+	// queue, not Redis, that makes attempts wait, and dropping them then
+	// answers 503 while stock is left and saves nothing (the attempt has
+	// already cost its request; sending it costs Redis a few µs). During a
+	// Redis stall the queue waits at most for the call in flight.
+	QueueTimeout time.Duration
 	// MaxFlushDelay is rueidis' auto-pipelining flush delay (default 0).
 	// ~100µs batched more commands per write in DESIGN.md's measurements;
 	// with group commit there are fewer commands to batch: measure.
@@ -52,6 +60,9 @@ type Options struct {
 func (o *Options) defaults() {
 	if o.Timeout <= 0 {
 		o.Timeout = 200 * time.Millisecond
+	}
+	if o.QueueTimeout <= 0 {
+		o.QueueTimeout = o.Timeout
 	}
 	if o.MaxBatch <= 0 {
 		o.MaxBatch = 128
