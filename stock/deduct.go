@@ -117,15 +117,14 @@ func (s *Store) product(id string) *product {
 
 // inFlightPerProduct is how many deduction script calls per product may be
 // in flight at once. Each script is atomic, so any number keeps the sale's
-// promises. Two measured faster in BenchmarkDeductBurst (2,000 goroutines,
-// one product, five runs each: buying 74-93k -> 94-101k attempts/s, p99
-// 44-68 -> 42-55 ms; a sold-out storm 330-445k -> 610-650k attempts/s; at
-// 64 goroutines about even), but it stays one: with a
-// second call on the connection, rueidis' timeout of one call (it closes
-// a connection whose lone synchronous command timed out) was seen to fail
-// the batch sent behind it with a fresh budget, the very failure the
-// per-call budget removes (TestQueuedBatchGetsItsOwnBudget, 2 runs in 6).
-const inFlightPerProduct = 1
+// promises; rueidis pipelines the calls on one connection and Redis runs
+// them in order. Two measured faster in BenchmarkDeductBurst (2,000
+// goroutines, one product: buying 74-93k -> 94-119k attempts/s, p99 44-68
+// -> 34-55 ms; a sold-out storm 330-445k -> 610-650k attempts/s; 64
+// goroutines: 81-93k -> 103-109k). It needs rueidis' AlwaysPipelining
+// (see Open): in sync mode one call's timeout broke the connection and
+// failed the call behind it (TestQueuedBatchGetsItsOwnBudget, 2 runs in 6).
+const inFlightPerProduct = 2
 
 // call is one attempt's slot in a batch. Pooled together with its channel:
 // each use sends exactly one value on done, which its owner receives.

@@ -154,8 +154,16 @@ func Open(ctx context.Context, addr string, opts Options) (*Store, error) {
 		// Nothing here uses client-side caching; without it rueidis skips
 		// the CLIENT TRACKING handshake.
 		DisableCache: true,
-		Username:     opts.Username,
-		Password:     opts.Password,
+		// A command alone on its connection would otherwise run in
+		// rueidis' "sync mode", which puts the context's deadline on the
+		// connection itself (redis/rueidis#7): one timed-out deduction
+		// then breaks the connection, failing every call sent on it
+		// behind it, such as the product's second call in flight
+		// (inFlightPerProduct). Pipelined, a timed-out call only stops
+		// waiting. BenchmarkDeductBurst: same throughput either way.
+		AlwaysPipelining: true,
+		Username:         opts.Username,
+		Password:         opts.Password,
 		// A dial that takes longer than the budget would hold every caller
 		// past it while rueidis reconnects.
 		Dialer: net.Dialer{Timeout: max(opts.Timeout, 100*time.Millisecond), KeepAlive: 30 * time.Second},
