@@ -117,14 +117,15 @@ func (s *Store) product(id string) *product {
 
 // inFlightPerProduct is how many deduction script calls per product may be
 // in flight at once. Each script is atomic, so any number keeps the sale's
-// promises; rueidis pipelines the calls on one connection and Redis runs
-// them in order. Two measured faster in BenchmarkDeductBurst (2,000
-// goroutines, one product: buying 74-93k -> 94-119k attempts/s, p99 44-68
-// -> 34-55 ms; a sold-out storm 330-445k -> 610-650k attempts/s; 64
-// goroutines: 81-93k -> 103-109k). It needs rueidis' AlwaysPipelining
-// (see Open): in sync mode one call's timeout broke the connection and
-// failed the call behind it (TestQueuedBatchGetsItsOwnBudget, 2 runs in 6).
-const inFlightPerProduct = 2
+// promises (rueidis pipelines the calls on one connection, Redis runs them
+// in order), and the code and tests work for any value. Two measured
+// faster in BenchmarkDeductBurst, where Redis has a core of its own (2,000
+// goroutines, one product: 104-110k -> 115-119k attempts/s; 64: 83-86k ->
+// 103-106k), but not at the edge: the burst scenario's do p99.9 was
+// 442-521 ms with two against 350-441 ms with one (3 alternating runs,
+// GOMAXPROCS=1): smaller batches, more calls, and the edge's one P is the
+// limit. So one.
+const inFlightPerProduct = 1
 
 // call is one attempt's slot in a batch. Pooled together with its channel:
 // each use sends exactly one value on done, which its owner receives.

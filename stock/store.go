@@ -157,10 +157,12 @@ func Open(ctx context.Context, addr string, opts Options) (*Store, error) {
 		// A command alone on its connection would otherwise run in
 		// rueidis' "sync mode", which puts the context's deadline on the
 		// connection itself (redis/rueidis#7): one timed-out deduction
-		// then breaks the connection, failing every call sent on it
-		// behind it, such as the product's second call in flight
-		// (inFlightPerProduct). Pipelined, a timed-out call only stops
-		// waiting. BenchmarkDeductBurst: same throughput either way.
+		// then breaks the connection and fails every call sent on it
+		// behind it (other products' calls, outbox acks). Pipelined, a
+		// timed-out call only stops waiting. Measured: the same
+		// throughput in BenchmarkDeductBurst; in the normal scenario
+		// (1.25 attempts per call) do p50 1.33-1.50 ms against 2.61-3.34
+		// ms and 12% less edge CPU (2 alternating runs, a noisy machine).
 		AlwaysPipelining: true,
 		Username:         opts.Username,
 		Password:         opts.Password,
