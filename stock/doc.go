@@ -48,9 +48,10 @@
 // outcome unless it wraps ErrInvalid, ErrNotSent or ErrClosed: answer 503 and
 // let the outbox and the ledger settle it; never retry a deduction blindly.
 // Exactly one attempt of each failed script call also wraps ErrCallFailed:
-// what a circuit breaker counts. An attempt waits for its call at most
-// Options.Timeout, and each call has a full Timeout from when it is sent,
-// so an answer comes within two budgets.
+// what a circuit breaker counts. An attempt waits in its product's queue at
+// most Options.QueueTimeout (default Timeout; the edge sets 1s), and each
+// call has a full Timeout from when it is sent, so an answer comes within
+// QueueTimeout + Timeout.
 //
 // Key layout (keys.go): every key carries the product's hash tag {p}, so each
 // script touches one slot and everything runs unchanged on Redis Cluster.
