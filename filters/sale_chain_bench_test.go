@@ -184,15 +184,26 @@ func TestShopperChainNoAmortizedAllocs(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			e := newShopperBench(t, tc.soldOut)
 			e.warm(t)
-			const runs = 10000
-			var before, after runtime.MemStats
-			runtime.ReadMemStats(&before)
-			for range runs {
-				e.one()
+			// MemStats count the whole process: a GC emptying sync.Pools or
+			// the test framework's own goroutines add an allocation now and
+			// then (~1 window in 20). An amortized allocation on the path
+			// (the BUG above: ~500 per window) shows in every window, so
+			// the best of three must be 0.
+			const runs, windows = 10000, 3
+			best, bytes := uint64(1<<63), uint64(0)
+			for range windows {
+				var before, after runtime.MemStats
+				runtime.ReadMemStats(&before)
+				for range runs {
+					e.one()
+				}
+				runtime.ReadMemStats(&after)
+				if n := after.Mallocs - before.Mallocs; n < best {
+					best, bytes = n, after.TotalAlloc-before.TotalAlloc
+				}
 			}
-			runtime.ReadMemStats(&after)
-			if n := after.Mallocs - before.Mallocs; n != 0 {
-				t.Fatalf("%d allocations (%d bytes) in %d calls", n, after.TotalAlloc-before.TotalAlloc, runs)
+			if best != 0 {
+				t.Fatalf("%d allocations (%d bytes) in %d calls, the fewest of %d windows", best, bytes, runs, windows)
 			}
 		})
 	}
