@@ -3,6 +3,7 @@ package sale
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"strconv"
 	"time"
 	"unsafe"
@@ -218,8 +219,11 @@ func (s *Service) do(r *filters.Request, st *Settings) {
 		s.outcomes[outError].Inc()
 		if errors.Is(err, stock.ErrNotSent) {
 			// Nothing happened; counted above. One line per attempt would
-			// be thousands of lines in a burst, on the hot path.
-			s.Log.Debug("deduction not sent", "product", e.ProductID, "order", a.OrderID, "err", err)
+			// be thousands of lines in a burst, on the hot path; checked
+			// first so that a disabled level does not box the arguments.
+			if s.Log.Enabled(context.Background(), slog.LevelDebug) {
+				s.Log.Debug("deduction not sent", "product", e.ProductID, "order", a.OrderID, "err", err)
+			}
 		} else {
 			s.Log.Warn("deduction failed", "product", e.ProductID, "order", a.OrderID, "unknown_outcome", errors.Is(err, stock.ErrUnknown), "err", err)
 		}

@@ -163,8 +163,9 @@ const spansPerAttempt = 11
 // attempts queue; when it returns, the queued ones (up to
 // Options.MaxBatch) go as the next single call. No timer is involved, so
 // coalescing adds at most one round trip of latency, and under load Redis
-// runs one script per batch instead of one per attempt. Each attempt keeps its own checks (evaluated in queue order,
-// so a user's second attempt sees the first one's count) and its own answer.
+// runs one script per batch instead of one per attempt. Each attempt keeps
+// its own checks (evaluated in queue order, so a user's second attempt
+// sees the first one's count) and its own answer.
 //
 // An error wrapping ErrUnknown (timeout, connection reset, a Redis error)
 // means the script may or may not have run for every attempt of that batch.
@@ -177,9 +178,9 @@ const spansPerAttempt = 11
 // Budget: an attempt waits in the queue for at most Options.QueueTimeout
 // (or until ctx's deadline, if earlier) and is then dropped unsent
 // (ErrNotSent); the script call that carries it has a full Timeout of its
-// own from when it is sent. The worst case is QueueTimeout + Timeout. An attempt
-// is not answered at its own deadline while its call is in flight: it
-// waits for the call's answer or the call's budget.
+// own from when it is sent. The worst case is QueueTimeout + Timeout. An
+// attempt is not answered at its own deadline while its call is in
+// flight: it waits for the call's answer or the call's budget.
 func (s *Store) Deduct(ctx context.Context, a Attempt) (Outcome, error) {
 	if out, err, done := s.precheck(ctx, &a); done {
 		return out, err
