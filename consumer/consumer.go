@@ -277,6 +277,21 @@ func (c *Consumer) process(ctx context.Context, r *kafka.Reader, batch []kafka.M
 		}
 		c.dead.Add(uint64(len(dead)))
 	}
+	stored := map[string][]int64{}
+	for i := range rows {
+		if rows[i].Status == orderstore.StatusStored {
+			stored[rows[i].ProductID] = append(stored[rows[i].ProductID], rows[i].OrderID)
+			c.stored.Add(1)
+		} else {
+			c.released.Add(1)
+		}
+	}
+	// Marked before the commit: a process killed between the two then
+	// gets the batch redelivered, stores it again (idempotent) and marks
+	// it again (pending -> success only). Committed first, a kill there
+	// left the orders stored but "pending" in Redis for good: nothing
+	// would read them again.
+	c.mark(ctx, stored)
 	if err := r.CommitMessages(ctx, batch...); err != nil {
 		if ctx.Err() != nil {
 			return false
@@ -288,16 +303,6 @@ func (c *Consumer) process(ctx context.Context, r *kafka.Reader, batch []kafka.M
 		c.batches.Add(1)
 	}
 
-	stored := map[string][]int64{}
-	for i := range rows {
-		if rows[i].Status == orderstore.StatusStored {
-			stored[rows[i].ProductID] = append(stored[rows[i].ProductID], rows[i].OrderID)
-			c.stored.Add(1)
-		} else {
-			c.released.Add(1)
-		}
-	}
-	c.mark(ctx, stored)
 	if c.cfg.OnStored != nil && len(stored) > 0 {
 		c.cfg.OnStored(stored)
 	}

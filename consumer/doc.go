@@ -16,11 +16,13 @@
 //  4. insert the rows into the store, retrying with exponential backoff
 //     (capped, default 2 s) for as long as it fails — nothing is committed
 //     meanwhile, so ClickHouse being down only delays the batch;
-//  5. commit the offsets (a failed commit is only redelivery: the store is
-//     idempotent);
-//  6. mark the stored orders "success" in Redis (stock.Store.MarkSuccess,
-//     per product); a failure is logged and retried with the next batch —
-//     it only delays the shopper's answer — and then call OnStored.
+//  5. mark the stored orders "success" in Redis (stock.Store.MarkSuccess,
+//     per product; only pending -> success, so marking twice is harmless);
+//     a failure is logged and retried with the next batch — it only delays
+//     the shopper's answer;
+//  6. commit the offsets (a failed commit is only redelivery: the store is
+//     idempotent), then call OnStored. Marking before committing means a
+//     process killed between the two leaves no order stored but pending.
 //
 // Drained and GroupLag tell whether everything published is stored (the
 // group's committed offsets reached the end of every partition): warm-up
