@@ -5,8 +5,8 @@ import (
 	"sync/atomic"
 	"time"
 
-	"flashgate/ptoken"
-	"flashgate/session"
+	"flashgate/sale/ptoken"
+	"flashgate/sale/session"
 )
 
 // Fixed secrets of the edge config bench writes: sessions bench signs and

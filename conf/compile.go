@@ -4,12 +4,12 @@ import (
 	"fmt"
 	"time"
 
-	"flashgate/activity"
 	"flashgate/conf/field"
 	"flashgate/filters"
-	"flashgate/ptoken"
 	"flashgate/sale"
-	"flashgate/session"
+	"flashgate/sale/activity"
+	"flashgate/sale/ptoken"
+	"flashgate/sale/session"
 	"flashgate/static"
 	"flashgate/upstream"
 )

@@ -5,9 +5,9 @@ import (
 
 	"gopkg.in/yaml.v3"
 
-	"flashgate/activity"
-	"flashgate/push"
 	"flashgate/sale"
+	"flashgate/sale/activity"
+	"flashgate/sale/push"
 	"flashgate/static"
 	"flashgate/upstream"
 )

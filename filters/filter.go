@@ -7,10 +7,10 @@ import (
 	"github.com/valyala/fasthttp"
 	"gopkg.in/yaml.v3"
 
-	"flashgate/activity"
 	"flashgate/conf/field"
-	"flashgate/ptoken"
-	"flashgate/session"
+	"flashgate/sale/activity"
+	"flashgate/sale/ptoken"
+	"flashgate/sale/session"
 )
 
 // Request is the per-request state the chain hands from filter to filter.

@@ -3,7 +3,7 @@ package filters
 import (
 	"flashgate/conf/field"
 
-	"flashgate/ptoken"
+	"flashgate/sale/ptoken"
 )
 
 func init() { Register("purchase_token", newPurchaseToken) }

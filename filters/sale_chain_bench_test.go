@@ -9,8 +9,8 @@ import (
 
 	"github.com/valyala/fasthttp"
 
-	"flashgate/activity"
-	"flashgate/session"
+	"flashgate/sale/activity"
+	"flashgate/sale/session"
 )
 
 // shopperChainYAML is the API chain of conf/edge.yaml, in its order.

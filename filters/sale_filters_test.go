@@ -10,9 +10,9 @@ import (
 
 	"github.com/valyala/fasthttp"
 
-	"flashgate/activity"
-	"flashgate/ptoken"
-	"flashgate/session"
+	"flashgate/sale/activity"
+	"flashgate/sale/ptoken"
+	"flashgate/sale/session"
 )
 
 // The sale filters are tested through Build with a real Env: a registry

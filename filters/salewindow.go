@@ -1,8 +1,8 @@
 package filters
 
 import (
-	"flashgate/activity"
 	"flashgate/conf/field"
+	"flashgate/sale/activity"
 )
 
 func init() { Register("sale_window", newSaleWindow) }

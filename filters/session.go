@@ -2,7 +2,7 @@ package filters
 
 import (
 	"flashgate/conf/field"
-	"flashgate/session"
+	"flashgate/sale/session"
 )
 
 func init() { Register("session", newSession) }

@@ -16,7 +16,7 @@ import (
 
 	"flashgate/internal/kafkatest"
 	"flashgate/internal/redistest"
-	"flashgate/stock"
+	"flashgate/orders/stock"
 )
 
 // startKafka is a kfake cluster with the orders and DLQ topics.

@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"strconv"
 
-	"flashgate/stock"
+	"flashgate/orders/stock"
 )
 
 // OrderEvent is the order event of a successful deduction, as the edge

@@ -16,7 +16,7 @@ import (
 	"github.com/redis/rueidis"
 	"github.com/segmentio/kafka-go"
 
-	"flashgate/stock"
+	"flashgate/orders/stock"
 )
 
 // RelayConfig configures a Relay. Store, Publisher and Products are required.

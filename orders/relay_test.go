@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"flashgate/stock"
+	"flashgate/orders/stock"
 )
 
 func newRelay(t testing.TB, cfg RelayConfig) *Relay {

@@ -4,7 +4,7 @@ import (
 	"bytes"
 	"crypto/subtle"
 	"encoding/json"
-	"flashgate/dashboard"
+	"flashgate/proxy/dashboard"
 	"strings"
 
 	"github.com/valyala/fasthttp"

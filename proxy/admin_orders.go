@@ -8,12 +8,12 @@ import (
 
 	"github.com/valyala/fasthttp"
 
-	"flashgate/activity"
-	"flashgate/consumer"
 	"flashgate/orders"
-	"flashgate/push"
-	"flashgate/reconcile"
-	"flashgate/stock"
+	"flashgate/orders/consumer"
+	"flashgate/orders/reconcile"
+	"flashgate/orders/stock"
+	"flashgate/sale/activity"
+	"flashgate/sale/push"
 )
 
 // handleAdminOrders serves order cancellation and reconciliation; it

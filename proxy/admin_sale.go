@@ -8,8 +8,8 @@ import (
 
 	"github.com/valyala/fasthttp"
 
-	"flashgate/activity"
-	"flashgate/stock"
+	"flashgate/orders/stock"
+	"flashgate/sale/activity"
 )
 
 // adminBodyLimit bounds admin JSON bodies.

@@ -8,8 +8,8 @@ import (
 
 	"github.com/valyala/fasthttp"
 
-	"flashgate/session"
-	"flashgate/stock"
+	"flashgate/orders/stock"
+	"flashgate/sale/session"
 )
 
 const allocSecret = "0123456789abcdef0123456789abcdef-session"

@@ -3,7 +3,7 @@ package proxy
 import (
 	"time"
 
-	"flashgate/dashboard"
+	"flashgate/proxy/dashboard"
 )
 
 // dashboardSnapshot gathers what the ops dashboard shows. It reads only

@@ -11,13 +11,13 @@ import (
 
 	"flashgate/conf"
 	"flashgate/conf/field"
-	"flashgate/consumer"
-	"flashgate/dashboard"
 	"flashgate/metrics"
 	"flashgate/orders"
-	"flashgate/orderstore"
-	"flashgate/push"
-	"flashgate/stock"
+	"flashgate/orders/consumer"
+	"flashgate/orders/orderstore"
+	"flashgate/orders/stock"
+	"flashgate/proxy/dashboard"
+	"flashgate/sale/push"
 )
 
 // pipeline is the orders side of an edge: the publisher the purchase path

@@ -9,10 +9,10 @@ import (
 
 	"flashgate/conf"
 	"flashgate/conf/field"
-	"flashgate/orderid"
-	"flashgate/push"
+	"flashgate/orders/orderid"
+	"flashgate/orders/stock"
 	"flashgate/sale"
-	"flashgate/stock"
+	"flashgate/sale/push"
 )
 
 // openSale connects to Redis (or starts the embedded stand-in), builds the

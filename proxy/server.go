@@ -13,14 +13,14 @@ import (
 
 	"github.com/valyala/fasthttp"
 
-	"flashgate/activity"
 	"flashgate/conf"
-	"flashgate/dashboard"
 	"flashgate/filters"
-	"flashgate/push"
+	"flashgate/orders/stock"
+	"flashgate/proxy/dashboard"
 	"flashgate/sale"
+	"flashgate/sale/activity"
+	"flashgate/sale/push"
 	"flashgate/static"
-	"flashgate/stock"
 	"flashgate/upstream"
 )
 

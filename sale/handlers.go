@@ -10,13 +10,13 @@ import (
 
 	"github.com/valyala/fasthttp"
 
-	"flashgate/activity"
 	"flashgate/filters"
-	"flashgate/orderid"
-	"flashgate/orderstore"
-	"flashgate/ptoken"
-	"flashgate/session"
-	"flashgate/stock"
+	"flashgate/orders/orderid"
+	"flashgate/orders/orderstore"
+	"flashgate/orders/stock"
+	"flashgate/sale/activity"
+	"flashgate/sale/ptoken"
+	"flashgate/sale/session"
 )
 
 var (

@@ -13,11 +13,11 @@ import (
 
 	"github.com/valyala/fasthttp"
 
-	"flashgate/activity"
 	"flashgate/filters"
 	"flashgate/internal/redistest"
-	"flashgate/orderid"
-	"flashgate/stock"
+	"flashgate/orders/orderid"
+	"flashgate/orders/stock"
+	"flashgate/sale/activity"
 )
 
 // nonceSeq makes purchase-token nonces unique across the test run.

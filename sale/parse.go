@@ -4,9 +4,9 @@ import (
 	"bytes"
 	"strings"
 
-	"flashgate/activity"
 	"flashgate/filters"
-	"flashgate/orderid"
+	"flashgate/orders/orderid"
+	"flashgate/sale/activity"
 )
 
 // Precompiled answers for malformed calls.

@@ -11,9 +11,9 @@ import (
 
 	"github.com/valyala/fasthttp"
 
-	"flashgate/activity"
 	"flashgate/filters"
-	"flashgate/session"
+	"flashgate/sale/activity"
+	"flashgate/sale/session"
 )
 
 const testMaxBody = 4096

@@ -6,9 +6,9 @@ import (
 	"sync"
 	"time"
 
-	"flashgate/activity"
-	"flashgate/orderstore"
-	"flashgate/stock"
+	"flashgate/orders/orderstore"
+	"flashgate/orders/stock"
+	"flashgate/sale/activity"
 )
 
 // Ledger is what warm-up rebuilds a sale from when its stock key is

@@ -17,16 +17,16 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kfake"
 
-	"flashgate/activity"
-	"flashgate/consumer"
 	"flashgate/internal/chtest"
 	"flashgate/internal/kafkatest"
 	"flashgate/internal/redistest"
 	"flashgate/orders"
-	"flashgate/orderstore"
-	"flashgate/reconcile"
+	"flashgate/orders/consumer"
+	"flashgate/orders/orderstore"
+	"flashgate/orders/reconcile"
+	"flashgate/orders/stock"
 	"flashgate/sale"
-	"flashgate/stock"
+	"flashgate/sale/activity"
 )
 
 // These tests prove DESIGN.md promise 4 end to end: real redis-server (or

@@ -10,15 +10,15 @@ import (
 	"sync/atomic"
 	"time"
 
-	"flashgate/activity"
 	"flashgate/filters"
 	"flashgate/metrics"
-	"flashgate/orderid"
-	"flashgate/orderstore"
-	"flashgate/ptoken"
-	"flashgate/push"
-	"flashgate/session"
-	"flashgate/stock"
+	"flashgate/orders/orderid"
+	"flashgate/orders/orderstore"
+	"flashgate/orders/stock"
+	"flashgate/sale/activity"
+	"flashgate/sale/ptoken"
+	"flashgate/sale/push"
+	"flashgate/sale/session"
 )
 
 // Settings are the reloadable parts of the sale, compiled with the config

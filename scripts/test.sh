@@ -9,7 +9,7 @@ need=()
 command -v redis-server >/dev/null 2>&1 || need+=(redis-server)
 # internal/chtest starts /usr/sbin/clickhouse-server (not on root's PATH everywhere).
 { command -v clickhouse-server || [ -x /usr/sbin/clickhouse-server ]; } >/dev/null 2>&1 || need+=(clickhouse-server clickhouse-client)
-# browser/ drives Debian's chromium (headless) at /usr/bin/chromium.
+# test/browser drives Debian's chromium (headless) at /usr/bin/chromium.
 [ -x /usr/bin/chromium ] || need+=(chromium)
 if ((${#need[@]})); then
   echo "installing: ${need[*]}"
@@ -25,6 +25,6 @@ go vet ./...
 # browser suites put real load on real servers; on a 2-core machine they run
 # after the rest, one package at a time, so that they measure the system and
 # not the other packages competing for the cores.
-heavy='flashgate/e2e|flashgate/browser'
+heavy='flashgate/test/e2e|flashgate/test/browser'
 go test -count=1 -timeout 12m $(go list ./... | grep -Ev "^($heavy)$") "$@"
-go test -count=1 -timeout 12m -p 1 ./e2e/ ./browser/ "$@"
+go test -count=1 -timeout 12m -p 1 ./test/e2e/ ./test/browser/ "$@"

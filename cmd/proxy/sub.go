@@ -14,12 +14,12 @@ import (
 
 	"flashgate/conf"
 	"flashgate/conf/field"
-	"flashgate/consumer"
-	"flashgate/orderstore"
+	"flashgate/orders/consumer"
+	"flashgate/orders/orderstore"
+	"flashgate/orders/reconcile"
+	"flashgate/orders/stock"
 	"flashgate/proxy"
-	"flashgate/push"
-	"flashgate/reconcile"
-	"flashgate/stock"
+	"flashgate/sale/push"
 )
 
 // subcommand runs `proxy orders` or `proxy reconcile`.

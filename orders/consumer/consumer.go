@@ -1,0 +1,414 @@
+package consumer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"strconv"
+	"sync/atomic"
+	"time"
+
+	"github.com/segmentio/kafka-go"
+
+	"flashgate/orders"
+	"flashgate/orders/orderstore"
+	"flashgate/orders/stock"
+)
+
+// Defaults.
+const (
+	DefaultTopic     = orders.DefaultTopic
+	DefaultGroup     = "flashgate-orders"
+	DefaultDLQTopic  = orders.DefaultDLQTopic
+	DefaultBatchSize = 500
+	DefaultBatchTime = 50 * time.Millisecond
+)
+
+// Config configures a Consumer. Brokers and Store are required.
+type Config struct {
+	Brokers   []string
+	Topic     string        // default DefaultTopic
+	Group     string        // default DefaultGroup
+	DLQTopic  string        // default DefaultDLQTopic; created (1 partition) if missing
+	BatchSize int           // default 500
+	BatchTime time.Duration // default 50ms, counted from a batch's first message
+
+	Store orderstore.Store
+	// Stock, if set, gets MarkSuccess for every stored order.
+	Stock *stock.Store
+	// OnStored, if set, is called after each batch with the order ids
+	// stored with status 1, by product (after MarkSuccess was tried). It
+	// runs on the consumer's goroutine: hand work off, don't block.
+	OnStored func(products map[string][]int64)
+
+	// MinBackoff and MaxBackoff bound the retry delay of a failing insert
+	// or dead-letter write (defaults 50ms and 2s).
+	MinBackoff, MaxBackoff time.Duration
+	// SessionTimeout is the group session (default 10s): a consumer that
+	// died is replaced after it. Heartbeats go on while an insert retries.
+	SessionTimeout time.Duration
+	Log            *slog.Logger
+}
+
+func (c *Config) defaults() error {
+	if len(c.Brokers) == 0 {
+		return errors.New("consumer: no brokers")
+	}
+	if c.Store == nil {
+		return errors.New("consumer: no order store")
+	}
+	if c.Topic == "" {
+		c.Topic = DefaultTopic
+	}
+	if c.Group == "" {
+		c.Group = DefaultGroup
+	}
+	if c.DLQTopic == "" {
+		c.DLQTopic = DefaultDLQTopic
+	}
+	if c.BatchSize <= 0 {
+		c.BatchSize = DefaultBatchSize
+	}
+	if c.BatchTime <= 0 {
+		c.BatchTime = DefaultBatchTime
+	}
+	if c.MinBackoff <= 0 {
+		c.MinBackoff = 50 * time.Millisecond
+	}
+	if c.MaxBackoff <= 0 {
+		c.MaxBackoff = 2 * time.Second
+	}
+	if c.SessionTimeout <= 0 {
+		c.SessionTimeout = 10 * time.Second
+	}
+	if c.Log == nil {
+		c.Log = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	return nil
+}
+
+// Stats are the consumer's counters since New.
+type Stats struct {
+	Messages     uint64 // fetched
+	Batches      uint64 // committed
+	Stored       uint64 // rows inserted with status 1 (after in-batch dedupe)
+	Released     uint64 // rows inserted with status 2
+	Duplicates   uint64 // events dropped in a batch as older copies of an order
+	DeadLettered uint64
+	InsertErrors uint64 // failed insert attempts (each was retried)
+	CommitErrors uint64
+	MarkErrors   uint64 // failed MarkSuccess calls (retried with the next batch)
+	MarkPending  int64  // orders waiting for a MarkSuccess retry
+}
+
+// Consumer is one member of the orders consumer group.
+type Consumer struct {
+	cfg    Config
+	client *kafka.Client
+	dlq    *kafka.Writer
+
+	dlqReady bool
+	unmarked map[string][]int64 // stored orders whose MarkSuccess failed
+
+	messages, batches, stored, released, dups, dead atomic.Uint64
+	insertErrs, commitErrs, markErrs                atomic.Uint64
+	markPending                                     atomic.Int64
+}
+
+// maxUnmarked bounds the MarkSuccess retry backlog: beyond it the oldest
+// are dropped (their orders are stored; shoppers see "pending" until the
+// result endpoint falls back to the store).
+const maxUnmarked = 100_000
+
+// New checks the config; nothing connects before Run.
+func New(cfg Config) (*Consumer, error) {
+	if err := cfg.defaults(); err != nil {
+		return nil, err
+	}
+	addr := kafka.TCP(cfg.Brokers...)
+	return &Consumer{
+		cfg:    cfg,
+		client: &kafka.Client{Addr: addr, Timeout: 10 * time.Second},
+		dlq: &kafka.Writer{
+			Addr:         addr,
+			Topic:        cfg.DLQTopic,
+			Balancer:     &kafka.Hash{},
+			RequiredAcks: kafka.RequireAll,
+			BatchTimeout: 5 * time.Millisecond, // the 1 s default would stall every batch with a bad event
+			MaxAttempts:  3,
+		},
+		unmarked: map[string][]int64{},
+	}, nil
+}
+
+// Stats returns the counters.
+func (c *Consumer) Stats() Stats {
+	return Stats{
+		Messages: c.messages.Load(), Batches: c.batches.Load(), Stored: c.stored.Load(),
+		Released: c.released.Load(), Duplicates: c.dups.Load(), DeadLettered: c.dead.Load(),
+		InsertErrors: c.insertErrs.Load(), CommitErrors: c.commitErrs.Load(),
+		MarkErrors: c.markErrs.Load(), MarkPending: c.markPending.Load(),
+	}
+}
+
+// Run consumes until ctx is done, then leaves the group and returns nil.
+// A batch in progress when ctx ends is not committed: it is delivered again
+// to whoever consumes next, and storing it again is harmless.
+func (c *Consumer) Run(ctx context.Context) error {
+	r := kafka.NewReader(kafka.ReaderConfig{
+		Brokers:           c.cfg.Brokers,
+		GroupID:           c.cfg.Group,
+		Topic:             c.cfg.Topic,
+		QueueCapacity:     c.cfg.BatchSize,
+		MinBytes:          1,
+		MaxBytes:          10 << 20,
+		MaxWait:           250 * time.Millisecond,
+		CommitInterval:    0, // CommitMessages is synchronous: offsets move only after the store
+		StartOffset:       kafka.FirstOffset,
+		HeartbeatInterval: time.Second,
+		SessionTimeout:    c.cfg.SessionTimeout,
+		JoinGroupBackoff:  500 * time.Millisecond,
+		ReadBackoffMin:    10 * time.Millisecond,
+		ReadBackoffMax:    500 * time.Millisecond,
+		ErrorLogger: kafka.LoggerFunc(func(msg string, args ...any) {
+			c.cfg.Log.Warn("kafka reader: " + fmt.Sprintf(msg, args...))
+		}),
+	})
+	defer r.Close()
+	defer c.dlq.Close()
+	batch := make([]kafka.Message, 0, c.cfg.BatchSize)
+	for {
+		var err error
+		batch, err = c.fetch(ctx, r, batch[:0])
+		if ctx.Err() != nil {
+			return nil
+		}
+		if err != nil {
+			c.cfg.Log.Warn("orders consumer: fetch", "err", err)
+			if !sleep(ctx, c.cfg.MinBackoff) {
+				return nil
+			}
+			continue
+		}
+		if len(batch) == 0 {
+			c.retryMarks(ctx)
+			continue
+		}
+		c.messages.Add(uint64(len(batch)))
+		if !c.process(ctx, r, batch) {
+			return nil
+		}
+	}
+}
+
+// fetch waits for a first message (at most a second, so that MarkSuccess
+// retries run while idle), then collects more until BatchSize or BatchTime.
+func (c *Consumer) fetch(ctx context.Context, r *kafka.Reader, batch []kafka.Message) ([]kafka.Message, error) {
+	wait, cancel := context.WithTimeout(ctx, time.Second)
+	m, err := r.FetchMessage(wait)
+	cancel()
+	if err != nil {
+		if errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
+			return batch, nil
+		}
+		return batch, err
+	}
+	batch = append(batch, m)
+	// A message not taken when the deadline hits stays in the reader's
+	// queue for the next batch.
+	fill, cancel := context.WithTimeout(ctx, c.cfg.BatchTime)
+	defer cancel()
+	for len(batch) < c.cfg.BatchSize {
+		m, err := r.FetchMessage(fill)
+		if err != nil {
+			if ctx.Err() != nil {
+				return batch, ctx.Err()
+			}
+			break // batch time is up
+		}
+		batch = append(batch, m)
+	}
+	return batch, nil
+}
+
+type rowKey struct {
+	product string
+	order   int64
+}
+
+// process handles one batch; false means ctx ended before it was committed.
+func (c *Consumer) process(ctx context.Context, r *kafka.Reader, batch []kafka.Message) bool {
+	rows := make([]orderstore.Row, 0, len(batch))
+	index := make(map[rowKey]int, len(batch))
+	var dead []kafka.Message
+	for i := range batch {
+		m := &batch[i]
+		ev, err := orders.Decode(m.Value)
+		var row orderstore.Row
+		if err == nil {
+			row = orderstore.FromEvent(&ev)
+			err = row.Validate()
+		}
+		if err != nil {
+			c.cfg.Log.Warn("orders consumer: dead-lettering event", "partition", m.Partition, "offset", m.Offset, "err", err)
+			dead = append(dead, deadLetter(m, err))
+			continue
+		}
+		k := rowKey{row.ProductID, row.OrderID}
+		if j, ok := index[k]; ok {
+			c.dups.Add(1)
+			if orderstore.Newer(&row, &rows[j]) {
+				rows[j] = row
+			}
+			continue
+		}
+		index[k] = len(rows)
+		rows = append(rows, row)
+	}
+
+	if !c.retry(ctx, "insert", func() error { return c.cfg.Store.Insert(ctx, rows) }, &c.insertErrs) {
+		return false
+	}
+	if len(dead) > 0 {
+		if !c.retry(ctx, "dead-letter", func() error { return c.writeDLQ(ctx, dead) }, nil) {
+			return false
+		}
+		c.dead.Add(uint64(len(dead)))
+	}
+	stored := map[string][]int64{}
+	for i := range rows {
+		if rows[i].Status == orderstore.StatusStored {
+			stored[rows[i].ProductID] = append(stored[rows[i].ProductID], rows[i].OrderID)
+			c.stored.Add(1)
+		} else {
+			c.released.Add(1)
+		}
+	}
+	// Marked before the commit: a process killed between the two then
+	// gets the batch redelivered, stores it again (idempotent) and marks
+	// it again (pending -> success only). Committed first, a kill there
+	// left the orders stored but "pending" in Redis for good: nothing
+	// would read them again.
+	c.mark(ctx, stored)
+	if err := r.CommitMessages(ctx, batch...); err != nil {
+		if ctx.Err() != nil {
+			return false
+		}
+		// The rows are stored: a redelivery stores them again, harmlessly.
+		c.commitErrs.Add(1)
+		c.cfg.Log.Warn("orders consumer: commit", "err", err)
+	} else {
+		c.batches.Add(1)
+	}
+
+	if c.cfg.OnStored != nil && len(stored) > 0 {
+		c.cfg.OnStored(stored)
+	}
+	return true
+}
+
+func deadLetter(m *kafka.Message, err error) kafka.Message {
+	return kafka.Message{
+		Key:   m.Key,
+		Value: m.Value,
+		// The headers of orders.Publisher.DeadLetter, so one topic has one
+		// format, plus where exactly the message was.
+		Headers: []kafka.Header{
+			{Key: orders.HeaderReason, Value: []byte(err.Error())},
+			{Key: orders.HeaderSource, Value: []byte(m.Topic)},
+			{Key: "partition", Value: strconv.AppendInt(nil, int64(m.Partition), 10)},
+			{Key: "offset", Value: strconv.AppendInt(nil, m.Offset, 10)},
+		},
+	}
+}
+
+func (c *Consumer) writeDLQ(ctx context.Context, msgs []kafka.Message) error {
+	if !c.dlqReady {
+		if err := orders.EnsureTopics(ctx, c.cfg.Brokers, orders.Topic{Name: c.cfg.DLQTopic, Partitions: 1}); err != nil {
+			return err
+		}
+		c.dlqReady = true
+	}
+	return c.dlq.WriteMessages(ctx, msgs...)
+}
+
+// retry runs f until it succeeds, with capped exponential backoff; false
+// means ctx ended first.
+func (c *Consumer) retry(ctx context.Context, what string, f func() error, errs *atomic.Uint64) bool {
+	backoff := c.cfg.MinBackoff
+	for attempt := 1; ; attempt++ {
+		err := f()
+		if err == nil {
+			if attempt > 1 {
+				c.cfg.Log.Info("orders consumer: "+what+" recovered", "attempts", attempt)
+			}
+			return true
+		}
+		if ctx.Err() != nil {
+			return false
+		}
+		if errs != nil {
+			errs.Add(1)
+		}
+		if attempt == 1 || attempt%10 == 0 {
+			c.cfg.Log.Warn("orders consumer: "+what+" failed, retrying; nothing is committed meanwhile",
+				"attempt", attempt, "backoff", backoff, "err", err)
+		}
+		if !sleep(ctx, backoff) {
+			return false
+		}
+		backoff = min(backoff*2, c.cfg.MaxBackoff)
+	}
+}
+
+// markChunk bounds the keys of one MarkSuccess script call.
+const markChunk = 500
+
+// mark moves stored orders (and earlier failures) to success in Redis.
+func (c *Consumer) mark(ctx context.Context, stored map[string][]int64) {
+	if c.cfg.Stock == nil {
+		return
+	}
+	todo := make(map[string][]int64, len(stored)+len(c.unmarked))
+	for p, ids := range stored {
+		todo[p] = ids
+	}
+	for p, ids := range c.unmarked {
+		todo[p] = append(ids, todo[p]...)
+	}
+	c.unmarked = map[string][]int64{}
+	pending := 0
+	for p, ids := range todo {
+		for lo := 0; lo < len(ids); lo += markChunk {
+			chunk := ids[lo:min(lo+markChunk, len(ids))]
+			if _, err := c.cfg.Stock.MarkSuccess(ctx, p, chunk...); err != nil {
+				c.markErrs.Add(1)
+				c.cfg.Log.Warn("orders consumer: mark success failed, retrying with the next batch", "product", p, "orders", len(chunk), "err", err)
+				if pending+len(chunk) <= maxUnmarked {
+					c.unmarked[p] = append(c.unmarked[p], chunk...)
+					pending += len(chunk)
+				}
+			}
+		}
+	}
+	c.markPending.Store(int64(pending))
+}
+
+func (c *Consumer) retryMarks(ctx context.Context) {
+	if len(c.unmarked) > 0 {
+		c.mark(ctx, map[string][]int64{})
+	}
+}
+
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}

@@ -1,0 +1,260 @@
+package reconcile
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"strconv"
+	"text/tabwriter"
+	"time"
+
+	"flashgate/orders/orderstore"
+	"flashgate/orders/stock"
+)
+
+// Product is one product's line of the report (see the package doc for
+// the definitions).
+type Product struct {
+	ProductID string
+	Warmed    bool // false: no stock key in Redis, nothing compared
+
+	Initial, Restocked, ReleasedMeta, Remaining int64
+	Limit                                       int
+	Deducted, Net                               int64
+
+	StoredOrders, StoredUnits     int64 // status 1
+	ReleasedOrders, ReleasedUnits int64 // status 2
+	DuplicateRows                 int64
+	MaxUser                       string
+	MaxUserUnits                  int64
+
+	OutboxEntries int64 // XLEN sk:{p}:outbox
+	PendingUnits  int64 // P
+
+	Oversold, Lost, Duplicated int64
+}
+
+// Report is the outcome of Run.
+type Report struct {
+	Products                   []Product
+	Oversold, Lost, Duplicated int64
+	// Drained is false when WithDrain's wait failed: lost is then an
+	// upper bound (events may still be in Kafka).
+	Drained  bool
+	DrainErr error
+	Took     time.Duration
+}
+
+// Clean reports whether all totals are zero and the pipeline drained.
+func (r *Report) Clean() bool {
+	return r.Oversold == 0 && r.Lost == 0 && r.Duplicated == 0 && r.Drained
+}
+
+// Err is nil for a clean report.
+func (r *Report) Err() error {
+	switch {
+	case !r.Drained:
+		return fmt.Errorf("reconcile: pipeline not drained (%v): oversold=%d lost=%d duplicated=%d", r.DrainErr, r.Oversold, r.Lost, r.Duplicated)
+	case !r.Clean():
+		return fmt.Errorf("reconcile: oversold=%d lost=%d duplicated=%d", r.Oversold, r.Lost, r.Duplicated)
+	}
+	return nil
+}
+
+// Option tunes Run.
+type Option func(*options)
+
+type options struct {
+	drain        func(context.Context) error
+	drainTimeout time.Duration
+	settle       time.Duration
+	poll         time.Duration
+}
+
+// WithDrain makes Run wait (at most timeout, 0 = ctx's deadline) for wait
+// to return nil before counting: pass the consumer's Drained (or a closure
+// over consumer.WaitDrained) so that events still in Kafka are stored, not
+// counted lost.
+func WithDrain(wait func(ctx context.Context) error, timeout time.Duration) Option {
+	return func(o *options) { o.drain, o.drainTimeout = wait, timeout }
+}
+
+// WithSettle makes Run count again every poll (default 200ms) while the
+// totals are not zero, for at most settle: a pipeline still working (an
+// outbox sweep, a consumer batch) settles instead of failing the check.
+func WithSettle(settle, poll time.Duration) Option {
+	return func(o *options) { o.settle, o.poll = settle, poll }
+}
+
+// PendingFunc returns the units of one product's events that are on their
+// way to the ledger but not stored (P in the package doc).
+type PendingFunc func(ctx context.Context, productID string) (int64, error)
+
+// Run reconciles the products (nil: every product the ledger knows).
+// pending nil means OutboxPending(st, store). The error is non-nil when a
+// total is not zero, the pipeline did not drain, or a source failed; the
+// report is filled as far as it got.
+func Run(ctx context.Context, st *stock.Store, store orderstore.Store, products []string, pending PendingFunc, opts ...Option) (Report, error) {
+	start := time.Now()
+	var o options
+	for _, f := range opts {
+		f(&o)
+	}
+	if o.poll <= 0 {
+		o.poll = 200 * time.Millisecond
+	}
+	if pending == nil {
+		pending = OutboxPending(st, store)
+	}
+	rep := Report{Drained: true}
+	if o.drain != nil {
+		dctx, cancel := ctx, context.CancelFunc(func() {})
+		if o.drainTimeout > 0 {
+			dctx, cancel = context.WithTimeout(ctx, o.drainTimeout)
+		}
+		if err := o.drain(dctx); err != nil {
+			rep.Drained, rep.DrainErr = false, err
+		}
+		cancel()
+	}
+	if products == nil {
+		var err error
+		if products, err = store.Products(ctx); err != nil {
+			return rep, fmt.Errorf("reconcile: %w", err)
+		}
+	}
+	deadline := time.Now().Add(o.settle)
+	for {
+		drained, derr := rep.Drained, rep.DrainErr
+		rep = Report{Drained: drained, DrainErr: derr}
+		for _, p := range products {
+			pr, err := check(ctx, st, store, p, pending)
+			if err != nil {
+				rep.Took = time.Since(start)
+				return rep, fmt.Errorf("reconcile %s: %w", p, err)
+			}
+			rep.Products = append(rep.Products, pr)
+			rep.Oversold += pr.Oversold
+			rep.Lost += pr.Lost
+			rep.Duplicated += pr.Duplicated
+		}
+		if rep.Clean() || !time.Now().Add(o.poll).Before(deadline) {
+			break
+		}
+		t := time.NewTimer(o.poll)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			rep.Took = time.Since(start)
+			return rep, errors.Join(ctx.Err(), rep.Err())
+		case <-t.C:
+		}
+	}
+	rep.Took = time.Since(start)
+	return rep, rep.Err()
+}
+
+func check(ctx context.Context, st *stock.Store, store orderstore.Store, p string, pending PendingFunc) (Product, error) {
+	pr := Product{ProductID: p}
+	tot, err := store.Totals(ctx, p)
+	if err != nil {
+		return pr, err
+	}
+	pr.StoredOrders, pr.StoredUnits = tot.Orders, tot.Units
+	pr.ReleasedOrders, pr.ReleasedUnits = tot.ReleasedOrders, tot.ReleasedUnits
+	pr.DuplicateRows, pr.MaxUser, pr.MaxUserUnits = tot.Duplicates, tot.MaxUser, tot.MaxUserUnits
+
+	info, ok, err := st.SaleInfo(ctx, p)
+	if err != nil {
+		return pr, err
+	}
+	if pr.OutboxEntries, err = st.OutboxLen(ctx, p); err != nil {
+		return pr, err
+	}
+	if pr.PendingUnits, err = pending(ctx, p); err != nil {
+		return pr, err
+	}
+	pr.Duplicated = pr.DuplicateRows
+	if !ok {
+		return pr, nil
+	}
+	pr.Warmed = true
+	pr.Initial, pr.Restocked, pr.ReleasedMeta, pr.Remaining = info.Initial, info.Restocked, info.Released, info.Remaining
+	pr.Limit = info.Limit
+	pr.Deducted = pr.Initial + pr.Restocked + pr.ReleasedMeta - pr.Remaining
+	pr.Net = pr.Deducted - pr.ReleasedMeta
+	f := max(0, pr.ReleasedMeta-pr.ReleasedUnits)
+	held := pr.StoredUnits + pr.PendingUnits - f
+
+	pr.Oversold = max(0, -pr.Remaining) + max(0, held-(pr.Initial+pr.Restocked))
+	if pr.Limit > 0 {
+		pr.Oversold += max(0, pr.MaxUserUnits-int64(pr.Limit))
+	}
+	pr.Lost = max(0, pr.Net-held) + f
+	pr.Duplicated += max(0, held-pr.Net)
+	return pr, nil
+}
+
+// outboxScanCap bounds the outbox entries OutboxPending looks up one by
+// one in the store; beyond it every further entry counts as pending.
+const outboxScanCap = 10_000
+
+// OutboxPending is the default PendingFunc: the units of the product's
+// outbox entries whose order has no row in the store yet. (The edge deletes
+// an entry once Kafka acknowledged its event; one the consumer already
+// stored, still waiting for its delete, is not pending.)
+func OutboxPending(st *stock.Store, store orderstore.Store) PendingFunc {
+	return func(ctx context.Context, p string) (int64, error) {
+		c := st.Client()
+		key := stock.OutboxKey(p)
+		var units int64
+		checked := 0
+		for start := "-"; ; {
+			entries, err := c.Do(ctx, c.B().Xrange().Key(key).Start(start).End("+").Count(1000).Build()).AsXRange()
+			if err != nil {
+				return 0, fmt.Errorf("outbox %s: %w", key, err)
+			}
+			for _, e := range entries {
+				qty, _ := strconv.ParseInt(e.FieldValues[stock.FieldQty], 10, 64)
+				id, _ := strconv.ParseInt(e.FieldValues[stock.FieldOrder], 10, 64)
+				if checked < outboxScanCap && id > 0 {
+					checked++
+					if _, ok, err := store.Get(ctx, p, id); err != nil {
+						return 0, err
+					} else if ok {
+						continue
+					}
+				}
+				units += qty
+			}
+			if len(entries) < 1000 {
+				return units, nil
+			}
+			start = "(" + entries[len(entries)-1].ID
+		}
+	}
+}
+
+// Print writes one line per product, then the totals line last:
+// RECONCILE products=N oversold=X lost=Y duplicated=Z
+func (r Report) Print(w io.Writer) {
+	tw := tabwriter.NewWriter(w, 0, 0, 1, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "product\tinitial\trestocked\treleased\tremaining\tdeducted\torders\tunits\trel.orders\trel.units\toutbox\tpending\tmax/user\tlimit\toversold\tlost\tduplicated\t")
+	for _, p := range r.Products {
+		if !p.Warmed {
+			fmt.Fprintf(tw, "%s\t-\t-\t-\tnot warmed\t-\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t-\t-\t-\t%d\t\n", p.ProductID,
+				p.StoredOrders, p.StoredUnits, p.ReleasedOrders, p.ReleasedUnits, p.OutboxEntries, p.PendingUnits, p.MaxUserUnits, p.Duplicated)
+			continue
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t\n", p.ProductID,
+			p.Initial, p.Restocked, p.ReleasedMeta, p.Remaining, p.Deducted, p.StoredOrders, p.StoredUnits,
+			p.ReleasedOrders, p.ReleasedUnits, p.OutboxEntries, p.PendingUnits, p.MaxUserUnits, p.Limit,
+			p.Oversold, p.Lost, p.Duplicated)
+	}
+	tw.Flush()
+	if !r.Drained {
+		fmt.Fprintf(w, "WARNING: pipeline not drained (%v): lost may count events still in Kafka\n", r.DrainErr)
+	}
+	fmt.Fprintf(w, "RECONCILE products=%d oversold=%d lost=%d duplicated=%d\n", len(r.Products), r.Oversold, r.Lost, r.Duplicated)
+}

@@ -1,0 +1,288 @@
+package reconcile
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"flashgate/internal/redistest"
+	"flashgate/orders/orderstore"
+	"flashgate/orders/stock"
+)
+
+var seq atomic.Int64
+
+type fixture struct {
+	t     *testing.T
+	st    *stock.Store
+	srv   *redistest.Server
+	store *orderstore.File
+}
+
+func newFixture(t *testing.T) *fixture {
+	srv := redistest.New(t)
+	st, err := stock.Open(context.Background(), srv.Addr(), stock.Options{Timeout: 10 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	fs, err := orderstore.OpenFile(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { fs.Close() })
+	return &fixture{t: t, st: st, srv: srv, store: fs}
+}
+
+// restartRedis is Redis losing its memory; the edge's client reconnects
+// (a fresh one here, so that no connection from before answers EOF).
+func (f *fixture) restartRedis() {
+	f.t.Helper()
+	f.srv.Restart()
+	st, err := stock.Open(context.Background(), f.srv.Addr(), stock.Options{Timeout: 10 * time.Second})
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	f.t.Cleanup(func() { st.Close() })
+	f.st = st
+}
+
+func (f *fixture) warm(p string, n int64, limit int) {
+	f.t.Helper()
+	now := time.Now()
+	if _, err := f.st.Warm(context.Background(), stock.Sale{ProductID: p, Stock: n, Limit: limit, Price: 100,
+		StartMs: now.UnixMilli(), EndMs: now.Add(time.Hour).UnixMilli()}); err != nil {
+		f.t.Fatal(err)
+	}
+}
+
+// buy deducts for real and returns the row the consumer would store.
+func (f *fixture) buy(p, user string, qty int) orderstore.Row {
+	f.t.Helper()
+	id := seq.Add(1)
+	now := time.Now().UnixMilli()
+	out, err := f.st.Deduct(context.Background(), stock.Attempt{ProductID: p, UserID: user, Qty: qty, Limit: 1000,
+		OrderID: id, Price: 100, NowMs: now, TokenNonceHex: strconv.FormatInt(id, 16), TokenExpiresMs: now + 60_000, Node: 1})
+	if err != nil || out.Code != stock.OK {
+		f.t.Fatalf("deduct: %v %v", out, err)
+	}
+	return orderstore.Row{OrderID: id, ProductID: p, UserID: user, Qty: qty, PriceCents: 100, Status: orderstore.StatusStored, CreatedMs: now, UpdatedMs: now, Edge: 1}
+}
+
+func (f *fixture) insert(rows ...orderstore.Row) {
+	f.t.Helper()
+	if err := f.store.Insert(context.Background(), rows); err != nil {
+		f.t.Fatal(err)
+	}
+}
+
+// clearOutbox is the edge deleting entries once Kafka acknowledged them.
+func (f *fixture) clearOutbox(p string) {
+	f.t.Helper()
+	c := f.st.Client()
+	if err := c.Do(context.Background(), c.B().Del().Key(stock.OutboxKey(p)).Build()).Error(); err != nil {
+		f.t.Fatal(err)
+	}
+}
+
+func (f *fixture) run(products []string, opts ...Option) (Report, string, error) {
+	rep, err := Run(context.Background(), f.st, f.store, products, nil, opts...)
+	var b strings.Builder
+	rep.Print(&b)
+	f.t.Log("\n" + b.String())
+	return rep, b.String(), err
+}
+
+func lastLine(s string) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	return lines[len(lines)-1]
+}
+
+func TestClean(t *testing.T) {
+	f := newFixture(t)
+	f.warm("a", 10, 2)
+	var rows []orderstore.Row
+	for i := range 5 {
+		rows = append(rows, f.buy("a", fmt.Sprint("u", i), 2))
+	}
+	f.insert(rows...)
+	f.clearOutbox("a")
+	rep, out, err := f.run(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := lastLine(out); got != "RECONCILE products=1 oversold=0 lost=0 duplicated=0" {
+		t.Fatalf("last line %q", got)
+	}
+	p := rep.Products[0]
+	if p.Deducted != 10 || p.StoredUnits != 10 || p.Remaining != 0 || p.MaxUserUnits != 2 {
+		t.Fatalf("%+v", p)
+	}
+}
+
+func TestPendingOutboxIsNotLost(t *testing.T) {
+	f := newFixture(t)
+	f.warm("a", 10, 5)
+	stored := f.buy("a", "u1", 1)
+	f.insert(stored)
+	f.buy("a", "u2", 3) // deducted, its event still in the outbox
+	rep, _, err := f.run([]string{"a"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p := rep.Products[0]; p.OutboxEntries != 2 || p.PendingUnits != 3 {
+		t.Fatalf("outbox %d pending %d: the stored order's entry is not pending", p.OutboxEntries, p.PendingUnits)
+	}
+}
+
+func TestLost(t *testing.T) {
+	f := newFixture(t)
+	f.warm("a", 10, 5)
+	f.insert(f.buy("a", "u1", 1))
+	f.buy("a", "u2", 3) // acknowledged, outbox entry gone, never stored
+	f.clearOutbox("a")
+	rep, out, err := f.run(nil)
+	if err == nil || rep.Lost != 3 || rep.Oversold != 0 || rep.Duplicated != 0 {
+		t.Fatalf("report %+v, err %v: want lost=3", rep, err)
+	}
+	if lastLine(out) != "RECONCILE products=1 oversold=0 lost=3 duplicated=0" {
+		t.Fatalf("last line %q", lastLine(out))
+	}
+}
+
+func TestLostRelease(t *testing.T) {
+	f := newFixture(t)
+	f.warm("a", 10, 5)
+	r := f.buy("a", "u1", 2)
+	f.insert(r)
+	f.clearOutbox("a")
+	if ok, err := f.st.Release(context.Background(), "a", r.OrderID); !ok || err != nil {
+		t.Fatal(ok, err)
+	}
+	// Redis released it, the release event never reached the ledger.
+	if rep, _, err := f.run(nil); err == nil || rep.Lost != 2 {
+		t.Fatalf("report %+v, err %v: want lost=2 (the release)", rep, err)
+	}
+	r.Status, r.UpdatedMs = orderstore.StatusReleased, r.UpdatedMs+1
+	f.insert(r)
+	if _, _, err := f.run(nil); err != nil {
+		t.Fatalf("after the release is stored: %v", err)
+	}
+}
+
+func TestDuplicated(t *testing.T) {
+	f := newFixture(t)
+	f.warm("a", 10, 5)
+	f.insert(f.buy("a", "u1", 1))
+	f.clearOutbox("a")
+	// A row Redis never deducted.
+	f.insert(orderstore.Row{OrderID: seq.Add(1), ProductID: "a", UserID: "u9", Qty: 1, PriceCents: 1, Status: 1, CreatedMs: 1, UpdatedMs: 1})
+	if rep, _, err := f.run(nil); err == nil || rep.Duplicated != 1 || rep.Lost != 0 {
+		t.Fatalf("report %+v, err %v: want duplicated=1", rep, err)
+	}
+}
+
+func TestOversold(t *testing.T) {
+	t.Run("UserOverLimit", func(t *testing.T) {
+		f := newFixture(t)
+		f.warm("a", 10, 2)
+		f.insert(f.buy("a", "greedy", 2), f.buy("a", "greedy", 1)) // Limit 1000 in the attempt, 2 in the sale
+		f.clearOutbox("a")
+		if rep, _, err := f.run(nil); err == nil || rep.Oversold != 1 {
+			t.Fatalf("report %+v, err %v: want oversold=1", rep, err)
+		}
+	})
+	t.Run("RedisLostMemoryAndNoLedger", func(t *testing.T) {
+		f := newFixture(t)
+		f.warm("a", 4, 5)
+		var rows []orderstore.Row
+		for i := range 4 {
+			rows = append(rows, f.buy("a", fmt.Sprint("u", i), 1))
+		}
+		f.insert(rows...)
+		f.restartRedis() // memory gone; a warm-up that ignores the ledger reopens the full stock
+		now := time.Now()
+		await(t, func() bool {
+			_, err := f.st.Warm(context.Background(), stock.Sale{ProductID: "a", Stock: 4, Limit: 5, Price: 100, StartMs: now.UnixMilli(), EndMs: now.Add(time.Hour).UnixMilli()})
+			return err == nil
+		})
+		for i := range 4 {
+			f.insert(f.buy("a", fmt.Sprint("v", i), 1))
+		}
+		f.clearOutbox("a")
+		rep, _, err := f.run(nil)
+		if err == nil || rep.Oversold != 4 {
+			t.Fatalf("report %+v, err %v: want oversold=4", rep, err)
+		}
+	})
+	t.Run("RedisLostMemoryWarmedFromLedger", func(t *testing.T) {
+		f := newFixture(t)
+		f.warm("a", 4, 5)
+		f.insert(f.buy("a", "u", 1), f.buy("a", "v", 1))
+		f.restartRedis()
+		sold, _ := orderstore.Ledger{Store: f.store}.Sold(context.Background(), "a")
+		now := time.Now()
+		// What sale's warm-up does: initial from config, stock = initial - sold.
+		await(t, func() bool {
+			_, err := f.st.Warm(context.Background(), stock.Sale{ProductID: "a", Initial: 4, Stock: 4 - sold, Limit: 5, Price: 100, StartMs: now.UnixMilli(), EndMs: now.Add(time.Hour).UnixMilli()})
+			return err == nil
+		})
+		f.insert(f.buy("a", "w", 2))
+		f.clearOutbox("a")
+		if _, _, err := f.run(nil); err != nil {
+			t.Fatal(err)
+		}
+	})
+}
+
+func await(t *testing.T, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatal("condition not reached")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func TestNotWarmedIsReportedNotCounted(t *testing.T) {
+	f := newFixture(t)
+	f.insert(orderstore.Row{OrderID: 1, ProductID: "gone", UserID: "u", Qty: 1, Status: 1, CreatedMs: 1, UpdatedMs: 1})
+	rep, out, err := f.run(nil)
+	if err != nil || rep.Products[0].Warmed || !strings.Contains(out, "not warmed") {
+		t.Fatalf("%+v %v", rep, err)
+	}
+}
+
+func TestSettleWaitsForThePipeline(t *testing.T) {
+	f := newFixture(t)
+	f.warm("a", 10, 5)
+	r := f.buy("a", "u1", 1)
+	f.clearOutbox("a")
+	go func() {
+		time.Sleep(300 * time.Millisecond)
+		f.store.Insert(context.Background(), []orderstore.Row{r}) // the consumer catching up
+	}()
+	if _, _, err := f.run([]string{"a"}, WithSettle(5*time.Second, 50*time.Millisecond)); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestDrainFailureIsAnError(t *testing.T) {
+	f := newFixture(t)
+	f.warm("a", 10, 5)
+	lagging := errors.New("37 events not stored")
+	rep, out, err := f.run([]string{"a"}, WithDrain(func(ctx context.Context) error { <-ctx.Done(); return lagging }, 100*time.Millisecond))
+	if err == nil || rep.Drained || !strings.Contains(out, "WARNING: pipeline not drained") {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	if lastLine(out) != "RECONCILE products=1 oversold=0 lost=0 duplicated=0" {
+		t.Fatalf("last line %q", lastLine(out))
+	}
+}

@@ -1,0 +1,571 @@
+package push
+
+import (
+	"context"
+	"errors"
+	"hash/maphash"
+	"io"
+	"log/slog"
+	"os"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/rueidis"
+
+	"flashgate/filters"
+	"flashgate/metrics"
+	"flashgate/orders/stock"
+)
+
+// Answers of Open. 429 is the API's "slow down": the page then polls.
+var (
+	errEdgeFull = filters.NewRejection(429, "RATE_LIMITED", "too many open event streams; poll /api/seckill/result")
+	errUserFull = filters.NewRejection(429, "RATE_LIMITED", "too many open event streams for this shopper; poll /api/seckill/result")
+	errClosed   = filters.NewRejection(503, "DEGRADED", "event streams are shutting down; poll /api/seckill/result")
+)
+
+// errSlow means the client's socket could not take an event at once.
+var errSlow = errors.New("push: client is not reading")
+
+const (
+	numShards = 64 // power of two
+	// maxInterned bounds the product-id table: ids come from requests, and
+	// a flood of made-up ones must not grow it (they get their own copy).
+	maxInterned = 1024
+	// readChunk is how many order states one round trip reads.
+	readChunk   = 256
+	readTimeout = 2 * time.Second
+)
+
+// Hub is the event-stream side of one edge: one subscription, the waiting
+// streams, their limits and timers. Create it with New, then Start.
+type Hub struct {
+	cfg       Config
+	c         rueidis.Client
+	log       *slog.Logger
+	now       func() int64
+	max       int64
+	tickEvery time.Duration
+
+	open   atomic.Int64
+	closed atomic.Bool
+	shards [numShards]shard
+	users  [numShards]userShard
+	seed   maphash.Seed
+
+	names   atomic.Pointer[map[string]string]
+	namesMu sync.Mutex
+
+	stop     context.CancelFunc
+	wg       sync.WaitGroup
+	resyncCh chan struct{}
+
+	// Scratch of the message dispatch (one message at a time).
+	dispMu   sync.Mutex
+	dispIDs  []int64
+	dispList []*Stream
+	dispBuf  []byte
+	// Scratch of the ticker.
+	tickMu            sync.Mutex
+	tickAll, tickExp  []*Stream
+	tickBuf           []byte
+	tickStates        []state
+	subscribed        atomic.Bool
+	pushes, deadlines metrics.Counter
+	dropsSlow         metrics.Counter
+	dropsGone         metrics.Counter
+	rejEdge, rejUser  metrics.Counter
+	resyncs, badMsgs  metrics.Counter
+}
+
+type shard struct {
+	mu sync.Mutex
+	// m chains the streams waiting for one order id through Stream.next
+	// (a shopper may watch one order from several tabs).
+	m map[int64]*Stream
+	_ [40]byte // keep neighbouring shards' locks off one cache line
+}
+
+type userShard struct {
+	mu sync.Mutex
+	m  map[string][]*Stream
+	_  [40]byte
+}
+
+// Stats are the hub's counters.
+type Stats struct {
+	Open      int64  // streams open now (including those being opened)
+	Pushes    uint64 // outcomes written to a waiting stream
+	Deadlines uint64 // streams that reached their deadline still pending
+	DropsSlow uint64 // clients dropped because they did not read
+	DropsGone uint64 // clients found gone (closed or reset) on a write or probe
+	// RejectedEdge and RejectedUser count streams refused by the limits.
+	RejectedEdge, RejectedUser uint64
+	Resyncs                    uint64 // state re-reads after (re)subscribing
+	BadMessages                uint64 // malformed messages on the channel
+	Subscribed                 bool
+}
+
+// New returns a hub reading order states and subscribing through c (the
+// edge's stock client). Nothing runs before Start.
+func New(c rueidis.Client, cfg Config) (*Hub, error) {
+	cfg.SetDefaults()
+	if cfg.Render == nil {
+		return nil, errors.New("push: Config.Render is required (sale.AppendResult)")
+	}
+	if c == nil {
+		return nil, errors.New("push: no Redis client")
+	}
+	if cfg.Log == nil {
+		cfg.Log = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	if cfg.Now == nil {
+		cfg.Now = func() int64 { return time.Now().UnixNano() }
+	}
+	h := &Hub{cfg: cfg, c: c, log: cfg.Log, now: cfg.Now, seed: maphash.MakeSeed(), resyncCh: make(chan struct{}, 1)}
+	h.max = int64(cfg.MaxStreams)
+	if h.max <= 0 {
+		h.max = int64(autoMaxStreams())
+	}
+	// Heartbeats and deadlines are checked a few times per period, so
+	// neither is late by more than a quarter of it.
+	h.tickEvery = min(max(min(cfg.Heartbeat, cfg.Deadline)/4, 5*time.Millisecond), time.Second)
+	for i := range h.shards {
+		h.shards[i].m = map[int64]*Stream{}
+		h.users[i].m = map[string][]*Stream{}
+	}
+	empty := map[string]string{}
+	h.names.Store(&empty)
+	return h, nil
+}
+
+// MaxStreams is the per-edge limit in force.
+func (h *Hub) MaxStreams() int { return int(h.max) }
+
+// Start subscribes and starts the ticker. It waits, at most until ctx is
+// done, for the subscription to be confirmed; if ctx ends first the hub
+// keeps trying in the background (streams still end at their deadline).
+func (h *Hub) Start(ctx context.Context) {
+	rctx, cancel := context.WithCancel(context.Background())
+	h.stop = cancel
+	ready := make(chan struct{})
+	h.wg.Add(3)
+	go func() { defer h.wg.Done(); h.receive(rctx, ready) }()
+	go func() { defer h.wg.Done(); h.tickLoop(rctx) }()
+	go func() { defer h.wg.Done(); h.resyncLoop(rctx) }()
+	select {
+	case <-ready:
+	case <-ctx.Done():
+	}
+}
+
+// Close unsubscribes and closes every stream (the pages fall back to
+// polling). Call it before closing the Redis client.
+func (h *Hub) Close() {
+	if h.closed.Swap(true) {
+		return
+	}
+	if h.stop != nil {
+		h.stop()
+		h.wg.Wait()
+	}
+	for _, s := range h.collect(nil) {
+		s.shutdown()
+	}
+}
+
+// Open reserves a stream for a signed-in shopper's order, before the order
+// is read, so that an outcome published while it is read is not missed.
+// It copies what it keeps. The caller must then either Serve the stream or
+// Abort it. A rejection is the answer to give (429 at a limit).
+func (h *Hub) Open(productID []byte, orderID int64, userID []byte) (*Stream, *filters.Rejection) {
+	if h.closed.Load() {
+		return nil, errClosed
+	}
+	if h.open.Add(1) > h.max {
+		h.open.Add(-1)
+		h.rejEdge.Inc()
+		return nil, errEdgeFull
+	}
+	s := &Stream{h: h, product: h.intern(productID), user: string(userID), order: orderID,
+		endAt: h.now() + int64(h.cfg.Deadline)}
+	if !h.addUser(s) {
+		h.open.Add(-1)
+		h.rejUser.Inc()
+		return nil, errUserFull
+	}
+	sh := h.shard(orderID)
+	sh.mu.Lock()
+	s.next = sh.m[orderID]
+	sh.m[orderID] = s
+	sh.mu.Unlock()
+	if h.closed.Load() {
+		// Close collected the streams before this one was added.
+		s.Abort()
+		return nil, errClosed
+	}
+	return s, nil
+}
+
+// Stats returns the counters.
+func (h *Hub) Stats() Stats {
+	return Stats{
+		Open: h.open.Load(), Pushes: h.pushes.Value(), Deadlines: h.deadlines.Value(),
+		DropsSlow: h.dropsSlow.Value(), DropsGone: h.dropsGone.Value(),
+		RejectedEdge: h.rejEdge.Value(), RejectedUser: h.rejUser.Value(),
+		Resyncs: h.resyncs.Value(), BadMessages: h.badMsgs.Value(), Subscribed: h.subscribed.Load(),
+	}
+}
+
+// RegisterMetrics exports the hub's counters.
+func (h *Hub) RegisterMetrics(reg *metrics.Registry) {
+	reg.Register("flashgate_events_streams", "Event streams open on this edge.", "gauge", func(w *metrics.Writer) {
+		w.Value(float64(h.open.Load()))
+	})
+	reg.Register("flashgate_events_pushes_total", "Order outcomes written to waiting event streams.", "counter", func(w *metrics.Writer) {
+		w.Value(float64(h.pushes.Value()))
+	})
+	reg.Register("flashgate_events_deadlines_total", "Event streams that reached their deadline still pending.", "counter", func(w *metrics.Writer) {
+		w.Value(float64(h.deadlines.Value()))
+	})
+	reg.Register("flashgate_events_drops_total", "Event streams dropped: the client did not read (slow) or had gone.", "counter", func(w *metrics.Writer) {
+		w.Value(float64(h.dropsSlow.Value()), metrics.Label{Name: "reason", Value: "slow"})
+		w.Value(float64(h.dropsGone.Value()), metrics.Label{Name: "reason", Value: "gone"})
+	})
+	reg.Register("flashgate_events_rejected_total", "Event streams refused by a limit.", "counter", func(w *metrics.Writer) {
+		w.Value(float64(h.rejEdge.Value()), metrics.Label{Name: "limit", Value: "edge"})
+		w.Value(float64(h.rejUser.Value()), metrics.Label{Name: "limit", Value: "user"})
+	})
+	reg.Register("flashgate_events_resyncs_total", "Order states of all streams re-read after the subscription was (re)established.", "counter", func(w *metrics.Writer) {
+		w.Value(float64(h.resyncs.Value()))
+	})
+	reg.Register("flashgate_events_subscribed", "1 while the outcome subscription is established.", "gauge", func(w *metrics.Writer) {
+		v := 0.0
+		if h.subscribed.Load() {
+			v = 1
+		}
+		w.Value(v)
+	})
+}
+
+func (h *Hub) shard(orderID int64) *shard {
+	// The low bits of an id are a per-millisecond sequence: mix first.
+	return &h.shards[(uint64(orderID)*0x9E3779B97F4A7C15)>>58]
+}
+
+func (h *Hub) userShard(user string) *userShard {
+	return &h.users[maphash.String(h.seed, user)&(numShards-1)]
+}
+
+// intern returns the shared copy of a product id, so that streams of one
+// product share one string and the dispatch compares pointers.
+func (h *Hub) intern(b []byte) string {
+	if s, ok := (*h.names.Load())[string(b)]; ok {
+		return s
+	}
+	h.namesMu.Lock()
+	defer h.namesMu.Unlock()
+	cur := *h.names.Load()
+	if s, ok := cur[string(b)]; ok {
+		return s
+	}
+	s := string(b)
+	if len(cur) >= maxInterned {
+		return s
+	}
+	next := make(map[string]string, len(cur)+1)
+	for k, v := range cur {
+		next[k] = v
+	}
+	next[s] = s
+	h.names.Store(&next)
+	return s
+}
+
+// addUser counts s against its shopper's limit. A shopper at the limit
+// whose older streams belong to closed pages (the page was reloaded, or it
+// gave up and polls) gets those reclaimed: a closed socket is only noticed
+// on a write otherwise, up to a heartbeat later.
+func (h *Hub) addUser(s *Stream) bool {
+	us := h.userShard(s.user)
+	us.mu.Lock()
+	list := us.m[s.user]
+	if len(list) < h.cfg.MaxPerUser {
+		us.m[s.user] = append(list, s)
+		us.mu.Unlock()
+		return true
+	}
+	var dead []*Stream
+	for _, o := range list {
+		if o.gone() {
+			dead = append(dead, o)
+		}
+	}
+	us.mu.Unlock()
+	if len(dead) == 0 {
+		return false
+	}
+	for _, o := range dead {
+		o.drop(errGone)
+	}
+	us.mu.Lock()
+	defer us.mu.Unlock()
+	list = us.m[s.user]
+	if len(list) >= h.cfg.MaxPerUser {
+		return false
+	}
+	us.m[s.user] = append(list, s)
+	return true
+}
+
+// unregister removes s from the tables; called once, by whoever closed it.
+func (h *Hub) unregister(s *Stream) {
+	sh := h.shard(s.order)
+	sh.mu.Lock()
+	if p := sh.m[s.order]; p == s {
+		if s.next == nil {
+			delete(sh.m, s.order)
+		} else {
+			sh.m[s.order] = s.next
+		}
+	} else {
+		for p != nil && p.next != s {
+			p = p.next
+		}
+		if p != nil {
+			p.next = s.next
+		}
+	}
+	s.next = nil
+	sh.mu.Unlock()
+
+	us := h.userShard(s.user)
+	us.mu.Lock()
+	list := us.m[s.user]
+	if i := slices.Index(list, s); i >= 0 {
+		list = slices.Delete(list, i, i+1)
+	}
+	if len(list) == 0 {
+		delete(us.m, s.user)
+	} else {
+		us.m[s.user] = list
+	}
+	us.mu.Unlock()
+	h.open.Add(-1)
+}
+
+// collect appends every registered stream to dst.
+func (h *Hub) collect(dst []*Stream) []*Stream {
+	for i := range h.shards {
+		sh := &h.shards[i]
+		sh.mu.Lock()
+		for _, s := range sh.m {
+			for ; s != nil; s = s.next {
+				dst = append(dst, s)
+			}
+		}
+		sh.mu.Unlock()
+	}
+	return dst
+}
+
+// send writes b to the stream's connection without waiting for the client:
+// a non-blocking send where the platform allows, else a short deadline.
+func (h *Hub) send(s *Stream, b []byte) error {
+	if s.rc != nil {
+		return trySend(s.rc, b)
+	}
+	if err := s.conn.SetWriteDeadline(time.Now().Add(h.cfg.WriteTimeout)); err != nil {
+		return err
+	}
+	if _, err := s.conn.Write(b); err != nil {
+		if errors.Is(err, os.ErrDeadlineExceeded) {
+			return errSlow
+		}
+		return err
+	}
+	return nil
+}
+
+func (h *Hub) countDrop(err error) {
+	if errors.Is(err, errSlow) {
+		h.dropsSlow.Inc()
+	} else {
+		h.dropsGone.Inc()
+	}
+}
+
+// ---- subscription ----
+
+func (h *Hub) receive(ctx context.Context, ready chan struct{}) {
+	var once sync.Once
+	hook := func(sub rueidis.PubSubSubscription) {
+		if sub.Kind != "subscribe" {
+			return
+		}
+		h.subscribed.Store(true)
+		once.Do(func() { close(ready) })
+		// Messages published while we were not subscribed are lost: read
+		// the state of every stream we hold (none on the first subscribe).
+		h.triggerResync()
+	}
+	hctx := rueidis.WithOnSubscriptionHook(ctx, hook)
+	backoff := 10 * time.Millisecond
+	for ctx.Err() == nil {
+		start := time.Now()
+		err := h.c.Receive(hctx, h.c.B().Subscribe().Channel(Channel).Build(), h.onMessage)
+		h.subscribed.Store(false)
+		if ctx.Err() != nil {
+			return
+		}
+		h.log.Warn("event push subscription lost; resubscribing", "err", err)
+		if time.Since(start) > 5*time.Second {
+			backoff = 10 * time.Millisecond // it was up for a while: retry fast
+		}
+		t := time.NewTimer(backoff)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-t.C:
+		}
+		backoff = min(backoff*2, time.Second)
+	}
+}
+
+// onMessage writes the outcome to every stream waiting for an order of the
+// message. It runs on the subscription's goroutine; writes never wait.
+func (h *Hub) onMessage(m rueidis.PubSubMessage) {
+	h.dispMu.Lock()
+	defer h.dispMu.Unlock()
+	kind, product, ids, ok := decodeMessage(m.Message, h.dispIDs)
+	h.dispIDs = ids[:0]
+	if !ok {
+		h.badMsgs.Inc()
+		h.log.Warn("malformed message on the event channel", "channel", m.Channel, "len", len(m.Message))
+		return
+	}
+	st := stateSuccess
+	if kind == kindReleased {
+		st = stateReleased
+	}
+	list := h.dispList[:0]
+	for _, id := range ids {
+		sh := h.shard(id)
+		sh.mu.Lock()
+		for s := sh.m[id]; s != nil; s = s.next {
+			if s.product == product {
+				list = append(list, s)
+			}
+		}
+		sh.mu.Unlock()
+	}
+	for _, s := range list {
+		h.dispBuf = s.deliver(st, h.dispBuf)
+	}
+	clear(list) // do not keep closed streams reachable
+	h.dispList = list[:0]
+}
+
+func (h *Hub) triggerResync() {
+	select {
+	case h.resyncCh <- struct{}{}:
+	default: // one is pending already; it will see every stream
+	}
+}
+
+func (h *Hub) resyncLoop(ctx context.Context) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-h.resyncCh:
+			h.resync(ctx)
+		}
+	}
+}
+
+// resync reads the order state of every stream and settles the decided.
+func (h *Hub) resync(ctx context.Context) {
+	all := h.collect(nil)
+	if len(all) == 0 {
+		return
+	}
+	h.resyncs.Inc()
+	var buf []byte
+	states := make([]state, 0, readChunk)
+	for lo := 0; lo < len(all) && ctx.Err() == nil; lo += readChunk {
+		chunk := all[lo:min(lo+readChunk, len(all))]
+		states = h.readStates(ctx, chunk, states[:0])
+		for i, s := range chunk {
+			if states[i] != statePending {
+				buf = s.deliver(states[i], buf)
+			}
+		}
+	}
+	h.log.Info("event streams resynchronised after (re)subscribing", "streams", len(all))
+}
+
+// readStates reads the order state of each stream, pending where unknown
+// (a read error, or a key that is gone).
+func (h *Hub) readStates(ctx context.Context, list []*Stream, dst []state) []state {
+	ctx, cancel := context.WithTimeout(ctx, readTimeout)
+	defer cancel()
+	cmds := make(rueidis.Commands, len(list))
+	for i, s := range list {
+		cmds[i] = h.c.B().Hget().Key(stock.OrderKey(s.product, s.order)).Field("state").Build()
+	}
+	for _, r := range h.c.DoMulti(ctx, cmds...) {
+		v, err := r.ToString()
+		st := statePending
+		if err == nil {
+			st = parseState(v)
+		}
+		dst = append(dst, st)
+	}
+	return dst
+}
+
+// ---- heartbeats and deadlines ----
+
+func (h *Hub) tickLoop(ctx context.Context) {
+	t := time.NewTicker(h.tickEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			h.tick(ctx, h.now())
+		}
+	}
+}
+
+// tick sends due heartbeats and ends streams past their deadline. One
+// goroutine for all streams: a goroutine or a timer per stream would cost
+// more than the stream itself.
+func (h *Hub) tick(ctx context.Context, now int64) {
+	h.tickMu.Lock()
+	defer h.tickMu.Unlock()
+	all := h.collect(h.tickAll[:0])
+	expired := h.tickExp[:0]
+	for _, s := range all {
+		if now >= s.endAt {
+			expired = append(expired, s)
+			continue
+		}
+		h.tickBuf = s.heartbeat(now, h.tickBuf)
+	}
+	for lo := 0; lo < len(expired); lo += readChunk {
+		chunk := expired[lo:min(lo+readChunk, len(expired))]
+		h.tickStates = h.readStates(ctx, chunk, h.tickStates[:0])
+		for i, s := range chunk {
+			h.tickBuf = s.expire(h.tickStates[i], h.tickBuf)
+		}
+	}
+	clear(all)
+	clear(expired)
+	h.tickAll, h.tickExp = all[:0], expired[:0]
+}
