@@ -110,7 +110,7 @@ func cmdCompare(args []string, stdout, stderr io.Writer) int {
 	fs.DurationVar(&f.quietWait, "quiet-wait", 30*time.Second, "...for at most this long")
 	fs.Float64Var(&f.dirtyPct, "dirty-pct", 25, "redo a round when other processes used more than this % of one CPU during it")
 	fs.IntVar(&f.redo, "redo", 1, "redo a dirty round at most this many times")
-	fs.BoolVar(&f.pprof, "pprof", false, "run the edge as bench/pprofproxy and save a CPU profile of its first round of each target (pprof-TARGET.pprof, -top.txt)")
+	fs.BoolVar(&f.pprof, "pprof", false, "run the edge with -pprof and save a CPU profile of its first round of each target (pprof-TARGET.pprof, -top.txt)")
 	fs.StringVar(&f.edgeYAML, "edge", "", "a YAML file merged over the edge config bench writes (maps merge, lists replace), to compare a config change")
 	fs.StringVar(&f.consumer, "consumer", "separate", `order consumer: "separate" (a second cmd/proxy, off the edge's CPU) or "edge"`)
 	if err := fs.Parse(args); err != nil {
@@ -714,7 +714,7 @@ func (c *comparer) measure(server string, pids func() []int, load func() (Sample
 	s, toolCPU, err := load()
 	if prof != nil {
 		if p := <-prof; len(p) > 0 {
-			top := saveProfileAs(c.out, c.env.bins["pprofproxy"], "pprof-"+c.target, p)
+			top := saveProfileAs(c.out, c.env.bins["proxy"], "pprof-"+c.target, p)
 			c.logf("   (edge CPU profile of this round: %s/pprof-%s.pprof, -top.txt)", c.out, c.target)
 			_ = top
 		}

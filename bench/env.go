@@ -18,9 +18,7 @@ import (
 
 	"gopkg.in/yaml.v3"
 
-	"flashgate/conf"
 	"flashgate/internal/chtest"
-	"flashgate/proxy"
 )
 
 // EnvOptions say what a run starts.
@@ -37,7 +35,7 @@ type EnvOptions struct {
 	ClickHouse bool   // a clickhouse-server as the order store (else the edge's embedded one)
 	ProxyBin   string // a prebuilt cmd/proxy; "" builds one
 	ProxyRev   string // build cmd/proxy from this git revision (git archive), not the working tree
-	Pprof      bool   // run bench/pprofproxy as the edge, with a pprof listener at PprofAddr
+	Pprof      bool   // run the edge with -pprof: a profiler listener at PprofAddr
 	Quiet      io.Writer
 }
 
@@ -376,12 +374,13 @@ func (e *Env) writeConfig(spec EdgeSpec, name string, node int, consumer bool) (
 	if err = os.WriteFile(path, out, 0o644); err != nil {
 		return
 	}
-	doc2, err := conf.Parse(out, path)
-	if err == nil {
-		_, err = proxy.Check(doc2)
+	// The edge under test judges its own config, exactly as an operator's
+	// `proxy -t` would: bench talks to the edge only as a client does.
+	if err = e.build("./cmd/proxy"); err != nil {
+		return
 	}
-	if err != nil {
-		err = fmt.Errorf("the edge config bench wrote is invalid (check the scenario's edge: section):\n%v", err)
+	if msg, terr := exec.Command(e.bins["proxy"], "-t", "-c", path).CombinedOutput(); terr != nil {
+		err = fmt.Errorf("the edge config bench wrote is invalid (check the scenario's edge: section):\n%s", msg)
 	}
 	return path, addr, admin, err
 }
@@ -420,17 +419,14 @@ func (e *Env) StartEdge(ctx context.Context, firstProduct string) error {
 			return err
 		}
 	}
-	bin, args := e.bins["proxy"], []string{"-c", e.EdgeConfig}
+	args := []string{"-c", e.EdgeConfig}
 	if e.opt.Pprof {
-		if err := e.build("./bench/pprofproxy"); err != nil {
-			return err
-		}
 		if e.PprofAddr, err = freeAddr(); err != nil {
 			return err
 		}
-		bin, args = e.bins["pprofproxy"], append(args, "-pprof", e.PprofAddr, "-block-rate", "100000")
+		args = append(args, "-pprof", e.PprofAddr, "-block-rate", "100000")
 	}
-	e.Edge, err = e.procs.Start("edge", e.cpu(e.opt.ServerCPU), env, bin, args...)
+	e.Edge, err = e.procs.Start("edge", e.cpu(e.opt.ServerCPU), env, e.bins["proxy"], args...)
 	if err != nil {
 		return err
 	}

@@ -60,7 +60,7 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&f.proxyRev, "proxy-rev", "", "build cmd/proxy from this git revision (e.g. HEAD) instead of the working tree")
 	fs.BoolVar(&f.keep, "keep", false, "keep the run directory (configs, logs, data)")
 	fs.BoolVar(&f.quiet, "q", false, "no progress line")
-	fs.BoolVar(&f.pprof, "pprof", false, "run the edge as bench/pprofproxy and save a CPU profile of the load (cpu.pprof, pprof-top.txt)")
+	fs.BoolVar(&f.pprof, "pprof", false, "run the edge with -pprof and save a CPU profile of the load (cpu.pprof, pprof-top.txt)")
 	fs.IntVar(&f.quietPct, "quiet-pct", 15, "before the load, wait until the machine is at most this % busy (0: do not wait)...")
 	fs.DurationVar(&f.quietWait, "quiet-wait", 60*time.Second, "...for at most this long")
 	if err := fs.Parse(args); err != nil {
@@ -370,10 +370,10 @@ func runScenario(ctx context.Context, root string, sc *Scenario, f runFlags, std
 		out = filepath.Join(root, "bench", "results", sc.Name+"-"+res.Started.Format("20060102-150405"))
 	}
 	if len(prof) > 0 {
-		res.Profile = saveProfile(out, env.bins["pprofproxy"], prof)
+		res.Profile = saveProfile(out, env.bins["proxy"], prof)
 	}
 	if len(block) > 0 {
-		saveProfileAs(out, env.bins["pprofproxy"], "block", block)
+		saveProfileAs(out, env.bins["proxy"], "block", block)
 	}
 	if err := res.write(out); err != nil {
 		return nil, err

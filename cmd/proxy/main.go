@@ -39,6 +39,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 	cfgPath := fs.String("c", "conf/edge.yaml", "config file")
 	test := fs.Bool("t", false, "test the config file and exit (0 when valid)")
 	showVersion := fs.Bool("version", false, "print the version and exit")
+	pprofAddr := fs.String("pprof", "", "serve the Go profiler on this loopback address (e.g. 127.0.0.1:6060; profiling only)")
+	blockRate := fs.Int("block-rate", 0, "with -pprof: runtime.SetBlockProfileRate in ns (0: off), for /debug/pprof/block")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -64,6 +66,12 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return 0
 	}
 	logger := newLogger(doc.Config.Log, stderr)
+	if *pprofAddr != "" {
+		if _, err := startPprof(*pprofAddr, *blockRate, logger); err != nil {
+			fmt.Fprintf(stderr, "proxy: %v\n", err)
+			return 2
+		}
+	}
 	srv, err := proxy.New(doc, proxy.Options{ConfigPath: path, Logger: logger, Version: version})
 	if err != nil {
 		fmt.Fprintf(stderr, "proxy: cannot start: %s\n", indentErrors(err))

@@ -2,6 +2,8 @@ package main
 
 import (
 	"bytes"
+	"log/slog"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -81,5 +83,39 @@ func TestSIGTERMExitsZero(t *testing.T) {
 	}
 	if !strings.Contains(logs.String(), "stopped") {
 		t.Fatalf("logs: %s", logs.String())
+	}
+}
+
+func TestPprofFlag(t *testing.T) {
+	good := filepath.Join("..", "..", "conf", "edge.yaml")
+	for _, addr := range []string{"0.0.0.0:0", ":6060", "10.1.2.3:6060", "example.com:6060", "nonsense"} {
+		var out, errb bytes.Buffer
+		if code := run([]string{"-c", good, "-pprof", addr}, &out, &errb); code != 2 {
+			t.Fatalf("-pprof %s: exit %d, want 2 (refused before anything starts): %s", addr, code, errb.String())
+		}
+		if !strings.Contains(errb.String(), "-pprof") {
+			t.Fatalf("-pprof %s: the error does not name the flag: %s", addr, errb.String())
+		}
+	}
+
+	a, err := startPprof("127.0.0.1:0", 0, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.Get("http://" + a.String() + "/debug/pprof/cmdline")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("/debug/pprof/cmdline: %d", resp.StatusCode)
+	}
+	resp, err = http.Get("http://" + a.String() + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusNotFound {
+		t.Fatalf("the profiler's listener serves more than the profiler: /metrics %d", resp.StatusCode)
 	}
 }
