@@ -1,4 +1,3 @@
-// Command proxy runs a flashgate edge: `proxy -c conf/edge.yaml`.
 package main
 
 import (

@@ -1,0 +1,2 @@
+// Command proxy runs a flashgate edge: `proxy -c conf/edge.yaml`.
+package main
