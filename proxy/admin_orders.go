@@ -9,7 +9,6 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"flashgate/orders"
-	"flashgate/orders/consumer"
 	"flashgate/orders/reconcile"
 	"flashgate/orders/stock"
 	"flashgate/sale/activity"
@@ -134,13 +133,7 @@ func (s *Server) Reconcile(ctx context.Context) (reconcile.Report, error) {
 	if s.orders == nil || s.orders.store == nil {
 		return reconcile.Report{}, errNoOrderStore
 	}
-	brokers := s.orders.brokers
-	cfg := s.snap.Load().Doc.Config
-	drain := func(ctx context.Context) error {
-		return consumer.WaitDrained(ctx, brokers, cfg.Kafka.Topic, cfg.Orders.Group, 100*time.Millisecond)
-	}
-	rep, err := reconcile.Run(ctx, s.store, s.orders.store, s.productIDs(), nil,
-		reconcile.WithDrain(drain, 30*time.Second), reconcile.WithSettle(10*time.Second, 200*time.Millisecond))
+	rep, err := reconcileOrders(ctx, s.snap.Load().Doc.Config, s.orders.brokers, s.store, s.orders.store, s.productIDs(), 30*time.Second)
 	if rep.Drained {
 		s.m.reconcileMismatch.Set(rep.Oversold + rep.Lost + rep.Duplicated)
 		s.m.reconcileUnix.Set(time.Now().Unix())

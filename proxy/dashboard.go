@@ -43,8 +43,8 @@ func (s *Server) dashboardSnapshot() dashboard.Snapshot {
 			Passed: st.Passed.Load(), Rejected: st.Rejected.Load(), DryRunRejected: st.DryRunRejected.Load(),
 		})
 	}
-	if s.pipeline != nil {
-		s.pipeline(&out)
+	if s.orders != nil {
+		s.orders.fillDashboard(&out)
 	}
 	return out
 }

@@ -53,12 +53,7 @@ type Server struct {
 	events *push.Hub
 	store  *stock.Store
 	dash   *dashboard.Handler
-	// pipeline fills the order pipeline's part of the dashboard, when the
-	// orders pipeline runs in this process.
-	pipeline func(*dashboard.Snapshot)
-	orders   *pipeline
-	// storedHook, if set, hears about every batch of stored orders.
-	storedHook func(products map[string][]int64)
+	orders *pipeline
 
 	draining atomic.Bool
 	sampleN  atomic.Uint64
@@ -119,9 +114,16 @@ func New(doc *conf.Document, opts Options) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := s.openSale(doc.Config, snap); err != nil {
+	parts, err := s.assemble(doc.Config, snap)
+	if err != nil {
 		return nil, err
 	}
+	s.store, s.orders, s.events, s.sale = parts.store, parts.orders, parts.events, parts.sale
+	if s.events != nil {
+		s.events.RegisterMetrics(&s.m.reg)
+	}
+	s.sale.RegisterMetrics(&s.m.reg)
+	s.orders.registerMetrics(&s.m.reg)
 	s.snap.Store(snap)
 	s.env.Upstreams.Activate(snap.Upstreams)
 	s.lastReload.Store(&ReloadResult{At: snap.LoadedAt, Trigger: "start", Version: snap.Version})
@@ -376,3 +378,9 @@ func Describe(snap *conf.Snapshot) string {
 	c := snap.Doc.Config
 	return fmt.Sprintf("listen %s, admin %s, %d filters, %d pools, %d routes", c.Listen.Addr, c.Admin.Addr, len(c.Filters), len(c.Upstreams.Pools), len(c.Upstreams.Routes))
 }
+
+// Sale exposes the sale service (admin API, tests).
+func (s *Server) Sale() *sale.Service { return s.sale }
+
+// Store exposes the Redis side (tests, reconcile).
+func (s *Server) Store() *stock.Store { return s.store }

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -13,13 +12,7 @@ import (
 	"time"
 
 	"flashgate/conf"
-	"flashgate/conf/field"
-	"flashgate/orders/consumer"
-	"flashgate/orders/orderstore"
-	"flashgate/orders/reconcile"
-	"flashgate/orders/stock"
 	"flashgate/proxy"
-	"flashgate/sale/push"
 )
 
 // subcommand runs `proxy orders` or `proxy reconcile`.
@@ -47,58 +40,17 @@ func subcommand(name string, args []string, stdout, stderr io.Writer) int {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 	logger := newLogger(cfg.Log, stderr)
-	pw, _ := field.ResolveEnv(cfg.Redis.Password)
-	st, err := stock.Open(ctx, cfg.Redis.Addr, stock.Options{Timeout: cfg.Redis.Timeout, Password: pw})
-	if err != nil {
-		fmt.Fprintf(stderr, "proxy %s: redis: %v\n", name, err)
-		return 1
-	}
-	defer st.Close()
-	store, err := proxy.OpenOrderStore(ctx, cfg, "")
-	if err != nil {
-		fmt.Fprintf(stderr, "proxy %s: order store: %v\n", name, err)
-		return 1
-	}
-	defer store.Close()
-
 	if name == "reconcile" {
-		return runReconcile(ctx, cfg, st, store, stdout, stderr)
+		rep, err := proxy.RunReconcile(ctx, cfg, logger)
+		rep.Print(stdout)
+		if err != nil {
+			fmt.Fprintf(stderr, "proxy reconcile: %v\n", err)
+			return 1
+		}
+		return 0
 	}
-	c, err := consumer.New(consumer.Config{
-		Brokers: cfg.Kafka.Brokers, Topic: cfg.Kafka.Topic, DLQTopic: cfg.Kafka.DLQTopic,
-		Group: cfg.Orders.Group, BatchSize: cfg.Orders.BatchSize, BatchTime: cfg.Orders.BatchTime,
-		Store: store, Stock: st, Log: logger,
-		// Edges push the outcome to shoppers waiting on event streams.
-		OnStored: func(products map[string][]int64) {
-			pctx, cancel := context.WithTimeout(ctx, time.Second)
-			defer cancel()
-			if err := push.PublishStored(pctx, st.Client(), products); err != nil {
-				logger.Warn("stored orders not pushed; their streams end at the deadline with the state read then", "err", err)
-			}
-		},
-	})
-	if err != nil {
+	if err := proxy.RunOrders(ctx, cfg, logger); err != nil {
 		fmt.Fprintf(stderr, "proxy orders: %v\n", err)
-		return 1
-	}
-	logger.Info("order consumer started", "brokers", strings.Join(cfg.Kafka.Brokers, ","), "topic", cfg.Kafka.Topic, "group", cfg.Orders.Group)
-	if err := c.Run(ctx); err != nil && !errors.Is(err, context.Canceled) {
-		logger.Error("order consumer failed", "err", err)
-		return 1
-	}
-	logger.Info("order consumer stopped", "stored", c.Stats().Stored)
-	return 0
-}
-
-func runReconcile(ctx context.Context, cfg *conf.Config, st *stock.Store, store orderstore.Store, stdout, stderr io.Writer) int {
-	drain := func(ctx context.Context) error {
-		return consumer.WaitDrained(ctx, cfg.Kafka.Brokers, cfg.Kafka.Topic, cfg.Orders.Group, 100*time.Millisecond)
-	}
-	rep, err := reconcile.Run(ctx, st, store, nil, nil,
-		reconcile.WithDrain(drain, 60*time.Second), reconcile.WithSettle(10*time.Second, 200*time.Millisecond))
-	rep.Print(stdout)
-	if err != nil {
-		fmt.Fprintf(stderr, "proxy reconcile: %v\n", err)
 		return 1
 	}
 	return 0

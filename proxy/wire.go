@@ -1,0 +1,366 @@
+package proxy
+
+import (
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"time"
+
+	"flashgate/conf"
+	"flashgate/conf/field"
+	"flashgate/orders"
+	"flashgate/orders/consumer"
+	"flashgate/orders/orderid"
+	"flashgate/orders/orderstore"
+	"flashgate/orders/reconcile"
+	"flashgate/orders/stock"
+	"flashgate/sale"
+	"flashgate/sale/push"
+)
+
+// The composition root. Every long-lived part of an edge process is built
+// here, in dependency order, complete at construction: the Redis store, the
+// order pipeline, the event-stream hub, the sale service. The subcommands
+// (`proxy orders`, `proxy reconcile`) are built from the same constructors,
+// so a consumer or a reconcile run is wired exactly as the edge wires its
+// own. Redis, Kafka and ClickHouse settings are read once: changing them
+// needs a restart.
+
+// parts are the long-lived collaborators New hands to the Server.
+type parts struct {
+	store  *stock.Store
+	orders *pipeline
+	events *push.Hub // nil when events.disabled
+	sale   *sale.Service
+}
+
+// assemble builds the parts of an edge for cfg and warms the sales of the
+// first snapshot. On error everything it started is stopped again.
+func (s *Server) assemble(cfg *conf.Config, snap *conf.Snapshot) (*parts, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	store, err := openStock(ctx, cfg, s.log, true)
+	if err != nil {
+		return nil, err
+	}
+	ids, err := orderid.NewGenerator(cfg.NodeID, func() int64 { return s.opts.Now() / 1e6 })
+	if err != nil {
+		store.Close()
+		return nil, err
+	}
+	p, err := openPipeline(cfg, store, s.productIDs, storedPublisher(store, s.log), s.log)
+	if err != nil {
+		store.Close()
+		return nil, fmt.Errorf("orders pipeline: %w", err)
+	}
+	var events *push.Hub
+	if !cfg.Events.Disabled {
+		ec := cfg.Events
+		ec.KeepHijackedConns, ec.Render, ec.Log, ec.Now = true, sale.AppendResult, s.log, s.opts.Now
+		if events, err = push.New(store.Client(), ec); err != nil {
+			p.close()
+			store.Close()
+			return nil, err
+		}
+		events.Start(ctx)
+	}
+	breaker := sale.NewBreaker(cfg.Sale.BreakerFailures, cfg.Sale.BreakerOpenFor, nil, func(from, to sale.BreakerState) {
+		s.log.Warn("redis circuit breaker changed state", "from", from.String(), "to", to.String())
+	})
+	deps := sale.Deps{
+		Store: store, Activities: s.env.Activities, IDs: ids, Bought: s.env.Bought,
+		Log: s.log, Node: cfg.NodeID, Now: s.opts.Now, Breaker: breaker, Events: events,
+		Orders: sink{p.pub},
+	}
+	if p.store != nil {
+		deps.Ledger, deps.Results = p.ledger(cfg, store), p.store
+	}
+	svc := sale.New(deps)
+	if err := svc.Apply(ctx, snap.Sale); err != nil {
+		s.log.Warn("sale warm-up incomplete; the refresh loop retries", "err", err)
+	}
+	svc.Start(cfg.Sale.RefreshInterval)
+	if _, random, _ := cfg.Auth.SessionSecrets(); random {
+		s.log.Warn("auth.secrets is not set: sessions use a random per-process secret (they end on restart and are not valid on other edges)")
+	}
+	if _, random, _ := cfg.Sale.TokenSecretBytes(); random {
+		s.log.Warn("sale.token_secret is not set: purchase tokens use a random per-process secret (not valid on other edges)")
+	}
+	return &parts{store: store, orders: p, events: events, sale: svc}, nil
+}
+
+// openStock connects to Redis, or, for an edge (embeddedOK) whose
+// redis.addr is empty, starts the embedded stand-in under data_dir.
+func openStock(ctx context.Context, cfg *conf.Config, log *slog.Logger, embeddedOK bool) (*stock.Store, error) {
+	rc := cfg.Redis
+	if rc.Embedded() && !embeddedOK {
+		return nil, errors.New("redis.addr is empty: the embedded Redis exists only inside an edge")
+	}
+	password, err := field.ResolveEnv(rc.Password)
+	if err != nil {
+		return nil, fmt.Errorf("redis.password: %w", err)
+	}
+	dataDir := ""
+	if rc.Embedded() {
+		if cfg.DataDir != "" {
+			dataDir = filepath.Join(cfg.DataDir, "redis")
+		}
+		log.Warn("redis.addr is empty: using the embedded in-process Redis stand-in (demo only, ~15x slower than redis-server)", "data_dir", dataDir)
+	}
+	store, err := stock.Open(ctx, rc.Addr, stock.Options{
+		Timeout:       rc.Timeout,
+		QueueTimeout:  rc.QueueTimeout,
+		MaxFlushDelay: rc.MaxFlushDelay,
+		OrderTTL:      cfg.Sale.OrderTTL,
+		DataDir:       dataDir,
+		Password:      password,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("redis %q: %w", rc.Addr, err)
+	}
+	if n := store.LostOnOpen(); n > 0 {
+		log.Warn("the embedded Redis did not stop cleanly last time: its sales are rebuilt from the order ledger before they reopen", "sales", n)
+	}
+	return store, nil
+}
+
+// OpenOrderStore opens the configured order store: ClickHouse, or the
+// embedded file store under dir.
+func OpenOrderStore(ctx context.Context, cfg *conf.Config, dir string) (orderstore.Store, error) {
+	ch := cfg.ClickHouse
+	if ch.Addr == "" {
+		return orderstore.OpenFile(dir)
+	}
+	pw, err := field.ResolveEnv(ch.Password)
+	if err != nil {
+		return nil, err
+	}
+	return orderstore.OpenClickHouse(ctx, ch.Addr, ch.Database, orderstore.ClickHouseOptions{Username: ch.Username, Password: pw})
+}
+
+// sink adapts the publisher to the sale's OrderSink.
+type sink struct{ p *orders.Publisher }
+
+func (k sink) Publish(ctx context.Context, a *stock.Attempt, outboxID string) error {
+	return k.p.PublishAndAck(ctx, orders.OrderEvent(a), outboxID)
+}
+
+// openPipeline starts the orders side of an edge: the broker (or the
+// embedded one), the publisher, the outbox relay over products, and the
+// consumer with its order store when orders.consumer is set — else the
+// order store alone when one is configured, for warm-up and results.
+func openPipeline(cfg *conf.Config, st *stock.Store, products func() []string, onStored func(map[string][]int64), log *slog.Logger) (*pipeline, error) {
+	p := &pipeline{}
+	fail := func(err error) (*pipeline, error) {
+		p.close()
+		return nil, err
+	}
+	p.brokers = cfg.Kafka.Brokers
+	if len(p.brokers) == 0 {
+		dir, err := p.dataPath(cfg, "kafka")
+		if err != nil {
+			return fail(err)
+		}
+		log.Warn("kafka.brokers is empty: using the embedded in-process Kafka-protocol broker (demo only)", "data_dir", dir)
+		if p.brokers, p.stopBroker, err = orders.StartEmbeddedWith(orders.EmbeddedConfig{DataDir: dir, Partitions: cfg.Kafka.Partitions}); err != nil {
+			return fail(err)
+		}
+	} else {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := orders.EnsureTopics(ctx, p.brokers,
+			orders.Topic{Name: cfg.Kafka.Topic, Partitions: cfg.Kafka.Partitions},
+			orders.Topic{Name: cfg.Kafka.DLQTopic, Partitions: 1}); err != nil {
+			return fail(fmt.Errorf("kafka: %w", err))
+		}
+	}
+	var err error
+	p.pub, err = orders.NewPublisher(orders.PublisherConfig{
+		Brokers: p.brokers, Topic: cfg.Kafka.Topic, DLQTopic: cfg.Kafka.DLQTopic,
+		BatchTimeout: cfg.Kafka.BatchTimeout, Timeout: cfg.Kafka.Timeout,
+		Outbox: st, Log: log,
+	})
+	if err != nil {
+		return fail(err)
+	}
+	p.relay, err = orders.NewRelay(orders.RelayConfig{
+		Store: st, Publisher: p.pub, Node: cfg.NodeID,
+		Interval: cfg.Orders.RelayInterval, MinAge: cfg.Orders.RelayMinAge,
+		Products: products, Log: log,
+	})
+	if err != nil {
+		return fail(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	switch {
+	case cfg.Orders.Consumer:
+		dir, err := p.dataPath(cfg, "orders")
+		if err != nil {
+			return fail(err)
+		}
+		if cfg.ClickHouse.Addr == "" {
+			log.Warn("clickhouse.addr is empty: using the embedded order store (a log file; demo only)", "dir", dir)
+		}
+		if p.store, err = OpenOrderStore(ctx, cfg, dir); err != nil {
+			return fail(fmt.Errorf("order store: %w", err))
+		}
+		if p.consumer, err = consumer.New(consumerConfig(cfg, p.brokers, p.store, st, log, onStored)); err != nil {
+			return fail(err)
+		}
+		cctx, stop := context.WithCancel(context.Background())
+		p.stopCons, p.consDone = stop, make(chan struct{})
+		go func() {
+			defer close(p.consDone)
+			if err := p.consumer.Run(cctx); err != nil && !errors.Is(err, context.Canceled) {
+				log.Error("order consumer stopped", "err", err)
+			}
+		}()
+	case cfg.ClickHouse.Addr != "":
+		// The consumer runs elsewhere; the edge still reads the store for
+		// warm-up after a Redis loss and for expired results.
+		if p.store, err = OpenOrderStore(ctx, cfg, ""); err != nil {
+			return fail(fmt.Errorf("order store: %w", err))
+		}
+	}
+	p.relay.Start()
+	p.outbox.Store(-1)
+	p.lag.Store(-1)
+	wctx, stopWatch := context.WithCancel(context.Background())
+	p.stopWatch, p.watchDone = stopWatch, make(chan struct{})
+	go func() { defer close(p.watchDone); p.watch(wctx, st, products, 2*time.Second) }()
+	return p, nil
+}
+
+// dataPath is where an embedded stand-in keeps its state: under data_dir,
+// or in a temporary directory removed on shutdown when data_dir is empty.
+func (p *pipeline) dataPath(cfg *conf.Config, name string) (string, error) {
+	if cfg.DataDir != "" {
+		return filepath.Join(cfg.DataDir, name), nil
+	}
+	if p.tmpDir == "" {
+		d, err := os.MkdirTemp("", "flashgate-")
+		if err != nil {
+			return "", err
+		}
+		p.tmpDir = d
+	}
+	return filepath.Join(p.tmpDir, name), nil
+}
+
+// ledger is what warm-up reads after Redis lost a sale: it first waits
+// until every published event is stored (and none can still be in flight),
+// then trusts the store.
+func (p *pipeline) ledger(cfg *conf.Config, st *stock.Store) orderstore.Ledger {
+	inFlight := time.Duration(0) // embedded Redis: its only edge died with it
+	if !st.Embedded() {
+		// A publish that timed out for the shopper is still retried by
+		// kafka-go: up to MaxAttempts × (WriteTimeout + backoff).
+		inFlight = cfg.Kafka.Timeout + 25*time.Second
+	}
+	return orderstore.Ledger{Store: p.store, Drain: drainer(cfg, p.brokers), InFlight: inFlight}
+}
+
+// consumerConfig is the order consumer as every process runs it.
+func consumerConfig(cfg *conf.Config, brokers []string, store orderstore.Store, st *stock.Store, log *slog.Logger, onStored func(map[string][]int64)) consumer.Config {
+	return consumer.Config{
+		Brokers: brokers, Topic: cfg.Kafka.Topic, DLQTopic: cfg.Kafka.DLQTopic,
+		Group: cfg.Orders.Group, BatchSize: cfg.Orders.BatchSize, BatchTime: cfg.Orders.BatchTime,
+		Store: store, Stock: st, Log: log, OnStored: onStored,
+	}
+}
+
+// drainer waits until the consumer group has stored every published event.
+func drainer(cfg *conf.Config, brokers []string) func(context.Context) error {
+	topic, group := cfg.Kafka.Topic, cfg.Orders.Group
+	return func(ctx context.Context) error {
+		return consumer.WaitDrained(ctx, brokers, topic, group, 100*time.Millisecond)
+	}
+}
+
+// storedPublisher tells every edge's event streams of a stored batch; it
+// runs on the consumer's goroutine after each batch.
+func storedPublisher(st *stock.Store, log *slog.Logger) func(map[string][]int64) {
+	return func(products map[string][]int64) {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		if err := push.PublishStored(ctx, st.Client(), products); err != nil {
+			log.Warn("stored orders not pushed; their streams end at the deadline with the state read then", "err", err)
+		}
+	}
+}
+
+// reconcileOrders runs reconcile once the pipeline drained (at most
+// drainFor), for products (nil: every product Redis knows).
+func reconcileOrders(ctx context.Context, cfg *conf.Config, brokers []string, st *stock.Store, store orderstore.Store, products []string, drainFor time.Duration) (reconcile.Report, error) {
+	return reconcile.Run(ctx, st, store, products, nil,
+		reconcile.WithDrain(drainer(cfg, brokers), drainFor), reconcile.WithSettle(10*time.Second, 200*time.Millisecond))
+}
+
+// RunOrders is `proxy orders`: the order consumer on its own, against real
+// Redis and Kafka, until ctx ends.
+func RunOrders(ctx context.Context, cfg *conf.Config, log *slog.Logger) error {
+	st, store, err := openLedger(ctx, cfg, log)
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	defer store.Close()
+	c, err := consumer.New(consumerConfig(cfg, cfg.Kafka.Brokers, store, st, log, storedPublisher(st, log)))
+	if err != nil {
+		return err
+	}
+	log.Info("order consumer started", "topic", cfg.Kafka.Topic, "group", cfg.Orders.Group)
+	if err := c.Run(ctx); err != nil && !errors.Is(err, context.Canceled) {
+		return err
+	}
+	log.Info("order consumer stopped", "stored", c.Stats().Stored)
+	return nil
+}
+
+// RunReconcile is `proxy reconcile` against real Redis, Kafka and
+// ClickHouse: every product Redis knows, after the consumer group drained.
+func RunReconcile(ctx context.Context, cfg *conf.Config, log *slog.Logger) (reconcile.Report, error) {
+	st, store, err := openLedger(ctx, cfg, log)
+	if err != nil {
+		return reconcile.Report{}, err
+	}
+	defer st.Close()
+	defer store.Close()
+	return reconcileOrders(ctx, cfg, cfg.Kafka.Brokers, st, store, nil, 60*time.Second)
+}
+
+// openLedger opens the two halves of the ledger a subcommand works on: the
+// Redis side and the order store.
+func openLedger(ctx context.Context, cfg *conf.Config, log *slog.Logger) (*stock.Store, orderstore.Store, error) {
+	st, err := openStock(ctx, cfg, log, false)
+	if err != nil {
+		return nil, nil, err
+	}
+	store, err := OpenOrderStore(ctx, cfg, "")
+	if err != nil {
+		st.Close()
+		return nil, nil, fmt.Errorf("order store: %w", err)
+	}
+	return st, store, nil
+}
+
+// productIDs lists the sales this edge knows, for the relay.
+func (s *Server) productIDs() []string {
+	list := s.env.Activities.List()
+	out := make([]string, len(list))
+	for i, e := range list {
+		out[i] = e.ProductID
+	}
+	return out
+}
+
+func randomBytes(n int) []byte {
+	b := make([]byte, n)
+	rand.Read(b)
+	return b
+}
