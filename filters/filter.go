@@ -177,7 +177,7 @@ type Env struct {
 	Activities *activity.Registry
 	Sessions   *session.Codec
 	Tokens     *ptoken.Minter
-	Bought     *BoughtCache
+	Bought     *activity.BoughtCache
 }
 
 // Constructor builds a filter from its spec. Errors name fields relative to

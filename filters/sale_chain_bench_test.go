@@ -209,30 +209,6 @@ func TestShopperChainNoAmortizedAllocs(t *testing.T) {
 	}
 }
 
-// The bare cache, same measurement: BoughtCache.Get must not allocate.
-func TestBoughtCacheGetNoAmortizedAllocs(t *testing.T) {
-	if raceEnabled {
-		t.Skip("allocation counts are meaningless under the race detector")
-	}
-	bc, err := NewBoughtCache(1<<12, time.Hour)
-	if err != nil {
-		t.Fatal(err)
-	}
-	p, u := []byte("p1"), []byte("shopper-1")
-	bc.Get(p, u, 0)
-	const runs = 64 * 100
-	var before, after runtime.MemStats
-	runtime.ReadMemStats(&before)
-	for range runs {
-		bc.Get(p, u, 0)
-	}
-	runtime.ReadMemStats(&after)
-	if n := after.Mallocs - before.Mallocs; n != 0 {
-		t.Fatalf("%d allocations (%d bytes) in %d Gets; AllocsPerRun says %v", n, after.TotalAlloc-before.TotalAlloc, runs,
-			testing.AllocsPerRun(runs, func() { bc.Get(p, u, 0) }))
-	}
-}
-
 // BenchmarkSoldOutRejection: a `do` for a sold-out product from 65536
 // addresses and 4096 signed-in users: RealIP, access, ip_limit, conn_limit,
 // session (JWT HS256 verify), sale_window, sold_out answers 410.

@@ -39,7 +39,7 @@ type saleFixture struct {
 	codec  *session.Codec
 	forger *session.Codec // same format, another secret
 	mint   *ptoken.Minter
-	bought *BoughtCache
+	bought *activity.BoughtCache
 }
 
 func newSaleFixture(t testing.TB) *saleFixture {
@@ -56,7 +56,7 @@ func newSaleFixture(t testing.TB) *saleFixture {
 	if f.mint, err = ptoken.New(saleSecret); err != nil {
 		t.Fatal(err)
 	}
-	if f.bought, err = NewBoughtCache(1<<12, time.Hour); err != nil {
+	if f.bought, err = activity.NewBoughtCache(1<<12, time.Hour); err != nil {
 		t.Fatal(err)
 	}
 	const min, hour = 60_000, 3_600_000

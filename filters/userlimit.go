@@ -4,6 +4,7 @@ import (
 	"strconv"
 
 	"flashgate/conf/field"
+	"flashgate/sale/activity"
 )
 
 func init() { Register("user_limit", newUserLimit) }
@@ -14,7 +15,7 @@ func init() { Register("user_limit", newUserLimit) }
 // edge; the deduction script enforces the purchase limit exactly.
 type userLimit struct {
 	limits  []*RateLimit
-	bought  *BoughtCache
+	bought  *activity.BoughtCache
 	reached *Rejection
 }
 

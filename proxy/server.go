@@ -99,7 +99,7 @@ func New(doc *conf.Document, opts Options) (*Server, error) {
 	}
 	s := &Server{opts: opts, log: opts.Logger}
 	cfg := doc.Config
-	bought, err := filters.NewBoughtCache(cfg.Sale.BoughtCacheSize, cfg.Sale.BoughtCacheTTL)
+	bought, err := activity.NewBoughtCache(cfg.Sale.BoughtCacheSize, cfg.Sale.BoughtCacheTTL)
 	if err != nil {
 		return nil, err
 	}
