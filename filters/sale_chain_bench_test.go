@@ -10,6 +10,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"flashgate/sale/activity"
+	"flashgate/sale/api"
 	"flashgate/sale/session"
 )
 
@@ -39,7 +40,7 @@ type shopperBench struct {
 	auth    [][]byte // "Bearer <jwt>" per user
 	tokens  [][]byte // a purchase token of p1 per user
 	product []byte
-	want    *Rejection // nil: every call must pass
+	want    *api.Rejection // nil: every call must pass
 	r       Request
 	i       int
 }
@@ -106,7 +107,7 @@ func (e *shopperBench) one() Verdict {
 	r.ClientIP = e.ri.Resolve(e.ctx)
 	r.NowNano = e.now + int64(e.i)*e.step
 	// As sale.Parse leaves a `do` call.
-	r.Endpoint = EndpointDo
+	r.Endpoint = api.EndpointDo
 	r.ProductID = e.product
 	r.Token = e.tokens[u]
 	r.Qty = 1

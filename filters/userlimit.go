@@ -5,6 +5,7 @@ import (
 
 	"flashgate/conf/field"
 	"flashgate/sale/activity"
+	"flashgate/sale/api"
 )
 
 func init() { Register("user_limit", newUserLimit) }
@@ -16,7 +17,7 @@ func init() { Register("user_limit", newUserLimit) }
 type userLimit struct {
 	limits  []*RateLimit
 	bought  *activity.BoughtCache
-	reached *Rejection
+	reached *api.Rejection
 }
 
 type userLimitConfig struct {
@@ -38,7 +39,7 @@ func newUserLimit(spec Spec, env *Env) (Filter, field.Errors) {
 		cfg.Limits[1].Rate, _ = ParseRate("50r/m")
 		cfg.Limits[1].Burst, cfg.Limits[1].NoDelay = 10, true
 	}
-	f := &userLimit{reached: NewRejection(409, "LIMIT_REACHED", "purchase limit reached")}
+	f := &userLimit{reached: api.LimitReached}
 	if env != nil {
 		f.bought = env.Bought
 	}

@@ -4,11 +4,13 @@ import (
 	"bytes"
 	"crypto/subtle"
 	"encoding/json"
-	"flashgate/proxy/dashboard"
 	"strings"
 
 	"github.com/valyala/fasthttp"
 	"gopkg.in/yaml.v3"
+
+	"flashgate/proxy/dashboard"
+	"flashgate/sale/api"
 )
 
 // handleAdmin serves the operator listener. It is bound to loopback by
@@ -41,7 +43,7 @@ func (s *Server) handleAdmin(ctx *fasthttp.RequestCtx) {
 	}
 	if !authorized(ctx, snap.AdminToken) {
 		ctx.Response.Header.Set("WWW-Authenticate", `Bearer realm="flashgate-admin"`)
-		errUnauthorized.Write(ctx)
+		api.AdminTokenRequired.Write(ctx)
 		s.log.Warn("admin request refused: bad or missing token", "path", path, "remote", ctx.RemoteIP().String())
 		return
 	}
@@ -52,7 +54,7 @@ func (s *Server) handleAdmin(ctx *fasthttp.RequestCtx) {
 	case "/admin/reload":
 		if !ctx.IsPost() {
 			ctx.Response.Header.Set(fasthttp.HeaderAllow, "POST")
-			errMethod.Write(ctx)
+			api.MethodNotAllowed.Write(ctx)
 			return
 		}
 		s.log.Info("admin action", "action", "reload", "remote", ctx.RemoteIP().String())
@@ -72,7 +74,7 @@ func (s *Server) handleAdmin(ctx *fasthttp.RequestCtx) {
 		ctx.SetBody(out)
 	default:
 		if !s.dash.Serve(ctx) && !s.handleAdminSale(ctx, path) && !s.handleAdminOrders(ctx, path) {
-			errNotFound.Write(ctx)
+			api.NotFound.Write(ctx)
 		}
 	}
 }
