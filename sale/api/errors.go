@@ -17,7 +17,7 @@ var (
 	// origin's).
 	Timeout         = newRejection(408, "BAD_REQUEST", "request not received in time")
 	TooLarge        = newRejection(413, "TOO_LARGE", "request body too large")
-	HeadersTooLarge = newRejection(431, "BAD_REQUEST", "request headers too large")
+	HeadersTooLarge = newRejection(431, "TOO_LARGE", "request headers too large")
 
 	NoSuchCall   = newRejection(404, "NOT_FOUND", "no such API call")
 	BadJSON      = newRejection(400, "BAD_REQUEST", "the body must be a JSON object")

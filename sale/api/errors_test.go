@@ -88,6 +88,13 @@ func TestBodyIsCodeAndMessage(t *testing.T) {
 	}
 }
 
+// The 431 answer once said BAD_REQUEST.
+func TestHeadersTooLargeIsTooLarge(t *testing.T) {
+	if HeadersTooLarge.Status != 431 || HeadersTooLarge.Code != TooLarge.Code {
+		t.Fatalf("%d %s", HeadersTooLarge.Status, HeadersTooLarge.Code)
+	}
+}
+
 func TestWithStatusAndMessage(t *testing.T) {
 	if RateLimited.WithStatus(429) != RateLimited {
 		t.Error("the same status must give the entry itself")
