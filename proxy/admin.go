@@ -42,8 +42,8 @@ func (s *Server) handleAdmin(ctx *fasthttp.RequestCtx) {
 		return
 	}
 	if !authorized(ctx, snap.AdminToken) {
-		ctx.Response.Header.Set("WWW-Authenticate", `Bearer realm="flashgate-admin"`)
 		api.AdminTokenRequired.Write(ctx)
+		ctx.Response.Header.Set("WWW-Authenticate", `Bearer realm="flashgate-admin"`)
 		s.log.Warn("admin request refused: bad or missing token", "path", path, "remote", ctx.RemoteIP().String())
 		return
 	}
@@ -53,8 +53,8 @@ func (s *Server) handleAdmin(ctx *fasthttp.RequestCtx) {
 		s.m.reg.WriteTo(ctx)
 	case "/admin/reload":
 		if !ctx.IsPost() {
-			ctx.Response.Header.Set(fasthttp.HeaderAllow, "POST")
 			api.MethodNotAllowed.Write(ctx)
+			ctx.Response.Header.Set(fasthttp.HeaderAllow, "POST")
 			return
 		}
 		s.log.Info("admin action", "action", "reload", "remote", ctx.RemoteIP().String())

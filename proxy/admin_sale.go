@@ -133,8 +133,8 @@ func (s *Server) requirePost(ctx *fasthttp.RequestCtx) bool {
 	if ctx.IsPost() {
 		return true
 	}
-	ctx.Response.Header.Set(fasthttp.HeaderAllow, "POST")
 	api.MethodNotAllowed.Write(ctx)
+	ctx.Response.Header.Set(fasthttp.HeaderAllow, "POST")
 	return false
 }
 
