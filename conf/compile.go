@@ -23,7 +23,7 @@ type Env struct {
 
 	// The sale's process-lifetime state.
 	Activities *activity.Registry
-	Bought     *filters.BoughtCache
+	Bought     *activity.BoughtCache
 	// Start anchors relative activity times ("+30s") so that a reload does
 	// not move a running demo sale.
 	Start time.Time

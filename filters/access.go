@@ -4,6 +4,7 @@ import (
 	"strings"
 
 	"flashgate/conf/field"
+	"flashgate/sale/api"
 )
 
 func init() { Register("access", newAccess) }
@@ -86,7 +87,7 @@ func newAccess(spec Spec, env *Env) (Filter, field.Errors) {
 	return &access{
 		set:    buildRangeSet(rules, accessAllow),
 		noAddr: noAddr,
-		deny:   Verdict{Reject: NewRejection(403, "FORBIDDEN", "access denied")},
+		deny:   Verdict{Reject: api.Forbidden},
 	}, nil
 }
 

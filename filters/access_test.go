@@ -5,6 +5,8 @@ import (
 	"net/netip"
 	"strings"
 	"testing"
+
+	"flashgate/sale/api"
 )
 
 func TestAccess(t *testing.T) {
@@ -53,7 +55,7 @@ func TestAccess(t *testing.T) {
 			env, clk := newEnv()
 			c := mustBuild(t, env, "type: access\nrules: "+tc.rules+"\n")
 			check := func(addr string, allowed bool) {
-				r := Request{NowNano: clk.now}
+				r := Request{Call: api.Call{NowNano: clk.now}}
 				if addr != "invalid" {
 					r.ClientIP = netip.MustParseAddr(addr)
 				}
@@ -101,7 +103,7 @@ func TestAccessMatchesLinearScan(t *testing.T) {
 				break
 			}
 		}
-		r := Request{ClientIP: a, NowNano: clk.now}
+		r := Request{Call: api.Call{ClientIP: a, NowNano: clk.now}}
 		if got := c.Run(&r).Reject == nil; got != want {
 			t.Fatalf("%v: allowed=%v, want %v", a, got, want)
 		}

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/valyala/fasthttp"
+
+	"flashgate/sale/api"
 )
 
 func TestBuildErrors(t *testing.T) {
@@ -121,7 +123,7 @@ func TestChainDelayIsTheLongest(t *testing.T) {
 func TestChainFillsNow(t *testing.T) {
 	env, clk := newEnv()
 	c := mustBuild(t, env, "type: ip_limit\nrate: 1r/s\n")
-	r := Request{ClientIP: netip.MustParseAddr(client)}
+	r := Request{Call: api.Call{ClientIP: netip.MustParseAddr(client)}}
 	c.Run(&r)
 	if r.NowNano != clk.now {
 		t.Fatalf("NowNano = %d, want the env clock's %d", r.NowNano, clk.now)

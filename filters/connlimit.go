@@ -5,6 +5,7 @@ import (
 	"sync"
 
 	"flashgate/conf/field"
+	"flashgate/sale/api"
 )
 
 func init() { Register("conn_limit", newConnLimit) }
@@ -26,7 +27,7 @@ type connLimit struct {
 	zone   *ConnZone
 	max    int
 	v6bits int
-	reject *Rejection
+	reject *api.Rejection
 }
 
 type connLimitConfig struct {
@@ -54,7 +55,7 @@ func newConnLimit(spec Spec, env *Env) (Filter, field.Errors) {
 		zone:   envZones(env).Conns(zoneName(spec, cfg.Zone)),
 		max:    cfg.Max,
 		v6bits: cfg.IPv6Prefix,
-		reject: NewRejection(cfg.Status, "RATE_LIMITED", "too many requests"),
+		reject: api.RateLimited.WithStatus(cfg.Status),
 	}, nil
 }
 

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"unsafe"
+
+	"flashgate/sale/api"
 )
 
 func TestConnLimit(t *testing.T) {
@@ -15,7 +17,7 @@ func TestConnLimit(t *testing.T) {
 	ip := netip.MustParseAddr("198.51.100.1")
 	var rs [3]Request
 	for i := range rs {
-		rs[i] = Request{ClientIP: ip, NowNano: clk.now}
+		rs[i] = Request{Call: api.Call{ClientIP: ip, NowNano: clk.now}}
 	}
 	if v := c.Run(&rs[0]); v.Reject != nil {
 		t.Fatal("1st rejected")
@@ -28,7 +30,7 @@ func TestConnLimit(t *testing.T) {
 		t.Fatalf("3rd: %+v, want 429 RATE_LIMITED with Retry-After 1", v)
 	}
 	// Another client is not affected.
-	other := Request{ClientIP: netip.MustParseAddr("198.51.100.2"), NowNano: clk.now}
+	other := Request{Call: api.Call{ClientIP: netip.MustParseAddr("198.51.100.2"), NowNano: clk.now}}
 	if v := c.Run(&other); v.Reject != nil {
 		t.Fatal("other client rejected")
 	}
@@ -54,7 +56,7 @@ func TestConnLimit(t *testing.T) {
 func TestConnLimitReload(t *testing.T) {
 	env, clk := newEnv()
 	old := mustBuild(t, env, "type: conn_limit\nmax: 1\n")
-	r := Request{ClientIP: netip.MustParseAddr("198.51.100.1"), NowNano: clk.now}
+	r := Request{Call: api.Call{ClientIP: netip.MustParseAddr("198.51.100.1"), NowNano: clk.now}}
 	old.Run(&r)
 	next := mustBuild(t, env, "type: conn_limit\nmax: 1\n")
 	if v := request(next, clk, "198.51.100.1"); v.Reject == nil {

@@ -18,6 +18,11 @@
 // RealIP resolves the client address behind trusted proxies (nginx realip,
 // recursive) before the chain runs.
 //
+// What a filter reads and answers is the shopper API's contract, package
+// sale/api: a Request is an api.Call plus the chain's bookkeeping, and a
+// rejection is an entry of its catalogue, so the sale behind the chain
+// shares both without importing the edge.
+//
 // Everything on the request path is allocation-free (the tests prove it with
 // testing.AllocsPerRun) and reads time only from Request.NowNano, which the
 // proxy fills from an injectable clock, so tests never sleep.

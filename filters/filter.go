@@ -1,7 +1,7 @@
 package filters
 
 import (
-	"net/netip"
+	"strconv"
 	"time"
 
 	"github.com/valyala/fasthttp"
@@ -9,44 +9,17 @@ import (
 
 	"flashgate/conf/field"
 	"flashgate/sale/activity"
+	"flashgate/sale/api"
 	"flashgate/sale/ptoken"
 	"flashgate/sale/session"
 )
 
-// Request is the per-request state the chain hands from filter to filter.
-// The proxy owns it (pooled) and resets it between requests; filters must not
-// keep it, or any byte slice of Ctx, after Handle returns.
+// Request is a Call on its way through the chain: the shopper API's
+// per-request state, plus the chain's own bookkeeping. The proxy owns it
+// (pooled) and resets it between requests; filters must not keep it, or any
+// byte slice of Ctx, after Handle returns. The sale handlers get &r.Call.
 type Request struct {
-	Ctx *fasthttp.RequestCtx
-	// ClientIP is the real client address resolved by RealIP before the chain runs.
-	ClientIP netip.Addr
-	// NowNano is the request's arrival time from the injectable clock, read once
-	// per request so every filter agrees on it.
-	NowNano int64
-
-	// UserID and ProductID are filled by later filters (session, sale) and are
-	// only valid for the lifetime of the request.
-	UserID    []byte
-	ProductID []byte
-
-	// Sale API fields, parsed from the request before the chain runs (see
-	// package sale) or filled by the sale filters.
-	Endpoint Endpoint
-	Qty      int
-	Token    []byte
-	OrderID  int64
-	// Activity is the product's sale, found by sale_window.
-	Activity activity.Entry
-	// TokenNonce and TokenExpiresMs come from a verified purchase token.
-	TokenNonce     [12]byte
-	TokenExpiresMs int64
-
-	// Scratch is a buffer handlers may use to build an answer; it keeps its
-	// capacity across requests (the Request is pooled).
-	Scratch []byte
-	// userBuf owns the verified user id (UserID may instead be a view of a
-	// request body, which must never be written through).
-	userBuf []byte
+	api.Call
 
 	// finishers holds filters that took something (a connection slot) and must
 	// give it back when the request completes, in reverse order.
@@ -58,21 +31,7 @@ const maxFinishers = 8
 
 // Reset prepares r for reuse.
 func (r *Request) Reset() {
-	r.Ctx = nil
-	r.ClientIP = netip.Addr{}
-	r.NowNano = 0
-	// The id and token fields may be views of the previous request's
-	// buffers: drop them rather than keep (and later write into) that memory.
-	r.UserID = nil
-	r.ProductID = nil
-	r.Endpoint = EndpointNone
-	r.Qty = 0
-	r.Token = nil
-	r.OrderID = 0
-	r.Activity = activity.Entry{}
-	r.TokenNonce = [12]byte{}
-	r.TokenExpiresMs = 0
-	r.Scratch = r.Scratch[:0]
+	r.Call.Reset()
 	for i := 0; i < r.nfinishers; i++ {
 		r.finishers[i] = nil
 	}
@@ -99,43 +58,9 @@ func (r *Request) Finish() {
 	r.nfinishers = 0
 }
 
-// Endpoint is the sale API call a request is for.
-type Endpoint uint8
-
-const (
-	EndpointNone   Endpoint = iota // not the sale API
-	EndpointStatus                 // GET /api/seckill/status
-	EndpointLogin                  // POST /api/login
-	EndpointToken                  // POST /api/seckill/token
-	EndpointDo                     // POST /api/seckill/do
-	EndpointResult                 // GET /api/seckill/result
-	EndpointEvents                 // GET /api/seckill/events
-)
-
-// NeedsUser reports whether the endpoint needs a signed-in shopper.
-func (e Endpoint) NeedsUser() bool { return e >= EndpointToken }
-
-// Buys reports whether the endpoint is part of a purchase (token or do),
-// the calls the sale filters guard.
-func (e Endpoint) Buys() bool { return e == EndpointToken || e == EndpointDo }
-
-// Rejection is a precompiled refusal: status, machine code and a short human
-// message. Body is rendered once at build time so rejecting allocates nothing.
-type Rejection struct {
-	Status  int
-	Code    string
-	Message string
-	Body    []byte
-}
-
-// NewRejection renders the JSON error body of the shopper API contract.
-func NewRejection(status int, code, message string) *Rejection {
-	return &Rejection{Status: status, Code: code, Message: message, Body: ErrorBody(code, message)}
-}
-
 // Verdict is what a filter decides. The zero value means "continue".
 type Verdict struct {
-	Reject *Rejection
+	Reject *api.Rejection
 	// RetryAfter, when > 0 on a rejection, becomes a Retry-After header (seconds).
 	RetryAfter int
 	// Delay, when > 0 on a pass, asks the runner to hold the request this long
@@ -145,6 +70,15 @@ type Verdict struct {
 
 // Pass is the "continue" verdict.
 var Pass = Verdict{}
+
+// Write answers with a rejecting verdict: the rejection plus Retry-After.
+func (v Verdict) Write(ctx *fasthttp.RequestCtx) {
+	v.Reject.Write(ctx)
+	if v.RetryAfter > 0 {
+		var buf [20]byte
+		ctx.Response.Header.SetBytesV(fasthttp.HeaderRetryAfter, strconv.AppendInt(buf[:0], int64(v.RetryAfter), 10))
+	}
+}
 
 // Filter is one stage of the chain.
 type Filter interface {
@@ -177,7 +111,7 @@ type Env struct {
 	Activities *activity.Registry
 	Sessions   *session.Codec
 	Tokens     *ptoken.Minter
-	Bought     *BoughtCache
+	Bought     *activity.BoughtCache
 }
 
 // Constructor builds a filter from its spec. Errors name fields relative to

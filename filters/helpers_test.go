@@ -5,6 +5,8 @@ import (
 	"testing"
 
 	"gopkg.in/yaml.v3"
+
+	"flashgate/sale/api"
 )
 
 // specOf reads one filter mapping the way conf does: the common keys into
@@ -65,7 +67,7 @@ func mustBuild(t testing.TB, env *Env, texts ...string) *Chain {
 // request runs one request from addr through c at the clock's time and
 // finishes it.
 func request(c *Chain, clk *clock, addr string) Verdict {
-	r := Request{ClientIP: netip.MustParseAddr(addr), NowNano: clk.now}
+	r := Request{Call: api.Call{ClientIP: netip.MustParseAddr(addr), NowNano: clk.now}}
 	v := c.Run(&r)
 	r.Finish()
 	return v

@@ -4,6 +4,7 @@ import (
 	"time"
 
 	"flashgate/conf/field"
+	"flashgate/sale/api"
 )
 
 func init() { Register("ip_limit", newIPLimit) }
@@ -40,7 +41,7 @@ func DefaultLimitConfig() LimitConfig {
 type RateLimit struct {
 	Limiter *Limiter
 	Limit   Limit
-	Reject  *Rejection
+	Reject  *api.Rejection
 }
 
 // Compile validates c (errors relative to the filter's mapping) and binds it
@@ -84,7 +85,7 @@ func (c *LimitConfig) Compile(zones *Zones, defaultZone string) (*RateLimit, fie
 	return &RateLimit{
 		Limiter: zones.Limiter(zone, c.MaxKeys),
 		Limit:   Limit{Rate: c.Rate, Burst: c.Burst, Delay: min(delay, c.Burst)},
-		Reject:  NewRejection(c.Status, "RATE_LIMITED", "too many requests"),
+		Reject:  api.RateLimited.WithStatus(c.Status),
 	}, nil
 }
 

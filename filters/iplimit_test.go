@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"flashgate/sale/api"
 )
 
 const client = "198.51.100.1"
@@ -203,11 +205,11 @@ func BenchmarkIPLimit(b *testing.B) {
 func TestIPLimitNoAddress(t *testing.T) {
 	env, clk := newEnv()
 	c := mustBuild(t, env, "type: ip_limit\nrate: 1r/s\n", "type: conn_limit\nmax: 1\n")
-	r1 := Request{NowNano: clk.now}
+	r1 := Request{Call: api.Call{NowNano: clk.now}}
 	if v := c.Run(&r1); v.Reject != nil {
 		t.Fatal("first rejected")
 	}
-	r2 := Request{NowNano: clk.now}
+	r2 := Request{Call: api.Call{NowNano: clk.now}}
 	if v := c.Run(&r2); v.Reject == nil {
 		t.Fatal("second passed")
 	}

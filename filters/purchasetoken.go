@@ -3,6 +3,7 @@ package filters
 import (
 	"flashgate/conf/field"
 
+	"flashgate/sale/api"
 	"flashgate/sale/ptoken"
 )
 
@@ -14,7 +15,7 @@ func init() { Register("purchase_token", newPurchaseToken) }
 // nonce; a request refused earlier never burns it.
 type purchaseToken struct {
 	minter *ptoken.Minter
-	reject *Rejection
+	reject *api.Rejection
 }
 
 func newPurchaseToken(spec Spec, env *Env) (Filter, field.Errors) {
@@ -25,11 +26,11 @@ func newPurchaseToken(spec Spec, env *Env) (Filter, field.Errors) {
 	if env == nil || env.Tokens == nil {
 		return nil, field.Errors{{Msg: "needs sale.token_secret"}}
 	}
-	return &purchaseToken{minter: env.Tokens, reject: NewRejection(403, "BAD_TOKEN", "invalid or expired purchase token")}, nil
+	return &purchaseToken{minter: env.Tokens, reject: api.BadToken}, nil
 }
 
 func (f *purchaseToken) Handle(r *Request) Verdict {
-	if r.Endpoint != EndpointDo {
+	if r.Endpoint != api.EndpointDo {
 		return Pass
 	}
 	nonce, exp, err := f.minter.Check(r.Token, r.UserID, r.ProductID, r.NowNano/1e6)

@@ -10,6 +10,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"flashgate/sale/activity"
+	"flashgate/sale/api"
 	"flashgate/sale/session"
 )
 
@@ -39,7 +40,7 @@ type shopperBench struct {
 	auth    [][]byte // "Bearer <jwt>" per user
 	tokens  [][]byte // a purchase token of p1 per user
 	product []byte
-	want    *Rejection // nil: every call must pass
+	want    *api.Rejection // nil: every call must pass
 	r       Request
 	i       int
 }
@@ -106,7 +107,7 @@ func (e *shopperBench) one() Verdict {
 	r.ClientIP = e.ri.Resolve(e.ctx)
 	r.NowNano = e.now + int64(e.i)*e.step
 	// As sale.Parse leaves a `do` call.
-	r.Endpoint = EndpointDo
+	r.Endpoint = api.EndpointDo
 	r.ProductID = e.product
 	r.Token = e.tokens[u]
 	r.Qty = 1
@@ -206,30 +207,6 @@ func TestShopperChainNoAmortizedAllocs(t *testing.T) {
 				t.Fatalf("%d allocations (%d bytes) in %d calls, the fewest of %d windows", best, bytes, runs, windows)
 			}
 		})
-	}
-}
-
-// The bare cache, same measurement: BoughtCache.Get must not allocate.
-func TestBoughtCacheGetNoAmortizedAllocs(t *testing.T) {
-	if raceEnabled {
-		t.Skip("allocation counts are meaningless under the race detector")
-	}
-	bc, err := NewBoughtCache(1<<12, time.Hour)
-	if err != nil {
-		t.Fatal(err)
-	}
-	p, u := []byte("p1"), []byte("shopper-1")
-	bc.Get(p, u, 0)
-	const runs = 64 * 100
-	var before, after runtime.MemStats
-	runtime.ReadMemStats(&before)
-	for range runs {
-		bc.Get(p, u, 0)
-	}
-	runtime.ReadMemStats(&after)
-	if n := after.Mallocs - before.Mallocs; n != 0 {
-		t.Fatalf("%d allocations (%d bytes) in %d Gets; AllocsPerRun says %v", n, after.TotalAlloc-before.TotalAlloc, runs,
-			testing.AllocsPerRun(runs, func() { bc.Get(p, u, 0) }))
 	}
 }
 

@@ -11,6 +11,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"flashgate/sale/activity"
+	"flashgate/sale/api"
 	"flashgate/sale/ptoken"
 	"flashgate/sale/session"
 )
@@ -39,7 +40,7 @@ type saleFixture struct {
 	codec  *session.Codec
 	forger *session.Codec // same format, another secret
 	mint   *ptoken.Minter
-	bought *BoughtCache
+	bought *activity.BoughtCache
 }
 
 func newSaleFixture(t testing.TB) *saleFixture {
@@ -56,7 +57,7 @@ func newSaleFixture(t testing.TB) *saleFixture {
 	if f.mint, err = ptoken.New(saleSecret); err != nil {
 		t.Fatal(err)
 	}
-	if f.bought, err = NewBoughtCache(1<<12, time.Hour); err != nil {
+	if f.bought, err = activity.NewBoughtCache(1<<12, time.Hour); err != nil {
 		t.Fatal(err)
 	}
 	const min, hour = 60_000, 3_600_000
@@ -92,20 +93,20 @@ func (f *saleFixture) ptok(user, product string, ttl time.Duration) []byte {
 	return f.mint.Mint(nil, []byte(user), []byte(product), f.clk.now/1e6+ttl.Milliseconds())
 }
 
-var salePaths = map[Endpoint]string{
-	EndpointNone:   "/other",
-	EndpointStatus: "/api/seckill/status",
-	EndpointLogin:  "/api/login",
-	EndpointToken:  "/api/seckill/token",
-	EndpointDo:     "/api/seckill/do",
-	EndpointResult: "/api/seckill/result",
-	EndpointEvents: "/api/seckill/events",
+var salePaths = map[api.Endpoint]string{
+	api.EndpointNone:   "/other",
+	api.EndpointStatus: "/api/seckill/status",
+	api.EndpointLogin:  "/api/login",
+	api.EndpointToken:  "/api/seckill/token",
+	api.EndpointDo:     "/api/seckill/do",
+	api.EndpointResult: "/api/seckill/result",
+	api.EndpointEvents: "/api/seckill/events",
 }
 
 // saleCall is a request as sale.Parse would have left it, plus how the
 // client presents its session.
 type saleCall struct {
-	ep      Endpoint
+	ep      api.Endpoint
 	product string
 	user    string // r.UserID before the chain (as if session had run)
 	token   []byte
@@ -136,7 +137,7 @@ func newSaleCtx(c saleCall) *fasthttp.RequestCtx {
 // run sends one call through ch at the clock's time and returns the verdict
 // and the request as the chain left it (before Finish/Reset).
 func (f *saleFixture) run(ch *Chain, c saleCall) (Verdict, *Request) {
-	r := &Request{
+	r := &Request{Call: api.Call{
 		Ctx:       newSaleCtx(c),
 		ClientIP:  netip.MustParseAddr(client),
 		NowNano:   f.clk.now,
@@ -144,7 +145,7 @@ func (f *saleFixture) run(ch *Chain, c saleCall) (Verdict, *Request) {
 		ProductID: []byte(c.product),
 		Token:     c.token,
 		Qty:       c.qty,
-	}
+	}}
 	if c.user != "" {
 		r.UserID = []byte(c.user)
 	}
@@ -206,7 +207,7 @@ func TestSessionFilter(t *testing.T) {
 		pass bool
 	}
 	var cases []tc
-	for _, ep := range []Endpoint{EndpointToken, EndpointDo, EndpointResult, EndpointEvents} {
+	for _, ep := range []api.Endpoint{api.EndpointToken, api.EndpointDo, api.EndpointResult, api.EndpointEvents} {
 		p := salePaths[ep]
 		cases = append(cases,
 			tc{name: p + " without a session", call: saleCall{ep: ep}},
@@ -229,7 +230,7 @@ func TestSessionFilter(t *testing.T) {
 			tc{name: p + " body user ignored", call: saleCall{ep: ep, user: "mallory", bearer: valid}, user: "alice"},
 		)
 	}
-	for _, ep := range []Endpoint{EndpointStatus, EndpointLogin, EndpointNone} {
+	for _, ep := range []api.Endpoint{api.EndpointStatus, api.EndpointLogin, api.EndpointNone} {
 		p := salePaths[ep]
 		cases = append(cases,
 			tc{name: p + " needs no session", call: saleCall{ep: ep}, pass: true},
@@ -266,31 +267,31 @@ func TestSaleWindowFilter(t *testing.T) {
 		status int
 		code   string
 	}{
-		{"token active", saleCall{ep: EndpointToken, product: "p1"}, 0, ""},
-		{"do active", saleCall{ep: EndpointDo, product: "p1"}, 0, ""},
-		{"do unknown", saleCall{ep: EndpointDo, product: "nope"}, 404, "UNKNOWN_PRODUCT"},
-		{"token unknown", saleCall{ep: EndpointToken, product: "nope"}, 404, "UNKNOWN_PRODUCT"},
-		{"status unknown", saleCall{ep: EndpointStatus, product: "nope"}, 404, "UNKNOWN_PRODUCT"},
-		{"product ids are case-sensitive", saleCall{ep: EndpointDo, product: "P1"}, 404, "UNKNOWN_PRODUCT"},
-		{"do upcoming", saleCall{ep: EndpointDo, product: "up"}, 403, "NOT_STARTED"},
-		{"token upcoming", saleCall{ep: EndpointToken, product: "up"}, 403, "NOT_STARTED"},
-		{"do ended", saleCall{ep: EndpointDo, product: "old"}, 403, "ENDED"},
-		{"token ended", saleCall{ep: EndpointToken, product: "old"}, 403, "ENDED"},
-		{"start is inclusive", saleCall{ep: EndpointDo, product: "startsnow"}, 0, ""},
-		{"end is exclusive", saleCall{ep: EndpointDo, product: "endsnow"}, 403, "ENDED"},
-		{"sold out is not its business", saleCall{ep: EndpointDo, product: "gone"}, 0, ""},
+		{"token active", saleCall{ep: api.EndpointToken, product: "p1"}, 0, ""},
+		{"do active", saleCall{ep: api.EndpointDo, product: "p1"}, 0, ""},
+		{"do unknown", saleCall{ep: api.EndpointDo, product: "nope"}, 404, "UNKNOWN_PRODUCT"},
+		{"token unknown", saleCall{ep: api.EndpointToken, product: "nope"}, 404, "UNKNOWN_PRODUCT"},
+		{"status unknown", saleCall{ep: api.EndpointStatus, product: "nope"}, 404, "UNKNOWN_PRODUCT"},
+		{"product ids are case-sensitive", saleCall{ep: api.EndpointDo, product: "P1"}, 404, "UNKNOWN_PRODUCT"},
+		{"do upcoming", saleCall{ep: api.EndpointDo, product: "up"}, 403, "NOT_STARTED"},
+		{"token upcoming", saleCall{ep: api.EndpointToken, product: "up"}, 403, "NOT_STARTED"},
+		{"do ended", saleCall{ep: api.EndpointDo, product: "old"}, 403, "ENDED"},
+		{"token ended", saleCall{ep: api.EndpointToken, product: "old"}, 403, "ENDED"},
+		{"start is inclusive", saleCall{ep: api.EndpointDo, product: "startsnow"}, 0, ""},
+		{"end is exclusive", saleCall{ep: api.EndpointDo, product: "endsnow"}, 403, "ENDED"},
+		{"sold out is not its business", saleCall{ep: api.EndpointDo, product: "gone"}, 0, ""},
 		// status answers upcoming/ended itself: only the product must exist.
-		{"status upcoming", saleCall{ep: EndpointStatus, product: "up"}, 0, ""},
-		{"status ended", saleCall{ep: EndpointStatus, product: "old"}, 0, ""},
-		{"result not checked", saleCall{ep: EndpointResult, product: "nope"}, 0, ""},
-		{"events not checked", saleCall{ep: EndpointEvents, product: "nope"}, 0, ""},
-		{"login not checked", saleCall{ep: EndpointLogin}, 0, ""},
-		{"other paths not checked", saleCall{ep: EndpointNone}, 0, ""},
+		{"status upcoming", saleCall{ep: api.EndpointStatus, product: "up"}, 0, ""},
+		{"status ended", saleCall{ep: api.EndpointStatus, product: "old"}, 0, ""},
+		{"result not checked", saleCall{ep: api.EndpointResult, product: "nope"}, 0, ""},
+		{"events not checked", saleCall{ep: api.EndpointEvents, product: "nope"}, 0, ""},
+		{"login not checked", saleCall{ep: api.EndpointLogin}, 0, ""},
+		{"other paths not checked", saleCall{ep: api.EndpointNone}, 0, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			v, r := f.run(ch, tc.call)
 			checkVerdict(t, v, tc.status, tc.code)
-			if tc.code == "" && (tc.call.ep == EndpointStatus || tc.call.ep.Buys()) {
+			if tc.code == "" && (tc.call.ep == api.EndpointStatus || tc.call.ep.Buys()) {
 				if r.Activity.Activity == nil || r.Activity.ProductID != tc.call.product || r.Activity.State == nil {
 					t.Fatalf("Activity = %+v, want the entry of %s", r.Activity, tc.call.product)
 				}
@@ -299,7 +300,7 @@ func TestSaleWindowFilter(t *testing.T) {
 	}
 	// The clock decides: one minute later "up" has started.
 	f.clk.Add(time.Minute)
-	v, _ := f.run(ch, saleCall{ep: EndpointDo, product: "up"})
+	v, _ := f.run(ch, saleCall{ep: api.EndpointDo, product: "up"})
 	checkVerdict(t, v, 0, "")
 }
 
@@ -312,12 +313,12 @@ func TestSoldOutFilter(t *testing.T) {
 		status int
 		code   string
 	}{
-		{"do", saleCall{ep: EndpointDo, product: "gone"}, 410, "SOLD_OUT"},
-		{"token", saleCall{ep: EndpointToken, product: "gone"}, 410, "SOLD_OUT"},
-		{"status still answers", saleCall{ep: EndpointStatus, product: "gone"}, 0, ""},
-		{"result still answers", saleCall{ep: EndpointResult, product: "gone"}, 0, ""},
-		{"events still answer", saleCall{ep: EndpointEvents, product: "gone"}, 0, ""},
-		{"other product", saleCall{ep: EndpointDo, product: "p1"}, 0, ""},
+		{"do", saleCall{ep: api.EndpointDo, product: "gone"}, 410, "SOLD_OUT"},
+		{"token", saleCall{ep: api.EndpointToken, product: "gone"}, 410, "SOLD_OUT"},
+		{"status still answers", saleCall{ep: api.EndpointStatus, product: "gone"}, 0, ""},
+		{"result still answers", saleCall{ep: api.EndpointResult, product: "gone"}, 0, ""},
+		{"events still answer", saleCall{ep: api.EndpointEvents, product: "gone"}, 0, ""},
+		{"other product", saleCall{ep: api.EndpointDo, product: "p1"}, 0, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			v, _ := f.run(ch, tc.call)
@@ -327,15 +328,15 @@ func TestSoldOutFilter(t *testing.T) {
 	t.Run("flag is live", func(t *testing.T) {
 		st := f.reg.StateOf("p1")
 		st.SetSoldOut(true)
-		v, _ := f.run(ch, saleCall{ep: EndpointDo, product: "p1"})
+		v, _ := f.run(ch, saleCall{ep: api.EndpointDo, product: "p1"})
 		checkVerdict(t, v, 410, "SOLD_OUT")
 		st.SetSoldOut(false) // restock
-		v, _ = f.run(ch, saleCall{ep: EndpointDo, product: "p1"})
+		v, _ = f.run(ch, saleCall{ep: api.EndpointDo, product: "p1"})
 		checkVerdict(t, v, 0, "")
 	})
 	t.Run("without sale_window before it", func(t *testing.T) {
 		alone := mustBuild(t, f.env, "type: sold_out\n")
-		v, _ := f.run(alone, saleCall{ep: EndpointDo, product: "gone"})
+		v, _ := f.run(alone, saleCall{ep: api.EndpointDo, product: "gone"})
 		checkVerdict(t, v, 0, "") // no Activity: nothing to decide, and no panic
 	})
 }
@@ -347,7 +348,7 @@ func TestUserLimitRates(t *testing.T) {
 	f := newSaleFixture(t)
 	ch := mustBuild(t, f.env, "type: sale_window\n", saleUserLimitYAML)
 	do := func(user string) Verdict {
-		v, _ := f.run(ch, saleCall{ep: EndpointDo, product: "p1", user: user, qty: 1})
+		v, _ := f.run(ch, saleCall{ep: api.EndpointDo, product: "p1", user: user, qty: 1})
 		return v
 	}
 	for i := range 6 {
@@ -363,7 +364,7 @@ func TestUserLimitRates(t *testing.T) {
 	// Another user is not affected, nor are calls that do not buy.
 	checkVerdict(t, do("u2"), 0, "")
 	for range 20 {
-		v, _ := f.run(ch, saleCall{ep: EndpointStatus, product: "p1", user: "u1"})
+		v, _ := f.run(ch, saleCall{ep: api.EndpointStatus, product: "p1", user: "u1"})
 		checkVerdict(t, v, 0, "")
 	}
 	// 200 ms later 5r/s has room for one more, and 50r/m's burst still holds.
@@ -384,7 +385,7 @@ func TestUserLimitRates(t *testing.T) {
 		t.Fatalf("u1 got %d requests through in 2.2 s, want 12", got)
 	}
 	// A request without a user (no session filter) is not its business.
-	v, _ = f.run(ch, saleCall{ep: EndpointDo, product: "p1"})
+	v, _ = f.run(ch, saleCall{ep: api.EndpointDo, product: "p1"})
 	checkVerdict(t, v, 0, "")
 }
 
@@ -393,16 +394,16 @@ func TestUserLimitRates(t *testing.T) {
 func TestUserLimitDefaults(t *testing.T) {
 	f := newSaleFixture(t)
 	ch := mustBuild(t, f.env, "type: sale_window\n", "type: user_limit\n")
-	do := func(ep Endpoint, user string) Verdict {
+	do := func(ep api.Endpoint, user string) Verdict {
 		v, _ := f.run(ch, saleCall{ep: ep, product: "p1", user: user, qty: 1})
 		return v
 	}
 	// Defaults: 5r/s burst 5 and 50r/m burst 10, nodelay: 1+5 at once.
 	for i := 0; i < 6; i++ {
-		checkVerdict(t, do(EndpointDo, "u1"), 0, "")
+		checkVerdict(t, do(api.EndpointDo, "u1"), 0, "")
 	}
-	checkVerdict(t, do(EndpointDo, "u1"), 429, "RATE_LIMITED")
-	checkVerdict(t, do(EndpointDo, "u2"), 0, "")
+	checkVerdict(t, do(api.EndpointDo, "u1"), 429, "RATE_LIMITED")
+	checkVerdict(t, do(api.EndpointDo, "u2"), 0, "")
 }
 
 // BUG (defaults of user_limit): the sale page buys with two rate-limited
@@ -413,10 +414,10 @@ func TestUserLimitDefaults(t *testing.T) {
 func TestUserLimitDefaultsAllowAPurchase(t *testing.T) {
 	f := newSaleFixture(t)
 	ch := mustBuild(t, f.env, "type: sale_window\n", "type: user_limit\n")
-	v, _ := f.run(ch, saleCall{ep: EndpointToken, product: "p1", user: "u1"})
+	v, _ := f.run(ch, saleCall{ep: api.EndpointToken, product: "p1", user: "u1"})
 	checkVerdict(t, v, 0, "")
 	f.clk.Add(300 * time.Millisecond) // the page posts `do` as soon as it has the token
-	v, _ = f.run(ch, saleCall{ep: EndpointDo, product: "p1", user: "u1", qty: 1})
+	v, _ = f.run(ch, saleCall{ep: api.EndpointDo, product: "p1", user: "u1", qty: 1})
 	if v.Reject != nil {
 		t.Fatalf("token then do 300 ms later: do rejected %d %s; the default limits must allow one purchase (token+do)", v.Reject.Status, v.Reject.Code)
 	}
@@ -433,7 +434,7 @@ func TestUserLimitRefusalBooksNoLimit(t *testing.T) {
 	f := newSaleFixture(t)
 	ch := mustBuild(t, f.env, "type: user_limit\nlimits:\n  - rate: 1r/s\n  - rate: 1r/m\n")
 	do := func() Verdict {
-		v, _ := f.run(ch, saleCall{ep: EndpointDo, product: "p1", user: "u1", qty: 1})
+		v, _ := f.run(ch, saleCall{ep: api.EndpointDo, product: "p1", user: "u1", qty: 1})
 		return v
 	}
 	checkVerdict(t, do(), 0, "")
@@ -460,22 +461,22 @@ func TestUserLimitBought(t *testing.T) {
 	}
 	for _, tc := range []struct {
 		name          string
-		ep            Endpoint
+		ep            api.Endpoint
 		product, user string
 		qty           int
 		status        int
 		code          string
 	}{
-		{"at the limit: do", EndpointDo, "p1", "full", 1, 409, "LIMIT_REACHED"},
-		{"at the limit: token", EndpointToken, "p1", "full", 0, 409, "LIMIT_REACHED"},
-		{"at the limit: status still answers", EndpointStatus, "p1", "full", 0, 0, ""},
-		{"bought+qty == limit", EndpointDo, "p1", "half", 1, 0, ""},
-		{"bought+qty > limit", EndpointDo, "p1", "half", 2, 409, "LIMIT_REACHED"},
-		{"same user, other product", EndpointDo, "one", "full", 1, 0, ""},
-		{"other product at its limit", EndpointDo, "one", "half", 1, 409, "LIMIT_REACHED"},
-		{"unknown user, qty == limit", EndpointDo, "p1", "fresh", 2, 0, ""},
-		{"unknown user, qty > limit", EndpointDo, "p1", "fresh2", 3, 409, "LIMIT_REACHED"},
-		{"other user independent", EndpointDo, "p1", "other", 1, 0, ""},
+		{"at the limit: do", api.EndpointDo, "p1", "full", 1, 409, "LIMIT_REACHED"},
+		{"at the limit: token", api.EndpointToken, "p1", "full", 0, 409, "LIMIT_REACHED"},
+		{"at the limit: status still answers", api.EndpointStatus, "p1", "full", 0, 0, ""},
+		{"bought+qty == limit", api.EndpointDo, "p1", "half", 1, 0, ""},
+		{"bought+qty > limit", api.EndpointDo, "p1", "half", 2, 409, "LIMIT_REACHED"},
+		{"same user, other product", api.EndpointDo, "one", "full", 1, 0, ""},
+		{"other product at its limit", api.EndpointDo, "one", "half", 1, 409, "LIMIT_REACHED"},
+		{"unknown user, qty == limit", api.EndpointDo, "p1", "fresh", 2, 0, ""},
+		{"unknown user, qty > limit", api.EndpointDo, "p1", "fresh2", 3, 409, "LIMIT_REACHED"},
+		{"other user independent", api.EndpointDo, "p1", "other", 1, 0, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			v, _ := f.run(ch, saleCall{ep: tc.ep, product: tc.product, user: tc.user, qty: tc.qty})
@@ -485,19 +486,19 @@ func TestUserLimitBought(t *testing.T) {
 	// A 409 at the edge costs no rate: ten refused calls, and the shopper
 	// still gets burst+1 = 6 calls through on another product at once.
 	for range 10 {
-		v, _ := f.run(ch, saleCall{ep: EndpointDo, product: "p1", user: "capped", qty: 1})
+		v, _ := f.run(ch, saleCall{ep: api.EndpointDo, product: "p1", user: "capped", qty: 1})
 		checkVerdict(t, v, 409, "LIMIT_REACHED")
 	}
 	for range 6 {
-		v, _ := f.run(ch, saleCall{ep: EndpointDo, product: "one", user: "capped", qty: 1})
+		v, _ := f.run(ch, saleCall{ep: api.EndpointDo, product: "one", user: "capped", qty: 1})
 		checkVerdict(t, v, 0, "")
 	}
 	// A release anywhere bumps the product's generation on every edge,
 	// which forgets its cached buyers: the shopper may try again.
-	v, _ := f.run(ch, saleCall{ep: EndpointDo, product: "p1", user: "half", qty: 2})
+	v, _ := f.run(ch, saleCall{ep: api.EndpointDo, product: "p1", user: "half", qty: 2})
 	checkVerdict(t, v, 409, "LIMIT_REACHED")
 	f.reg.StateOf("p1").BumpGeneration()
-	v, _ = f.run(ch, saleCall{ep: EndpointDo, product: "p1", user: "half", qty: 2})
+	v, _ = f.run(ch, saleCall{ep: api.EndpointDo, product: "p1", user: "half", qty: 2})
 	checkVerdict(t, v, 0, "")
 }
 
@@ -514,27 +515,27 @@ func TestPurchaseTokenFilter(t *testing.T) {
 	flipped[len(flipped)/2] ^= 'A' ^ 'B'
 	for _, tc := range []struct {
 		name          string
-		ep            Endpoint
+		ep            api.Endpoint
 		user, product string
 		token         []byte
 		pass          bool
 	}{
-		{"valid", EndpointDo, "alice", "p1", valid, true},
-		{"another user's", EndpointDo, "bob", "p1", valid, false},
-		{"another product's", EndpointDo, "alice", "one", valid, false},
-		{"expired at its expiry", EndpointDo, "alice", "p1", f.ptok("alice", "p1", 0), false},
-		{"last millisecond", EndpointDo, "alice", "p1", f.ptok("alice", "p1", time.Millisecond), true},
-		{"long expired", EndpointDo, "alice", "p1", f.ptok("alice", "p1", -time.Hour), false},
-		{"another fleet's", EndpointDo, "alice", "p1", other.Mint(nil, []byte("alice"), []byte("p1"), exp), false},
-		{"one character changed", EndpointDo, "alice", "p1", flipped, false},
-		{"truncated", EndpointDo, "alice", "p1", valid[:len(valid)-1], false},
-		{"padded", EndpointDo, "alice", "p1", append(bytes.Clone(valid), '='), false},
-		{"garbage", EndpointDo, "alice", "p1", []byte("garbage"), false},
-		{"empty", EndpointDo, "alice", "p1", nil, false},
-		{"no user", EndpointDo, "", "p1", valid, false},
-		{"token call is not checked", EndpointToken, "alice", "p1", []byte("garbage"), true},
-		{"status is not checked", EndpointStatus, "alice", "p1", []byte("garbage"), true},
-		{"result is not checked", EndpointResult, "alice", "p1", nil, true},
+		{"valid", api.EndpointDo, "alice", "p1", valid, true},
+		{"another user's", api.EndpointDo, "bob", "p1", valid, false},
+		{"another product's", api.EndpointDo, "alice", "one", valid, false},
+		{"expired at its expiry", api.EndpointDo, "alice", "p1", f.ptok("alice", "p1", 0), false},
+		{"last millisecond", api.EndpointDo, "alice", "p1", f.ptok("alice", "p1", time.Millisecond), true},
+		{"long expired", api.EndpointDo, "alice", "p1", f.ptok("alice", "p1", -time.Hour), false},
+		{"another fleet's", api.EndpointDo, "alice", "p1", other.Mint(nil, []byte("alice"), []byte("p1"), exp), false},
+		{"one character changed", api.EndpointDo, "alice", "p1", flipped, false},
+		{"truncated", api.EndpointDo, "alice", "p1", valid[:len(valid)-1], false},
+		{"padded", api.EndpointDo, "alice", "p1", append(bytes.Clone(valid), '='), false},
+		{"garbage", api.EndpointDo, "alice", "p1", []byte("garbage"), false},
+		{"empty", api.EndpointDo, "alice", "p1", nil, false},
+		{"no user", api.EndpointDo, "", "p1", valid, false},
+		{"token call is not checked", api.EndpointToken, "alice", "p1", []byte("garbage"), true},
+		{"status is not checked", api.EndpointStatus, "alice", "p1", []byte("garbage"), true},
+		{"result is not checked", api.EndpointResult, "alice", "p1", nil, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			v, r := f.run(ch, saleCall{ep: tc.ep, user: tc.user, product: tc.product, token: tc.token})
@@ -546,7 +547,7 @@ func TestPurchaseTokenFilter(t *testing.T) {
 				return
 			}
 			checkVerdict(t, v, 0, "")
-			if tc.ep != EndpointDo {
+			if tc.ep != api.EndpointDo {
 				return
 			}
 			if r.TokenNonce == ([12]byte{}) {
@@ -558,8 +559,8 @@ func TestPurchaseTokenFilter(t *testing.T) {
 		})
 	}
 	// Two tokens for the same call carry different nonces (one-time keys).
-	_, r1 := f.run(ch, saleCall{ep: EndpointDo, user: "alice", product: "p1", token: f.ptok("alice", "p1", time.Minute)})
-	_, r2 := f.run(ch, saleCall{ep: EndpointDo, user: "alice", product: "p1", token: f.ptok("alice", "p1", time.Minute)})
+	_, r1 := f.run(ch, saleCall{ep: api.EndpointDo, user: "alice", product: "p1", token: f.ptok("alice", "p1", time.Minute)})
+	_, r2 := f.run(ch, saleCall{ep: api.EndpointDo, user: "alice", product: "p1", token: f.ptok("alice", "p1", time.Minute)})
 	if r1.TokenNonce == r2.TokenNonce {
 		t.Fatal("two minted tokens share a nonce")
 	}
@@ -576,14 +577,14 @@ func TestShopperChainOrder(t *testing.T) {
 		status int
 		code   string
 	}{
-		{"no session before unknown product", saleCall{ep: EndpointDo, product: "nope"}, 401, "UNAUTHENTICATED"},
-		{"unknown product", saleCall{ep: EndpointDo, product: "nope", bearer: alice}, 404, "UNKNOWN_PRODUCT"},
-		{"ended before sold out", saleCall{ep: EndpointDo, product: "old", bearer: alice}, 403, "ENDED"},
-		{"sold out before the token", saleCall{ep: EndpointDo, product: "gone", bearer: alice, token: []byte("x")}, 410, "SOLD_OUT"},
-		{"bad token", saleCall{ep: EndpointDo, product: "p1", bearer: alice, token: []byte("x"), qty: 1}, 403, "BAD_TOKEN"},
-		{"all pass", saleCall{ep: EndpointDo, product: "p1", bearer: alice, token: f.ptok("alice", "p1", time.Minute), qty: 1}, 0, ""},
-		{"token for bob does not work for alice", saleCall{ep: EndpointDo, product: "p1", bearer: alice, token: f.ptok("bob", "p1", time.Minute), qty: 1}, 403, "BAD_TOKEN"},
-		{"status without session", saleCall{ep: EndpointStatus, product: "up"}, 0, ""},
+		{"no session before unknown product", saleCall{ep: api.EndpointDo, product: "nope"}, 401, "UNAUTHENTICATED"},
+		{"unknown product", saleCall{ep: api.EndpointDo, product: "nope", bearer: alice}, 404, "UNKNOWN_PRODUCT"},
+		{"ended before sold out", saleCall{ep: api.EndpointDo, product: "old", bearer: alice}, 403, "ENDED"},
+		{"sold out before the token", saleCall{ep: api.EndpointDo, product: "gone", bearer: alice, token: []byte("x")}, 410, "SOLD_OUT"},
+		{"bad token", saleCall{ep: api.EndpointDo, product: "p1", bearer: alice, token: []byte("x"), qty: 1}, 403, "BAD_TOKEN"},
+		{"all pass", saleCall{ep: api.EndpointDo, product: "p1", bearer: alice, token: f.ptok("alice", "p1", time.Minute), qty: 1}, 0, ""},
+		{"token for bob does not work for alice", saleCall{ep: api.EndpointDo, product: "p1", bearer: alice, token: f.ptok("bob", "p1", time.Minute), qty: 1}, 403, "BAD_TOKEN"},
+		{"status without session", saleCall{ep: api.EndpointStatus, product: "up"}, 0, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			v, _ := f.run(ch, tc.call)
@@ -614,15 +615,15 @@ func TestRequestResetDropsViewsOfThePreviousRequest(t *testing.T) {
 	body := ctx1.PostBody()
 	orig := string(body)
 	var r Request
-	r.Ctx, r.Endpoint, r.NowNano = ctx1, EndpointLogin, f.clk.now
+	r.Ctx, r.Endpoint, r.NowNano = ctx1, api.EndpointLogin, f.clk.now
 	r.UserID = body[len(`{"userId":"`) : len(body)-len(`"}`)] // what Parse leaves
 	ch.Run(&r)
 	r.Finish()
 	r.Reset() // back to the pool
 
 	// Request 2 on the same pooled Request: bob buys.
-	r.Ctx = newSaleCtx(saleCall{ep: EndpointDo, bearer: f.jwt(t, f.codec, "bob", time.Minute)})
-	r.Endpoint, r.NowNano = EndpointDo, f.clk.now
+	r.Ctx = newSaleCtx(saleCall{ep: api.EndpointDo, bearer: f.jwt(t, f.codec, "bob", time.Minute)})
+	r.Endpoint, r.NowNano = api.EndpointDo, f.clk.now
 	v := ch.Run(&r)
 	r.Finish()
 	checkVerdict(t, v, 0, "")

@@ -3,6 +3,7 @@ package filters
 import (
 	"flashgate/conf/field"
 	"flashgate/sale/activity"
+	"flashgate/sale/api"
 )
 
 func init() { Register("sale_window", newSaleWindow) }
@@ -12,7 +13,7 @@ func init() { Register("sale_window", newSaleWindow) }
 // resolves the product (the status answer itself says upcoming/ended).
 type saleWindow struct {
 	reg                        *activity.Registry
-	unknown, notStarted, ended *Rejection
+	unknown, notStarted, ended *api.Rejection
 }
 
 func newSaleWindow(spec Spec, env *Env) (Filter, field.Errors) {
@@ -25,14 +26,14 @@ func newSaleWindow(spec Spec, env *Env) (Filter, field.Errors) {
 	}
 	return &saleWindow{
 		reg:        env.Activities,
-		unknown:    NewRejection(404, "UNKNOWN_PRODUCT", "no such product"),
-		notStarted: NewRejection(403, "NOT_STARTED", "the sale has not started"),
-		ended:      NewRejection(403, "ENDED", "the sale has ended"),
+		unknown:    api.UnknownProduct,
+		notStarted: api.NotStarted,
+		ended:      api.Ended,
 	}, nil
 }
 
 func (f *saleWindow) Handle(r *Request) Verdict {
-	if r.Endpoint != EndpointStatus && !r.Endpoint.Buys() {
+	if r.Endpoint != api.EndpointStatus && !r.Endpoint.Buys() {
 		return Pass
 	}
 	e, ok := f.reg.Get(r.ProductID)
@@ -40,10 +41,10 @@ func (f *saleWindow) Handle(r *Request) Verdict {
 		return Verdict{Reject: f.unknown}
 	}
 	r.Activity = e
-	if r.Endpoint == EndpointStatus {
+	if r.Endpoint == api.EndpointStatus {
 		return Pass
 	}
-	if r.Endpoint == EndpointDo {
+	if r.Endpoint == api.EndpointDo {
 		e.CountAttempt()
 	}
 	switch e.PhaseAt(r.NowNano/1e6, false) {

@@ -2,6 +2,7 @@ package filters
 
 import (
 	"flashgate/conf/field"
+	"flashgate/sale/api"
 	"flashgate/sale/session"
 )
 
@@ -13,7 +14,7 @@ func init() { Register("session", newSession) }
 // from a request body.
 type sessionFilter struct {
 	codec  *session.Codec
-	reject *Rejection
+	reject *api.Rejection
 }
 
 func newSession(spec Spec, env *Env) (Filter, field.Errors) {
@@ -24,7 +25,7 @@ func newSession(spec Spec, env *Env) (Filter, field.Errors) {
 	if env == nil || env.Sessions == nil {
 		return nil, field.Errors{{Msg: "needs the auth section (auth.secrets)"}}
 	}
-	return &sessionFilter{codec: env.Sessions, reject: NewRejection(401, "UNAUTHENTICATED", "please sign in")}, nil
+	return &sessionFilter{codec: env.Sessions, reject: api.Unauthenticated}, nil
 }
 
 func (f *sessionFilter) Handle(r *Request) Verdict {
@@ -32,10 +33,10 @@ func (f *sessionFilter) Handle(r *Request) Verdict {
 		return Pass
 	}
 	tok := session.FromRequest(r.Ctx)
-	uid, err := f.codec.Verify(tok, r.NowNano/1e9, r.userBuf[:0])
+	uid, err := f.codec.Verify(tok, r.NowNano/1e9, r.UserBuf())
 	if err != nil {
 		return Verdict{Reject: f.reject}
 	}
-	r.userBuf, r.UserID = uid, uid
+	r.SetUser(uid)
 	return Pass
 }

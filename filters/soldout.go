@@ -1,6 +1,9 @@
 package filters
 
-import "flashgate/conf/field"
+import (
+	"flashgate/conf/field"
+	"flashgate/sale/api"
+)
 
 func init() { Register("sold_out", newSoldOut) }
 
@@ -8,14 +11,14 @@ func init() { Register("sold_out", newSoldOut) }
 // so a sold-out product never costs a Redis call. The flag is set by the
 // deduction's answer on this edge and by the broadcast from other edges,
 // and cleared on restock or release.
-type soldOut struct{ reject *Rejection }
+type soldOut struct{ reject *api.Rejection }
 
 func newSoldOut(spec Spec, env *Env) (Filter, field.Errors) {
 	var cfg struct{}
 	if errs := decodeParams(spec, &cfg); len(errs) > 0 {
 		return nil, errs
 	}
-	return &soldOut{reject: NewRejection(410, "SOLD_OUT", "sold out")}, nil
+	return &soldOut{reject: api.SoldOut}, nil
 }
 
 func (f *soldOut) Handle(r *Request) Verdict {

@@ -4,6 +4,8 @@ import (
 	"strconv"
 
 	"flashgate/conf/field"
+	"flashgate/sale/activity"
+	"flashgate/sale/api"
 )
 
 func init() { Register("user_limit", newUserLimit) }
@@ -14,8 +16,8 @@ func init() { Register("user_limit", newUserLimit) }
 // edge; the deduction script enforces the purchase limit exactly.
 type userLimit struct {
 	limits  []*RateLimit
-	bought  *BoughtCache
-	reached *Rejection
+	bought  *activity.BoughtCache
+	reached *api.Rejection
 }
 
 type userLimitConfig struct {
@@ -37,7 +39,7 @@ func newUserLimit(spec Spec, env *Env) (Filter, field.Errors) {
 		cfg.Limits[1].Rate, _ = ParseRate("50r/m")
 		cfg.Limits[1].Burst, cfg.Limits[1].NoDelay = 10, true
 	}
-	f := &userLimit{reached: NewRejection(409, "LIMIT_REACHED", "purchase limit reached")}
+	f := &userLimit{reached: api.LimitReached}
 	if env != nil {
 		f.bought = env.Bought
 	}

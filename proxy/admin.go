@@ -4,11 +4,13 @@ import (
 	"bytes"
 	"crypto/subtle"
 	"encoding/json"
-	"flashgate/proxy/dashboard"
 	"strings"
 
 	"github.com/valyala/fasthttp"
 	"gopkg.in/yaml.v3"
+
+	"flashgate/proxy/dashboard"
+	"flashgate/sale/api"
 )
 
 // handleAdmin serves the operator listener. It is bound to loopback by
@@ -40,8 +42,8 @@ func (s *Server) handleAdmin(ctx *fasthttp.RequestCtx) {
 		return
 	}
 	if !authorized(ctx, snap.AdminToken) {
+		api.AdminTokenRequired.Write(ctx)
 		ctx.Response.Header.Set("WWW-Authenticate", `Bearer realm="flashgate-admin"`)
-		errUnauthorized.Write(ctx)
 		s.log.Warn("admin request refused: bad or missing token", "path", path, "remote", ctx.RemoteIP().String())
 		return
 	}
@@ -51,8 +53,8 @@ func (s *Server) handleAdmin(ctx *fasthttp.RequestCtx) {
 		s.m.reg.WriteTo(ctx)
 	case "/admin/reload":
 		if !ctx.IsPost() {
+			api.MethodNotAllowed.Write(ctx)
 			ctx.Response.Header.Set(fasthttp.HeaderAllow, "POST")
-			errMethod.Write(ctx)
 			return
 		}
 		s.log.Info("admin action", "action", "reload", "remote", ctx.RemoteIP().String())
@@ -72,7 +74,7 @@ func (s *Server) handleAdmin(ctx *fasthttp.RequestCtx) {
 		ctx.SetBody(out)
 	default:
 		if !s.dash.Serve(ctx) && !s.handleAdminSale(ctx, path) && !s.handleAdminOrders(ctx, path) {
-			errNotFound.Write(ctx)
+			api.NotFound.Write(ctx)
 		}
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"flashgate/orders/reconcile"
 	"flashgate/orders/stock"
 	"flashgate/sale/activity"
+	"flashgate/sale/api"
 	"flashgate/sale/push"
 )
 
@@ -31,7 +32,7 @@ func (s *Server) handleAdminOrders(ctx *fasthttp.RequestCtx, path string) bool {
 			return true
 		}
 		if !activity.ValidProductID(req.ProductID) || req.OrderID <= 0 {
-			adminError(ctx, fasthttp.StatusBadRequest, `send {"productId": "p1", "orderId": "<id>"}`)
+			api.AdminCancelUsage.Write(ctx)
 			return true
 		}
 		s.audit(ctx, "cancel_order", "product", req.ProductID, "order", req.OrderID)
@@ -39,11 +40,11 @@ func (s *Server) handleAdminOrders(ctx *fasthttp.RequestCtx, path string) bool {
 		defer cancel()
 		res, err := s.CancelOrder(actx, req.ProductID, req.OrderID)
 		if err != nil {
-			adminError(ctx, fasthttp.StatusServiceUnavailable, err.Error())
+			api.AdminUnavailable.WithMessage(err.Error()).Write(ctx)
 			return true
 		}
 		if res == cancelNotFound {
-			adminError(ctx, fasthttp.StatusNotFound, "no order with that id that can be released (unknown, expired, or failed)")
+			api.AdminNoReleasableOrder.Write(ctx)
 			return true
 		}
 		// Cancelling is idempotent: a repeat answers 200 and returns no stock.

@@ -10,6 +10,7 @@ import (
 
 	"flashgate/orders/stock"
 	"flashgate/sale/activity"
+	"flashgate/sale/api"
 )
 
 // adminBodyLimit bounds admin JSON bodies.
@@ -35,12 +36,12 @@ func (s *Server) handleAdminSale(ctx *fasthttp.RequestCtx, path string) bool {
 		}
 		a, errs := c.Build(time.Unix(0, s.opts.Now()))
 		if len(errs) > 0 {
-			adminError(ctx, fasthttp.StatusBadRequest, errs.Error())
+			api.BadRequest.WithMessage(errs.Error()).Write(ctx)
 			return true
 		}
 		s.audit(ctx, "put_activity", "product", a.ProductID, "stock", a.Stock, "limit", a.Limit, "start_ms", a.StartMs, "end_ms", a.EndMs)
 		if err := s.sale.PutActivity(actx, a); err != nil {
-			adminError(ctx, fasthttp.StatusServiceUnavailable, err.Error())
+			api.AdminUnavailable.WithMessage(err.Error()).Write(ctx)
 			return true
 		}
 		writeJSON(ctx, map[string]any{"ok": true, "productId": a.ProductID})
@@ -56,17 +57,17 @@ func (s *Server) handleAdminSale(ctx *fasthttp.RequestCtx, path string) bool {
 			return true
 		}
 		if !activity.ValidProductID(req.ProductID) || req.Add <= 0 || req.Add > 1e9 {
-			adminError(ctx, fasthttp.StatusBadRequest, "productId must be a valid id and add a whole number from 1 to 1000000000")
+			api.AdminRestockUsage.Write(ctx)
 			return true
 		}
 		s.audit(ctx, "restock", "product", req.ProductID, "add", req.Add)
 		n, err := s.sale.Restock(actx, req.ProductID, req.Add)
 		if err != nil {
-			status := fasthttp.StatusServiceUnavailable
+			rej := api.AdminUnavailable
 			if errors.Is(err, stock.ErrNotWarmed) {
-				status = fasthttp.StatusNotFound
+				rej = api.NotFound
 			}
-			adminError(ctx, status, err.Error())
+			rej.WithMessage(err.Error()).Write(ctx)
 			return true
 		}
 		writeJSON(ctx, map[string]any{"ok": true, "productId": req.ProductID, "stock": n})
@@ -87,7 +88,7 @@ func (s *Server) handleAdminSale(ctx *fasthttp.RequestCtx, path string) bool {
 			return true
 		}
 		if req.On == nil || (req.ProductID != "" && !activity.ValidProductID(req.ProductID)) {
-			adminError(ctx, fasthttp.StatusBadRequest, `send {"productId": "p1" or "" for all, "on": true|false}`)
+			api.AdminDegradeUsage.Write(ctx)
 			return true
 		}
 		s.audit(ctx, "degrade", "product", req.ProductID, "on", *req.On)
@@ -132,8 +133,8 @@ func (s *Server) requirePost(ctx *fasthttp.RequestCtx) bool {
 	if ctx.IsPost() {
 		return true
 	}
+	api.MethodNotAllowed.Write(ctx)
 	ctx.Response.Header.Set(fasthttp.HeaderAllow, "POST")
-	errMethod.Write(ctx)
 	return false
 }
 
@@ -147,30 +148,14 @@ func (s *Server) audit(ctx *fasthttp.RequestCtx, action string, kv ...any) {
 func decodeAdmin(ctx *fasthttp.RequestCtx, v any) bool {
 	body := ctx.PostBody()
 	if len(body) > adminBodyLimit {
-		adminError(ctx, fasthttp.StatusRequestEntityTooLarge, "body too large")
+		api.AdminBodyTooLarge.Write(ctx)
 		return false
 	}
 	dec := json.NewDecoder(bytesReader(body))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
-		adminError(ctx, fasthttp.StatusBadRequest, "malformed JSON: "+err.Error())
+		api.BadRequest.WithMessage("malformed JSON: " + err.Error()).Write(ctx)
 		return false
 	}
 	return true
-}
-
-func adminError(ctx *fasthttp.RequestCtx, status int, msg string) {
-	ctx.SetStatusCode(status)
-	code := "BAD_REQUEST"
-	switch status {
-	case fasthttp.StatusNotFound:
-		code = "NOT_FOUND"
-	case fasthttp.StatusServiceUnavailable:
-		code = "DEGRADED"
-	case fasthttp.StatusRequestEntityTooLarge:
-		code = "TOO_LARGE"
-	}
-	b, _ := json.Marshal(map[string]string{"code": code, "message": msg})
-	ctx.SetContentType("application/json")
-	ctx.SetBody(b)
 }

@@ -104,3 +104,22 @@ activities:
 		t.Fatalf("list: %s", list)
 	}
 }
+
+// An error answer replaces the whole response, so the headers that go with
+// it are set after it.
+func TestAdminErrorsKeepTheirHeaders(t *testing.T) {
+	origin := startOrigin(t)
+	token := "admin-token-0123456789abcdef"
+	cfg := strings.Replace(fmt.Sprintf(baseConfig, "100r/s", 100, origin), "admin:\n  addr: \"127.0.0.1:0\"", "admin:\n  addr: \"127.0.0.1:0\"\n  token: \""+token+"\"", 1)
+	e := startEdge(t, cfg)
+	code, hdr, body := get(t, e.adminBase+"/metrics")
+	if code != 401 || hdr.Get("WWW-Authenticate") != `Bearer realm="flashgate-admin"` || !strings.Contains(body, "UNAUTHENTICATED") {
+		t.Fatalf("without the token: %d %q %s", code, hdr.Get("WWW-Authenticate"), body)
+	}
+	for _, path := range []string{"/admin/reload", "/admin/restock"} {
+		code, hdr, _ := get(t, e.adminBase+path, "Authorization", "Bearer "+token)
+		if code != 405 || hdr.Get("Allow") != "POST" {
+			t.Fatalf("GET %s: %d, Allow %q", path, code, hdr.Get("Allow"))
+		}
+	}
+}

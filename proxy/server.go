@@ -19,6 +19,7 @@ import (
 	"flashgate/proxy/dashboard"
 	"flashgate/sale"
 	"flashgate/sale/activity"
+	"flashgate/sale/api"
 	"flashgate/sale/push"
 	"flashgate/static"
 	"flashgate/upstream"
@@ -94,7 +95,7 @@ func New(doc *conf.Document, opts Options) (*Server, error) {
 	}
 	s := &Server{opts: opts, log: opts.Logger}
 	cfg := doc.Config
-	bought, err := filters.NewBoughtCache(cfg.Sale.BoughtCacheSize, cfg.Sale.BoughtCacheTTL)
+	bought, err := activity.NewBoughtCache(cfg.Sale.BoughtCacheSize, cfg.Sale.BoughtCacheTTL)
 	if err != nil {
 		return nil, err
 	}
@@ -283,7 +284,7 @@ func (s *Server) Handle(ctx *fasthttp.RequestCtx) {
 	}
 	var v filters.Verdict
 	if rt == routeAPI {
-		if rej := sale.Parse(r, snap.Sale.MaxBody); rej != nil {
+		if rej := sale.Parse(&r.Call, snap.Sale.MaxBody); rej != nil {
 			v.Reject = rej
 		}
 	}
@@ -313,21 +314,21 @@ func (s *Server) Handle(ctx *fasthttp.RequestCtx) {
 func (s *Server) dispatch(ctx *fasthttp.RequestCtx, snap *conf.Snapshot, r *filters.Request, rt route, path []byte) route {
 	switch rt {
 	case routeAPI:
-		s.sale.Handle(r)
+		s.sale.Handle(&r.Call)
 	case routeAsset:
 		snap.Static.ServeAsset(ctx, path[len(prefixAssets):])
 	case routePage:
 		// /seckill/{id}; anything deeper is not a page.
 		id := path[len(prefixSale):]
 		if !static.ValidProductID(id) {
-			errNotFound.Write(ctx)
+			api.NotFound.Write(ctx)
 			return routeNotFound
 		}
 		snap.Static.ServePage(ctx)
 	default:
 		pool := snap.Upstreams.Match(ctx.Host(), path)
 		if pool == nil {
-			errNotFound.Write(ctx)
+			api.NotFound.Write(ctx)
 			return routeNotFound
 		}
 		pool.Serve(ctx, r.ClientIP)
@@ -358,16 +359,16 @@ func (s *Server) handleReadError(ctx *fasthttp.RequestCtx, err error) {
 	var small *fasthttp.ErrSmallBuffer
 	switch {
 	case errors.Is(err, fasthttp.ErrBodyTooLarge):
-		errTooLarge.Write(ctx)
+		api.TooLarge.Write(ctx)
 	case errors.As(err, &small):
-		errHeadersTooLarge.Write(ctx)
+		api.HeadersTooLarge.Write(ctx)
 	default:
 		var netErr net.Error
 		if errors.As(err, &netErr) && netErr.Timeout() {
-			errTimeout.Write(ctx)
+			api.Timeout.Write(ctx)
 			break
 		}
-		errBadRequest.Write(ctx)
+		api.BadRequest.Write(ctx)
 	}
 	ctx.SetConnectionClose()
 	s.log.Debug("bad request", "remote", ctx.RemoteAddr().String(), "err", err)

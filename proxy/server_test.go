@@ -187,9 +187,9 @@ func TestOversizedBodyAndHeaders(t *testing.T) {
 	if !strings.HasPrefix(string(b), "HTTP/1.1 413") || !strings.Contains(string(b), "TOO_LARGE") {
 		t.Fatalf("huge body: %q", b)
 	}
-	code, _, _ := get(t, e.base+"/x", "X-Big", strings.Repeat("a", 20000))
-	if code != 431 {
-		t.Fatalf("huge header: %d, want 431", code)
+	code, _, body := get(t, e.base+"/x", "X-Big", strings.Repeat("a", 20000))
+	if code != 431 || !strings.Contains(body, `"code":"TOO_LARGE"`) {
+		t.Fatalf("huge header: %d %q, want 431 TOO_LARGE", code, body)
 	}
 }
 

@@ -5,7 +5,7 @@ import (
 
 	"github.com/valyala/fasthttp"
 
-	"flashgate/filters"
+	"flashgate/sale/api"
 )
 
 // events serves GET /api/seckill/events?orderId=&productId=: the order's
@@ -20,18 +20,18 @@ import (
 // state is gone was decided long ago (or Redis lost its memory), the page
 // then polls /api/seckill/result, which asks the store — a flood of
 // streams for unknown orders must not become a flood of store queries.
-func (s *Service) events(r *filters.Request) {
+func (s *Service) events(r *api.Call) {
 	ctx := r.Ctx
 	if s.Events == nil {
-		errNoEvents.Write(ctx)
+		api.NoEvents.Write(ctx)
 		return
 	}
 	if !ctx.IsGet() {
-		errMethod.Write(ctx)
+		api.MethodNotAllowed.Write(ctx)
 		return
 	}
 	if len(r.UserID) == 0 {
-		errUnauthenticated.Write(ctx)
+		api.Unauthenticated.Write(ctx)
 		return
 	}
 	st, rej := s.Events.Open(r.ProductID, r.OrderID, r.UserID)
@@ -45,12 +45,12 @@ func (s *Service) events(r *filters.Request) {
 	o, ok, err := s.Store.OrderState(context.Background(), view(r.ProductID), r.OrderID)
 	if err != nil {
 		st.Abort()
-		errDegraded.Write(ctx)
+		api.Busy.Write(ctx)
 		return
 	}
 	if !ok || o.UserID != string(r.UserID) {
 		st.Abort()
-		errUnknownOrder.Write(ctx)
+		api.UnknownOrder.Write(ctx)
 		return
 	}
 	st.Serve(ctx, o)

@@ -10,29 +10,13 @@ import (
 
 	"github.com/valyala/fasthttp"
 
-	"flashgate/filters"
 	"flashgate/orders/orderid"
 	"flashgate/orders/orderstore"
 	"flashgate/orders/stock"
 	"flashgate/sale/activity"
+	"flashgate/sale/api"
 	"flashgate/sale/ptoken"
 	"flashgate/sale/session"
-)
-
-var (
-	errUnauthenticated = filters.NewRejection(401, "UNAUTHENTICATED", "please sign in")
-	errBadToken        = filters.NewRejection(403, "BAD_TOKEN", "invalid or expired purchase token")
-	errUnknownProduct  = filters.NewRejection(404, "UNKNOWN_PRODUCT", "no such product")
-	errUnknownOrder    = filters.NewRejection(404, "NOT_FOUND", "no such order")
-	errNotStarted      = filters.NewRejection(403, "NOT_STARTED", "the sale has not started")
-	errEnded           = filters.NewRejection(403, "ENDED", "the sale has ended")
-	errSoldOut         = filters.NewRejection(410, "SOLD_OUT", "sold out")
-	errNotEnough       = filters.NewRejection(410, "SOLD_OUT", "not enough stock left for this quantity")
-	errLimit           = filters.NewRejection(409, "LIMIT_REACHED", "purchase limit reached")
-	errDegraded        = filters.NewRejection(503, "DEGRADED", "the sale is busy, please try again")
-	errWarming         = filters.NewRejection(503, "DEGRADED", "the sale is opening, please try again")
-	errNoLogin         = filters.NewRejection(404, "NOT_FOUND", "demo sign-in is disabled")
-	errNoEvents        = filters.NewRejection(404, "NOT_FOUND", "event streams are not available; poll /api/seckill/result")
 )
 
 var contentJSON = []byte("application/json")
@@ -54,41 +38,41 @@ func view(b []byte) string {
 }
 
 // Handle answers a sale API call that passed the filter chain.
-func (s *Service) Handle(r *filters.Request) {
+func (s *Service) Handle(r *api.Call) {
 	st := s.settings.Load()
 	ctx := r.Ctx
 	if st == nil {
-		errWarming.Write(ctx)
+		api.Warming.Write(ctx)
 		return
 	}
 	switch r.Endpoint {
-	case filters.EndpointStatus:
+	case api.EndpointStatus:
 		s.status(r, st)
-	case filters.EndpointLogin:
+	case api.EndpointLogin:
 		s.login(r, st)
-	case filters.EndpointToken:
+	case api.EndpointToken:
 		s.token(r, st)
-	case filters.EndpointDo:
+	case api.EndpointDo:
 		s.do(r, st)
-	case filters.EndpointResult:
+	case api.EndpointResult:
 		s.result(r)
-	case filters.EndpointEvents:
+	case api.EndpointEvents:
 		s.events(r)
 	}
 }
 
 // entry finds the product if sale_window did not already.
-func (s *Service) entry(r *filters.Request) (activity.Entry, bool) {
+func (s *Service) entry(r *api.Call) (activity.Entry, bool) {
 	if r.Activity.Activity != nil {
 		return r.Activity, true
 	}
 	return s.Activities.Get(r.ProductID)
 }
 
-func (s *Service) status(r *filters.Request, st *Settings) {
+func (s *Service) status(r *api.Call, st *Settings) {
 	e, ok := s.entry(r)
 	if !ok {
-		errUnknownProduct.Write(r.Ctx)
+		api.UnknownProduct.Write(r.Ctx)
 		return
 	}
 	nowMs := r.NowNano / 1e6
@@ -104,15 +88,15 @@ func (s *Service) hit(e activity.Entry, nowMs int64, st *Settings) {
 	}
 }
 
-func (s *Service) login(r *filters.Request, st *Settings) {
+func (s *Service) login(r *api.Call, st *Settings) {
 	if !st.DemoLogin {
-		errNoLogin.Write(r.Ctx)
+		api.DemoLoginOff.Write(r.Ctx)
 		return
 	}
 	uid := string(r.UserID)
 	tok, err := st.Sessions.Sign(uid, time.Unix(0, r.NowNano))
 	if err != nil {
-		errBadUserID.Write(r.Ctx)
+		api.BadUserID.Write(r.Ctx)
 		return
 	}
 	c := fasthttp.AcquireCookie()
@@ -134,30 +118,30 @@ func (s *Service) login(r *filters.Request, st *Settings) {
 
 // open checks what the filters check, for an edge whose config left a sale
 // filter out: the sale's own rules do not depend on the chain.
-func (s *Service) open(r *filters.Request) (activity.Entry, *filters.Rejection) {
+func (s *Service) open(r *api.Call) (activity.Entry, *api.Rejection) {
 	if len(r.UserID) == 0 {
-		return activity.Entry{}, errUnauthenticated
+		return activity.Entry{}, api.Unauthenticated
 	}
 	e, ok := s.entry(r)
 	if !ok {
-		return e, errUnknownProduct
+		return e, api.UnknownProduct
 	}
 	switch e.PhaseAt(r.NowNano/1e6, false) {
 	case activity.Upcoming:
-		return e, errNotStarted
+		return e, api.NotStarted
 	case activity.Ended:
-		return e, errEnded
+		return e, api.Ended
 	}
 	if e.SoldOut() {
-		return e, errSoldOut
+		return e, api.SoldOut
 	}
 	if s.Degraded(r.ProductID) {
-		return e, errDegraded
+		return e, api.Busy
 	}
 	return e, nil
 }
 
-func (s *Service) token(r *filters.Request, st *Settings) {
+func (s *Service) token(r *api.Call, st *Settings) {
 	e, rej := s.open(r)
 	if rej != nil {
 		rej.Write(r.Ctx)
@@ -174,18 +158,18 @@ func (s *Service) token(r *filters.Request, st *Settings) {
 	writeJSON(r.Ctx, b)
 }
 
-func (s *Service) do(r *filters.Request, st *Settings) {
+func (s *Service) do(r *api.Call, st *Settings) {
 	e, rej := s.open(r)
 	if rej == nil && r.TokenExpiresMs == 0 {
 		// No purchase_token filter in the chain: check the token here.
 		nonce, exp, err := st.Tokens.Check(r.Token, r.UserID, r.ProductID, r.NowNano/1e6)
 		if err != nil {
-			rej = errBadToken
+			rej = api.BadToken
 		}
 		r.TokenNonce, r.TokenExpiresMs = nonce, exp
 	}
 	if rej == nil && r.Qty > e.Limit {
-		rej = errLimit
+		rej = api.LimitReached
 	}
 	if rej != nil {
 		rej.Write(r.Ctx)
@@ -196,7 +180,7 @@ func (s *Service) do(r *filters.Request, st *Settings) {
 	allowed, probe := s.Breaker.Admit()
 	if !allowed {
 		s.outcomes[outDegraded].Inc()
-		errDegraded.Write(r.Ctx)
+		api.Busy.Write(r.Ctx)
 		return
 	}
 	var nonceHex [2 * ptoken.NonceLen]byte
@@ -227,7 +211,7 @@ func (s *Service) do(r *filters.Request, st *Settings) {
 		} else {
 			s.Log.Warn("deduction failed", "product", e.ProductID, "order", a.OrderID, "unknown_outcome", errors.Is(err, stock.ErrUnknown), "err", err)
 		}
-		errDegraded.Write(r.Ctx)
+		api.Busy.Write(r.Ctx)
 		return
 	}
 	s.Breaker.Success()
@@ -250,42 +234,45 @@ func (s *Service) do(r *filters.Request, st *Settings) {
 				// The outbox entry the script wrote is still there: the
 				// relay will deliver it. The shopper may poll the result.
 				s.Log.Warn("order event not acknowledged; left to the outbox relay", "order", a.OrderID, "err", err)
-				s.answerOrder(r, a.OrderID, e.ProductID, 503)
+				s.answerOrder(r, a.OrderID, e.ProductID, api.OrderUnconfirmed)
 				return
 			}
 		}
-		s.answerOrder(r, a.OrderID, e.ProductID, 200)
+		s.answerOrder(r, a.OrderID, e.ProductID, nil)
 	case stock.SoldOut:
 		s.outcomes[outSoldOut].Inc()
 		// SOLD_OUT also answers a quantity larger than what is left: only
 		// an empty stock makes the product sold out for everyone.
 		if out.Remaining == 0 {
 			s.markSoldOut(e)
-			errSoldOut.Write(r.Ctx)
+			api.SoldOut.Write(r.Ctx)
 		} else {
-			errNotEnough.Write(r.Ctx)
+			api.NotEnoughStock.Write(r.Ctx)
 		}
 	case stock.LimitReached:
 		s.outcomes[outLimit].Inc()
 		if s.Bought != nil {
 			s.Bought.Set(r.ProductID, r.UserID, e.Generation(), e.Limit)
 		}
-		errLimit.Write(r.Ctx)
+		api.LimitReached.Write(r.Ctx)
 	case stock.BadToken:
 		s.outcomes[outBadToken].Inc()
-		errBadToken.Write(r.Ctx)
+		api.BadToken.Write(r.Ctx)
 	default:
 		s.outcomes[outNotReady].Inc()
-		errWarming.Write(r.Ctx)
+		api.Warming.Write(r.Ctx)
 	}
 }
 
-// answerOrder writes {"orderId","productId","status":"pending"}; with 503
-// it is DEGRADED but still names the order so the page can follow it.
-func (s *Service) answerOrder(r *filters.Request, id int64, product string, status int) {
+// answerOrder writes {"orderId","productId","status":"pending"}; with a
+// rejection (api.OrderUnconfirmed) it is that answer, which still names the
+// order so the page can follow it.
+func (s *Service) answerOrder(r *api.Call, id int64, product string, rej *api.Rejection) {
 	b := r.Scratch[:0]
-	if status != 200 {
-		b = append(b, `{"code":"DEGRADED","message":"your order is being confirmed, check its result",`...)
+	status := fasthttp.StatusOK
+	if rej != nil {
+		b = append(rej.AppendOpen(b), ',')
+		status = rej.Status
 	} else {
 		b = append(b, '{')
 	}
@@ -316,21 +303,21 @@ func (s *Service) markSoldOut(e activity.Entry) {
 	}()
 }
 
-func (s *Service) result(r *filters.Request) {
+func (s *Service) result(r *api.Call) {
 	if len(r.UserID) == 0 {
-		errUnauthenticated.Write(r.Ctx)
+		api.Unauthenticated.Write(r.Ctx)
 		return
 	}
 	o, ok, err := s.Store.OrderState(context.Background(), view(r.ProductID), r.OrderID)
 	if err != nil {
-		errDegraded.Write(r.Ctx)
+		api.Busy.Write(r.Ctx)
 		return
 	}
 	if !ok && s.Results != nil {
 		// The Redis state expired (or Redis lost it): the order store knows.
 		row, found, err := s.Results.Get(context.Background(), string(r.ProductID), r.OrderID)
 		if err != nil {
-			errDegraded.Write(r.Ctx)
+			api.Busy.Write(r.Ctx)
 			return
 		}
 		if found {
@@ -343,7 +330,7 @@ func (s *Service) result(r *filters.Request) {
 	}
 	// Another shopper's order is indistinguishable from no order.
 	if !ok || o.UserID != string(r.UserID) {
-		errUnknownOrder.Write(r.Ctx)
+		api.UnknownOrder.Write(r.Ctx)
 		return
 	}
 	r.Scratch = AppendResult(r.Scratch[:0], o)

@@ -13,11 +13,11 @@ import (
 
 	"github.com/valyala/fasthttp"
 
-	"flashgate/filters"
 	"flashgate/internal/redistest"
 	"flashgate/orders/orderid"
 	"flashgate/orders/stock"
 	"flashgate/sale/activity"
+	"flashgate/sale/api"
 )
 
 // nonceSeq makes purchase-token nonces unique across the test run.
@@ -63,7 +63,7 @@ func newDoRig(t *testing.T, opts stock.Options, brk *Breaker, products ...string
 // do sends one purchase attempt and returns the HTTP status.
 func (r *doRig) do(product, user string) int {
 	now := time.Now()
-	req := &filters.Request{Ctx: new(fasthttp.RequestCtx), NowNano: now.UnixNano(), Endpoint: filters.EndpointDo,
+	req := &api.Call{Ctx: new(fasthttp.RequestCtx), NowNano: now.UnixNano(), Endpoint: api.EndpointDo,
 		UserID: []byte(user), ProductID: []byte(product), Qty: 1, TokenExpiresMs: now.Add(time.Minute).UnixMilli()}
 	binary.BigEndian.PutUint64(req.TokenNonce[:], nonceSeq.Add(1))
 	r.svc.Handle(req)

@@ -4,22 +4,9 @@ import (
 	"bytes"
 	"strings"
 
-	"flashgate/filters"
 	"flashgate/orders/orderid"
 	"flashgate/sale/activity"
-)
-
-// Precompiled answers for malformed calls.
-var (
-	errNotFound    = filters.NewRejection(404, "NOT_FOUND", "no such API call")
-	errMethod      = filters.NewRejection(405, "BAD_REQUEST", "method not allowed")
-	errTooLarge    = filters.NewRejection(413, "TOO_LARGE", "request body too large")
-	errBadJSON     = filters.NewRejection(400, "BAD_REQUEST", "the body must be a JSON object")
-	errNoProduct   = filters.NewRejection(400, "BAD_REQUEST", "productId is required: letters, digits, '_' or '-'")
-	errBadQuantity = filters.NewRejection(400, "BAD_REQUEST", "quantity must be a whole number from 1 to 1000")
-	errNoToken     = filters.NewRejection(400, "BAD_REQUEST", "token is required")
-	errBadOrderID  = filters.NewRejection(400, "BAD_REQUEST", "orderId and productId are required")
-	errBadUserID   = filters.NewRejection(400, "BAD_REQUEST", "userId must be 1-64 characters of letters, digits, '_', '.', '@' or '-'")
+	"flashgate/sale/api"
 )
 
 var (
@@ -37,79 +24,79 @@ const maxQuantity = 1000
 // Parse identifies the call and reads its parameters into r, before the
 // filter chain runs. It never allocates for a well-formed call: ids and
 // tokens stay views of the request (valid until the handler returns).
-func Parse(r *filters.Request, maxBody int) *filters.Rejection {
+func Parse(r *api.Call, maxBody int) *api.Rejection {
 	ctx := r.Ctx
 	path := ctx.Path()
 	get := ctx.IsGet() || ctx.IsHead()
 	switch {
 	case bytes.Equal(path, pathStatus):
-		r.Endpoint = filters.EndpointStatus
+		r.Endpoint = api.EndpointStatus
 	case bytes.Equal(path, pathToken):
-		r.Endpoint = filters.EndpointToken
+		r.Endpoint = api.EndpointToken
 	case bytes.Equal(path, pathDo):
-		r.Endpoint = filters.EndpointDo
+		r.Endpoint = api.EndpointDo
 	case bytes.Equal(path, pathResult):
-		r.Endpoint = filters.EndpointResult
+		r.Endpoint = api.EndpointResult
 	case bytes.Equal(path, pathEvents):
-		r.Endpoint = filters.EndpointEvents
+		r.Endpoint = api.EndpointEvents
 	case bytes.Equal(path, pathLogin):
-		r.Endpoint = filters.EndpointLogin
+		r.Endpoint = api.EndpointLogin
 	default:
-		return errNotFound
+		return api.NoSuchCall
 	}
 	switch r.Endpoint {
-	case filters.EndpointStatus, filters.EndpointResult, filters.EndpointEvents:
+	case api.EndpointStatus, api.EndpointResult, api.EndpointEvents:
 		if !get {
-			return errMethod
+			return api.MethodNotAllowed
 		}
 		args := ctx.QueryArgs()
 		r.ProductID = args.Peek("productId")
 		if !activity.ValidProductID(r.ProductID) {
-			if r.Endpoint == filters.EndpointStatus {
-				return errNoProduct
+			if r.Endpoint == api.EndpointStatus {
+				return api.BadProductID
 			}
-			return errBadOrderID
+			return api.BadOrderRef
 		}
-		if r.Endpoint != filters.EndpointStatus {
+		if r.Endpoint != api.EndpointStatus {
 			id, ok := orderid.Parse(args.Peek("orderId"))
 			if !ok || id <= 0 {
-				return errBadOrderID
+				return api.BadOrderRef
 			}
 			r.OrderID = id
 		}
 		return nil
 	}
 	if !ctx.IsPost() {
-		return errMethod
+		return api.MethodNotAllowed
 	}
 	body := ctx.PostBody()
 	if len(body) > maxBody {
-		return errTooLarge
+		return api.TooLarge
 	}
 	var b callBody
 	if !b.parse(body) {
-		return errBadJSON
+		return api.BadJSON
 	}
-	if r.Endpoint == filters.EndpointLogin {
+	if r.Endpoint == api.EndpointLogin {
 		if !b.hasUser || !validUserID(b.userID) {
-			return errBadUserID
+			return api.BadUserID
 		}
 		r.UserID = b.userID
 		return nil
 	}
 	if !b.hasProduct || !activity.ValidProductID(b.productID) {
-		return errNoProduct
+		return api.BadProductID
 	}
 	r.ProductID = b.productID
-	if r.Endpoint == filters.EndpointDo {
+	if r.Endpoint == api.EndpointDo {
 		if !b.hasToken || len(b.token) == 0 {
-			return errNoToken
+			return api.NoToken
 		}
 		r.Token = b.token
 		r.Qty = 1
 		if b.hasQty {
 			if b.qty < 1 || b.qty > maxQuantity {
-				return errBadQuantity
+				return api.BadQuantity
 			}
 			r.Qty = int(b.qty)
 		}

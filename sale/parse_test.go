@@ -11,8 +11,8 @@ import (
 
 	"github.com/valyala/fasthttp"
 
-	"flashgate/filters"
 	"flashgate/sale/activity"
+	"flashgate/sale/api"
 	"flashgate/sale/session"
 )
 
@@ -31,8 +31,8 @@ func parseCtx(method, uri, body string) *fasthttp.RequestCtx {
 	return ctx
 }
 
-func parse(method, uri, body string) (*filters.Request, *filters.Rejection) {
-	r := &filters.Request{Ctx: parseCtx(method, uri, body)}
+func parse(method, uri, body string) (*api.Call, *api.Rejection) {
+	r := &api.Call{Ctx: parseCtx(method, uri, body)}
 	return r, Parse(r, testMaxBody)
 }
 
@@ -47,15 +47,15 @@ const (
 func TestParseEndpointsAndMethods(t *testing.T) {
 	calls := []struct {
 		uri, body string
-		ep        filters.Endpoint
+		ep        api.Endpoint
 		methods   []string // accepted
 	}{
-		{"/api/seckill/status?productId=p1", "", filters.EndpointStatus, []string{"GET", "HEAD"}},
-		{"/api/seckill/result?orderId=42&productId=p1", "", filters.EndpointResult, []string{"GET", "HEAD"}},
-		{"/api/seckill/events?orderId=42&productId=p1", "", filters.EndpointEvents, []string{"GET", "HEAD"}},
-		{"/api/seckill/token", tokenBody, filters.EndpointToken, []string{"POST"}},
-		{"/api/seckill/do", doBody, filters.EndpointDo, []string{"POST"}},
-		{"/api/login", loginBody, filters.EndpointLogin, []string{"POST"}},
+		{"/api/seckill/status?productId=p1", "", api.EndpointStatus, []string{"GET", "HEAD"}},
+		{"/api/seckill/result?orderId=42&productId=p1", "", api.EndpointResult, []string{"GET", "HEAD"}},
+		{"/api/seckill/events?orderId=42&productId=p1", "", api.EndpointEvents, []string{"GET", "HEAD"}},
+		{"/api/seckill/token", tokenBody, api.EndpointToken, []string{"POST"}},
+		{"/api/seckill/do", doBody, api.EndpointDo, []string{"POST"}},
+		{"/api/login", loginBody, api.EndpointLogin, []string{"POST"}},
 	}
 	for _, c := range calls {
 		for _, m := range []string{"GET", "HEAD", "POST", "PUT", "DELETE", "PATCH", "OPTIONS"} {
@@ -71,7 +71,7 @@ func TestParseEndpointsAndMethods(t *testing.T) {
 					}
 					return
 				}
-				if rej != errMethod || rej.Status != 405 {
+				if rej != api.MethodNotAllowed || rej.Status != 405 {
 					t.Fatalf("got %+v, want 405", rej)
 				}
 			})
@@ -90,7 +90,7 @@ func TestParseEndpointsAndMethods(t *testing.T) {
 		})
 	}
 	// fasthttp normalizes the path before Parse sees it (the router does too).
-	if r, rej := parse("POST", "/api/seckill//do", doBody); rej != nil || r.Endpoint != filters.EndpointDo {
+	if r, rej := parse("POST", "/api/seckill//do", doBody); rej != nil || r.Endpoint != api.EndpointDo {
 		t.Fatalf("normalized path: %+v %v", rej, r.Endpoint)
 	}
 }
@@ -98,7 +98,7 @@ func TestParseEndpointsAndMethods(t *testing.T) {
 func TestParseQueryCalls(t *testing.T) {
 	for _, tc := range []struct {
 		uri     string
-		want    *filters.Rejection
+		want    *api.Rejection
 		product string
 		order   int64
 	}{
@@ -107,29 +107,29 @@ func TestParseQueryCalls(t *testing.T) {
 		{"/api/seckill/status?productId=p1&productId=p2", nil, "p1", 0},
 		{"/api/seckill/status?productId=Sale_2026-11", nil, "Sale_2026-11", 0},
 		{"/api/seckill/status?productId=" + strings.Repeat("a", 64), nil, strings.Repeat("a", 64), 0},
-		{"/api/seckill/status?orderId=1", errNoProduct, "", 0},
-		{"/api/seckill/status", errNoProduct, "", 0},
-		{"/api/seckill/status?productId=", errNoProduct, "", 0},
-		{"/api/seckill/status?productId=-p1", errNoProduct, "", 0},
-		{"/api/seckill/status?productId=p%201", errNoProduct, "", 0},
-		{"/api/seckill/status?productId=p.1", errNoProduct, "", 0},
-		{"/api/seckill/status?productId=" + strings.Repeat("a", 65), errNoProduct, "", 0},
-		{"/api/seckill/status?productid=p1", errNoProduct, "", 0},
+		{"/api/seckill/status?orderId=1", api.BadProductID, "", 0},
+		{"/api/seckill/status", api.BadProductID, "", 0},
+		{"/api/seckill/status?productId=", api.BadProductID, "", 0},
+		{"/api/seckill/status?productId=-p1", api.BadProductID, "", 0},
+		{"/api/seckill/status?productId=p%201", api.BadProductID, "", 0},
+		{"/api/seckill/status?productId=p.1", api.BadProductID, "", 0},
+		{"/api/seckill/status?productId=" + strings.Repeat("a", 65), api.BadProductID, "", 0},
+		{"/api/seckill/status?productid=p1", api.BadProductID, "", 0},
 		{"/api/seckill/result?orderId=42&productId=p1", nil, "p1", 42},
 		{"/api/seckill/result?productId=p1&orderId=9223372036854775807", nil, "p1", 9223372036854775807},
-		{"/api/seckill/result?productId=p1", errBadOrderID, "", 0},
-		{"/api/seckill/result?orderId=42", errBadOrderID, "", 0},
-		{"/api/seckill/result?orderId=42&productId=", errBadOrderID, "", 0},
-		{"/api/seckill/result?orderId=&productId=p1", errBadOrderID, "", 0},
-		{"/api/seckill/result?orderId=0&productId=p1", errBadOrderID, "", 0},
-		{"/api/seckill/result?orderId=-1&productId=p1", errBadOrderID, "", 0},
-		{"/api/seckill/result?orderId=042&productId=p1", errBadOrderID, "", 0},
-		{"/api/seckill/result?orderId=4x&productId=p1", errBadOrderID, "", 0},
-		{"/api/seckill/result?orderId=9223372036854775808&productId=p1", errBadOrderID, "", 0},
-		{"/api/seckill/result?orderId=99999999999999999999&productId=p1", errBadOrderID, "", 0},
+		{"/api/seckill/result?productId=p1", api.BadOrderRef, "", 0},
+		{"/api/seckill/result?orderId=42", api.BadOrderRef, "", 0},
+		{"/api/seckill/result?orderId=42&productId=", api.BadOrderRef, "", 0},
+		{"/api/seckill/result?orderId=&productId=p1", api.BadOrderRef, "", 0},
+		{"/api/seckill/result?orderId=0&productId=p1", api.BadOrderRef, "", 0},
+		{"/api/seckill/result?orderId=-1&productId=p1", api.BadOrderRef, "", 0},
+		{"/api/seckill/result?orderId=042&productId=p1", api.BadOrderRef, "", 0},
+		{"/api/seckill/result?orderId=4x&productId=p1", api.BadOrderRef, "", 0},
+		{"/api/seckill/result?orderId=9223372036854775808&productId=p1", api.BadOrderRef, "", 0},
+		{"/api/seckill/result?orderId=99999999999999999999&productId=p1", api.BadOrderRef, "", 0},
 		{"/api/seckill/events?orderId=7&productId=p2", nil, "p2", 7},
-		{"/api/seckill/events?productId=p2", errBadOrderID, "", 0},
-		{"/api/seckill/events?orderId=7", errBadOrderID, "", 0},
+		{"/api/seckill/events?productId=p2", api.BadOrderRef, "", 0},
+		{"/api/seckill/events?orderId=7", api.BadOrderRef, "", 0},
 	} {
 		t.Run(tc.uri, func(t *testing.T) {
 			r, rej := parse("GET", tc.uri, "")
@@ -168,7 +168,7 @@ func TestParseBodies(t *testing.T) {
 	//     (FuzzParseBody checks that against encoding/json); acceptable.
 	long := strings.Repeat(" ", testMaxBody-len(doBody))
 	type want struct {
-		rej     *filters.Rejection
+		rej     *api.Rejection
 		product string
 		token   string
 		qty     int
@@ -184,72 +184,72 @@ func TestParseBodies(t *testing.T) {
 		{"do", "do", doBody, ok("p1", "tok_en-123", 2)},
 		{"do quantity absent", "do", `{"productId":"p1","token":"t"}`, ok("p1", "t", 1)},
 		{"do quantity 1000", "do", `{"productId":"p1","token":"t","quantity":1000}`, ok("p1", "t", 1000)},
-		{"do quantity 0", "do", `{"productId":"p1","token":"t","quantity":0}`, want{rej: errBadQuantity}},
-		{"do quantity -1", "do", `{"productId":"p1","token":"t","quantity":-1}`, want{rej: errBadQuantity}},
-		{"do quantity -0", "do", `{"productId":"p1","token":"t","quantity":-0}`, want{rej: errBadQuantity}},
-		{"do quantity 1001", "do", `{"productId":"p1","token":"t","quantity":1001}`, want{rej: errBadQuantity}},
-		{"do quantity 9 digits", "do", `{"productId":"p1","token":"t","quantity":999999999}`, want{rej: errBadQuantity}},
-		{"do quantity huge", "do", `{"productId":"p1","token":"t","quantity":99999999999999999999}`, want{rej: errBadJSON}},
-		{"do quantity 1.0", "do", `{"productId":"p1","token":"t","quantity":1.0}`, want{rej: errBadJSON}},
-		{"do quantity 1e2", "do", `{"productId":"p1","token":"t","quantity":1e2}`, want{rej: errBadJSON}},
-		{"do quantity 1E0", "do", `{"productId":"p1","token":"t","quantity":1E0}`, want{rej: errBadJSON}},
-		{"do quantity +1", "do", `{"productId":"p1","token":"t","quantity":+1}`, want{rej: errBadJSON}},
+		{"do quantity 0", "do", `{"productId":"p1","token":"t","quantity":0}`, want{rej: api.BadQuantity}},
+		{"do quantity -1", "do", `{"productId":"p1","token":"t","quantity":-1}`, want{rej: api.BadQuantity}},
+		{"do quantity -0", "do", `{"productId":"p1","token":"t","quantity":-0}`, want{rej: api.BadQuantity}},
+		{"do quantity 1001", "do", `{"productId":"p1","token":"t","quantity":1001}`, want{rej: api.BadQuantity}},
+		{"do quantity 9 digits", "do", `{"productId":"p1","token":"t","quantity":999999999}`, want{rej: api.BadQuantity}},
+		{"do quantity huge", "do", `{"productId":"p1","token":"t","quantity":99999999999999999999}`, want{rej: api.BadJSON}},
+		{"do quantity 1.0", "do", `{"productId":"p1","token":"t","quantity":1.0}`, want{rej: api.BadJSON}},
+		{"do quantity 1e2", "do", `{"productId":"p1","token":"t","quantity":1e2}`, want{rej: api.BadJSON}},
+		{"do quantity 1E0", "do", `{"productId":"p1","token":"t","quantity":1E0}`, want{rej: api.BadJSON}},
+		{"do quantity +1", "do", `{"productId":"p1","token":"t","quantity":+1}`, want{rej: api.BadJSON}},
 		{"do quantity 0001 (lenient)", "do", `{"productId":"p1","token":"t","quantity":0001}`, ok("p1", "t", 1)},
-		{"do quantity string", "do", `{"productId":"p1","token":"t","quantity":"2"}`, want{rej: errBadJSON}},
-		{"do quantity null", "do", `{"productId":"p1","token":"t","quantity":null}`, want{rej: errBadJSON}},
-		{"do quantity bare minus", "do", `{"productId":"p1","token":"t","quantity":-}`, want{rej: errBadJSON}},
-		{"do no token", "do", `{"productId":"p1"}`, want{rej: errNoToken}},
-		{"do empty token", "do", `{"productId":"p1","token":""}`, want{rej: errNoToken}},
-		{"do token number", "do", `{"productId":"p1","token":5}`, want{rej: errBadJSON}},
+		{"do quantity string", "do", `{"productId":"p1","token":"t","quantity":"2"}`, want{rej: api.BadJSON}},
+		{"do quantity null", "do", `{"productId":"p1","token":"t","quantity":null}`, want{rej: api.BadJSON}},
+		{"do quantity bare minus", "do", `{"productId":"p1","token":"t","quantity":-}`, want{rej: api.BadJSON}},
+		{"do no token", "do", `{"productId":"p1"}`, want{rej: api.NoToken}},
+		{"do empty token", "do", `{"productId":"p1","token":""}`, want{rej: api.NoToken}},
+		{"do token number", "do", `{"productId":"p1","token":5}`, want{rej: api.BadJSON}},
 		{"do token raw UTF-8 kept as is", "do", `{"productId":"p1","token":"jeton-é"}`, ok("p1", "jeton-é", 1)},
-		{"do no product", "do", `{"token":"t"}`, want{rej: errNoProduct}},
-		{"do bad product", "do", `{"productId":"p 1","token":"t"}`, want{rej: errNoProduct}},
-		{"do product with escape", "do", `{"productId":"p\u0031","token":"t"}`, want{rej: errBadJSON}},
-		{"do product escaped slash", "do", `{"productId":"p\/1","token":"t"}`, want{rej: errBadJSON}},
-		{"do product null", "do", `{"productId":null,"token":"t"}`, want{rej: errBadJSON}},
-		{"do product control char", "do", "{\"productId\":\"p\x011\",\"token\":\"t\"}", want{rej: errBadJSON}},
-		{"do product tab", "do", "{\"productId\":\"p\t1\",\"token\":\"t\"}", want{rej: errBadJSON}},
+		{"do no product", "do", `{"token":"t"}`, want{rej: api.BadProductID}},
+		{"do bad product", "do", `{"productId":"p 1","token":"t"}`, want{rej: api.BadProductID}},
+		{"do product with escape", "do", `{"productId":"p\u0031","token":"t"}`, want{rej: api.BadJSON}},
+		{"do product escaped slash", "do", `{"productId":"p\/1","token":"t"}`, want{rej: api.BadJSON}},
+		{"do product null", "do", `{"productId":null,"token":"t"}`, want{rej: api.BadJSON}},
+		{"do product control char", "do", "{\"productId\":\"p\x011\",\"token\":\"t\"}", want{rej: api.BadJSON}},
+		{"do product tab", "do", "{\"productId\":\"p\t1\",\"token\":\"t\"}", want{rej: api.BadJSON}},
 		{"do duplicate product: last wins", "do", `{"productId":"p1","token":"t","productId":"p2"}`, ok("p2", "t", 1)},
 		{"do duplicate quantity: last wins", "do", `{"productId":"p1","token":"t","quantity":5,"quantity":1}`, ok("p1", "t", 1)},
-		{"do duplicate, last malformed", "do", `{"productId":"p1","token":"t","quantity":5,"quantity":"x"}`, want{rej: errBadJSON}},
-		{"do key with escape", "do", `{"product\u0049d":"p1","token":"t"}`, want{rej: errBadJSON}},
-		{"do keys are case-sensitive", "do", `{"ProductId":"p1","token":"t"}`, want{rej: errNoProduct}},
+		{"do duplicate, last malformed", "do", `{"productId":"p1","token":"t","quantity":5,"quantity":"x"}`, want{rej: api.BadJSON}},
+		{"do key with escape", "do", `{"product\u0049d":"p1","token":"t"}`, want{rej: api.BadJSON}},
+		{"do keys are case-sensitive", "do", `{"ProductId":"p1","token":"t"}`, want{rej: api.BadProductID}},
 		{"do unknown scalars skipped", "do", `{"a":1,"b":-2.5e+3,"c":"x\"y\\","d":true,"e":false,"f":null,"productId":"p1","token":"t"}`, ok("p1", "t", 1)},
-		{"do unknown object", "do", `{"meta":{"a":1},"productId":"p1","token":"t"}`, want{rej: errBadJSON}},
-		{"do unknown array", "do", `{"tags":[1,2],"productId":"p1","token":"t"}`, want{rej: errBadJSON}},
-		{"do unknown empty object", "do", `{"productId":"p1","token":"t","x":{}}`, want{rej: errBadJSON}},
+		{"do unknown object", "do", `{"meta":{"a":1},"productId":"p1","token":"t"}`, want{rej: api.BadJSON}},
+		{"do unknown array", "do", `{"tags":[1,2],"productId":"p1","token":"t"}`, want{rej: api.BadJSON}},
+		{"do unknown empty object", "do", `{"productId":"p1","token":"t","x":{}}`, want{rej: api.BadJSON}},
 		{"do unknown bare minus (lenient)", "do", `{"x":-,"productId":"p1","token":"t"}`, ok("p1", "t", 1)},
 		{"do unknown 1-2 (lenient)", "do", `{"x":1-2,"productId":"p1","token":"t"}`, ok("p1", "t", 1)},
 		{"do unknown bad escape (lenient)", "do", `{"x":"\q","productId":"p1","token":"t"}`, ok("p1", "t", 1)},
-		{"do unknown truncated literal", "do", `{"x":tru,"productId":"p1","token":"t"}`, want{rej: errBadJSON}},
-		{"do unknown literal run-on", "do", `{"x":truefalse,"productId":"p1","token":"t"}`, want{rej: errBadJSON}},
-		{"do unknown escaped quote runs on", "do", `{"x":"\","productId":"p1","token":"t"}`, want{rej: errBadJSON}},
+		{"do unknown truncated literal", "do", `{"x":tru,"productId":"p1","token":"t"}`, want{rej: api.BadJSON}},
+		{"do unknown literal run-on", "do", `{"x":truefalse,"productId":"p1","token":"t"}`, want{rej: api.BadJSON}},
+		{"do unknown escaped quote runs on", "do", `{"x":"\","productId":"p1","token":"t"}`, want{rej: api.BadJSON}},
 		{"do whitespace everywhere", "do", " \t\r\n{ \"productId\" :\n\"p1\" , \"token\"\t:\"t\" ,\"quantity\" : 3 } \n", ok("p1", "t", 3)},
-		{"do trailing garbage", "do", doBody + "x", want{rej: errBadJSON}},
-		{"do two objects", "do", doBody + "{}", want{rej: errBadJSON}},
-		{"do trailing NUL", "do", doBody + "\x00", want{rej: errBadJSON}},
-		{"do trailing comma", "do", `{"productId":"p1","token":"t",}`, want{rej: errBadJSON}},
-		{"do missing comma", "do", `{"productId":"p1" "token":"t"}`, want{rej: errBadJSON}},
-		{"do missing colon", "do", `{"productId" "p1","token":"t"}`, want{rej: errBadJSON}},
-		{"do unterminated", "do", `{"productId":"p1","token":"t"`, want{rej: errBadJSON}},
-		{"do unterminated string", "do", `{"productId":"p1","token":"t`, want{rej: errBadJSON}},
-		{"do single quotes", "do", `{'productId':'p1','token':'t'}`, want{rej: errBadJSON}},
-		{"do BOM", "do", "\xef\xbb\xbf" + doBody, want{rej: errBadJSON}},
-		{"do array", "do", `[{"productId":"p1","token":"t"}]`, want{rej: errBadJSON}},
-		{"do null", "do", `null`, want{rej: errBadJSON}},
-		{"do empty body", "do", ``, want{rej: errBadJSON}},
-		{"do whitespace body", "do", "  \n", want{rej: errBadJSON}},
-		{"do empty object", "do", `{}`, want{rej: errNoProduct}},
+		{"do trailing garbage", "do", doBody + "x", want{rej: api.BadJSON}},
+		{"do two objects", "do", doBody + "{}", want{rej: api.BadJSON}},
+		{"do trailing NUL", "do", doBody + "\x00", want{rej: api.BadJSON}},
+		{"do trailing comma", "do", `{"productId":"p1","token":"t",}`, want{rej: api.BadJSON}},
+		{"do missing comma", "do", `{"productId":"p1" "token":"t"}`, want{rej: api.BadJSON}},
+		{"do missing colon", "do", `{"productId" "p1","token":"t"}`, want{rej: api.BadJSON}},
+		{"do unterminated", "do", `{"productId":"p1","token":"t"`, want{rej: api.BadJSON}},
+		{"do unterminated string", "do", `{"productId":"p1","token":"t`, want{rej: api.BadJSON}},
+		{"do single quotes", "do", `{'productId':'p1','token':'t'}`, want{rej: api.BadJSON}},
+		{"do BOM", "do", "\xef\xbb\xbf" + doBody, want{rej: api.BadJSON}},
+		{"do array", "do", `[{"productId":"p1","token":"t"}]`, want{rej: api.BadJSON}},
+		{"do null", "do", `null`, want{rej: api.BadJSON}},
+		{"do empty body", "do", ``, want{rej: api.BadJSON}},
+		{"do whitespace body", "do", "  \n", want{rej: api.BadJSON}},
+		{"do empty object", "do", `{}`, want{rej: api.BadProductID}},
 		{"do body at the limit", "do", doBody + long, ok("p1", "tok_en-123", 2)},
-		{"do body too large", "do", doBody + long + " ", want{rej: errTooLarge}},
-		{"do too large beats bad JSON", "do", strings.Repeat("x", testMaxBody+1), want{rej: errTooLarge}},
+		{"do body too large", "do", doBody + long + " ", want{rej: api.TooLarge}},
+		{"do too large beats bad JSON", "do", strings.Repeat("x", testMaxBody+1), want{rej: api.TooLarge}},
 		// token
 		{"token", "token", tokenBody, ok("p1", "", 0)},
 		{"token ignores token and quantity", "token", `{"productId":"p1","token":"","quantity":0}`, ok("p1", "", 0)},
-		{"token no product", "token", `{}`, want{rej: errNoProduct}},
-		{"token bad product", "token", `{"productId":"_p1"}`, want{rej: errNoProduct}},
-		{"token malformed", "token", `{"productId":"p1"`, want{rej: errBadJSON}},
-		{"token too large", "token", tokenBody + strings.Repeat(" ", testMaxBody), want{rej: errTooLarge}},
+		{"token no product", "token", `{}`, want{rej: api.BadProductID}},
+		{"token bad product", "token", `{"productId":"_p1"}`, want{rej: api.BadProductID}},
+		{"token malformed", "token", `{"productId":"p1"`, want{rej: api.BadJSON}},
+		{"token too large", "token", tokenBody + strings.Repeat(" ", testMaxBody), want{rej: api.TooLarge}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r, rej := parse("POST", "/api/seckill/"+tc.path, tc.body)
@@ -257,7 +257,7 @@ func TestParseBodies(t *testing.T) {
 				t.Fatalf("got %+v, want %+v", rej, tc.want.rej)
 			}
 			if rej != nil {
-				if wantStatus := map[*filters.Rejection]int{errTooLarge: 413}[rej]; wantStatus != 0 && rej.Status != wantStatus || wantStatus == 0 && rej.Status != 400 {
+				if wantStatus := map[*api.Rejection]int{api.TooLarge: 413}[rej]; wantStatus != 0 && rej.Status != wantStatus || wantStatus == 0 && rej.Status != 400 {
 					t.Fatalf("status %d", rej.Status)
 				}
 				return
@@ -277,25 +277,25 @@ func TestParseBodies(t *testing.T) {
 func TestParseLogin(t *testing.T) {
 	for _, tc := range []struct {
 		body string
-		want *filters.Rejection
+		want *api.Rejection
 		user string
 	}{
 		{`{"userId":"alice"}`, nil, "alice"},
 		{`{"userId":"a.b-c_d@example.com"}`, nil, "a.b-c_d@example.com"},
 		{`{"userId":"` + strings.Repeat("u", 64) + `"}`, nil, strings.Repeat("u", 64)},
 		{`{"userId":"alice","productId":"p1"}`, nil, "alice"},
-		{`{"userId":"` + strings.Repeat("u", 65) + `"}`, errBadUserID, ""},
-		{`{"userId":""}`, errBadUserID, ""},
-		{`{}`, errBadUserID, ""},
-		{`{"user":"alice"}`, errBadUserID, ""},
-		{`{"userId":"al ice"}`, errBadUserID, ""},
-		{`{"userId":"alice!"}`, errBadUserID, ""},
-		{`{"userId":"alice/../x"}`, errBadUserID, ""},
-		{`{"userId":"élise"}`, errBadUserID, ""},
-		{`{"userId":"al\u0069ce"}`, errBadJSON, ""},
-		{`{"userId":42}`, errBadJSON, ""},
-		{`{"userId":"alice"`, errBadJSON, ""},
-		{`{"userId":"alice"}` + strings.Repeat(" ", testMaxBody), errTooLarge, ""},
+		{`{"userId":"` + strings.Repeat("u", 65) + `"}`, api.BadUserID, ""},
+		{`{"userId":""}`, api.BadUserID, ""},
+		{`{}`, api.BadUserID, ""},
+		{`{"user":"alice"}`, api.BadUserID, ""},
+		{`{"userId":"al ice"}`, api.BadUserID, ""},
+		{`{"userId":"alice!"}`, api.BadUserID, ""},
+		{`{"userId":"alice/../x"}`, api.BadUserID, ""},
+		{`{"userId":"élise"}`, api.BadUserID, ""},
+		{`{"userId":"al\u0069ce"}`, api.BadJSON, ""},
+		{`{"userId":42}`, api.BadJSON, ""},
+		{`{"userId":"alice"`, api.BadJSON, ""},
+		{`{"userId":"alice"}` + strings.Repeat(" ", testMaxBody), api.TooLarge, ""},
 	} {
 		t.Run(tc.body, func(t *testing.T) {
 			r, rej := parse("POST", "/api/login", tc.body)
@@ -334,7 +334,7 @@ func TestParseAllocs(t *testing.T) {
 		{"POST", "/api/login", loginBody},
 	} {
 		ctx := parseCtx(tc.method, tc.uri, tc.body)
-		var r filters.Request
+		var r api.Call
 		if n := testing.AllocsPerRun(1000, func() {
 			r.Reset()
 			r.Ctx = ctx
@@ -349,7 +349,7 @@ func TestParseAllocs(t *testing.T) {
 
 func BenchmarkParseDo(b *testing.B) {
 	ctx := parseCtx("POST", "/api/seckill/do", `{"productId":"p1","token":"AQIDBAUGBwgJCgsMAAABmf8AAAAA3q2-7wAAAAAAAAAAAAAAAA","quantity":1}`)
-	var r filters.Request
+	var r api.Call
 	b.ReportAllocs()
 	for b.Loop() {
 		r.Reset()
@@ -362,7 +362,7 @@ func BenchmarkParseDo(b *testing.B) {
 
 func BenchmarkParseStatus(b *testing.B) {
 	ctx := parseCtx("GET", "/api/seckill/status?productId=p1", "")
-	var r filters.Request
+	var r api.Call
 	b.ReportAllocs()
 	for b.Loop() {
 		r.Reset()
@@ -482,7 +482,7 @@ func FuzzParse(f *testing.F) {
 		req.SetBody(body)
 		var ctx fasthttp.RequestCtx
 		ctx.Init(&req, &net.TCPAddr{IP: net.IPv4(198, 51, 100, 1), Port: 1}, nil)
-		r := &filters.Request{Ctx: &ctx}
+		r := &api.Call{Ctx: &ctx}
 		rej := Parse(r, testMaxBody)
 		if rej != nil {
 			switch rej.Status {
@@ -494,23 +494,23 @@ func FuzzParse(f *testing.F) {
 		}
 		get := ctx.IsGet() || ctx.IsHead()
 		switch r.Endpoint {
-		case filters.EndpointStatus:
+		case api.EndpointStatus:
 			if !get || !activity.ValidProductID(r.ProductID) {
 				t.Fatalf("status accepted: get %v product %q", get, r.ProductID)
 			}
-		case filters.EndpointResult, filters.EndpointEvents:
+		case api.EndpointResult, api.EndpointEvents:
 			if !get || !activity.ValidProductID(r.ProductID) || r.OrderID <= 0 {
 				t.Fatalf("result accepted: get %v product %q order %d", get, r.ProductID, r.OrderID)
 			}
-		case filters.EndpointLogin:
+		case api.EndpointLogin:
 			if !ctx.IsPost() || !session.ValidUserID(r.UserID) || len(ctx.PostBody()) > testMaxBody {
 				t.Fatalf("login accepted: user %q", r.UserID)
 			}
-		case filters.EndpointToken, filters.EndpointDo:
+		case api.EndpointToken, api.EndpointDo:
 			if !ctx.IsPost() || !activity.ValidProductID(r.ProductID) || len(ctx.PostBody()) > testMaxBody {
 				t.Fatalf("purchase call accepted: product %q", r.ProductID)
 			}
-			if r.Endpoint == filters.EndpointDo && (len(r.Token) == 0 || r.Qty < 1 || r.Qty > maxQuantity) {
+			if r.Endpoint == api.EndpointDo && (len(r.Token) == 0 || r.Qty < 1 || r.Qty > maxQuantity) {
 				t.Fatalf("do accepted: token %q qty %d", r.Token, r.Qty)
 			}
 		default:

@@ -10,7 +10,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"flashgate/filters"
 	"flashgate/metrics"
 	"flashgate/orders/orderid"
 	"flashgate/orders/orderstore"
@@ -49,7 +48,7 @@ type Deps struct {
 	Store      *stock.Store
 	Activities *activity.Registry
 	IDs        *orderid.Generator
-	Bought     *filters.BoughtCache
+	Bought     *activity.BoughtCache
 	Log        *slog.Logger
 	Node       int
 	Now        func() int64 // unix nanoseconds

@@ -7,5 +7,6 @@
 // (config reload, admin API, the background refresh from Redis) build a new
 // map. Per-product runtime state (the sold-out flag, the last known
 // remaining stock, the request rate for hotspot detection) lives in State,
-// which is kept across replacements of the product's Activity.
+// which is kept across replacements of the product's Activity. The
+// BoughtCache remembers which shoppers reached a sale's per-user limit.
 package activity

@@ -15,12 +15,12 @@ import (
 
 	"github.com/valyala/fasthttp"
 
-	"flashgate/filters"
 	"flashgate/internal/edgetest"
 	"flashgate/internal/redistest"
 	"flashgate/orders/stock"
 	"flashgate/sale"
 	"flashgate/sale/activity"
+	"flashgate/sale/api"
 	"flashgate/sale/push"
 )
 
@@ -92,10 +92,10 @@ func newEnv(t testing.TB, o envOpts) *env {
 	return e
 }
 
-var reqPool = sync.Pool{New: func() any { return new(filters.Request) }}
+var reqPool = sync.Pool{New: func() any { return new(api.Call) }}
 
 func (e *env) handle(ctx *fasthttp.RequestCtx) {
-	r := reqPool.Get().(*filters.Request)
+	r := reqPool.Get().(*api.Call)
 	defer func() { r.Reset(); reqPool.Put(r) }()
 	r.Ctx, r.NowNano = ctx, time.Now().UnixNano()
 	if rej := sale.Parse(r, 4096); rej != nil {

@@ -14,16 +14,9 @@ import (
 
 	"github.com/redis/rueidis"
 
-	"flashgate/filters"
 	"flashgate/metrics"
 	"flashgate/orders/stock"
-)
-
-// Answers of Open. 429 is the API's "slow down": the page then polls.
-var (
-	errEdgeFull = filters.NewRejection(429, "RATE_LIMITED", "too many open event streams; poll /api/seckill/result")
-	errUserFull = filters.NewRejection(429, "RATE_LIMITED", "too many open event streams for this shopper; poll /api/seckill/result")
-	errClosed   = filters.NewRejection(503, "DEGRADED", "event streams are shutting down; poll /api/seckill/result")
+	"flashgate/sale/api"
 )
 
 // errSlow means the client's socket could not take an event at once.
@@ -180,21 +173,21 @@ func (h *Hub) Close() {
 // is read, so that an outcome published while it is read is not missed.
 // It copies what it keeps. The caller must then either Serve the stream or
 // Abort it. A rejection is the answer to give (429 at a limit).
-func (h *Hub) Open(productID []byte, orderID int64, userID []byte) (*Stream, *filters.Rejection) {
+func (h *Hub) Open(productID []byte, orderID int64, userID []byte) (*Stream, *api.Rejection) {
 	if h.closed.Load() {
-		return nil, errClosed
+		return nil, api.StreamsClosing
 	}
 	if h.open.Add(1) > h.max {
 		h.open.Add(-1)
 		h.rejEdge.Inc()
-		return nil, errEdgeFull
+		return nil, api.StreamsFull
 	}
 	s := &Stream{h: h, product: h.intern(productID), user: string(userID), order: orderID,
 		endAt: h.now() + int64(h.cfg.Deadline)}
 	if !h.addUser(s) {
 		h.open.Add(-1)
 		h.rejUser.Inc()
-		return nil, errUserFull
+		return nil, api.ShopperStreamsFull
 	}
 	sh := h.shard(orderID)
 	sh.mu.Lock()
@@ -204,7 +197,7 @@ func (h *Hub) Open(productID []byte, orderID int64, userID []byte) (*Stream, *fi
 	if h.closed.Load() {
 		// Close collected the streams before this one was added.
 		s.Abort()
-		return nil, errClosed
+		return nil, api.StreamsClosing
 	}
 	return s, nil
 }

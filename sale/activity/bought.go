@@ -1,7 +1,7 @@
-package filters
+package activity
 
 import (
-	"encoding/binary"
+	"hash/maphash"
 	"sync"
 	"time"
 )
@@ -12,6 +12,10 @@ import (
 // Entries expire quickly (Redis is the truth, and a release can lower the
 // count); a missing or expired entry only means the next attempt asks
 // Redis, so when a shard is full the cache simply drops entries.
+//
+// It is the edge's memory of a sale, like the sold-out flag: the
+// user_limit filter reads it, the sale handler writes it from the
+// deduction's verdicts.
 //
 // It is a sharded map rather than a general-purpose cache (ristretto was
 // tried: its Get allocates a buffer every 64 lookups, and this lookup runs
@@ -45,12 +49,15 @@ func NewBoughtCache(maxEntries int64, ttl time.Duration) (*BoughtCache, error) {
 }
 
 // boughtKey mixes in the product's release generation: a release or
-// restock anywhere bumps it on every edge (activity.State), so every entry
+// restock anywhere bumps it on every edge (State.BumpGeneration), so every entry
 // of the product is forgotten at once, without a scan.
 func boughtKey(product, user []byte, gen uint32) uint64 {
-	p, u := KeyFromBytes(product), KeyFromBytes(user)
-	return (binary.LittleEndian.Uint64(p[:8])+uint64(gen))*0x9E3779B97F4A7C15 ^ binary.LittleEndian.Uint64(u[:8])
+	return (maphash.Bytes(boughtSeed, product)+uint64(gen))*0x9E3779B97F4A7C15 ^ maphash.Bytes(boughtSeed, user)
 }
+
+var boughtSeed = maphash.MakeSeed()
+
+func wallNow() int64 { return time.Now().UnixNano() }
 
 func (b *BoughtCache) shard(k uint64) *boughtShard { return &b.shards[k>>58] }
 

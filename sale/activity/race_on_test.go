@@ -1,0 +1,5 @@
+//go:build race
+
+package activity
+
+const raceEnabled = true

@@ -1,0 +1,9 @@
+// Package api is the shopper API's contract, the part the edge (the filter
+// chain, the proxy) and the sale behind it share: the per-request state they
+// hand each other (Call, Endpoint) and every error answer the edge gives
+// (the catalogue, errors.go), each answer defined once and rendered once so
+// that answering allocates nothing.
+//
+// It depends on nothing of the edge: the sale wing imports the contract,
+// never the filters that happen to run before it.
+package api

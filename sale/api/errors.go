@@ -1,0 +1,84 @@
+package api
+
+// The catalogue: every error answer of the edge, defined once. The body is
+// {"code": ..., "message": ...}; the code is what clients act on, the
+// message is for people. Where two places give the same answer they share
+// the entry; two entries with one code are different answers (their
+// messages say different things).
+
+// Malformed requests: the listener's read errors, routing, and the sale
+// API's parser.
+var (
+	BadRequest       = newRejection(400, "BAD_REQUEST", "malformed request")
+	NotFound         = newRejection(404, "NOT_FOUND", "not found")
+	MethodNotAllowed = newRejection(405, "BAD_REQUEST", "method not allowed")
+	// Timeout: the client did not send its request in time; BAD_REQUEST
+	// like any request the edge could not read (GATEWAY_TIMEOUT is the
+	// origin's).
+	Timeout         = newRejection(408, "BAD_REQUEST", "request not received in time")
+	TooLarge        = newRejection(413, "TOO_LARGE", "request body too large")
+	HeadersTooLarge = newRejection(431, "TOO_LARGE", "request headers too large")
+
+	NoSuchCall   = newRejection(404, "NOT_FOUND", "no such API call")
+	BadJSON      = newRejection(400, "BAD_REQUEST", "the body must be a JSON object")
+	BadProductID = newRejection(400, "BAD_REQUEST", "productId is required: letters, digits, '_' or '-'")
+	BadQuantity  = newRejection(400, "BAD_REQUEST", "quantity must be a whole number from 1 to 1000")
+	NoToken      = newRejection(400, "BAD_REQUEST", "token is required")
+	BadOrderRef  = newRejection(400, "BAD_REQUEST", "orderId and productId are required")
+	BadUserID    = newRejection(400, "BAD_REQUEST", "userId must be 1-64 characters of letters, digits, '_', '.', '@' or '-'")
+)
+
+// Edge protection: the access list and the rate and connection limits.
+// ip_limit and conn_limit let the config choose the status (WithStatus).
+var (
+	Forbidden   = newRejection(403, "FORBIDDEN", "access denied")
+	RateLimited = newRejection(429, "RATE_LIMITED", "too many requests")
+)
+
+// The sale's answers. The sale filters give them from edge memory; the
+// handlers give the same ones for an edge whose chain left a filter out,
+// and the rest from Redis' verdict.
+var (
+	Unauthenticated = newRejection(401, "UNAUTHENTICATED", "please sign in")
+	UnknownProduct  = newRejection(404, "UNKNOWN_PRODUCT", "no such product")
+	NotStarted      = newRejection(403, "NOT_STARTED", "the sale has not started")
+	Ended           = newRejection(403, "ENDED", "the sale has ended")
+	SoldOut         = newRejection(410, "SOLD_OUT", "sold out")
+	// NotEnoughStock: some stock is left, less than the quantity asked for.
+	NotEnoughStock = newRejection(410, "SOLD_OUT", "not enough stock left for this quantity")
+	LimitReached   = newRejection(409, "LIMIT_REACHED", "purchase limit reached")
+	BadToken       = newRejection(403, "BAD_TOKEN", "invalid or expired purchase token")
+	UnknownOrder   = newRejection(404, "NOT_FOUND", "no such order")
+	// Busy: Redis failed or is slow, the breaker is open, or the degrade
+	// switch is on.
+	Busy    = newRejection(503, "DEGRADED", "the sale is busy, please try again")
+	Warming = newRejection(503, "DEGRADED", "the sale is opening, please try again")
+	// OrderUnconfirmed: the purchase went through but its event was not
+	// acknowledged; the answer also names the order (AppendOpen) so the
+	// page can follow it.
+	OrderUnconfirmed = newRejection(503, "DEGRADED", "your order is being confirmed, check its result")
+	DemoLoginOff     = newRejection(404, "NOT_FOUND", "demo sign-in is disabled")
+	NoEvents         = newRejection(404, "NOT_FOUND", "event streams are not available; poll /api/seckill/result")
+)
+
+// Event streams (package push). 429 is the API's "slow down": the page
+// then polls.
+var (
+	StreamsFull        = newRejection(429, "RATE_LIMITED", "too many open event streams; poll /api/seckill/result")
+	ShopperStreamsFull = newRejection(429, "RATE_LIMITED", "too many open event streams for this shopper; poll /api/seckill/result")
+	StreamsClosing     = newRejection(503, "DEGRADED", "event streams are shutting down; poll /api/seckill/result")
+)
+
+// The operator API (the admin listener). Besides these it answers
+// NotFound and MethodNotAllowed; where the operator needs the cause, the
+// answer is BadRequest, NotFound or AdminUnavailable WithMessage(cause).
+var (
+	AdminTokenRequired = newRejection(401, "UNAUTHENTICATED", "admin token required")
+	AdminBodyTooLarge  = newRejection(413, "TOO_LARGE", "body too large")
+	// AdminUnavailable: the store (Redis) failed the action.
+	AdminUnavailable       = newRejection(503, "DEGRADED", "the store is unavailable")
+	AdminRestockUsage      = newRejection(400, "BAD_REQUEST", "productId must be a valid id and add a whole number from 1 to 1000000000")
+	AdminDegradeUsage      = newRejection(400, "BAD_REQUEST", `send {"productId": "p1" or "" for all, "on": true|false}`)
+	AdminCancelUsage       = newRejection(400, "BAD_REQUEST", `send {"productId": "p1", "orderId": "<id>"}`)
+	AdminNoReleasableOrder = newRejection(404, "NOT_FOUND", "no order with that id that can be released (unknown, expired, or failed)")
+)
