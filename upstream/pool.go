@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/valyala/fasthttp"
+
+	"flashgate/sale/api"
 )
 
 // Pool is a named group of origin servers with its balancing, timeouts,
@@ -41,13 +43,6 @@ type server struct {
 
 // Name returns the pool's configured name.
 func (p *Pool) Name() string { return p.name }
-
-// Error bodies: generic on purpose, the detail goes to the log.
-var (
-	badGatewayBody     = []byte(`{"code":"BAD_GATEWAY","message":"origin unavailable"}`)
-	gatewayTimeoutBody = []byte(`{"code":"GATEWAY_TIMEOUT","message":"origin timed out"}`)
-	jsonContentType    = []byte("application/json")
-)
 
 // call is the per-request scratch: the outgoing request and a buffer for
 // the forwarding headers, pooled so a proxied request allocates nothing.
@@ -165,13 +160,10 @@ var monoBase = time.Now()
 func monoNow() time.Duration { return time.Since(monoBase) }
 
 func writeError(ctx *fasthttp.RequestCtx, status int) {
-	ctx.Response.Reset()
-	ctx.Response.SetStatusCode(status)
-	ctx.Response.Header.SetContentTypeBytes(jsonContentType)
 	if status == fasthttp.StatusGatewayTimeout {
-		ctx.Response.SetBody(gatewayTimeoutBody)
+		api.OriginTimeout.Write(ctx)
 	} else {
-		ctx.Response.SetBody(badGatewayBody)
+		api.OriginUnavailable.Write(ctx)
 	}
 }
 

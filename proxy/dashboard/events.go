@@ -5,6 +5,15 @@ import (
 	"time"
 
 	"github.com/valyala/fasthttp"
+
+	"flashgate/sale/api"
+)
+
+// The dashboard's own 503s: the catalogue's DEGRADED, pointing at the
+// polling URL; built once.
+var (
+	errShuttingDown   = api.Busy.WithMessage("shutting down; poll " + PathJSON)
+	errTooManyStreams = api.Busy.WithMessage("too many dashboard streams; poll " + PathJSON)
 )
 
 // serveEvents streams the snapshot as Server-Sent Events: one `data:` line
@@ -17,13 +26,13 @@ func (h *Handler) serveEvents(ctx *fasthttp.RequestCtx) {
 	}
 	select {
 	case <-h.done:
-		writeError(ctx, fasthttp.StatusServiceUnavailable, "DEGRADED", "shutting down; poll "+PathJSON)
+		writeError(ctx, errShuttingDown)
 		return
 	default:
 	}
 	if h.streams.Add(1) > h.maxStreams {
 		h.streams.Add(-1)
-		writeError(ctx, fasthttp.StatusServiceUnavailable, "DEGRADED", "too many dashboard streams; poll "+PathJSON)
+		writeError(ctx, errTooManyStreams)
 		return
 	}
 	rh := &ctx.Response.Header

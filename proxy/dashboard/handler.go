@@ -16,6 +16,8 @@ import (
 	"time"
 
 	"github.com/valyala/fasthttp"
+
+	"flashgate/sale/api"
 )
 
 //go:embed site
@@ -179,7 +181,7 @@ func (h *Handler) Serve(ctx *fasthttp.RequestCtx) bool {
 		}
 		f := h.assets[string(name)]
 		if f == nil {
-			writeError(ctx, fasthttp.StatusNotFound, "NOT_FOUND", "not found")
+			writeError(ctx, api.NotFound)
 			return true
 		}
 		h.serveFile(ctx, f)
@@ -197,8 +199,8 @@ func getOrHead(ctx *fasthttp.RequestCtx) bool {
 	if ctx.IsGet() || ctx.IsHead() {
 		return true
 	}
+	writeError(ctx, api.MethodNotAllowed)
 	ctx.Response.Header.Set(fasthttp.HeaderAllow, "GET, HEAD")
-	writeError(ctx, fasthttp.StatusMethodNotAllowed, "BAD_REQUEST", "method not allowed")
 	return false
 }
 
@@ -242,7 +244,7 @@ func (h *Handler) serveJSON(ctx *fasthttp.RequestCtx) {
 	}
 	b, err := h.encode()
 	if err != nil {
-		writeError(ctx, fasthttp.StatusInternalServerError, "INTERNAL", err.Error())
+		writeError(ctx, api.Internal.WithMessage(err.Error()))
 		return
 	}
 	rh := &ctx.Response.Header
@@ -272,13 +274,11 @@ func (h *Handler) encode() (b []byte, err error) {
 	return json.Marshal(s)
 }
 
-func writeError(ctx *fasthttp.RequestCtx, status int, code, msg string) {
-	b, _ := json.Marshal(map[string]string{"code": code, "message": msg})
-	ctx.SetStatusCode(status)
-	ctx.Response.Header.SetContentType("application/json")
-	ctx.Response.Header.Set(fasthttp.HeaderCacheControl, "no-store")
+// writeError answers from the error catalogue; the dashboard's answers
+// also forbid content sniffing, like its pages.
+func writeError(ctx *fasthttp.RequestCtx, rej *api.Rejection) {
+	rej.Write(ctx)
 	ctx.Response.Header.Set("X-Content-Type-Options", "nosniff")
-	ctx.SetBody(b)
 }
 
 // acceptsGzip reads Accept-Encoding (RFC 9110 12.5.3): gzip or x-gzip, else

@@ -81,4 +81,14 @@ var (
 	AdminDegradeUsage      = newRejection(400, "BAD_REQUEST", `send {"productId": "p1" or "" for all, "on": true|false}`)
 	AdminCancelUsage       = newRejection(400, "BAD_REQUEST", `send {"productId": "p1", "orderId": "<id>"}`)
 	AdminNoReleasableOrder = newRejection(404, "NOT_FOUND", "no order with that id that can be released (unknown, expired, or failed)")
+	// Internal: the edge failed to build an answer (the dashboard's
+	// snapshot); sent WithMessage, carrying the cause, to the operator only.
+	Internal = newRejection(500, "INTERNAL", "internal error")
+)
+
+// The origin pools (package upstream). Generic on purpose: the detail goes
+// to the log, never to the shopper.
+var (
+	OriginUnavailable = newRejection(502, "BAD_GATEWAY", "origin unavailable")
+	OriginTimeout     = newRejection(504, "GATEWAY_TIMEOUT", "origin timed out")
 )
