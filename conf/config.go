@@ -13,7 +13,7 @@ import (
 )
 
 // Config is the YAML document as written by ops, after defaults. It is never
-// used on the request path: Compile turns it into a Snapshot.
+// used on the request path: the proxy compiles it into a snapshot.
 type Config struct {
 	// NodeID tells edges apart (order ids, logs). 0..1023.
 	NodeID int `yaml:"node_id"`

@@ -18,7 +18,7 @@ import (
 // openSale connects to Redis (or starts the embedded stand-in), builds the
 // sale service, warms the configured sales and starts the background
 // refresh. Redis settings are read once: changing them needs a restart.
-func (s *Server) openSale(cfg *conf.Config, snap *conf.Snapshot) error {
+func (s *Server) openSale(cfg *conf.Config, snap *Snapshot) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	rc := cfg.Redis
