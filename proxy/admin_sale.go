@@ -8,6 +8,7 @@ import (
 
 	"github.com/valyala/fasthttp"
 
+	"flashgate/conf"
 	"flashgate/orders/stock"
 	"flashgate/sale/activity"
 )
@@ -29,11 +30,11 @@ func (s *Server) handleAdminSale(ctx *fasthttp.RequestCtx, path string) bool {
 		if !s.requirePost(ctx) {
 			return true
 		}
-		var c activity.Config
+		var c conf.ActivityConfig
 		if !decodeAdmin(ctx, &c) {
 			return true
 		}
-		a, errs := c.Build(time.Unix(0, s.opts.Now()))
+		a, errs := activity.Build(c, time.Unix(0, s.opts.Now()))
 		if len(errs) > 0 {
 			adminError(ctx, fasthttp.StatusBadRequest, errs.Error())
 			return true

@@ -170,7 +170,7 @@ func compileSale(cfg *conf.Config, env *Env) (*sale.Settings, field.Errors) {
 		start = time.Now()
 	}
 	for i, ac := range cfg.Activities {
-		a, aerrs := ac.Build(start)
+		a, aerrs := activity.Build(ac, start)
 		errs.Nest(field.Index("activities", i), aerrs)
 		if len(aerrs) == 0 {
 			st.Catalog = append(st.Catalog, a)

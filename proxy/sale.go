@@ -54,8 +54,7 @@ func (s *Server) openSale(cfg *conf.Config, snap *Snapshot) error {
 	})
 	s.store = store
 	if !cfg.Events.Disabled {
-		ec := cfg.Events
-		ec.KeepHijackedConns, ec.Render, ec.Log, ec.Now = true, sale.AppendResult, s.log, s.opts.Now
+		ec := push.Config{EventsConfig: cfg.Events, KeepHijackedConns: true, Render: sale.AppendResult, Log: s.log, Now: s.opts.Now}
 		if s.events, err = push.New(store.Client(), ec); err != nil {
 			store.Close()
 			return err

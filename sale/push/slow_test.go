@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"flashgate/conf"
 	"flashgate/internal/redistest"
 	"flashgate/orders/stock"
 )
@@ -36,7 +37,9 @@ func TestSlowClientIsDropped(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer st.Close()
-			h, err := New(st.Client(), Config{KeepHijackedConns: true, WriteTimeout: 20 * time.Millisecond,
+			ev := conf.Defaults().Events
+			ev.WriteTimeout = 20 * time.Millisecond
+			h, err := New(st.Client(), Config{EventsConfig: ev, KeepHijackedConns: true,
 				Render: func(b []byte, o stock.OrderInfo) []byte {
 					return append(append(append(b, `{"status":"`...), o.State...), `"}`...)
 				}})

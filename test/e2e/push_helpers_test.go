@@ -19,6 +19,7 @@ import (
 	"github.com/redis/rueidis"
 	"github.com/valyala/fasthttp"
 
+	"flashgate/conf"
 	"flashgate/internal/edgetest"
 	"flashgate/internal/syncbuf"
 	"flashgate/orders/consumer"
@@ -46,10 +47,15 @@ type pushEdge struct {
 }
 
 // servePushEdge starts an edge on a config file, in this process, until
-// the test ends.
-func servePushEdge(t testing.TB, path string, cfg push.Config) *pushEdge {
+// the test ends. events, if set, edits the hub's `events:` section (conf's
+// defaults).
+func servePushEdge(t testing.TB, path string, events func(c *conf.EventsConfig)) *pushEdge {
 	t.Helper()
 	srv, _ := edgetest.New(t, path, edgetest.Discard)
+	cfg := push.Config{EventsConfig: conf.Defaults().Events}
+	if events != nil {
+		events(&cfg.EventsConfig)
+	}
 	// The wiring proxy/ is to do (see push's doc): the hub on the edge's
 	// Redis client, the sale's Events, KeepHijackedConns on the server.
 	cfg.Render, cfg.KeepHijackedConns, cfg.Log = flashsale.AppendResult, true, edgetest.Discard
@@ -193,7 +199,7 @@ func TestPushEdgeProcess(t *testing.T) {
 	if err := raiseNoFile(0); err != nil {
 		t.Fatal(err)
 	}
-	e := servePushEdge(t, path, push.Config{})
+	e := servePushEdge(t, path, nil)
 	mux := http.NewServeMux()
 	mux.HandleFunc("/stats", func(w http.ResponseWriter, _ *http.Request) {
 		runtime.GC()
