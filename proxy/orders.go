@@ -88,21 +88,20 @@ func (s *Server) openOrders(cfg *conf.Config) error {
 		return err
 	}
 	p.brokers = cfg.Kafka.Brokers
+	topics := orders.Topics(cfg.Kafka.Topic, cfg.Kafka.DLQTopic, cfg.Kafka.Partitions)
 	if len(p.brokers) == 0 {
 		dir, err := p.dataPath(cfg, "kafka")
 		if err != nil {
 			return err
 		}
 		s.log.Warn("kafka.brokers is empty: using the embedded in-process Kafka-protocol broker (demo only)", "data_dir", dir)
-		if p.brokers, p.stopBroker, err = orders.StartEmbeddedWith(orders.EmbeddedConfig{DataDir: dir, Partitions: cfg.Kafka.Partitions}); err != nil {
+		if p.brokers, p.stopBroker, err = orders.StartEmbeddedWith(orders.EmbeddedConfig{DataDir: dir, Topics: topics}); err != nil {
 			return fail(err)
 		}
 	} else {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
-		if err := orders.EnsureTopics(ctx, p.brokers,
-			orders.Topic{Name: cfg.Kafka.Topic, Partitions: cfg.Kafka.Partitions},
-			orders.Topic{Name: cfg.Kafka.DLQTopic, Partitions: 1}); err != nil {
+		if err := orders.EnsureTopics(ctx, p.brokers, topics...); err != nil {
 			return fail(fmt.Errorf("kafka: %w", err))
 		}
 	}

@@ -48,7 +48,10 @@ func subcommand(name string, args []string, stdout, stderr io.Writer) int {
 	defer stop()
 	logger := newLogger(cfg.Log, stderr)
 	pw, _ := field.ResolveEnv(cfg.Redis.Password)
-	st, err := stock.Open(ctx, cfg.Redis.Addr, stock.Options{Timeout: cfg.Redis.Timeout, Password: pw})
+	st, err := stock.Open(ctx, cfg.Redis.Addr, stock.Options{
+		Timeout: cfg.Redis.Timeout, QueueTimeout: cfg.Redis.QueueTimeout, MaxFlushDelay: cfg.Redis.MaxFlushDelay,
+		OrderTTL: cfg.Sale.OrderTTL, Password: pw,
+	})
 	if err != nil {
 		fmt.Fprintf(stderr, "proxy %s: redis: %v\n", name, err)
 		return 1

@@ -61,7 +61,9 @@ func newEnv(t testing.TB, o envOpts) *env {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	var err error
-	if e.st, err = stock.Open(ctx, e.redis.Addr(), stock.Options{Timeout: 2 * time.Second}); err != nil {
+	if e.st, err = stock.Open(ctx, e.redis.Addr(), stock.Options{
+		Timeout: 2 * time.Second, QueueTimeout: 2 * time.Second, OrderTTL: conf.Defaults().Sale.OrderTTL,
+	}); err != nil {
 		t.Fatal(err)
 	}
 	cfg := push.Config{EventsConfig: conf.Defaults().Events}

@@ -101,8 +101,11 @@ func pushConsumer(t testing.TB, brokers []string, redisAddr string, store orders
 	if err != nil {
 		t.Fatal(err)
 	}
+	d := conf.Defaults()
 	c, err := consumer.New(consumer.Config{
-		Brokers: brokers, Store: store, Stock: st,
+		Brokers: brokers, Topic: d.Kafka.Topic, DLQTopic: d.Kafka.DLQTopic,
+		Group: d.Orders.Group, BatchSize: d.Orders.BatchSize, BatchTime: d.Orders.BatchTime,
+		Store: store, Stock: st,
 		Log: edgetest.Discard,
 		// What proxy/ and cmd/proxy/sub.go are to pass.
 		OnStored: func(products map[string][]int64) {
@@ -133,7 +136,9 @@ func pushConsumer(t testing.TB, brokers []string, redisAddr string, store orders
 func openStockFor(addr string) (*stock.Store, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	return stock.Open(ctx, addr, stock.Options{Timeout: 2 * time.Second})
+	return stock.Open(ctx, addr, stock.Options{
+		Timeout: 2 * time.Second, QueueTimeout: 2 * time.Second, OrderTTL: conf.Defaults().Sale.OrderTTL,
+	})
 }
 
 // pushStream is one shopper's event stream, read off the wire.
