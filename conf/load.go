@@ -80,8 +80,7 @@ func Defaults() *Config {
 	return c
 }
 
-// preset holds the defaults of node_id, listen, admin, log, real_ip and
-// reload. The document is decoded over them, so a zero written there stays
+// preset holds the defaults of listen, admin, log, real_ip and reload. The document is decoded over them, so a zero written there stays
 // and is validated: log.access_sample: 0 logs nothing, listen.read_timeout:
 // 0 is an error.
 func preset() *Config {
@@ -135,8 +134,8 @@ func orDefault[T comparable](v *T, def T) {
 }
 
 // Validate checks every field that the document alone can check. Filter
-// settings are checked when the filters are built (Compile), because only
-// the filter knows its own parameters.
+// settings are checked when the filters are built (the proxy's Compile),
+// because only the filter knows its own parameters.
 func (c *Config) Validate() field.Errors {
 	var errs field.Errors
 	if c.NodeID < 0 || c.NodeID > 1023 {
