@@ -16,6 +16,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"flashgate/conf"
 	"flashgate/orders"
 )
 
@@ -170,7 +171,8 @@ func cmdKfake(args []string, stderr io.Writer) int {
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
-	brokers, stop, err := orders.StartEmbeddedWith(orders.EmbeddedConfig{Port: *port, Partitions: *parts})
+	k := conf.Defaults().Kafka
+	brokers, stop, err := orders.StartEmbeddedWith(orders.EmbeddedConfig{Port: *port, Topics: orders.Topics(k.Topic, k.DLQTopic, *parts)})
 	if err != nil {
 		fmt.Fprintln(stderr, "bench kfake:", err)
 		return 1

@@ -4,16 +4,10 @@ import (
 	"time"
 
 	"gopkg.in/yaml.v3"
-
-	"flashgate/sale"
-	"flashgate/sale/activity"
-	"flashgate/sale/push"
-	"flashgate/static"
-	"flashgate/upstream"
 )
 
 // Config is the YAML document as written by ops, after defaults. It is never
-// used on the request path: Compile turns it into a Snapshot.
+// used on the request path: the proxy compiles it into a snapshot.
 type Config struct {
 	// NodeID tells edges apart (order ids, logs). 0..1023.
 	NodeID int `yaml:"node_id"`
@@ -23,21 +17,21 @@ type Config struct {
 	Log       LogConfig       `yaml:"log"`
 	RealIP    RealIPConfig    `yaml:"real_ip"`
 	Filters   []FilterConfig  `yaml:"filters"`
-	Static    static.Config   `yaml:"static"`
-	Upstreams upstream.Config `yaml:"upstreams"`
+	Static    StaticConfig    `yaml:"static"`
+	Upstreams UpstreamsConfig `yaml:"upstreams"`
 	Reload    ReloadConfig    `yaml:"reload"`
 
 	// DataDir is where the embedded stand-ins (Redis, Kafka, the order
 	// store) keep their state across restarts; "" keeps it in memory.
-	DataDir    string            `yaml:"data_dir"`
-	Redis      sale.RedisConfig  `yaml:"redis"`
-	Kafka      KafkaConfig       `yaml:"kafka"`
-	Orders     OrdersConfig      `yaml:"orders"`
-	ClickHouse ClickHouseConfig  `yaml:"clickhouse"`
-	Auth       sale.AuthConfig   `yaml:"auth"`
-	Sale       sale.Config       `yaml:"sale"`
-	Events     push.Config       `yaml:"events"`
-	Activities []activity.Config `yaml:"activities"`
+	DataDir    string           `yaml:"data_dir"`
+	Redis      RedisConfig      `yaml:"redis"`
+	Kafka      KafkaConfig      `yaml:"kafka"`
+	Orders     OrdersConfig     `yaml:"orders"`
+	ClickHouse ClickHouseConfig `yaml:"clickhouse"`
+	Auth       AuthConfig       `yaml:"auth"`
+	Sale       SaleConfig       `yaml:"sale"`
+	Events     EventsConfig     `yaml:"events"`
+	Activities []ActivityConfig `yaml:"activities"`
 }
 
 // ListenConfig is the shopper-facing listener.

@@ -55,10 +55,10 @@ func Parse(data []byte, source string) (*Document, error) {
 		}
 		return nil, fmt.Errorf("%s: %v", source, err)
 	}
-	cfg := Defaults()
+	cfg := preset()
 	errs := field.Decode(&root, cfg)
 	if len(errs) == 0 {
-		cfg.setDefaults()
+		cfg.fill()
 		errs = cfg.Validate()
 	}
 	for i := range errs {
@@ -72,9 +72,18 @@ func Parse(data []byte, source string) (*Document, error) {
 	return &Document{Config: cfg, Root: &root, Source: source, Raw: data}, nil
 }
 
-// Defaults returns a Config holding every default that does not depend on
-// other fields. Decoding fills the document over it.
+// Defaults returns what a document that sets nothing loads as: every
+// default. Code and tests that build a section by hand start from it.
 func Defaults() *Config {
+	c := preset()
+	c.fill()
+	return c
+}
+
+// preset holds the defaults of listen, admin, log, real_ip and reload. The document is decoded over them, so a zero written there stays
+// and is validated: log.access_sample: 0 logs nothing, listen.read_timeout:
+// 0 is an error.
+func preset() *Config {
 	return &Config{
 		Listen: ListenConfig{
 			Addr:               ":8080",
@@ -93,30 +102,40 @@ func Defaults() *Config {
 	}
 }
 
-// setDefaults fills defaults that live in list items or depend on other
-// fields; sections owned by other packages default themselves.
-func (c *Config) setDefaults() {
+// fill runs once the document is decoded and, with preset, is the only
+// place that defaults a setting. In every other section a setting left out
+// or written as zero takes its default (each section's fill, in its file);
+// list items (filters, pools, routes) get theirs, which only a pass after
+// decoding can give; a default derived from another field (a filter's
+// name, redis.queue_timeout) is set after that field's.
+func (c *Config) fill() {
 	for i := range c.Filters {
 		f := &c.Filters[i]
-		if f.Scope == "" {
-			f.Scope = "api"
-		}
-		if f.Name == "" {
-			f.Name = f.Type
-		}
+		orDefault(&f.Scope, "api")
+		orDefault(&f.Name, f.Type)
 	}
-	c.Static.SetDefaults()
-	c.Upstreams.SetDefaults()
-	c.Redis.SetDefaults()
-	c.Auth.SetDefaults()
-	c.Sale.SetDefaults()
-	c.Events.SetDefaults()
-	c.setOrderDefaults()
+	c.Static.fill()
+	c.Upstreams.fill()
+	c.Redis.fill()
+	c.Auth.fill()
+	c.Sale.fill()
+	c.Events.fill()
+	c.Kafka.fill()
+	c.Orders.fill()
+	c.ClickHouse.fill()
+}
+
+// orDefault sets *v to def when *v is the zero value.
+func orDefault[T comparable](v *T, def T) {
+	var zero T
+	if *v == zero {
+		*v = def
+	}
 }
 
 // Validate checks every field that the document alone can check. Filter
-// settings are checked when the filters are built (Compile), because only
-// the filter knows its own parameters.
+// settings are checked when the filters are built (the proxy's Compile),
+// because only the filter knows its own parameters.
 func (c *Config) Validate() field.Errors {
 	var errs field.Errors
 	if c.NodeID < 0 || c.NodeID > 1023 {
@@ -188,13 +207,7 @@ func (c *Config) Validate() field.Errors {
 	errs.Nest("sale", c.Sale.Validate())
 	errs.Nest("events", c.Events.Validate())
 	c.validateOrders(&errs)
-	seen := map[string]int{}
-	for i, a := range c.Activities {
-		if j, dup := seen[a.ProductID]; dup {
-			errs.Add(field.Index("activities", i)+".product_id", "%q is already declared by activities[%d]", a.ProductID, j)
-		}
-		seen[a.ProductID] = i
-	}
+	validateActivities(&errs, c.Activities)
 	return errs
 }
 

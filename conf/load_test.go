@@ -4,6 +4,7 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"time"
 
 	"flashgate/conf/field"
 )
@@ -76,6 +77,24 @@ func TestDefaultsFillOmittedFields(t *testing.T) {
 	if c.NodeID != 7 || c.Listen.ReadTimeout == 0 || c.Log.Level != "info" || c.RealIP.Header != "X-Forwarded-For" ||
 		c.Redis.QueueTimeout < c.Redis.Timeout {
 		t.Fatalf("defaults missing: %+v", c)
+	}
+}
+
+// A zero written in listen, admin, log, real_ip or reload stays (and is
+// validated); in every other section it takes the default, like a key left
+// out.
+func TestWrittenZero(t *testing.T) {
+	doc, err := Parse([]byte("log:\n  access_sample: 0\nkafka:\n  topic: \"\"\n  batch_timeout: 0s\nstatic:\n  max_age: 0s\nredis:\n  timeout: 2s\n  queue_timeout: 0s\n"), "t.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, d := doc.Config, Defaults()
+	if c.Log.AccessSample != 0 || c.Kafka.Topic != d.Kafka.Topic || c.Kafka.BatchTimeout != d.Kafka.BatchTimeout ||
+		c.Static.MaxAge != d.Static.MaxAge || c.Redis.QueueTimeout != 2*time.Second {
+		t.Fatalf("log %+v kafka %+v static %+v redis %+v", c.Log, c.Kafka, c.Static, c.Redis)
+	}
+	if _, err := Parse([]byte("listen:\n  read_timeout: 0s\n"), "t.yaml"); err == nil {
+		t.Fatal("listen.read_timeout: 0s accepted")
 	}
 }
 

@@ -50,42 +50,27 @@ type ClickHouseConfig struct {
 	Password string `yaml:"password"`
 }
 
-func (c *Config) setOrderDefaults() {
-	k := &c.Kafka
-	if k.Topic == "" {
-		k.Topic = "seckill.orders"
-	}
-	if k.DLQTopic == "" {
-		k.DLQTopic = "seckill.orders.dlq"
-	}
-	if k.Partitions == 0 {
-		k.Partitions = 6
-	}
-	if k.BatchTimeout == 0 {
-		k.BatchTimeout = 2 * time.Millisecond
-	}
-	if k.Timeout == 0 {
-		k.Timeout = 3 * time.Second
-	}
-	o := &c.Orders
-	if o.RelayInterval == 0 {
-		o.RelayInterval = 500 * time.Millisecond
-	}
-	if o.RelayMinAge == 0 {
-		o.RelayMinAge = 5 * time.Second
-	}
-	if o.Group == "" {
-		o.Group = "flashgate-orders"
-	}
-	if o.BatchSize == 0 {
-		o.BatchSize = 500
-	}
-	if o.BatchTime == 0 {
-		o.BatchTime = 50 * time.Millisecond
-	}
-	if c.ClickHouse.Database == "" {
-		c.ClickHouse.Database = "flashgate"
-	}
+// fill gives the settings left out or written as zero their defaults.
+func (k *KafkaConfig) fill() {
+	orDefault(&k.Topic, "seckill.orders")
+	orDefault(&k.DLQTopic, "seckill.orders.dlq")
+	orDefault(&k.Partitions, 6)
+	orDefault(&k.BatchTimeout, 2*time.Millisecond)
+	orDefault(&k.Timeout, 3*time.Second)
+}
+
+// fill gives the settings left out or written as zero their defaults.
+func (o *OrdersConfig) fill() {
+	orDefault(&o.RelayInterval, 500*time.Millisecond)
+	orDefault(&o.RelayMinAge, 5*time.Second)
+	orDefault(&o.Group, "flashgate-orders")
+	orDefault(&o.BatchSize, 500)
+	orDefault(&o.BatchTime, 50*time.Millisecond)
+}
+
+// fill gives the settings left out or written as zero their defaults.
+func (c *ClickHouseConfig) fill() {
+	orDefault(&c.Database, "flashgate")
 }
 
 func (c *Config) validateOrders(errs *field.Errors) {

@@ -10,9 +10,6 @@ import (
 	"flashgate/conf/field"
 )
 
-// DefaultRealIPHeader is the header read when none is configured.
-const DefaultRealIPHeader = "X-Forwarded-For"
-
 // RealIP finds the client address behind trusted proxies, like nginx's realip
 // module with real_ip_recursive on. It is immutable after NewRealIP and safe
 // for concurrent use; the proxy calls Resolve once per request and stores the
@@ -27,9 +24,6 @@ type RealIP struct {
 // name the entry, e.g. "trusted_proxies[1]", relative to the real_ip section.
 func NewRealIP(header string, trustedCIDRs []string) (*RealIP, field.Errors) {
 	var errs field.Errors
-	if header == "" {
-		header = DefaultRealIPHeader
-	}
 	if !isToken(header) {
 		errs.Add("header", "%q is not a valid header name", header)
 	} else if strings.EqualFold(header, "Forwarded") {

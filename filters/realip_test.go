@@ -2,6 +2,8 @@ package filters
 
 import (
 	"bufio"
+	"cmp"
+	"flashgate/conf"
 	"net"
 	"net/netip"
 	"strings"
@@ -21,9 +23,12 @@ func newCtx(peer string, header string, values ...string) *fasthttp.RequestCtx {
 	return ctx
 }
 
+// edgeHeader is real_ip.header's default, which a test's "" stands for.
+var edgeHeader = conf.Defaults().RealIP.Header
+
 func mustRealIP(t testing.TB, header string, trusted ...string) *RealIP {
 	t.Helper()
-	ri, errs := NewRealIP(header, trusted)
+	ri, errs := NewRealIP(cmp.Or(header, edgeHeader), trusted)
 	if errs != nil {
 		t.Fatal(errs)
 	}
@@ -119,7 +124,7 @@ func TestNewRealIPErrors(t *testing.T) {
 		{"forwarded", "forwarded", nil, "header: the Forwarded header"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			_, errs := NewRealIP(tc.header, tc.trusted)
+			_, errs := NewRealIP(cmp.Or(tc.header, edgeHeader), tc.trusted)
 			if errs == nil || !strings.Contains(errs.Error(), tc.want) {
 				t.Fatalf("errors = %v, want %q", errs, tc.want)
 			}

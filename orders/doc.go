@@ -45,7 +45,7 @@
 //
 // # The embedded broker
 //
-// StartEmbedded runs github.com/twmb/franz-go/pkg/kfake in the process on
+// StartEmbeddedWith runs github.com/twmb/franz-go/pkg/kfake in the process on
 // 127.0.0.1, with topics, messages and committed group offsets kept under a
 // locked data directory across restarts. One node, for a first run only.
 package orders

@@ -17,19 +17,13 @@ type EmbeddedConfig struct {
 	DataDir string
 	// Port on 127.0.0.1 (0 picks a free one).
 	Port int
-	// Partitions of the orders topic when it is created (default 6).
-	Partitions int
+	// Topics are created if missing, also on a restart: a data dir from
+	// before may lack one (see Topics).
+	Topics []Topic
 	// SyncWrites fsyncs every produced batch before acknowledging it.
 	// Without it a batch sits in the OS page cache: it survives the
 	// process being killed, not the machine losing power.
 	SyncWrites bool
-}
-
-// StartEmbedded starts the embedded Kafka-protocol broker (kfake, one node)
-// on a free 127.0.0.1 port with its state under dataDir, and makes sure the
-// orders and dead-letter topics exist. See StartEmbeddedWith.
-func StartEmbedded(dataDir string) (brokers []string, stop func(), err error) {
-	return StartEmbeddedWith(EmbeddedConfig{DataDir: dataDir})
 }
 
 // StartEmbeddedWith starts the embedded broker: github.com/twmb/franz-go's
@@ -63,12 +57,9 @@ func StartEmbeddedWith(cfg EmbeddedConfig) (brokers []string, stop func(), err e
 		unlock()
 	}
 	brokers = c.ListenAddrs()
-	// Also on a restart: a data dir from before may lack a topic.
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	topics := DefaultTopics()
-	topics[0].Partitions = cfg.Partitions
-	if err := EnsureTopics(ctx, brokers, topics...); err != nil {
+	if err := EnsureTopics(ctx, brokers, cfg.Topics...); err != nil {
 		stop()
 		return nil, nil, err
 	}

@@ -13,7 +13,7 @@ import (
 // use.
 func TestEmbeddedPersists(t *testing.T) {
 	dir := t.TempDir()
-	brokers, stop, err := StartEmbedded(dir)
+	brokers, stop, err := StartEmbeddedWith(EmbeddedConfig{DataDir: dir, Topics: testTopics()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -23,13 +23,13 @@ func TestEmbeddedPersists(t *testing.T) {
 			stop()
 		}
 	}()
-	if _, _, err := StartEmbedded(dir); err == nil {
+	if _, _, err := StartEmbeddedWith(EmbeddedConfig{DataDir: dir, Topics: testTopics()}); err == nil {
 		t.Fatal("a second broker started on the same directory")
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 
-	pub, err := NewPublisher(PublisherConfig{Brokers: brokers})
+	pub, err := NewPublisher(withKafkaConf(PublisherConfig{Brokers: brokers}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -42,7 +42,7 @@ func TestEmbeddedPersists(t *testing.T) {
 	pub.Close()
 	// A consumer group reads and commits 4.
 	committed := map[int64]bool{}
-	r := kafka.NewReader(kafka.ReaderConfig{Brokers: brokers, GroupID: "store", Topic: DefaultTopic, MaxWait: 50 * time.Millisecond, StartOffset: kafka.FirstOffset})
+	r := kafka.NewReader(kafka.ReaderConfig{Brokers: brokers, GroupID: "store", Topic: kafkaConf.Topic, MaxWait: 50 * time.Millisecond, StartOffset: kafka.FirstOffset})
 	for len(committed) < 4 {
 		m, err := r.FetchMessage(ctx)
 		if err != nil {
@@ -60,7 +60,7 @@ func TestEmbeddedPersists(t *testing.T) {
 	stop()
 	stopped = true
 
-	brokers, stop, err = StartEmbedded(dir)
+	brokers, stop, err = StartEmbeddedWith(EmbeddedConfig{DataDir: dir, Topics: testTopics()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -75,7 +75,7 @@ func TestEmbeddedPersists(t *testing.T) {
 		}
 	}
 	// The group resumes after its commits: it reads exactly the other 6.
-	r = kafka.NewReader(kafka.ReaderConfig{Brokers: brokers, GroupID: "store", Topic: DefaultTopic, MaxWait: 50 * time.Millisecond, StartOffset: kafka.FirstOffset})
+	r = kafka.NewReader(kafka.ReaderConfig{Brokers: brokers, GroupID: "store", Topic: kafkaConf.Topic, MaxWait: 50 * time.Millisecond, StartOffset: kafka.FirstOffset})
 	defer r.Close()
 	rest := map[int64]bool{}
 	for len(rest) < n-len(committed) {
@@ -89,7 +89,7 @@ func TestEmbeddedPersists(t *testing.T) {
 		}
 		rest[e.OrderID] = true
 	}
-	if len(readAll(t, brokers, DefaultDLQTopic)) != 0 {
+	if len(readAll(t, brokers, kafkaConf.DLQTopic)) != 0 {
 		t.Error("DLQ not empty")
 	}
 }

@@ -1,6 +1,7 @@
 package orders
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"io"
@@ -14,10 +15,18 @@ import (
 	"github.com/segmentio/kafka-go"
 	"github.com/twmb/franz-go/pkg/kfake"
 
+	"flashgate/conf"
 	"flashgate/internal/kafkatest"
 	"flashgate/internal/redistest"
 	"flashgate/orders/stock"
 )
+
+// kafkaConf is the kafka: section with conf's defaults: what the edge
+// passes the publisher.
+var kafkaConf = conf.Defaults().Kafka
+
+// testTopics are the orders and DLQ topics as the edge creates them.
+func testTopics() []Topic { return Topics(kafkaConf.Topic, kafkaConf.DLQTopic, kafkaConf.Partitions) }
 
 // startKafka is a kfake cluster with the orders and DLQ topics.
 func startKafka(t testing.TB, opts ...kfake.Opt) ([]string, *kfake.Cluster) {
@@ -25,7 +34,7 @@ func startKafka(t testing.TB, opts ...kfake.Opt) ([]string, *kfake.Cluster) {
 	brokers, c := kafkatest.Start(t, opts...)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if err := EnsureTopics(ctx, brokers, DefaultTopics()...); err != nil {
+	if err := EnsureTopics(ctx, brokers, testTopics()...); err != nil {
 		t.Fatal(err)
 	}
 	return brokers, c
@@ -43,12 +52,22 @@ func (w tWriter) Write(b []byte) (int, error) {
 	return len(b), nil
 }
 
+// withKafkaConf gives cfg the kafka: settings the test leaves out, as the
+// edge passes them.
+func withKafkaConf(cfg PublisherConfig) PublisherConfig {
+	cfg.Topic = cmp.Or(cfg.Topic, kafkaConf.Topic)
+	cfg.DLQTopic = cmp.Or(cfg.DLQTopic, kafkaConf.DLQTopic)
+	cfg.BatchTimeout = cmp.Or(cfg.BatchTimeout, kafkaConf.BatchTimeout)
+	cfg.Timeout = cmp.Or(cfg.Timeout, kafkaConf.Timeout)
+	return cfg
+}
+
 func newPublisher(t testing.TB, cfg PublisherConfig) *Publisher {
 	t.Helper()
 	if cfg.Log == nil {
 		cfg.Log = testLog(t)
 	}
-	p, err := NewPublisher(cfg)
+	p, err := NewPublisher(withKafkaConf(cfg))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -135,7 +154,7 @@ func readAll(t testing.TB, brokers []string, topic string) []record {
 func readOrders(t testing.TB, brokers []string) (map[int64]Event, map[int64]int) {
 	t.Helper()
 	evs, counts := map[int64]Event{}, map[int64]int{}
-	for _, r := range readAll(t, brokers, DefaultTopic) {
+	for _, r := range readAll(t, brokers, kafkaConf.Topic) {
 		e, err := Decode(r.value)
 		if err != nil {
 			t.Fatalf("offset %d/%d: %v", r.partition, r.offset, err)
@@ -169,7 +188,9 @@ func openStore(t testing.TB, kind string) *stock.Store {
 	if kind == "real" {
 		addr = redistest.Start(t)
 	}
-	s, err := stock.Open(context.Background(), addr, stock.Options{Timeout: 10 * time.Second})
+	s, err := stock.Open(context.Background(), addr, stock.Options{
+		Timeout: 10 * time.Second, QueueTimeout: 10 * time.Second, OrderTTL: conf.Defaults().Sale.OrderTTL,
+	})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -9,26 +9,20 @@ import (
 	"github.com/segmentio/kafka-go"
 )
 
-// Topic names.
-const (
-	DefaultTopic    = "seckill.orders"     // order and release events, keyed by order id
-	DefaultDLQTopic = "seckill.orders.dlq" // what could not be processed, with the reason in a header
-)
-
-// DefaultPartitions is the orders topic's partition count when not configured.
-const DefaultPartitions = 6
-
 // Topic is a topic EnsureTopics creates if it is missing.
 type Topic struct {
 	Name              string
-	Partitions        int // 0 means DefaultPartitions
+	Partitions        int // required
 	ReplicationFactor int // 0 means 1 (the embedded broker and single-broker setups)
 }
 
-// DefaultTopics are the orders topic (DefaultPartitions) and its
-// dead-letter topic (1 partition: little traffic, no ordering to keep).
-func DefaultTopics() []Topic {
-	return []Topic{{Name: DefaultTopic}, {Name: DefaultDLQTopic, Partitions: 1}}
+// Topics are the orders topic (order and release events, keyed by order id)
+// with its partitions, and its dead-letter topic (what could not be
+// processed, with the reason in a header; 1 partition: little traffic, no
+// ordering to keep), as kafka.topic, kafka.dlq_topic and kafka.partitions
+// name them.
+func Topics(topic, dlqTopic string, partitions int) []Topic {
+	return []Topic{{Name: topic, Partitions: partitions}, {Name: dlqTopic, Partitions: 1}}
 }
 
 // EnsureTopics creates the topics that do not exist yet. An existing topic
@@ -48,7 +42,7 @@ func EnsureTopics(ctx context.Context, brokers []string, topics ...Topic) error 
 		}
 		p, rf := t.Partitions, t.ReplicationFactor
 		if p <= 0 {
-			p = DefaultPartitions
+			return fmt.Errorf("orders: ensure topics: %s: partitions must be positive, got %d", t.Name, p)
 		}
 		if rf <= 0 {
 			rf = 1

@@ -96,7 +96,7 @@ func TestPublishConcurrentExactlyOnce(t *testing.T) {
 	if t.Failed() {
 		return
 	}
-	recs := readAll(t, brokers, DefaultTopic)
+	recs := readAll(t, brokers, kafkaConf.Topic)
 	counts := map[int64]int{}
 	var got []int64
 	for _, r := range recs {
@@ -111,7 +111,7 @@ func TestPublishConcurrentExactlyOnce(t *testing.T) {
 		if r.time.Before(start) || r.time.After(time.Now()) {
 			t.Errorf("order %s has timestamp %v, want the publish time (after %v)", r.key, r.time, start)
 		}
-		if want := kafkaHash([]byte(r.key), DefaultPartitions); r.partition != want {
+		if want := kafkaHash([]byte(r.key), kafkaConf.Partitions); r.partition != want {
 			t.Errorf("order %s in partition %d, kafka.Hash picks %d", r.key, r.partition, want)
 		}
 		if e.OrderID == seqID {

@@ -14,25 +14,27 @@ import (
 	"github.com/segmentio/kafka-go"
 )
 
-// PublisherConfig configures a Publisher. Only Brokers is required.
+// PublisherConfig configures a Publisher. Brokers and the settings edge.yaml
+// has (Topic, DLQTopic, BatchTimeout, Timeout: kafka.*, which conf
+// defaults) are required; the others have defaults of their own.
 type PublisherConfig struct {
 	Brokers  []string
-	Topic    string // default DefaultTopic
-	DLQTopic string // default DefaultDLQTopic
+	Topic    string
+	DLQTopic string
 
 	// BatchTimeout is how long the dead-letter writer's batch waits for
-	// more messages (default 2ms; kafka-go's 1s default would stall every
-	// dead-lettering). Order events do not wait for any timer: they go
-	// through a group commit per partition (see producer).
+	// more messages (kafka-go's 1s default would stall every dead-lettering).
+	// Order events do not wait for any timer: they go through a group
+	// commit per partition (see producer).
 	BatchTimeout time.Duration
 	// BatchSize caps the events of one produce request (default 1000);
 	// what queued beyond it goes in the next request at once.
 	BatchSize int
-	// Timeout bounds one publish from the caller's view (default 3s), on
-	// top of the caller's context. When it runs out the event may still be
-	// written later (a request in flight or retried): the outcome is
-	// unknown, and the outbox relay settles it. Events whose callers gave
-	// up are neither sent nor retried any more.
+	// Timeout bounds one publish from the caller's view, on top of the
+	// caller's context. When it runs out the event may still be written
+	// later (a request in flight or retried): the outcome is unknown, and
+	// the outbox relay settles it. Events whose callers gave up are neither
+	// sent nor retried any more.
 	Timeout time.Duration
 	// WriteTimeout bounds one produce request (default 2s).
 	WriteTimeout time.Duration
@@ -65,24 +67,20 @@ type OutboxAcker interface {
 	AckOutbox(ctx context.Context, productID string, ids ...string) error
 }
 
-func (c *PublisherConfig) defaults() error {
+// check rejects a config without what it needs and fills the settings
+// that are not edge.yaml's.
+func (c *PublisherConfig) check() error {
 	if len(c.Brokers) == 0 {
 		return errors.New("orders: publisher: no brokers")
 	}
-	if c.Topic == "" {
-		c.Topic = DefaultTopic
+	if c.Topic == "" || c.DLQTopic == "" {
+		return errors.New("orders: publisher: Topic and DLQTopic are required (kafka.topic, kafka.dlq_topic)")
 	}
-	if c.DLQTopic == "" {
-		c.DLQTopic = DefaultDLQTopic
-	}
-	if c.BatchTimeout <= 0 {
-		c.BatchTimeout = 2 * time.Millisecond
+	if c.BatchTimeout <= 0 || c.Timeout <= 0 {
+		return fmt.Errorf("orders: publisher: BatchTimeout and Timeout must be positive (kafka.batch_timeout, kafka.timeout), got %v and %v", c.BatchTimeout, c.Timeout)
 	}
 	if c.BatchSize <= 0 {
 		c.BatchSize = 1000
-	}
-	if c.Timeout <= 0 {
-		c.Timeout = 3 * time.Second
 	}
 	if c.WriteTimeout <= 0 {
 		c.WriteTimeout = 2 * time.Second
@@ -134,7 +132,7 @@ type ackReq struct{ product, id string }
 // NewPublisher builds a Publisher. It does not connect: the first publish
 // does, and a broker that is down shows as publish errors.
 func NewPublisher(cfg PublisherConfig) (*Publisher, error) {
-	if err := cfg.defaults(); err != nil {
+	if err := cfg.check(); err != nil {
 		return nil, err
 	}
 	p := &Publisher{cfg: cfg}

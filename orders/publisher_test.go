@@ -34,7 +34,7 @@ func TestPublishAcknowledged(t *testing.T) {
 		t.Errorf("a publish took %v", d)
 	}
 
-	r := kafka.NewReader(kafka.ReaderConfig{Brokers: brokers, GroupID: "test", Topic: DefaultTopic, MaxWait: 50 * time.Millisecond, StartOffset: kafka.FirstOffset})
+	r := kafka.NewReader(kafka.ReaderConfig{Brokers: brokers, GroupID: "test", Topic: kafkaConf.Topic, MaxWait: 50 * time.Millisecond, StartOffset: kafka.FirstOffset})
 	defer r.Close()
 	got := map[int64]Event{}
 	for len(got) < 2 {
@@ -54,7 +54,7 @@ func TestPublishAcknowledged(t *testing.T) {
 	if got[want.OrderID] != want {
 		t.Errorf("read %+v, want %+v", got[want.OrderID], want)
 	}
-	if n := len(readAll(t, brokers, DefaultTopic)); n != 2 {
+	if n := len(readAll(t, brokers, kafkaConf.Topic)); n != 2 {
 		t.Errorf("topic holds %d messages, want 2", n)
 	}
 	if s := p.Stats(); s.Published != 2 || s.Failed != 0 {

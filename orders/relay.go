@@ -19,7 +19,9 @@ import (
 	"flashgate/orders/stock"
 )
 
-// RelayConfig configures a Relay. Store, Publisher and Products are required.
+// RelayConfig configures a Relay. Store, Publisher, Products and the
+// settings edge.yaml has (Interval, MinAge: orders.relay_*, which conf
+// defaults) are required; the others have defaults of their own.
 type RelayConfig struct {
 	Store     *stock.Store
 	Publisher *Publisher
@@ -32,13 +34,13 @@ type RelayConfig struct {
 	// entries are claimed like any dead edge's.
 	Node     int
 	Consumer string
-	// Interval between sweeps (default 500ms).
+	// Interval between sweeps.
 	Interval time.Duration
 	// MinAge is how long an entry must have sat in the relay group's
-	// pending list before the relay re-sends it (default 5s). The direct
-	// path normally removes an entry within milliseconds; MinAge must be
-	// well above the edge's publish timeout, or the relay re-sends what the
-	// direct path is still publishing (harmless, but duplicates).
+	// pending list before the relay re-sends it. The direct path normally
+	// removes an entry within milliseconds; MinAge must be well above the
+	// edge's publish timeout, or the relay re-sends what the direct path is
+	// still publishing (harmless, but duplicates).
 	MinAge time.Duration
 	// Count is the entries per XREADGROUP / XAUTOCLAIM call (default 256).
 	Count int
@@ -49,19 +51,18 @@ type RelayConfig struct {
 	Log         *slog.Logger // default slog.Default()
 }
 
-func (c *RelayConfig) defaults() error {
+// check rejects a config without what it needs and fills the settings
+// that are not edge.yaml's.
+func (c *RelayConfig) check() error {
 	if c.Store == nil || c.Publisher == nil || c.Products == nil {
 		return errors.New("orders: relay needs Store, Publisher and Products")
+	}
+	if c.Interval <= 0 || c.MinAge <= 0 {
+		return fmt.Errorf("orders: relay: Interval and MinAge must be positive (orders.relay_interval, orders.relay_min_age), got %v and %v", c.Interval, c.MinAge)
 	}
 	if c.Consumer == "" {
 		host, _ := os.Hostname()
 		c.Consumer = "edge" + strconv.Itoa(c.Node) + "-" + host + "-" + strconv.Itoa(os.Getpid())
-	}
-	if c.Interval <= 0 {
-		c.Interval = 500 * time.Millisecond
-	}
-	if c.MinAge <= 0 {
-		c.MinAge = 5 * time.Second
 	}
 	if c.Count <= 0 {
 		c.Count = 256
@@ -120,7 +121,7 @@ type Relay struct {
 
 // NewRelay builds a Relay; Start runs it.
 func NewRelay(cfg RelayConfig) (*Relay, error) {
-	if err := cfg.defaults(); err != nil {
+	if err := cfg.check(); err != nil {
 		return nil, err
 	}
 	return &Relay{cfg: cfg, c: cfg.Store.Client()}, nil

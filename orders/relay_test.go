@@ -166,11 +166,11 @@ func TestRelayDeadLetters(t *testing.T) {
 	r := newRelay(t, RelayConfig{Store: s, Publisher: pub, Products: func() []string { return []string{"p1"} }, MinAge: 100 * time.Millisecond})
 	r.Start()
 	waitFor(t, "the malformed entry to leave the outbox", func() bool { return outboxLen(t, s, "p1") == 0 })
-	dl := readAll(t, brokers, DefaultDLQTopic)
+	dl := readAll(t, brokers, kafkaConf.DLQTopic)
 	if len(dl) != 1 || dl[0].key != "77" || dl[0].headers[HeaderReason] == "" || dl[0].headers[HeaderSource] == "" {
 		t.Fatalf("dead letters: %+v", dl)
 	}
-	if n := len(readAll(t, brokers, DefaultTopic)); n != 0 {
+	if n := len(readAll(t, brokers, kafkaConf.Topic)); n != 0 {
 		t.Errorf("%d messages on the orders topic", n)
 	}
 	if st := r.Stats(); st.DeadLettered != 1 {
@@ -260,7 +260,7 @@ func TestRelayDeletedPendingEntries(t *testing.T) {
 			if n := pendingCount(t, s, "p1"); n != 0 {
 				t.Errorf("%d entries pending after XAUTOCLAIM, want 0", n)
 			}
-			if n := len(readAll(t, brokers, DefaultTopic)); n != 0 {
+			if n := len(readAll(t, brokers, kafkaConf.Topic)); n != 0 {
 				t.Errorf("%d messages published for deleted entries", n)
 			}
 		})

@@ -8,6 +8,7 @@ import (
 
 	"github.com/valyala/fasthttp"
 
+	"flashgate/conf"
 	"flashgate/orders/stock"
 	"flashgate/sale/activity"
 	"flashgate/sale/api"
@@ -30,11 +31,11 @@ func (s *Server) handleAdminSale(ctx *fasthttp.RequestCtx, path string) bool {
 		if !s.requirePost(ctx) {
 			return true
 		}
-		var c activity.Config
+		var c conf.ActivityConfig
 		if !decodeAdmin(ctx, &c) {
 			return true
 		}
-		a, errs := c.Build(time.Unix(0, s.opts.Now()))
+		a, errs := activity.Build(c, time.Unix(0, s.opts.Now()))
 		if len(errs) > 0 {
 			api.BadRequest.WithMessage(errs.Error()).Write(ctx)
 			return true

@@ -40,10 +40,10 @@ type Options struct {
 type Server struct {
 	opts Options
 	log  *slog.Logger
-	env  *conf.Env
+	env  *Env
 	m    *serverMetrics
 
-	snap     atomic.Pointer[conf.Snapshot]
+	snap     atomic.Pointer[Snapshot]
 	version  atomic.Uint64
 	reloadMu sync.Mutex
 	// lastReload describes the last reload attempt for /admin/config and logs.
@@ -73,14 +73,14 @@ type ReloadResult struct {
 
 // Check compiles doc as New would, without connecting to anything or
 // starting anything: `proxy -t`.
-func Check(doc *conf.Document) (*conf.Snapshot, error) {
-	env := &conf.Env{
+func Check(doc *conf.Document) (*Snapshot, error) {
+	env := &Env{
 		Zones:      filters.NewZones(),
 		Upstreams:  upstream.NewManager(slog.New(slog.DiscardHandler)),
 		Activities: activity.NewRegistry(),
 		Start:      time.Now(),
 	}
-	return conf.Compile(doc, env, 1)
+	return Compile(doc, env, 1)
 }
 
 // New compiles doc into the first snapshot, connects to Redis and Kafka (or
@@ -99,7 +99,7 @@ func New(doc *conf.Document, opts Options) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	s.env = &conf.Env{
+	s.env = &Env{
 		Zones:                 filters.NewZones(),
 		Upstreams:             upstream.NewManager(opts.Logger),
 		Now:                   opts.Now,
@@ -111,7 +111,7 @@ func New(doc *conf.Document, opts Options) (*Server, error) {
 	}
 	s.m = newServerMetrics(s.env.Zones, s.env.Upstreams)
 	s.env.Upstreams.OnResponse = s.m.observeUpstream
-	snap, err := conf.Compile(doc, s.env, s.version.Add(1))
+	snap, err := Compile(doc, s.env, s.version.Add(1))
 	if err != nil {
 		return nil, err
 	}
@@ -147,7 +147,7 @@ func New(doc *conf.Document, opts Options) (*Server, error) {
 }
 
 // Snapshot returns the configuration in force.
-func (s *Server) Snapshot() *conf.Snapshot { return s.snap.Load() }
+func (s *Server) Snapshot() *Snapshot { return s.snap.Load() }
 
 func (s *Server) newPublicServer(cfg *conf.Config) *fasthttp.Server {
 	l := cfg.Listen
@@ -215,9 +215,9 @@ func (s *Server) Reload(trigger string) error {
 	now := time.Now()
 	s.m.lastReloadUnix.Store(now.Unix())
 	doc, err := conf.LoadFile(s.opts.ConfigPath)
-	var snap *conf.Snapshot
+	var snap *Snapshot
 	if err == nil {
-		snap, err = conf.Compile(doc, s.env, s.version.Add(1))
+		snap, err = Compile(doc, s.env, s.version.Add(1))
 	}
 	if err != nil {
 		s.m.reloadFailed.Inc()
@@ -311,7 +311,7 @@ func (s *Server) Handle(ctx *fasthttp.RequestCtx) {
 	s.accessLog(ctx, snap, rt, status, d)
 }
 
-func (s *Server) dispatch(ctx *fasthttp.RequestCtx, snap *conf.Snapshot, r *filters.Request, rt route, path []byte) route {
+func (s *Server) dispatch(ctx *fasthttp.RequestCtx, snap *Snapshot, r *filters.Request, rt route, path []byte) route {
 	switch rt {
 	case routeAPI:
 		s.sale.Handle(&r.Call)
@@ -337,7 +337,7 @@ func (s *Server) dispatch(ctx *fasthttp.RequestCtx, snap *conf.Snapshot, r *filt
 }
 
 // accessLog writes one line per sampled request; every 5xx is logged.
-func (s *Server) accessLog(ctx *fasthttp.RequestCtx, snap *conf.Snapshot, rt route, status int, d time.Duration) {
+func (s *Server) accessLog(ctx *fasthttp.RequestCtx, snap *Snapshot, rt route, status int, d time.Duration) {
 	every := snap.AccessSampleEvery
 	if status < 500 && (every == 0 || s.sampleN.Add(1)%every != 0) {
 		return
@@ -375,7 +375,7 @@ func (s *Server) handleReadError(ctx *fasthttp.RequestCtx, err error) {
 }
 
 // Describe is used by `proxy -t` and logs.
-func Describe(snap *conf.Snapshot) string {
+func Describe(snap *Snapshot) string {
 	c := snap.Doc.Config
 	return fmt.Sprintf("listen %s, admin %s, %d filters, %d pools, %d routes", c.Listen.Addr, c.Admin.Addr, len(c.Filters), len(c.Upstreams.Pools), len(c.Upstreams.Routes))
 }

@@ -40,7 +40,7 @@ type parts struct {
 
 // assemble builds the parts of an edge for cfg and warms the sales of the
 // first snapshot. On error everything it started is stopped again.
-func (s *Server) assemble(cfg *conf.Config, snap *conf.Snapshot) (*parts, error) {
+func (s *Server) assemble(cfg *conf.Config, snap *Snapshot) (*parts, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	store, err := openStock(ctx, cfg, s.log, true)
@@ -59,8 +59,7 @@ func (s *Server) assemble(cfg *conf.Config, snap *conf.Snapshot) (*parts, error)
 	}
 	var events *push.Hub
 	if !cfg.Events.Disabled {
-		ec := cfg.Events
-		ec.KeepHijackedConns, ec.Render, ec.Log, ec.Now = true, sale.AppendResult, s.log, s.opts.Now
+		ec := push.Config{EventsConfig: cfg.Events, KeepHijackedConns: true, Render: sale.AppendResult, Log: s.log, Now: s.opts.Now}
 		if events, err = push.New(store.Client(), ec); err != nil {
 			p.close()
 			store.Close()
@@ -160,21 +159,20 @@ func openPipeline(cfg *conf.Config, st *stock.Store, products func() []string, o
 		return nil, err
 	}
 	p.brokers = cfg.Kafka.Brokers
+	topics := orders.Topics(cfg.Kafka.Topic, cfg.Kafka.DLQTopic, cfg.Kafka.Partitions)
 	if len(p.brokers) == 0 {
 		dir, err := p.dataPath(cfg, "kafka")
 		if err != nil {
 			return fail(err)
 		}
 		log.Warn("kafka.brokers is empty: using the embedded in-process Kafka-protocol broker (demo only)", "data_dir", dir)
-		if p.brokers, p.stopBroker, err = orders.StartEmbeddedWith(orders.EmbeddedConfig{DataDir: dir, Partitions: cfg.Kafka.Partitions}); err != nil {
+		if p.brokers, p.stopBroker, err = orders.StartEmbeddedWith(orders.EmbeddedConfig{DataDir: dir, Topics: topics}); err != nil {
 			return fail(err)
 		}
 	} else {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
-		if err := orders.EnsureTopics(ctx, p.brokers,
-			orders.Topic{Name: cfg.Kafka.Topic, Partitions: cfg.Kafka.Partitions},
-			orders.Topic{Name: cfg.Kafka.DLQTopic, Partitions: 1}); err != nil {
+		if err := orders.EnsureTopics(ctx, p.brokers, topics...); err != nil {
 			return fail(fmt.Errorf("kafka: %w", err))
 		}
 	}

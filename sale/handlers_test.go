@@ -1,6 +1,7 @@
 package sale
 
 import (
+	"cmp"
 	"context"
 	"encoding/binary"
 	"io"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/valyala/fasthttp"
 
+	"flashgate/conf"
 	"flashgate/internal/redistest"
 	"flashgate/orders/orderid"
 	"flashgate/orders/stock"
@@ -37,6 +39,8 @@ func (r *doRig) stats() (calls, attempts uint64) { return r.st.Stats() }
 func newDoRig(t *testing.T, opts stock.Options, brk *Breaker, products ...string) *doRig {
 	t.Helper()
 	srv := redistest.New(t)
+	opts.QueueTimeout = cmp.Or(opts.QueueTimeout, opts.Timeout)
+	opts.OrderTTL = cmp.Or(opts.OrderTTL, conf.Defaults().Sale.OrderTTL)
 	st, err := stock.Open(context.Background(), srv.Addr(), opts)
 	if err != nil {
 		t.Fatal(err)

@@ -17,6 +17,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kfake"
 
+	"flashgate/conf"
 	"flashgate/internal/chtest"
 	"flashgate/internal/kafkatest"
 	"flashgate/internal/redistest"
@@ -54,8 +55,11 @@ type rig struct {
 	consDone chan struct{}
 }
 
+// edge is the configuration the rig's pipeline runs with: conf's defaults.
+var edge = conf.Defaults()
+
 func newRig(t *testing.T, st *stock.Store, store orderstore.Store) *rig {
-	brokers, _ := kafkatest.Start(t, kfake.SeedTopics(4, orders.DefaultTopic))
+	brokers, _ := kafkatest.Start(t, kfake.SeedTopics(4, edge.Kafka.Topic))
 	r := &rig{t: t, brokers: brokers, store: store}
 	r.useStock(st)
 	t.Cleanup(r.stopConsumer)
@@ -66,7 +70,9 @@ func newRig(t *testing.T, st *stock.Store, store orderstore.Store) *rig {
 // sale service with its own registry (a restarted process).
 func (r *rig) useStock(st *stock.Store) {
 	r.t.Helper()
-	pub, err := orders.NewPublisher(orders.PublisherConfig{Brokers: r.brokers, Outbox: st, Log: discard})
+	k := edge.Kafka
+	pub, err := orders.NewPublisher(orders.PublisherConfig{Brokers: r.brokers, Topic: k.Topic, DLQTopic: k.DLQTopic,
+		BatchTimeout: k.BatchTimeout, Timeout: k.Timeout, Outbox: st, Log: discard})
 	if err != nil {
 		r.t.Fatal(err)
 	}
@@ -77,12 +83,13 @@ func (r *rig) useStock(st *stock.Store) {
 }
 
 func (r *rig) drain(ctx context.Context) error {
-	return consumer.WaitDrained(ctx, r.brokers, orders.DefaultTopic, consumer.DefaultGroup, 50*time.Millisecond)
+	return consumer.WaitDrained(ctx, r.brokers, edge.Kafka.Topic, edge.Orders.Group, 50*time.Millisecond)
 }
 
 func (r *rig) startConsumer() {
 	r.t.Helper()
-	c, err := consumer.New(consumer.Config{Brokers: r.brokers, Store: r.store, BatchTime: 10 * time.Millisecond, Log: discard})
+	c, err := consumer.New(consumer.Config{Brokers: r.brokers, Topic: edge.Kafka.Topic, DLQTopic: edge.Kafka.DLQTopic,
+		Group: edge.Orders.Group, BatchSize: edge.Orders.BatchSize, BatchTime: 10 * time.Millisecond, Store: r.store, Log: discard})
 	if err != nil {
 		r.t.Fatal(err)
 	}
@@ -255,7 +262,9 @@ func TestRedisLossRebuildsFromLedger(t *testing.T) {
 func testRedisLoss(t *testing.T, kind string) {
 	ctx := context.Background()
 	srv := redistest.New(t)
-	st, err := stock.Open(ctx, srv.Addr(), stock.Options{Timeout: 10 * time.Second})
+	st, err := stock.Open(ctx, srv.Addr(), stock.Options{
+		Timeout: 10 * time.Second, QueueTimeout: 10 * time.Second, OrderTTL: edge.Sale.OrderTTL,
+	})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -379,7 +388,8 @@ func testRedisLoss(t *testing.T, kind string) {
 func TestEmbeddedCrashRebuildsFromLedger(t *testing.T) {
 	ctx := context.Background()
 	dataDir, crashDir := t.TempDir(), t.TempDir()
-	st1, err := stock.Open(ctx, "embedded", stock.Options{DataDir: dataDir, SaveEvery: 20 * time.Millisecond, Timeout: 10 * time.Second})
+	st1, err := stock.Open(ctx, "embedded", stock.Options{DataDir: dataDir, SaveEvery: 20 * time.Millisecond,
+		Timeout: 10 * time.Second, QueueTimeout: 10 * time.Second, OrderTTL: edge.Sale.OrderTTL})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -418,7 +428,8 @@ func TestEmbeddedCrashRebuildsFromLedger(t *testing.T) {
 	}
 
 	// kill -9 and restart: a new store from the crash's file, a new edge.
-	st2, err := stock.Open(ctx, "embedded", stock.Options{DataDir: crashDir, SaveEvery: -1, Timeout: 10 * time.Second})
+	st2, err := stock.Open(ctx, "embedded", stock.Options{DataDir: crashDir, SaveEvery: -1,
+		Timeout: 10 * time.Second, QueueTimeout: 10 * time.Second, OrderTTL: edge.Sale.OrderTTL})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -536,7 +547,8 @@ func copyFile(t *testing.T, from, to string) {
 func TestLostSaleWithoutLedgerStaysClosed(t *testing.T) {
 	ctx := context.Background()
 	dir, crashDir := t.TempDir(), t.TempDir()
-	st1, err := stock.Open(ctx, "embedded", stock.Options{DataDir: dir, SaveEvery: 10 * time.Millisecond, Timeout: 10 * time.Second})
+	st1, err := stock.Open(ctx, "embedded", stock.Options{DataDir: dir, SaveEvery: 10 * time.Millisecond,
+		Timeout: 10 * time.Second, QueueTimeout: 10 * time.Second, OrderTTL: edge.Sale.OrderTTL})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -553,7 +565,8 @@ func TestLostSaleWithoutLedgerStaysClosed(t *testing.T) {
 	waitSnapshotWith(t, dir, at.OrderID)
 	copyFile(t, filepath.Join(dir, "stock.json"), filepath.Join(crashDir, "stock.json"))
 
-	st2, err := stock.Open(ctx, "embedded", stock.Options{DataDir: crashDir, SaveEvery: -1, Timeout: 10 * time.Second})
+	st2, err := stock.Open(ctx, "embedded", stock.Options{DataDir: crashDir, SaveEvery: -1,
+		Timeout: 10 * time.Second, QueueTimeout: 10 * time.Second, OrderTTL: edge.Sale.OrderTTL})
 	if err != nil {
 		t.Fatal(err)
 	}

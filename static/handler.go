@@ -14,6 +14,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+
+	"flashgate/conf"
 )
 
 //go:embed site
@@ -50,9 +52,9 @@ type file struct {
 }
 
 // New loads the page files (the embedded copy, or c.Dir when set) and
-// prepares every response. c should have had SetDefaults called.
-func New(c Config) (*Handler, error) {
-	c.SetDefaults()
+// prepares every response. c is taken as given: conf has filled its
+// defaults.
+func New(c conf.StaticConfig) (*Handler, error) {
 	// Validate again: a caller that skipped it must not get a header value
 	// with a line break into every response.
 	if errs := c.Validate(); len(errs) > 0 {

@@ -15,9 +15,18 @@ import (
 
 	"github.com/valyala/fasthttp"
 	"github.com/valyala/fasthttp/fasthttputil"
+
+	"flashgate/conf"
 )
 
-func newHandler(t testing.TB, c Config) *Handler {
+// section is the `static:` section as conf loads it, with edit applied.
+func section(edit func(c *conf.StaticConfig)) conf.StaticConfig {
+	c := conf.Defaults().Static
+	edit(&c)
+	return c
+}
+
+func newHandler(t testing.TB, c conf.StaticConfig) *Handler {
 	t.Helper()
 	h, err := New(c)
 	if err != nil {
@@ -53,7 +62,7 @@ func gunzip(t *testing.T, b []byte) []byte {
 }
 
 func TestServePage(t *testing.T) {
-	h := newHandler(t, Config{})
+	h := newHandler(t, conf.Defaults().Static)
 	ctx := request("GET", "/seckill/p1")
 	h.ServePage(ctx)
 
@@ -99,7 +108,7 @@ func TestAssetHeaders(t *testing.T) {
 		{"app.css", "text/css; charset=utf-8"},
 		{"favicon.svg", "image/svg+xml"},
 	}
-	h := newHandler(t, Config{})
+	h := newHandler(t, conf.Defaults().Static)
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			ctx := request("GET", AssetPath+tt.name)
@@ -126,12 +135,14 @@ func TestAssetHeaders(t *testing.T) {
 func TestCacheControlConfig(t *testing.T) {
 	tests := []struct {
 		name       string
-		c          Config
+		c          conf.StaticConfig
 		page, asst string
 	}{
-		{"defaults", Config{}, "no-cache", "public, max-age=300"},
-		{"max age", Config{MaxAge: time.Hour}, "no-cache", "public, max-age=3600"},
-		{"explicit", Config{CacheControl: "public, max-age=31536000, immutable", PageCacheControl: "no-store"}, "no-store", "public, max-age=31536000, immutable"},
+		{"defaults", conf.Defaults().Static, "no-cache", "public, max-age=300"},
+		{"max age", section(func(c *conf.StaticConfig) { c.MaxAge = time.Hour }), "no-cache", "public, max-age=3600"},
+		{"explicit", section(func(c *conf.StaticConfig) {
+			c.CacheControl, c.PageCacheControl = "public, max-age=31536000, immutable", "no-store"
+		}), "no-store", "public, max-age=31536000, immutable"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -151,20 +162,20 @@ func TestCacheControlConfig(t *testing.T) {
 }
 
 func TestNewRejectsInvalidConfig(t *testing.T) {
-	if _, err := New(Config{CacheControl: "public\r\nSet-Cookie: a=1"}); err == nil {
+	if _, err := New(section(func(c *conf.StaticConfig) { c.CacheControl = "public\r\nSet-Cookie: a=1" })); err == nil {
 		t.Fatal("New accepted a header value with a line break")
 	}
 }
 
 func TestNames(t *testing.T) {
-	h := newHandler(t, Config{})
+	h := newHandler(t, conf.Defaults().Static)
 	if got := strings.Join(h.Names(), " "); got != "app.css app.js favicon.svg" {
 		t.Fatalf("Names() = %q", got)
 	}
 }
 
 func TestImageOriginsInCSP(t *testing.T) {
-	h := newHandler(t, Config{ImageOrigins: []string{"https://img.example.com/"}})
+	h := newHandler(t, section(func(c *conf.StaticConfig) { c.ImageOrigins = []string{"https://img.example.com/"} }))
 	ctx := request("GET", "/seckill/p1")
 	h.ServePage(ctx)
 	if csp := header(ctx, "Content-Security-Policy"); !strings.Contains(csp, "img-src 'self' data: https://img.example.com;") {
@@ -206,7 +217,7 @@ func TestGzipNegotiation(t *testing.T) {
 		{"deflate, br, zstd", false},
 		{"gzip;q=0, x-gzip", true},
 	}
-	h := newHandler(t, Config{})
+	h := newHandler(t, conf.Defaults().Static)
 	plainBody := h.page.body
 	for _, tt := range tests {
 		t.Run(tt.ae, func(t *testing.T) {
@@ -253,7 +264,7 @@ func FuzzAcceptsGzip(f *testing.F) {
 }
 
 func TestConditional(t *testing.T) {
-	h := newHandler(t, Config{})
+	h := newHandler(t, conf.Defaults().Static)
 	etag := string(h.page.etag)
 	gz := string(h.page.etagGz)
 	bare := strings.Trim(etag, `"`)
@@ -298,7 +309,7 @@ func TestConditional(t *testing.T) {
 }
 
 func FuzzETagMatches(f *testing.F) {
-	h := newHandler(f, Config{})
+	h := newHandler(f, conf.Defaults().Static)
 	for _, s := range []string{"*", `"x"`, `W/"x", "y"`, string(h.page.etag), `"`, "W/", ",,", `W/"`} {
 		f.Add([]byte(s))
 	}
@@ -311,7 +322,7 @@ func FuzzETagMatches(f *testing.F) {
 }
 
 func TestMethods(t *testing.T) {
-	h := newHandler(t, Config{})
+	h := newHandler(t, conf.Defaults().Static)
 	for _, m := range []string{"POST", "PUT", "DELETE", "PATCH", "OPTIONS", "TRACE", "CONNECT", "get"} {
 		t.Run(m, func(t *testing.T) {
 			for _, serve := range []func(*fasthttp.RequestCtx){h.ServePage, func(c *fasthttp.RequestCtx) { h.ServeAsset(c, []byte("app.js")) }} {
@@ -329,7 +340,7 @@ func TestMethods(t *testing.T) {
 }
 
 func TestHead(t *testing.T) {
-	h := newHandler(t, Config{})
+	h := newHandler(t, conf.Defaults().Static)
 	ctx := request("HEAD", "/seckill/p1")
 	h.ServePage(ctx)
 	if ctx.Response.StatusCode() != 200 || !ctx.Response.SkipBody {
@@ -338,7 +349,7 @@ func TestHead(t *testing.T) {
 }
 
 func TestTraversal(t *testing.T) {
-	h := newHandler(t, Config{})
+	h := newHandler(t, conf.Defaults().Static)
 	names := []string{
 		"", ".", "..", "../handler.go", "../../go.mod", "..%2fhandler.go", "%2e%2e/handler.go", "%2e%2e%2fhandler.go",
 		"/etc/passwd", "/app.js", "//app.js", `..\handler.go`, `\app.js`, `site\app.js`, "site/app.js", "./app.js",
@@ -382,7 +393,7 @@ func serveOnLoopback(t *testing.T, h *Handler) *fasthttp.HostClient {
 }
 
 func TestOverTheWire(t *testing.T) {
-	h := newHandler(t, Config{})
+	h := newHandler(t, conf.Defaults().Static)
 	c := serveOnLoopback(t, h)
 	do := func(method, uri string, hdr ...string) *fasthttp.Response {
 		req, resp := fasthttp.AcquireRequest(), &fasthttp.Response{}
@@ -449,7 +460,7 @@ func TestDirOverride(t *testing.T) {
 	write(".env", "SECRET=1")
 	write(".git/config", "[core]")
 
-	h := newHandler(t, Config{Dir: dir})
+	h := newHandler(t, section(func(c *conf.StaticConfig) { c.Dir = dir }))
 	ctx := request("GET", "/seckill/p1")
 	h.ServePage(ctx)
 	page := string(ctx.Response.Body())
@@ -473,16 +484,16 @@ func TestDirOverride(t *testing.T) {
 	t.Run("errors", func(t *testing.T) {
 		noPage := t.TempDir()
 		os.WriteFile(filepath.Join(noPage, "app.js"), nil, 0o644)
-		for name, c := range map[string]Config{
-			"missing":    {Dir: filepath.Join(dir, "nope")},
-			"not a dir":  {Dir: filepath.Join(dir, "x.css")},
-			"no page":    {Dir: noPage},
-			"unreadable": {Dir: unreadableDir(t)},
+		for name, d := range map[string]string{
+			"missing":    filepath.Join(dir, "nope"),
+			"not a dir":  filepath.Join(dir, "x.css"),
+			"no page":    noPage,
+			"unreadable": unreadableDir(t),
 		} {
-			if c.Dir == "" {
+			if d == "" {
 				continue
 			}
-			if _, err := New(c); err == nil {
+			if _, err := New(section(func(c *conf.StaticConfig) { c.Dir = d })); err == nil {
 				t.Errorf("%s: New succeeded", name)
 			}
 		}
@@ -501,7 +512,7 @@ func unreadableDir(t *testing.T) string {
 }
 
 func TestPageLinksVersionedAssets(t *testing.T) {
-	h := newHandler(t, Config{})
+	h := newHandler(t, conf.Defaults().Static)
 	for _, name := range []string{"app.js", "app.css", "favicon.svg"} {
 		f := h.assets[name]
 		if f == nil {
@@ -516,7 +527,7 @@ func TestPageLinksVersionedAssets(t *testing.T) {
 
 // The browser tests and the page's own script rely on these ids.
 func TestPageElementIDs(t *testing.T) {
-	h := newHandler(t, Config{})
+	h := newHandler(t, conf.Defaults().Static)
 	for _, id := range []string{"product-name", "price", "status", "countdown", "login-form", "user-id", "login-btn", "user", "qty", "buy", "message", "order-id"} {
 		if !bytes.Contains(h.page.body, []byte(`id="`+id+`"`)) {
 			t.Errorf("page lacks #%s", id)
@@ -533,7 +544,7 @@ func TestPageElementIDs(t *testing.T) {
 }
 
 func TestGzippedSizeBudget(t *testing.T) {
-	h := newHandler(t, Config{})
+	h := newHandler(t, conf.Defaults().Static)
 	total, plain := 0, 0
 	for _, f := range append([]*file{h.page}, values(h.assets)...) {
 		n := len(f.body)
@@ -589,7 +600,7 @@ func TestNoThirdPartyURLs(t *testing.T) {
 }
 
 func TestZeroAllocs(t *testing.T) {
-	h := newHandler(t, Config{})
+	h := newHandler(t, conf.Defaults().Static)
 	tests := []struct {
 		name  string
 		ctx   *fasthttp.RequestCtx
@@ -621,7 +632,7 @@ func TestZeroAllocs(t *testing.T) {
 }
 
 func BenchmarkServePage(b *testing.B) {
-	h := newHandler(b, Config{})
+	h := newHandler(b, conf.Defaults().Static)
 	for _, bc := range []struct{ name, ae, inm string }{
 		{"gzip", "gzip, deflate, br", ""},
 		{"identity", "", ""},
@@ -642,7 +653,7 @@ func BenchmarkServePage(b *testing.B) {
 }
 
 func BenchmarkServeAsset(b *testing.B) {
-	h := newHandler(b, Config{})
+	h := newHandler(b, conf.Defaults().Static)
 	ctx := request("GET", AssetPath+"app.js", "Accept-Encoding", "gzip")
 	name := []byte("app.js")
 	b.ReportAllocs()

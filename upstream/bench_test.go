@@ -2,6 +2,7 @@ package upstream
 
 import (
 	"bufio"
+	"flashgate/conf"
 	"net"
 	"strings"
 	"testing"
@@ -43,7 +44,7 @@ func TestServeAllocs(t *testing.T) {
 	if raceEnabled {
 		t.Skip("allocation counts are meaningless under -race")
 	}
-	for _, balance := range []string{RoundRobin, LeastPending} {
+	for _, balance := range []string{conf.RoundRobin, conf.LeastPending} {
 		t.Run(balance, func(t *testing.T) {
 			p := benchPool(t, balance)
 			ctx := serveCtx("/api/items?id=1")
@@ -66,7 +67,7 @@ func TestServeAllocs(t *testing.T) {
 // BenchmarkServe is one proxied GET over loopback: Serve called on a
 // RequestCtx, the origin a fasthttp server on 127.0.0.1.
 func BenchmarkServe(b *testing.B) {
-	for _, balance := range []string{RoundRobin, LeastPending} {
+	for _, balance := range []string{conf.RoundRobin, conf.LeastPending} {
 		b.Run(balance, func(b *testing.B) {
 			p := benchPool(b, balance)
 			ctx := serveCtx("/api/items?id=1")

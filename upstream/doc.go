@@ -1,8 +1,8 @@
 // Package upstream forwards the requests the edge does not answer itself to
 // origin pools.
 //
-// The configuration (Config) names pools of servers and routes (host and
-// path prefix) to them. A Manager, one per process, compiles it with Build
+// The `upstreams:` section (conf.UpstreamsConfig) names pools of servers and
+// routes (host and path prefix) to them. A Manager, one per process, compiles it with Build
 // into an immutable Set that the proxy keeps in its config snapshot, and
 // Activate makes a Set live. What must survive a reload lives in the
 // Manager, keyed by pool name and server address: health verdicts, passive

@@ -1,6 +1,7 @@
 package upstream
 
 import (
+	"flashgate/conf"
 	"fmt"
 	"sync"
 	"time"
@@ -12,7 +13,7 @@ import (
 // the health path every interval on its own connection, so a saturated
 // request pool cannot make a healthy server look dead.
 type checker struct {
-	cfg     HealthConfig
+	cfg     conf.HealthConfig
 	connect time.Duration // the pool's connect timeout, also a check setting
 	st      *serverState
 	hc      *fasthttp.HostClient
@@ -25,7 +26,7 @@ type checker struct {
 // fails the check rather than buffering it every interval.
 const healthMaxBody = 1 << 20
 
-func (m *Manager) startChecker(srv *server, cfg HealthConfig, connect time.Duration) *checker {
+func (m *Manager) startChecker(srv *server, cfg conf.HealthConfig, connect time.Duration) *checker {
 	ck := &checker{
 		cfg:     cfg,
 		connect: connect,

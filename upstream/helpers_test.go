@@ -10,6 +10,7 @@ import (
 
 	"github.com/valyala/fasthttp"
 
+	"flashgate/conf"
 	"flashgate/internal/syncbuf"
 )
 
@@ -137,12 +138,14 @@ func stateOf(m *Manager, pool, addr string) ServerState {
 	return ServerState{}
 }
 
-func mustBuild(t testing.TB, m *Manager, c Config) *Set {
+func mustBuild(t testing.TB, m *Manager, c conf.UpstreamsConfig) *Set {
 	t.Helper()
-	s, err := m.Build(c)
+	s, err := m.Build(c.WithDefaults())
 	if err != nil {
 		t.Fatal(err)
 	}
 	m.Activate(s)
 	return s
 }
+
+func intPtr(n int) *int { return &n }

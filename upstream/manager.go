@@ -1,8 +1,8 @@
 package upstream
 
 import (
+	"flashgate/conf"
 	"log/slog"
-	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -91,14 +91,12 @@ func NewManager(logger *slog.Logger) *Manager {
 	}
 }
 
-// Build compiles c (defaults applied to a copy, then validated) into a Set.
-// It only reads the manager: state of servers already active is shared with
-// the new Set, connection pools are reused when their settings are unchanged.
-// Nothing starts, so a Set from a failed reload can simply be dropped.
-func (m *Manager) Build(c Config) (*Set, error) {
-	c.Pools = slices.Clone(c.Pools)
-	c.Routes = slices.Clone(c.Routes)
-	c.SetDefaults()
+// Build compiles c (as conf loaded it, with its defaults; validated again)
+// into a Set. It only reads the manager: state of servers already active is
+// shared with the new Set, connection pools are reused when their settings
+// are unchanged. Nothing starts, so a Set from a failed reload can simply be
+// dropped.
+func (m *Manager) Build(c conf.UpstreamsConfig) (*Set, error) {
 	if errs := c.Validate(); len(errs) > 0 {
 		return nil, errs
 	}
@@ -111,9 +109,9 @@ func (m *Manager) Build(c Config) (*Set, error) {
 		p := &Pool{
 			name:         pc.Name,
 			m:            m,
-			leastPending: pc.Balance == LeastPending,
-			maxRetries:   intOr(pc.MaxRetries, DefaultMaxRetries),
-			maxFails:     intOr(pc.Passive.MaxFails, DefaultMaxFails),
+			leastPending: pc.Balance == conf.LeastPending,
+			maxRetries:   *pc.MaxRetries,
+			maxFails:     *pc.Passive.MaxFails,
 			failTimeout:  pc.Passive.FailTimeout,
 			health:       pc.Health,
 			connect:      pc.ConnectTimeout,
@@ -141,7 +139,7 @@ func (m *Manager) Build(c Config) (*Set, error) {
 		s.byName[p.name] = p
 	}
 	for _, rc := range c.Routes {
-		host, _ := normalizeHost(rc.Host)
+		host := rc.HostKey()
 		r := route{prefix: []byte(rc.Prefix), pool: s.byName[rc.Pool]}
 		if host == "" {
 			s.anyHost = append(s.anyHost, r)

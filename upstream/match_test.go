@@ -1,14 +1,17 @@
 package upstream
 
 import (
+	"flashgate/conf"
 	"testing"
 )
 
-func routingConfig() Config {
-	pool := func(name string) PoolConfig { return PoolConfig{Name: name, Servers: []string{"127.0.0.1:1"}} }
-	return Config{
-		Pools: []PoolConfig{pool("web"), pool("api"), pool("api-v2"), pool("shop"), pool("shop-img"), pool("v6")},
-		Routes: []RouteConfig{
+func routingConfig() conf.UpstreamsConfig {
+	pool := func(name string) conf.PoolConfig {
+		return conf.PoolConfig{Name: name, Servers: []string{"127.0.0.1:1"}}
+	}
+	return conf.UpstreamsConfig{
+		Pools: []conf.PoolConfig{pool("web"), pool("api"), pool("api-v2"), pool("shop"), pool("shop-img"), pool("v6")},
+		Routes: []conf.RouteConfig{
 			{Prefix: "/", Pool: "web"},
 			{Prefix: "/api/", Pool: "api"},
 			{Prefix: "/api/v2/", Pool: "api-v2"},
@@ -22,7 +25,7 @@ func routingConfig() Config {
 func TestMatch(t *testing.T) {
 	m := NewManager(nil)
 	defer m.Close()
-	s, err := m.Build(routingConfig())
+	s, err := m.Build(routingConfig().WithDefaults())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -53,8 +56,8 @@ func TestMatch(t *testing.T) {
 
 	t.Run("nothing matches", func(t *testing.T) {
 		c := routingConfig()
-		c.Routes = []RouteConfig{{Prefix: "/api/", Pool: "api"}, {Prefix: "/", Host: "shop.example", Pool: "shop"}}
-		s, err := m.Build(c)
+		c.Routes = []conf.RouteConfig{{Prefix: "/api/", Pool: "api"}, {Prefix: "/", Host: "shop.example", Pool: "shop"}}
+		s, err := m.Build(c.WithDefaults())
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -75,7 +78,7 @@ func TestMatch(t *testing.T) {
 func TestMatchAllocs(t *testing.T) {
 	m := NewManager(nil)
 	defer m.Close()
-	s, err := m.Build(routingConfig())
+	s, err := m.Build(routingConfig().WithDefaults())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -88,7 +91,7 @@ func TestMatchAllocs(t *testing.T) {
 func BenchmarkMatch(b *testing.B) {
 	m := NewManager(nil)
 	defer m.Close()
-	s, err := m.Build(routingConfig())
+	s, err := m.Build(routingConfig().WithDefaults())
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -2,6 +2,7 @@ package upstream
 
 import (
 	"errors"
+	"flashgate/conf"
 	"net"
 	"net/netip"
 	"sync"
@@ -24,7 +25,7 @@ type Pool struct {
 	maxRetries   int
 	maxFails     int // 0: passive ejection off
 	failTimeout  time.Duration
-	health       HealthConfig
+	health       conf.HealthConfig
 	connect      time.Duration
 
 	rr atomic.Uint32
@@ -93,7 +94,7 @@ func (p *Pool) Serve(ctx *fasthttp.RequestCtx, clientIP netip.Addr) {
 	if h := &out.Header; (h.IsGet() || h.IsHead() || h.IsOptions()) && len(out.Body()) == 0 {
 		retries = p.maxRetries
 	}
-	var tried [maxRetriesLimit + 1]int
+	var tried [conf.MaxRetriesLimit + 1]int
 	ntried := 0
 	status, failStatus := 0, 0
 	for {

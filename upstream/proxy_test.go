@@ -2,6 +2,7 @@ package upstream
 
 import (
 	"bufio"
+	"flashgate/conf"
 	"fmt"
 	"net"
 	"net/http"
@@ -14,23 +15,23 @@ import (
 	"github.com/valyala/fasthttp"
 )
 
-func onePool(name string, servers ...string) Config {
-	return Config{
-		Pools:  []PoolConfig{{Name: name, Servers: servers}},
-		Routes: []RouteConfig{{Prefix: "/", Pool: name}},
+func onePool(name string, servers ...string) conf.UpstreamsConfig {
+	return conf.UpstreamsConfig{
+		Pools:  []conf.PoolConfig{{Name: name, Servers: servers}},
+		Routes: []conf.RouteConfig{{Prefix: "/", Pool: name}},
 	}
 }
 
 func TestRoutingThroughEdge(t *testing.T) {
 	m, _ := newTestManager(t)
 	web, api, shop := idOrigin(t, "web"), idOrigin(t, "api"), idOrigin(t, "shop")
-	s := mustBuild(t, m, Config{
-		Pools: []PoolConfig{
+	s := mustBuild(t, m, conf.UpstreamsConfig{
+		Pools: []conf.PoolConfig{
 			{Name: "web", Servers: []string{web}},
 			{Name: "api", Servers: []string{api}},
 			{Name: "shop", Servers: []string{shop}},
 		},
-		Routes: []RouteConfig{
+		Routes: []conf.RouteConfig{
 			{Prefix: "/", Pool: "web"},
 			{Prefix: "/api/", Pool: "api"},
 			{Prefix: "/", Host: "shop.example", Pool: "shop"},
@@ -52,7 +53,7 @@ func TestRoutingThroughEdge(t *testing.T) {
 }
 
 func TestBalancers(t *testing.T) {
-	for _, balance := range []string{RoundRobin, LeastPending} {
+	for _, balance := range []string{conf.RoundRobin, conf.LeastPending} {
 		t.Run(balance+" spreads sequential requests evenly", func(t *testing.T) {
 			m, _ := newTestManager(t)
 			c := onePool("p", idOrigin(t, "a"), idOrigin(t, "b"), idOrigin(t, "c"))
@@ -83,7 +84,7 @@ func TestBalancers(t *testing.T) {
 			})
 		}
 		c := onePool("p", blocking("a"), blocking("b"))
-		c.Pools[0].Balance = LeastPending
+		c.Pools[0].Balance = conf.LeastPending
 		e := startEdge(t, mustBuild(t, m, c))
 		t.Cleanup(func() { close(release) }) // before the origins shut down
 
@@ -173,12 +174,12 @@ func TestBadGatewayAndTimeout(t *testing.T) {
 	})
 	t.Cleanup(func() { close(release) })
 	dead := deadAddr(t)
-	c := Config{
-		Pools: []PoolConfig{
+	c := conf.UpstreamsConfig{
+		Pools: []conf.PoolConfig{
 			{Name: "dead", Servers: []string{dead}},
 			{Name: "slow", Servers: []string{slow}, ReadTimeout: 50 * time.Millisecond},
 		},
-		Routes: []RouteConfig{{Prefix: "/dead", Pool: "dead"}, {Prefix: "/slow", Pool: "slow"}},
+		Routes: []conf.RouteConfig{{Prefix: "/dead", Pool: "dead"}, {Prefix: "/slow", Pool: "slow"}},
 	}
 	e := startEdge(t, mustBuild(t, m, c))
 
@@ -321,7 +322,7 @@ func TestActiveHealthCheck(t *testing.T) {
 	}
 	a, b := health("a", new(atomic.Bool)), health("b", &sick)
 	c := onePool("p", a, b)
-	c.Pools[0].Health = HealthConfig{Path: "/health", Interval: 5 * time.Millisecond, Timeout: time.Second, Rise: 2, Fall: 2}
+	c.Pools[0].Health = conf.HealthConfig{Path: "/health", Interval: 5 * time.Millisecond, Timeout: time.Second, Rise: 2, Fall: 2}
 	c.Pools[0].MaxRetries = intPtr(0)
 	sick.Store(true)
 	e := startEdge(t, mustBuild(t, m, c))
@@ -351,7 +352,7 @@ func TestActiveHealthCheckClosedListener(t *testing.T) {
 	m, _ := newTestManager(t)
 	a, dead := idOrigin(t, "a"), deadAddr(t)
 	c := onePool("p", a, dead)
-	c.Pools[0].Health = HealthConfig{Path: "/", Interval: 5 * time.Millisecond, Fall: 1}
+	c.Pools[0].Health = conf.HealthConfig{Path: "/", Interval: 5 * time.Millisecond, Fall: 1}
 	c.Pools[0].MaxRetries = intPtr(0)
 	c.Pools[0].Passive.MaxFails = intPtr(0)
 	e := startEdge(t, mustBuild(t, m, c))
@@ -370,7 +371,7 @@ func TestPassiveEjection(t *testing.T) {
 	live, dead := idOrigin(t, "live"), deadAddr(t)
 	c := onePool("p", live, dead)
 	c.Pools[0].MaxRetries = intPtr(0) // let failures show
-	c.Pools[0].Passive = PassiveConfig{MaxFails: intPtr(2), FailTimeout: 10 * time.Second}
+	c.Pools[0].Passive = conf.PassiveConfig{MaxFails: intPtr(2), FailTimeout: 10 * time.Second}
 	e := startEdge(t, mustBuild(t, m, c))
 
 	statuses := func(n int) (bad int) {
@@ -430,7 +431,7 @@ func TestReloadKeepsState(t *testing.T) {
 	m, _ := newTestManager(t)
 	a, dead := idOrigin(t, "a"), deadAddr(t)
 	c := onePool("p", a, dead)
-	c.Pools[0].Health = HealthConfig{Path: "/", Interval: 5 * time.Millisecond, Fall: 1}
+	c.Pools[0].Health = conf.HealthConfig{Path: "/", Interval: 5 * time.Millisecond, Fall: 1}
 	s1 := mustBuild(t, m, c)
 	await(t, "dead server down", func() bool { return !stateOf(m, "p", dead).Up })
 	k := serverKey{"p", dead}
@@ -439,7 +440,7 @@ func TestReloadKeepsState(t *testing.T) {
 	m.mu.Unlock()
 
 	t.Run("equal config", func(t *testing.T) {
-		s2, err := m.Build(c)
+		s2, err := m.Build(c.WithDefaults())
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -459,7 +460,7 @@ func TestReloadKeepsState(t *testing.T) {
 	t.Run("discarded build changes nothing", func(t *testing.T) {
 		c2 := onePool("q", deadAddr(t))
 		c2.Pools[0].Health.Path = "/"
-		if _, err := m.Build(c2); err != nil {
+		if _, err := m.Build(c2.WithDefaults()); err != nil {
 			t.Fatal(err)
 		}
 		m.mu.Lock()
@@ -496,7 +497,7 @@ func TestReloadKeepsState(t *testing.T) {
 func TestCloseStopsCheckers(t *testing.T) {
 	m := NewManager(nil)
 	c := onePool("p", idOrigin(t, "a"))
-	c.Pools[0].Health = HealthConfig{Path: "/", Interval: time.Millisecond}
+	c.Pools[0].Health = conf.HealthConfig{Path: "/", Interval: time.Millisecond}
 	mustBuild(t, m, c)
 	m.Close() // returns only once every checker goroutine has exited
 	m.Activate(mustBuildOnly(t, m, c))
@@ -507,8 +508,8 @@ func TestCloseStopsCheckers(t *testing.T) {
 	}
 }
 
-func mustBuildOnly(t testing.TB, m *Manager, c Config) *Set {
-	s, err := m.Build(c)
+func mustBuildOnly(t testing.TB, m *Manager, c conf.UpstreamsConfig) *Set {
+	s, err := m.Build(c.WithDefaults())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -57,9 +57,9 @@ func longest(routes []route, path []byte) *Pool {
 	return nil
 }
 
-// hostKey normalizes a Host header into buf the way normalizeHost does a
-// route's host: port and IPv6 brackets stripped, trailing dot dropped,
-// ASCII lower case.
+// hostKey normalizes a Host header into buf the way conf's
+// RouteConfig.HostKey does a route's host: port and IPv6 brackets stripped,
+// trailing dot dropped, ASCII lower case.
 func hostKey(buf *[maxHostLen]byte, host []byte) ([]byte, bool) {
 	if len(host) > 0 && host[0] == '[' {
 		end := bytes.IndexByte(host, ']')

@@ -97,7 +97,7 @@ func BenchmarkEndToEndLatency(b *testing.B) {
 	}})
 	// Warm the path (group join, connections) before measuring.
 	publish(b, w, benchEvents(10, "warmup"))
-	if err := WaitDrained(context.Background(), brokers, testTopic, DefaultGroup, 20*time.Millisecond); err != nil {
+	if err := WaitDrained(context.Background(), brokers, testTopic, ordersConf.Group, 20*time.Millisecond); err != nil {
 		b.Fatal(err)
 	}
 

@@ -17,23 +17,16 @@ import (
 	"flashgate/orders/stock"
 )
 
-// Defaults.
-const (
-	DefaultTopic     = orders.DefaultTopic
-	DefaultGroup     = "flashgate-orders"
-	DefaultDLQTopic  = orders.DefaultDLQTopic
-	DefaultBatchSize = 500
-	DefaultBatchTime = 50 * time.Millisecond
-)
-
-// Config configures a Consumer. Brokers and Store are required.
+// Config configures a Consumer. Brokers, Store and the settings edge.yaml
+// has (Topic, Group, DLQTopic, BatchSize, BatchTime: kafka.* and orders.*,
+// which conf defaults) are required; the others have defaults of their own.
 type Config struct {
 	Brokers   []string
-	Topic     string        // default DefaultTopic
-	Group     string        // default DefaultGroup
-	DLQTopic  string        // default DefaultDLQTopic; created (1 partition) if missing
-	BatchSize int           // default 500
-	BatchTime time.Duration // default 50ms, counted from a batch's first message
+	Topic     string
+	Group     string
+	DLQTopic  string // created (1 partition) if missing
+	BatchSize int
+	BatchTime time.Duration // counted from a batch's first message
 
 	Store orderstore.Store
 	// Stock, if set, gets MarkSuccess for every stored order.
@@ -52,27 +45,20 @@ type Config struct {
 	Log            *slog.Logger
 }
 
-func (c *Config) defaults() error {
+// check rejects a config without what it needs and fills the settings
+// that are not edge.yaml's.
+func (c *Config) check() error {
 	if len(c.Brokers) == 0 {
 		return errors.New("consumer: no brokers")
 	}
 	if c.Store == nil {
 		return errors.New("consumer: no order store")
 	}
-	if c.Topic == "" {
-		c.Topic = DefaultTopic
+	if c.Topic == "" || c.Group == "" || c.DLQTopic == "" {
+		return errors.New("consumer: Topic, Group and DLQTopic are required (kafka.topic, orders.group, kafka.dlq_topic)")
 	}
-	if c.Group == "" {
-		c.Group = DefaultGroup
-	}
-	if c.DLQTopic == "" {
-		c.DLQTopic = DefaultDLQTopic
-	}
-	if c.BatchSize <= 0 {
-		c.BatchSize = DefaultBatchSize
-	}
-	if c.BatchTime <= 0 {
-		c.BatchTime = DefaultBatchTime
+	if c.BatchSize <= 0 || c.BatchTime <= 0 {
+		return fmt.Errorf("consumer: BatchSize and BatchTime must be positive (orders.batch_size, orders.batch_time), got %d and %v", c.BatchSize, c.BatchTime)
 	}
 	if c.MinBackoff <= 0 {
 		c.MinBackoff = 50 * time.Millisecond
@@ -124,7 +110,7 @@ const maxUnmarked = 100_000
 
 // New checks the config; nothing connects before Run.
 func New(cfg Config) (*Consumer, error) {
-	if err := cfg.defaults(); err != nil {
+	if err := cfg.check(); err != nil {
 		return nil, err
 	}
 	addr := kafka.TCP(cfg.Brokers...)

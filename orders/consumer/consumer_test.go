@@ -235,7 +235,7 @@ func TestMalformedGoesToDLQ(t *testing.T) {
 	if got := c.Stats().DeadLettered; got != 2 {
 		t.Fatalf("dead-lettered %d, want 2", got)
 	}
-	r := kafka.NewReader(kafka.ReaderConfig{Brokers: brokers, Topic: DefaultDLQTopic, MaxWait: 100 * time.Millisecond})
+	r := kafka.NewReader(kafka.ReaderConfig{Brokers: brokers, Topic: kafkaConf.DLQTopic, MaxWait: 100 * time.Millisecond})
 	defer r.Close()
 	// Two partitions, maybe two batches: any order.
 	want := map[string]bool{string(bad): true, string(tooExpensive): true}
@@ -276,7 +276,7 @@ func TestLagAndDrained(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	if lag, err := GroupLag(context.Background(), brokers, "no-such-topic", DefaultGroup); lag != 0 || err != nil {
+	if lag, err := GroupLag(context.Background(), brokers, "no-such-topic", ordersConf.Group); lag != 0 || err != nil {
 		t.Fatalf("lag of a missing topic %d %v", lag, err)
 	}
 	w := newWriter(brokers, testTopic)
@@ -286,10 +286,10 @@ func TestLagAndDrained(t *testing.T) {
 		evs = append(evs, orders.Event{V: 1, Type: orders.TypeOrder, OrderID: int64(i + 1), ProductID: "l", UserID: "u", Qty: 1, CreatedMs: 1})
 	}
 	publish(t, w, evs)
-	if lag, err := GroupLag(context.Background(), brokers, testTopic, DefaultGroup); lag != 100 || err != nil {
+	if lag, err := GroupLag(context.Background(), brokers, testTopic, ordersConf.Group); lag != 100 || err != nil {
 		t.Fatalf("lag before consuming %d %v, want 100", lag, err)
 	}
-	if err := WaitDrained(ctxT(t, 300*time.Millisecond), brokers, testTopic, DefaultGroup, 0); err == nil || !strings.Contains(err.Error(), "100 events") {
+	if err := WaitDrained(ctxT(t, 300*time.Millisecond), brokers, testTopic, ordersConf.Group, 0); err == nil || !strings.Contains(err.Error(), "100 events") {
 		t.Fatalf("WaitDrained without a consumer: %v", err)
 	}
 	c := start(t, Config{Brokers: brokers, Store: s})

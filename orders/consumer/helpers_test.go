@@ -1,6 +1,7 @@
 package consumer
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"io"
@@ -15,6 +16,7 @@ import (
 	"github.com/segmentio/kafka-go"
 	"github.com/twmb/franz-go/pkg/kfake"
 
+	"flashgate/conf"
 	"flashgate/internal/chtest"
 	"flashgate/internal/kafkatest"
 	"flashgate/internal/redistest"
@@ -29,7 +31,11 @@ var ch *chtest.Server
 
 func TestMain(m *testing.M) { chtest.Main(m, &ch) }
 
-const testTopic = DefaultTopic
+// kafkaConf and ordersConf are the kafka: and orders: sections with conf's
+// defaults: what the edge passes the consumer.
+var kafkaConf, ordersConf = conf.Defaults().Kafka, conf.Defaults().Orders
+
+var testTopic = kafkaConf.Topic
 
 var dbSeq atomic.Int64
 
@@ -56,7 +62,9 @@ func startKafka(t testing.TB) ([]string, *kfake.Cluster) {
 func openStock(t testing.TB) *stock.Store {
 	t.Helper()
 	srv := redistest.New(t)
-	s, err := stock.Open(context.Background(), srv.Addr(), stock.Options{Timeout: 10 * time.Second})
+	s, err := stock.Open(context.Background(), srv.Addr(), stock.Options{
+		Timeout: 10 * time.Second, QueueTimeout: 10 * time.Second, OrderTTL: conf.Defaults().Sale.OrderTTL,
+	})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -170,9 +178,15 @@ func publishRaw(t testing.TB, w *kafka.Writer, msgs []kafka.Message) {
 	}
 }
 
-// start runs a consumer until the test ends.
+// start runs a consumer until the test ends. The settings edge.yaml has
+// and the test leaves out are the edge's (conf's defaults).
 func start(t testing.TB, cfg Config) *Consumer {
 	t.Helper()
+	cfg.Topic = cmp.Or(cfg.Topic, kafkaConf.Topic)
+	cfg.DLQTopic = cmp.Or(cfg.DLQTopic, kafkaConf.DLQTopic)
+	cfg.Group = cmp.Or(cfg.Group, ordersConf.Group)
+	cfg.BatchSize = cmp.Or(cfg.BatchSize, ordersConf.BatchSize)
+	cfg.BatchTime = cmp.Or(cfg.BatchTime, ordersConf.BatchTime)
 	if cfg.Log == nil {
 		cfg.Log = slog.New(slog.NewTextHandler(io.Discard, nil))
 		if testing.Verbose() {

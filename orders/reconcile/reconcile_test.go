@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"flashgate/conf"
 	"flashgate/internal/redistest"
 	"flashgate/orders/orderstore"
 	"flashgate/orders/stock"
@@ -26,7 +27,9 @@ type fixture struct {
 
 func newFixture(t *testing.T) *fixture {
 	srv := redistest.New(t)
-	st, err := stock.Open(context.Background(), srv.Addr(), stock.Options{Timeout: 10 * time.Second})
+	st, err := stock.Open(context.Background(), srv.Addr(), stock.Options{
+		Timeout: 10 * time.Second, QueueTimeout: 10 * time.Second, OrderTTL: conf.Defaults().Sale.OrderTTL,
+	})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -44,7 +47,9 @@ func newFixture(t *testing.T) *fixture {
 func (f *fixture) restartRedis() {
 	f.t.Helper()
 	f.srv.Restart()
-	st, err := stock.Open(context.Background(), f.srv.Addr(), stock.Options{Timeout: 10 * time.Second})
+	st, err := stock.Open(context.Background(), f.srv.Addr(), stock.Options{
+		Timeout: 10 * time.Second, QueueTimeout: 10 * time.Second, OrderTTL: conf.Defaults().Sale.OrderTTL,
+	})
 	if err != nil {
 		f.t.Fatal(err)
 	}

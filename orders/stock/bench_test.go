@@ -8,6 +8,7 @@ import (
 	"time"
 	"unsafe"
 
+	"flashgate/conf"
 	"flashgate/internal/redistest"
 )
 
@@ -48,7 +49,7 @@ func benchDeduct(b *testing.B, direct bool, flush time.Duration, stock int64) {
 	const goroutines = 64
 	srv := redistest.New(b)
 	ctx := context.Background()
-	s, err := Open(ctx, srv.Addr(), Options{MaxFlushDelay: flush})
+	s, err := Open(ctx, srv.Addr(), testOptions(Options{Timeout: conf.Defaults().Redis.Timeout, MaxFlushDelay: flush}))
 	if err != nil {
 		b.Fatal(err)
 	}

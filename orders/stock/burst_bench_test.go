@@ -39,7 +39,7 @@ func BenchmarkDeductBurst(b *testing.B) {
 func benchBurst(b *testing.B, goroutines, inFlight int, stock int64) {
 	srv := redistest.New(b)
 	ctx := context.Background()
-	s, err := Open(ctx, srv.Addr(), Options{Timeout: 10 * time.Second})
+	s, err := Open(ctx, srv.Addr(), testOptions(Options{Timeout: 10 * time.Second}))
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -49,7 +49,7 @@
 // let the outbox and the ledger settle it; never retry a deduction blindly.
 // Exactly one attempt of each failed script call also wraps ErrCallFailed:
 // what a circuit breaker counts. An attempt waits in its product's queue at
-// most Options.QueueTimeout (default Timeout; the edge sets 1s), and each
+// most Options.QueueTimeout (redis.queue_timeout, 1s by default), and each
 // call has a full Timeout from when it is sent, so an answer comes within
 // QueueTimeout + Timeout.
 //

@@ -71,7 +71,7 @@ func TestEmbedded(t *testing.T) {
 func TestEmbeddedDataDirSurvivesRestart(t *testing.T) {
 	dir := t.TempDir()
 	ctx := context.Background()
-	s, err := Open(ctx, "", Options{DataDir: dir})
+	s, err := Open(ctx, "", testOptions(Options{DataDir: dir}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -153,7 +153,7 @@ func TestEmbeddedBadSnapshot(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dir, snapshotFile), []byte("{not json"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if s, err := Open(context.Background(), "", Options{DataDir: dir}); err == nil {
+	if s, err := Open(context.Background(), "", testOptions(Options{DataDir: dir})); err == nil {
 		s.Close()
 		t.Fatal("a corrupt snapshot must fail Open, not start an empty sale")
 	}

@@ -1,12 +1,14 @@
 package stock
 
 import (
+	"cmp"
 	"context"
 	"strconv"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"flashgate/conf"
 	"flashgate/internal/redistest"
 )
 
@@ -18,13 +20,19 @@ var orderSeq atomic.Int64
 // scheduling hiccup must not turn into a flaky "outcome unknown".
 const testBudget = 10 * time.Second
 
+// testOptions fills what a test leaves out: testBudget, a queue wait of one
+// budget, and edge.yaml's order TTL (from conf, as the edge passes it).
+func testOptions(opts Options) Options {
+	opts.Timeout = cmp.Or(opts.Timeout, testBudget)
+	opts.QueueTimeout = cmp.Or(opts.QueueTimeout, opts.Timeout)
+	opts.OrderTTL = cmp.Or(opts.OrderTTL, conf.Defaults().Sale.OrderTTL)
+	return opts
+}
+
 func openReal(t testing.TB, opts Options) (*Store, *redistest.Server) {
 	t.Helper()
-	if opts.Timeout == 0 {
-		opts.Timeout = testBudget
-	}
 	srv := redistest.New(t)
-	s, err := Open(context.Background(), srv.Addr(), opts)
+	s, err := Open(context.Background(), srv.Addr(), testOptions(opts))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -34,10 +42,7 @@ func openReal(t testing.TB, opts Options) (*Store, *redistest.Server) {
 
 func openEmbedded(t testing.TB, opts Options) *Store {
 	t.Helper()
-	if opts.Timeout == 0 {
-		opts.Timeout = testBudget
-	}
-	s, err := Open(context.Background(), "embedded", opts)
+	s, err := Open(context.Background(), "embedded", testOptions(opts))
 	if err != nil {
 		t.Fatal(err)
 	}

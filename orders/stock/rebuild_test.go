@@ -42,7 +42,7 @@ func TestRebuildAfterRestart(t *testing.T) {
 	end := time.Now().Add(time.Hour).UnixMilli()
 
 	srv.Restart()
-	s, err := Open(ctx, srv.Addr(), Options{Timeout: testBudget})
+	s, err := Open(ctx, srv.Addr(), testOptions(Options{Timeout: testBudget}))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -541,7 +541,7 @@ func TestRedisGone(t *testing.T) {
 
 func TestSoldOutBroadcast(t *testing.T) {
 	a, srv := openReal(t, Options{})
-	b, err := Open(context.Background(), srv.Addr(), Options{Timeout: testBudget})
+	b, err := Open(context.Background(), srv.Addr(), testOptions(Options{Timeout: testBudget}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -638,7 +638,7 @@ func TestOpenUnreachable(t *testing.T) {
 	addr := srv.Addr()
 	srv.Stop()
 	start := time.Now()
-	s, err := Open(context.Background(), addr, Options{Timeout: 100 * time.Millisecond})
+	s, err := Open(context.Background(), addr, testOptions(Options{Timeout: 100 * time.Millisecond}))
 	if err == nil {
 		s.Close()
 		t.Fatal("Open succeeded without a server")

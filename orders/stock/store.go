@@ -15,15 +15,17 @@ import (
 	"github.com/redis/rueidis"
 )
 
-// Options tune a Store. The zero value is usable.
+// Options tune a Store. Timeout, QueueTimeout and OrderTTL are edge.yaml
+// settings (redis.timeout, redis.queue_timeout, sale.order_ttl), which conf
+// defaults: Open requires them. The others have defaults of their own.
 type Options struct {
-	// Timeout is the budget of every Redis call (default 200ms). A slow or
-	// dead Redis yields an error within it: the script call that carries
-	// an attempt gets a full Timeout from when it is sent.
+	// Timeout is the budget of every Redis call. A slow or dead Redis
+	// yields an error within it: the script call that carries an attempt
+	// gets a full Timeout from when it is sent.
 	Timeout time.Duration
 	// QueueTimeout is how long an attempt may wait in its product's
-	// group-commit queue before it is dropped unsent (ErrNotSent; default:
-	// Timeout). So an attempt is answered within QueueTimeout + Timeout.
+	// group-commit queue before it is dropped unsent (ErrNotSent). So an
+	// attempt is answered within QueueTimeout + Timeout.
 	// The queue is short while Redis answers and the edge has CPU to
 	// spare; under a burst that saturates the edge it is the edge's run
 	// queue, not Redis, that makes attempts wait, and dropping them then
@@ -31,14 +33,14 @@ type Options struct {
 	// already cost its request; sending it costs Redis a few µs). During a
 	// Redis stall the queue waits at most for the call in flight.
 	QueueTimeout time.Duration
-	// MaxFlushDelay is rueidis' auto-pipelining flush delay (default 0).
+	// MaxFlushDelay is rueidis' auto-pipelining flush delay (0: none).
 	// ~100µs batched more commands per write in DESIGN.md's measurements;
 	// with group commit there are fewer commands to batch: measure.
 	MaxFlushDelay time.Duration
 	// MaxBatch caps the attempts one deduction script call carries
 	// (default 128): a bigger script blocks Redis longer for everyone.
 	MaxBatch int
-	// OrderTTL is how long order hashes live (default 7 days).
+	// OrderTTL is how long order hashes live.
 	OrderTTL time.Duration
 	// BuyerGrace is how long a buyer's count outlives the sale's end
 	// (default 7 days), so that nobody can buy again after it expired.
@@ -57,18 +59,15 @@ type Options struct {
 	Username, Password string
 }
 
-func (o *Options) defaults() {
-	if o.Timeout <= 0 {
-		o.Timeout = 200 * time.Millisecond
-	}
-	if o.QueueTimeout <= 0 {
-		o.QueueTimeout = o.Timeout
+// check rejects options without what they need and fills the settings
+// that are not edge.yaml's.
+func (o *Options) check() error {
+	if o.Timeout <= 0 || o.QueueTimeout <= 0 || o.OrderTTL <= 0 {
+		return fmt.Errorf("stock: Timeout, QueueTimeout and OrderTTL must be positive (redis.timeout, redis.queue_timeout, sale.order_ttl), got %v, %v and %v",
+			o.Timeout, o.QueueTimeout, o.OrderTTL)
 	}
 	if o.MaxBatch <= 0 {
 		o.MaxBatch = 128
-	}
-	if o.OrderTTL <= 0 {
-		o.OrderTTL = 7 * 24 * time.Hour
 	}
 	if o.BuyerGrace <= 0 {
 		o.BuyerGrace = 7 * 24 * time.Hour
@@ -76,6 +75,7 @@ func (o *Options) defaults() {
 	if o.SaveEvery == 0 {
 		o.SaveEvery = time.Second
 	}
+	return nil
 }
 
 // Errors. An error from Deduct that wraps ErrUnknown means the script may
@@ -139,7 +139,9 @@ type Store struct {
 // Otherwise addr is host:port, a comma-separated list of cluster seeds, or a
 // redis:// URL; rueidis auto-pipelines and follows the cluster topology.
 func Open(ctx context.Context, addr string, opts Options) (*Store, error) {
-	opts.defaults()
+	if err := opts.check(); err != nil {
+		return nil, err
+	}
 	s := &Store{
 		opts:       opts,
 		graceMs:    strconv.FormatInt(opts.BuyerGrace.Milliseconds(), 10),

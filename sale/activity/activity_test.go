@@ -2,6 +2,7 @@ package activity
 
 import (
 	"encoding/json"
+	"flashgate/conf"
 	"strings"
 	"testing"
 	"time"
@@ -41,7 +42,7 @@ func TestParseTime(t *testing.T) {
 
 func TestConfigBuildErrorsNameFields(t *testing.T) {
 	base := time.Now()
-	cases := map[string]Config{
+	cases := map[string]conf.ActivityConfig{
 		"product_id": {ProductID: "bad id!", Name: "x", Price: "1", Stock: 1, Start: "+0s", End: "+1h"},
 		"price":      {ProductID: "p", Name: "x", Price: "-3", Stock: 1, Start: "+0s", End: "+1h"},
 		"end":        {ProductID: "p", Name: "x", Price: "1", Stock: 1, Start: "+1h", End: "+0s"},
@@ -50,7 +51,7 @@ func TestConfigBuildErrorsNameFields(t *testing.T) {
 		"name":       {ProductID: "p", Price: "1", Stock: 1, Start: "+0s", End: "+1h"},
 	}
 	for path, c := range cases {
-		_, errs := c.Build(base)
+		_, errs := Build(c, base)
 		found := false
 		for _, e := range errs {
 			found = found || e.Path == path
@@ -59,7 +60,7 @@ func TestConfigBuildErrorsNameFields(t *testing.T) {
 			t.Errorf("%s: errors %v do not name the field", path, errs)
 		}
 	}
-	a, errs := Config{ProductID: "p1", Name: "Sneaker", Price: "99.00", Stock: 100, Start: "+0s", End: "+1h"}.Build(base)
+	a, errs := Build(conf.ActivityConfig{ProductID: "p1", Name: "Sneaker", Price: "99.00", Stock: 100, Start: "+0s", End: "+1h"}, base)
 	if len(errs) > 0 || a.Limit != 1 || a.PriceCents != 9900 {
 		t.Fatalf("good config: %+v %v", a, errs)
 	}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/redis/rueidis"
 
+	"flashgate/conf"
 	"flashgate/internal/redistest"
 	"flashgate/orders/stock"
 )
@@ -25,7 +26,9 @@ func TestHotPathsDoNotAllocate(t *testing.T) {
 	}
 	defer c.Close()
 	now := time.Now().UnixNano()
-	h, err := New(c, Config{KeepHijackedConns: true, Heartbeat: time.Second, Deadline: time.Hour,
+	ev := conf.Defaults().Events
+	ev.Heartbeat, ev.Deadline = time.Second, time.Hour
+	h, err := New(c, Config{EventsConfig: ev, KeepHijackedConns: true,
 		Now:    func() int64 { return now },
 		Render: func(b []byte, o stock.OrderInfo) []byte { return append(b, o.State...) }})
 	if err != nil {

@@ -15,6 +15,7 @@ import (
 
 	"github.com/valyala/fasthttp"
 
+	"flashgate/conf"
 	"flashgate/internal/edgetest"
 	"flashgate/internal/redistest"
 	"flashgate/orders/stock"
@@ -41,7 +42,8 @@ type env struct {
 }
 
 type envOpts struct {
-	cfg push.Config
+	// events edits the `events:` section, which is conf's defaults.
+	events func(c *conf.EventsConfig)
 	// blocking leaves fasthttp's KeepHijackedConns off: the hijack handler
 	// then waits for the stream to end.
 	blocking bool
@@ -59,10 +61,15 @@ func newEnv(t testing.TB, o envOpts) *env {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	var err error
-	if e.st, err = stock.Open(ctx, e.redis.Addr(), stock.Options{Timeout: 2 * time.Second}); err != nil {
+	if e.st, err = stock.Open(ctx, e.redis.Addr(), stock.Options{
+		Timeout: 2 * time.Second, QueueTimeout: 2 * time.Second, OrderTTL: conf.Defaults().Sale.OrderTTL,
+	}); err != nil {
 		t.Fatal(err)
 	}
-	cfg := o.cfg
+	cfg := push.Config{EventsConfig: conf.Defaults().Events}
+	if o.events != nil {
+		o.events(&cfg.EventsConfig)
+	}
 	cfg.Render = sale.AppendResult
 	cfg.KeepHijackedConns = !o.blocking
 	cfg.Log = slog.New(slog.NewTextHandler(io.Discard, nil))

@@ -3,6 +3,7 @@ package push
 import (
 	"context"
 	"errors"
+	"fmt"
 	"hash/maphash"
 	"io"
 	"log/slog"
@@ -104,7 +105,10 @@ type Stats struct {
 // New returns a hub reading order states and subscribing through c (the
 // edge's stock client). Nothing runs before Start.
 func New(c rueidis.Client, cfg Config) (*Hub, error) {
-	cfg.SetDefaults()
+	if ev := cfg.EventsConfig; ev.MaxPerUser <= 0 || ev.Heartbeat <= 0 || ev.Deadline <= 0 || ev.WriteTimeout <= 0 {
+		return nil, fmt.Errorf("push: max_per_user, heartbeat, deadline and write_timeout must be positive, got %d, %v, %v, %v (conf.Defaults has them)",
+			ev.MaxPerUser, ev.Heartbeat, ev.Deadline, ev.WriteTimeout)
+	}
 	if cfg.Render == nil {
 		return nil, errors.New("push: Config.Render is required (sale.AppendResult)")
 	}

@@ -11,6 +11,7 @@ import (
 	"github.com/redis/rueidis"
 	"github.com/valyala/fasthttp"
 
+	"flashgate/conf"
 	"flashgate/internal/redistest"
 	"flashgate/orders/stock"
 	"flashgate/sale/push"
@@ -88,7 +89,7 @@ func TestDecidedOrderIsAnsweredAtOnce(t *testing.T) {
 
 // Bad input is refused with its code and holds nothing.
 func TestRefusals(t *testing.T) {
-	e := newEnv(t, envOpts{cfg: push.Config{MaxPerUser: 1}})
+	e := newEnv(t, envOpts{events: func(c *conf.EventsConfig) { c.MaxPerUser = 1 }})
 	id := nextID()
 	e.order("p1", id, "alice", stock.StatePending)
 	for _, c := range []struct {
@@ -139,7 +140,7 @@ func TestRefusals(t *testing.T) {
 
 // The edge limit refuses the stream beyond it before reading Redis.
 func TestEdgeLimit(t *testing.T) {
-	e := newEnv(t, envOpts{cfg: push.Config{MaxStreams: 3}})
+	e := newEnv(t, envOpts{events: func(c *conf.EventsConfig) { c.MaxStreams = 3 }})
 	for i := range 4 {
 		id := nextID()
 		u := "u" + strconv.Itoa(i)
@@ -161,7 +162,7 @@ func TestEdgeLimit(t *testing.T) {
 // A shopper at the limit whose older stream belongs to a closed page gets
 // the slot back at once, not a heartbeat later.
 func TestClosedPageFreesItsSlot(t *testing.T) {
-	e := newEnv(t, envOpts{cfg: push.Config{MaxPerUser: 1}})
+	e := newEnv(t, envOpts{events: func(c *conf.EventsConfig) { c.MaxPerUser = 1 }})
 	id := nextID()
 	e.order("p1", id, "alice", stock.StatePending)
 	old := open(t, e.addr, "p1", id, "alice")
@@ -180,7 +181,9 @@ func TestClosedPageFreesItsSlot(t *testing.T) {
 // Heartbeats keep an idle stream talking; the deadline ends it with the
 // state read then — here a success whose message was lost — or pending.
 func TestHeartbeatAndDeadline(t *testing.T) {
-	e := newEnv(t, envOpts{cfg: push.Config{Heartbeat: 40 * time.Millisecond, Deadline: 400 * time.Millisecond}})
+	e := newEnv(t, envOpts{events: func(c *conf.EventsConfig) {
+		c.Heartbeat, c.Deadline = 40*time.Millisecond, 400*time.Millisecond
+	}})
 	lost, stuck := nextID(), nextID()
 	e.order("p1", lost, "alice", stock.StatePending)
 	e.order("p1", stuck, "bob", stock.StatePending)

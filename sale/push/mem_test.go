@@ -19,6 +19,7 @@ import (
 
 	"github.com/redis/rueidis"
 
+	"flashgate/conf"
 	"flashgate/orders/stock"
 	"flashgate/sale/push"
 )
@@ -143,7 +144,7 @@ func measure(tb testing.TB, n int, blocking bool) memResult {
 		tb.Skipf("cannot open %d streams: %v", n, err)
 	}
 	e := newEnv(tb, envOpts{blocking: blocking, maxIdleWorker: 100 * time.Millisecond,
-		cfg: push.Config{MaxStreams: n + 10, Deadline: 10 * time.Minute, Heartbeat: time.Minute}})
+		events: func(c *conf.EventsConfig) { c.MaxStreams, c.Deadline, c.Heartbeat = n+10, 10*time.Minute, time.Minute }})
 	first := nextID()
 	idSeq.Add(int64(n))
 	c := e.st.Client()

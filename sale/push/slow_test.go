@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"flashgate/conf"
 	"flashgate/internal/redistest"
 	"flashgate/orders/stock"
 )
@@ -23,6 +24,7 @@ type hiddenConn struct{ net.Conn }
 // a non-blocking send or a deadline write.
 func TestSlowClientIsDropped(t *testing.T) {
 	r := redistest.New(t)
+	d := conf.Defaults()
 	for _, tc := range []struct {
 		name string
 		wrap func(net.Conn) net.Conn
@@ -31,12 +33,14 @@ func TestSlowClientIsDropped(t *testing.T) {
 		{"deadline", func(c net.Conn) net.Conn { return hiddenConn{c} }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			st, err := stock.Open(context.Background(), r.Addr(), stock.Options{})
+			st, err := stock.Open(context.Background(), r.Addr(), stock.Options{Timeout: d.Redis.Timeout, QueueTimeout: d.Redis.Timeout, OrderTTL: d.Sale.OrderTTL})
 			if err != nil {
 				t.Fatal(err)
 			}
 			defer st.Close()
-			h, err := New(st.Client(), Config{KeepHijackedConns: true, WriteTimeout: 20 * time.Millisecond,
+			ev := d.Events
+			ev.WriteTimeout = 20 * time.Millisecond
+			h, err := New(st.Client(), Config{EventsConfig: ev, KeepHijackedConns: true,
 				Render: func(b []byte, o stock.OrderInfo) []byte {
 					return append(append(append(b, `{"status":"`...), o.State...), `"}`...)
 				}})

@@ -11,6 +11,7 @@ import (
 	"github.com/segmentio/kafka-go"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"flashgate/conf"
 	"flashgate/orders"
 	"flashgate/orders/consumer"
 	"flashgate/orders/stock"
@@ -50,7 +51,7 @@ func (env *ordEnv) drained() {
 	env.t.Helper()
 	ctx, cancel := env.ctx()
 	defer cancel()
-	if err := consumer.WaitDrained(ctx, env.brokers, orders.DefaultTopic, consumer.DefaultGroup, 20*time.Millisecond); err != nil {
+	if err := consumer.WaitDrained(ctx, env.brokers, conf.Defaults().Kafka.Topic, conf.Defaults().Orders.Group, 20*time.Millisecond); err != nil {
 		env.t.Fatal(err)
 	}
 }
@@ -61,7 +62,7 @@ func (env *ordEnv) topicMessages() int64 {
 	env.t.Helper()
 	ctx, cancel := env.ctx()
 	defer cancel()
-	n, err := consumer.GroupLag(ctx, env.brokers, orders.DefaultTopic, "e2e-never-committed")
+	n, err := consumer.GroupLag(ctx, env.brokers, conf.Defaults().Kafka.Topic, "e2e-never-committed")
 	if err != nil {
 		env.t.Fatal(err)
 	}
@@ -85,7 +86,7 @@ func TestDuplicateEventOneRow(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	w := &kafka.Writer{Addr: kafka.TCP(env.brokers...), Topic: orders.DefaultTopic, Balancer: &kafka.Hash{},
+	w := &kafka.Writer{Addr: kafka.TCP(env.brokers...), Topic: conf.Defaults().Kafka.Topic, Balancer: &kafka.Hash{},
 		RequiredAcks: kafka.RequireAll, BatchTimeout: 5 * time.Millisecond}
 	defer w.Close()
 	msg := kafka.Message{Key: ev.Key(), Value: val}

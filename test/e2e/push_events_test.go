@@ -9,10 +9,10 @@ import (
 	"testing"
 	"time"
 
+	"flashgate/conf"
 	"flashgate/internal/kafkatest"
 	"flashgate/internal/redistest"
 	"flashgate/orders/orderstore"
-	"flashgate/sale/push"
 )
 
 // pushPipeline points an edge at the test's Kafka, with the consumer
@@ -34,7 +34,7 @@ func TestPushEventsContract(t *testing.T) {
 	brokers, _ := kafkatest.Start(t)
 	path := writeConfig(t, fmt.Sprintf("node_id: %d\nredis: {addr: %q}\n", nodeSeq.Add(1)%1000+1, r.Addr()),
 		pushPipeline(brokers), activities(sale("ev", 100, 1)))
-	e := servePushEdge(t, path, push.Config{MaxPerUser: 2})
+	e := servePushEdge(t, path, func(c *conf.EventsConfig) { c.MaxPerUser = 2 })
 	api := &edge{t: t, addr: e.addr, api: newAPIClient()}
 	j := newJWTs(t, sessionSecret)
 

@@ -19,6 +19,7 @@ import (
 	"github.com/redis/rueidis"
 	"github.com/valyala/fasthttp"
 
+	"flashgate/conf"
 	"flashgate/internal/edgetest"
 	"flashgate/internal/syncbuf"
 	"flashgate/orders/consumer"
@@ -46,10 +47,15 @@ type pushEdge struct {
 }
 
 // servePushEdge starts an edge on a config file, in this process, until
-// the test ends.
-func servePushEdge(t testing.TB, path string, cfg push.Config) *pushEdge {
+// the test ends. events, if set, edits the hub's `events:` section (conf's
+// defaults).
+func servePushEdge(t testing.TB, path string, events func(c *conf.EventsConfig)) *pushEdge {
 	t.Helper()
 	srv, _ := edgetest.New(t, path, edgetest.Discard)
+	cfg := push.Config{EventsConfig: conf.Defaults().Events}
+	if events != nil {
+		events(&cfg.EventsConfig)
+	}
 	// The wiring proxy/ is to do (see push's doc): the hub on the edge's
 	// Redis client, the sale's Events, KeepHijackedConns on the server.
 	cfg.Render, cfg.KeepHijackedConns, cfg.Log = flashsale.AppendResult, true, edgetest.Discard
@@ -95,8 +101,11 @@ func pushConsumer(t testing.TB, brokers []string, redisAddr string, store orders
 	if err != nil {
 		t.Fatal(err)
 	}
+	d := conf.Defaults()
 	c, err := consumer.New(consumer.Config{
-		Brokers: brokers, Store: store, Stock: st,
+		Brokers: brokers, Topic: d.Kafka.Topic, DLQTopic: d.Kafka.DLQTopic,
+		Group: d.Orders.Group, BatchSize: d.Orders.BatchSize, BatchTime: d.Orders.BatchTime,
+		Store: store, Stock: st,
 		Log: edgetest.Discard,
 		// What proxy/ and cmd/proxy/sub.go are to pass.
 		OnStored: func(products map[string][]int64) {
@@ -127,7 +136,9 @@ func pushConsumer(t testing.TB, brokers []string, redisAddr string, store orders
 func openStockFor(addr string) (*stock.Store, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	return stock.Open(ctx, addr, stock.Options{Timeout: 2 * time.Second})
+	return stock.Open(ctx, addr, stock.Options{
+		Timeout: 2 * time.Second, QueueTimeout: 2 * time.Second, OrderTTL: conf.Defaults().Sale.OrderTTL,
+	})
 }
 
 // pushStream is one shopper's event stream, read off the wire.
@@ -193,7 +204,7 @@ func TestPushEdgeProcess(t *testing.T) {
 	if err := raiseNoFile(0); err != nil {
 		t.Fatal(err)
 	}
-	e := servePushEdge(t, path, push.Config{})
+	e := servePushEdge(t, path, nil)
 	mux := http.NewServeMux()
 	mux.HandleFunc("/stats", func(w http.ResponseWriter, _ *http.Request) {
 		runtime.GC()

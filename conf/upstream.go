@@ -1,8 +1,9 @@
-package upstream
+package conf
 
 import (
 	"net"
 	"net/netip"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -10,9 +11,9 @@ import (
 	"flashgate/conf/field"
 )
 
-// Config is the `upstreams:` section: named origin pools and the routes that
+// UpstreamsConfig is the `upstreams:` section: named origin pools and the routes that
 // map requests to them.
-type Config struct {
+type UpstreamsConfig struct {
 	Pools  []PoolConfig  `yaml:"pools"`
 	Routes []RouteConfig `yaml:"routes"`
 }
@@ -71,89 +72,60 @@ type RouteConfig struct {
 	Pool string `yaml:"pool"`
 }
 
-// Balancing algorithms.
+// Balancing algorithms (PoolConfig.Balance).
 const (
 	RoundRobin   = "round_robin"
 	LeastPending = "least_pending"
 )
 
-// Defaults.
-const (
-	DefaultConnectTimeout = time.Second
-	DefaultReadTimeout    = 10 * time.Second
-	DefaultWriteTimeout   = 10 * time.Second
-	DefaultMaxConns       = 512
-	DefaultMaxRetries     = 1
-	DefaultHealthInterval = 2 * time.Second
-	DefaultHealthTimeout  = time.Second
-	DefaultHealthRise     = 2
-	DefaultHealthFall     = 3
-	DefaultMaxFails       = 3
-	DefaultFailTimeout    = 10 * time.Second
+// MaxRetriesLimit bounds max_retries, which keeps the per-request list of
+// tried servers on the stack.
+const MaxRetriesLimit = 16
 
-	// maxRetriesLimit keeps the per-request list of tried servers on the stack.
-	maxRetriesLimit = 16
-)
-
-// SetDefaults fills in every setting left empty. Call it after decoding:
-// pools are list items, so they cannot be pre-filled before.
-func (c *Config) SetDefaults() {
+// fill gives the pools' and routes' settings left out their defaults;
+// pools and routes are list items, so only a pass after decoding can.
+func (c *UpstreamsConfig) fill() {
 	for i := range c.Pools {
 		p := &c.Pools[i]
-		if p.Balance == "" {
-			p.Balance = RoundRobin
-		}
-		setDur(&p.ConnectTimeout, DefaultConnectTimeout)
-		setDur(&p.ReadTimeout, DefaultReadTimeout)
-		setDur(&p.WriteTimeout, DefaultWriteTimeout)
-		if p.MaxConns == 0 {
-			p.MaxConns = DefaultMaxConns
-		}
+		orDefault(&p.Balance, RoundRobin)
+		orDefault(&p.ConnectTimeout, time.Second)
+		orDefault(&p.ReadTimeout, 10*time.Second)
+		orDefault(&p.WriteTimeout, 10*time.Second)
+		orDefault(&p.MaxConns, 512)
 		if p.MaxRetries == nil {
-			p.MaxRetries = intPtr(DefaultMaxRetries)
+			p.MaxRetries = intPtr(1)
 		}
 		if p.Health.Path != "" {
-			setDur(&p.Health.Interval, DefaultHealthInterval)
-			setDur(&p.Health.Timeout, DefaultHealthTimeout)
-			if p.Health.Rise == 0 {
-				p.Health.Rise = DefaultHealthRise
-			}
-			if p.Health.Fall == 0 {
-				p.Health.Fall = DefaultHealthFall
-			}
+			orDefault(&p.Health.Interval, 2*time.Second)
+			orDefault(&p.Health.Timeout, time.Second)
+			orDefault(&p.Health.Rise, 2)
+			orDefault(&p.Health.Fall, 3)
 		}
 		if p.Passive.MaxFails == nil {
-			p.Passive.MaxFails = intPtr(DefaultMaxFails)
+			p.Passive.MaxFails = intPtr(3)
 		}
-		setDur(&p.Passive.FailTimeout, DefaultFailTimeout)
+		orDefault(&p.Passive.FailTimeout, 10*time.Second)
 	}
 	for i := range c.Routes {
-		if c.Routes[i].Prefix == "" {
-			c.Routes[i].Prefix = "/"
-		}
+		orDefault(&c.Routes[i].Prefix, "/")
 	}
 }
 
-func setDur(d *time.Duration, def time.Duration) {
-	if *d == 0 {
-		*d = def
-	}
+// WithDefaults returns c with the defaults Parse gives pools and routes,
+// leaving c's own lists alone: for sections built in code, as tests do.
+func (c UpstreamsConfig) WithDefaults() UpstreamsConfig {
+	c.Pools = slices.Clone(c.Pools)
+	c.Routes = slices.Clone(c.Routes)
+	c.fill()
+	return c
 }
 
 func intPtr(n int) *int { return &n }
 
-// intOr reads an optional setting as Build sees it: defaults are applied
-// before, so nil only happens for hand-built configs that skipped them.
-func intOr(p *int, def int) int {
-	if p == nil {
-		return def
-	}
-	return *p
-}
-
 // Validate reports every problem with paths relative to the section, e.g.
-// "pools[0].servers[1]". It expects SetDefaults to have run.
-func (c *Config) Validate() field.Errors {
+// "pools[0].servers[1]". Settings left at zero are errors: Parse (or
+// WithDefaults) fills them first.
+func (c *UpstreamsConfig) Validate() field.Errors {
 	var errs field.Errors
 	names := make(map[string]int, len(c.Pools))
 	for i := range c.Pools {
@@ -189,22 +161,22 @@ func (c *Config) Validate() field.Errors {
 			}
 			seen[s] = j
 		}
-		positive(&errs, field.Join(at, "connect_timeout"), p.ConnectTimeout)
-		positive(&errs, field.Join(at, "read_timeout"), p.ReadTimeout)
-		positive(&errs, field.Join(at, "write_timeout"), p.WriteTimeout)
+		mustBePositive(&errs, field.Join(at, "connect_timeout"), p.ConnectTimeout)
+		mustBePositive(&errs, field.Join(at, "read_timeout"), p.ReadTimeout)
+		mustBePositive(&errs, field.Join(at, "write_timeout"), p.WriteTimeout)
 		if p.MaxConns <= 0 {
 			errs.Add(field.Join(at, "max_conns"), "must be positive")
 		}
-		if r := intOr(p.MaxRetries, DefaultMaxRetries); r < 0 || r > maxRetriesLimit {
-			errs.Add(field.Join(at, "max_retries"), "must be between 0 and %d", maxRetriesLimit)
+		if r := p.MaxRetries; r == nil || *r < 0 || *r > MaxRetriesLimit {
+			errs.Add(field.Join(at, "max_retries"), "must be between 0 and %d", MaxRetriesLimit)
 		}
 		if h := p.Health; h.Path != "" {
 			hat := field.Join(at, "health")
 			if !strings.HasPrefix(h.Path, "/") {
 				errs.Add(field.Join(hat, "path"), "must start with \"/\"")
 			}
-			positive(&errs, field.Join(hat, "interval"), h.Interval)
-			positive(&errs, field.Join(hat, "timeout"), h.Timeout)
+			mustBePositive(&errs, field.Join(hat, "interval"), h.Interval)
+			mustBePositive(&errs, field.Join(hat, "timeout"), h.Timeout)
 			if h.Rise <= 0 {
 				errs.Add(field.Join(hat, "rise"), "must be positive")
 			}
@@ -212,10 +184,10 @@ func (c *Config) Validate() field.Errors {
 				errs.Add(field.Join(hat, "fall"), "must be positive")
 			}
 		}
-		if intOr(p.Passive.MaxFails, DefaultMaxFails) < 0 {
+		if f := p.Passive.MaxFails; f == nil || *f < 0 {
 			errs.Add(field.Join(at, "passive.max_fails"), "must not be negative (0 disables passive ejection)")
 		}
-		positive(&errs, field.Join(at, "passive.fail_timeout"), p.Passive.FailTimeout)
+		mustBePositive(&errs, field.Join(at, "passive.fail_timeout"), p.Passive.FailTimeout)
 	}
 
 	type routeKey struct{ host, prefix string }
@@ -247,7 +219,7 @@ func (c *Config) Validate() field.Errors {
 	return errs
 }
 
-func positive(errs *field.Errors, path string, d time.Duration) {
+func mustBePositive(errs *field.Errors, path string, d time.Duration) {
 	if d <= 0 {
 		errs.Add(path, "must be positive")
 	}
@@ -269,6 +241,14 @@ func checkHostPort(s string) string {
 		return "port " + strconv.Quote(port) + " is not 1-65535"
 	}
 	return ""
+}
+
+// HostKey is the route's host as requests are matched against it (see
+// normalizeHost); "" matches any host. Validate rejects hosts it cannot
+// normalize.
+func (r RouteConfig) HostKey() string {
+	h, _ := normalizeHost(r.Host)
+	return h
 }
 
 // normalizeHost turns a route's host into the form Match compares with:

@@ -1,4 +1,4 @@
-package upstream
+package conf
 
 import (
 	"strings"
@@ -6,8 +6,8 @@ import (
 	"time"
 )
 
-func TestSetDefaults(t *testing.T) {
-	c := Config{
+func TestUpstreamsDefaults(t *testing.T) {
+	c := UpstreamsConfig{
 		Pools: []PoolConfig{
 			{Name: "a", Servers: []string{"127.0.0.1:1"}},
 			{Name: "b", Servers: []string{"127.0.0.1:2"}, Health: HealthConfig{Path: "/h"},
@@ -15,7 +15,7 @@ func TestSetDefaults(t *testing.T) {
 		},
 		Routes: []RouteConfig{{Pool: "a"}},
 	}
-	c.SetDefaults()
+	c.fill()
 	a, b := c.Pools[0], c.Pools[1]
 	checks := []struct {
 		name      string
@@ -46,9 +46,9 @@ func TestSetDefaults(t *testing.T) {
 	}
 }
 
-func TestValidate(t *testing.T) {
-	valid := func() Config {
-		return Config{
+func TestUpstreamsValidate(t *testing.T) {
+	valid := func() UpstreamsConfig {
+		return UpstreamsConfig{
 			Pools: []PoolConfig{
 				{Name: "web", Servers: []string{"10.0.0.1:80", "origin.internal:8080"}},
 				{Name: "api", Servers: []string{"[::1]:9000"}, Balance: LeastPending, Health: HealthConfig{Path: "/healthz"}},
@@ -58,47 +58,50 @@ func TestValidate(t *testing.T) {
 	}
 	tests := []struct {
 		name   string
-		mutate func(*Config)
+		mutate func(*UpstreamsConfig)
 		want   []string // "path: message fragment"
 	}{
-		{"valid", func(*Config) {}, nil},
-		{"duplicate pool", func(c *Config) { c.Pools[1].Name = "web" },
+		{"valid", func(*UpstreamsConfig) {}, nil},
+		{"duplicate pool", func(c *UpstreamsConfig) { c.Pools[1].Name = "web" },
 			[]string{"pools[1].name: duplicate pool name", "routes[1].pool: unknown pool \"api\""}},
-		{"missing name", func(c *Config) { c.Pools[0].Name = "" },
+		{"missing name", func(c *UpstreamsConfig) { c.Pools[0].Name = "" },
 			[]string{"pools[0].name: required", "routes[0].pool: unknown pool"}},
-		{"no servers", func(c *Config) { c.Pools[0].Servers = nil },
+		{"no servers", func(c *UpstreamsConfig) { c.Pools[0].Servers = nil },
 			[]string{"pools[0].servers: at least one"}},
-		{"server without port", func(c *Config) { c.Pools[0].Servers[1] = "origin.internal" },
+		{"server without port", func(c *UpstreamsConfig) { c.Pools[0].Servers[1] = "origin.internal" },
 			[]string{"pools[0].servers[1]: want host:port"}},
-		{"server bad port", func(c *Config) { c.Pools[0].Servers[0] = "10.0.0.1:99999" },
+		{"server bad port", func(c *UpstreamsConfig) { c.Pools[0].Servers[0] = "10.0.0.1:99999" },
 			[]string{"pools[0].servers[0]: port"}},
-		{"server url", func(c *Config) { c.Pools[0].Servers[0] = "http://10.0.0.1:80" },
+		{"server url", func(c *UpstreamsConfig) { c.Pools[0].Servers[0] = "http://10.0.0.1:80" },
 			[]string{"pools[0].servers[0]:"}},
-		{"duplicate server", func(c *Config) { c.Pools[0].Servers[1] = "10.0.0.1:80" },
+		{"duplicate server", func(c *UpstreamsConfig) { c.Pools[0].Servers[1] = "10.0.0.1:80" },
 			[]string{"pools[0].servers[1]: duplicate server"}},
-		{"unknown balance", func(c *Config) { c.Pools[0].Balance = "random" },
+		{"unknown balance", func(c *UpstreamsConfig) { c.Pools[0].Balance = "random" },
 			[]string{"pools[0].balance: unknown balance"}},
-		{"negative timeouts", func(c *Config) {
+		{"negative timeouts", func(c *UpstreamsConfig) {
 			c.Pools[0].ConnectTimeout, c.Pools[0].ReadTimeout, c.Pools[0].WriteTimeout = -1, -1, -1
 		}, []string{"pools[0].connect_timeout: must be positive", "pools[0].read_timeout:", "pools[0].write_timeout:"}},
-		{"retries out of range", func(c *Config) { c.Pools[0].MaxRetries = intPtr(99) },
+		{"retries out of range", func(c *UpstreamsConfig) { c.Pools[0].MaxRetries = intPtr(99) },
 			[]string{"pools[0].max_retries:"}},
-		{"health path", func(c *Config) { c.Pools[1].Health.Path = "healthz" },
+		{"health path", func(c *UpstreamsConfig) { c.Pools[1].Health.Path = "healthz" },
 			[]string{"pools[1].health.path: must start"}},
-		{"health fall", func(c *Config) { c.Pools[1].Health.Fall = -1 },
+		{"health fall", func(c *UpstreamsConfig) { c.Pools[1].Health.Fall = -1 },
 			[]string{"pools[1].health.fall:"}},
-		{"passive", func(c *Config) { c.Pools[0].Passive.MaxFails = intPtr(-1); c.Pools[0].Passive.FailTimeout = -1 },
+		{"passive", func(c *UpstreamsConfig) {
+			c.Pools[0].Passive.MaxFails = intPtr(-1)
+			c.Pools[0].Passive.FailTimeout = -1
+		},
 			[]string{"pools[0].passive.max_fails:", "pools[0].passive.fail_timeout:"}},
-		{"route to unknown pool", func(c *Config) { c.Routes[1].Pool = "nope" },
+		{"route to unknown pool", func(c *UpstreamsConfig) { c.Routes[1].Pool = "nope" },
 			[]string{"routes[1].pool: unknown pool \"nope\""}},
-		{"route prefix", func(c *Config) { c.Routes[0].Prefix = "api" },
+		{"route prefix", func(c *UpstreamsConfig) { c.Routes[0].Prefix = "api" },
 			[]string{"routes[0].prefix: must start"}},
-		{"route host with port", func(c *Config) { c.Routes[1].Host = "shop.example:443" },
+		{"route host with port", func(c *UpstreamsConfig) { c.Routes[1].Host = "shop.example:443" },
 			[]string{"routes[1].host: must not include a port"}},
-		{"duplicate route, host compared case-insensitively", func(c *Config) {
+		{"duplicate route, host compared case-insensitively", func(c *UpstreamsConfig) {
 			c.Routes = append(c.Routes, RouteConfig{Prefix: "/api/", Host: "shop.example", Pool: "web"})
 		}, []string{"routes[2]: duplicate route"}},
-		{"same prefix on another host is fine", func(c *Config) {
+		{"same prefix on another host is fine", func(c *UpstreamsConfig) {
 			c.Routes = append(c.Routes, RouteConfig{Prefix: "/api/", Pool: "web"})
 		}, nil},
 	}
@@ -106,7 +109,7 @@ func TestValidate(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			c := valid()
 			tc.mutate(&c)
-			c.SetDefaults()
+			c.fill()
 			errs := c.Validate()
 			var got []string
 			for _, e := range errs {
@@ -121,21 +124,5 @@ func TestValidate(t *testing.T) {
 				}
 			}
 		})
-	}
-}
-
-func TestBuildRejectsInvalidAndLeavesInputAlone(t *testing.T) {
-	m := NewManager(nil)
-	defer m.Close()
-	c := Config{Pools: []PoolConfig{{Name: "a", Servers: []string{"nope"}}}}
-	if _, err := m.Build(c); err == nil || !strings.Contains(err.Error(), "pools[0].servers[0]") {
-		t.Fatalf("Build error = %v, want one naming pools[0].servers[0]", err)
-	}
-	c.Pools[0].Servers[0] = "127.0.0.1:1"
-	if _, err := m.Build(c); err != nil {
-		t.Fatal(err)
-	}
-	if c.Pools[0].Balance != "" {
-		t.Error("Build applied defaults to the caller's config")
 	}
 }

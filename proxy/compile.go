@@ -1,9 +1,10 @@
-package conf
+package proxy
 
 import (
 	"fmt"
 	"time"
 
+	"flashgate/conf"
 	"flashgate/conf/field"
 	"flashgate/filters"
 	"flashgate/sale"
@@ -35,7 +36,7 @@ type Env struct {
 // Snapshot is a compiled, immutable configuration. The proxy reads it
 // through an atomic pointer; nothing in it is modified after Compile.
 type Snapshot struct {
-	Doc      *Document
+	Doc      *conf.Document
 	Version  uint64
 	LoadedAt time.Time
 
@@ -58,7 +59,7 @@ type Snapshot struct {
 // Compile builds a snapshot. It starts nothing and changes no live state
 // except creating limiter zones that did not exist yet, which is harmless if
 // the snapshot is then discarded.
-func Compile(doc *Document, env *Env, version uint64) (*Snapshot, error) {
+func Compile(doc *conf.Document, env *Env, version uint64) (*Snapshot, error) {
 	cfg := doc.Config
 	var errs field.Errors
 	s := &Snapshot{Doc: doc, Version: version, LoadedAt: time.Now()}
@@ -132,7 +133,7 @@ func Compile(doc *Document, env *Env, version uint64) (*Snapshot, error) {
 
 // compileSale builds the sale's settings: session codec, token minter and
 // the declared activities.
-func compileSale(cfg *Config, env *Env) (*sale.Settings, field.Errors) {
+func compileSale(cfg *conf.Config, env *Env) (*sale.Settings, field.Errors) {
 	var errs field.Errors
 	st := &sale.Settings{
 		DemoLogin:    cfg.Auth.DemoLogin,
@@ -169,7 +170,7 @@ func compileSale(cfg *Config, env *Env) (*sale.Settings, field.Errors) {
 		start = time.Now()
 	}
 	for i, ac := range cfg.Activities {
-		a, aerrs := ac.Build(start)
+		a, aerrs := activity.Build(ac, start)
 		errs.Nest(field.Index("activities", i), aerrs)
 		if len(aerrs) == 0 {
 			st.Catalog = append(st.Catalog, a)

@@ -1,4 +1,4 @@
-package sale
+package conf
 
 import (
 	"crypto/rand"
@@ -36,8 +36,8 @@ type AuthConfig struct {
 	CookieSecure bool          `yaml:"cookie_secure"`
 }
 
-// Config is the `sale:` section.
-type Config struct {
+// SaleConfig is the `sale:` section.
+type SaleConfig struct {
 	// TokenSecret signs purchase tokens (≥ 32 bytes, "env:NAME" allowed;
 	// empty: random per process, demo only). Every edge must share it.
 	TokenSecret string        `yaml:"token_secret"`
@@ -64,31 +64,20 @@ type Config struct {
 	BreakerOpenFor  time.Duration `yaml:"breaker_open_for"`
 }
 
-// SetDefaults fills zero values.
-func (c *Config) SetDefaults() {
-	def := func(d *time.Duration, v time.Duration) {
-		if *d == 0 {
-			*d = v
-		}
-	}
-	def(&c.TokenTTL, 60*time.Second)
-	def(&c.OrderTTL, 7*24*time.Hour)
-	def(&c.RefreshInterval, time.Second)
-	def(&c.BoughtCacheTTL, 30*time.Second)
-	def(&c.BreakerOpenFor, time.Second)
-	if c.MaxBody == 0 {
-		c.MaxBody = 4096
-	}
-	if c.BoughtCacheSize == 0 {
-		c.BoughtCacheSize = 1 << 18
-	}
-	if c.BreakerFailures == 0 {
-		c.BreakerFailures = 20
-	}
+// fill gives the settings left out or written as zero their defaults.
+func (c *SaleConfig) fill() {
+	orDefault(&c.TokenTTL, 60*time.Second)
+	orDefault(&c.MaxBody, 4096)
+	orDefault(&c.OrderTTL, 7*24*time.Hour)
+	orDefault(&c.RefreshInterval, time.Second)
+	orDefault(&c.BoughtCacheSize, 1<<18)
+	orDefault(&c.BoughtCacheTTL, 30*time.Second)
+	orDefault(&c.BreakerFailures, 20)
+	orDefault(&c.BreakerOpenFor, time.Second)
 }
 
 // Validate checks the section; paths are relative to `sale`.
-func (c *Config) Validate() field.Errors {
+func (c *SaleConfig) Validate() field.Errors {
 	var errs field.Errors
 	if _, err := secret(c.TokenSecret); err != nil {
 		errs.Add("token_secret", "%v", err)
@@ -123,14 +112,11 @@ func (c *Config) Validate() field.Errors {
 	return errs
 }
 
-// SetDefaults fills zero values.
-func (c *RedisConfig) SetDefaults() {
-	if c.Timeout == 0 {
-		c.Timeout = 200 * time.Millisecond
-	}
-	if c.QueueTimeout == 0 {
-		c.QueueTimeout = max(time.Second, c.Timeout)
-	}
+// fill gives the settings left out or written as zero their defaults;
+// queue_timeout's depends on timeout.
+func (c *RedisConfig) fill() {
+	orDefault(&c.Timeout, 200*time.Millisecond)
+	orDefault(&c.QueueTimeout, max(time.Second, c.Timeout))
 }
 
 // Embedded reports whether the in-process stand-in is configured.
@@ -154,11 +140,9 @@ func (c *RedisConfig) Validate() field.Errors {
 	return errs
 }
 
-// SetDefaults fills zero values.
-func (c *AuthConfig) SetDefaults() {
-	if c.SessionTTL == 0 {
-		c.SessionTTL = 24 * time.Hour
-	}
+// fill gives the settings left out or written as zero their defaults.
+func (c *AuthConfig) fill() {
+	orDefault(&c.SessionTTL, 24*time.Hour)
 }
 
 // Validate checks the section; paths are relative to `auth`.
@@ -192,7 +176,7 @@ func (c *AuthConfig) SessionSecrets() (secrets [][]byte, random bool, err error)
 }
 
 // TokenSecretBytes resolves the purchase-token secret (random if unset).
-func (c *Config) TokenSecretBytes() (b []byte, random bool, err error) {
+func (c *SaleConfig) TokenSecretBytes() (b []byte, random bool, err error) {
 	if c.TokenSecret == "" {
 		return randomSecret(), true, nil
 	}

@@ -1,4 +1,4 @@
-package static
+package conf
 
 import (
 	"net/url"
@@ -9,7 +9,7 @@ import (
 	"flashgate/conf/field"
 )
 
-// Config is the `static:` section.
+// StaticConfig is the `static:` section: the sale page.
 //
 // Caching defaults, and why:
 //   - the page (HTML) is sent with "no-cache": browsers and CDNs keep it but
@@ -19,7 +19,7 @@ import (
 //     links them with "?v=<content hash>", so a new page fetches new assets
 //     at once; the max-age only spares the edge a revalidation per asset per
 //     page view during the sale's peak.
-type Config struct {
+type StaticConfig struct {
 	// Dir, when set, serves the page files from this directory instead of the
 	// embedded copy (for designers iterating on the page). It must contain
 	// index.html; it is read once, when the config is loaded or reloaded.
@@ -38,25 +38,15 @@ type Config struct {
 	ImageOrigins []string `yaml:"image_origins"`
 }
 
-const (
-	defaultMaxAge           = 5 * time.Minute
-	defaultPageCacheControl = "no-cache"
-)
-
-// SetDefaults fills the settings left empty. It is idempotent, so conf may
-// call it before or after decoding.
-func (c *Config) SetDefaults() {
-	if c.MaxAge == 0 {
-		c.MaxAge = defaultMaxAge
-	}
-	if c.PageCacheControl == "" {
-		c.PageCacheControl = defaultPageCacheControl
-	}
+// fill gives the settings left out or written as zero their defaults.
+func (c *StaticConfig) fill() {
+	orDefault(&c.MaxAge, 5*time.Minute)
+	orDefault(&c.PageCacheControl, "no-cache")
 }
 
 // Validate reports every invalid setting with a path relative to the
 // section. It checks Dir on disk too, so `proxy -t` catches a typo in it.
-func (c *Config) Validate() field.Errors {
+func (c *StaticConfig) Validate() field.Errors {
 	var errs field.Errors
 	if c.Dir != "" {
 		if fi, err := os.Stat(c.Dir); err != nil {

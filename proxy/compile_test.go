@@ -1,16 +1,17 @@
-package conf
+package proxy
 
 import (
 	"strings"
 	"testing"
 
+	"flashgate/conf"
 	"flashgate/filters"
 	"flashgate/upstream"
 )
 
 func compileString(t *testing.T, y string) (*Snapshot, error) {
 	t.Helper()
-	doc, err := Parse([]byte(y), "t.yaml")
+	doc, err := conf.Parse([]byte(y), "t.yaml")
 	if err != nil {
 		return nil, err
 	}

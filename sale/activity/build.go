@@ -1,0 +1,33 @@
+package activity
+
+import (
+	"time"
+
+	"flashgate/conf"
+	"flashgate/conf/field"
+)
+
+// Build validates c and returns the activity; base anchors relative times.
+// Errors name fields relative to the entry.
+func Build(c conf.ActivityConfig, base time.Time) (*Activity, field.Errors) {
+	var errs field.Errors
+	a := &Activity{ProductID: c.ProductID, Name: c.Name, Image: c.Image, Stock: c.Stock, Limit: c.Limit}
+	if c.Limit == 0 {
+		a.Limit = 1
+	}
+	var err error
+	if a.PriceCents, err = ParsePrice(c.Price); err != nil {
+		errs.Add("price", "%v", err)
+	}
+	if a.StartMs, err = ParseTime(c.Start, base); err != nil {
+		errs.Add("start", "%v", err)
+	}
+	if a.EndMs, err = ParseTime(c.End, base); err != nil {
+		errs.Add("end", "%v", err)
+	}
+	if len(errs) > 0 {
+		return nil, errs
+	}
+	errs = a.Validate()
+	return a, errs
+}
