@@ -385,3 +385,6 @@ func (s *Server) Sale() *sale.Service { return s.sale }
 
 // Store exposes the Redis side (tests, reconcile).
 func (s *Server) Store() *stock.Store { return s.store }
+
+// Events exposes the event-stream hub, nil when events.disabled (tests).
+func (s *Server) Events() *push.Hub { return s.events }

@@ -30,7 +30,7 @@ func TestPushPageShowsSuccessWithoutPolling(t *testing.T) {
 	brokers, _ := kafkatest.Start(t)
 	path := writeConfig(t, fmt.Sprintf("node_id: %d\nredis: {addr: %q}\n", nodeSeq.Add(1)%1000+1, r.Addr()),
 		pushPipeline(brokers), activities(sale("br", 10, 1)))
-	e := servePushEdge(t, path, nil)
+	e := servePushEdge(t, path)
 
 	alloc, cancelAlloc := chromedp.NewExecAllocator(context.Background(), append(chromedp.DefaultExecAllocatorOptions[:],
 		chromedp.ExecPath(pushChromium), chromedp.Headless, chromedp.NoSandbox, chromedp.DisableGPU, chromedp.NoFirstRun,

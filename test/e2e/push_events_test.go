@@ -9,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"flashgate/conf"
 	"flashgate/internal/kafkatest"
 	"flashgate/internal/redistest"
 	"flashgate/orders/orderstore"
@@ -33,8 +32,8 @@ func TestPushEventsContract(t *testing.T) {
 	r := redistest.New(t)
 	brokers, _ := kafkatest.Start(t)
 	path := writeConfig(t, fmt.Sprintf("node_id: %d\nredis: {addr: %q}\n", nodeSeq.Add(1)%1000+1, r.Addr()),
-		pushPipeline(brokers), activities(sale("ev", 100, 1)))
-	e := servePushEdge(t, path, func(c *conf.EventsConfig) { c.MaxPerUser = 2 })
+		pushPipeline(brokers), "events: {max_per_user: 2}\n", activities(sale("ev", 100, 1)))
+	e := servePushEdge(t, path)
 	api := &edge{t: t, addr: e.addr, api: newAPIClient()}
 	j := newJWTs(t, sessionSecret)
 

@@ -26,16 +26,14 @@ import (
 	"flashgate/orders/orderstore"
 	"flashgate/orders/stock"
 	"flashgate/proxy"
-	flashsale "flashgate/sale"
 	"flashgate/sale/push"
 )
 
 // The push tests (push_*_test.go) prove the event stream of issue #7 on
-// real edges: proxy.Server with its whole filter chain and sale, plus a
-// push.Hub wired the way proxy/ is to wire it (pushEdge below, until the
-// edge does it itself), a real redis-server, a kfake broker and the real
-// order consumer (consumer.Consumer) publishing every stored batch with
-// push.PublishStored, as `proxy orders` and the in-edge consumer will.
+// real edges: proxy.Server with its whole filter chain, sale and push hub,
+// a real redis-server, a kfake broker and the real order consumer
+// (consumer.Consumer) publishing every stored batch, as `proxy orders` and
+// the in-edge consumer do.
 
 // pushEdge is an edge with the event stream: proxy.Server's handler on a
 // fasthttp.Server that keeps hijacked connections (the hub parks them).
@@ -47,26 +45,16 @@ type pushEdge struct {
 }
 
 // servePushEdge starts an edge on a config file, in this process, until
-// the test ends. events, if set, edits the hub's `events:` section (conf's
-// defaults).
-func servePushEdge(t testing.TB, path string, events func(c *conf.EventsConfig)) *pushEdge {
+// the test ends, and serves it on a fasthttp.Server of the test's own (the
+// memory figures need its idle workers to go quickly) that keeps hijacked
+// connections, as the edge's does. The hub is the edge's own.
+func servePushEdge(t testing.TB, path string) *pushEdge {
 	t.Helper()
 	srv, _ := edgetest.New(t, path, edgetest.Discard)
-	cfg := push.Config{EventsConfig: conf.Defaults().Events}
-	if events != nil {
-		events(&cfg.EventsConfig)
+	hub := srv.Events()
+	if hub == nil {
+		t.Fatal("the edge runs no event-stream hub (events.disabled?)")
 	}
-	// The wiring proxy/ is to do (see push's doc): the hub on the edge's
-	// Redis client, the sale's Events, KeepHijackedConns on the server.
-	cfg.Render, cfg.KeepHijackedConns, cfg.Log = flashsale.AppendResult, true, edgetest.Discard
-	hub, err := push.New(srv.Store().Client(), cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	hub.Start(ctx)
-	srv.Sale().Events = hub // before anything is served
 	fs := &fasthttp.Server{
 		Handler: srv.Handle, Name: "flashgate", KeepHijackedConns: true,
 		ReadTimeout: 5 * time.Second, WriteTimeout: 5 * time.Second, IdleTimeout: 60 * time.Second,
@@ -80,7 +68,6 @@ func servePushEdge(t testing.TB, path string, events func(c *conf.EventsConfig))
 	e := &pushEdge{srv: srv, hub: hub, fs: fs, addr: ln.Addr().String()}
 	t.Cleanup(func() {
 		fs.Shutdown()
-		hub.Close()
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
 		srv.Shutdown(ctx)
@@ -204,7 +191,7 @@ func TestPushEdgeProcess(t *testing.T) {
 	if err := raiseNoFile(0); err != nil {
 		t.Fatal(err)
 	}
-	e := servePushEdge(t, path, nil)
+	e := servePushEdge(t, path)
 	mux := http.NewServeMux()
 	mux.HandleFunc("/stats", func(w http.ResponseWriter, _ *http.Request) {
 		runtime.GC()
