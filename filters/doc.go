@@ -15,6 +15,11 @@
 //     other keyed limits reuse through LimitConfig and KeyFromBytes).
 //   - conn_limit: nginx limit_conn, requests in flight per client address.
 //
+// The sale filters (session, sale_window, sold_out, user_limit,
+// purchase_token) enforce the purchase rules of package sale/api, each by
+// calling its rule's Check, which records a passed rule on the Call: the
+// sale handler decides only the rules the chain did not.
+//
 // RealIP resolves the client address behind trusted proxies (nginx realip,
 // recursive) before the chain runs.
 //

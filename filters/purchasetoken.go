@@ -15,7 +15,6 @@ func init() { Register("purchase_token", newPurchaseToken) }
 // nonce; a request refused earlier never burns it.
 type purchaseToken struct {
 	minter *ptoken.Minter
-	reject *api.Rejection
 }
 
 func newPurchaseToken(spec Spec, env *Env) (Filter, field.Errors) {
@@ -26,17 +25,12 @@ func newPurchaseToken(spec Spec, env *Env) (Filter, field.Errors) {
 	if env == nil || env.Tokens == nil {
 		return nil, field.Errors{{Msg: "needs sale.token_secret"}}
 	}
-	return &purchaseToken{minter: env.Tokens, reject: api.BadToken}, nil
+	return &purchaseToken{minter: env.Tokens}, nil
 }
 
 func (f *purchaseToken) Handle(r *Request) Verdict {
 	if r.Endpoint != api.EndpointDo {
 		return Pass
 	}
-	nonce, exp, err := f.minter.Check(r.Token, r.UserID, r.ProductID, r.NowNano/1e6)
-	if err != nil {
-		return Verdict{Reject: f.reject}
-	}
-	r.TokenNonce, r.TokenExpiresMs = nonce, exp
-	return Pass
+	return Verdict{Reject: r.CheckToken(f.minter)}
 }

@@ -593,6 +593,40 @@ func TestShopperChainOrder(t *testing.T) {
 	}
 }
 
+// The sale filters record on the Call the rules they decided, so the sale
+// handler decides only the others; a rule a filter refused in dry_run, or
+// one no filter decides, is left to the handler.
+func TestSaleFiltersRecordTheirRules(t *testing.T) {
+	f := newSaleFixture(t)
+	alice := f.jwt(t, f.codec, "alice", time.Minute)
+	buy := saleCall{ep: api.EndpointDo, product: "p1", bearer: alice, token: f.ptok("alice", "p1", time.Minute), qty: 1}
+	all := api.SignedIn | api.ProductKnown | api.SaleOpen | api.InStock | api.TokenValid | api.WithinLimit
+	for _, tc := range []struct {
+		name  string
+		chain []string
+		call  saleCall
+		want  api.Rules
+	}{
+		{"the shopper chain", shopperChainYAML, buy, all},
+		{"no filter", []string{"type: access\nrules: [\"allow all\"]\n"}, buy, 0},
+		{"sold_out without sale_window", []string{"type: session\n", "type: sold_out\n"}, buy, api.SignedIn},
+		{"user_limit without sale_window", []string{"type: session\n", saleUserLimitYAML}, buy, api.SignedIn},
+		{"status", shopperChainYAML, saleCall{ep: api.EndpointStatus, product: "p1"}, api.ProductKnown},
+		{"dry_run refusal", []string{"type: sale_window\ndry_run: true\n", "type: sold_out\n"},
+			saleCall{ep: api.EndpointDo, product: "old", token: buy.token, qty: 1}, api.ProductKnown | api.InStock},
+		{"dry_run refusal (token)", []string{"type: session\n", "type: purchase_token\ndry_run: true\n"},
+			saleCall{ep: api.EndpointDo, product: "p1", bearer: alice, token: []byte("x"), qty: 1}, api.SignedIn},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			v, r := f.run(mustBuild(t, f.env, tc.chain...), tc.call)
+			checkVerdict(t, v, 0, "")
+			if r.Checked != tc.want {
+				t.Fatalf("Checked %06b, want %06b", r.Checked, tc.want)
+			}
+		})
+	}
+}
+
 // BUG (Request.Reset + session): sale.Parse sets r.UserID of a login call
 // to a view of the request body. Reset keeps that slice (r.UserID[:0]) and
 // the pooled Request goes to the next request, where the session filter

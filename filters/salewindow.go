@@ -12,8 +12,7 @@ func init() { Register("sale_window", newSaleWindow) }
 // sale is open, before anything costs more. For status calls it only
 // resolves the product (the status answer itself says upcoming/ended).
 type saleWindow struct {
-	reg                        *activity.Registry
-	unknown, notStarted, ended *api.Rejection
+	reg *activity.Registry
 }
 
 func newSaleWindow(spec Spec, env *Env) (Filter, field.Errors) {
@@ -24,34 +23,18 @@ func newSaleWindow(spec Spec, env *Env) (Filter, field.Errors) {
 	if env == nil || env.Activities == nil {
 		return nil, field.Errors{{Msg: "needs the sale (activities)"}}
 	}
-	return &saleWindow{
-		reg:        env.Activities,
-		unknown:    api.UnknownProduct,
-		notStarted: api.NotStarted,
-		ended:      api.Ended,
-	}, nil
+	return &saleWindow{reg: env.Activities}, nil
 }
 
 func (f *saleWindow) Handle(r *Request) Verdict {
 	if r.Endpoint != api.EndpointStatus && !r.Endpoint.Buys() {
 		return Pass
 	}
-	e, ok := f.reg.Get(r.ProductID)
-	if !ok {
-		return Verdict{Reject: f.unknown}
-	}
-	r.Activity = e
-	if r.Endpoint == api.EndpointStatus {
-		return Pass
+	if rej := r.CheckProduct(f.reg); rej != nil || r.Endpoint == api.EndpointStatus {
+		return Verdict{Reject: rej}
 	}
 	if r.Endpoint == api.EndpointDo {
-		e.CountAttempt()
+		r.Activity.CountAttempt()
 	}
-	switch e.PhaseAt(r.NowNano/1e6, false) {
-	case activity.Upcoming:
-		return Verdict{Reject: f.notStarted}
-	case activity.Ended:
-		return Verdict{Reject: f.ended}
-	}
-	return Pass
+	return Verdict{Reject: r.CheckSaleOpen()}
 }

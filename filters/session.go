@@ -2,7 +2,6 @@ package filters
 
 import (
 	"flashgate/conf/field"
-	"flashgate/sale/api"
 	"flashgate/sale/session"
 )
 
@@ -11,10 +10,10 @@ func init() { Register("session", newSession) }
 // sessionFilter verifies the signed session (JWT HS256 from the `session`
 // cookie or a Bearer header) at the edge, with no Redis call, for the
 // endpoints that act for a shopper. The user id comes only from here, never
-// from a request body.
+// from a request body: a call that fails the check has none, and the
+// signed-in rule refuses it.
 type sessionFilter struct {
-	codec  *session.Codec
-	reject *api.Rejection
+	codec *session.Codec
 }
 
 func newSession(spec Spec, env *Env) (Filter, field.Errors) {
@@ -25,18 +24,18 @@ func newSession(spec Spec, env *Env) (Filter, field.Errors) {
 	if env == nil || env.Sessions == nil {
 		return nil, field.Errors{{Msg: "needs the auth section (auth.secrets)"}}
 	}
-	return &sessionFilter{codec: env.Sessions, reject: api.Unauthenticated}, nil
+	return &sessionFilter{codec: env.Sessions}, nil
 }
 
 func (f *sessionFilter) Handle(r *Request) Verdict {
 	if !r.Endpoint.NeedsUser() {
 		return Pass
 	}
-	tok := session.FromRequest(r.Ctx)
-	uid, err := f.codec.Verify(tok, r.NowNano/1e9, r.UserBuf())
+	uid, err := f.codec.Verify(session.FromRequest(r.Ctx), r.NowNano/1e9, r.UserBuf())
 	if err != nil {
-		return Verdict{Reject: f.reject}
+		r.UserID = nil
+	} else {
+		r.SetUser(uid)
 	}
-	r.SetUser(uid)
-	return Pass
+	return Verdict{Reject: r.CheckSignedIn()}
 }

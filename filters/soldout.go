@@ -2,7 +2,6 @@ package filters
 
 import (
 	"flashgate/conf/field"
-	"flashgate/sale/api"
 )
 
 func init() { Register("sold_out", newSoldOut) }
@@ -11,19 +10,20 @@ func init() { Register("sold_out", newSoldOut) }
 // so a sold-out product never costs a Redis call. The flag is set by the
 // deduction's answer on this edge and by the broadcast from other edges,
 // and cleared on restock or release.
-type soldOut struct{ reject *api.Rejection }
+type soldOut struct{}
 
 func newSoldOut(spec Spec, env *Env) (Filter, field.Errors) {
 	var cfg struct{}
 	if errs := decodeParams(spec, &cfg); len(errs) > 0 {
 		return nil, errs
 	}
-	return &soldOut{reject: api.SoldOut}, nil
+	return soldOut{}, nil
 }
 
-func (f *soldOut) Handle(r *Request) Verdict {
-	if r.Endpoint.Buys() && r.Activity.State != nil && r.Activity.SoldOut() {
-		return Verdict{Reject: f.reject}
+// Handle decides only for a product sale_window found before it.
+func (soldOut) Handle(r *Request) Verdict {
+	if !r.Endpoint.Buys() || r.Activity.State == nil {
+		return Pass
 	}
-	return Pass
+	return Verdict{Reject: r.CheckInStock()}
 }

@@ -5,7 +5,6 @@ import (
 
 	"flashgate/conf/field"
 	"flashgate/sale/activity"
-	"flashgate/sale/api"
 )
 
 func init() { Register("user_limit", newUserLimit) }
@@ -15,9 +14,8 @@ func init() { Register("user_limit", newUserLimit) }
 // the product's per-user limit is answered 409 here. Both are local to the
 // edge; the deduction script enforces the purchase limit exactly.
 type userLimit struct {
-	limits  []*RateLimit
-	bought  *activity.BoughtCache
-	reached *api.Rejection
+	limits []*RateLimit
+	bought *activity.BoughtCache
 }
 
 type userLimitConfig struct {
@@ -39,7 +37,7 @@ func newUserLimit(spec Spec, env *Env) (Filter, field.Errors) {
 		cfg.Limits[1].Rate, _ = ParseRate("50r/m")
 		cfg.Limits[1].Burst, cfg.Limits[1].NoDelay = 10, true
 	}
-	f := &userLimit{reached: api.LimitReached}
+	f := &userLimit{}
 	if env != nil {
 		f.bought = env.Bought
 	}
@@ -69,9 +67,8 @@ func (f *userLimit) Handle(r *Request) Verdict {
 		return Pass
 	}
 	if f.bought != nil && r.Activity.Activity != nil {
-		qty := max(r.Qty, 1)
-		if f.bought.Get(r.ProductID, r.UserID, r.Activity.Generation())+qty > r.Activity.Limit {
-			return Verdict{Reject: f.reached}
+		if rej := r.CheckLimit(f.bought.Get(r.ProductID, r.UserID, r.Activity.Generation())); rej != nil {
+			return Verdict{Reject: rej}
 		}
 	}
 	if len(f.limits) == 0 {

@@ -30,8 +30,8 @@ func (s *Service) events(r *api.Call) {
 		api.MethodNotAllowed.Write(ctx)
 		return
 	}
-	if len(r.UserID) == 0 {
-		api.Unauthenticated.Write(ctx)
+	if rej := r.CheckSignedIn(); rej != nil {
+		rej.Write(ctx)
 		return
 	}
 	st, rej := s.Events.Open(r.ProductID, r.OrderID, r.UserID)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"log/slog"
 	"strconv"
+	"strings"
 	"time"
 	"unsafe"
 
@@ -61,20 +62,12 @@ func (s *Service) Handle(r *api.Call) {
 	}
 }
 
-// entry finds the product if sale_window did not already.
-func (s *Service) entry(r *api.Call) (activity.Entry, bool) {
-	if r.Activity.Activity != nil {
-		return r.Activity, true
-	}
-	return s.Activities.Get(r.ProductID)
-}
-
 func (s *Service) status(r *api.Call, st *Settings) {
-	e, ok := s.entry(r)
-	if !ok {
-		api.UnknownProduct.Write(r.Ctx)
+	if rej := r.CheckProduct(s.Activities); rej != nil {
+		rej.Write(r.Ctx)
 		return
 	}
+	e := r.Activity
 	nowMs := r.NowNano / 1e6
 	s.hit(e, nowMs, st)
 	r.Scratch = e.AppendStatus(r.Scratch[:0], nowMs)
@@ -116,38 +109,34 @@ func (s *Service) login(r *api.Call, st *Settings) {
 	writeJSON(r.Ctx, b)
 }
 
-// open checks what the filters check, for an edge whose config left a sale
-// filter out: the sale's own rules do not depend on the chain.
-func (s *Service) open(r *api.Call) (activity.Entry, *api.Rejection) {
-	if len(r.UserID) == 0 {
-		return activity.Entry{}, api.Unauthenticated
+// open decides the rules of a purchase call (token or do) that the chain
+// did not, so the sale is as safe whatever the config's filter list; the
+// degrade switch, the sale's own, is always decided here.
+func (s *Service) open(r *api.Call) *api.Rejection {
+	if rej := r.CheckSignedIn(); rej != nil {
+		return rej
 	}
-	e, ok := s.entry(r)
-	if !ok {
-		return e, api.UnknownProduct
+	if rej := r.CheckProduct(s.Activities); rej != nil {
+		return rej
 	}
-	switch e.PhaseAt(r.NowNano/1e6, false) {
-	case activity.Upcoming:
-		return e, api.NotStarted
-	case activity.Ended:
-		return e, api.Ended
+	if rej := r.CheckSaleOpen(); rej != nil {
+		return rej
 	}
-	if e.SoldOut() {
-		return e, api.SoldOut
+	if rej := r.CheckInStock(); rej != nil {
+		return rej
 	}
 	if s.Degraded(r.ProductID) {
-		return e, api.Busy
+		return api.Busy
 	}
-	return e, nil
+	return nil
 }
 
 func (s *Service) token(r *api.Call, st *Settings) {
-	e, rej := s.open(r)
-	if rej != nil {
+	if rej := s.open(r); rej != nil {
 		rej.Write(r.Ctx)
 		return
 	}
-	s.hit(e, r.NowNano/1e6, st)
+	s.hit(r.Activity, r.NowNano/1e6, st)
 	exp := r.NowNano/1e6 + st.TokenTTL.Milliseconds()
 	b := append(r.Scratch[:0], `{"token":"`...)
 	b = st.Tokens.Mint(b, r.UserID, r.ProductID, exp)
@@ -158,103 +147,102 @@ func (s *Service) token(r *api.Call, st *Settings) {
 	writeJSON(r.Ctx, b)
 }
 
+// do is a purchase: the rules the chain left, the breaker's admission, the
+// deduction, its outcome.
 func (s *Service) do(r *api.Call, st *Settings) {
-	e, rej := s.open(r)
-	if rej == nil && r.TokenExpiresMs == 0 {
-		// No purchase_token filter in the chain: check the token here.
-		nonce, exp, err := st.Tokens.Check(r.Token, r.UserID, r.ProductID, r.NowNano/1e6)
-		if err != nil {
-			rej = api.BadToken
-		}
-		r.TokenNonce, r.TokenExpiresMs = nonce, exp
-	}
-	if rej == nil && r.Qty > e.Limit {
-		rej = api.LimitReached
-	}
-	if rej != nil {
+	if rej := s.buyable(r, st); rej != nil {
 		rej.Write(r.Ctx)
 		return
 	}
-	nowMs := r.NowNano / 1e6
-	s.hit(e, nowMs, st)
-	allowed, probe := s.Breaker.Admit()
-	if !allowed {
-		s.outcomes[outDegraded].Inc()
-		api.Busy.Write(r.Ctx)
+	e := r.Activity
+	s.hit(e, r.NowNano/1e6, st)
+	ok, probe := s.admit(r)
+	if !ok {
 		return
 	}
-	var nonceHex [2 * ptoken.NonceLen]byte
-	ptoken.NonceHex(nonceHex[:0], r.TokenNonce)
-	a := stock.Attempt{
-		ProductID: e.ProductID, UserID: view(r.UserID), Qty: r.Qty, Limit: e.Limit,
-		OrderID: s.IDs.Next(), Price: e.PriceCents, NowMs: nowMs,
-		TokenNonceHex: view(nonceHex[:]), TokenExpiresMs: r.TokenExpiresMs, Node: s.Node,
-	}
+	a := s.attemptFor(r, e)
 	out, err := s.Store.Deduct(context.Background(), a)
 	if err != nil {
-		// One failure per failed script call, not per attempt it carried
-		// (one stall would open the breaker); nothing for an attempt that
-		// was never sent (ErrNotSent, ErrInvalid, ErrClosed).
-		if errors.Is(err, stock.ErrCallFailed) {
-			s.Breaker.Failure()
-		} else if probe {
-			s.Breaker.Abstain()
-		}
-		s.outcomes[outError].Inc()
-		if errors.Is(err, stock.ErrNotSent) {
-			// Nothing happened; counted above. One line per attempt would
-			// be thousands of lines in a burst, on the hot path; checked
-			// first so that a disabled level does not box the arguments.
-			if s.Log.Enabled(context.Background(), slog.LevelDebug) {
-				s.Log.Debug("deduction not sent", "product", e.ProductID, "order", a.OrderID, "err", err)
-			}
-		} else {
-			s.Log.Warn("deduction failed", "product", e.ProductID, "order", a.OrderID, "unknown_outcome", errors.Is(err, stock.ErrUnknown), "err", err)
-		}
+		s.deductFailed(&a, err, probe)
 		api.Busy.Write(r.Ctx)
 		return
 	}
 	s.Breaker.Success()
+	s.settle(r, e, &a, out)
+}
+
+// buyable decides the rules of a do call that the chain did not: open's,
+// then the purchase token and the quantity. Without an edge cache of what
+// the shopper bought (user_limit's) only the quantity counts here; the
+// deduction enforces the limit exactly.
+func (s *Service) buyable(r *api.Call, st *Settings) *api.Rejection {
+	if rej := s.open(r); rej != nil {
+		return rej
+	}
+	if rej := r.CheckToken(st.Tokens); rej != nil {
+		return rej
+	}
+	return r.CheckLimit(0)
+}
+
+// admit is the breaker's Admit; a refused call is answered busy.
+func (s *Service) admit(r *api.Call) (ok, probe bool) {
+	ok, probe = s.Breaker.Admit()
+	if !ok {
+		s.outcomes[outDegraded].Inc()
+		api.Busy.Write(r.Ctx)
+	}
+	return ok, probe
+}
+
+// attemptFor is the deduction r asks for. UserID is a view of the call's
+// buffer: Deduct copies what it keeps.
+func (s *Service) attemptFor(r *api.Call, e activity.Entry) stock.Attempt {
+	var nonceHex [2 * ptoken.NonceLen]byte
+	ptoken.NonceHex(nonceHex[:0], r.TokenNonce)
+	return stock.Attempt{
+		ProductID: e.ProductID, UserID: view(r.UserID), Qty: r.Qty, Limit: e.Limit,
+		OrderID: s.IDs.Next(), Price: e.PriceCents, NowMs: r.NowNano / 1e6,
+		TokenNonceHex: view(nonceHex[:]), TokenExpiresMs: r.TokenExpiresMs, Node: s.Node,
+	}
+}
+
+// deductFailed accounts a deduction that gave no outcome, for the breaker,
+// the counters and the log. The breaker sees one failure per failed script
+// call, not per attempt it carried (one stall would open it), and nothing
+// for an attempt that was never sent (ErrNotSent, ErrInvalid, ErrClosed).
+func (s *Service) deductFailed(a *stock.Attempt, err error, probe bool) {
+	if errors.Is(err, stock.ErrCallFailed) {
+		s.Breaker.Failure()
+	} else if probe {
+		s.Breaker.Abstain()
+	}
+	s.outcomes[outError].Inc()
+	if !errors.Is(err, stock.ErrNotSent) {
+		s.Log.Warn("deduction failed", "product", a.ProductID, "order", a.OrderID, "unknown_outcome", errors.Is(err, stock.ErrUnknown), "err", err)
+		return
+	}
+	// Nothing happened; counted above. One line per attempt would be
+	// thousands of lines in a burst, on the hot path; checked first so that
+	// a disabled level does not box the arguments.
+	if s.Log.Enabled(context.Background(), slog.LevelDebug) {
+		s.Log.Debug("deduction not sent", "product", a.ProductID, "order", a.OrderID, "err", err)
+	}
+}
+
+// settle answers the deduction's outcome, after keeping the stock it
+// reported.
+func (s *Service) settle(r *api.Call, e activity.Entry, a *stock.Attempt, out stock.Outcome) {
 	if out.Remaining >= 0 {
 		e.SetRemaining(out.Remaining)
 	}
 	switch out.Code {
 	case stock.OK:
-		s.outcomes[outOK].Inc()
-		if s.Bought != nil {
-			gen := e.Generation()
-			s.Bought.Set(r.ProductID, r.UserID, gen, s.Bought.Get(r.ProductID, r.UserID, gen)+r.Qty)
-		}
-		if out.Remaining == 0 {
-			s.markSoldOut(e)
-		}
-		if s.Orders != nil {
-			a.UserID = string(r.UserID) // the pipeline may keep it past this request
-			if err := s.Orders.Publish(context.Background(), &a, out.OutboxID); err != nil {
-				// The outbox entry the script wrote is still there: the
-				// relay will deliver it. The shopper may poll the result.
-				s.Log.Warn("order event not acknowledged; left to the outbox relay", "order", a.OrderID, "err", err)
-				s.answerOrder(r, a.OrderID, e.ProductID, api.OrderUnconfirmed)
-				return
-			}
-		}
-		s.answerOrder(r, a.OrderID, e.ProductID, nil)
+		s.bought(r, e, a, out)
 	case stock.SoldOut:
-		s.outcomes[outSoldOut].Inc()
-		// SOLD_OUT also answers a quantity larger than what is left: only
-		// an empty stock makes the product sold out for everyone.
-		if out.Remaining == 0 {
-			s.markSoldOut(e)
-			api.SoldOut.Write(r.Ctx)
-		} else {
-			api.NotEnoughStock.Write(r.Ctx)
-		}
+		s.soldOut(r, e, out)
 	case stock.LimitReached:
-		s.outcomes[outLimit].Inc()
-		if s.Bought != nil {
-			s.Bought.Set(r.ProductID, r.UserID, e.Generation(), e.Limit)
-		}
-		api.LimitReached.Write(r.Ctx)
+		s.limitReached(r, e)
 	case stock.BadToken:
 		s.outcomes[outBadToken].Inc()
 		api.BadToken.Write(r.Ctx)
@@ -262,6 +250,58 @@ func (s *Service) do(r *api.Call, st *Settings) {
 		s.outcomes[outNotReady].Inc()
 		api.Warming.Write(r.Ctx)
 	}
+}
+
+// bought is a successful deduction: the edge remembers the purchase, flags
+// an emptied stock, and hands the order to the pipeline before the
+// shopper hears "pending".
+func (s *Service) bought(r *api.Call, e activity.Entry, a *stock.Attempt, out stock.Outcome) {
+	s.outcomes[outOK].Inc()
+	if s.Bought != nil {
+		gen := e.Generation()
+		s.Bought.Set(r.ProductID, r.UserID, gen, s.Bought.Get(r.ProductID, r.UserID, gen)+r.Qty)
+	}
+	if out.Remaining == 0 {
+		s.markSoldOut(e)
+	}
+	s.answerOrder(r, a.OrderID, e.ProductID, s.publish(a, out.OutboxID))
+}
+
+// publish sends the order event; nil when it was acknowledged or there is
+// no pipeline, else the answer that says the order is being confirmed.
+func (s *Service) publish(a *stock.Attempt, outboxID string) *api.Rejection {
+	if s.Orders == nil {
+		return nil
+	}
+	a.UserID = strings.Clone(a.UserID) // the pipeline may keep it past this request
+	if err := s.Orders.Publish(context.Background(), a, outboxID); err != nil {
+		// The outbox entry the script wrote is still there: the relay will
+		// deliver it. The shopper may poll the result.
+		s.Log.Warn("order event not acknowledged; left to the outbox relay", "order", a.OrderID, "err", err)
+		return api.OrderUnconfirmed
+	}
+	return nil
+}
+
+// soldOut: SOLD_OUT also answers a quantity larger than what is left; only
+// an empty stock makes the product sold out for everyone.
+func (s *Service) soldOut(r *api.Call, e activity.Entry, out stock.Outcome) {
+	s.outcomes[outSoldOut].Inc()
+	if out.Remaining != 0 {
+		api.NotEnoughStock.Write(r.Ctx)
+		return
+	}
+	s.markSoldOut(e)
+	api.SoldOut.Write(r.Ctx)
+}
+
+// limitReached: the shopper is at the limit, which the edge remembers.
+func (s *Service) limitReached(r *api.Call, e activity.Entry) {
+	s.outcomes[outLimit].Inc()
+	if s.Bought != nil {
+		s.Bought.Set(r.ProductID, r.UserID, e.Generation(), e.Limit)
+	}
+	api.LimitReached.Write(r.Ctx)
 }
 
 // answerOrder writes {"orderId","productId","status":"pending"}; with a
@@ -304,8 +344,8 @@ func (s *Service) markSoldOut(e activity.Entry) {
 }
 
 func (s *Service) result(r *api.Call) {
-	if len(r.UserID) == 0 {
-		api.Unauthenticated.Write(r.Ctx)
+	if rej := r.CheckSignedIn(); rej != nil {
+		rej.Write(r.Ctx)
 		return
 	}
 	o, ok, err := s.Store.OrderState(context.Background(), view(r.ProductID), r.OrderID)

@@ -1,6 +1,7 @@
 package sale
 
 import (
+	"bytes"
 	"cmp"
 	"context"
 	"encoding/binary"
@@ -20,6 +21,7 @@ import (
 	"flashgate/orders/stock"
 	"flashgate/sale/activity"
 	"flashgate/sale/api"
+	"flashgate/sale/ptoken"
 )
 
 // nonceSeq makes purchase-token nonces unique across the test run.
@@ -68,7 +70,8 @@ func newDoRig(t *testing.T, opts stock.Options, brk *Breaker, products ...string
 func (r *doRig) do(product, user string) int {
 	now := time.Now()
 	req := &api.Call{Ctx: new(fasthttp.RequestCtx), NowNano: now.UnixNano(), Endpoint: api.EndpointDo,
-		UserID: []byte(user), ProductID: []byte(product), Qty: 1, TokenExpiresMs: now.Add(time.Minute).UnixMilli()}
+		UserID: []byte(user), ProductID: []byte(product), Qty: 1, TokenExpiresMs: now.Add(time.Minute).UnixMilli(),
+		Checked: api.TokenValid}
 	binary.BigEndian.PutUint64(req.TokenNonce[:], nonceSeq.Add(1))
 	r.svc.Handle(req)
 	return req.Ctx.Response.StatusCode()
@@ -176,5 +179,69 @@ func TestBreakerOpensOnFailedCalls(t *testing.T) {
 	}
 	if c, _ := r.stats(); c != calls {
 		t.Fatalf("open breaker: %d script calls made, want none", c-calls)
+	}
+}
+
+// TestDoDecidesWhatTheChainDidNot: an edge whose config has no sale filter
+// gives every refusal the chain would, from the handler, without a script
+// call; and a rule the chain decided is not decided again.
+func TestDoDecidesWhatTheChainDidNot(t *testing.T) {
+	r := newDoRig(t, stock.Options{}, NewBreaker(3, time.Hour, nil, nil))
+	minter, err := ptoken.New([]byte("0123456789abcdef0123456789abcdef"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now()
+	sale := func(p string, start, end time.Duration) *activity.Activity {
+		return &activity.Activity{ProductID: p, Name: p, PriceCents: 100, Stock: 1000, Limit: 2,
+			StartMs: now.Add(start).UnixMilli(), EndMs: now.Add(end).UnixMilli()}
+	}
+	catalog := []*activity.Activity{
+		sale("open", -time.Hour, time.Hour), sale("flagged", -time.Hour, time.Hour), sale("busy", -time.Hour, time.Hour),
+		sale("soon", time.Hour, 2*time.Hour), sale("past", -2*time.Hour, -time.Hour),
+	}
+	if err := r.svc.Apply(context.Background(), &Settings{Catalog: catalog, Tokens: minter}); err != nil {
+		t.Fatal(err)
+	}
+	r.svc.Activities.StateOf("flagged").SetSoldOut(true) // Redis still has stock
+	r.svc.SetDegraded("busy", true)
+
+	tok := func(user, product string, ttl time.Duration) []byte {
+		return minter.Mint(nil, []byte(user), []byte(product), now.Add(ttl).UnixMilli())
+	}
+	for _, tc := range []struct {
+		name, user, product string
+		token               []byte
+		qty                 int
+		checked             api.Rules
+		status              int
+		code                string
+	}{
+		{"no user", "", "open", tok("", "open", time.Minute), 1, 0, 401, "UNAUTHENTICATED"},
+		{"unknown product", "u", "nope", tok("u", "nope", time.Minute), 1, 0, 404, "UNKNOWN_PRODUCT"},
+		{"not started", "u", "soon", tok("u", "soon", time.Minute), 1, 0, 403, "NOT_STARTED"},
+		{"ended", "u", "past", tok("u", "past", time.Minute), 1, 0, 403, "ENDED"},
+		{"sold out", "u", "flagged", tok("u", "flagged", time.Minute), 1, 0, 410, "SOLD_OUT"},
+		{"degraded", "u", "busy", tok("u", "busy", time.Minute), 1, 0, 503, "DEGRADED"},
+		{"another user's token", "u", "open", tok("v", "open", time.Minute), 1, 0, 403, "BAD_TOKEN"},
+		{"expired token", "u", "open", tok("u", "open", 0), 1, 0, 403, "BAD_TOKEN"},
+		{"quantity above the limit", "u", "open", tok("u", "open", time.Minute), 3, 0, 409, "LIMIT_REACHED"},
+		// The chain's decisions stand: its sold_out filter passed.
+		{"in stock as the chain decided", "u", "flagged", tok("u", "flagged", time.Minute), 1, api.InStock, 200, ""},
+		{"all decided here", "u", "open", tok("u", "open", time.Minute), 2, 0, 200, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			calls, _ := r.stats()
+			req := &api.Call{Ctx: new(fasthttp.RequestCtx), NowNano: now.UnixNano(), Endpoint: api.EndpointDo,
+				UserID: []byte(tc.user), ProductID: []byte(tc.product), Token: tc.token, Qty: tc.qty, Checked: tc.checked}
+			r.svc.Handle(req)
+			res := &req.Ctx.Response
+			if res.StatusCode() != tc.status || (tc.code != "" && !bytes.Contains(res.Body(), []byte(`"code":"`+tc.code+`"`))) {
+				t.Fatalf("%d %s, want %d %s", res.StatusCode(), res.Body(), tc.status, tc.code)
+			}
+			if c, _ := r.stats(); tc.status != 200 && c != calls {
+				t.Errorf("%d script calls for a refusal the edge can decide", c-calls)
+			}
+		})
 	}
 }

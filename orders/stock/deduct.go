@@ -32,7 +32,7 @@ const (
 	OK           Code = iota // deducted; order pending, outbox entry written
 	SoldOut                  // not enough stock left for the quantity
 	LimitReached             // bought + qty would exceed the user's limit
-	BadToken                 // the purchase token was already used (or expired)
+	BadToken                 // the purchase token was already used
 	NotReady                 // the sale is not warmed: closed until it is
 )
 
@@ -47,7 +47,8 @@ func (c Code) String() string {
 }
 
 // Attempt is one shopper's purchase attempt, already authenticated and
-// checked by the edge filters.
+// checked by the sale (token valid, quantity within the limit); the
+// deduction still enforces the limit and the token's single use exactly.
 type Attempt struct {
 	ProductID string
 	UserID    string
@@ -230,18 +231,19 @@ func (s *Store) Stats() (calls, attempts uint64) {
 
 var unknownOutcome = Outcome{Remaining: -1}
 
-// precheck rejects what can be decided without Redis.
+// precheck refuses what must not reach the script: nothing is sent once
+// the store is closed or the caller gave up, and an invalid attempt is not
+// sent, lest it fail the whole batch it would join. A token already
+// expired is invalid here: its used-token mark would have no lifetime, a
+// SET PX the script cannot run.
 func (s *Store) precheck(ctx context.Context, a *Attempt) (Outcome, error, bool) {
 	switch {
 	case s.closed.Load():
 		return unknownOutcome, ErrClosed, true
 	case !validProduct(a.ProductID) || !validUser(a.UserID) || !validNonce(a.TokenNonceHex) ||
-		a.Qty < 1 || a.Limit < 1 || a.Price < 0 || a.OrderID <= 0 || a.NowMs <= 0:
+		a.Qty < 1 || a.Limit < 1 || a.Price < 0 || a.OrderID <= 0 || a.NowMs <= 0 ||
+		a.TokenExpiresMs <= a.NowMs:
 		return unknownOutcome, fmt.Errorf("%w: attempt %+v", ErrInvalid, *a), true
-	case a.TokenExpiresMs <= a.NowMs:
-		return Outcome{Code: BadToken, Remaining: -1}, nil, true
-	case a.Qty > a.Limit:
-		return Outcome{Code: LimitReached, Remaining: -1}, nil, true
 	}
 	if err := ctx.Err(); err != nil {
 		return unknownOutcome, fmt.Errorf("%w: %w", ErrNotSent, err), true

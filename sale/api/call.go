@@ -35,6 +35,8 @@ type Call struct {
 	// TokenNonce and TokenExpiresMs come from a verified purchase token.
 	TokenNonce     [12]byte
 	TokenExpiresMs int64
+	// Checked is the purchase rules already decided for the call (rules.go).
+	Checked Rules
 
 	// Scratch is a buffer handlers may build an answer in; it keeps its
 	// capacity across requests.
@@ -60,6 +62,7 @@ func (c *Call) Reset() {
 	c.Activity = activity.Entry{}
 	c.TokenNonce = [12]byte{}
 	c.TokenExpiresMs = 0
+	c.Checked = 0
 	c.Scratch = c.Scratch[:0]
 }
 

@@ -17,6 +17,7 @@ func TestResetClearsEveryField(t *testing.T) {
 		Ctx: new(fasthttp.RequestCtx), ClientIP: netip.MustParseAddr("192.0.2.1"), NowNano: 1,
 		UserID: []byte("u"), ProductID: []byte("p"), Endpoint: EndpointDo, Qty: 2, Token: []byte("t"), OrderID: 3,
 		Activity: activity.Entry{Activity: &activity.Activity{}}, TokenNonce: [12]byte{1}, TokenExpiresMs: 4,
+		Checked: SignedIn | TokenValid,
 		Scratch: make([]byte, 5, 64),
 	}
 	c.SetUser(append(c.UserBuf(), "alice"...))
