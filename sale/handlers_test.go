@@ -41,6 +41,7 @@ func (r *doRig) stats() (calls, attempts uint64) { return r.st.Stats() }
 func newDoRig(t *testing.T, opts stock.Options, brk *Breaker, products ...string) *doRig {
 	t.Helper()
 	srv := redistest.New(t)
+	opts.Timeout = cmp.Or(opts.Timeout, conf.Defaults().Redis.Timeout)
 	opts.QueueTimeout = cmp.Or(opts.QueueTimeout, opts.Timeout)
 	opts.OrderTTL = cmp.Or(opts.OrderTTL, conf.Defaults().Sale.OrderTTL)
 	st, err := stock.Open(context.Background(), srv.Addr(), opts)
