@@ -35,7 +35,7 @@ func TestEmbeddedPersists(t *testing.T) {
 	}
 	const n = 10
 	for i := range int64(n) {
-		if err := pub.PublishOrder(ctx, testEvent(100+i)); err != nil {
+		if err := pub.Publish(ctx, testEvent(100+i)); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -13,7 +13,7 @@ func testEvent(id int64) Event {
 	return Event{V: Version, Type: TypeOrder, OrderID: id, ProductID: "p1", UserID: "alice", Qty: 1, PriceCents: 9900, CreatedMs: time.Now().UnixMilli(), Edge: 1}
 }
 
-// TestPublishAcknowledged: once PublishOrder returned, a consumer-group
+// TestPublishAcknowledged: once Publish returned, a consumer-group
 // reader sees exactly the event, keyed by its order id.
 func TestPublishAcknowledged(t *testing.T) {
 	brokers, _ := startKafka(t)
@@ -22,12 +22,12 @@ func TestPublishAcknowledged(t *testing.T) {
 	defer cancel()
 	want := testEvent(120850008860790784)
 	start := time.Now()
-	if err := p.PublishOrder(ctx, want); err != nil {
+	if err := p.Publish(ctx, want); err != nil {
 		t.Fatal(err)
 	}
 	t.Logf("first publish (connect, metadata, produce): %v", time.Since(start))
 	start = time.Now()
-	if err := p.PublishOrder(ctx, testEvent(2)); err != nil {
+	if err := p.Publish(ctx, testEvent(2)); err != nil {
 		t.Fatal(err)
 	}
 	if d := time.Since(start); d > time.Second {
@@ -70,7 +70,7 @@ func TestPublishConcurrent(t *testing.T) {
 	p := newPublisher(t, PublisherConfig{Brokers: brokers})
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	if err := p.PublishOrder(ctx, testEvent(1)); err != nil { // connect first
+	if err := p.Publish(ctx, testEvent(1)); err != nil { // connect first
 		t.Fatal(err)
 	}
 	const workers, each = 64, 50
@@ -80,7 +80,7 @@ func TestPublishConcurrent(t *testing.T) {
 	for w := range workers {
 		wg.Go(func() {
 			for i := range each {
-				if err := p.PublishOrder(ctx, testEvent(int64(1000+w*each+i))); err != nil {
+				if err := p.Publish(ctx, testEvent(int64(1000+w*each+i))); err != nil {
 					errs <- err
 					return
 				}

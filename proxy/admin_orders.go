@@ -102,7 +102,7 @@ func (s *Server) CancelOrder(ctx context.Context, productID string, orderID int6
 			UserID: info.UserID, Qty: info.Qty, PriceCents: info.Price, CreatedMs: info.CreatedMs,
 			Edge: info.Node, ReleasedMs: s.opts.Now() / 1e6,
 		}
-		if err := s.orders.pub.PublishOrder(ctx, ev); err != nil {
+		if err := s.orders.pub.Publish(ctx, ev); err != nil {
 			// Stock is back already; the store learns of the release when
 			// the operator retries (which publishes the event again).
 			return res, err

@@ -160,7 +160,7 @@ func (r *rig) release(a stock.Attempt) {
 	}
 	ev := orders.OrderEvent(&a)
 	ev.Type, ev.ReleasedMs = orders.TypeRelease, time.Now().UnixMilli()
-	if err := r.pub.PublishOrder(ctx, ev); err != nil {
+	if err := r.pub.Publish(ctx, ev); err != nil {
 		r.t.Fatal(err)
 	}
 }

@@ -13,7 +13,7 @@
 // The page talks only to the edge's own sale API (see DESIGN.md) and loads
 // nothing from third parties; its Content-Security-Policy enforces that.
 //
-// Routes, for the router (see ParsePath):
+// Routes, for the edge's router:
 //
 //	GET /seckill/{productId}        -> ServePage (same HTML for every product)
 //	GET /seckill/_static/{name}     -> ServeAsset

@@ -206,22 +206,6 @@ func (s *Store) Deduct(ctx context.Context, a Attempt) (Outcome, error) {
 	return c.release()
 }
 
-// DeductDirect runs one attempt as its own script call, without coalescing.
-// Same answers and error semantics as Deduct; it exists to measure what the
-// group commit buys.
-func (s *Store) DeductDirect(ctx context.Context, a Attempt) (Outcome, error) {
-	if out, err, done := s.precheck(ctx, &a); done {
-		return out, err
-	}
-	p := s.product(a.ProductID)
-	c := newCall(ctx, &a, s.opts.QueueTimeout)
-	b := batchPool.Get().(*batch)
-	b.calls = append(b.calls[:0], c)
-	s.exec(p, b)
-	b.recycle()
-	return c.release()
-}
-
 // Stats counts deduction script calls and the attempts they carried since
 // Open; attempts/calls is the average group-commit batch size.
 func (s *Store) Stats() (calls, attempts uint64) {

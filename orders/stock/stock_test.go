@@ -250,11 +250,9 @@ func TestPrecheck(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			for _, deduct := range []func(context.Context, Attempt) (Outcome, error){s.Deduct, s.DeductDirect} {
-				out, err := deduct(context.Background(), tc.a)
-				if !errors.Is(err, tc.err) || (tc.err == nil && out.Code != tc.code) {
-					t.Errorf("got %+v, %v; want %v, %v", out, err, tc.code, tc.err)
-				}
+			out, err := s.Deduct(context.Background(), tc.a)
+			if !errors.Is(err, tc.err) || (tc.err == nil && out.Code != tc.code) {
+				t.Errorf("got %+v, %v; want %v, %v", out, err, tc.code, tc.err)
 			}
 		})
 	}
@@ -498,11 +496,7 @@ func TestRedisGone(t *testing.T) {
 			go func() {
 				defer wg.Done()
 				start := time.Now()
-				deduct := s.Deduct
-				if i%2 == 1 {
-					deduct = s.DeductDirect
-				}
-				_, err := deduct(context.Background(), attempt("gone", "u"+strconv.Itoa(i), 1, 1000))
+				_, err := s.Deduct(context.Background(), attempt("gone", "u"+strconv.Itoa(i), 1, 1000))
 				// The slack absorbs scheduling on a loaded 2-core CI box; a
 				// hang would be rueidis' own timeouts, 10 s and more.
 				if el := time.Since(start); el > budget+time.Second {
