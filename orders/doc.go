@@ -7,7 +7,7 @@
 //
 // After stock.Store.Deduct returned OK, the edge calls
 //
-//	err := pub.PublishAndAck(ctx, orders.OrderEvent(&attempt), outcome.OutboxID)
+//	err := pub.PublishAndAck(ctx, orders.OrderEvent(&attempt.Order), outcome.OutboxID)
 //
 // which returns once Kafka acknowledged the event (acks=all) — only then may
 // the edge answer 200 pending. Concurrent calls share produce requests

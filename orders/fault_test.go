@@ -109,7 +109,7 @@ func TestPublishFailuresKeepOutbox(t *testing.T) {
 	for range 40 {
 		a, oid := deduct(t, s, "p1")
 		wg.Go(func() {
-			results <- result{a.OrderID, pub.PublishAndAck(ctx, OrderEvent(&a), oid)}
+			results <- result{a.ID, pub.PublishAndAck(ctx, OrderEvent(&a.Order), oid)}
 		})
 	}
 	wg.Wait()

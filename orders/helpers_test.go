@@ -16,6 +16,7 @@ import (
 
 	"flashgate/internal/kafkatest"
 	"flashgate/internal/redistest"
+	"flashgate/orders/order"
 	"flashgate/orders/stock"
 )
 
@@ -140,11 +141,11 @@ func readOrders(t testing.TB, brokers []string) (map[int64]Event, map[int64]int)
 		if err != nil {
 			t.Fatalf("offset %d/%d: %v", r.partition, r.offset, err)
 		}
-		if r.key != strconv.FormatInt(e.OrderID, 10) {
-			t.Fatalf("key %q for order %d", r.key, e.OrderID)
+		if r.key != strconv.FormatInt(e.ID, 10) {
+			t.Fatalf("key %q for order %d", r.key, e.ID)
 		}
-		evs[e.OrderID] = e
-		counts[e.OrderID]++
+		evs[e.ID] = e
+		counts[e.ID]++
 	}
 	return evs, counts
 }
@@ -199,9 +200,11 @@ func deduct(t testing.TB, s *stock.Store, product string) (stock.Attempt, string
 	id := orderSeq.Add(1)
 	now := time.Now().UnixMilli()
 	a := stock.Attempt{
-		ProductID: product, UserID: "u" + strconv.FormatInt(id, 10), Qty: 1, Limit: 1000,
-		OrderID: id, Price: 990, NowMs: now, TokenNonceHex: strconv.FormatInt(id, 16),
-		TokenExpiresMs: now + 60_000, Node: 3,
+		Order: order.Order{
+			ID: id, ProductID: product, UserID: "u" + strconv.FormatInt(id, 10), Qty: 1, PriceCents: 990,
+			CreatedMs: now, Edge: 3,
+		},
+		Limit: 1000, TokenNonceHex: strconv.FormatInt(id, 16), TokenExpiresMs: now + 60_000,
 	}
 	out, err := s.Deduct(context.Background(), a)
 	if err != nil || out.Code != stock.OK || out.OutboxID == "" {

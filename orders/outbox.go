@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"strconv"
 
+	"flashgate/orders/order"
 	"flashgate/orders/stock"
 )
 
@@ -11,11 +12,8 @@ import (
 // publishes it directly. It is the same event the relay builds from the
 // attempt's outbox entry (EventFromOutbox), so a re-send is a true
 // duplicate that the consumer can drop by order id.
-func OrderEvent(a *stock.Attempt) Event {
-	return Event{
-		V: Version, Type: TypeOrder, OrderID: a.OrderID, ProductID: a.ProductID, UserID: a.UserID,
-		Qty: a.Qty, PriceCents: a.Price, CreatedMs: a.NowMs, Edge: a.Node,
-	}
+func OrderEvent(o *order.Order) Event {
+	return Event{V: Version, Type: TypeOrder, Order: *o}
 }
 
 // EventFromOutbox builds the order event from an outbox entry's fields (the
@@ -29,16 +27,15 @@ func EventFromOutbox(f map[string]string) (Event, error) {
 		}
 		return n
 	}
-	e := Event{
-		V: Version, Type: TypeOrder,
-		OrderID:    num(stock.FieldOrder),
+	e := Event{V: Version, Type: TypeOrder, Order: order.Order{
+		ID:         num(stock.FieldOrder),
 		ProductID:  f[stock.FieldProduct],
 		UserID:     f[stock.FieldUser],
 		Qty:        int(num(stock.FieldQty)),
 		PriceCents: num(stock.FieldPrice),
 		CreatedMs:  num(stock.FieldCreated),
 		Edge:       int(num(stock.FieldNode)),
-	}
+	}}
 	if err := e.Validate(); err != nil {
 		return Event{}, fmt.Errorf("outbox entry %v: %w", f, err)
 	}

@@ -104,7 +104,7 @@ func TestPublishConcurrentExactlyOnce(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		counts[e.OrderID]++
+		counts[e.ID]++
 		// Time-based retention deletes by record timestamp: a 1970 one
 		// would make a lagging consumer lose the events. (kafka-go's
 		// encoder stamps records that carry no time; this holds it.)
@@ -114,7 +114,7 @@ func TestPublishConcurrentExactlyOnce(t *testing.T) {
 		if want := kafkaHash([]byte(r.key), DefaultPartitions); r.partition != want {
 			t.Errorf("order %s in partition %d, kafka.Hash picks %d", r.key, r.partition, want)
 		}
-		if e.OrderID == seqID {
+		if e.ID == seqID {
 			got = append(got, e.CreatedMs) // readAll reads a partition in offset order
 		}
 	}
@@ -229,8 +229,8 @@ func TestPublishMultiPartialFailure(t *testing.T) {
 	}
 	_, counts := readOrders(t, brokers)
 	for i, e := range werr {
-		if e == nil && counts[evs[i].OrderID] != 1 {
-			t.Errorf("order %d acknowledged but in Kafka %d times", evs[i].OrderID, counts[evs[i].OrderID])
+		if e == nil && counts[evs[i].ID] != 1 {
+			t.Errorf("order %d acknowledged but in Kafka %d times", evs[i].ID, counts[evs[i].ID])
 		}
 	}
 }

@@ -182,7 +182,7 @@ func (p *Publisher) newCall(ctx context.Context, e *Event, now int64) (*pcall, e
 		return nil, fmt.Errorf("orders: publish: %w", err)
 	}
 	c := pcallPool.Get().(*pcall)
-	c.key = strconv.AppendInt(c.keyBuf[:0], e.OrderID, 10)
+	c.key = strconv.AppendInt(c.keyBuf[:0], e.ID, 10)
 	c.val = v
 	c.ctx = ctx
 	c.deadline = now + int64(p.cfg.Timeout)

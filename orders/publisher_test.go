@@ -7,10 +7,15 @@ import (
 	"time"
 
 	"github.com/segmentio/kafka-go"
+
+	"flashgate/orders/order"
 )
 
 func testEvent(id int64) Event {
-	return Event{V: Version, Type: TypeOrder, OrderID: id, ProductID: "p1", UserID: "alice", Qty: 1, PriceCents: 9900, CreatedMs: time.Now().UnixMilli(), Edge: 1}
+	return Event{V: Version, Type: TypeOrder, Order: order.Order{
+		ID: id, ProductID: "p1", UserID: "alice", Qty: 1, PriceCents: 9900,
+		CreatedMs: time.Now().UnixMilli(), Edge: 1,
+	}}
 }
 
 // TestPublishAcknowledged: once Publish returned, a consumer-group
@@ -46,13 +51,13 @@ func TestPublishAcknowledged(t *testing.T) {
 		if err != nil || string(m.Key) != string(e.Key()) {
 			t.Fatalf("message %q key %q: %v", m.Value, m.Key, err)
 		}
-		if _, dup := got[e.OrderID]; dup {
-			t.Fatalf("order %d delivered twice", e.OrderID)
+		if _, dup := got[e.ID]; dup {
+			t.Fatalf("order %d delivered twice", e.ID)
 		}
-		got[e.OrderID] = e
+		got[e.ID] = e
 	}
-	if got[want.OrderID] != want {
-		t.Errorf("read %+v, want %+v", got[want.OrderID], want)
+	if got[want.ID] != want {
+		t.Errorf("read %+v, want %+v", got[want.ID], want)
 	}
 	if n := len(readAll(t, brokers, DefaultTopic)); n != 2 {
 		t.Errorf("topic holds %d messages, want 2", n)

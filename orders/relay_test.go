@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"flashgate/orders/order"
 	"flashgate/orders/stock"
 )
 
@@ -47,18 +48,18 @@ func TestRelay(t *testing.T) {
 			var orphans []int64
 			for range 5 {
 				a, _ := deduct(t, s, "p1")
-				want[a.OrderID] = OrderEvent(&a)
-				orphans = append(orphans, a.OrderID)
+				want[a.ID] = OrderEvent(&a.Order)
+				orphans = append(orphans, a.ID)
 			}
 			// The direct path: publish, then remove the entry.
 			var direct []int64
 			for range 20 {
 				a, id := deduct(t, s, "p1")
-				if err := pub.PublishAndAck(ctx, OrderEvent(&a), id); err != nil {
+				if err := pub.PublishAndAck(ctx, OrderEvent(&a.Order), id); err != nil {
 					t.Fatal(err)
 				}
-				want[a.OrderID] = OrderEvent(&a)
-				direct = append(direct, a.OrderID)
+				want[a.ID] = OrderEvent(&a.Order)
+				direct = append(direct, a.ID)
 			}
 			// The relay counts a sweep's entries once the sweep is over,
 			// after it removed them: wait for both.
@@ -115,7 +116,7 @@ func TestRelayClaimsFromDeadEdge(t *testing.T) {
 			ids := map[int64]bool{}
 			for range 6 {
 				a, _ := deduct(t, s, "p1")
-				ids[a.OrderID] = true
+				ids[a.ID] = true
 			}
 			dead := newRelay(t, RelayConfig{Store: s, Publisher: pub, Products: products, Consumer: "edge9-gone-1", MinAge: time.Hour})
 			if n, err := dead.Sweep(ctx); err != nil || n != 0 {
@@ -201,20 +202,22 @@ func TestRelayRecreatesGroup(t *testing.T) {
 	}
 	r.Start()
 	waitFor(t, "the order to be re-sent", func() bool { return outboxLen(t, s, "p1") == 0 })
-	if _, counts := readOrders(t, brokers); counts[a.OrderID] != 1 {
-		t.Errorf("order %d in Kafka %d times", a.OrderID, counts[a.OrderID])
+	if _, counts := readOrders(t, brokers); counts[a.ID] != 1 {
+		t.Errorf("order %d in Kafka %d times", a.ID, counts[a.ID])
 	}
 }
 
 func TestEventFromOutbox(t *testing.T) {
-	a := stock.Attempt{ProductID: "p1", UserID: "bob", Qty: 2, OrderID: 42, Price: 1999, NowMs: 1796038487397, Node: 4}
+	a := stock.Attempt{Order: order.Order{
+		ID: 42, ProductID: "p1", UserID: "bob", Qty: 2, PriceCents: 1999, CreatedMs: 1796038487397, Edge: 4,
+	}}
 	f := map[string]string{
 		stock.FieldOrder: "42", stock.FieldProduct: "p1", stock.FieldUser: "bob", stock.FieldQty: "2",
-		stock.FieldPrice: "1999", stock.FieldCreated: strconv.FormatInt(a.NowMs, 10), stock.FieldNode: "4",
+		stock.FieldPrice: "1999", stock.FieldCreated: strconv.FormatInt(a.CreatedMs, 10), stock.FieldNode: "4",
 	}
 	e, err := EventFromOutbox(f)
-	if err != nil || e != OrderEvent(&a) {
-		t.Fatalf("%+v %v, want %+v", e, err, OrderEvent(&a))
+	if err != nil || e != OrderEvent(&a.Order) {
+		t.Fatalf("%+v %v, want %+v", e, err, OrderEvent(&a.Order))
 	}
 	f[stock.FieldQty] = "x"
 	if _, err := EventFromOutbox(f); err == nil {

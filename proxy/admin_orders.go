@@ -10,9 +10,9 @@ import (
 
 	"flashgate/orders"
 	"flashgate/orders/consumer"
+	"flashgate/orders/order"
 	"flashgate/orders/reconcile"
 	"flashgate/orders/stock"
-	"flashgate/sale/activity"
 	"flashgate/sale/push"
 )
 
@@ -31,7 +31,7 @@ func (s *Server) handleAdminOrders(ctx *fasthttp.RequestCtx, path string) bool {
 		if !decodeAdmin(ctx, &req) {
 			return true
 		}
-		if !activity.ValidProductID(req.ProductID) || req.OrderID <= 0 {
+		if !order.ValidProductID(req.ProductID) || req.OrderID <= 0 {
 			adminError(ctx, fasthttp.StatusBadRequest, `send {"productId": "p1", "orderId": "<id>"}`)
 			return true
 		}
@@ -97,11 +97,7 @@ func (s *Server) CancelOrder(ctx context.Context, productID string, orderID int6
 	// again: if the first cancel's publish failed, its retry must not be
 	// a dead end (the consumer keeps one row per order whatever arrives).
 	if s.orders != nil {
-		ev := orders.Event{
-			V: orders.Version, Type: orders.TypeRelease, OrderID: orderID, ProductID: productID,
-			UserID: info.UserID, Qty: info.Qty, PriceCents: info.Price, CreatedMs: info.CreatedMs,
-			Edge: info.Node, ReleasedMs: s.opts.Now() / 1e6,
-		}
+		ev := orders.Event{V: orders.Version, Type: orders.TypeRelease, Order: info.Order, ReleasedMs: s.opts.Now() / 1e6}
 		if err := s.orders.pub.Publish(ctx, ev); err != nil {
 			// Stock is back already; the store learns of the release when
 			// the operator retries (which publishes the event again).

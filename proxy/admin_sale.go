@@ -8,6 +8,7 @@ import (
 
 	"github.com/valyala/fasthttp"
 
+	"flashgate/orders/order"
 	"flashgate/orders/stock"
 	"flashgate/sale/activity"
 )
@@ -55,7 +56,7 @@ func (s *Server) handleAdminSale(ctx *fasthttp.RequestCtx, path string) bool {
 		if !decodeAdmin(ctx, &req) {
 			return true
 		}
-		if !activity.ValidProductID(req.ProductID) || req.Add <= 0 || req.Add > 1e9 {
+		if !order.ValidProductID(req.ProductID) || req.Add <= 0 || req.Add > 1e9 {
 			adminError(ctx, fasthttp.StatusBadRequest, "productId must be a valid id and add a whole number from 1 to 1000000000")
 			return true
 		}
@@ -86,7 +87,7 @@ func (s *Server) handleAdminSale(ctx *fasthttp.RequestCtx, path string) bool {
 		if !decodeAdmin(ctx, &req) {
 			return true
 		}
-		if req.On == nil || (req.ProductID != "" && !activity.ValidProductID(req.ProductID)) {
+		if req.On == nil || (req.ProductID != "" && !order.ValidProductID(req.ProductID)) {
 			adminError(ctx, fasthttp.StatusBadRequest, `send {"productId": "p1" or "" for all, "on": true|false}`)
 			return true
 		}

@@ -14,8 +14,8 @@ import (
 	"flashgate/metrics"
 	"flashgate/orders"
 	"flashgate/orders/consumer"
+	"flashgate/orders/order"
 	"flashgate/orders/orderstore"
-	"flashgate/orders/stock"
 	"flashgate/proxy/dashboard"
 	"flashgate/sale/push"
 )
@@ -46,8 +46,8 @@ type productPipe struct{ outbox, stored int64 }
 // sink adapts the publisher to the sale's OrderSink.
 type sink struct{ p *orders.Publisher }
 
-func (k sink) Publish(ctx context.Context, a *stock.Attempt, outboxID string) error {
-	return k.p.PublishAndAck(ctx, orders.OrderEvent(a), outboxID)
+func (k sink) Publish(ctx context.Context, o *order.Order, outboxID string) error {
+	return k.p.PublishAndAck(ctx, orders.OrderEvent(o), outboxID)
 }
 
 // dataPath is where an embedded stand-in keeps its state: under data_dir,

@@ -15,12 +15,12 @@ import (
 
 	"flashgate/conf"
 	"flashgate/filters"
+	"flashgate/orders/order"
 	"flashgate/orders/stock"
 	"flashgate/proxy/dashboard"
 	"flashgate/sale"
 	"flashgate/sale/activity"
 	"flashgate/sale/push"
-	"flashgate/static"
 	"flashgate/upstream"
 )
 
@@ -317,7 +317,7 @@ func (s *Server) dispatch(ctx *fasthttp.RequestCtx, snap *conf.Snapshot, r *filt
 	case routePage:
 		// /seckill/{id}; anything deeper is not a page.
 		id := path[len(prefixSale):]
-		if !static.ValidProductID(id) {
+		if !order.ValidProductID(id) {
 			errNotFound.Write(ctx)
 			return routeNotFound
 		}

@@ -11,6 +11,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"flashgate/filters"
+	"flashgate/orders/order"
 	"flashgate/orders/orderid"
 	"flashgate/orders/orderstore"
 	"flashgate/orders/stock"
@@ -202,9 +203,9 @@ func (s *Service) do(r *filters.Request, st *Settings) {
 	var nonceHex [2 * ptoken.NonceLen]byte
 	ptoken.NonceHex(nonceHex[:0], r.TokenNonce)
 	a := stock.Attempt{
-		ProductID: e.ProductID, UserID: view(r.UserID), Qty: r.Qty, Limit: e.Limit,
-		OrderID: s.IDs.Next(), Price: e.PriceCents, NowMs: nowMs,
-		TokenNonceHex: view(nonceHex[:]), TokenExpiresMs: r.TokenExpiresMs, Node: s.Node,
+		Order: order.Order{ID: s.IDs.Next(), ProductID: e.ProductID, UserID: view(r.UserID), Qty: r.Qty,
+			PriceCents: e.PriceCents, CreatedMs: nowMs, Edge: s.Node},
+		Limit: e.Limit, TokenNonceHex: view(nonceHex[:]), TokenExpiresMs: r.TokenExpiresMs,
 	}
 	out, err := s.Store.Deduct(context.Background(), a)
 	if err != nil {
@@ -222,10 +223,10 @@ func (s *Service) do(r *filters.Request, st *Settings) {
 			// be thousands of lines in a burst, on the hot path; checked
 			// first so that a disabled level does not box the arguments.
 			if s.Log.Enabled(context.Background(), slog.LevelDebug) {
-				s.Log.Debug("deduction not sent", "product", e.ProductID, "order", a.OrderID, "err", err)
+				s.Log.Debug("deduction not sent", "product", e.ProductID, "order", a.ID, "err", err)
 			}
 		} else {
-			s.Log.Warn("deduction failed", "product", e.ProductID, "order", a.OrderID, "unknown_outcome", errors.Is(err, stock.ErrUnknown), "err", err)
+			s.Log.Warn("deduction failed", "product", e.ProductID, "order", a.ID, "unknown_outcome", errors.Is(err, stock.ErrUnknown), "err", err)
 		}
 		errDegraded.Write(r.Ctx)
 		return
@@ -246,15 +247,15 @@ func (s *Service) do(r *filters.Request, st *Settings) {
 		}
 		if s.Orders != nil {
 			a.UserID = string(r.UserID) // the pipeline may keep it past this request
-			if err := s.Orders.Publish(context.Background(), &a, out.OutboxID); err != nil {
+			if err := s.Orders.Publish(context.Background(), &a.Order, out.OutboxID); err != nil {
 				// The outbox entry the script wrote is still there: the
 				// relay will deliver it. The shopper may poll the result.
-				s.Log.Warn("order event not acknowledged; left to the outbox relay", "order", a.OrderID, "err", err)
-				s.answerOrder(r, a.OrderID, e.ProductID, 503)
+				s.Log.Warn("order event not acknowledged; left to the outbox relay", "order", a.ID, "err", err)
+				s.answerOrder(r, a.ID, e.ProductID, 503)
 				return
 			}
 		}
-		s.answerOrder(r, a.OrderID, e.ProductID, 200)
+		s.answerOrder(r, a.ID, e.ProductID, 200)
 	case stock.SoldOut:
 		s.outcomes[outSoldOut].Inc()
 		// SOLD_OUT also answers a quantity larger than what is left: only
@@ -334,8 +335,7 @@ func (s *Service) result(r *filters.Request) {
 			return
 		}
 		if found {
-			o, ok = stock.OrderInfo{OrderID: row.OrderID, ProductID: row.ProductID, UserID: row.UserID,
-				Qty: row.Qty, Price: row.PriceCents, CreatedMs: row.CreatedMs, State: stock.StateSuccess}, true
+			o, ok = stock.OrderInfo{Order: row.Order, State: stock.StateSuccess}, true
 			if row.Status == orderstore.StatusReleased {
 				o.State = stock.StateReleased
 			}
@@ -369,13 +369,13 @@ func AppendResult(b []byte, o stock.OrderInfo) []byte {
 		b = append(b, '"')
 	}
 	b = append(b, `,"order":{"orderId":"`...)
-	b = orderid.AppendDecimal(b, o.OrderID)
+	b = orderid.AppendDecimal(b, o.ID)
 	b = append(b, `","productId":"`...)
 	b = append(b, o.ProductID...)
 	b = append(b, `","quantity":`...)
 	b = strconv.AppendInt(b, int64(o.Qty), 10)
 	b = append(b, `,"price":"`...)
-	b = activity.AppendPrice(b, o.Price)
+	b = activity.AppendPrice(b, o.PriceCents)
 	b = append(b, `","createdMs":`...)
 	b = strconv.AppendInt(b, o.CreatedMs, 10)
 	return append(b, `}}`...)

@@ -5,8 +5,8 @@ import (
 	"strings"
 
 	"flashgate/filters"
+	"flashgate/orders/order"
 	"flashgate/orders/orderid"
-	"flashgate/sale/activity"
 )
 
 // Precompiled answers for malformed calls.
@@ -30,9 +30,6 @@ var (
 	pathEvents = []byte("/api/seckill/events")
 	pathLogin  = []byte("/api/login")
 )
-
-// maxQuantity bounds a single attempt whatever the sale's limit.
-const maxQuantity = 1000
 
 // Parse identifies the call and reads its parameters into r, before the
 // filter chain runs. It never allocates for a well-formed call: ids and
@@ -64,7 +61,7 @@ func Parse(r *filters.Request, maxBody int) *filters.Rejection {
 		}
 		args := ctx.QueryArgs()
 		r.ProductID = args.Peek("productId")
-		if !activity.ValidProductID(r.ProductID) {
+		if !order.ValidProductID(r.ProductID) {
 			if r.Endpoint == filters.EndpointStatus {
 				return errNoProduct
 			}
@@ -91,13 +88,13 @@ func Parse(r *filters.Request, maxBody int) *filters.Rejection {
 		return errBadJSON
 	}
 	if r.Endpoint == filters.EndpointLogin {
-		if !b.hasUser || !validUserID(b.userID) {
+		if !b.hasUser || !order.ValidUserID(b.userID) {
 			return errBadUserID
 		}
 		r.UserID = b.userID
 		return nil
 	}
-	if !b.hasProduct || !activity.ValidProductID(b.productID) {
+	if !b.hasProduct || !order.ValidProductID(b.productID) {
 		return errNoProduct
 	}
 	r.ProductID = b.productID
@@ -108,27 +105,13 @@ func Parse(r *filters.Request, maxBody int) *filters.Rejection {
 		r.Token = b.token
 		r.Qty = 1
 		if b.hasQty {
-			if b.qty < 1 || b.qty > maxQuantity {
+			if b.qty < order.MinQty || b.qty > order.MaxQty {
 				return errBadQuantity
 			}
 			r.Qty = int(b.qty)
 		}
 	}
 	return nil
-}
-
-func validUserID(b []byte) bool {
-	if len(b) == 0 || len(b) > 64 {
-		return false
-	}
-	for _, c := range b {
-		switch {
-		case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9', c == '_', c == '.', c == '@', c == '-':
-		default:
-			return false
-		}
-	}
-	return true
 }
 
 // callBody is the union of the sale API's request bodies.

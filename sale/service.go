@@ -12,6 +12,7 @@ import (
 
 	"flashgate/filters"
 	"flashgate/metrics"
+	"flashgate/orders/order"
 	"flashgate/orders/orderid"
 	"flashgate/orders/orderstore"
 	"flashgate/orders/stock"
@@ -41,7 +42,7 @@ type Settings struct {
 // event and then removes the outbox entry the script wrote. nil keeps
 // orders in the outbox only (the relay delivers them).
 type OrderSink interface {
-	Publish(ctx context.Context, a *stock.Attempt, outboxID string) error
+	Publish(ctx context.Context, o *order.Order, outboxID string) error
 }
 
 // Deps are the process-lifetime collaborators of the Service.

@@ -18,6 +18,6 @@
 //	GET /seckill/{productId}        -> ServePage (same HTML for every product)
 //	GET /seckill/_static/{name}     -> ServeAsset
 //
-// Product ids start with an alphanumeric character (ValidProductID), so
-// "_static" can never be one.
+// Product ids start with an alphanumeric character (order.ValidProductID),
+// so "_static" can never be one.
 package static

@@ -15,6 +15,8 @@ import (
 
 	"github.com/valyala/fasthttp"
 	"github.com/valyala/fasthttp/fasthttputil"
+
+	"flashgate/orders/order"
 )
 
 func newHandler(t testing.TB, c Config) *Handler {
@@ -369,7 +371,7 @@ func serveOnLoopback(t *testing.T, h *Handler) *fasthttp.HostClient {
 	srv := &fasthttp.Server{Handler: func(ctx *fasthttp.RequestCtx) {
 		if name, ok := bytes.CutPrefix(ctx.Path(), []byte(AssetPath)); ok {
 			h.ServeAsset(ctx, name)
-		} else if id, ok := bytes.CutPrefix(ctx.Path(), []byte("/seckill/")); ok && ValidProductID(id) {
+		} else if id, ok := bytes.CutPrefix(ctx.Path(), []byte("/seckill/")); ok && order.ValidProductID(id) {
 			h.ServePage(ctx)
 		} else {
 			ctx.SetStatusCode(404)

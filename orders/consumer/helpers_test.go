@@ -19,6 +19,7 @@ import (
 	"flashgate/internal/kafkatest"
 	"flashgate/internal/redistest"
 	"flashgate/orders"
+	"flashgate/orders/order"
 	"flashgate/orders/orderstore"
 	"flashgate/orders/stock"
 )
@@ -93,9 +94,11 @@ func sell(t testing.TB, st *stock.Store, stocks map[string]int64) []orders.Event
 					id := orderSeq.Add(1)
 					ms := time.Now().UnixMilli()
 					out, err := st.Deduct(ctx, stock.Attempt{
-						ProductID: p, UserID: fmt.Sprintf("u%d-%d", w, i/2), Qty: 1, Limit: 2,
-						OrderID: id, Price: 9900, NowMs: ms,
-						TokenNonceHex: strconv.FormatInt(id, 16), TokenExpiresMs: ms + 60_000, Node: 1 + w%3,
+						Order: order.Order{
+							ID: id, ProductID: p, UserID: fmt.Sprintf("u%d-%d", w, i/2), Qty: 1, PriceCents: 9900, CreatedMs: ms,
+							Edge: 1 + w%3,
+						},
+						Limit: 2, TokenNonceHex: strconv.FormatInt(id, 16), TokenExpiresMs: ms + 60_000,
 					})
 					if err != nil {
 						errs.Store(err)
@@ -131,9 +134,11 @@ func drainOutbox(t testing.TB, st *stock.Store, p string) []orders.Event {
 	for _, e := range entries {
 		f := e.FieldValues
 		num := func(k string) int64 { n, _ := strconv.ParseInt(f[k], 10, 64); return n }
-		evs = append(evs, orders.Event{V: orders.Version, Type: orders.TypeOrder, OrderID: num(stock.FieldOrder),
-			ProductID: f[stock.FieldProduct], UserID: f[stock.FieldUser], Qty: int(num(stock.FieldQty)),
-			PriceCents: num(stock.FieldPrice), CreatedMs: num(stock.FieldCreated), Edge: int(num(stock.FieldNode))})
+		evs = append(evs, orders.Event{V: orders.Version, Type: orders.TypeOrder, Order: order.Order{
+			ID: num(stock.FieldOrder), ProductID: f[stock.FieldProduct], UserID: f[stock.FieldUser],
+			Qty: int(num(stock.FieldQty)), PriceCents: num(stock.FieldPrice), CreatedMs: num(stock.FieldCreated),
+			Edge: int(num(stock.FieldNode)),
+		}})
 	}
 	if err := c.Do(ctx, c.B().Del().Key(stock.OutboxKey(p)).Build()).Error(); err != nil {
 		t.Fatal(err)

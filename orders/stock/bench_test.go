@@ -9,6 +9,7 @@ import (
 	"unsafe"
 
 	"flashgate/internal/redistest"
+	"flashgate/orders/order"
 )
 
 // Benchmarks run against a real redis-server (miniredis would measure
@@ -79,9 +80,11 @@ func benchDeduct(b *testing.B, flush time.Duration, stock int64) {
 			// per-goroutine buffer is fine and keeps the loop allocation-free.
 			nonce = strconv.AppendInt(nonce[:0], id, 16)
 			a := Attempt{
-				ProductID: product, UserID: users[id%int64(len(users))], Qty: 1, Limit: 1 << 30,
-				OrderID: id, Price: 1999, NowMs: now,
-				TokenNonceHex: unsafe.String(&nonce[0], len(nonce)), TokenExpiresMs: now + 60_000, Node: 1,
+				Order: order.Order{
+					ProductID: product, UserID: users[id%int64(len(users))], Qty: 1, ID: id, PriceCents: 1999,
+					CreatedMs: now, Edge: 1,
+				},
+				Limit: 1 << 30, TokenNonceHex: unsafe.String(&nonce[0], len(nonce)), TokenExpiresMs: now + 60_000,
 			}
 			out, err := s.Deduct(ctx, a)
 			if err != nil || out.Code != want {

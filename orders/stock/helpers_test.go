@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"flashgate/internal/redistest"
+	"flashgate/orders/order"
 )
 
 // orderSeq makes order ids (and so token nonces) unique across a test run.
@@ -49,9 +50,10 @@ func attempt(product, user string, qty, limit int) Attempt {
 	id := orderSeq.Add(1)
 	now := time.Now().UnixMilli()
 	return Attempt{
-		ProductID: product, UserID: user, Qty: qty, Limit: limit,
-		OrderID: id, Price: 1999, NowMs: now,
-		TokenNonceHex: strconv.FormatInt(id, 16), TokenExpiresMs: now + 60_000, Node: 7,
+		Order: order.Order{
+			ID: id, ProductID: product, UserID: user, Qty: qty, PriceCents: 1999, CreatedMs: now, Edge: 7,
+		},
+		Limit: limit, TokenNonceHex: strconv.FormatInt(id, 16), TokenExpiresMs: now + 60_000,
 	}
 }
 

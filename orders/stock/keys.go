@@ -3,7 +3,6 @@ package stock
 import (
 	"errors"
 	"strconv"
-	"strings"
 )
 
 // Key layout. Every key of a product carries the product's hash tag {p} so
@@ -57,21 +56,12 @@ func OrderKey(product string, orderID int64) string {
 func TokenKey(product, nonceHex string) string { return prefix(product) + "t:" + nonceHex }
 
 // ErrInvalid is wrapped by every argument error; nothing was sent to Redis.
+// Product and user ids are checked with order.ValidProductID and
+// order.ValidUserID, whose alphabet has no brace: a brace inside an id would
+// move the hash tag, and keys of one sale could land in different slots.
 var ErrInvalid = errors.New("stock: invalid argument")
 
-const (
-	maxProductLen = 128
-	maxUserLen    = 256
-	maxNonceLen   = 128
-)
-
-// validProduct rejects ids that would break the hash tag: a brace inside
-// would move the tag, and keys of one sale could land in different slots.
-func validProduct(p string) bool {
-	return p != "" && len(p) <= maxProductLen && !strings.ContainsAny(p, "{}")
-}
-
-func validUser(u string) bool { return u != "" && len(u) <= maxUserLen }
+const maxNonceLen = 128
 
 func validNonce(n string) bool {
 	if n == "" || len(n) > maxNonceLen {

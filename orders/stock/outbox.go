@@ -3,6 +3,8 @@ package stock
 import (
 	"context"
 	"fmt"
+
+	"flashgate/orders/order"
 )
 
 // RelayGroup is the consumer group of the outbox relay (package orders) on
@@ -23,7 +25,7 @@ const RelayGroup = "relay"
 // may or may not be gone: the relay re-sends what is left, and the
 // consumer is idempotent, so the caller only logs it.
 func (s *Store) AckOutbox(ctx context.Context, productID string, ids ...string) error {
-	if !validProduct(productID) {
+	if !order.ValidProductID(productID) {
 		return fmt.Errorf("%w: product %q", ErrInvalid, productID)
 	}
 	if len(ids) == 0 {

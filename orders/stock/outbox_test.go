@@ -34,7 +34,7 @@ func TestOutboxIDAndAck(t *testing.T) {
 			var wg sync.WaitGroup
 			for i := range outs {
 				a := attempt("ack", "u"+strconv.Itoa(i), 1, 1)
-				orders[i] = a.OrderID
+				orders[i] = a.ID
 				wg.Go(func() { outs[i] = mustDeduct(t, s, a) })
 			}
 			wg.Wait()

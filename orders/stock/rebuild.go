@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/redis/rueidis"
+
+	"flashgate/orders/order"
 )
 
 // The ledger rebuild: reopening a sale whose stock key is missing (Redis
@@ -48,7 +50,7 @@ func (s *Store) Reschedule(ctx context.Context, sale Sale) (live bool, err error
 // crash, see Open): its Initial and Restocked are what the rebuild starts
 // from. Stock is 0.
 func (s *Store) Meta(ctx context.Context, productID string) (Sale, bool, error) {
-	if !validProduct(productID) {
+	if !order.ValidProductID(productID) {
 		return Sale{}, false, fmt.Errorf("%w: product %q", ErrInvalid, productID)
 	}
 	ctx, cancel := s.call(ctx)
@@ -81,7 +83,7 @@ type OutboxOrder struct {
 // its streams from the snapshot. Entries without a valid order id, user or
 // quantity are skipped (the relay dead-letters them).
 func (s *Store) OutboxOrders(ctx context.Context, productID string) ([]OutboxOrder, error) {
-	if !validProduct(productID) {
+	if !order.ValidProductID(productID) {
 		return nil, fmt.Errorf("%w: product %q", ErrInvalid, productID)
 	}
 	key := OutboxKey(productID)
@@ -97,7 +99,7 @@ func (s *Store) OutboxOrders(ctx context.Context, productID string) ([]OutboxOrd
 			id, err1 := strconv.ParseInt(e.FieldValues[FieldOrder], 10, 64)
 			qty, err2 := strconv.ParseInt(e.FieldValues[FieldQty], 10, 64)
 			user := e.FieldValues[FieldUser]
-			if err1 != nil || err2 != nil || id <= 0 || qty <= 0 || !validUser(user) {
+			if err1 != nil || err2 != nil || id <= 0 || qty <= 0 || !order.ValidUserID(user) {
 				continue
 			}
 			out = append(out, OutboxOrder{OrderID: id, UserID: user, Qty: qty})
@@ -115,7 +117,7 @@ func (s *Store) OutboxOrders(ctx context.Context, productID string) ([]OutboxOrd
 // Redis that lost its memory has none, and listing keys there would mean a
 // SCAN of every node: it returns nil.
 func (s *Store) SurvivingOrders(ctx context.Context, productID string) (map[int64]string, error) {
-	if !validProduct(productID) {
+	if !order.ValidProductID(productID) {
 		return nil, fmt.Errorf("%w: product %q", ErrInvalid, productID)
 	}
 	if s.mini == nil {
@@ -169,14 +171,14 @@ type Rebuild struct {
 // and what it wrote before that is the same ledger's view.
 func (s *Store) Rebuild(ctx context.Context, r Rebuild) (created bool, err error) {
 	sale := r.Sale
-	if !validProduct(sale.ProductID) || sale.Stock < 0 || sale.Limit < 1 || sale.Price < 0 ||
+	if !order.ValidProductID(sale.ProductID) || sale.Stock < 0 || sale.Limit < 1 || sale.Price < 0 ||
 		sale.Initial < 0 || sale.Restocked < 0 || sale.Released < 0 {
 		return false, fmt.Errorf("%w: rebuild %+v", ErrInvalid, sale)
 	}
 	p := sale.ProductID
 	stockKey := StockKey(p)
 	for u, n := range r.Buyers {
-		if !validUser(u) || n < 0 {
+		if !order.ValidUserID(u) || n < 0 {
 			return false, fmt.Errorf("%w: rebuild %s: buyer %q holds %d", ErrInvalid, p, u, n)
 		}
 	}

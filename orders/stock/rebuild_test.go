@@ -135,30 +135,30 @@ func TestRebuildWithSurvivors(t *testing.T) {
 				t.Fatalf("meta %+v %v %v", meta, ok, err)
 			}
 			outbox, err := s.OutboxOrders(ctx, "sv")
-			if err != nil || len(outbox) != 2 || outbox[0] != (OutboxOrder{a.OrderID, "u", 2}) || outbox[1] != (OutboxOrder{b.OrderID, "v", 1}) {
+			if err != nil || len(outbox) != 2 || outbox[0] != (OutboxOrder{a.ID, "u", 2}) || outbox[1] != (OutboxOrder{b.ID, "v", 1}) {
 				t.Fatalf("outbox %+v %v", outbox, err)
 			}
 			if name == "embedded" {
 				got, err := s.SurvivingOrders(ctx, "sv")
-				if err != nil || len(got) != 2 || got[a.OrderID] != StatePending {
+				if err != nil || len(got) != 2 || got[a.ID] != StatePending {
 					t.Fatalf("surviving orders %v %v", got, err)
 				}
 			}
 			// a was released after all (the ledger says so); u holds 1 by
 			// the ledger but 2 survived: kept.
 			created, err := s.Rebuild(ctx, Rebuild{Sale: Sale{ProductID: "sv", Stock: 9, Initial: 10, Released: 2, Limit: 5},
-				Buyers: map[string]int64{"u": 1, "v": 1, "w": 4}, Orders: map[int64]string{a.OrderID: StateReleased, 999: StateSuccess}})
+				Buyers: map[string]int64{"u": 1, "v": 1, "w": 4}, Orders: map[int64]string{a.ID: StateReleased, 999: StateSuccess}})
 			if err != nil || !created {
 				t.Fatalf("Rebuild = %v, %v", created, err)
 			}
-			if o, _, _ := s.OrderState(ctx, "sv", a.OrderID); o.State != StateReleased {
+			if o, _, _ := s.OrderState(ctx, "sv", a.ID); o.State != StateReleased {
 				t.Errorf("order a is %q", o.State)
 			}
 			if _, ok, _ := s.OrderState(ctx, "sv", 999); ok {
 				t.Error("a missing order hash was created")
 			}
 			// Released already: a cancel cannot return its units twice.
-			if ok, err := s.Release(ctx, "sv", a.OrderID); ok || err != nil {
+			if ok, err := s.Release(ctx, "sv", a.ID); ok || err != nil {
 				t.Errorf("release after rebuild = %v, %v", ok, err)
 			}
 			for u, want := range map[string]int64{"u": 2, "v": 1, "w": 4} {
@@ -254,10 +254,10 @@ func TestEmbeddedCrashDropsStockAndBuyers(t *testing.T) {
 	if v, _ := s2.Client().Do(ctx, c.B().Hget().Key("sk:catalog").Field("kc").Build()).ToString(); v != `{"x":1}` {
 		t.Errorf("catalog %q", v)
 	}
-	if o, ok, _ := s2.OrderState(ctx, "kc", a.OrderID); !ok || o.State != StatePending {
+	if o, ok, _ := s2.OrderState(ctx, "kc", a.ID); !ok || o.State != StatePending {
 		t.Errorf("order hash %+v %v", o, ok)
 	}
-	if ob, _ := s2.OutboxOrders(ctx, "kc"); len(ob) != 1 || ob[0].OrderID != a.OrderID {
+	if ob, _ := s2.OutboxOrders(ctx, "kc"); len(ob) != 1 || ob[0].OrderID != a.ID {
 		t.Errorf("outbox %+v", ob)
 	}
 	replay := attempt("kc", "dave", 1, 3)

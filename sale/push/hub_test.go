@@ -12,6 +12,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"flashgate/internal/redistest"
+	"flashgate/orders/order"
 	"flashgate/orders/stock"
 	"flashgate/sale/push"
 )
@@ -288,7 +289,9 @@ func TestOutcomeDuringOpenIsKept(t *testing.T) {
 
 	// The read (done before the message) said pending; Serve knows better.
 	srv := &fasthttp.Server{Handler: func(ctx *fasthttp.RequestCtx) {
-		st.Serve(ctx, stock.OrderInfo{OrderID: id, ProductID: "p1", UserID: "alice", Qty: 2, Price: 990, State: stock.StatePending})
+		st.Serve(ctx, stock.OrderInfo{State: stock.StatePending, Order: order.Order{
+			ID: id, ProductID: "p1", UserID: "alice", Qty: 2, PriceCents: 990,
+		}})
 	}, KeepHijackedConns: true}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

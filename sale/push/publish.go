@@ -9,7 +9,7 @@ import (
 
 	"github.com/redis/rueidis"
 
-	"flashgate/sale/activity"
+	"flashgate/orders/order"
 )
 
 // Channel is the pub/sub channel of order outcomes. It is not a key, so it
@@ -35,7 +35,7 @@ func PublishStored(ctx context.Context, c rueidis.Client, products map[string][]
 		if len(ids) == 0 {
 			continue
 		}
-		if !activity.ValidProductID(p) {
+		if !order.ValidProductID(p) {
 			return fmt.Errorf("push: invalid product id %q", p)
 		}
 		b = appendMessage(b[:0], kindStored, p, ids)
@@ -50,7 +50,7 @@ func PublishReleased(ctx context.Context, c rueidis.Client, productID string, or
 	if len(orderIDs) == 0 {
 		return nil
 	}
-	if !activity.ValidProductID(productID) {
+	if !order.ValidProductID(productID) {
 		return fmt.Errorf("push: invalid product id %q", productID)
 	}
 	msg := string(appendMessage(nil, kindReleased, productID, orderIDs))
@@ -111,7 +111,7 @@ func decodeMessage(msg string, ids []int64) (kind byte, product string, out []in
 		sp++
 	}
 	product = msg[1:sp]
-	if sp == len(msg) || !activity.ValidProductID(product) {
+	if sp == len(msg) || !order.ValidProductID(product) {
 		return 0, "", out, false
 	}
 	var id int64
