@@ -201,7 +201,7 @@ func deduct(t testing.TB, s *stock.Store, product string) (stock.Attempt, string
 	now := time.Now().UnixMilli()
 	a := stock.Attempt{
 		Order: order.Order{
-			ID: id, ProductID: product, UserID: "u" + strconv.FormatInt(id, 10), Qty: 1, PriceCents: 990,
+			ProductID: product, UserID: "u" + strconv.FormatInt(id, 10), Qty: 1, ID: id, PriceCents: 990,
 			CreatedMs: now, Edge: 3,
 		},
 		Limit: 1000, TokenNonceHex: strconv.FormatInt(id, 16), TokenExpiresMs: now + 60_000,
@@ -225,7 +225,7 @@ func outboxLen(t testing.TB, s *stock.Store, product string) int64 {
 // pendingCount is the relay group's pending list length (XPENDING summary).
 func pendingCount(t testing.TB, s *stock.Store, product string) int64 {
 	t.Helper()
-	c := s.Client()
+	c := redistest.Client(t, s.Addr())
 	arr, err := c.Do(context.Background(), c.B().Xpending().Key(stock.OutboxKey(product)).Group(stock.RelayGroup).Build()).ToArray()
 	if err != nil || len(arr) == 0 {
 		t.Fatalf("XPENDING: %v %v", arr, err)

@@ -13,7 +13,6 @@ import (
 	"flashgate/orders/order"
 	"flashgate/orders/reconcile"
 	"flashgate/orders/stock"
-	"flashgate/sale/push"
 )
 
 // handleAdminOrders serves order cancellation and reconciliation; it
@@ -90,7 +89,7 @@ func (s *Server) CancelOrder(ctx context.Context, productID string, orderID int6
 		res = cancelAlready
 	}
 	// Shoppers waiting on the order's event stream learn it failed.
-	if err := push.PublishReleased(ctx, s.store.Client(), productID, orderID); err != nil {
+	if err := s.store.PublishReleased(ctx, productID, orderID); err != nil {
 		s.log.Warn("release not pushed; the order's streams end at their deadline", "order", orderID, "err", err)
 	}
 	// A cancel of an order already released publishes its release event

@@ -17,7 +17,6 @@ import (
 	"flashgate/orders/order"
 	"flashgate/orders/orderstore"
 	"flashgate/proxy/dashboard"
-	"flashgate/sale/push"
 )
 
 // pipeline is the orders side of an edge: the publisher the purchase path
@@ -245,7 +244,7 @@ func (s *Server) productIDs() []string {
 func (s *Server) onStored(products map[string][]int64) {
 	// Every edge's event streams hear of the batch (this one's included).
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-	if err := push.PublishStored(ctx, s.store.Client(), products); err != nil {
+	if err := s.store.PublishStored(ctx, products); err != nil {
 		s.log.Warn("stored orders not pushed; their streams end at the deadline with the state read then", "err", err)
 	}
 	cancel()

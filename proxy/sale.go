@@ -41,6 +41,10 @@ func (s *Server) openSale(cfg *conf.Config, snap *conf.Snapshot) error {
 	if err != nil {
 		return fmt.Errorf("redis %q: %w", rc.Addr, err)
 	}
+	if store.Embedded() {
+		// Where redis-cli can inspect the demo's keys.
+		s.log.Info("embedded Redis listening", "addr", store.Addr())
+	}
 	if n := store.LostOnOpen(); n > 0 {
 		s.log.Warn("the embedded Redis did not stop cleanly last time: its sales are rebuilt from the order ledger before they reopen", "sales", n)
 	}
@@ -56,7 +60,7 @@ func (s *Server) openSale(cfg *conf.Config, snap *conf.Snapshot) error {
 	if !cfg.Events.Disabled {
 		ec := cfg.Events
 		ec.KeepHijackedConns, ec.Render, ec.Log, ec.Now = true, sale.AppendResult, s.log, s.opts.Now
-		if s.events, err = push.New(store.Client(), ec); err != nil {
+		if s.events, err = push.New(store, ec); err != nil {
 			store.Close()
 			return err
 		}

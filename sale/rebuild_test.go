@@ -120,7 +120,7 @@ func newAttempt(p, user string, qty, limit int) stock.Attempt {
 	now := time.Now().UnixMilli()
 	return stock.Attempt{
 		Order: order.Order{
-			ID: id, ProductID: p, UserID: user, Qty: qty, PriceCents: 100, CreatedMs: now, Edge: 1,
+			ProductID: p, UserID: user, Qty: qty, ID: id, PriceCents: 100, CreatedMs: now, Edge: 1,
 		},
 		Limit: limit, TokenNonceHex: strconv.FormatInt(id, 16), TokenExpiresMs: now + 60_000,
 	}
@@ -513,7 +513,7 @@ func waitSnapshotWith(t *testing.T, dir string, orderID int64) {
 			for _, k := range snap.Keys {
 				for _, e := range k.Stream {
 					for i := 0; i+1 < len(e.Values); i += 2 {
-						if e.Values[i] == stock.FieldOrder && e.Values[i+1] == id {
+						if e.Values[i] == "order" && e.Values[i+1] == id {
 							return
 						}
 					}

@@ -19,7 +19,6 @@ import (
 	"flashgate/orders/reconcile"
 	"flashgate/orders/stock"
 	"flashgate/proxy"
-	"flashgate/sale/push"
 )
 
 // subcommand runs `proxy orders` or `proxy reconcile`.
@@ -72,7 +71,7 @@ func subcommand(name string, args []string, stdout, stderr io.Writer) int {
 		OnStored: func(products map[string][]int64) {
 			pctx, cancel := context.WithTimeout(ctx, time.Second)
 			defer cancel()
-			if err := push.PublishStored(pctx, st.Client(), products); err != nil {
+			if err := st.PublishStored(pctx, products); err != nil {
 				logger.Warn("stored orders not pushed; their streams end at the deadline with the state read then", "err", err)
 			}
 		},

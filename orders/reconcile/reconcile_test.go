@@ -69,7 +69,7 @@ func (f *fixture) buy(p, user string, qty int) orderstore.Row {
 	now := time.Now().UnixMilli()
 	out, err := f.st.Deduct(context.Background(), stock.Attempt{
 		Order: order.Order{
-			ID: id, ProductID: p, UserID: user, Qty: qty, PriceCents: 100, CreatedMs: now, Edge: 1,
+			ProductID: p, UserID: user, Qty: qty, ID: id, PriceCents: 100, CreatedMs: now, Edge: 1,
 		},
 		Limit: 1000, TokenNonceHex: strconv.FormatInt(id, 16), TokenExpiresMs: now + 60_000,
 	})
@@ -91,7 +91,7 @@ func (f *fixture) insert(rows ...orderstore.Row) {
 // clearOutbox is the edge deleting entries once Kafka acknowledged them.
 func (f *fixture) clearOutbox(p string) {
 	f.t.Helper()
-	c := f.st.Client()
+	c := redistest.Client(f.t, f.st.Addr())
 	if err := c.Do(context.Background(), c.B().Del().Key(stock.OutboxKey(p)).Build()).Error(); err != nil {
 		f.t.Fatal(err)
 	}

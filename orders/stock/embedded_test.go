@@ -87,7 +87,7 @@ func TestEmbeddedDataDirSurvivesRestart(t *testing.T) {
 	}
 	s.MarkSuccess(ctx, "pd", orders[1].ID)
 	// A key outside sk:* is not the stock package's and is not kept.
-	s.Client().Do(ctx, s.Client().B().Set().Key("other").Value("x").Build())
+	s.c.Do(ctx, s.c.B().Set().Key("other").Value("x").Build())
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
 	}
@@ -133,7 +133,7 @@ func TestEmbeddedDataDirSurvivesRestart(t *testing.T) {
 	if out := mustDeduct(t, s2, attempt("pd", "new", 1, 5)); out.Code != OK || out.Remaining != 5 {
 		t.Errorf("deduct after restart: %+v", out)
 	}
-	if v, _ := s2.Client().Do(ctx, s2.Client().B().Exists().Key("other").Build()).AsInt64(); v != 0 {
+	if v, _ := s2.c.Do(ctx, s2.c.B().Exists().Key("other").Build()).AsInt64(); v != 0 {
 		t.Error("non-sk key was persisted")
 	}
 }

@@ -51,7 +51,7 @@ func attempt(product, user string, qty, limit int) Attempt {
 	now := time.Now().UnixMilli()
 	return Attempt{
 		Order: order.Order{
-			ID: id, ProductID: product, UserID: user, Qty: qty, PriceCents: 1999, CreatedMs: now, Edge: 7,
+			ProductID: product, UserID: user, Qty: qty, ID: id, PriceCents: 1999, CreatedMs: now, Edge: 7,
 		},
 		Limit: limit, TokenNonceHex: strconv.FormatInt(id, 16), TokenExpiresMs: now + 60_000,
 	}
@@ -88,7 +88,7 @@ func remaining(t testing.TB, s *Store, product string) int64 {
 
 func pttl(t testing.TB, s *Store, key string) int64 {
 	t.Helper()
-	c := s.Client()
+	c := s.c
 	n, err := c.Do(context.Background(), c.B().Pttl().Key(key).Build()).AsInt64()
 	if err != nil {
 		t.Fatal(err)
@@ -98,7 +98,7 @@ func pttl(t testing.TB, s *Store, key string) int64 {
 
 func scanKeys(t testing.TB, s *Store, pattern string) []string {
 	t.Helper()
-	c := s.Client()
+	c := s.c
 	var keys []string
 	var cursor uint64
 	for {

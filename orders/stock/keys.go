@@ -13,24 +13,33 @@ import (
 //	sk:{p}:u:<userId>   units bought by the user; TTL until sale end + BuyerGrace
 //	sk:{p}:o:<orderId>  hash: state user qty price created node; TTL OrderTTL
 //	sk:{p}:t:<nonce>    a used one-time purchase token; TTL until it expires
-//	sk:{p}:outbox       stream of order events (see the Field* constants)
+//	sk:{p}:outbox       stream of order events (see the field* constants)
+//	sk:catalog          hash: product id -> activity JSON (admin catalog)
 //
-// SoldOutChannel is the pub/sub channel of sold-out broadcasts.
+// The catalog is not a product's key: it has no hash tag and is only read
+// and written whole-entry, one command at a time.
+//
+// SoldOutChannel is the pub/sub channel of sold-out broadcasts,
+// SettledChannel that of order outcomes (see PublishStored). Channels are
+// not keys, so they need no hash tag; on Redis Cluster a PUBLISH reaches
+// every node.
 const (
 	keyPrefix      = "sk:{"
+	catalogKey     = "sk:catalog"
 	SoldOutChannel = "sk:soldout"
+	SettledChannel = "sk:stored"
 )
 
-// Outbox entry fields, written by the deduction script. The relay and the
-// consumer parse these names.
+// Outbox entry fields, written by the deduction script and parsed by
+// OutboxEntry.Order.
 const (
-	FieldOrder   = "order"   // order id, decimal
-	FieldProduct = "product" // product id
-	FieldUser    = "user"    // user id
-	FieldQty     = "qty"     // units
-	FieldPrice   = "price"   // unit price in cents
-	FieldCreated = "created" // edge clock, unix ms
-	FieldNode    = "node"    // edge node id
+	fieldOrder   = "order"   // order id, decimal
+	fieldProduct = "product" // product id
+	fieldUser    = "user"    // user id
+	fieldQty     = "qty"     // units
+	fieldPrice   = "price"   // unit price in cents
+	fieldCreated = "created" // edge clock, unix ms
+	fieldNode    = "node"    // edge node id
 )
 
 func prefix(product string) string { return keyPrefix + product + "}:" }

@@ -70,24 +70,17 @@ func (s *Store) Meta(ctx context.Context, productID string) (Sale, bool, error) 
 	}, true, nil
 }
 
-// OutboxOrder is one order event waiting in a product's outbox.
-type OutboxOrder struct {
-	OrderID int64
-	UserID  string
-	Qty     int64
-}
-
 // OutboxOrders lists the orders in the product's outbox stream: deducted,
 // and maybe or maybe not in Kafka yet. After a real Redis lost its memory
 // there are none (the stream died with it); the embedded server restores
-// its streams from the snapshot. Entries without a valid order id, user or
-// quantity are skipped (the relay dead-letters them).
-func (s *Store) OutboxOrders(ctx context.Context, productID string) ([]OutboxOrder, error) {
+// its streams from the snapshot. Entries that do not make a valid order
+// (OutboxEntry.Order) are skipped: the relay dead-letters them.
+func (s *Store) OutboxOrders(ctx context.Context, productID string) ([]order.Order, error) {
 	if !order.ValidProductID(productID) {
 		return nil, fmt.Errorf("%w: product %q", ErrInvalid, productID)
 	}
 	key := OutboxKey(productID)
-	var out []OutboxOrder
+	var out []order.Order
 	for start := "-"; ; {
 		cctx, cancel := s.call(ctx)
 		entries, err := s.c.Do(cctx, s.c.B().Xrange().Key(key).Start(start).End("+").Count(1000).Build()).AsXRange()
@@ -96,13 +89,9 @@ func (s *Store) OutboxOrders(ctx context.Context, productID string) ([]OutboxOrd
 			return nil, fmt.Errorf("stock: outbox %s: %w", key, err)
 		}
 		for _, e := range entries {
-			id, err1 := strconv.ParseInt(e.FieldValues[FieldOrder], 10, 64)
-			qty, err2 := strconv.ParseInt(e.FieldValues[FieldQty], 10, 64)
-			user := e.FieldValues[FieldUser]
-			if err1 != nil || err2 != nil || id <= 0 || qty <= 0 || !order.ValidUserID(user) {
-				continue
+			if o, err := (&OutboxEntry{ID: e.ID, Fields: e.FieldValues}).Order(); err == nil {
+				out = append(out, o)
 			}
-			out = append(out, OutboxOrder{OrderID: id, UserID: user, Qty: qty})
 		}
 		if len(entries) < 1000 {
 			return out, nil

@@ -179,6 +179,27 @@ func (s *Store) OrderState(ctx context.Context, productID string, orderID int64)
 	return o, true, nil
 }
 
+// OrderRef names one order.
+type OrderRef struct {
+	ProductID string
+	ID        int64
+}
+
+// OrderStates reads the state of each order (State*; the HGETs pipelined
+// in one round trip, bounded by ctx alone) and appends them to dst in
+// refs' order: "" where it is unknown (no such order, or its read failed).
+func (s *Store) OrderStates(ctx context.Context, refs []OrderRef, dst []string) []string {
+	cmds := make(rueidis.Commands, len(refs))
+	for i, r := range refs {
+		cmds[i] = s.c.B().Hget().Key(OrderKey(r.ProductID, r.ID)).Field("state").Build()
+	}
+	for _, r := range s.c.DoMulti(ctx, cmds...) {
+		v, _ := r.ToString()
+		dst = append(dst, v)
+	}
+	return dst
+}
+
 // MarkSuccess moves orders of one product from pending to success (the
 // consumer stored them). Other states are left alone, so it is idempotent
 // and never resurrects a released order. It returns how many changed.

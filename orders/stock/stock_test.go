@@ -155,14 +155,14 @@ func TestOutboxEntryFields(t *testing.T) {
 	if out := mustDeduct(t, s, a); out.Code != OK || out.Remaining != 3 {
 		t.Fatalf("outcome %+v", out)
 	}
-	c := s.Client()
+	c := s.c
 	entries, err := c.Do(context.Background(), c.B().Xrange().Key(OutboxKey("ob")).Start("-").End("+").Build()).AsXRange()
 	if err != nil || len(entries) != 1 {
 		t.Fatalf("XRANGE: %v %v", entries, err)
 	}
 	want := map[string]string{
-		FieldOrder: strconv.FormatInt(a.ID, 10), FieldProduct: "ob", FieldUser: "alice", FieldQty: "2",
-		FieldPrice: "1999", FieldCreated: strconv.FormatInt(a.CreatedMs, 10), FieldNode: "7",
+		fieldOrder: strconv.FormatInt(a.ID, 10), fieldProduct: "ob", fieldUser: "alice", fieldQty: "2",
+		fieldPrice: "1999", fieldCreated: strconv.FormatInt(a.CreatedMs, 10), fieldNode: "7",
 	}
 	if fmt.Sprint(entries[0].FieldValues) != fmt.Sprint(want) {
 		t.Errorf("outbox entry %v, want %v", entries[0].FieldValues, want)
@@ -446,7 +446,7 @@ func TestReleaseAfterMemoryLossDoesNotCreateStock(t *testing.T) {
 	a := attempt("rl", "u", 2, 5)
 	mustDeduct(t, s, a)
 	// Only the stock key is lost (e.g. evicted, or a partial rebuild).
-	c := s.Client()
+	c := s.c
 	c.Do(ctx, c.B().Del().Key(StockKey("rl")).Build())
 	if _, err := s.Release(ctx, "rl", a.ID); !errors.Is(err, ErrNotWarmed) {
 		t.Fatalf("Release: %v", err)

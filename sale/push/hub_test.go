@@ -62,7 +62,7 @@ func TestReleasedOrderFails(t *testing.T) {
 	e.order("p1", id, "alice", stock.StatePending)
 	s := open(t, e.addr, "p1", id, "alice")
 	s.mustNext()
-	if err := push.PublishReleased(context.Background(), e.st.Client(), "p1", id); err != nil {
+	if err := e.st.PublishReleased(context.Background(), "p1", id); err != nil {
 		t.Fatal(err)
 	}
 	mustContain(t, s.mustNext(), `"status":"failed"`, `"reason":"released"`)

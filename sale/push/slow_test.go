@@ -36,7 +36,7 @@ func TestSlowClientIsDropped(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer st.Close()
-			h, err := New(st.Client(), Config{KeepHijackedConns: true, WriteTimeout: 20 * time.Millisecond,
+			h, err := New(st, Config{KeepHijackedConns: true, WriteTimeout: 20 * time.Millisecond,
 				Render: func(b []byte, o stock.OrderInfo) []byte {
 					return append(append(append(b, `{"status":"`...), o.State...), `"}`...)
 				}})
@@ -100,7 +100,7 @@ func TestSlowClientIsDropped(t *testing.T) {
 			// a fresh stream state for the test is what matters.
 
 			start := time.Now()
-			if err := PublishStored(ctx, st.Client(), map[string][]int64{"p1": {slowID, okID}}); err != nil {
+			if err := st.PublishStored(ctx, map[string][]int64{"p1": {slowID, okID}}); err != nil {
 				t.Fatal(err)
 			}
 			okClient.SetReadDeadline(time.Now().Add(5 * time.Second))

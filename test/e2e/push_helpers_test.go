@@ -16,7 +16,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redis/rueidis"
 	"github.com/valyala/fasthttp"
 
 	"flashgate/internal/edgetest"
@@ -34,7 +33,7 @@ import (
 // push.Hub wired the way proxy/ is to wire it (pushEdge below, until the
 // edge does it itself), a real redis-server, a kfake broker and the real
 // order consumer (consumer.Consumer) publishing every stored batch with
-// push.PublishStored, as `proxy orders` and the in-edge consumer will.
+// stock.Store.PublishStored, as `proxy orders` and the in-edge consumer do.
 
 // pushEdge is an edge with the event stream: proxy.Server's handler on a
 // fasthttp.Server that keeps hijacked connections (the hub parks them).
@@ -51,9 +50,9 @@ func servePushEdge(t testing.TB, path string, cfg push.Config) *pushEdge {
 	t.Helper()
 	srv, _ := edgetest.New(t, path, edgetest.Discard)
 	// The wiring proxy/ is to do (see push's doc): the hub on the edge's
-	// Redis client, the sale's Events, KeepHijackedConns on the server.
+	// stock store, the sale's Events, KeepHijackedConns on the server.
 	cfg.Render, cfg.KeepHijackedConns, cfg.Log = flashsale.AppendResult, true, edgetest.Discard
-	hub, err := push.New(srv.Store().Client(), cfg)
+	hub, err := push.New(srv.Store(), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -87,10 +86,6 @@ func servePushEdge(t testing.TB, path string, cfg push.Config) *pushEdge {
 // time it was stored, before publishing.
 func pushConsumer(t testing.TB, brokers []string, redisAddr string, store orderstore.Store, seen func(map[string][]int64, time.Time)) {
 	t.Helper()
-	rc, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{redisAddr}, DisableCache: true})
-	if err != nil {
-		t.Fatal(err)
-	}
 	st, err := openStockFor(redisAddr)
 	if err != nil {
 		t.Fatal(err)
@@ -105,7 +100,7 @@ func pushConsumer(t testing.TB, brokers []string, redisAddr string, store orders
 			}
 			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 			defer cancel()
-			if err := push.PublishStored(ctx, rc, products); err != nil {
+			if err := st.PublishStored(ctx, products); err != nil {
 				t.Errorf("PublishStored: %v", err)
 			}
 		},
@@ -120,7 +115,6 @@ func pushConsumer(t testing.TB, brokers []string, redisAddr string, store orders
 		stop()
 		<-done
 		st.Close()
-		rc.Close()
 	})
 }
 
