@@ -11,27 +11,21 @@ import (
 	"time"
 )
 
-// BenchmarkPublish compares kafka-go's Writer (BatchTimeout 2ms, the path
-// before the group commit; and 100µs, the simplest alternative) with the
-// group commit, N concurrent synchronous
-// publishers against in-process kfake (one broker, 6 partitions, acks=all):
+// BenchmarkPublish measures the group commit with N concurrent synchronous
+// publishers against in-process kfake (one broker, 6 partitions,
+// acks=all):
 //
 //	go test ./orders/ -run '^$' -bench 'Publish$' -benchtime 20000x
 //
-// The machine is noisy: run the variants alternately, e.g.
-//
-//	go test -c -o /tmp/orders.test ./orders/
-//	for i in 1 2 3; do for v in writer group; do
-//	  /tmp/orders.test -test.run '^$' -test.bench "Publish\$/pubs=2048/$v" -test.benchtime 20000x
-//	done; done
-//
-// Metrics: events/s acknowledged; p50-us and p99-us of one PublishOrder;
+// Metrics: events/s acknowledged; p50-us and p99-us of one Publish;
 // events/req, events per produce request; cpu-us/event, the process's CPU
 // (user+system) per event — kfake runs in the same process, so this and
-// allocs/op include the broker's share, the same for both variants.
+// allocs/op include the broker's share.
 //
-// Measured 2026-11-30 on the 2-core dev machine (busy), 20000 events, 3
-// alternating runs each (pubs=1: 2000 events):
+// Why the group commit and not kafka-go's Writer: measured 2026-11-30 on
+// the 2-core dev machine (busy), 20000 events, 3 alternating runs each
+// (pubs=1: 2000 events), against the Writer at BatchTimeout 2ms (the path
+// before the group commit):
 //
 //	pubs  variant  events/s    p50         p99          cpu-us/event  allocs/op  events/req
 //	1     writer   391-409     2.36-2.48ms 4.6-5.3ms    431-580       79         1
@@ -48,26 +42,20 @@ import (
 // message slice (160KB at BatchSize 1000) for every batch.
 func BenchmarkPublish(b *testing.B) {
 	for _, pubs := range []int{1, 64, 2048} {
-		for _, v := range []struct {
-			name   string
-			writer bool
-			batch  time.Duration
-		}{{"writer", true, 2 * time.Millisecond}, {"writer100us", true, 100 * time.Microsecond}, {"group", false, 0}} {
-			b.Run("pubs="+strconv.Itoa(pubs)+"/"+v.name, func(b *testing.B) { benchPublish(b, pubs, v.writer, v.batch) })
-		}
+		b.Run("pubs="+strconv.Itoa(pubs), func(b *testing.B) { benchPublish(b, pubs) })
 	}
 }
 
-func benchPublish(b *testing.B, publishers int, writer bool, batchTimeout time.Duration) {
+func benchPublish(b *testing.B, publishers int) {
 	brokers, _ := startKafka(b)
-	cfg := PublisherConfig{Brokers: brokers, useWriter: writer, BatchTimeout: batchTimeout}
+	cfg := PublisherConfig{Brokers: brokers}
 	p := newPublisher(b, cfg)
 	ctx := context.Background()
 	// Connect and warm both the pools and the connections.
 	var wg sync.WaitGroup
 	for i := range min(publishers, 64) {
 		wg.Go(func() {
-			if err := p.PublishOrder(ctx, testEvent(int64(1+i))); err != nil {
+			if err := p.Publish(ctx, testEvent(int64(1+i))); err != nil {
 				b.Error(err)
 			}
 		})
@@ -90,7 +78,7 @@ func benchPublish(b *testing.B, publishers int, writer bool, batchTimeout time.D
 					break
 				}
 				t0 := time.Now()
-				if err := p.PublishOrder(ctx, testEvent(1000+i)); err != nil {
+				if err := p.Publish(ctx, testEvent(1000+i)); err != nil {
 					b.Error(err)
 					return
 				}

@@ -7,7 +7,7 @@
 //
 // After stock.Store.Deduct returned OK, the edge calls
 //
-//	err := pub.PublishAndAck(ctx, orders.OrderEvent(&attempt), outcome.OutboxID)
+//	err := pub.PublishAndAck(ctx, orders.OrderEvent(&attempt.Order), outcome.OutboxID)
 //
 // which returns once Kafka acknowledged the event (acks=all) — only then may
 // the edge answer 200 pending. Concurrent calls share produce requests
@@ -20,8 +20,8 @@
 // keeps one order's events in order; keys map to partitions exactly as
 // kafka.Hash did (FNV-1a, not murmur2), so existing topics keep their
 // layout. Retriable errors are retried with backoff (20ms..500ms) while the
-// caller still waits; Timeout bounds the caller's wait. BenchmarkPublish
-// compares it with the Writer. After the acknowledgement the
+// caller still waits; Timeout bounds the caller's wait. BenchmarkPublish's
+// doc has the measurements against the Writer. After the acknowledgement the
 // order's outbox entry is handed to a background acker that removes it
 // (stock.Store.AckOutbox: XDEL + XACK, batched per product); that removal is
 // cleanup, not part of the promise. On error the edge answers 503 with the

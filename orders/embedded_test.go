@@ -35,7 +35,7 @@ func TestEmbeddedPersists(t *testing.T) {
 	}
 	const n = 10
 	for i := range int64(n) {
-		if err := pub.PublishOrder(ctx, testEvent(100+i)); err != nil {
+		if err := pub.Publish(ctx, testEvent(100+i)); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -52,7 +52,7 @@ func TestEmbeddedPersists(t *testing.T) {
 			t.Fatal(err)
 		}
 		e, _ := Decode(m.Value)
-		committed[e.OrderID] = true
+		committed[e.ID] = true
 	}
 	if err := r.Close(); err != nil {
 		t.Fatal(err)
@@ -84,10 +84,10 @@ func TestEmbeddedPersists(t *testing.T) {
 			t.Fatal(err)
 		}
 		e, _ := Decode(m.Value)
-		if committed[e.OrderID] {
-			t.Fatalf("order %d was committed before the restart and is delivered again", e.OrderID)
+		if committed[e.ID] {
+			t.Fatalf("order %d was committed before the restart and is delivered again", e.ID)
 		}
-		rest[e.OrderID] = true
+		rest[e.ID] = true
 	}
 	if len(readAll(t, brokers, kafkaConf.DLQTopic)) != 0 {
 		t.Error("DLQ not empty")

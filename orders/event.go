@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+
+	"flashgate/orders/order"
 )
 
 // Version is the schema version written in every event ("v"). Consumers
@@ -23,25 +25,20 @@ const (
 //	 "userId":"alice","quantity":1,"priceCents":9900,"createdMs":1796038487397,
 //	 "edge":1}
 //
-// orderId is a decimal string so that no consumer loses precision on a
-// 64-bit id. A release carries the same fields as the order it releases,
-// plus releasedMs.
+// The order's fields are order.Order's, flattened by encoding/json. orderId
+// is a decimal string so that no consumer loses precision on a 64-bit id. A
+// release carries the same fields as the order it releases, plus
+// releasedMs.
 type Event struct {
-	V          int    `json:"v"`
-	Type       string `json:"type"`
-	OrderID    int64  `json:"orderId,string"`
-	ProductID  string `json:"productId"`
-	UserID     string `json:"userId"`
-	Qty        int    `json:"quantity"`
-	PriceCents int64  `json:"priceCents"`
-	CreatedMs  int64  `json:"createdMs"`
-	Edge       int    `json:"edge"`
-	ReleasedMs int64  `json:"releasedMs,omitempty"`
+	V    int    `json:"v"`
+	Type string `json:"type"`
+	order.Order
+	ReleasedMs int64 `json:"releasedMs,omitempty"`
 }
 
 // Key is the Kafka message key: the order id, so all events of one order
 // land in one partition, in order.
-func (e *Event) Key() []byte { return strconv.AppendInt(nil, e.OrderID, 10) }
+func (e *Event) Key() []byte { return strconv.AppendInt(nil, e.ID, 10) }
 
 // Encode renders the event.
 func (e *Event) Encode() ([]byte, error) {
@@ -67,25 +64,17 @@ func Decode(b []byte) (Event, error) {
 	return e, nil
 }
 
-// Validate checks the fields every consumer relies on.
+// Validate checks the fields every consumer relies on: the schema version
+// and type, and the order (order.Order.Validate).
 func (e *Event) Validate() error {
 	switch {
 	case e.V != Version:
 		return fmt.Errorf("%w: unknown schema version %d", ErrMalformed, e.V)
 	case e.Type != TypeOrder && e.Type != TypeRelease:
 		return fmt.Errorf("%w: unknown type %q", ErrMalformed, e.Type)
-	case e.OrderID <= 0:
-		return fmt.Errorf("%w: orderId must be positive", ErrMalformed)
-	case e.ProductID == "" || len(e.ProductID) > 64:
-		return fmt.Errorf("%w: productId", ErrMalformed)
-	case e.UserID == "" || len(e.UserID) > 64:
-		return fmt.Errorf("%w: userId", ErrMalformed)
-	case e.Qty < 1 || e.Qty > 1000:
-		return fmt.Errorf("%w: quantity %d", ErrMalformed, e.Qty)
-	case e.PriceCents < 0:
-		return fmt.Errorf("%w: priceCents %d", ErrMalformed, e.PriceCents)
-	case e.CreatedMs <= 0:
-		return fmt.Errorf("%w: createdMs", ErrMalformed)
+	}
+	if err := e.Order.Validate(); err != nil {
+		return fmt.Errorf("%w: %w", ErrMalformed, err)
 	}
 	return nil
 }

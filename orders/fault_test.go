@@ -21,14 +21,14 @@ func TestPublishAmbiguousTimeouts(t *testing.T) {
 	p := newPublisher(t, PublisherConfig{Brokers: brokers})
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if err := p.PublishOrder(ctx, testEvent(1)); err != nil {
+	if err := p.Publish(ctx, testEvent(1)); err != nil {
 		t.Fatal(err)
 	}
 	h := c.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.Produce}, Err: kerr.RequestTimedOut, Count: 3})
 	var wg sync.WaitGroup
 	for i := range int64(20) {
 		wg.Go(func() {
-			if err := p.PublishOrder(ctx, testEvent(100+i)); err != nil {
+			if err := p.Publish(ctx, testEvent(100+i)); err != nil {
 				t.Errorf("publish %d: %v", 100+i, err)
 			}
 		})
@@ -67,7 +67,7 @@ func TestPublishDroppedConnections(t *testing.T) {
 		return nil, nil, false
 	})
 	for i := range int64(5) {
-		if err := p.PublishOrder(ctx, testEvent(10+i)); err != nil {
+		if err := p.Publish(ctx, testEvent(10+i)); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -93,7 +93,7 @@ func TestPublishFailuresKeepOutbox(t *testing.T) {
 	pub := newPublisher(t, PublisherConfig{Brokers: brokers, Outbox: s, MaxAttempts: 2, Timeout: time.Second})
 	warm(t, s, "p1", 1000)
 	ctx := context.Background()
-	if err := pub.PublishOrder(ctx, testEvent(1)); err != nil { // connect
+	if err := pub.Publish(ctx, testEvent(1)); err != nil { // connect
 		t.Fatal(err)
 	}
 
@@ -109,7 +109,7 @@ func TestPublishFailuresKeepOutbox(t *testing.T) {
 	for range 40 {
 		a, oid := deduct(t, s, "p1")
 		wg.Go(func() {
-			results <- result{a.OrderID, pub.PublishAndAck(ctx, OrderEvent(&a), oid)}
+			results <- result{a.ID, pub.PublishAndAck(ctx, OrderEvent(&a.Order), oid)}
 		})
 	}
 	wg.Wait()
@@ -169,7 +169,7 @@ func TestPublishLeaderMoves(t *testing.T) {
 		wg.Go(func() {
 			for i := range int64(50) {
 				start := time.Now()
-				if err := p.PublishOrder(ctx, testEvent(1000+w*100+i)); err != nil {
+				if err := p.Publish(ctx, testEvent(1000+w*100+i)); err != nil {
 					t.Errorf("publish: %v", err)
 					return
 				}

@@ -18,6 +18,7 @@ import (
 	"flashgate/conf"
 	"flashgate/internal/kafkatest"
 	"flashgate/internal/redistest"
+	"flashgate/orders/order"
 	"flashgate/orders/stock"
 )
 
@@ -159,11 +160,11 @@ func readOrders(t testing.TB, brokers []string) (map[int64]Event, map[int64]int)
 		if err != nil {
 			t.Fatalf("offset %d/%d: %v", r.partition, r.offset, err)
 		}
-		if r.key != strconv.FormatInt(e.OrderID, 10) {
-			t.Fatalf("key %q for order %d", r.key, e.OrderID)
+		if r.key != strconv.FormatInt(e.ID, 10) {
+			t.Fatalf("key %q for order %d", r.key, e.ID)
 		}
-		evs[e.OrderID] = e
-		counts[e.OrderID]++
+		evs[e.ID] = e
+		counts[e.ID]++
 	}
 	return evs, counts
 }
@@ -220,9 +221,11 @@ func deduct(t testing.TB, s *stock.Store, product string) (stock.Attempt, string
 	id := orderSeq.Add(1)
 	now := time.Now().UnixMilli()
 	a := stock.Attempt{
-		ProductID: product, UserID: "u" + strconv.FormatInt(id, 10), Qty: 1, Limit: 1000,
-		OrderID: id, Price: 990, NowMs: now, TokenNonceHex: strconv.FormatInt(id, 16),
-		TokenExpiresMs: now + 60_000, Node: 3,
+		Order: order.Order{
+			ProductID: product, UserID: "u" + strconv.FormatInt(id, 10), Qty: 1, ID: id, PriceCents: 990,
+			CreatedMs: now, Edge: 3,
+		},
+		Limit: 1000, TokenNonceHex: strconv.FormatInt(id, 16), TokenExpiresMs: now + 60_000,
 	}
 	out, err := s.Deduct(context.Background(), a)
 	if err != nil || out.Code != stock.OK || out.OutboxID == "" {
@@ -243,7 +246,7 @@ func outboxLen(t testing.TB, s *stock.Store, product string) int64 {
 // pendingCount is the relay group's pending list length (XPENDING summary).
 func pendingCount(t testing.TB, s *stock.Store, product string) int64 {
 	t.Helper()
-	c := s.Client()
+	c := redistest.Client(t, s.Addr())
 	arr, err := c.Do(context.Background(), c.B().Xpending().Key(stock.OutboxKey(product)).Group(stock.RelayGroup).Build()).ToArray()
 	if err != nil || len(arr) == 0 {
 		t.Fatalf("XPENDING: %v %v", arr, err)

@@ -72,7 +72,7 @@ func TestPublishConcurrentExactlyOnce(t *testing.T) {
 	for w := range workers {
 		wg.Go(func() {
 			for i := range each {
-				if err := p.PublishOrder(ctx, testEvent(int64(1_000_000+w*each+i))); err != nil {
+				if err := p.Publish(ctx, testEvent(int64(1_000_000+w*each+i))); err != nil {
 					t.Errorf("publish: %v", err)
 					return
 				}
@@ -104,7 +104,7 @@ func TestPublishConcurrentExactlyOnce(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		counts[e.OrderID]++
+		counts[e.ID]++
 		// Time-based retention deletes by record timestamp: a 1970 one
 		// would make a lagging consumer lose the events. (kafka-go's
 		// encoder stamps records that carry no time; this holds it.)
@@ -114,7 +114,7 @@ func TestPublishConcurrentExactlyOnce(t *testing.T) {
 		if want := kafkaHash([]byte(r.key), kafkaConf.Partitions); r.partition != want {
 			t.Errorf("order %s in partition %d, kafka.Hash picks %d", r.key, r.partition, want)
 		}
-		if e.OrderID == seqID {
+		if e.ID == seqID {
 			got = append(got, e.CreatedMs) // readAll reads a partition in offset order
 		}
 	}
@@ -169,7 +169,7 @@ func TestPublishRefused(t *testing.T) {
 			stuck := make(chan struct{})
 			t.Cleanup(func() { close(stuck) }) // runs before p.Close and the cluster's Close
 			ctx := context.Background()
-			if err := p.PublishOrder(ctx, testEvent(1)); err != nil { // connected, metadata known
+			if err := p.Publish(ctx, testEvent(1)); err != nil { // connected, metadata known
 				t.Fatal(err)
 			}
 			tc.inject(c, stuck)
@@ -178,7 +178,7 @@ func TestPublishRefused(t *testing.T) {
 			for i := range int64(20) {
 				wg.Go(func() {
 					start := time.Now()
-					err := p.PublishOrder(ctx, testEvent(100+i))
+					err := p.Publish(ctx, testEvent(100+i))
 					if err == nil {
 						nils.Add(1)
 					}
@@ -210,7 +210,7 @@ func TestPublishMultiPartialFailure(t *testing.T) {
 	brokers, c := startKafka(t)
 	p := newPublisher(t, PublisherConfig{Brokers: brokers, MaxAttempts: 1})
 	ctx := context.Background()
-	if err := p.PublishOrder(ctx, testEvent(1)); err != nil {
+	if err := p.Publish(ctx, testEvent(1)); err != nil {
 		t.Fatal(err)
 	}
 	var evs []Event
@@ -229,8 +229,8 @@ func TestPublishMultiPartialFailure(t *testing.T) {
 	}
 	_, counts := readOrders(t, brokers)
 	for i, e := range werr {
-		if e == nil && counts[evs[i].OrderID] != 1 {
-			t.Errorf("order %d acknowledged but in Kafka %d times", evs[i].OrderID, counts[evs[i].OrderID])
+		if e == nil && counts[evs[i].ID] != 1 {
+			t.Errorf("order %d acknowledged but in Kafka %d times", evs[i].ID, counts[evs[i].ID])
 		}
 	}
 }
@@ -252,7 +252,7 @@ func TestCloseWhileQueued(t *testing.T) {
 			unstick := func() { once.Do(func() { close(stuck) }) }
 			t.Cleanup(unstick)
 			ctx := context.Background()
-			if err := p.PublishOrder(ctx, testEvent(1)); err != nil {
+			if err := p.Publish(ctx, testEvent(1)); err != nil {
 				t.Fatal(err)
 			}
 			// The broker stops at the next produce request (its one
@@ -269,7 +269,7 @@ func TestCloseWhileQueued(t *testing.T) {
 			errs := make([]error, n)
 			var wg sync.WaitGroup
 			for i := range n {
-				wg.Go(func() { errs[i] = p.PublishOrder(ctx, testEvent(int64(100+i))) })
+				wg.Go(func() { errs[i] = p.Publish(ctx, testEvent(int64(100+i))) })
 			}
 			waitFor(t, "publishes queued behind requests in flight", func() bool {
 				queued := 0
@@ -287,7 +287,7 @@ func TestCloseWhileQueued(t *testing.T) {
 				defer p.pr.queuesMu.Unlock()
 				return p.pr.closed
 			})
-			if err := p.PublishOrder(ctx, testEvent(99)); !errors.Is(err, ErrPublisherClosed) {
+			if err := p.Publish(ctx, testEvent(99)); !errors.Is(err, ErrPublisherClosed) {
 				t.Errorf("publish during Close: %v, want ErrPublisherClosed", err)
 			}
 			if release {

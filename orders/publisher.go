@@ -55,11 +55,6 @@ type PublisherConfig struct {
 	AckQueue int
 
 	Log *slog.Logger // default slog.Default()
-
-	// useWriter sends order events through kafka-go's Writer (BatchTimeout
-	// batches) instead of the group commit: only for BenchmarkPublish's
-	// before/after comparison.
-	useWriter bool
 }
 
 // OutboxAcker removes acknowledged outbox entries; *stock.Store is one.
@@ -117,7 +112,7 @@ type Publisher struct {
 	cfg       PublisherConfig
 	transport *kafka.Transport
 	pr        *producer
-	w, dlq    *kafka.Writer // w only with cfg.useWriter
+	dlq       *kafka.Writer
 
 	ackMu     sync.RWMutex // guards ackClosed against sends on a closed ackCh
 	ackClosed bool
@@ -141,41 +136,27 @@ func NewPublisher(cfg PublisherConfig) (*Publisher, error) {
 		ClientID:    cfg.ClientID,
 		MetadataTTL: cfg.MetadataTTL,
 	}
-	errLog := kafka.LoggerFunc(func(f string, args ...any) { cfg.Log.Warn("kafka: " + fmt.Sprintf(f, args...)) })
-	newWriter := func(topic string) *kafka.Writer {
-		return &kafka.Writer{
-			Addr:            kafka.TCP(cfg.Brokers...),
-			Topic:           topic,
-			Balancer:        &kafka.Hash{}, // key = order id: one order's events stay in order
-			RequiredAcks:    kafka.RequireAll,
-			BatchTimeout:    cfg.BatchTimeout,
-			BatchSize:       cfg.BatchSize,
-			WriteTimeout:    cfg.WriteTimeout,
-			ReadTimeout:     cfg.WriteTimeout,
-			MaxAttempts:     cfg.MaxAttempts,
-			WriteBackoffMin: 20 * time.Millisecond,
-			WriteBackoffMax: 500 * time.Millisecond,
-			Transport:       p.transport,
-			ErrorLogger:     errLog,
-		}
+	p.dlq = &kafka.Writer{
+		Addr:            kafka.TCP(cfg.Brokers...),
+		Topic:           cfg.DLQTopic,
+		Balancer:        &kafka.Hash{}, // key = order id: one order's events stay in order
+		RequiredAcks:    kafka.RequireAll,
+		BatchTimeout:    cfg.BatchTimeout,
+		BatchSize:       cfg.BatchSize,
+		WriteTimeout:    cfg.WriteTimeout,
+		ReadTimeout:     cfg.WriteTimeout,
+		MaxAttempts:     cfg.MaxAttempts,
+		WriteBackoffMin: 20 * time.Millisecond,
+		WriteBackoffMax: 500 * time.Millisecond,
+		Transport:       p.transport,
+		ErrorLogger:     kafka.LoggerFunc(func(f string, args ...any) { cfg.Log.Warn("kafka: " + fmt.Sprintf(f, args...)) }),
 	}
-	p.dlq = newWriter(cfg.DLQTopic)
-	if cfg.useWriter {
-		p.w = newWriter(cfg.Topic)
-	} else {
-		p.pr = newProducer(&p.cfg, p.transport)
-	}
+	p.pr = newProducer(&p.cfg, p.transport)
 	if cfg.Outbox != nil {
 		p.ackCh, p.ackDone = make(chan ackReq, cfg.AckQueue), make(chan struct{})
 		go p.runAcker()
 	}
 	return p, nil
-}
-
-// PublishOrder publishes one event and returns once Kafka acknowledged it.
-// An error means the event may or may not be in Kafka.
-func (p *Publisher) PublishOrder(ctx context.Context, e Event) error {
-	return p.Publish(ctx, e)
 }
 
 // Publish publishes events, returning once Kafka acknowledged all of them.
@@ -186,8 +167,6 @@ func (p *Publisher) Publish(ctx context.Context, evs ...Event) error {
 	switch {
 	case len(evs) == 0:
 		return nil
-	case p.w != nil:
-		return p.publishWriter(ctx, evs)
 	case len(evs) == 1:
 		return p.publishOne(ctx, &evs[0])
 	}
@@ -201,7 +180,7 @@ func (p *Publisher) newCall(ctx context.Context, e *Event, now int64) (*pcall, e
 		return nil, fmt.Errorf("orders: publish: %w", err)
 	}
 	c := pcallPool.Get().(*pcall)
-	c.key = strconv.AppendInt(c.keyBuf[:0], e.OrderID, 10)
+	c.key = strconv.AppendInt(c.keyBuf[:0], e.ID, 10)
 	c.val = v
 	c.ctx = ctx
 	c.deadline = now + int64(p.cfg.Timeout)
@@ -305,36 +284,6 @@ func (p *Publisher) publishMany(ctx context.Context, evs []Event) error {
 		return nil
 	}
 	return werr
-}
-
-// publishWriter is the kafka-go Writer path (cfg.useWriter), kept for the
-// benchmark's comparison.
-func (p *Publisher) publishWriter(ctx context.Context, evs []Event) error {
-	msgs := make([]kafka.Message, len(evs))
-	for i := range evs {
-		v, err := evs[i].Encode()
-		if err != nil {
-			p.failed.Add(uint64(len(evs)))
-			return fmt.Errorf("orders: publish: %w", err)
-		}
-		msgs[i] = kafka.Message{Key: evs[i].Key(), Value: v}
-	}
-	ctx, cancel := context.WithTimeout(ctx, p.cfg.Timeout)
-	defer cancel()
-	err := p.w.WriteMessages(ctx, msgs...)
-	if err == nil {
-		p.published.Add(uint64(len(evs)))
-		return nil
-	}
-	var werr kafka.WriteErrors
-	if errors.As(err, &werr) && len(werr) == len(evs) {
-		n := uint64(werr.Count())
-		p.failed.Add(n)
-		p.published.Add(uint64(len(evs)) - n)
-		return werr
-	}
-	p.failed.Add(uint64(len(evs)))
-	return fmt.Errorf("orders: publish: %w", err)
 }
 
 // PublishAndAck publishes e and, once Kafka acknowledged it, hands the
@@ -448,13 +397,8 @@ func (p *Publisher) Stats() PublisherStats {
 		Published: p.published.Load(), Failed: p.failed.Load(), Acked: p.acked.Load(),
 		AckErrors: p.ackErrors.Load(), DeadLettered: p.deadLettered.Load(),
 	}
-	if p.w != nil {
-		st.Writer = p.w.Stats()
-		st.Requests, st.Retries = uint64(st.Writer.Writes), uint64(st.Writer.Retries)
-	} else {
-		st.Writer = p.pr.stats()
-		st.Requests, st.Retries = uint64(p.pr.requests.Load()), uint64(p.pr.retries.Load())
-	}
+	st.Writer = p.pr.stats()
+	st.Requests, st.Retries = uint64(p.pr.requests.Load()), uint64(p.pr.retries.Load())
 	return st
 }
 
@@ -463,9 +407,7 @@ func (p *Publisher) Stats() PublisherStats {
 // writer. Publishes waiting in Close return; Publish after Close fails
 // with ErrPublisherClosed. Safe to call more than once.
 func (p *Publisher) Close() error {
-	if p.pr != nil {
-		p.pr.close()
-	}
+	p.pr.close()
 	if p.ackCh != nil {
 		p.ackMu.Lock()
 		already := p.ackClosed
@@ -477,9 +419,6 @@ func (p *Publisher) Close() error {
 		<-p.ackDone
 	}
 	err := p.dlq.Close()
-	if p.w != nil {
-		err = errors.Join(p.w.Close(), err)
-	}
 	p.transport.CloseIdleConnections()
 	return err
 }

@@ -7,13 +7,18 @@ import (
 	"time"
 
 	"github.com/segmentio/kafka-go"
+
+	"flashgate/orders/order"
 )
 
 func testEvent(id int64) Event {
-	return Event{V: Version, Type: TypeOrder, OrderID: id, ProductID: "p1", UserID: "alice", Qty: 1, PriceCents: 9900, CreatedMs: time.Now().UnixMilli(), Edge: 1}
+	return Event{V: Version, Type: TypeOrder, Order: order.Order{
+		ID: id, ProductID: "p1", UserID: "alice", Qty: 1, PriceCents: 9900,
+		CreatedMs: time.Now().UnixMilli(), Edge: 1,
+	}}
 }
 
-// TestPublishAcknowledged: once PublishOrder returned, a consumer-group
+// TestPublishAcknowledged: once Publish returned, a consumer-group
 // reader sees exactly the event, keyed by its order id.
 func TestPublishAcknowledged(t *testing.T) {
 	brokers, _ := startKafka(t)
@@ -22,12 +27,12 @@ func TestPublishAcknowledged(t *testing.T) {
 	defer cancel()
 	want := testEvent(120850008860790784)
 	start := time.Now()
-	if err := p.PublishOrder(ctx, want); err != nil {
+	if err := p.Publish(ctx, want); err != nil {
 		t.Fatal(err)
 	}
 	t.Logf("first publish (connect, metadata, produce): %v", time.Since(start))
 	start = time.Now()
-	if err := p.PublishOrder(ctx, testEvent(2)); err != nil {
+	if err := p.Publish(ctx, testEvent(2)); err != nil {
 		t.Fatal(err)
 	}
 	if d := time.Since(start); d > time.Second {
@@ -46,13 +51,13 @@ func TestPublishAcknowledged(t *testing.T) {
 		if err != nil || string(m.Key) != string(e.Key()) {
 			t.Fatalf("message %q key %q: %v", m.Value, m.Key, err)
 		}
-		if _, dup := got[e.OrderID]; dup {
-			t.Fatalf("order %d delivered twice", e.OrderID)
+		if _, dup := got[e.ID]; dup {
+			t.Fatalf("order %d delivered twice", e.ID)
 		}
-		got[e.OrderID] = e
+		got[e.ID] = e
 	}
-	if got[want.OrderID] != want {
-		t.Errorf("read %+v, want %+v", got[want.OrderID], want)
+	if got[want.ID] != want {
+		t.Errorf("read %+v, want %+v", got[want.ID], want)
 	}
 	if n := len(readAll(t, brokers, kafkaConf.Topic)); n != 2 {
 		t.Errorf("topic holds %d messages, want 2", n)
@@ -70,7 +75,7 @@ func TestPublishConcurrent(t *testing.T) {
 	p := newPublisher(t, PublisherConfig{Brokers: brokers})
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	if err := p.PublishOrder(ctx, testEvent(1)); err != nil { // connect first
+	if err := p.Publish(ctx, testEvent(1)); err != nil { // connect first
 		t.Fatal(err)
 	}
 	const workers, each = 64, 50
@@ -80,7 +85,7 @@ func TestPublishConcurrent(t *testing.T) {
 	for w := range workers {
 		wg.Go(func() {
 			for i := range each {
-				if err := p.PublishOrder(ctx, testEvent(int64(1000+w*each+i))); err != nil {
+				if err := p.Publish(ctx, testEvent(int64(1000+w*each+i))); err != nil {
 					errs <- err
 					return
 				}

@@ -8,12 +8,10 @@ import (
 	"log/slog"
 	"os"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
-	"github.com/redis/rueidis"
 	"github.com/segmentio/kafka-go"
 
 	"flashgate/orders/stock"
@@ -107,7 +105,6 @@ func (c *RelayConfig) check() error {
 // topic (source "outbox") and is removed.
 type Relay struct {
 	cfg    RelayConfig
-	c      rueidis.Client
 	groups sync.Map // product -> struct{}: group created
 
 	mu     sync.Mutex
@@ -124,7 +121,7 @@ func NewRelay(cfg RelayConfig) (*Relay, error) {
 	if err := cfg.check(); err != nil {
 		return nil, err
 	}
-	return &Relay{cfg: cfg, c: cfg.Store.Client()}, nil
+	return &Relay{cfg: cfg}, nil
 }
 
 // Consumer is this relay's consumer name in the group.
@@ -196,47 +193,41 @@ func (r *Relay) Sweep(ctx context.Context) (relayed int, err error) {
 // callTimeout bounds each Redis call of a sweep.
 const callTimeout = 5 * time.Second
 
-func (r *Relay) do(ctx context.Context, cmd rueidis.Completed) rueidis.RedisResult {
-	ctx, cancel := context.WithTimeout(ctx, callTimeout)
-	defer cancel()
-	return r.c.Do(ctx, cmd)
+func withCallTimeout(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(ctx, callTimeout)
 }
-
-func isNoGroup(err error) bool { return err != nil && strings.Contains(err.Error(), "NOGROUP") }
 
 // sweepProduct returns the entries re-sent and the age of the oldest one.
 func (r *Relay) sweepProduct(ctx context.Context, product string) (int, time.Duration, error) {
-	key := stock.OutboxKey(product)
 	if _, ok := r.groups.Load(product); !ok {
-		err := r.do(ctx, r.c.B().XgroupCreate().Key(key).Group(stock.RelayGroup).Id("0").Mkstream().Build()).Error()
-		if err != nil && !strings.Contains(err.Error(), "BUSYGROUP") {
-			return 0, 0, fmt.Errorf("create group on %s: %w", key, err)
+		cctx, cancel := withCallTimeout(ctx)
+		err := r.cfg.Store.CreateRelayGroup(cctx, product)
+		cancel()
+		if err != nil {
+			return 0, 0, err
 		}
 		r.groups.Store(product, struct{}{})
 	}
-	if err := r.take(ctx, key); err != nil {
-		if isNoGroup(err) {
+	if err := r.take(ctx, product); err != nil {
+		if errors.Is(err, stock.ErrNoGroup) {
 			// Redis lost its memory (or the key was deleted): create the
 			// group again next sweep, from id 0.
 			r.groups.Delete(product)
 		}
 		return 0, 0, err
 	}
-	return r.claim(ctx, product, key)
+	return r.claim(ctx, product)
 }
 
 // take moves new entries into this consumer's pending list.
-func (r *Relay) take(ctx context.Context, key string) error {
+func (r *Relay) take(ctx context.Context, product string) error {
 	for n := 0; n < r.cfg.MaxPerSweep; {
-		res, err := r.do(ctx, r.c.B().Xreadgroup().Group(stock.RelayGroup, r.cfg.Consumer).
-			Count(int64(r.cfg.Count)).Streams().Key(key).Id(">").Build()).AsXRead()
-		if rueidis.IsRedisNil(err) {
-			return nil
-		}
+		cctx, cancel := withCallTimeout(ctx)
+		got, err := r.cfg.Store.TakeOutbox(cctx, product, r.cfg.Consumer, r.cfg.Count)
+		cancel()
 		if err != nil {
-			return fmt.Errorf("XREADGROUP %s: %w", key, err)
+			return err
 		}
-		got := len(res[key])
 		r.taken.Add(uint64(got))
 		if n += got; got < r.cfg.Count {
 			return nil
@@ -246,29 +237,18 @@ func (r *Relay) take(ctx context.Context, key string) error {
 }
 
 // claim re-sends entries pending for MinAge.
-func (r *Relay) claim(ctx context.Context, product, key string) (int, time.Duration, error) {
-	minIdle := strconv.FormatInt(r.cfg.MinAge.Milliseconds(), 10)
+func (r *Relay) claim(ctx context.Context, product string) (int, time.Duration, error) {
 	cursor, relayed := "0-0", 0
 	var lag time.Duration
 	for n := 0; n < r.cfg.MaxPerSweep; {
-		arr, err := r.do(ctx, r.c.B().Xautoclaim().Key(key).Group(stock.RelayGroup).Consumer(r.cfg.Consumer).
-			MinIdleTime(minIdle).Start(cursor).Count(int64(r.cfg.Count)).Build()).ToArray()
+		cctx, cancel := withCallTimeout(ctx)
+		next, entries, err := r.cfg.Store.ClaimOutbox(cctx, product, r.cfg.Consumer, r.cfg.MinAge, cursor, r.cfg.Count)
+		cancel()
 		if err != nil {
-			if isNoGroup(err) {
+			if errors.Is(err, stock.ErrNoGroup) {
 				r.groups.Delete(product)
 			}
-			return relayed, lag, fmt.Errorf("XAUTOCLAIM %s: %w", key, err)
-		}
-		if len(arr) < 2 {
-			return relayed, lag, fmt.Errorf("XAUTOCLAIM %s: %d-element reply", key, len(arr))
-		}
-		next, err := arr[0].ToString()
-		if err != nil {
-			return relayed, lag, fmt.Errorf("XAUTOCLAIM %s cursor: %w", key, err)
-		}
-		entries, err := arr[1].ToArray()
-		if err != nil && !rueidis.IsRedisNil(err) {
-			return relayed, lag, fmt.Errorf("XAUTOCLAIM %s entries: %w", key, err)
+			return relayed, lag, err
 		}
 		n += len(entries)
 		sent, l, err := r.relay(ctx, product, entries)
@@ -285,7 +265,7 @@ func (r *Relay) claim(ctx context.Context, product, key string) (int, time.Durat
 }
 
 // relay publishes claimed entries and removes those Kafka acknowledged.
-func (r *Relay) relay(ctx context.Context, product string, entries []rueidis.RedisMessage) (int, time.Duration, error) {
+func (r *Relay) relay(ctx context.Context, product string, entries []stock.OutboxEntry) (int, time.Duration, error) {
 	var (
 		evs  []Event
 		ids  []string // ids of evs, same order
@@ -295,22 +275,18 @@ func (r *Relay) relay(ctx context.Context, product string, entries []rueidis.Red
 	)
 	now := time.Now()
 	for i := range entries {
-		e, err := entries[i].AsXRangeEntry()
-		if err != nil {
-			// Redis 6.2 answers a deleted entry with a nil in place.
-			continue
-		}
-		if e.FieldValues == nil {
+		e := &entries[i]
+		if e.Deleted() {
 			gone = append(gone, e.ID)
 			continue
 		}
-		if ms, err := strconv.ParseInt(e.ID[:max(strings.IndexByte(e.ID, '-'), 0)], 10, 64); err == nil {
-			lag = max(lag, now.Sub(time.UnixMilli(ms)))
+		if t, ok := e.Time(); ok {
+			lag = max(lag, now.Sub(t))
 		}
-		ev, err := EventFromOutbox(e.FieldValues)
+		ev, err := EventFromOutbox(e)
 		if err != nil {
-			v, _ := json.Marshal(e.FieldValues)
-			if derr := r.cfg.Publisher.DeadLetter(ctx, []byte(e.FieldValues[stock.FieldOrder]), v, "outbox "+stock.OutboxKey(product)+" "+e.ID, err.Error()); derr != nil {
+			v, _ := json.Marshal(e.Fields)
+			if derr := r.cfg.Publisher.DeadLetter(ctx, []byte(e.RawOrderID()), v, "outbox "+stock.OutboxKey(product)+" "+e.ID, err.Error()); derr != nil {
 				return 0, lag, derr
 			}
 			r.deadLettered.Add(1)

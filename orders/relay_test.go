@@ -2,10 +2,10 @@ package orders
 
 import (
 	"context"
-	"strconv"
 	"testing"
 	"time"
 
+	"flashgate/internal/redistest"
 	"flashgate/orders/stock"
 )
 
@@ -47,18 +47,18 @@ func TestRelay(t *testing.T) {
 			var orphans []int64
 			for range 5 {
 				a, _ := deduct(t, s, "p1")
-				want[a.OrderID] = OrderEvent(&a)
-				orphans = append(orphans, a.OrderID)
+				want[a.ID] = OrderEvent(&a.Order)
+				orphans = append(orphans, a.ID)
 			}
 			// The direct path: publish, then remove the entry.
 			var direct []int64
 			for range 20 {
 				a, id := deduct(t, s, "p1")
-				if err := pub.PublishAndAck(ctx, OrderEvent(&a), id); err != nil {
+				if err := pub.PublishAndAck(ctx, OrderEvent(&a.Order), id); err != nil {
 					t.Fatal(err)
 				}
-				want[a.OrderID] = OrderEvent(&a)
-				direct = append(direct, a.OrderID)
+				want[a.ID] = OrderEvent(&a.Order)
+				direct = append(direct, a.ID)
 			}
 			// The relay counts a sweep's entries once the sweep is over,
 			// after it removed them: wait for both.
@@ -115,7 +115,7 @@ func TestRelayClaimsFromDeadEdge(t *testing.T) {
 			ids := map[int64]bool{}
 			for range 6 {
 				a, _ := deduct(t, s, "p1")
-				ids[a.OrderID] = true
+				ids[a.ID] = true
 			}
 			dead := newRelay(t, RelayConfig{Store: s, Publisher: pub, Products: products, Consumer: "edge9-gone-1", MinAge: time.Hour})
 			if n, err := dead.Sweep(ctx); err != nil || n != 0 {
@@ -157,10 +157,11 @@ func TestRelayDeadLetters(t *testing.T) {
 	s := openStore(t, "real")
 	brokers, _ := startKafka(t)
 	pub := newPublisher(t, PublisherConfig{Brokers: brokers})
-	c := s.Client()
+	c := redistest.Client(t, s.Addr())
 	ctx := context.Background()
+	// An order id and a product, nothing else of what the script writes.
 	if err := c.Do(ctx, c.B().Xadd().Key(stock.OutboxKey("p1")).Id("*").FieldValue().
-		FieldValue(stock.FieldOrder, "77").FieldValue(stock.FieldProduct, "p1").Build()).Error(); err != nil {
+		FieldValue("order", "77").FieldValue("product", "p1").Build()).Error(); err != nil {
 		t.Fatal(err)
 	}
 	r := newRelay(t, RelayConfig{Store: s, Publisher: pub, Products: func() []string { return []string{"p1"} }, MinAge: 100 * time.Millisecond})
@@ -191,7 +192,7 @@ func TestRelayRecreatesGroup(t *testing.T) {
 	if _, err := r.Sweep(ctx); err != nil {
 		t.Fatal(err)
 	}
-	c := s.Client()
+	c := redistest.Client(t, s.Addr())
 	if err := c.Do(ctx, c.B().Del().Key(stock.OutboxKey("p1")).Build()).Error(); err != nil {
 		t.Fatal(err)
 	}
@@ -201,24 +202,8 @@ func TestRelayRecreatesGroup(t *testing.T) {
 	}
 	r.Start()
 	waitFor(t, "the order to be re-sent", func() bool { return outboxLen(t, s, "p1") == 0 })
-	if _, counts := readOrders(t, brokers); counts[a.OrderID] != 1 {
-		t.Errorf("order %d in Kafka %d times", a.OrderID, counts[a.OrderID])
-	}
-}
-
-func TestEventFromOutbox(t *testing.T) {
-	a := stock.Attempt{ProductID: "p1", UserID: "bob", Qty: 2, OrderID: 42, Price: 1999, NowMs: 1796038487397, Node: 4}
-	f := map[string]string{
-		stock.FieldOrder: "42", stock.FieldProduct: "p1", stock.FieldUser: "bob", stock.FieldQty: "2",
-		stock.FieldPrice: "1999", stock.FieldCreated: strconv.FormatInt(a.NowMs, 10), stock.FieldNode: "4",
-	}
-	e, err := EventFromOutbox(f)
-	if err != nil || e != OrderEvent(&a) {
-		t.Fatalf("%+v %v, want %+v", e, err, OrderEvent(&a))
-	}
-	f[stock.FieldQty] = "x"
-	if _, err := EventFromOutbox(f); err == nil {
-		t.Error("bad qty accepted")
+	if _, counts := readOrders(t, brokers); counts[a.ID] != 1 {
+		t.Errorf("order %d in Kafka %d times", a.ID, counts[a.ID])
 	}
 }
 
@@ -249,7 +234,7 @@ func TestRelayDeletedPendingEntries(t *testing.T) {
 			if n := pendingCount(t, s, "p1"); n != 3 {
 				t.Fatalf("%d pending after the first sweep, want 3", n)
 			}
-			c := s.Client()
+			c := redistest.Client(t, s.Addr())
 			if err := c.Do(ctx, c.B().Xdel().Key(stock.OutboxKey("p1")).Id(ids...).Build()).Error(); err != nil {
 				t.Fatal(err)
 			}

@@ -9,11 +9,10 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"flashgate/orders"
+	"flashgate/orders/order"
 	"flashgate/orders/reconcile"
 	"flashgate/orders/stock"
-	"flashgate/sale/activity"
 	"flashgate/sale/api"
-	"flashgate/sale/push"
 )
 
 // handleAdminOrders serves order cancellation and reconciliation; it
@@ -31,7 +30,7 @@ func (s *Server) handleAdminOrders(ctx *fasthttp.RequestCtx, path string) bool {
 		if !decodeAdmin(ctx, &req) {
 			return true
 		}
-		if !activity.ValidProductID(req.ProductID) || req.OrderID <= 0 {
+		if !order.ValidProductID(req.ProductID) || req.OrderID <= 0 {
 			api.AdminCancelUsage.Write(ctx)
 			return true
 		}
@@ -90,19 +89,15 @@ func (s *Server) CancelOrder(ctx context.Context, productID string, orderID int6
 		res = cancelAlready
 	}
 	// Shoppers waiting on the order's event stream learn it failed.
-	if err := push.PublishReleased(ctx, s.store.Client(), productID, orderID); err != nil {
+	if err := s.store.PublishReleased(ctx, productID, orderID); err != nil {
 		s.log.Warn("release not pushed; the order's streams end at their deadline", "order", orderID, "err", err)
 	}
 	// A cancel of an order already released publishes its release event
 	// again: if the first cancel's publish failed, its retry must not be
 	// a dead end (the consumer keeps one row per order whatever arrives).
 	if s.orders != nil {
-		ev := orders.Event{
-			V: orders.Version, Type: orders.TypeRelease, OrderID: orderID, ProductID: productID,
-			UserID: info.UserID, Qty: info.Qty, PriceCents: info.Price, CreatedMs: info.CreatedMs,
-			Edge: info.Node, ReleasedMs: s.opts.Now() / 1e6,
-		}
-		if err := s.orders.pub.PublishOrder(ctx, ev); err != nil {
+		ev := orders.Event{V: orders.Version, Type: orders.TypeRelease, Order: info.Order, ReleasedMs: s.opts.Now() / 1e6}
+		if err := s.orders.pub.Publish(ctx, ev); err != nil {
 			// Stock is back already; the store learns of the release when
 			// the operator retries (which publishes the event again).
 			return res, err

@@ -9,6 +9,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"flashgate/conf"
+	"flashgate/orders/order"
 	"flashgate/orders/stock"
 	"flashgate/sale/activity"
 	"flashgate/sale/api"
@@ -57,7 +58,7 @@ func (s *Server) handleAdminSale(ctx *fasthttp.RequestCtx, path string) bool {
 		if !decodeAdmin(ctx, &req) {
 			return true
 		}
-		if !activity.ValidProductID(req.ProductID) || req.Add <= 0 || req.Add > 1e9 {
+		if !order.ValidProductID(req.ProductID) || req.Add <= 0 || req.Add > 1e9 {
 			api.AdminRestockUsage.Write(ctx)
 			return true
 		}
@@ -88,7 +89,7 @@ func (s *Server) handleAdminSale(ctx *fasthttp.RequestCtx, path string) bool {
 		if !decodeAdmin(ctx, &req) {
 			return true
 		}
-		if req.On == nil || (req.ProductID != "" && !activity.ValidProductID(req.ProductID)) {
+		if req.On == nil || (req.ProductID != "" && !order.ValidProductID(req.ProductID)) {
 			api.AdminDegradeUsage.Write(ctx)
 			return true
 		}

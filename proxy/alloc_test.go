@@ -8,6 +8,7 @@ import (
 
 	"github.com/valyala/fasthttp"
 
+	"flashgate/internal/redistest"
 	"flashgate/orders/stock"
 	"flashgate/sale/session"
 )
@@ -64,7 +65,7 @@ activities:
 	jwt, _ := codec.Sign("alice", time.Now())
 	// Sell out for real (in Redis), so the background refresh agrees with
 	// the flag, and wait until the edge has seen it.
-	c := e.srv.Store().Client()
+	c := redistest.Client(t, e.srv.Store().Addr())
 	if err := c.Do(t.Context(), c.B().Set().Key(stock.StockKey("p1")).Value("0").Build()).Error(); err != nil {
 		t.Fatal(err)
 	}

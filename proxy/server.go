@@ -15,13 +15,13 @@ import (
 
 	"flashgate/conf"
 	"flashgate/filters"
+	"flashgate/orders/order"
 	"flashgate/orders/stock"
 	"flashgate/proxy/dashboard"
 	"flashgate/sale"
 	"flashgate/sale/activity"
 	"flashgate/sale/api"
 	"flashgate/sale/push"
-	"flashgate/static"
 	"flashgate/upstream"
 )
 
@@ -320,7 +320,7 @@ func (s *Server) dispatch(ctx *fasthttp.RequestCtx, snap *Snapshot, r *filters.R
 	case routePage:
 		// /seckill/{id}; anything deeper is not a page.
 		id := path[len(prefixSale):]
-		if !static.ValidProductID(id) {
+		if !order.ValidProductID(id) {
 			api.NotFound.Write(ctx)
 			return routeNotFound
 		}

@@ -14,6 +14,7 @@ import (
 	"flashgate/conf/field"
 	"flashgate/orders"
 	"flashgate/orders/consumer"
+	"flashgate/orders/order"
 	"flashgate/orders/orderid"
 	"flashgate/orders/orderstore"
 	"flashgate/orders/reconcile"
@@ -60,7 +61,7 @@ func (s *Server) assemble(cfg *conf.Config, snap *Snapshot) (*parts, error) {
 	var events *push.Hub
 	if !cfg.Events.Disabled {
 		ec := push.Config{EventsConfig: cfg.Events, KeepHijackedConns: true, Render: sale.AppendResult, Log: s.log, Now: s.opts.Now}
-		if events, err = push.New(store.Client(), ec); err != nil {
+		if events, err = push.New(store, ec); err != nil {
 			p.close()
 			store.Close()
 			return nil, err
@@ -121,6 +122,10 @@ func openStock(ctx context.Context, cfg *conf.Config, log *slog.Logger, embedded
 	if err != nil {
 		return nil, fmt.Errorf("redis %q: %w", rc.Addr, err)
 	}
+	if store.Embedded() {
+		// Where redis-cli can inspect the demo's keys.
+		log.Info("embedded Redis listening", "addr", store.Addr())
+	}
 	if n := store.LostOnOpen(); n > 0 {
 		log.Warn("the embedded Redis did not stop cleanly last time: its sales are rebuilt from the order ledger before they reopen", "sales", n)
 	}
@@ -144,8 +149,8 @@ func OpenOrderStore(ctx context.Context, cfg *conf.Config, dir string) (ordersto
 // sink adapts the publisher to the sale's OrderSink.
 type sink struct{ p *orders.Publisher }
 
-func (k sink) Publish(ctx context.Context, a *stock.Attempt, outboxID string) error {
-	return k.p.PublishAndAck(ctx, orders.OrderEvent(a), outboxID)
+func (k sink) Publish(ctx context.Context, o *order.Order, outboxID string) error {
+	return k.p.PublishAndAck(ctx, orders.OrderEvent(o), outboxID)
 }
 
 // openPipeline starts the orders side of an edge: the broker (or the
@@ -286,7 +291,7 @@ func storedPublisher(st *stock.Store, log *slog.Logger) func(map[string][]int64)
 	return func(products map[string][]int64) {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		defer cancel()
-		if err := push.PublishStored(ctx, st.Client(), products); err != nil {
+		if err := st.PublishStored(ctx, products); err != nil {
 			log.Warn("stored orders not pushed; their streams end at the deadline with the state read then", "err", err)
 		}
 	}

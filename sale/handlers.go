@@ -11,6 +11,7 @@ import (
 
 	"github.com/valyala/fasthttp"
 
+	"flashgate/orders/order"
 	"flashgate/orders/orderid"
 	"flashgate/orders/orderstore"
 	"flashgate/orders/stock"
@@ -201,9 +202,9 @@ func (s *Service) attemptFor(r *api.Call, e activity.Entry) stock.Attempt {
 	var nonceHex [2 * ptoken.NonceLen]byte
 	ptoken.NonceHex(nonceHex[:0], r.TokenNonce)
 	return stock.Attempt{
-		ProductID: e.ProductID, UserID: view(r.UserID), Qty: r.Qty, Limit: e.Limit,
-		OrderID: s.IDs.Next(), Price: e.PriceCents, NowMs: r.NowNano / 1e6,
-		TokenNonceHex: view(nonceHex[:]), TokenExpiresMs: r.TokenExpiresMs, Node: s.Node,
+		Order: order.Order{ID: s.IDs.Next(), ProductID: e.ProductID, UserID: view(r.UserID), Qty: r.Qty,
+			PriceCents: e.PriceCents, CreatedMs: r.NowNano / 1e6, Edge: s.Node},
+		Limit: e.Limit, TokenNonceHex: view(nonceHex[:]), TokenExpiresMs: r.TokenExpiresMs,
 	}
 }
 
@@ -219,14 +220,14 @@ func (s *Service) deductFailed(a *stock.Attempt, err error, probe bool) {
 	}
 	s.outcomes[outError].Inc()
 	if !errors.Is(err, stock.ErrNotSent) {
-		s.Log.Warn("deduction failed", "product", a.ProductID, "order", a.OrderID, "unknown_outcome", errors.Is(err, stock.ErrUnknown), "err", err)
+		s.Log.Warn("deduction failed", "product", a.ProductID, "order", a.ID, "unknown_outcome", errors.Is(err, stock.ErrUnknown), "err", err)
 		return
 	}
 	// Nothing happened; counted above. One line per attempt would be
 	// thousands of lines in a burst, on the hot path; checked first so that
 	// a disabled level does not box the arguments.
 	if s.Log.Enabled(context.Background(), slog.LevelDebug) {
-		s.Log.Debug("deduction not sent", "product", a.ProductID, "order", a.OrderID, "err", err)
+		s.Log.Debug("deduction not sent", "product", a.ProductID, "order", a.ID, "err", err)
 	}
 }
 
@@ -264,7 +265,7 @@ func (s *Service) bought(r *api.Call, e activity.Entry, a *stock.Attempt, out st
 	if out.Remaining == 0 {
 		s.markSoldOut(e)
 	}
-	s.answerOrder(r, a.OrderID, e.ProductID, s.publish(a, out.OutboxID))
+	s.answerOrder(r, a.ID, e.ProductID, s.publish(a, out.OutboxID))
 }
 
 // publish sends the order event; nil when it was acknowledged or there is
@@ -274,10 +275,10 @@ func (s *Service) publish(a *stock.Attempt, outboxID string) *api.Rejection {
 		return nil
 	}
 	a.UserID = strings.Clone(a.UserID) // the pipeline may keep it past this request
-	if err := s.Orders.Publish(context.Background(), a, outboxID); err != nil {
+	if err := s.Orders.Publish(context.Background(), &a.Order, outboxID); err != nil {
 		// The outbox entry the script wrote is still there: the relay will
 		// deliver it. The shopper may poll the result.
-		s.Log.Warn("order event not acknowledged; left to the outbox relay", "order", a.OrderID, "err", err)
+		s.Log.Warn("order event not acknowledged; left to the outbox relay", "order", a.ID, "err", err)
 		return api.OrderUnconfirmed
 	}
 	return nil
@@ -361,8 +362,7 @@ func (s *Service) result(r *api.Call) {
 			return
 		}
 		if found {
-			o, ok = stock.OrderInfo{OrderID: row.OrderID, ProductID: row.ProductID, UserID: row.UserID,
-				Qty: row.Qty, Price: row.PriceCents, CreatedMs: row.CreatedMs, State: stock.StateSuccess}, true
+			o, ok = stock.OrderInfo{Order: row.Order, State: stock.StateSuccess}, true
 			if row.Status == orderstore.StatusReleased {
 				o.State = stock.StateReleased
 			}
@@ -396,13 +396,13 @@ func AppendResult(b []byte, o stock.OrderInfo) []byte {
 		b = append(b, '"')
 	}
 	b = append(b, `,"order":{"orderId":"`...)
-	b = orderid.AppendDecimal(b, o.OrderID)
+	b = orderid.AppendDecimal(b, o.ID)
 	b = append(b, `","productId":"`...)
 	b = append(b, o.ProductID...)
 	b = append(b, `","quantity":`...)
 	b = strconv.AppendInt(b, int64(o.Qty), 10)
 	b = append(b, `,"price":"`...)
-	b = activity.AppendPrice(b, o.Price)
+	b = activity.AppendPrice(b, o.PriceCents)
 	b = append(b, `","createdMs":`...)
 	b = strconv.AppendInt(b, o.CreatedMs, 10)
 	return append(b, `}}`...)

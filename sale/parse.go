@@ -4,8 +4,8 @@ import (
 	"bytes"
 	"strings"
 
+	"flashgate/orders/order"
 	"flashgate/orders/orderid"
-	"flashgate/sale/activity"
 	"flashgate/sale/api"
 )
 
@@ -17,9 +17,6 @@ var (
 	pathEvents = []byte("/api/seckill/events")
 	pathLogin  = []byte("/api/login")
 )
-
-// maxQuantity bounds a single attempt whatever the sale's limit.
-const maxQuantity = 1000
 
 // Parse identifies the call and reads its parameters into r, before the
 // filter chain runs. It never allocates for a well-formed call: ids and
@@ -51,7 +48,7 @@ func Parse(r *api.Call, maxBody int) *api.Rejection {
 		}
 		args := ctx.QueryArgs()
 		r.ProductID = args.Peek("productId")
-		if !activity.ValidProductID(r.ProductID) {
+		if !order.ValidProductID(r.ProductID) {
 			if r.Endpoint == api.EndpointStatus {
 				return api.BadProductID
 			}
@@ -78,13 +75,13 @@ func Parse(r *api.Call, maxBody int) *api.Rejection {
 		return api.BadJSON
 	}
 	if r.Endpoint == api.EndpointLogin {
-		if !b.hasUser || !validUserID(b.userID) {
+		if !b.hasUser || !order.ValidUserID(b.userID) {
 			return api.BadUserID
 		}
 		r.UserID = b.userID
 		return nil
 	}
-	if !b.hasProduct || !activity.ValidProductID(b.productID) {
+	if !b.hasProduct || !order.ValidProductID(b.productID) {
 		return api.BadProductID
 	}
 	r.ProductID = b.productID
@@ -95,27 +92,13 @@ func Parse(r *api.Call, maxBody int) *api.Rejection {
 		r.Token = b.token
 		r.Qty = 1
 		if b.hasQty {
-			if b.qty < 1 || b.qty > maxQuantity {
+			if b.qty < order.MinQty || b.qty > order.MaxQty {
 				return api.BadQuantity
 			}
 			r.Qty = int(b.qty)
 		}
 	}
 	return nil
-}
-
-func validUserID(b []byte) bool {
-	if len(b) == 0 || len(b) > 64 {
-		return false
-	}
-	for _, c := range b {
-		switch {
-		case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9', c == '_', c == '.', c == '@', c == '-':
-		default:
-			return false
-		}
-	}
-	return true
 }
 
 // callBody is the union of the sale API's request bodies.

@@ -1,7 +1,6 @@
 package sale
 
 import (
-	"bytes"
 	"encoding/json"
 	"net"
 	"strconv"
@@ -11,9 +10,8 @@ import (
 
 	"github.com/valyala/fasthttp"
 
-	"flashgate/sale/activity"
+	"flashgate/orders/order"
 	"flashgate/sale/api"
-	"flashgate/sale/session"
 )
 
 const testMaxBody = 4096
@@ -309,22 +307,6 @@ func TestParseLogin(t *testing.T) {
 	}
 }
 
-// The login check must accept exactly the ids a session can carry.
-func TestValidUserIDMatchesSession(t *testing.T) {
-	for c := 0; c < 256; c++ {
-		b := []byte{'a', byte(c)}
-		if validUserID(b) != session.ValidUserID(b) {
-			t.Fatalf("byte %#x: login %v, session %v", c, validUserID(b), session.ValidUserID(b))
-		}
-	}
-	for _, n := range []int{0, 1, 64, 65} {
-		b := bytes.Repeat([]byte("x"), n)
-		if validUserID(b) != session.ValidUserID(b) {
-			t.Fatalf("length %d disagrees", n)
-		}
-	}
-}
-
 func TestParseAllocs(t *testing.T) {
 	for _, tc := range []struct{ method, uri, body string }{
 		{"POST", "/api/seckill/do", doBody},
@@ -495,22 +477,22 @@ func FuzzParse(f *testing.F) {
 		get := ctx.IsGet() || ctx.IsHead()
 		switch r.Endpoint {
 		case api.EndpointStatus:
-			if !get || !activity.ValidProductID(r.ProductID) {
+			if !get || !order.ValidProductID(r.ProductID) {
 				t.Fatalf("status accepted: get %v product %q", get, r.ProductID)
 			}
 		case api.EndpointResult, api.EndpointEvents:
-			if !get || !activity.ValidProductID(r.ProductID) || r.OrderID <= 0 {
+			if !get || !order.ValidProductID(r.ProductID) || r.OrderID <= 0 {
 				t.Fatalf("result accepted: get %v product %q order %d", get, r.ProductID, r.OrderID)
 			}
 		case api.EndpointLogin:
-			if !ctx.IsPost() || !session.ValidUserID(r.UserID) || len(ctx.PostBody()) > testMaxBody {
+			if !ctx.IsPost() || !order.ValidUserID(r.UserID) || len(ctx.PostBody()) > testMaxBody {
 				t.Fatalf("login accepted: user %q", r.UserID)
 			}
 		case api.EndpointToken, api.EndpointDo:
-			if !ctx.IsPost() || !activity.ValidProductID(r.ProductID) || len(ctx.PostBody()) > testMaxBody {
+			if !ctx.IsPost() || !order.ValidProductID(r.ProductID) || len(ctx.PostBody()) > testMaxBody {
 				t.Fatalf("purchase call accepted: product %q", r.ProductID)
 			}
-			if r.Endpoint == api.EndpointDo && (len(r.Token) == 0 || r.Qty < 1 || r.Qty > maxQuantity) {
+			if r.Endpoint == api.EndpointDo && (len(r.Token) == 0 || r.Qty < 1 || r.Qty > order.MaxQty) {
 				t.Fatalf("do accepted: token %q qty %d", r.Token, r.Qty)
 			}
 		default:

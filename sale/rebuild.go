@@ -130,7 +130,7 @@ func (s *Service) plan(ctx context.Context, a *activity.Activity, meta stock.Sal
 	}
 	ids := make([]int64, 0, len(outbox)+len(hashes))
 	for _, o := range outbox {
-		ids = append(ids, o.OrderID)
+		ids = append(ids, o.ID)
 	}
 	for id := range hashes {
 		ids = append(ids, id)
@@ -160,14 +160,15 @@ func (s *Service) plan(ctx context.Context, a *activity.Activity, meta stock.Sal
 	var pending int64
 	seen := make(map[int64]bool, len(outbox))
 	for _, o := range outbox {
-		if _, stored := st.Statuses[o.OrderID]; stored || seen[o.OrderID] {
+		if _, stored := st.Statuses[o.ID]; stored || seen[o.ID] {
 			continue
 		}
-		seen[o.OrderID] = true
+		seen[o.ID] = true
 		// Deducted, and on its way (the relay re-sends it): it counts.
-		held += o.Qty
-		pending += o.Qty
-		buyers[o.UserID] += o.Qty
+		qty := int64(o.Qty)
+		held += qty
+		pending += qty
+		buyers[o.UserID] += qty
 	}
 	if over := held - (sale.Initial + sale.Restocked); over > 0 {
 		// More is held than the sale's figures allow: restocks were lost

@@ -23,6 +23,7 @@ import (
 	"flashgate/internal/redistest"
 	"flashgate/orders"
 	"flashgate/orders/consumer"
+	"flashgate/orders/order"
 	"flashgate/orders/orderstore"
 	"flashgate/orders/reconcile"
 	"flashgate/orders/stock"
@@ -124,8 +125,12 @@ func newActivity(p string, stock int64, limit int) *activity.Activity {
 func newAttempt(p, user string, qty, limit int) stock.Attempt {
 	id := seq.Add(1)
 	now := time.Now().UnixMilli()
-	return stock.Attempt{ProductID: p, UserID: user, Qty: qty, Limit: limit, OrderID: id, Price: 100, NowMs: now,
-		TokenNonceHex: strconv.FormatInt(id, 16), TokenExpiresMs: now + 60_000, Node: 1}
+	return stock.Attempt{
+		Order: order.Order{
+			ProductID: p, UserID: user, Qty: qty, ID: id, PriceCents: 100, CreatedMs: now, Edge: 1,
+		},
+		Limit: limit, TokenNonceHex: strconv.FormatInt(id, 16), TokenExpiresMs: now + 60_000,
+	}
 }
 
 // buy is the edge's purchase path: the script, then the order event to
@@ -154,7 +159,7 @@ func (r *rig) deduct(p, user string, qty, limit int) (stock.Attempt, stock.Code)
 
 func (r *rig) publish(a stock.Attempt) {
 	r.t.Helper()
-	if err := r.pub.PublishAndAck(context.Background(), orders.OrderEvent(&a), a.TokenNonceHex); err != nil {
+	if err := r.pub.PublishAndAck(context.Background(), orders.OrderEvent(&a.Order), a.TokenNonceHex); err != nil {
 		r.t.Fatal(err)
 	}
 }
@@ -162,12 +167,12 @@ func (r *rig) publish(a stock.Attempt) {
 func (r *rig) release(a stock.Attempt) {
 	r.t.Helper()
 	ctx := context.Background()
-	if ok, err := r.st.Release(ctx, a.ProductID, a.OrderID); !ok || err != nil {
-		r.t.Fatalf("release %d: %v %v", a.OrderID, ok, err)
+	if ok, err := r.st.Release(ctx, a.ProductID, a.ID); !ok || err != nil {
+		r.t.Fatalf("release %d: %v %v", a.ID, ok, err)
 	}
-	ev := orders.OrderEvent(&a)
+	ev := orders.OrderEvent(&a.Order)
 	ev.Type, ev.ReleasedMs = orders.TypeRelease, time.Now().UnixMilli()
-	if err := r.pub.PublishOrder(ctx, ev); err != nil {
+	if err := r.pub.Publish(ctx, ev); err != nil {
 		r.t.Fatal(err)
 	}
 }
@@ -415,7 +420,7 @@ func TestEmbeddedCrashRebuildsFromLedger(t *testing.T) {
 	if c != stock.OK {
 		t.Fatal(c)
 	}
-	waitSnapshotWith(t, dataDir, a3.OrderID)
+	waitSnapshotWith(t, dataDir, a3.ID)
 	copyFile(t, filepath.Join(dataDir, "stock.json"), filepath.Join(crashDir, "stock.json"))
 
 	// After the last save, before the crash.
@@ -452,13 +457,13 @@ func TestEmbeddedCrashRebuildsFromLedger(t *testing.T) {
 			t.Errorf("%s: bought %d, want %d", u, n, want)
 		}
 	}
-	for id, want := range map[int64]string{a1.OrderID: stock.StateSuccess, a2.OrderID: stock.StateReleased, a3.OrderID: stock.StatePending} {
+	for id, want := range map[int64]string{a1.ID: stock.StateSuccess, a2.ID: stock.StateReleased, a3.ID: stock.StatePending} {
 		if o, ok, _ := st2.OrderState(ctx, "ep", id); !ok || o.State != want {
 			t.Errorf("order %d: %+v, want %s", id, o, want)
 		}
 	}
 	// bob's order cannot be released twice.
-	if ok, err := st2.Release(ctx, "ep", a2.OrderID); ok || err != nil {
+	if ok, err := st2.Release(ctx, "ep", a2.ID); ok || err != nil {
 		t.Fatalf("second release of bob's order: %v %v", ok, err)
 	}
 	if c := r.code("ep", "alice", 1, limit); c != stock.LimitReached {
@@ -480,7 +485,7 @@ func TestEmbeddedCrashRebuildsFromLedger(t *testing.T) {
 	relay.Start()
 	defer relay.Close()
 	eventually(t, "carol's order stored by the relay", func() error {
-		if _, ok, err := fs.Get(ctx, "ep", a3.OrderID); !ok || err != nil {
+		if _, ok, err := fs.Get(ctx, "ep", a3.ID); !ok || err != nil {
 			return errors.New("not yet")
 		}
 		return nil
@@ -519,7 +524,7 @@ func waitSnapshotWith(t *testing.T, dir string, orderID int64) {
 			for _, k := range snap.Keys {
 				for _, e := range k.Stream {
 					for i := 0; i+1 < len(e.Values); i += 2 {
-						if e.Values[i] == stock.FieldOrder && e.Values[i+1] == id {
+						if e.Values[i] == "order" && e.Values[i+1] == id {
 							return
 						}
 					}
@@ -562,7 +567,7 @@ func TestLostSaleWithoutLedgerStaysClosed(t *testing.T) {
 	if out, err := st1.Deduct(ctx, at); err != nil || out.Code != stock.OK {
 		t.Fatal(out, err)
 	}
-	waitSnapshotWith(t, dir, at.OrderID)
+	waitSnapshotWith(t, dir, at.ID)
 	copyFile(t, filepath.Join(dir, "stock.json"), filepath.Join(crashDir, "stock.json"))
 
 	st2, err := stock.Open(ctx, "embedded", stock.Options{DataDir: crashDir, SaveEvery: -1,

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"flashgate/metrics"
+	"flashgate/orders/order"
 	"flashgate/orders/orderid"
 	"flashgate/orders/orderstore"
 	"flashgate/orders/stock"
@@ -40,7 +41,7 @@ type Settings struct {
 // event and then removes the outbox entry the script wrote. nil keeps
 // orders in the outbox only (the relay delivers them).
 type OrderSink interface {
-	Publish(ctx context.Context, a *stock.Attempt, outboxID string) error
+	Publish(ctx context.Context, o *order.Order, outboxID string) error
 }
 
 // Deps are the process-lifetime collaborators of the Service.
@@ -102,11 +103,6 @@ const (
 )
 
 var outcomeNames = [numOutcomes]string{"ok", "sold_out", "limit_reached", "bad_token", "not_ready", "error", "degraded"}
-
-// catalogKey holds activities created or updated through the admin API, as
-// JSON per product, so every edge learns them. It is not touched by any
-// script, so it needs no hash tag.
-const catalogKey = "sk:catalog"
 
 // New returns a Service; Start begins its background work.
 func New(d Deps) *Service {
@@ -254,9 +250,11 @@ func (s *Service) catalog(ctx context.Context, st *Settings) ([]*activity.Activi
 		byID[a.ProductID] = &c
 		order = append(order, a.ProductID)
 	}
-	m, err := s.Store.Client().Do(ctx, s.Store.Client().B().Hgetall().Key(catalogKey).Build()).AsStrMap()
+	// The admin catalog holds activities created or updated through the
+	// admin API, so every edge learns them.
+	m, err := s.Store.Catalog(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("sale: read catalog: %w", err)
+		return nil, err
 	}
 	for id, js := range m {
 		var a activity.Activity
@@ -283,8 +281,7 @@ func (s *Service) PutActivity(ctx context.Context, a *activity.Activity) error {
 		return errs
 	}
 	js, _ := json.Marshal(a)
-	c := s.Store.Client()
-	if err := c.Do(ctx, c.B().Hset().Key(catalogKey).FieldValue().FieldValue(a.ProductID, string(js)).Build()).Error(); err != nil {
+	if err := s.Store.PutCatalog(ctx, a.ProductID, string(js)); err != nil {
 		return err
 	}
 	if err := s.warm(ctx, a, true); err != nil {

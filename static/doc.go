@@ -13,11 +13,11 @@
 // The page talks only to the edge's own sale API (see DESIGN.md) and loads
 // nothing from third parties; its Content-Security-Policy enforces that.
 //
-// Routes, for the router (see ParsePath):
+// Routes, for the edge's router:
 //
 //	GET /seckill/{productId}        -> ServePage (same HTML for every product)
 //	GET /seckill/_static/{name}     -> ServeAsset
 //
-// Product ids start with an alphanumeric character (ValidProductID), so
-// "_static" can never be one.
+// Product ids start with an alphanumeric character (order.ValidProductID),
+// so "_static" can never be one.
 package static

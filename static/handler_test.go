@@ -17,6 +17,7 @@ import (
 	"github.com/valyala/fasthttp/fasthttputil"
 
 	"flashgate/conf"
+	"flashgate/orders/order"
 )
 
 // section is the `static:` section as conf loads it, with edit applied.
@@ -370,21 +371,20 @@ func TestTraversal(t *testing.T) {
 	}
 }
 
-// serveOnLoopback runs a real fasthttp server with the router's use of
-// ParsePath, so the wire (Content-Length, HEAD, path normalization) is tested too.
+// serveOnLoopback runs a real fasthttp server routing as the edge does
+// (assets under AssetPath, the page under /seckill/{productId}, nothing
+// else), so the wire (Content-Length, HEAD, path normalization) is tested
+// too.
 func serveOnLoopback(t *testing.T, h *Handler) *fasthttp.HostClient {
 	t.Helper()
 	ln := fasthttputil.NewInmemoryListener()
 	srv := &fasthttp.Server{Handler: func(ctx *fasthttp.RequestCtx) {
-		id, asset, ok := ParsePath(ctx.Path())
-		switch {
-		case !ok:
-			ctx.SetStatusCode(404)
-		case asset != nil:
-			h.ServeAsset(ctx, asset)
-		default:
-			_ = id
+		if name, ok := bytes.CutPrefix(ctx.Path(), []byte(AssetPath)); ok {
+			h.ServeAsset(ctx, name)
+		} else if id, ok := bytes.CutPrefix(ctx.Path(), []byte("/seckill/")); ok && order.ValidProductID(id) {
 			h.ServePage(ctx)
+		} else {
+			ctx.SetStatusCode(404)
 		}
 	}}
 	go srv.Serve(ln)

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"flashgate/orders"
+	"flashgate/orders/order"
 )
 
 // Measured here (2 cores shared by the test binary, clickhouse-server 18.16,
@@ -23,8 +24,10 @@ import (
 func benchEvents(n int, product string) []orders.Event {
 	evs := make([]orders.Event, n)
 	for i := range evs {
-		evs[i] = orders.Event{V: 1, Type: orders.TypeOrder, OrderID: orderSeq.Add(1), ProductID: product,
-			UserID: "user" + string(rune('a'+i%26)), Qty: 1, PriceCents: 9900, CreatedMs: time.Now().UnixMilli(), Edge: 1}
+		evs[i] = orders.Event{V: 1, Type: orders.TypeOrder, Order: order.Order{
+			ID: orderSeq.Add(1), ProductID: product, UserID: "user" + string(rune('a'+i%26)), Qty: 1,
+			PriceCents: 9900, CreatedMs: time.Now().UnixMilli(), Edge: 1,
+		}}
 	}
 	return evs
 }
@@ -113,7 +116,7 @@ func BenchmarkEndToEndLatency(b *testing.B) {
 		for i := range evs {
 			// Event creation: the edge's deduction time, in µs here for
 			// a finer measurement than the event's createdMs.
-			created[evs[i].OrderID] = time.Now().UnixMicro()
+			created[evs[i].ID] = time.Now().UnixMicro()
 		}
 		mu.Unlock()
 		publish(b, w, evs)

@@ -242,7 +242,7 @@ func (c *Consumer) process(ctx context.Context, r *kafka.Reader, batch []kafka.M
 			dead = append(dead, deadLetter(m, err))
 			continue
 		}
-		k := rowKey{row.ProductID, row.OrderID}
+		k := rowKey{row.ProductID, row.ID}
 		if j, ok := index[k]; ok {
 			c.dups.Add(1)
 			if orderstore.Newer(&row, &rows[j]) {
@@ -266,7 +266,7 @@ func (c *Consumer) process(ctx context.Context, r *kafka.Reader, batch []kafka.M
 	stored := map[string][]int64{}
 	for i := range rows {
 		if rows[i].Status == orderstore.StatusStored {
-			stored[rows[i].ProductID] = append(stored[rows[i].ProductID], rows[i].OrderID)
+			stored[rows[i].ProductID] = append(stored[rows[i].ProductID], rows[i].ID)
 			c.stored.Add(1)
 		} else {
 			c.released.Add(1)

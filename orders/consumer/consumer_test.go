@@ -12,6 +12,7 @@ import (
 	"github.com/segmentio/kafka-go"
 
 	"flashgate/orders"
+	"flashgate/orders/order"
 	"flashgate/orders/orderstore"
 	"flashgate/orders/reconcile"
 	"flashgate/orders/stock"
@@ -96,9 +97,9 @@ func TestTenThousandOrders(t *testing.T) {
 	}
 	await(t, 10*time.Second, "every order success in Redis", func() (bool, string) {
 		for _, e := range evs {
-			o, ok, err := st.OrderState(context.Background(), e.ProductID, e.OrderID)
+			o, ok, err := st.OrderState(context.Background(), e.ProductID, e.ID)
 			if err != nil || !ok || o.State != stock.StateSuccess {
-				return false, fmt.Sprintf("order %d: %+v %v %v", e.OrderID, o, ok, err)
+				return false, fmt.Sprintf("order %d: %+v %v %v", e.ID, o, ok, err)
 			}
 		}
 		return true, ""
@@ -121,7 +122,9 @@ func TestRedeliveredEventIsOneRow(t *testing.T) {
 	c := start(t, Config{Brokers: brokers, Store: s})
 	w := newWriter(brokers, testTopic)
 	defer w.Close()
-	e := orders.Event{V: 1, Type: orders.TypeOrder, OrderID: 42, ProductID: "p", UserID: "u", Qty: 1, PriceCents: 100, CreatedMs: time.Now().UnixMilli()}
+	e := orders.Event{V: 1, Type: orders.TypeOrder, Order: order.Order{
+		ID: 42, ProductID: "p", UserID: "u", Qty: 1, PriceCents: 100, CreatedMs: time.Now().UnixMilli(),
+	}}
 	publish(t, w, []orders.Event{e})
 	if err := c.Drained(ctxT(t, 20*time.Second)); err != nil {
 		t.Fatal(err)
@@ -151,7 +154,7 @@ func TestReleaseAfterOrder(t *testing.T) {
 
 	// The order's units go back to stock (once), then the release event.
 	e := evs[0]
-	if ok, err := st.Release(context.Background(), e.ProductID, e.OrderID); !ok || err != nil {
+	if ok, err := st.Release(context.Background(), e.ProductID, e.ID); !ok || err != nil {
 		t.Fatalf("release: %v %v", ok, err)
 	}
 	rel := e
@@ -160,7 +163,7 @@ func TestReleaseAfterOrder(t *testing.T) {
 	if err := c.Drained(ctxT(t, 20*time.Second)); err != nil {
 		t.Fatal(err)
 	}
-	r, ok, err := s.Get(context.Background(), e.ProductID, e.OrderID)
+	r, ok, err := s.Get(context.Background(), e.ProductID, e.ID)
 	if err != nil || !ok || r.Status != orderstore.StatusReleased {
 		t.Fatalf("row %+v %v %v, want status 2", r, ok, err)
 	}
@@ -168,7 +171,7 @@ func TestReleaseAfterOrder(t *testing.T) {
 	if tot.Orders != 2 || tot.ReleasedOrders != 1 || tot.ReleasedUnits != 1 {
 		t.Fatalf("totals %+v: want 2 orders, 1 release counted once", tot)
 	}
-	if o, _, _ := st.OrderState(context.Background(), e.ProductID, e.OrderID); o.State != stock.StateReleased {
+	if o, _, _ := st.OrderState(context.Background(), e.ProductID, e.ID); o.State != stock.StateReleased {
 		t.Fatalf("Redis state %q: a re-sent order must not resurrect a released one", o.State)
 	}
 	reconcileClean(t, st, s, c, []string{"r1"})
@@ -219,7 +222,9 @@ func TestMalformedGoesToDLQ(t *testing.T) {
 	defer w.Close()
 	now := time.Now().UnixMilli()
 	good := func(id int64) kafka.Message {
-		e := orders.Event{V: 1, Type: orders.TypeOrder, OrderID: id, ProductID: "m", UserID: "u", Qty: 1, PriceCents: 1, CreatedMs: now}
+		e := orders.Event{V: 1, Type: orders.TypeOrder, Order: order.Order{
+			ID: id, ProductID: "m", UserID: "u", Qty: 1, PriceCents: 1, CreatedMs: now,
+		}}
 		b, _ := e.Encode()
 		return kafka.Message{Key: e.Key(), Value: b}
 	}
@@ -283,7 +288,9 @@ func TestLagAndDrained(t *testing.T) {
 	defer w.Close()
 	var evs []orders.Event
 	for i := range 100 {
-		evs = append(evs, orders.Event{V: 1, Type: orders.TypeOrder, OrderID: int64(i + 1), ProductID: "l", UserID: "u", Qty: 1, CreatedMs: 1})
+		evs = append(evs, orders.Event{V: 1, Type: orders.TypeOrder, Order: order.Order{
+			ID: int64(i + 1), ProductID: "l", UserID: "u", Qty: 1, CreatedMs: 1,
+		}})
 	}
 	publish(t, w, evs)
 	if lag, err := GroupLag(context.Background(), brokers, testTopic, ordersConf.Group); lag != 100 || err != nil {
@@ -332,7 +339,9 @@ func TestInsertFailureCommitsNothing(t *testing.T) {
 	s := &failingStore{Store: fs, n: 4}
 	w := newWriter(brokers, testTopic)
 	defer w.Close()
-	publish(t, w, []orders.Event{{V: 1, Type: orders.TypeOrder, OrderID: 1, ProductID: "f", UserID: "u", Qty: 1, CreatedMs: 1}})
+	publish(t, w, []orders.Event{{V: 1, Type: orders.TypeOrder, Order: order.Order{
+		ID: 1, ProductID: "f", UserID: "u", Qty: 1, CreatedMs: 1,
+	}}})
 	c := start(t, Config{Brokers: brokers, Store: s, MinBackoff: 20 * time.Millisecond, MaxBackoff: 100 * time.Millisecond})
 	await(t, 10*time.Second, "retries", func() (bool, string) { return c.Stats().InsertErrors >= 2, "" })
 	if lag, err := c.Lag(context.Background()); lag != 1 || err != nil {

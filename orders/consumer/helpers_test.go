@@ -21,6 +21,7 @@ import (
 	"flashgate/internal/kafkatest"
 	"flashgate/internal/redistest"
 	"flashgate/orders"
+	"flashgate/orders/order"
 	"flashgate/orders/orderstore"
 	"flashgate/orders/stock"
 )
@@ -101,9 +102,11 @@ func sell(t testing.TB, st *stock.Store, stocks map[string]int64) []orders.Event
 					id := orderSeq.Add(1)
 					ms := time.Now().UnixMilli()
 					out, err := st.Deduct(ctx, stock.Attempt{
-						ProductID: p, UserID: fmt.Sprintf("u%d-%d", w, i/2), Qty: 1, Limit: 2,
-						OrderID: id, Price: 9900, NowMs: ms,
-						TokenNonceHex: strconv.FormatInt(id, 16), TokenExpiresMs: ms + 60_000, Node: 1 + w%3,
+						Order: order.Order{
+							ProductID: p, UserID: fmt.Sprintf("u%d-%d", w, i/2), Qty: 1, ID: id, PriceCents: 9900, CreatedMs: ms,
+							Edge: 1 + w%3,
+						},
+						Limit: 2, TokenNonceHex: strconv.FormatInt(id, 16), TokenExpiresMs: ms + 60_000,
 					})
 					if err != nil {
 						errs.Store(err)
@@ -130,19 +133,15 @@ func sell(t testing.TB, st *stock.Store, stocks map[string]int64) []orders.Event
 func drainOutbox(t testing.TB, st *stock.Store, p string) []orders.Event {
 	t.Helper()
 	ctx := context.Background()
-	c := st.Client()
-	entries, err := c.Do(ctx, c.B().Xrange().Key(stock.OutboxKey(p)).Start("-").End("+").Build()).AsXRange()
+	outbox, err := st.OutboxOrders(ctx, p)
 	if err != nil {
 		t.Fatal(err)
 	}
-	evs := make([]orders.Event, 0, len(entries))
-	for _, e := range entries {
-		f := e.FieldValues
-		num := func(k string) int64 { n, _ := strconv.ParseInt(f[k], 10, 64); return n }
-		evs = append(evs, orders.Event{V: orders.Version, Type: orders.TypeOrder, OrderID: num(stock.FieldOrder),
-			ProductID: f[stock.FieldProduct], UserID: f[stock.FieldUser], Qty: int(num(stock.FieldQty)),
-			PriceCents: num(stock.FieldPrice), CreatedMs: num(stock.FieldCreated), Edge: int(num(stock.FieldNode))})
+	evs := make([]orders.Event, 0, len(outbox))
+	for i := range outbox {
+		evs = append(evs, orders.OrderEvent(&outbox[i]))
 	}
+	c := redistest.Client(t, st.Addr())
 	if err := c.Do(ctx, c.B().Del().Key(stock.OutboxKey(p)).Build()).Error(); err != nil {
 		t.Fatal(err)
 	}

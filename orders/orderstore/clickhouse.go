@@ -208,7 +208,7 @@ func (s *ClickHouse) Insert(ctx context.Context, rows []Row) error {
 	defer b.Abort() //nolint:errcheck // a no-op once sent
 	for i := range rows {
 		r := &rows[i]
-		if err := b.Append(uint64(r.OrderID), r.ProductID, r.UserID, uint32(r.Qty),
+		if err := b.Append(uint64(r.ID), r.ProductID, r.UserID, uint32(r.Qty),
 			decimal.New(r.PriceCents, -2), r.Status, time.UnixMilli(r.CreatedMs).Truncate(time.Second),
 			uint64(r.UpdatedMs), uint16(r.Edge)); err != nil {
 			return fmt.Errorf("orderstore: insert: %w", err)
@@ -244,7 +244,7 @@ func (s *ClickHouse) Get(ctx context.Context, productID string, orderID int64) (
 	if err := rows.Scan(&id, &r.ProductID, &r.UserID, &qty, &price, &r.Status, &created, &upd, &edge); err != nil {
 		return Row{}, false, fmt.Errorf("orderstore: get %s/%d: %w", productID, orderID, err)
 	}
-	r.OrderID, r.Qty, r.PriceCents = int64(id), int(qty), price.Shift(2).IntPart()
+	r.ID, r.Qty, r.PriceCents = int64(id), int(qty), price.Shift(2).IntPart()
 	r.CreatedMs, r.UpdatedMs, r.Edge = created.UnixMilli(), int64(upd), int(edge)
 	return r, true, nil
 }

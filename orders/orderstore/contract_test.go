@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"flashgate/orders"
+	"flashgate/orders/order"
 )
 
 // contract is run against every Store implementation: open returns a fresh,
@@ -17,8 +18,9 @@ func contract(t *testing.T, open func(t *testing.T) (s Store, reopen func() Stor
 	ctx := context.Background()
 	base := time.Date(2026, 11, 11, 0, 0, 0, 0, time.UTC).UnixMilli() + 123
 	row := func(id int64, p, u string, qty int) Row {
-		return Row{OrderID: id, ProductID: p, UserID: u, Qty: qty, PriceCents: 9900, Status: StatusStored,
-			CreatedMs: base + id, UpdatedMs: base + id, Edge: 3}
+		return Row{Status: StatusStored, UpdatedMs: base + id, Order: order.Order{
+			ID: id, ProductID: p, UserID: u, Qty: qty, PriceCents: 9900, CreatedMs: base + id, Edge: 3,
+		}}
 	}
 	same := func(t *testing.T, got, want Row) {
 		t.Helper()
@@ -52,9 +54,9 @@ func contract(t *testing.T, open func(t *testing.T) (s Store, reopen func() Stor
 			t.Fatal(err)
 		}
 		for _, r := range rows {
-			got, ok, err := s.Get(ctx, r.ProductID, r.OrderID)
+			got, ok, err := s.Get(ctx, r.ProductID, r.ID)
 			if err != nil || !ok {
-				t.Fatalf("get %d: %v %v", r.OrderID, ok, err)
+				t.Fatalf("get %d: %v %v", r.ID, ok, err)
 			}
 			same(t, got, r)
 		}
@@ -85,7 +87,9 @@ func contract(t *testing.T, open func(t *testing.T) (s Store, reopen func() Stor
 
 	t.Run("ReleaseReplacesOrderOnce", func(t *testing.T) {
 		s, _ := open(t)
-		e := orders.Event{V: 1, Type: orders.TypeOrder, OrderID: 20, ProductID: "p1", UserID: "u", Qty: 2, PriceCents: 100, CreatedMs: base, Edge: 1}
+		e := orders.Event{V: 1, Type: orders.TypeOrder, Order: order.Order{
+			ID: 20, ProductID: "p1", UserID: "u", Qty: 2, PriceCents: 100, CreatedMs: base, Edge: 1,
+		}}
 		order := FromEvent(&e)
 		e.Type, e.ReleasedMs = orders.TypeRelease, base+5000
 		rel := FromEvent(&e)
@@ -104,7 +108,7 @@ func contract(t *testing.T, open func(t *testing.T) (s Store, reopen func() Stor
 		totals(t, s, "p1", Totals{ReleasedOrders: 1, ReleasedUnits: 2})
 
 		// A release without releasedMs still beats its order.
-		e.OrderID, e.ReleasedMs = 21, 0
+		e.ID, e.ReleasedMs = 21, 0
 		rel = FromEvent(&e)
 		e.Type = orders.TypeOrder
 		if err := s.Insert(ctx, []Row{rel, FromEvent(&e)}); err != nil {
@@ -116,7 +120,7 @@ func contract(t *testing.T, open func(t *testing.T) (s Store, reopen func() Stor
 	t.Run("InvalidRowsAreRefused", func(t *testing.T) {
 		s, _ := open(t)
 		for _, mut := range []func(*Row){
-			func(r *Row) { r.OrderID = 0 },
+			func(r *Row) { r.ID = 0 },
 			func(r *Row) { r.PriceCents = maxPriceCents },
 			func(r *Row) { r.Status = 3 },
 			func(r *Row) { r.Edge = 70000 },
@@ -133,7 +137,9 @@ func contract(t *testing.T, open func(t *testing.T) (s Store, reopen func() Stor
 
 	t.Run("BuyersAndStatuses", func(t *testing.T) {
 		s, reopen := open(t)
-		e := orders.Event{V: 1, Type: orders.TypeOrder, OrderID: 43, ProductID: "p1", UserID: "bob", Qty: 2, PriceCents: 100, CreatedMs: base, Edge: 1}
+		e := orders.Event{V: 1, Type: orders.TypeOrder, Order: order.Order{
+			ID: 43, ProductID: "p1", UserID: "bob", Qty: 2, PriceCents: 100, CreatedMs: base, Edge: 1,
+		}}
 		order := FromEvent(&e)
 		e.Type, e.ReleasedMs = orders.TypeRelease, base+10
 		rows := []Row{row(40, "p1", "alice", 1), row(41, "p1", "alice", 2), row(42, "p1", "bob", 1),

@@ -12,6 +12,8 @@ import (
 	"path/filepath"
 	"sort"
 	"sync"
+
+	"flashgate/orders/order"
 )
 
 // FileName is the log's name inside the directory given to OpenFile.
@@ -28,6 +30,16 @@ type fileRow struct {
 	CreatedMs  int64  `json:"t"`
 	UpdatedMs  int64  `json:"v"`
 	Edge       int    `json:"e"`
+}
+
+func fileRowOf(r *Row) fileRow {
+	return fileRow{OrderID: r.ID, ProductID: r.ProductID, UserID: r.UserID, Qty: r.Qty, PriceCents: r.PriceCents,
+		Status: r.Status, CreatedMs: r.CreatedMs, UpdatedMs: r.UpdatedMs, Edge: r.Edge}
+}
+
+func (fr *fileRow) row() Row {
+	return Row{Order: order.Order{ID: fr.OrderID, ProductID: fr.ProductID, UserID: fr.UserID, Qty: fr.Qty,
+		PriceCents: fr.PriceCents, CreatedMs: fr.CreatedMs, Edge: fr.Edge}, Status: fr.Status, UpdatedMs: fr.UpdatedMs}
 }
 
 type fileKey struct {
@@ -101,13 +113,13 @@ func (s *File) load(f *os.File) (int64, error) {
 		if err := json.Unmarshal(bytes.TrimSpace(line), &fr); err != nil {
 			return 0, fmt.Errorf("line %d: %w", n, err)
 		}
-		s.apply(Row(fr))
+		s.apply(fr.row())
 		off += int64(len(line))
 	}
 }
 
 func (s *File) apply(r Row) {
-	k := fileKey{r.ProductID, r.OrderID}
+	k := fileKey{r.ProductID, r.ID}
 	if old, ok := s.rows[k]; ok && !Newer(&r, &old) {
 		return
 	}
@@ -117,7 +129,7 @@ func (s *File) apply(r Row) {
 		ids = map[int64]struct{}{}
 		s.products[r.ProductID] = ids
 	}
-	ids[r.OrderID] = struct{}{}
+	ids[r.ID] = struct{}{}
 }
 
 // Insert appends the rows and fsyncs before it returns.
@@ -133,7 +145,7 @@ func (s *File) Insert(ctx context.Context, rows []Row) error {
 	var buf bytes.Buffer
 	enc := json.NewEncoder(&buf)
 	for i := range rows {
-		if err := enc.Encode(fileRow(rows[i])); err != nil {
+		if err := enc.Encode(fileRowOf(&rows[i])); err != nil {
 			return fmt.Errorf("orderstore: %w", err)
 		}
 	}

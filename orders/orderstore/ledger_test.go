@@ -7,11 +7,15 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"flashgate/orders/order"
 )
 
 func ledgerRow(id int64, u string, qty int, status uint8) Row {
 	ms := time.Now().UnixMilli()
-	return Row{OrderID: id, ProductID: "lp", UserID: u, Qty: qty, PriceCents: 100, Status: status, CreatedMs: ms, UpdatedMs: ms + int64(status)}
+	return Row{Status: status, UpdatedMs: ms + int64(status), Order: order.Order{
+		ID: id, ProductID: "lp", UserID: u, Qty: qty, PriceCents: 100, CreatedMs: ms,
+	}}
 }
 
 func TestLedgerRebuild(t *testing.T) {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	"flashgate/orders"
+	"flashgate/orders/order"
 )
 
 // Row statuses.
@@ -14,17 +15,12 @@ const (
 	StatusReleased uint8 = 2 // the order's units went back to stock
 )
 
-// Row is one order as stored. PriceCents is the unit price.
+// Row is one order as stored: the order (ClickHouse keeps its CreatedMs
+// in seconds, create_time DateTime), its status and its version.
 type Row struct {
-	OrderID    int64
-	ProductID  string
-	UserID     string
-	Qty        int
-	PriceCents int64
-	Status     uint8
-	CreatedMs  int64 // ClickHouse keeps seconds (create_time DateTime)
-	UpdatedMs  int64 // the version: the newest row of an order wins
-	Edge       int
+	order.Order
+	Status    uint8
+	UpdatedMs int64 // the version: the newest row of an order wins
 }
 
 // Totals are one product's counts after FINAL (one row per order).
@@ -71,23 +67,19 @@ var ErrInvalidRow = errors.New("orderstore: invalid row")
 // maxPriceCents is the first price Decimal(10,2) cannot hold.
 const maxPriceCents = 10_000_000_000
 
-// Validate checks that the row fits the schema.
+// Validate checks the order (order.Order.Validate) and that the row fits
+// the schema.
 func (r *Row) Validate() error {
+	if err := r.Order.Validate(); err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalidRow, err)
+	}
 	switch {
-	case r.OrderID <= 0:
-		return fmt.Errorf("%w: order id %d", ErrInvalidRow, r.OrderID)
-	case r.ProductID == "" || r.UserID == "":
-		return fmt.Errorf("%w: order %d: empty product or user", ErrInvalidRow, r.OrderID)
-	case r.Qty < 1 || r.Qty > 1<<31:
-		return fmt.Errorf("%w: order %d: quantity %d", ErrInvalidRow, r.OrderID, r.Qty)
-	case r.PriceCents < 0 || r.PriceCents >= maxPriceCents:
-		return fmt.Errorf("%w: order %d: price %d cents does not fit Decimal(10,2)", ErrInvalidRow, r.OrderID, r.PriceCents)
+	case r.PriceCents >= maxPriceCents:
+		return fmt.Errorf("%w: order %d: price %d cents does not fit Decimal(10,2)", ErrInvalidRow, r.ID, r.PriceCents)
 	case r.Status != StatusStored && r.Status != StatusReleased:
-		return fmt.Errorf("%w: order %d: status %d", ErrInvalidRow, r.OrderID, r.Status)
-	case r.CreatedMs <= 0 || r.CreatedMs/1000 > 1<<32-1 || r.UpdatedMs < 0:
-		return fmt.Errorf("%w: order %d: times %d/%d", ErrInvalidRow, r.OrderID, r.CreatedMs, r.UpdatedMs)
-	case r.Edge < 0 || r.Edge > 65535:
-		return fmt.Errorf("%w: order %d: edge %d", ErrInvalidRow, r.OrderID, r.Edge)
+		return fmt.Errorf("%w: order %d: status %d", ErrInvalidRow, r.ID, r.Status)
+	case r.CreatedMs/1000 > 1<<32-1 || r.UpdatedMs < 0:
+		return fmt.Errorf("%w: order %d: times %d/%d", ErrInvalidRow, r.ID, r.CreatedMs, r.UpdatedMs)
 	}
 	return nil
 }
@@ -97,11 +89,7 @@ func (r *Row) Validate() error {
 // order's, so that the release wins even when the order is delivered
 // again after it (an outbox re-send).
 func FromEvent(e *orders.Event) Row {
-	r := Row{
-		OrderID: e.OrderID, ProductID: e.ProductID, UserID: e.UserID, Qty: e.Qty,
-		PriceCents: e.PriceCents, Status: StatusStored, CreatedMs: e.CreatedMs,
-		UpdatedMs: e.CreatedMs, Edge: e.Edge,
-	}
+	r := Row{Order: e.Order, Status: StatusStored, UpdatedMs: e.CreatedMs}
 	if e.Type == orders.TypeRelease {
 		r.Status = StatusReleased
 		r.UpdatedMs = max(e.ReleasedMs, e.CreatedMs+1)

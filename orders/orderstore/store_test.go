@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/ClickHouse/clickhouse-go/v2"
+
+	"flashgate/orders/order"
 )
 
 func TestContractClickHouse(t *testing.T) {
@@ -106,7 +108,7 @@ func TestFileTornTailIsCut(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := Row{OrderID: 1, ProductID: "p", UserID: "u", Qty: 1, Status: 1, CreatedMs: 1000, UpdatedMs: 1000}
+	r := Row{Order: order.Order{ID: 1, ProductID: "p", UserID: "u", Qty: 1, CreatedMs: 1000}, Status: 1, UpdatedMs: 1000}
 	if err := s.Insert(context.Background(), []Row{r}); err != nil {
 		t.Fatal(err)
 	}
@@ -118,7 +120,7 @@ func TestFileTornTailIsCut(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r.OrderID = 3
+	r.ID = 3
 	if err := s.Insert(context.Background(), []Row{r}); err != nil {
 		t.Fatal(err)
 	}
@@ -149,8 +151,8 @@ func TestLedgerSold(t *testing.T) {
 	defer s.Close()
 	ctx := context.Background()
 	s.Insert(ctx, []Row{
-		{OrderID: 1, ProductID: "p", UserID: "u", Qty: 2, Status: StatusStored, CreatedMs: 1, UpdatedMs: 1},
-		{OrderID: 2, ProductID: "p", UserID: "u", Qty: 3, Status: StatusReleased, CreatedMs: 1, UpdatedMs: 2},
+		{Order: order.Order{ID: 1, ProductID: "p", UserID: "u", Qty: 2, CreatedMs: 1}, Status: StatusStored, UpdatedMs: 1},
+		{Order: order.Order{ID: 2, ProductID: "p", UserID: "u", Qty: 3, CreatedMs: 1}, Status: StatusReleased, UpdatedMs: 2},
 	})
 	if n, err := (Ledger{Store: s}).Sold(ctx, "p"); n != 2 || err != nil {
 		t.Fatalf("sold %d %v", n, err)

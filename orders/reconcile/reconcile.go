@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"strconv"
 	"text/tabwriter"
 	"time"
 
@@ -201,38 +200,28 @@ func check(ctx context.Context, st *stock.Store, store orderstore.Store, p strin
 const outboxScanCap = 10_000
 
 // OutboxPending is the default PendingFunc: the units of the product's
-// outbox entries whose order has no row in the store yet. (The edge deletes
-// an entry once Kafka acknowledged its event; one the consumer already
-// stored, still waiting for its delete, is not pending.)
+// outbox entries (stock.Store.OutboxOrders) whose order has no row in the
+// store yet. (The edge deletes an entry once Kafka acknowledged its event;
+// one the consumer already stored, still waiting for its delete, is not
+// pending.)
 func OutboxPending(st *stock.Store, store orderstore.Store) PendingFunc {
 	return func(ctx context.Context, p string) (int64, error) {
-		c := st.Client()
-		key := stock.OutboxKey(p)
-		var units int64
-		checked := 0
-		for start := "-"; ; {
-			entries, err := c.Do(ctx, c.B().Xrange().Key(key).Start(start).End("+").Count(1000).Build()).AsXRange()
-			if err != nil {
-				return 0, fmt.Errorf("outbox %s: %w", key, err)
-			}
-			for _, e := range entries {
-				qty, _ := strconv.ParseInt(e.FieldValues[stock.FieldQty], 10, 64)
-				id, _ := strconv.ParseInt(e.FieldValues[stock.FieldOrder], 10, 64)
-				if checked < outboxScanCap && id > 0 {
-					checked++
-					if _, ok, err := store.Get(ctx, p, id); err != nil {
-						return 0, err
-					} else if ok {
-						continue
-					}
-				}
-				units += qty
-			}
-			if len(entries) < 1000 {
-				return units, nil
-			}
-			start = "(" + entries[len(entries)-1].ID
+		outbox, err := st.OutboxOrders(ctx, p)
+		if err != nil {
+			return 0, err
 		}
+		var units int64
+		for i, o := range outbox {
+			if i < outboxScanCap {
+				if _, ok, err := store.Get(ctx, p, o.ID); err != nil {
+					return 0, err
+				} else if ok {
+					continue
+				}
+			}
+			units += int64(o.Qty)
+		}
+		return units, nil
 	}
 }
 

@@ -12,6 +12,7 @@ import (
 
 	"flashgate/conf"
 	"flashgate/internal/redistest"
+	"flashgate/orders/order"
 	"flashgate/orders/orderstore"
 	"flashgate/orders/stock"
 )
@@ -71,12 +72,18 @@ func (f *fixture) buy(p, user string, qty int) orderstore.Row {
 	f.t.Helper()
 	id := seq.Add(1)
 	now := time.Now().UnixMilli()
-	out, err := f.st.Deduct(context.Background(), stock.Attempt{ProductID: p, UserID: user, Qty: qty, Limit: 1000,
-		OrderID: id, Price: 100, NowMs: now, TokenNonceHex: strconv.FormatInt(id, 16), TokenExpiresMs: now + 60_000, Node: 1})
+	out, err := f.st.Deduct(context.Background(), stock.Attempt{
+		Order: order.Order{
+			ProductID: p, UserID: user, Qty: qty, ID: id, PriceCents: 100, CreatedMs: now, Edge: 1,
+		},
+		Limit: 1000, TokenNonceHex: strconv.FormatInt(id, 16), TokenExpiresMs: now + 60_000,
+	})
 	if err != nil || out.Code != stock.OK {
 		f.t.Fatalf("deduct: %v %v", out, err)
 	}
-	return orderstore.Row{OrderID: id, ProductID: p, UserID: user, Qty: qty, PriceCents: 100, Status: orderstore.StatusStored, CreatedMs: now, UpdatedMs: now, Edge: 1}
+	return orderstore.Row{Status: orderstore.StatusStored, UpdatedMs: now, Order: order.Order{
+		ID: id, ProductID: p, UserID: user, Qty: qty, PriceCents: 100, CreatedMs: now, Edge: 1,
+	}}
 }
 
 func (f *fixture) insert(rows ...orderstore.Row) {
@@ -89,7 +96,7 @@ func (f *fixture) insert(rows ...orderstore.Row) {
 // clearOutbox is the edge deleting entries once Kafka acknowledged them.
 func (f *fixture) clearOutbox(p string) {
 	f.t.Helper()
-	c := f.st.Client()
+	c := redistest.Client(f.t, f.st.Addr())
 	if err := c.Do(context.Background(), c.B().Del().Key(stock.OutboxKey(p)).Build()).Error(); err != nil {
 		f.t.Fatal(err)
 	}
@@ -166,7 +173,7 @@ func TestLostRelease(t *testing.T) {
 	r := f.buy("a", "u1", 2)
 	f.insert(r)
 	f.clearOutbox("a")
-	if ok, err := f.st.Release(context.Background(), "a", r.OrderID); !ok || err != nil {
+	if ok, err := f.st.Release(context.Background(), "a", r.ID); !ok || err != nil {
 		t.Fatal(ok, err)
 	}
 	// Redis released it, the release event never reached the ledger.
@@ -186,7 +193,9 @@ func TestDuplicated(t *testing.T) {
 	f.insert(f.buy("a", "u1", 1))
 	f.clearOutbox("a")
 	// A row Redis never deducted.
-	f.insert(orderstore.Row{OrderID: seq.Add(1), ProductID: "a", UserID: "u9", Qty: 1, PriceCents: 1, Status: 1, CreatedMs: 1, UpdatedMs: 1})
+	f.insert(orderstore.Row{Status: 1, UpdatedMs: 1, Order: order.Order{
+		ID: seq.Add(1), ProductID: "a", UserID: "u9", Qty: 1, PriceCents: 1, CreatedMs: 1,
+	}})
 	if rep, _, err := f.run(nil); err == nil || rep.Duplicated != 1 || rep.Lost != 0 {
 		t.Fatalf("report %+v, err %v: want duplicated=1", rep, err)
 	}
@@ -258,7 +267,9 @@ func await(t *testing.T, cond func() bool) {
 
 func TestNotWarmedIsReportedNotCounted(t *testing.T) {
 	f := newFixture(t)
-	f.insert(orderstore.Row{OrderID: 1, ProductID: "gone", UserID: "u", Qty: 1, Status: 1, CreatedMs: 1, UpdatedMs: 1})
+	f.insert(orderstore.Row{Status: 1, UpdatedMs: 1, Order: order.Order{
+		ID: 1, ProductID: "gone", UserID: "u", Qty: 1, CreatedMs: 1,
+	}})
 	rep, out, err := f.run(nil)
 	if err != nil || rep.Products[0].Warmed || !strings.Contains(out, "not warmed") {
 		t.Fatalf("%+v %v", rep, err)

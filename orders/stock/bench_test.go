@@ -10,17 +10,18 @@ import (
 
 	"flashgate/conf"
 	"flashgate/internal/redistest"
+	"flashgate/orders/order"
 )
 
 // Benchmarks run against a real redis-server (miniredis would measure
-// miniredis). 64 goroutines hammer the hottest case, one product, so that
-// coalesced and direct attempts are compared like with like:
+// miniredis). 64 goroutines hammer the hottest case, one product:
 //
-//	go test -run '^$' -bench 'Deduct' -benchtime 3s ./stock/
+//	go test -run '^$' -bench 'Deduct' -benchtime 3s ./orders/stock/
 //
-// Measured on the 2-core dev machine (Redis 7.0.15, GOMAXPROCS=2, runs
-// alternated, medians): buy path coalesced ~74k attempts/s (~32 attempts per
-// call) vs direct ~56k (x1.3); sold-out storm ~280k vs ~145k (x1.9).
+// Why the group commit: measured on the 2-core dev machine (Redis 7.0.15,
+// GOMAXPROCS=2, runs alternated, medians) against one script call per
+// attempt: buy path coalesced ~74k attempts/s (~32 attempts per call) vs
+// direct ~56k (x1.3); sold-out storm ~280k vs ~145k (x1.9).
 // MaxFlushDelay 100µs made no measurable difference either way. The buy path
 // is bound by Redis itself: ~11µs of script time per successful attempt
 // (three new keys with TTLs plus a stream entry), which
@@ -30,22 +31,18 @@ import (
 // each); "soldout" attempts hit a product with no stock left, the storm
 // after a sale ends that the local flag has not caught yet (no per-attempt
 // work in Redis: the fixed cost per call dominates).
-func BenchmarkDeductCoalesced(b *testing.B) { benchScenarios(b, false) }
-
-func BenchmarkDeductDirect(b *testing.B) { benchScenarios(b, true) }
-
-func benchScenarios(b *testing.B, direct bool) {
+func BenchmarkDeductCoalesced(b *testing.B) {
 	for _, sc := range []struct {
 		name  string
 		stock int64
 	}{{"buy", 1 << 50}, {"soldout", 0}} {
 		for _, flush := range []time.Duration{0, 100 * time.Microsecond} {
-			b.Run(sc.name+"/flush="+flush.String(), func(b *testing.B) { benchDeduct(b, direct, flush, sc.stock) })
+			b.Run(sc.name+"/flush="+flush.String(), func(b *testing.B) { benchDeduct(b, flush, sc.stock) })
 		}
 	}
 }
 
-func benchDeduct(b *testing.B, direct bool, flush time.Duration, stock int64) {
+func benchDeduct(b *testing.B, flush time.Duration, stock int64) {
 	const goroutines = 64
 	srv := redistest.New(b)
 	ctx := context.Background()
@@ -62,16 +59,12 @@ func benchDeduct(b *testing.B, direct bool, flush time.Duration, stock int64) {
 	for i := range users {
 		users[i] = "user" + strconv.Itoa(i)
 	}
-	deduct := s.Deduct
-	if direct {
-		deduct = s.DeductDirect
-	}
 	want := OK
 	if stock == 0 {
 		want = SoldOut
 	}
 	// Loads the script (NOSCRIPT -> EVAL) before the clock starts.
-	if out, err := deduct(ctx, attempt(product, "warmup", 1, 1)); err != nil || out.Code != want {
+	if out, err := s.Deduct(ctx, attempt(product, "warmup", 1, 1)); err != nil || out.Code != want {
 		b.Fatal(out, err)
 	}
 	calls0, attempts0 := s.Stats()
@@ -88,11 +81,13 @@ func benchDeduct(b *testing.B, direct bool, flush time.Duration, stock int64) {
 			// per-goroutine buffer is fine and keeps the loop allocation-free.
 			nonce = strconv.AppendInt(nonce[:0], id, 16)
 			a := Attempt{
-				ProductID: product, UserID: users[id%int64(len(users))], Qty: 1, Limit: 1 << 30,
-				OrderID: id, Price: 1999, NowMs: now,
-				TokenNonceHex: unsafe.String(&nonce[0], len(nonce)), TokenExpiresMs: now + 60_000, Node: 1,
+				Order: order.Order{
+					ProductID: product, UserID: users[id%int64(len(users))], Qty: 1, ID: id, PriceCents: 1999,
+					CreatedMs: now, Edge: 1,
+				},
+				Limit: 1 << 30, TokenNonceHex: unsafe.String(&nonce[0], len(nonce)), TokenExpiresMs: now + 60_000,
 			}
-			out, err := deduct(ctx, a)
+			out, err := s.Deduct(ctx, a)
 			if err != nil || out.Code != want {
 				b.Error(out, err)
 				return

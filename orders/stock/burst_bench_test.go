@@ -11,6 +11,7 @@ import (
 	"unsafe"
 
 	"flashgate/internal/redistest"
+	"flashgate/orders/order"
 )
 
 // BenchmarkDeductBurst is the burst scenario's queue: 2,000 goroutines buy
@@ -75,9 +76,11 @@ func benchBurst(b *testing.B, goroutines, inFlight int, stock int64) {
 			t0 := time.Now()
 			now := t0.UnixMilli()
 			a := Attempt{
-				ProductID: product, UserID: users[id%int64(len(users))], Qty: 1, Limit: 1 << 30,
-				OrderID: id, Price: 1999, NowMs: now,
-				TokenNonceHex: unsafe.String(&nonce[0], len(nonce)), TokenExpiresMs: now + 60_000, Node: 1,
+				Order: order.Order{
+					ProductID: product, UserID: users[id%int64(len(users))], Qty: 1, ID: id, PriceCents: 1999,
+					CreatedMs: now, Edge: 1,
+				},
+				Limit: 1 << 30, TokenNonceHex: unsafe.String(&nonce[0], len(nonce)), TokenExpiresMs: now + 60_000,
 			}
 			out, err := s.Deduct(ctx, a)
 			lat[next.Add(1)-1] = int64(time.Since(t0))

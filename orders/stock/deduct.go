@@ -12,6 +12,8 @@ import (
 	"unsafe"
 
 	"github.com/redis/rueidis"
+
+	"flashgate/orders/order"
 )
 
 //go:embed lua/deduct.lua
@@ -47,21 +49,18 @@ func (c Code) String() string {
 }
 
 // Attempt is one shopper's purchase attempt, already authenticated and
-// checked by the sale (token valid, quantity within the limit); the
-// deduction still enforces the limit and the token's single use exactly.
+// checked by the sale (token valid, quantity within the limit): the order
+// it would make (its CreatedMs is the edge's clock now; the whole order is
+// recorded in the order hash and the outbox entry) and what only the
+// deduction checks. The deduction still enforces the limit and the token's
+// single use exactly.
 type Attempt struct {
-	ProductID string
-	UserID    string
-	Qty       int // >= 1
-	Limit     int // per-user limit for the sale, >= 1
-	OrderID   int64
-	Price     int64 // unit price in cents
-	NowMs     int64 // edge clock, unix ms: the order's created time
+	order.Order
+	Limit int // per-user limit for the sale, >= 1
 	// TokenNonceHex identifies the one-time purchase token; it is marked
 	// used by a successful deduction until TokenExpiresMs.
 	TokenNonceHex  string
 	TokenExpiresMs int64
-	Node           int // edge node id, recorded in the outbox entry
 }
 
 // Deduct copies what it needs from an Attempt: its strings may be views of
@@ -207,22 +206,6 @@ func (s *Store) Deduct(ctx context.Context, a Attempt) (Outcome, error) {
 	return c.release()
 }
 
-// DeductDirect runs one attempt as its own script call, without coalescing.
-// Same answers and error semantics as Deduct; it exists to measure what the
-// group commit buys.
-func (s *Store) DeductDirect(ctx context.Context, a Attempt) (Outcome, error) {
-	if out, err, done := s.precheck(ctx, &a); done {
-		return out, err
-	}
-	p := s.product(a.ProductID)
-	c := newCall(ctx, &a, s.opts.QueueTimeout)
-	b := batchPool.Get().(*batch)
-	b.calls = append(b.calls[:0], c)
-	s.exec(p, b)
-	b.recycle()
-	return c.release()
-}
-
 // Stats counts deduction script calls and the attempts they carried since
 // Open; attempts/calls is the average group-commit batch size.
 func (s *Store) Stats() (calls, attempts uint64) {
@@ -237,12 +220,13 @@ var unknownOutcome = Outcome{Remaining: -1}
 // expired is invalid here: its used-token mark would have no lifetime, a
 // SET PX the script cannot run.
 func (s *Store) precheck(ctx context.Context, a *Attempt) (Outcome, error, bool) {
-	switch {
-	case s.closed.Load():
+	if s.closed.Load() {
 		return unknownOutcome, ErrClosed, true
-	case !validProduct(a.ProductID) || !validUser(a.UserID) || !validNonce(a.TokenNonceHex) ||
-		a.Qty < 1 || a.Limit < 1 || a.Price < 0 || a.OrderID <= 0 || a.NowMs <= 0 ||
-		a.TokenExpiresMs <= a.NowMs:
+	}
+	if err := a.Validate(); err != nil {
+		return unknownOutcome, fmt.Errorf("%w: %w", ErrInvalid, err), true
+	}
+	if !validNonce(a.TokenNonceHex) || a.Limit < 1 || a.TokenExpiresMs <= a.CreatedMs {
 		return unknownOutcome, fmt.Errorf("%w: attempt %+v", ErrInvalid, *a), true
 	}
 	if err := ctx.Err(); err != nil {
@@ -400,16 +384,16 @@ func (b *batch) build(p *product, s *Store) {
 	for _, c := range b.send {
 		a := &c.a
 		b.str(p.prefix, "u:", a.UserID)
-		b.num(p.prefix, "o:", a.OrderID)
+		b.num(p.prefix, "o:", a.ID)
 		b.str(p.prefix, "t:", a.TokenNonceHex)
 		b.str("", "", a.UserID)
 		b.num("", "", int64(a.Qty))
 		b.num("", "", int64(a.Limit))
-		b.num("", "", a.OrderID)
-		b.num("", "", a.Price)
-		b.num("", "", a.NowMs)
-		b.num("", "", a.TokenExpiresMs-a.NowMs)
-		b.num("", "", int64(a.Node))
+		b.num("", "", a.ID)
+		b.num("", "", a.PriceCents)
+		b.num("", "", a.CreatedMs)
+		b.num("", "", a.TokenExpiresMs-a.CreatedMs)
+		b.num("", "", int64(a.Edge))
 	}
 	b.keys = append(b.keys[:0], p.stockKey, p.outboxKey, p.metaKey)
 	b.args = append(b.args[:0], p.id, s.graceMs, s.orderTTLMs)

@@ -1,5 +1,8 @@
 // Package stock is the Redis side of a flash sale: warm-up, the atomic
-// deduction, releases, order states and the sold-out broadcast.
+// deduction, releases, order states, the outbox the relay reads, the
+// sold-out and order-outcome broadcasts and the admin catalog. It owns every
+// Redis key, channel and script (keys.go); other packages call its methods
+// and never talk to Redis themselves.
 //
 // Promises it keeps (DESIGN.md):
 //

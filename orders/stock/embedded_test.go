@@ -52,7 +52,7 @@ func TestEmbedded(t *testing.T) {
 			t.Fatalf("Restock = %d, %v", n, err)
 		}
 		for _, want := range []bool{true, false} {
-			if got, err := s.Release(ctx, "ew", a.OrderID); err != nil || got != want {
+			if got, err := s.Release(ctx, "ew", a.ID); err != nil || got != want {
 				t.Fatalf("Release = %v, %v; want %v", got, err, want)
 			}
 		}
@@ -82,12 +82,12 @@ func TestEmbeddedDataDirSurvivesRestart(t *testing.T) {
 		mustDeduct(t, s, a)
 		orders = append(orders, a)
 	}
-	if ok, _ := s.Release(ctx, "pd", orders[2].OrderID); !ok {
+	if ok, _ := s.Release(ctx, "pd", orders[2].ID); !ok {
 		t.Fatal("release")
 	}
-	s.MarkSuccess(ctx, "pd", orders[1].OrderID)
+	s.MarkSuccess(ctx, "pd", orders[1].ID)
 	// A key outside sk:* is not the stock package's and is not kept.
-	s.Client().Do(ctx, s.Client().B().Set().Key("other").Value("x").Build())
+	s.c.Do(ctx, s.c.B().Set().Key("other").Value("x").Build())
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
 	}
@@ -106,7 +106,7 @@ func TestEmbeddedDataDirSurvivesRestart(t *testing.T) {
 		t.Errorf("outbox %d entries, want 3", n)
 	}
 	for i, want := range []string{StatePending, StateSuccess, StateReleased} {
-		info, ok, err := s2.OrderState(ctx, "pd", orders[i].OrderID)
+		info, ok, err := s2.OrderState(ctx, "pd", orders[i].ID)
 		if err != nil || !ok || info.State != want || info.Qty != 2 {
 			t.Errorf("order %d: %+v %v %v, want %s", i, info, ok, err, want)
 		}
@@ -133,7 +133,7 @@ func TestEmbeddedDataDirSurvivesRestart(t *testing.T) {
 	if out := mustDeduct(t, s2, attempt("pd", "new", 1, 5)); out.Code != OK || out.Remaining != 5 {
 		t.Errorf("deduct after restart: %+v", out)
 	}
-	if v, _ := s2.Client().Do(ctx, s2.Client().B().Exists().Key("other").Build()).AsInt64(); v != 0 {
+	if v, _ := s2.c.Do(ctx, s2.c.B().Exists().Key("other").Build()).AsInt64(); v != 0 {
 		t.Error("non-sk key was persisted")
 	}
 }
@@ -165,7 +165,7 @@ func TestEmbeddedTTLsCountDown(t *testing.T) {
 	s := openEmbedded(t, Options{})
 	warm(t, s, "ttl", 100, 100)
 	a := attempt("ttl", "u", 1, 100)
-	a.TokenExpiresMs = a.NowMs + 300
+	a.TokenExpiresMs = a.CreatedMs + 300
 	if out := mustDeduct(t, s, a); out.Code != OK {
 		t.Fatal(out)
 	}

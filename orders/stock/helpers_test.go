@@ -10,6 +10,7 @@ import (
 
 	"flashgate/conf"
 	"flashgate/internal/redistest"
+	"flashgate/orders/order"
 )
 
 // orderSeq makes order ids (and so token nonces) unique across a test run.
@@ -54,9 +55,10 @@ func attempt(product, user string, qty, limit int) Attempt {
 	id := orderSeq.Add(1)
 	now := time.Now().UnixMilli()
 	return Attempt{
-		ProductID: product, UserID: user, Qty: qty, Limit: limit,
-		OrderID: id, Price: 1999, NowMs: now,
-		TokenNonceHex: strconv.FormatInt(id, 16), TokenExpiresMs: now + 60_000, Node: 7,
+		Order: order.Order{
+			ProductID: product, UserID: user, Qty: qty, ID: id, PriceCents: 1999, CreatedMs: now, Edge: 7,
+		},
+		Limit: limit, TokenNonceHex: strconv.FormatInt(id, 16), TokenExpiresMs: now + 60_000,
 	}
 }
 
@@ -91,7 +93,7 @@ func remaining(t testing.TB, s *Store, product string) int64 {
 
 func pttl(t testing.TB, s *Store, key string) int64 {
 	t.Helper()
-	c := s.Client()
+	c := s.c
 	n, err := c.Do(context.Background(), c.B().Pttl().Key(key).Build()).AsInt64()
 	if err != nil {
 		t.Fatal(err)
@@ -101,7 +103,7 @@ func pttl(t testing.TB, s *Store, key string) int64 {
 
 func scanKeys(t testing.TB, s *Store, pattern string) []string {
 	t.Helper()
-	c := s.Client()
+	c := s.c
 	var keys []string
 	var cursor uint64
 	for {

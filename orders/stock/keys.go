@@ -3,7 +3,6 @@ package stock
 import (
 	"errors"
 	"strconv"
-	"strings"
 )
 
 // Key layout. Every key of a product carries the product's hash tag {p} so
@@ -14,24 +13,33 @@ import (
 //	sk:{p}:u:<userId>   units bought by the user; TTL until sale end + BuyerGrace
 //	sk:{p}:o:<orderId>  hash: state user qty price created node; TTL OrderTTL
 //	sk:{p}:t:<nonce>    a used one-time purchase token; TTL until it expires
-//	sk:{p}:outbox       stream of order events (see the Field* constants)
+//	sk:{p}:outbox       stream of order events (see the field* constants)
+//	sk:catalog          hash: product id -> activity JSON (admin catalog)
 //
-// SoldOutChannel is the pub/sub channel of sold-out broadcasts.
+// The catalog is not a product's key: it has no hash tag and is only read
+// and written whole-entry, one command at a time.
+//
+// SoldOutChannel is the pub/sub channel of sold-out broadcasts,
+// SettledChannel that of order outcomes (see PublishStored). Channels are
+// not keys, so they need no hash tag; on Redis Cluster a PUBLISH reaches
+// every node.
 const (
 	keyPrefix      = "sk:{"
+	catalogKey     = "sk:catalog"
 	SoldOutChannel = "sk:soldout"
+	SettledChannel = "sk:stored"
 )
 
-// Outbox entry fields, written by the deduction script. The relay and the
-// consumer parse these names.
+// Outbox entry fields, written by the deduction script and parsed by
+// OutboxEntry.Order.
 const (
-	FieldOrder   = "order"   // order id, decimal
-	FieldProduct = "product" // product id
-	FieldUser    = "user"    // user id
-	FieldQty     = "qty"     // units
-	FieldPrice   = "price"   // unit price in cents
-	FieldCreated = "created" // edge clock, unix ms
-	FieldNode    = "node"    // edge node id
+	fieldOrder   = "order"   // order id, decimal
+	fieldProduct = "product" // product id
+	fieldUser    = "user"    // user id
+	fieldQty     = "qty"     // units
+	fieldPrice   = "price"   // unit price in cents
+	fieldCreated = "created" // edge clock, unix ms
+	fieldNode    = "node"    // edge node id
 )
 
 func prefix(product string) string { return keyPrefix + product + "}:" }
@@ -57,21 +65,12 @@ func OrderKey(product string, orderID int64) string {
 func TokenKey(product, nonceHex string) string { return prefix(product) + "t:" + nonceHex }
 
 // ErrInvalid is wrapped by every argument error; nothing was sent to Redis.
+// Product and user ids are checked with order.ValidProductID and
+// order.ValidUserID, whose alphabet has no brace: a brace inside an id would
+// move the hash tag, and keys of one sale could land in different slots.
 var ErrInvalid = errors.New("stock: invalid argument")
 
-const (
-	maxProductLen = 128
-	maxUserLen    = 256
-	maxNonceLen   = 128
-)
-
-// validProduct rejects ids that would break the hash tag: a brace inside
-// would move the tag, and keys of one sale could land in different slots.
-func validProduct(p string) bool {
-	return p != "" && len(p) <= maxProductLen && !strings.ContainsAny(p, "{}")
-}
-
-func validUser(u string) bool { return u != "" && len(u) <= maxUserLen }
+const maxNonceLen = 128
 
 func validNonce(n string) bool {
 	if n == "" || len(n) > maxNonceLen {

@@ -2,7 +2,15 @@ package stock
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redis/rueidis"
+
+	"flashgate/orders/order"
 )
 
 // RelayGroup is the consumer group of the outbox relay (package orders) on
@@ -23,7 +31,7 @@ const RelayGroup = "relay"
 // may or may not be gone: the relay re-sends what is left, and the
 // consumer is idempotent, so the caller only logs it.
 func (s *Store) AckOutbox(ctx context.Context, productID string, ids ...string) error {
-	if !validProduct(productID) {
+	if !order.ValidProductID(productID) {
 		return fmt.Errorf("%w: product %q", ErrInvalid, productID)
 	}
 	if len(ids) == 0 {
@@ -41,4 +49,138 @@ func (s *Store) AckOutbox(ctx context.Context, productID string, ids ...string) 
 		}
 	}
 	return nil
+}
+
+// ErrNoGroup is wrapped by the errors of TakeOutbox and ClaimOutbox when
+// the outbox has no RelayGroup: Redis lost its memory, or the stream was
+// deleted. CreateRelayGroup creates it again.
+var ErrNoGroup = errors.New("stock: outbox has no relay group")
+
+// The relay's reads below are bounded by ctx alone, not by Options.Timeout:
+// the relay sets the budget of each of its calls.
+
+// CreateRelayGroup creates RelayGroup on the product's outbox, and the
+// stream itself if need be, reading from its first entry (XGROUP CREATE
+// ... 0 MKSTREAM). A group that exists already is not an error.
+func (s *Store) CreateRelayGroup(ctx context.Context, productID string) error {
+	if !order.ValidProductID(productID) {
+		return fmt.Errorf("%w: product %q", ErrInvalid, productID)
+	}
+	key := OutboxKey(productID)
+	err := s.c.Do(ctx, s.c.B().XgroupCreate().Key(key).Group(RelayGroup).Id("0").Mkstream().Build()).Error()
+	if err != nil && !strings.Contains(err.Error(), "BUSYGROUP") {
+		return fmt.Errorf("stock: create group on %s: %w", key, err)
+	}
+	return nil
+}
+
+// TakeOutbox moves up to count entries that no consumer of RelayGroup has
+// seen into consumer's pending list (XREADGROUP ... >), without returning
+// them, and reports how many it moved.
+func (s *Store) TakeOutbox(ctx context.Context, productID, consumer string, count int) (int, error) {
+	if !order.ValidProductID(productID) {
+		return 0, fmt.Errorf("%w: product %q", ErrInvalid, productID)
+	}
+	key := OutboxKey(productID)
+	res, err := s.c.Do(ctx, s.c.B().Xreadgroup().Group(RelayGroup, consumer).
+		Count(int64(count)).Streams().Key(key).Id(">").Build()).AsXRead()
+	if rueidis.IsRedisNil(err) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, outboxErr("XREADGROUP", key, err)
+	}
+	return len(res[key]), nil
+}
+
+// OutboxEntry is one outbox stream entry as ClaimOutbox returns it.
+type OutboxEntry struct {
+	ID string // the stream entry id, "<ms>-<seq>"
+	// Fields are the entry's fields as the deduction script wrote them;
+	// nil when the entry was deleted while it sat pending (Deleted).
+	Fields map[string]string
+}
+
+// Deleted reports whether the entry is gone from the stream and only its
+// id is still pending: it needs an acknowledgement, nothing else.
+func (e *OutboxEntry) Deleted() bool { return e.Fields == nil }
+
+// Time is when the entry was written, from its id.
+func (e *OutboxEntry) Time() (time.Time, bool) {
+	ms, err := strconv.ParseInt(e.ID[:max(strings.IndexByte(e.ID, '-'), 0)], 10, 64)
+	return time.UnixMilli(ms), err == nil
+}
+
+// RawOrderID is the entry's order id field as written, parsed or not: the
+// key of its dead letter when Order fails.
+func (e *OutboxEntry) RawOrderID() string { return e.Fields[fieldOrder] }
+
+// Order is the order the entry records. An error wraps order.ErrInvalid:
+// a field is missing or malformed, and the entry cannot become an event.
+func (e *OutboxEntry) Order() (order.Order, error) {
+	f := e.Fields
+	num := func(name string) int64 {
+		n, err := strconv.ParseInt(f[name], 10, 64)
+		if err != nil {
+			return -1 // fails Validate below
+		}
+		return n
+	}
+	o := order.Order{
+		ID:         num(fieldOrder),
+		ProductID:  f[fieldProduct],
+		UserID:     f[fieldUser],
+		Qty:        int(num(fieldQty)),
+		PriceCents: num(fieldPrice),
+		CreatedMs:  num(fieldCreated),
+		Edge:       int(num(fieldNode)),
+	}
+	if err := o.Validate(); err != nil {
+		return order.Order{}, fmt.Errorf("outbox entry %v: %w", f, err)
+	}
+	return o, nil
+}
+
+// ClaimOutbox takes over up to count entries that sat in any consumer's
+// pending list of RelayGroup for at least minIdle, from cursor on
+// (XAUTOCLAIM; start with "0-0"), and returns them with the cursor of the
+// next call, "0-0" once the pending list was walked through. Entries
+// deleted while pending come back as Deleted where the server reports
+// them so (Redis 6.2 sends a nil in place: skipped).
+func (s *Store) ClaimOutbox(ctx context.Context, productID, consumer string, minIdle time.Duration, cursor string, count int) (next string, entries []OutboxEntry, err error) {
+	if !order.ValidProductID(productID) {
+		return "", nil, fmt.Errorf("%w: product %q", ErrInvalid, productID)
+	}
+	key := OutboxKey(productID)
+	arr, err := s.c.Do(ctx, s.c.B().Xautoclaim().Key(key).Group(RelayGroup).Consumer(consumer).
+		MinIdleTime(strconv.FormatInt(minIdle.Milliseconds(), 10)).Start(cursor).Count(int64(count)).Build()).ToArray()
+	if err != nil {
+		return "", nil, outboxErr("XAUTOCLAIM", key, err)
+	}
+	if len(arr) < 2 {
+		return "", nil, fmt.Errorf("stock: XAUTOCLAIM %s: %d-element reply", key, len(arr))
+	}
+	if next, err = arr[0].ToString(); err != nil {
+		return "", nil, fmt.Errorf("stock: XAUTOCLAIM %s cursor: %w", key, err)
+	}
+	msgs, err := arr[1].ToArray()
+	if err != nil && !rueidis.IsRedisNil(err) {
+		return "", nil, fmt.Errorf("stock: XAUTOCLAIM %s entries: %w", key, err)
+	}
+	entries = make([]OutboxEntry, 0, len(msgs))
+	for i := range msgs {
+		e, err := msgs[i].AsXRangeEntry()
+		if err != nil {
+			continue
+		}
+		entries = append(entries, OutboxEntry{ID: e.ID, Fields: e.FieldValues})
+	}
+	return next, entries, nil
+}
+
+func outboxErr(cmd, key string, err error) error {
+	if strings.Contains(err.Error(), "NOGROUP") {
+		return fmt.Errorf("%w: %s %s: %w", ErrNoGroup, cmd, key, err)
+	}
+	return fmt.Errorf("stock: %s %s: %w", cmd, key, err)
 }

@@ -2,9 +2,12 @@ package stock
 
 import (
 	"context"
+	"errors"
 	"strconv"
 	"sync"
 	"testing"
+
+	"flashgate/orders/order"
 )
 
 // TestOutboxIDAndAck: every successful attempt learns the id of the entry
@@ -21,7 +24,7 @@ func TestOutboxIDAndAck(t *testing.T) {
 				s = openEmbedded(t, Options{})
 			}
 			ctx := context.Background()
-			c := s.Client()
+			c := s.c
 			warm(t, s, "ack", 20, 1)
 			key := OutboxKey("ack")
 			if err := c.Do(ctx, c.B().XgroupCreate().Key(key).Group(RelayGroup).Id("0").Mkstream().Build()).Error(); err != nil {
@@ -34,7 +37,7 @@ func TestOutboxIDAndAck(t *testing.T) {
 			var wg sync.WaitGroup
 			for i := range outs {
 				a := attempt("ack", "u"+strconv.Itoa(i), 1, 1)
-				orders[i] = a.OrderID
+				orders[i] = a.ID
 				wg.Go(func() { outs[i] = mustDeduct(t, s, a) })
 			}
 			wg.Wait()
@@ -44,7 +47,7 @@ func TestOutboxIDAndAck(t *testing.T) {
 			}
 			byID := map[string]string{}
 			for _, e := range entries {
-				byID[e.ID] = e.FieldValues[FieldOrder]
+				byID[e.ID] = e.FieldValues[fieldOrder]
 			}
 			for i, out := range outs {
 				if out.Code != OK || byID[out.OutboxID] != strconv.FormatInt(orders[i], 10) {
@@ -82,5 +85,27 @@ func TestOutboxIDAndAck(t *testing.T) {
 				t.Error("AckOutbox accepted an invalid product id")
 			}
 		})
+	}
+}
+
+func TestOutboxEntryOrder(t *testing.T) {
+	a := attempt("p1", "bob", 2, 5)
+	e := OutboxEntry{ID: "1796038487397-0", Fields: map[string]string{
+		fieldOrder: strconv.FormatInt(a.ID, 10), fieldProduct: "p1", fieldUser: "bob", fieldQty: "2",
+		fieldPrice: "1999", fieldCreated: strconv.FormatInt(a.CreatedMs, 10), fieldNode: "7",
+	}}
+	o, err := e.Order()
+	if err != nil || o != a.Order {
+		t.Fatalf("%+v %v, want %+v", o, err, a.Order)
+	}
+	if tm, ok := e.Time(); !ok || tm.UnixMilli() != 1796038487397 {
+		t.Errorf("entry time %v %v", tm, ok)
+	}
+	if e.RawOrderID() != strconv.FormatInt(a.ID, 10) || e.Deleted() {
+		t.Errorf("raw order id %q, deleted %v", e.RawOrderID(), e.Deleted())
+	}
+	e.Fields[fieldQty] = "x"
+	if _, err := e.Order(); !errors.Is(err, order.ErrInvalid) {
+		t.Errorf("bad qty: %v, want order.ErrInvalid", err)
 	}
 }

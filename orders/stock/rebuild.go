@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/redis/rueidis"
+
+	"flashgate/orders/order"
 )
 
 // The ledger rebuild: reopening a sale whose stock key is missing (Redis
@@ -48,7 +50,7 @@ func (s *Store) Reschedule(ctx context.Context, sale Sale) (live bool, err error
 // crash, see Open): its Initial and Restocked are what the rebuild starts
 // from. Stock is 0.
 func (s *Store) Meta(ctx context.Context, productID string) (Sale, bool, error) {
-	if !validProduct(productID) {
+	if !order.ValidProductID(productID) {
 		return Sale{}, false, fmt.Errorf("%w: product %q", ErrInvalid, productID)
 	}
 	ctx, cancel := s.call(ctx)
@@ -68,24 +70,17 @@ func (s *Store) Meta(ctx context.Context, productID string) (Sale, bool, error) 
 	}, true, nil
 }
 
-// OutboxOrder is one order event waiting in a product's outbox.
-type OutboxOrder struct {
-	OrderID int64
-	UserID  string
-	Qty     int64
-}
-
 // OutboxOrders lists the orders in the product's outbox stream: deducted,
 // and maybe or maybe not in Kafka yet. After a real Redis lost its memory
 // there are none (the stream died with it); the embedded server restores
-// its streams from the snapshot. Entries without a valid order id, user or
-// quantity are skipped (the relay dead-letters them).
-func (s *Store) OutboxOrders(ctx context.Context, productID string) ([]OutboxOrder, error) {
-	if !validProduct(productID) {
+// its streams from the snapshot. Entries that do not make a valid order
+// (OutboxEntry.Order) are skipped: the relay dead-letters them.
+func (s *Store) OutboxOrders(ctx context.Context, productID string) ([]order.Order, error) {
+	if !order.ValidProductID(productID) {
 		return nil, fmt.Errorf("%w: product %q", ErrInvalid, productID)
 	}
 	key := OutboxKey(productID)
-	var out []OutboxOrder
+	var out []order.Order
 	for start := "-"; ; {
 		cctx, cancel := s.call(ctx)
 		entries, err := s.c.Do(cctx, s.c.B().Xrange().Key(key).Start(start).End("+").Count(1000).Build()).AsXRange()
@@ -94,13 +89,9 @@ func (s *Store) OutboxOrders(ctx context.Context, productID string) ([]OutboxOrd
 			return nil, fmt.Errorf("stock: outbox %s: %w", key, err)
 		}
 		for _, e := range entries {
-			id, err1 := strconv.ParseInt(e.FieldValues[FieldOrder], 10, 64)
-			qty, err2 := strconv.ParseInt(e.FieldValues[FieldQty], 10, 64)
-			user := e.FieldValues[FieldUser]
-			if err1 != nil || err2 != nil || id <= 0 || qty <= 0 || !validUser(user) {
-				continue
+			if o, err := (&OutboxEntry{ID: e.ID, Fields: e.FieldValues}).Order(); err == nil {
+				out = append(out, o)
 			}
-			out = append(out, OutboxOrder{OrderID: id, UserID: user, Qty: qty})
 		}
 		if len(entries) < 1000 {
 			return out, nil
@@ -115,7 +106,7 @@ func (s *Store) OutboxOrders(ctx context.Context, productID string) ([]OutboxOrd
 // Redis that lost its memory has none, and listing keys there would mean a
 // SCAN of every node: it returns nil.
 func (s *Store) SurvivingOrders(ctx context.Context, productID string) (map[int64]string, error) {
-	if !validProduct(productID) {
+	if !order.ValidProductID(productID) {
 		return nil, fmt.Errorf("%w: product %q", ErrInvalid, productID)
 	}
 	if s.mini == nil {
@@ -169,14 +160,14 @@ type Rebuild struct {
 // and what it wrote before that is the same ledger's view.
 func (s *Store) Rebuild(ctx context.Context, r Rebuild) (created bool, err error) {
 	sale := r.Sale
-	if !validProduct(sale.ProductID) || sale.Stock < 0 || sale.Limit < 1 || sale.Price < 0 ||
+	if !order.ValidProductID(sale.ProductID) || sale.Stock < 0 || sale.Limit < 1 || sale.Price < 0 ||
 		sale.Initial < 0 || sale.Restocked < 0 || sale.Released < 0 {
 		return false, fmt.Errorf("%w: rebuild %+v", ErrInvalid, sale)
 	}
 	p := sale.ProductID
 	stockKey := StockKey(p)
 	for u, n := range r.Buyers {
-		if !validUser(u) || n < 0 {
+		if !order.ValidUserID(u) || n < 0 {
 			return false, fmt.Errorf("%w: rebuild %s: buyer %q holds %d", ErrInvalid, p, u, n)
 		}
 	}

@@ -7,6 +7,8 @@ import (
 	"strconv"
 
 	"github.com/redis/rueidis"
+
+	"flashgate/orders/order"
 )
 
 var (
@@ -62,7 +64,7 @@ func (s *Store) Warm(ctx context.Context, sale Sale) (created bool, err error) {
 // runSaleScript runs warm or reschedule, which take the same keys and
 // arguments (stock, meta; the sale's figures and schedule) and answer 1 or 0.
 func (s *Store) runSaleScript(ctx context.Context, script *rueidis.Lua, what string, sale Sale) (bool, error) {
-	if !validProduct(sale.ProductID) || sale.Limit < 1 || sale.Price < 0 {
+	if !order.ValidProductID(sale.ProductID) || sale.Limit < 1 || sale.Price < 0 {
 		return false, fmt.Errorf("%w: sale %+v", ErrInvalid, sale)
 	}
 	initial := sale.Initial
@@ -86,7 +88,7 @@ func (s *Store) runSaleScript(ctx context.Context, script *rueidis.Lua, what str
 // (restocked) for reconciliation. It fails with ErrNotWarmed rather than
 // create a stock key.
 func (s *Store) Restock(ctx context.Context, productID string, add int64) (newStock int64, err error) {
-	if !validProduct(productID) || add <= 0 {
+	if !order.ValidProductID(productID) || add <= 0 {
 		return 0, fmt.Errorf("%w: restock %q by %d", ErrInvalid, productID, add)
 	}
 	ctx, cancel := s.call(ctx)
@@ -106,7 +108,7 @@ func (s *Store) Restock(ctx context.Context, productID string, add int64) (newSt
 // failed or unknown order is left alone and released is false. Redelivered
 // failure events are therefore harmless.
 func (s *Store) Release(ctx context.Context, productID string, orderID int64) (released bool, err error) {
-	if !validProduct(productID) || orderID <= 0 {
+	if !order.ValidProductID(productID) || orderID <= 0 {
 		return false, fmt.Errorf("%w: release %q/%d", ErrInvalid, productID, orderID)
 	}
 	ctx, cancel := s.call(ctx)
@@ -147,22 +149,17 @@ const (
 	StateFailed   = "failed"
 )
 
-// OrderInfo is an order hash as the deduction script wrote it.
+// OrderInfo is an order hash as the deduction script wrote it: the order
+// and its state (State*).
 type OrderInfo struct {
-	OrderID   int64
-	ProductID string
-	State     string
-	UserID    string
-	Qty       int
-	Price     int64
-	CreatedMs int64
-	Node      int
+	order.Order
+	State string
 }
 
 // OrderState reads an order; ok is false when it does not exist (never
 // deducted, expired, or lost with Redis' memory).
 func (s *Store) OrderState(ctx context.Context, productID string, orderID int64) (OrderInfo, bool, error) {
-	if !validProduct(productID) {
+	if !order.ValidProductID(productID) {
 		return OrderInfo{}, false, fmt.Errorf("%w: product %q", ErrInvalid, productID)
 	}
 	ctx, cancel := s.call(ctx)
@@ -174,19 +171,40 @@ func (s *Store) OrderState(ctx context.Context, productID string, orderID int64)
 	if len(m) == 0 {
 		return OrderInfo{}, false, nil
 	}
-	o := OrderInfo{OrderID: orderID, ProductID: productID, State: m["state"], UserID: m["user"]}
+	o := OrderInfo{Order: order.Order{ID: orderID, ProductID: productID, UserID: m["user"]}, State: m["state"]}
 	o.Qty, _ = strconv.Atoi(m["qty"])
-	o.Price, _ = strconv.ParseInt(m["price"], 10, 64)
+	o.PriceCents, _ = strconv.ParseInt(m["price"], 10, 64)
 	o.CreatedMs, _ = strconv.ParseInt(m["created"], 10, 64)
-	o.Node, _ = strconv.Atoi(m["node"])
+	o.Edge, _ = strconv.Atoi(m["node"])
 	return o, true, nil
+}
+
+// OrderRef names one order.
+type OrderRef struct {
+	ProductID string
+	ID        int64
+}
+
+// OrderStates reads the state of each order (State*; the HGETs pipelined
+// in one round trip, bounded by ctx alone) and appends them to dst in
+// refs' order: "" where it is unknown (no such order, or its read failed).
+func (s *Store) OrderStates(ctx context.Context, refs []OrderRef, dst []string) []string {
+	cmds := make(rueidis.Commands, len(refs))
+	for i, r := range refs {
+		cmds[i] = s.c.B().Hget().Key(OrderKey(r.ProductID, r.ID)).Field("state").Build()
+	}
+	for _, r := range s.c.DoMulti(ctx, cmds...) {
+		v, _ := r.ToString()
+		dst = append(dst, v)
+	}
+	return dst
 }
 
 // MarkSuccess moves orders of one product from pending to success (the
 // consumer stored them). Other states are left alone, so it is idempotent
 // and never resurrects a released order. It returns how many changed.
 func (s *Store) MarkSuccess(ctx context.Context, productID string, orderIDs ...int64) (int, error) {
-	if !validProduct(productID) {
+	if !order.ValidProductID(productID) {
 		return 0, fmt.Errorf("%w: product %q", ErrInvalid, productID)
 	}
 	if len(orderIDs) == 0 {
@@ -207,7 +225,7 @@ func (s *Store) MarkSuccess(ctx context.Context, productID string, orderIDs ...i
 
 // Remaining is the product's stock; ok is false when the sale is not warmed.
 func (s *Store) Remaining(ctx context.Context, productID string) (n int64, ok bool, err error) {
-	if !validProduct(productID) {
+	if !order.ValidProductID(productID) {
 		return 0, false, fmt.Errorf("%w: product %q", ErrInvalid, productID)
 	}
 	ctx, cancel := s.call(ctx)
@@ -224,7 +242,7 @@ func (s *Store) Remaining(ctx context.Context, productID string) (n int64, ok bo
 
 // Bought is how many units the user bought in the sale (0 if none).
 func (s *Store) Bought(ctx context.Context, productID, userID string) (int64, error) {
-	if !validProduct(productID) || !validUser(userID) {
+	if !order.ValidProductID(productID) || !order.ValidUserID(userID) {
 		return 0, fmt.Errorf("%w: bought %q/%q", ErrInvalid, productID, userID)
 	}
 	ctx, cancel := s.call(ctx)
@@ -241,7 +259,7 @@ func (s *Store) Bought(ctx context.Context, productID, userID string) (int64, er
 
 // OutboxLen is the number of entries in the product's outbox stream.
 func (s *Store) OutboxLen(ctx context.Context, productID string) (int64, error) {
-	if !validProduct(productID) {
+	if !order.ValidProductID(productID) {
 		return 0, fmt.Errorf("%w: product %q", ErrInvalid, productID)
 	}
 	ctx, cancel := s.call(ctx)
@@ -256,7 +274,7 @@ func (s *Store) OutboxLen(ctx context.Context, productID string) (int64, error) 
 // SaleInfo reads a sale's meta and remaining stock; ok is false when the
 // sale is not warmed (no stock key).
 func (s *Store) SaleInfo(ctx context.Context, productID string) (SaleInfo, bool, error) {
-	if !validProduct(productID) {
+	if !order.ValidProductID(productID) {
 		return SaleInfo{}, false, fmt.Errorf("%w: product %q", ErrInvalid, productID)
 	}
 	ctx, cancel := s.call(ctx)

@@ -6,13 +6,15 @@ import (
 	"time"
 
 	"github.com/redis/rueidis"
+
+	"flashgate/orders/order"
 )
 
 // PublishSoldOut tells every edge (this one included) that a product is
 // sold out, or available again after a restock or release. The flag it
 // drives is an optimisation: the script stays the authority.
 func (s *Store) PublishSoldOut(ctx context.Context, productID string, soldOut bool) error {
-	if !validProduct(productID) {
+	if !order.ValidProductID(productID) {
 		return fmt.Errorf("%w: product %q", ErrInvalid, productID)
 	}
 	msg := "0" + productID

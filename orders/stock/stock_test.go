@@ -57,7 +57,7 @@ func runNoOversell(t *testing.T, s *Store, tag string, minQty, maxQty, limit, go
 				}
 				mycodes[out.Code]++
 				if out.Code == OK {
-					mine = append(mine, sold{p, u, q, a.OrderID})
+					mine = append(mine, sold{p, u, q, a.ID})
 				}
 			}
 			mu.Lock()
@@ -122,7 +122,7 @@ func runNoOversell(t *testing.T, s *Store, tag string, minQty, maxQty, limit, go
 	for _, o := range oks[:min(len(oks), 50)] {
 		info, ok, err := s.OrderState(ctx, o.product, o.order)
 		if err != nil || !ok || info.State != StatePending || info.UserID != o.user || info.Qty != o.qty ||
-			info.Price != 1999 || info.Node != 7 || info.CreatedMs <= 0 {
+			info.PriceCents != 1999 || info.Edge != 7 || info.CreatedMs <= 0 {
 			t.Errorf("order %d: %+v %v %v", o.order, info, ok, err)
 		}
 		if ttl := pttl(t, s, OrderKey(o.product, o.order)); ttl <= 0 {
@@ -155,14 +155,14 @@ func TestOutboxEntryFields(t *testing.T) {
 	if out := mustDeduct(t, s, a); out.Code != OK || out.Remaining != 3 {
 		t.Fatalf("outcome %+v", out)
 	}
-	c := s.Client()
+	c := s.c
 	entries, err := c.Do(context.Background(), c.B().Xrange().Key(OutboxKey("ob")).Start("-").End("+").Build()).AsXRange()
 	if err != nil || len(entries) != 1 {
 		t.Fatalf("XRANGE: %v %v", entries, err)
 	}
 	want := map[string]string{
-		FieldOrder: strconv.FormatInt(a.OrderID, 10), FieldProduct: "ob", FieldUser: "alice", FieldQty: "2",
-		FieldPrice: "1999", FieldCreated: strconv.FormatInt(a.NowMs, 10), FieldNode: "7",
+		fieldOrder: strconv.FormatInt(a.ID, 10), fieldProduct: "ob", fieldUser: "alice", fieldQty: "2",
+		fieldPrice: "1999", fieldCreated: strconv.FormatInt(a.CreatedMs, 10), fieldNode: "7",
 	}
 	if fmt.Sprint(entries[0].FieldValues) != fmt.Sprint(want) {
 		t.Errorf("outbox entry %v, want %v", entries[0].FieldValues, want)
@@ -246,18 +246,16 @@ func TestPrecheck(t *testing.T) {
 		{"zero qty", mod(func(a *Attempt) { a.Qty = 0 }), ErrInvalid},
 		{"zero limit", mod(func(a *Attempt) { a.Limit = 0 }), ErrInvalid},
 		{"non-hex nonce", mod(func(a *Attempt) { a.TokenNonceHex = "xyz" }), ErrInvalid},
-		{"no order id", mod(func(a *Attempt) { a.OrderID = 0 }), ErrInvalid},
+		{"no order id", mod(func(a *Attempt) { a.ID = 0 }), ErrInvalid},
 		// The token's used mark would have no lifetime: the script could not
 		// set it. The sale refuses expired tokens (BAD_TOKEN) before.
-		{"expired token", mod(func(a *Attempt) { a.TokenExpiresMs = a.NowMs }), ErrInvalid},
+		{"expired token", mod(func(a *Attempt) { a.TokenExpiresMs = a.CreatedMs }), ErrInvalid},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			for _, deduct := range []func(context.Context, Attempt) (Outcome, error){s.Deduct, s.DeductDirect} {
-				out, err := deduct(context.Background(), tc.a)
-				if !errors.Is(err, tc.err) {
-					t.Errorf("got %+v, %v; want %v", out, err, tc.err)
-				}
+			out, err := s.Deduct(context.Background(), tc.a)
+			if !errors.Is(err, tc.err) {
+				t.Errorf("got %+v, %v; want %v", out, err, tc.err)
 			}
 		})
 	}
@@ -394,7 +392,7 @@ func TestReleaseIsIdempotent(t *testing.T) {
 	b := attempt("rel", "erin", 3, 5)
 	mustDeduct(t, s, a)
 	mustDeduct(t, s, b)
-	if n, _ := s.MarkSuccess(ctx, "rel", b.OrderID); n != 1 {
+	if n, _ := s.MarkSuccess(ctx, "rel", b.ID); n != 1 {
 		t.Fatalf("MarkSuccess changed %d", n)
 	}
 	if got := remaining(t, s, "rel"); got != 5 {
@@ -407,10 +405,10 @@ func TestReleaseIsIdempotent(t *testing.T) {
 		remaining int64
 		bought    int64
 	}{
-		{"pending order", a.OrderID, true, 7, 3},
-		{"again", a.OrderID, false, 7, 3},
-		{"success order", b.OrderID, true, 10, 0},
-		{"again", b.OrderID, false, 10, 0},
+		{"pending order", a.ID, true, 7, 3},
+		{"again", a.ID, false, 7, 3},
+		{"success order", b.ID, true, 10, 0},
+		{"again", b.ID, false, 10, 0},
 		{"unknown order", 1 << 60, false, 10, 0},
 	}
 	for _, st := range steps {
@@ -425,13 +423,13 @@ func TestReleaseIsIdempotent(t *testing.T) {
 			t.Errorf("%s: bought %d, want %d", st.name, n, st.bought)
 		}
 	}
-	for _, id := range []int64{a.OrderID, b.OrderID} {
+	for _, id := range []int64{a.ID, b.ID} {
 		info, _, _ := s.OrderState(ctx, "rel", id)
 		if info.State != StateReleased {
 			t.Errorf("order %d state %s", id, info.State)
 		}
 	}
-	if n, _ := s.MarkSuccess(ctx, "rel", a.OrderID); n != 0 {
+	if n, _ := s.MarkSuccess(ctx, "rel", a.ID); n != 0 {
 		t.Error("MarkSuccess resurrected a released order")
 	}
 	meta, _, _ := s.SaleInfo(ctx, "rel")
@@ -451,15 +449,15 @@ func TestReleaseAfterMemoryLossDoesNotCreateStock(t *testing.T) {
 	a := attempt("rl", "u", 2, 5)
 	mustDeduct(t, s, a)
 	// Only the stock key is lost (e.g. evicted, or a partial rebuild).
-	c := s.Client()
+	c := s.c
 	c.Do(ctx, c.B().Del().Key(StockKey("rl")).Build())
-	if _, err := s.Release(ctx, "rl", a.OrderID); !errors.Is(err, ErrNotWarmed) {
+	if _, err := s.Release(ctx, "rl", a.ID); !errors.Is(err, ErrNotWarmed) {
 		t.Fatalf("Release: %v", err)
 	}
 	if _, ok, _ := s.Remaining(ctx, "rl"); ok {
 		t.Fatal("release recreated the stock key")
 	}
-	if info, _, _ := s.OrderState(ctx, "rl", a.OrderID); info.State != StatePending {
+	if info, _, _ := s.OrderState(ctx, "rl", a.ID); info.State != StatePending {
 		t.Errorf("state %s, want still pending", info.State)
 	}
 }
@@ -472,11 +470,11 @@ func TestMarkSuccess(t *testing.T) {
 	mustDeduct(t, s, a)
 	mustDeduct(t, s, b)
 	for _, want := range []int{2, 0} {
-		if n, err := s.MarkSuccess(ctx, "ms", a.OrderID, b.OrderID, 1<<61); err != nil || n != want {
+		if n, err := s.MarkSuccess(ctx, "ms", a.ID, b.ID, 1<<61); err != nil || n != want {
 			t.Fatalf("MarkSuccess = %d, %v; want %d", n, err, want)
 		}
 	}
-	info, ok, _ := s.OrderState(ctx, "ms", a.OrderID)
+	info, ok, _ := s.OrderState(ctx, "ms", a.ID)
 	if !ok || info.State != StateSuccess {
 		t.Errorf("%+v", info)
 	}
@@ -501,11 +499,7 @@ func TestRedisGone(t *testing.T) {
 			go func() {
 				defer wg.Done()
 				start := time.Now()
-				deduct := s.Deduct
-				if i%2 == 1 {
-					deduct = s.DeductDirect
-				}
-				_, err := deduct(context.Background(), attempt("gone", "u"+strconv.Itoa(i), 1, 1000))
+				_, err := s.Deduct(context.Background(), attempt("gone", "u"+strconv.Itoa(i), 1, 1000))
 				// The slack absorbs scheduling on a loaded 2-core CI box; a
 				// hang would be rueidis' own timeouts, 10 s and more.
 				if el := time.Since(start); el > budget+time.Second {

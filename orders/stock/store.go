@@ -90,6 +90,7 @@ var (
 // Store is the Redis side of the sale. It is safe for concurrent use.
 type Store struct {
 	c    rueidis.Client
+	addr string
 	opts Options
 
 	mini    *miniredis.Miniredis // embedded mode only
@@ -208,6 +209,7 @@ func Open(ctx context.Context, addr string, opts Options) (*Store, error) {
 	default:
 		co.InitAddress = strings.Split(addr, ",")
 	}
+	s.addr = strings.Join(co.InitAddress, ",")
 	c, err := rueidis.NewClient(co)
 	if err != nil {
 		s.stopEmbedded()
@@ -227,8 +229,11 @@ func Open(ctx context.Context, addr string, opts Options) (*Store, error) {
 	return s, nil
 }
 
-// Client is the underlying rueidis client, for the outbox relay and tests.
-func (s *Store) Client() rueidis.Client { return s.c }
+// Addr is host:port of the Redis server the Store talks to (a
+// comma-separated list for cluster seeds; never credentials). For the
+// embedded server it is its listener on 127.0.0.1, where redis-cli can
+// inspect a demo's keys.
+func (s *Store) Addr() string { return s.addr }
 
 // Embedded reports whether the Store runs the in-process miniredis.
 func (s *Store) Embedded() bool { return s.mini != nil }

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"flashgate/conf/field"
+	"flashgate/orders/order"
 )
 
 // Activity is one sale: immutable once built; replace it to change it.
@@ -55,7 +56,7 @@ func (a *Activity) PhaseAt(nowMs int64, soldOut bool) Phase {
 // in the admin API.
 func (a *Activity) Validate() field.Errors {
 	var errs field.Errors
-	if !ValidProductID(a.ProductID) {
+	if !order.ValidProductID(a.ProductID) {
 		errs.Add("product_id", "%q must be 1-64 characters of letters, digits, '_' or '-', starting with a letter or digit", a.ProductID)
 	}
 	if strings.TrimSpace(a.Name) == "" || len(a.Name) > 200 {
@@ -77,25 +78,6 @@ func (a *Activity) Validate() field.Errors {
 		errs.Add("image", "must be a plain URL or path of at most 500 characters")
 	}
 	return errs
-}
-
-// ValidProductID reports whether id is a well-formed product id:
-// [A-Za-z0-9][A-Za-z0-9_-]{0,63}. Ids go into Redis keys and URLs, so the
-// alphabet is deliberately small.
-func ValidProductID[T ~string | ~[]byte](id T) bool {
-	if len(id) == 0 || len(id) > 64 {
-		return false
-	}
-	for i := 0; i < len(id); i++ {
-		c := id[i]
-		switch {
-		case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9':
-		case (c == '_' || c == '-') && i > 0:
-		default:
-			return false
-		}
-	}
-	return true
 }
 
 // ParseTime reads an RFC 3339 time or a duration relative to base ("+30s",

@@ -132,13 +132,3 @@ func TestHotspot(t *testing.T) {
 		t.Fatal("still hot after a quiet gap")
 	}
 }
-
-func FuzzValidProductID(f *testing.F) {
-	f.Add("p1")
-	f.Add("_x")
-	f.Fuzz(func(t *testing.T, s string) {
-		if ValidProductID(s) && (strings.ContainsAny(s, "{}:/ .\"") || len(s) > 64) {
-			t.Fatalf("accepted %q", s)
-		}
-	})
-}

@@ -7,28 +7,27 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redis/rueidis"
-
 	"flashgate/conf"
 	"flashgate/internal/redistest"
 	"flashgate/orders/stock"
 )
 
 // The per-message and per-tick work runs for every waiting stream of the
-// edge: once warm, it allocates nothing.
+// edge: once warm, it allocates nothing. (Parsing the message is stock's,
+// tested there.)
 func TestHotPathsDoNotAllocate(t *testing.T) {
 	if raceEnabled {
 		t.Skip("the race detector allocates")
 	}
-	c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{redistest.Start(t)}, DisableCache: true})
+	st, err := stock.Open(context.Background(), redistest.Start(t), stock.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer c.Close()
+	defer st.Close()
 	now := time.Now().UnixNano()
 	ev := conf.Defaults().Events
 	ev.Heartbeat, ev.Deadline = time.Second, time.Hour
-	h, err := New(c, Config{EventsConfig: ev, KeepHijackedConns: true,
+	h, err := New(st, Config{EventsConfig: ev, KeepHijackedConns: true,
 		Now:    func() int64 { return now },
 		Render: func(b []byte, o stock.OrderInfo) []byte { return append(b, o.State...) }})
 	if err != nil {
@@ -71,8 +70,8 @@ func TestHotPathsDoNotAllocate(t *testing.T) {
 	for i := range ids {
 		ids[i] = int64(5000 + i) // nobody waits for these
 	}
-	msg := rueidis.PubSubMessage{Channel: Channel, Message: string(appendMessage(nil, kindStored, "p1", ids))}
-	if a := testing.AllocsPerRun(50, func() { h.onMessage(msg) }); a != 0 {
+	msg := stock.Settled{ProductID: "p1", OrderIDs: ids}
+	if a := testing.AllocsPerRun(50, func() { h.onSettled(msg) }); a != 0 {
 		t.Errorf("a message of 500 ids: %.1f allocations, want 0", a)
 	}
 }

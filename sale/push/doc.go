@@ -1,11 +1,12 @@
 // Package push tells waiting shoppers how their order went, as Server-Sent
 // Events, instead of having them poll /api/seckill/result.
 //
-// The publishing side is PublishStored (and PublishReleased): whoever runs
-// the order consumer calls it after each stored batch, after MarkSuccess, so
-// that the order state in Redis is already final when the message arrives.
-// It sends one PUBLISH per product per batch on Channel, carrying the batch's
-// order ids as a sorted delta list (a few bytes per order).
+// The publishing side is stock.Store.PublishStored (and PublishReleased):
+// whoever runs the order consumer calls it after each stored batch, after
+// MarkSuccess, so that the order state in Redis is already final when the
+// message arrives. It sends one PUBLISH per product per batch on
+// stock.SettledChannel, carrying the batch's order ids as a sorted delta
+// list (a few bytes per order).
 //
 // The receiving side is the Hub, one per edge process. It holds ONE Redis
 // subscription however many shoppers wait, and a table of waiting streams

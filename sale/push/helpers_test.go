@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/rueidis"
 	"github.com/valyala/fasthttp"
 
 	"flashgate/conf"
@@ -34,6 +35,7 @@ const testUserHeader = "X-Test-User"
 type env struct {
 	t     testing.TB
 	redis *redistest.Server
+	raw   rueidis.Client // the test's own, to write what others would
 	st    *stock.Store
 	hub   *push.Hub
 	svc   *sale.Service
@@ -66,6 +68,7 @@ func newEnv(t testing.TB, o envOpts) *env {
 	}); err != nil {
 		t.Fatal(err)
 	}
+	e.raw = redistest.Client(t, e.redis.Addr())
 	cfg := push.Config{EventsConfig: conf.Defaults().Events}
 	if o.events != nil {
 		o.events(&cfg.EventsConfig)
@@ -73,7 +76,7 @@ func newEnv(t testing.TB, o envOpts) *env {
 	cfg.Render = sale.AppendResult
 	cfg.KeepHijackedConns = !o.blocking
 	cfg.Log = slog.New(slog.NewTextHandler(io.Discard, nil))
-	if e.hub, err = push.New(e.st.Client(), cfg); err != nil {
+	if e.hub, err = push.New(e.st, cfg); err != nil {
 		t.Fatal(err)
 	}
 	e.hub.Start(ctx)
@@ -118,7 +121,7 @@ func (e *env) handle(ctx *fasthttp.RequestCtx) {
 // order writes an order hash as the deduction script does.
 func (e *env) order(product string, id int64, user, state string) {
 	e.t.Helper()
-	c := e.st.Client()
+	c := e.raw
 	err := c.Do(context.Background(), c.B().Hset().Key(stock.OrderKey(product, id)).FieldValue().
 		FieldValue("state", state).FieldValue("user", user).FieldValue("qty", "2").
 		FieldValue("price", "990").FieldValue("created", "1767225600000").FieldValue("node", "1").Build()).Error()
@@ -130,7 +133,7 @@ func (e *env) order(product string, id int64, user, state string) {
 // setState changes an order's state without telling anyone (a lost message).
 func (e *env) setState(product string, id int64, state string) {
 	e.t.Helper()
-	c := e.st.Client()
+	c := e.raw
 	if err := c.Do(context.Background(), c.B().Hset().Key(stock.OrderKey(product, id)).FieldValue().FieldValue("state", state).Build()).Error(); err != nil {
 		e.t.Fatal(err)
 	}
@@ -138,7 +141,7 @@ func (e *env) setState(product string, id int64, state string) {
 
 func (e *env) publishStored(product string, ids ...int64) {
 	e.t.Helper()
-	if err := push.PublishStored(context.Background(), e.st.Client(), map[string][]int64{product: ids}); err != nil {
+	if err := e.st.PublishStored(context.Background(), map[string][]int64{product: ids}); err != nil {
 		e.t.Fatal(err)
 	}
 }

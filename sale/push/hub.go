@@ -13,8 +13,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/redis/rueidis"
-
 	"flashgate/metrics"
 	"flashgate/orders/stock"
 	"flashgate/sale/api"
@@ -37,7 +35,7 @@ const (
 // streams, their limits and timers. Create it with New, then Start.
 type Hub struct {
 	cfg       Config
-	c         rueidis.Client
+	st        *stock.Store
 	log       *slog.Logger
 	now       func() int64
 	max       int64
@@ -58,7 +56,6 @@ type Hub struct {
 
 	// Scratch of the message dispatch (one message at a time).
 	dispMu   sync.Mutex
-	dispIDs  []int64
 	dispList []*Stream
 	dispBuf  []byte
 	// Scratch of the ticker.
@@ -102,9 +99,9 @@ type Stats struct {
 	Subscribed                 bool
 }
 
-// New returns a hub reading order states and subscribing through c (the
-// edge's stock client). Nothing runs before Start.
-func New(c rueidis.Client, cfg Config) (*Hub, error) {
+// New returns a hub reading order states and subscribing to order
+// outcomes through st. Nothing runs before Start.
+func New(st *stock.Store, cfg Config) (*Hub, error) {
 	if ev := cfg.EventsConfig; ev.MaxPerUser <= 0 || ev.Heartbeat <= 0 || ev.Deadline <= 0 || ev.WriteTimeout <= 0 {
 		return nil, fmt.Errorf("push: max_per_user, heartbeat, deadline and write_timeout must be positive, got %d, %v, %v, %v (conf.Defaults has them)",
 			ev.MaxPerUser, ev.Heartbeat, ev.Deadline, ev.WriteTimeout)
@@ -112,8 +109,8 @@ func New(c rueidis.Client, cfg Config) (*Hub, error) {
 	if cfg.Render == nil {
 		return nil, errors.New("push: Config.Render is required (sale.AppendResult)")
 	}
-	if c == nil {
-		return nil, errors.New("push: no Redis client")
+	if st == nil {
+		return nil, errors.New("push: no stock store")
 	}
 	if cfg.Log == nil {
 		cfg.Log = slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -121,7 +118,7 @@ func New(c rueidis.Client, cfg Config) (*Hub, error) {
 	if cfg.Now == nil {
 		cfg.Now = func() int64 { return time.Now().UnixNano() }
 	}
-	h := &Hub{cfg: cfg, c: c, log: cfg.Log, now: cfg.Now, seed: maphash.MakeSeed(), resyncCh: make(chan struct{}, 1)}
+	h := &Hub{cfg: cfg, st: st, log: cfg.Log, now: cfg.Now, seed: maphash.MakeSeed(), resyncCh: make(chan struct{}, 1)}
 	h.max = int64(cfg.MaxStreams)
 	if h.max <= 0 {
 		h.max = int64(autoMaxStreams())
@@ -159,7 +156,7 @@ func (h *Hub) Start(ctx context.Context) {
 }
 
 // Close unsubscribes and closes every stream (the pages fall back to
-// polling). Call it before closing the Redis client.
+// polling). Call it before closing the stock store.
 func (h *Hub) Close() {
 	if h.closed.Swap(true) {
 		return
@@ -398,21 +395,17 @@ func (h *Hub) countDrop(err error) {
 
 func (h *Hub) receive(ctx context.Context, ready chan struct{}) {
 	var once sync.Once
-	hook := func(sub rueidis.PubSubSubscription) {
-		if sub.Kind != "subscribe" {
-			return
-		}
+	subscribed := func() {
 		h.subscribed.Store(true)
 		once.Do(func() { close(ready) })
 		// Messages published while we were not subscribed are lost: read
 		// the state of every stream we hold (none on the first subscribe).
 		h.triggerResync()
 	}
-	hctx := rueidis.WithOnSubscriptionHook(ctx, hook)
 	backoff := 10 * time.Millisecond
 	for ctx.Err() == nil {
 		start := time.Now()
-		err := h.c.Receive(hctx, h.c.B().Subscribe().Channel(Channel).Build(), h.onMessage)
+		err := h.st.ReceiveSettled(ctx, subscribed, h.onSettled, h.onMalformed)
 		h.subscribed.Store(false)
 		if ctx.Err() != nil {
 			return
@@ -432,28 +425,26 @@ func (h *Hub) receive(ctx context.Context, ready chan struct{}) {
 	}
 }
 
-// onMessage writes the outcome to every stream waiting for an order of the
+func (h *Hub) onMalformed(msg string) {
+	h.badMsgs.Inc()
+	h.log.Warn("malformed message on the event channel", "channel", stock.SettledChannel, "len", len(msg))
+}
+
+// onSettled writes the outcome to every stream waiting for an order of the
 // message. It runs on the subscription's goroutine; writes never wait.
-func (h *Hub) onMessage(m rueidis.PubSubMessage) {
+func (h *Hub) onSettled(m stock.Settled) {
 	h.dispMu.Lock()
 	defer h.dispMu.Unlock()
-	kind, product, ids, ok := decodeMessage(m.Message, h.dispIDs)
-	h.dispIDs = ids[:0]
-	if !ok {
-		h.badMsgs.Inc()
-		h.log.Warn("malformed message on the event channel", "channel", m.Channel, "len", len(m.Message))
-		return
-	}
 	st := stateSuccess
-	if kind == kindReleased {
+	if m.Released {
 		st = stateReleased
 	}
 	list := h.dispList[:0]
-	for _, id := range ids {
+	for _, id := range m.OrderIDs {
 		sh := h.shard(id)
 		sh.mu.Lock()
 		for s := sh.m[id]; s != nil; s = s.next {
-			if s.product == product {
+			if s.product == m.ProductID {
 				list = append(list, s)
 			}
 		}
@@ -510,17 +501,12 @@ func (h *Hub) resync(ctx context.Context) {
 func (h *Hub) readStates(ctx context.Context, list []*Stream, dst []state) []state {
 	ctx, cancel := context.WithTimeout(ctx, readTimeout)
 	defer cancel()
-	cmds := make(rueidis.Commands, len(list))
+	refs := make([]stock.OrderRef, len(list))
 	for i, s := range list {
-		cmds[i] = h.c.B().Hget().Key(stock.OrderKey(s.product, s.order)).Field("state").Build()
+		refs[i] = stock.OrderRef{ProductID: s.product, ID: s.order}
 	}
-	for _, r := range h.c.DoMulti(ctx, cmds...) {
-		v, err := r.ToString()
-		st := statePending
-		if err == nil {
-			st = parseState(v)
-		}
-		dst = append(dst, st)
+	for _, v := range h.st.OrderStates(ctx, refs, make([]string, 0, len(refs))) {
+		dst = append(dst, parseState(v))
 	}
 	return dst
 }

@@ -13,6 +13,7 @@ import (
 
 	"flashgate/conf"
 	"flashgate/internal/redistest"
+	"flashgate/orders/order"
 	"flashgate/orders/stock"
 	"flashgate/sale/push"
 )
@@ -62,7 +63,7 @@ func TestReleasedOrderFails(t *testing.T) {
 	e.order("p1", id, "alice", stock.StatePending)
 	s := open(t, e.addr, "p1", id, "alice")
 	s.mustNext()
-	if err := push.PublishReleased(context.Background(), e.st.Client(), "p1", id); err != nil {
+	if err := e.st.PublishReleased(context.Background(), "p1", id); err != nil {
 		t.Fatal(err)
 	}
 	mustContain(t, s.mustNext(), `"status":"failed"`, `"reason":"released"`)
@@ -291,7 +292,9 @@ func TestOutcomeDuringOpenIsKept(t *testing.T) {
 
 	// The read (done before the message) said pending; Serve knows better.
 	srv := &fasthttp.Server{Handler: func(ctx *fasthttp.RequestCtx) {
-		st.Serve(ctx, stock.OrderInfo{OrderID: id, ProductID: "p1", UserID: "alice", Qty: 2, Price: 990, State: stock.StatePending})
+		st.Serve(ctx, stock.OrderInfo{State: stock.StatePending, Order: order.Order{
+			ID: id, ProductID: "p1", UserID: "alice", Qty: 2, PriceCents: 990,
+		}})
 	}, KeepHijackedConns: true}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

@@ -147,7 +147,7 @@ func measure(tb testing.TB, n int, blocking bool) memResult {
 		events: func(c *conf.EventsConfig) { c.MaxStreams, c.Deadline, c.Heartbeat = n+10, 10*time.Minute, time.Minute }})
 	first := nextID()
 	idSeq.Add(int64(n))
-	c := e.st.Client()
+	c := e.raw
 	cmds := make(rueidis.Commands, 0, n)
 	for i := range n {
 		cmds = append(cmds, c.B().Hset().Key(stock.OrderKey("mem", first+int64(i))).FieldValue().

@@ -40,7 +40,7 @@ func TestSlowClientIsDropped(t *testing.T) {
 			defer st.Close()
 			ev := d.Events
 			ev.WriteTimeout = 20 * time.Millisecond
-			h, err := New(st.Client(), Config{EventsConfig: ev, KeepHijackedConns: true,
+			h, err := New(st, Config{EventsConfig: ev, KeepHijackedConns: true,
 				Render: func(b []byte, o stock.OrderInfo) []byte {
 					return append(append(append(b, `{"status":"`...), o.State...), `"}`...)
 				}})
@@ -104,7 +104,7 @@ func TestSlowClientIsDropped(t *testing.T) {
 			// a fresh stream state for the test is what matters.
 
 			start := time.Now()
-			if err := PublishStored(ctx, st.Client(), map[string][]int64{"p1": {slowID, okID}}); err != nil {
+			if err := st.PublishStored(ctx, map[string][]int64{"p1": {slowID, okID}}); err != nil {
 				t.Fatal(err)
 			}
 			okClient.SetReadDeadline(time.Now().Add(5 * time.Second))

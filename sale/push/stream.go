@@ -8,6 +8,7 @@ import (
 
 	"github.com/valyala/fasthttp"
 
+	"flashgate/orders/order"
 	"flashgate/orders/stock"
 )
 
@@ -97,7 +98,7 @@ type Stream struct {
 // s afterwards.
 func (s *Stream) Serve(ctx *fasthttp.RequestCtx, o stock.OrderInfo) {
 	s.mu.Lock()
-	s.qty, s.price, s.created = int32(o.Qty), o.Price, o.CreatedMs
+	s.qty, s.price, s.created = int32(o.Qty), o.PriceCents, o.CreatedMs
 	if s.state == statePending {
 		// Unless a message decided it while the order was being read.
 		s.state = parseState(o.State)
@@ -329,9 +330,8 @@ func (s *Stream) closeLocked() {
 // appendEvent renders `data: <json>\n\n` for the current state.
 func (s *Stream) appendEvent(b []byte) []byte {
 	b = append(b, "data: "...)
-	b = s.h.cfg.Render(b, stock.OrderInfo{
-		OrderID: s.order, ProductID: s.product, UserID: s.user, Qty: int(s.qty),
-		Price: s.price, CreatedMs: s.created, State: stateNames[s.state],
-	})
+	b = s.h.cfg.Render(b, stock.OrderInfo{Order: order.Order{
+		ID: s.order, ProductID: s.product, UserID: s.user, Qty: int(s.qty), PriceCents: s.price, CreatedMs: s.created,
+	}, State: stateNames[s.state]})
 	return append(b, "\n\n"...)
 }

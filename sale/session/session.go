@@ -10,6 +10,8 @@ import (
 	"strconv"
 	"sync"
 	"time"
+
+	"flashgate/orders/order"
 )
 
 // Errors returned by Verify. They are distinct so that logs can tell a client
@@ -28,8 +30,6 @@ const (
 	// MinSecretLen is the shortest secret NewCodec accepts: RFC 7518 §3.2
 	// requires a key at least as long as the hash output for HS256.
 	MinSecretLen = 32
-	// MaxUserIDLen bounds "sub"; ids longer than this are refused.
-	MaxUserIDLen = 64
 
 	// maxTokenLen keeps the decode buffers fixed-size. Browsers cap a cookie
 	// at about 4 KB, so nothing legitimate is longer.
@@ -102,7 +102,7 @@ func (c *Codec) TTL() time.Duration { return c.ttl }
 // Sign returns a token for userID issued at now. It is not on the hot path
 // (login only) and allocates freely.
 func (c *Codec) Sign(userID string, now time.Time) (string, error) {
-	if !ValidUserID(userID) {
+	if !order.ValidUserID(userID) {
 		return "", fmt.Errorf("session: invalid user id %q", userID)
 	}
 	iat := now.Unix()
@@ -192,32 +192,13 @@ func (c *Codec) Verify(token []byte, nowUnix int64, dst []byte) ([]byte, error) 
 		return dst, ErrMalformed
 	}
 	cl, ok := parseClaims(v.claims[:n])
-	if !ok || !ValidUserID(cl.sub) {
+	if !ok || !order.ValidUserID(cl.sub) {
 		return dst, ErrMalformed
 	}
 	if cl.exp <= nowUnix || (cl.hasNbf && cl.nbf > nowUnix) {
 		return dst, ErrExpired
 	}
 	return append(dst, cl.sub...), nil
-}
-
-// ValidUserID reports whether id can be a session subject: 1..64 bytes of
-// [A-Za-z0-9_.@-]. The set is narrow on purpose: ids are pasted into Redis
-// keys, logs and JSON without escaping.
-func ValidUserID[T ~string | ~[]byte](id T) bool {
-	if len(id) == 0 || len(id) > MaxUserIDLen {
-		return false
-	}
-	for i := 0; i < len(id); i++ {
-		c := id[i]
-		switch {
-		case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9':
-		case c == '_', c == '.', c == '@', c == '-':
-		default:
-			return false
-		}
-	}
-	return true
 }
 
 func isB64URL(c byte) bool {

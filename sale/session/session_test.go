@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/valyala/fasthttp"
+
+	"flashgate/orders/order"
 )
 
 var (
@@ -316,33 +318,6 @@ func TestKeyRotation(t *testing.T) {
 	}
 }
 
-func TestValidUserID(t *testing.T) {
-	tests := []struct {
-		id string
-		ok bool
-	}{
-		{"a", true},
-		{"Alice_01.b@c-d", true},
-		{strings.Repeat("x", 64), true},
-		{"", false},
-		{strings.Repeat("x", 65), false},
-		{"a b", false},
-		{"a/b", false},
-		{"a:b", false},
-		{"a{b}", false},
-		{"é", false},
-		{"a\x00", false},
-	}
-	for _, tt := range tests {
-		if got := ValidUserID(tt.id); got != tt.ok {
-			t.Errorf("ValidUserID(%q) = %v", tt.id, got)
-		}
-		if got := ValidUserID([]byte(tt.id)); got != tt.ok {
-			t.Errorf("ValidUserID([]byte(%q)) = %v", tt.id, got)
-		}
-	}
-}
-
 func TestFromRequest(t *testing.T) {
 	tests := []struct {
 		name   string
@@ -448,7 +423,7 @@ func FuzzVerify(f *testing.F) {
 		if !issued[string(token)] {
 			t.Fatalf("accepted a token the codec never signed: %q", token)
 		}
-		if !ValidUserID(got) {
+		if !order.ValidUserID(got) {
 			t.Fatalf("accepted user id %q", got)
 		}
 	})
@@ -482,7 +457,7 @@ func FuzzClaims(f *testing.F) {
 		if d.More() {
 			t.Fatalf("accepted %q with trailing data", b)
 		}
-		if ValidUserID(c.sub) && m["sub"] != string(c.sub) {
+		if order.ValidUserID(c.sub) && m["sub"] != string(c.sub) {
 			t.Fatalf("sub %q, encoding/json reads %#v", c.sub, m["sub"])
 		}
 		n, isNum := m["exp"].(json.Number)

@@ -14,6 +14,7 @@ import (
 	"flashgate/conf"
 	"flashgate/orders"
 	"flashgate/orders/consumer"
+	"flashgate/orders/order"
 	"flashgate/orders/stock"
 )
 
@@ -42,8 +43,10 @@ func (env *ordEnv) orderEvent(product string, id int64) orders.Event {
 		env.t.Fatalf("order %s/%d: %v %v", product, id, m, err)
 	}
 	num := func(k string) int64 { n, _ := strconv.ParseInt(m[k], 10, 64); return n }
-	return orders.Event{V: orders.Version, Type: orders.TypeOrder, OrderID: id, ProductID: product, UserID: m["user"],
-		Qty: int(num("qty")), PriceCents: num("price"), CreatedMs: num("created"), Edge: int(num("node"))}
+	return orders.Event{V: orders.Version, Type: orders.TypeOrder, Order: order.Order{
+		ID: id, ProductID: product, UserID: m["user"], Qty: int(num("qty")), PriceCents: num("price"),
+		CreatedMs: num("created"), Edge: int(num("node")),
+	}}
 }
 
 // drained waits until the edge's consumer group stored everything in Kafka.

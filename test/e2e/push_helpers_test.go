@@ -16,7 +16,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redis/rueidis"
 	"github.com/valyala/fasthttp"
 
 	"flashgate/conf"
@@ -80,10 +79,6 @@ func servePushEdge(t testing.TB, path string) *pushEdge {
 // time it was stored, before publishing.
 func pushConsumer(t testing.TB, brokers []string, redisAddr string, store orderstore.Store, seen func(map[string][]int64, time.Time)) {
 	t.Helper()
-	rc, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{redisAddr}, DisableCache: true})
-	if err != nil {
-		t.Fatal(err)
-	}
 	st, err := openStockFor(redisAddr)
 	if err != nil {
 		t.Fatal(err)
@@ -101,7 +96,7 @@ func pushConsumer(t testing.TB, brokers []string, redisAddr string, store orders
 			}
 			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 			defer cancel()
-			if err := push.PublishStored(ctx, rc, products); err != nil {
+			if err := st.PublishStored(ctx, products); err != nil {
 				t.Errorf("PublishStored: %v", err)
 			}
 		},
@@ -116,7 +111,6 @@ func pushConsumer(t testing.TB, brokers []string, redisAddr string, store orders
 		stop()
 		<-done
 		st.Close()
-		rc.Close()
 	})
 }
 

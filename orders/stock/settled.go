@@ -1,0 +1,183 @@
+package stock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+
+	"github.com/redis/rueidis"
+
+	"flashgate/orders/order"
+)
+
+// Order outcomes on SettledChannel: the edges' event streams (package
+// sale/push) wait for them. The calls below are bounded by ctx alone.
+
+// Message kinds: the outcome every order of the message had.
+const (
+	kindStored   = 'S' // stored by the consumer: "success"
+	kindReleased = 'R' // released (cancelled): "failed"
+)
+
+// Settled is one message of SettledChannel: orders of one product that
+// reached their outcome.
+type Settled struct {
+	ProductID string  // a view of the message
+	OrderIDs  []int64 // ascending; reused once the callback returned
+	Released  bool    // released ("failed" to the shopper); else stored ("success")
+}
+
+// PublishStored tells every edge that the orders were stored (and marked
+// success in Redis). Call it after each stored batch, after MarkSuccess:
+// consumer.Config.OnStored. It sends one message per product, pipelined;
+// the error joins those that failed. A lost message costs the shoppers of
+// that batch their push, not their outcome: their streams end at the
+// deadline with the state read then, and the page polls.
+func (s *Store) PublishStored(ctx context.Context, products map[string][]int64) error {
+	cmds := make(rueidis.Commands, 0, len(products))
+	var b []byte
+	for p, ids := range products {
+		if len(ids) == 0 {
+			continue
+		}
+		if !order.ValidProductID(p) {
+			return fmt.Errorf("%w: product %q", ErrInvalid, p)
+		}
+		b = appendSettled(b[:0], kindStored, p, ids)
+		cmds = append(cmds, s.c.B().Publish().Channel(SettledChannel).Message(string(b)).Build())
+	}
+	return s.publishSettled(ctx, cmds)
+}
+
+// PublishReleased tells every edge that orders of one product were released
+// (an operator cancelled them): their streams end with "failed".
+func (s *Store) PublishReleased(ctx context.Context, productID string, orderIDs ...int64) error {
+	if len(orderIDs) == 0 {
+		return nil
+	}
+	if !order.ValidProductID(productID) {
+		return fmt.Errorf("%w: product %q", ErrInvalid, productID)
+	}
+	msg := string(appendSettled(nil, kindReleased, productID, orderIDs))
+	return s.publishSettled(ctx, rueidis.Commands{s.c.B().Publish().Channel(SettledChannel).Message(msg).Build()})
+}
+
+func (s *Store) publishSettled(ctx context.Context, cmds rueidis.Commands) error {
+	if len(cmds) == 0 {
+		return nil
+	}
+	var errs []error
+	for _, r := range s.c.DoMulti(ctx, cmds...) {
+		if err := r.Error(); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if len(errs) > 0 {
+		return fmt.Errorf("stock: publish outcomes: %w", errors.Join(errs...))
+	}
+	return nil
+}
+
+// ReceiveSettled subscribes to SettledChannel and calls fn with every
+// message until ctx is done or the subscription breaks, and returns why
+// (rueidis' Receive). subscribed is called each time Redis confirms the
+// subscription; messages published before then are lost. A message that
+// does not parse goes to malformed instead: the channel is ours, so it is
+// a bug or someone else's traffic. The callbacks run one at a time on the
+// caller's goroutine and must be quick; parsing allocates nothing once
+// the id buffer has grown.
+func (s *Store) ReceiveSettled(ctx context.Context, subscribed func(), fn func(Settled), malformed func(msg string)) error {
+	hctx := rueidis.WithOnSubscriptionHook(ctx, func(sub rueidis.PubSubSubscription) {
+		if sub.Kind == "subscribe" {
+			subscribed()
+		}
+	})
+	var ids []int64
+	return s.c.Receive(hctx, s.c.B().Subscribe().Channel(SettledChannel).Build(), func(m rueidis.PubSubMessage) {
+		st, ok := parseSettled(m.Message, ids)
+		ids = st.OrderIDs[:0]
+		if !ok {
+			malformed(m.Message)
+			return
+		}
+		fn(st)
+	})
+}
+
+// appendSettled encodes kind, product and ids as
+//
+//	<kind><product> <first id>,<delta>,<delta>...
+//
+// with the ids sorted: the ids of one batch share their timestamp and node
+// bits, so a delta is a digit or two where a full id is 19 digits. Text,
+// so that `redis-cli subscribe sk:stored` stays readable.
+func appendSettled(b []byte, kind byte, product string, ids []int64) []byte {
+	ids = slices.Clone(ids) // the caller's slice is not ours to reorder
+	slices.Sort(ids)
+	b = append(b, kind)
+	b = append(b, product...)
+	b = append(b, ' ')
+	prev := int64(0)
+	for i, id := range ids {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = strconv.AppendInt(b, id-prev, 10)
+		prev = id
+	}
+	return b
+}
+
+// parseSettled parses a message; its product is a view of msg and its ids
+// are appended to ids[:0] (returned in OrderIDs even when ok is false, for
+// reuse). Anything malformed is refused whole.
+func parseSettled(msg string, ids []int64) (st Settled, ok bool) {
+	out := ids[:0]
+	if len(msg) < 4 || (msg[0] != kindStored && msg[0] != kindReleased) {
+		return Settled{OrderIDs: out}, false
+	}
+	sp := 1
+	for sp < len(msg) && msg[sp] != ' ' {
+		sp++
+	}
+	product := msg[1:sp]
+	if sp == len(msg) || !order.ValidProductID(product) {
+		return Settled{OrderIDs: out}, false
+	}
+	var id int64
+	for i := sp + 1; i < len(msg); {
+		j := i
+		var d int64
+		for j < len(msg) && msg[j] >= '0' && msg[j] <= '9' {
+			c := int64(msg[j] - '0')
+			if d > (maxID-c)/10 {
+				return Settled{OrderIDs: out}, false
+			}
+			d = d*10 + c
+			j++
+		}
+		if j == i || (j < len(msg) && msg[j] != ',') || id > maxID-d {
+			return Settled{OrderIDs: out}, false
+		}
+		id += d
+		if id <= 0 {
+			return Settled{OrderIDs: out}, false
+		}
+		out = append(out, id)
+		if j < len(msg) {
+			j++ // the comma
+			if j == len(msg) {
+				return Settled{OrderIDs: out}, false
+			}
+		}
+		i = j
+	}
+	if len(out) == 0 {
+		return Settled{OrderIDs: out}, false
+	}
+	return Settled{ProductID: product, OrderIDs: out, Released: msg[0] == kindReleased}, true
+}
+
+const maxID = int64(^uint64(0) >> 1)
