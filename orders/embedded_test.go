@@ -2,6 +2,7 @@ package orders
 
 import (
 	"context"
+	"flashgate/orders/order"
 	"testing"
 	"time"
 
@@ -51,7 +52,7 @@ func TestEmbeddedPersists(t *testing.T) {
 		if err := r.CommitMessages(ctx, m); err != nil {
 			t.Fatal(err)
 		}
-		e, _ := Decode(m.Value)
+		e, _ := order.Decode(m.Value)
 		committed[e.ID] = true
 	}
 	if err := r.Close(); err != nil {
@@ -83,7 +84,7 @@ func TestEmbeddedPersists(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		e, _ := Decode(m.Value)
+		e, _ := order.Decode(m.Value)
 		if committed[e.ID] {
 			t.Fatalf("order %d was committed before the restart and is delivered again", e.ID)
 		}

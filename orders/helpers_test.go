@@ -152,11 +152,11 @@ func readAll(t testing.TB, brokers []string, topic string) []record {
 
 // readOrders decodes the orders topic: events and how often each order id
 // occurs.
-func readOrders(t testing.TB, brokers []string) (map[int64]Event, map[int64]int) {
+func readOrders(t testing.TB, brokers []string) (map[int64]order.Event, map[int64]int) {
 	t.Helper()
-	evs, counts := map[int64]Event{}, map[int64]int{}
+	evs, counts := map[int64]order.Event{}, map[int64]int{}
 	for _, r := range readAll(t, brokers, kafkaConf.Topic) {
-		e, err := Decode(r.value)
+		e, err := order.Decode(r.value)
 		if err != nil {
 			t.Fatalf("offset %d/%d: %v", r.partition, r.offset, err)
 		}

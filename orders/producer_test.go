@@ -3,6 +3,7 @@ package orders
 import (
 	"context"
 	"errors"
+	"flashgate/orders/order"
 	"math/rand/v2"
 	"strconv"
 	"sync"
@@ -81,7 +82,7 @@ func TestPublishConcurrentExactlyOnce(t *testing.T) {
 	}
 	// One order's events in one call: same partition, same order.
 	const seqID = 42
-	var seq []Event
+	var seq []order.Event
 	for i := range 5 {
 		e := testEvent(seqID)
 		e.CreatedMs = int64(i + 1)
@@ -100,7 +101,7 @@ func TestPublishConcurrentExactlyOnce(t *testing.T) {
 	counts := map[int64]int{}
 	var got []int64
 	for _, r := range recs {
-		e, err := Decode(r.value)
+		e, err := order.Decode(r.value)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -213,7 +214,7 @@ func TestPublishMultiPartialFailure(t *testing.T) {
 	if err := p.Publish(ctx, testEvent(1)); err != nil {
 		t.Fatal(err)
 	}
-	var evs []Event
+	var evs []order.Event
 	for i := range int64(60) {
 		evs = append(evs, testEvent(500+i))
 	}

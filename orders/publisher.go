@@ -3,6 +3,7 @@ package orders
 import (
 	"context"
 	"errors"
+	"flashgate/orders/order"
 	"fmt"
 	"log/slog"
 	"net"
@@ -163,7 +164,7 @@ func NewPublisher(cfg PublisherConfig) (*Publisher, error) {
 // When only some of several failed, the error is a kafka.WriteErrors with
 // one entry per event (nil for those acknowledged). Any error means the
 // failed events may or may not be in Kafka.
-func (p *Publisher) Publish(ctx context.Context, evs ...Event) error {
+func (p *Publisher) Publish(ctx context.Context, evs ...order.Event) error {
 	switch {
 	case len(evs) == 0:
 		return nil
@@ -174,7 +175,7 @@ func (p *Publisher) Publish(ctx context.Context, evs ...Event) error {
 }
 
 // newCall encodes e into a pooled call with the publish's deadline.
-func (p *Publisher) newCall(ctx context.Context, e *Event, now int64) (*pcall, error) {
+func (p *Publisher) newCall(ctx context.Context, e *order.Event, now int64) (*pcall, error) {
 	v, err := e.Encode()
 	if err != nil {
 		return nil, fmt.Errorf("orders: publish: %w", err)
@@ -190,7 +191,7 @@ func (p *Publisher) newCall(ctx context.Context, e *Event, now int64) (*pcall, e
 	return c, nil
 }
 
-func (p *Publisher) publishOne(ctx context.Context, e *Event) error {
+func (p *Publisher) publishOne(ctx context.Context, e *order.Event) error {
 	now := time.Now().UnixNano()
 	c, err := p.newCall(ctx, e, now)
 	if err == nil {
@@ -234,7 +235,7 @@ func (c *pcall) startTimer(d time.Duration) *time.Timer {
 	return c.timer
 }
 
-func (p *Publisher) publishMany(ctx context.Context, evs []Event) error {
+func (p *Publisher) publishMany(ctx context.Context, evs []order.Event) error {
 	now := time.Now().UnixNano()
 	calls := make([]*pcall, len(evs))
 	werr := make(kafka.WriteErrors, len(evs))
@@ -295,7 +296,7 @@ func (p *Publisher) publishMany(ctx context.Context, evs []Event) error {
 //
 // On error the entry stays in the outbox for the relay: answer 503 with the
 // order id. When the acker's queue is full the entry is removed inline.
-func (p *Publisher) PublishAndAck(ctx context.Context, e Event, outboxID string) error {
+func (p *Publisher) PublishAndAck(ctx context.Context, e order.Event, outboxID string) error {
 	if err := p.Publish(ctx, e); err != nil {
 		return err
 	}

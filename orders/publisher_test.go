@@ -11,8 +11,8 @@ import (
 	"flashgate/orders/order"
 )
 
-func testEvent(id int64) Event {
-	return Event{V: Version, Type: TypeOrder, Order: order.Order{
+func testEvent(id int64) order.Event {
+	return order.Event{V: order.Version, Type: order.TypeOrder, Order: order.Order{
 		ID: id, ProductID: "p1", UserID: "alice", Qty: 1, PriceCents: 9900,
 		CreatedMs: time.Now().UnixMilli(), Edge: 1,
 	}}
@@ -41,13 +41,13 @@ func TestPublishAcknowledged(t *testing.T) {
 
 	r := kafka.NewReader(kafka.ReaderConfig{Brokers: brokers, GroupID: "test", Topic: kafkaConf.Topic, MaxWait: 50 * time.Millisecond, StartOffset: kafka.FirstOffset})
 	defer r.Close()
-	got := map[int64]Event{}
+	got := map[int64]order.Event{}
 	for len(got) < 2 {
 		m, err := r.ReadMessage(ctx)
 		if err != nil {
 			t.Fatal(err)
 		}
-		e, err := Decode(m.Value)
+		e, err := order.Decode(m.Value)
 		if err != nil || string(m.Key) != string(e.Key()) {
 			t.Fatalf("message %q key %q: %v", m.Value, m.Key, err)
 		}

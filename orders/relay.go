@@ -14,6 +14,7 @@ import (
 
 	"github.com/segmentio/kafka-go"
 
+	"flashgate/orders/order"
 	"flashgate/orders/stock"
 )
 
@@ -267,7 +268,7 @@ func (r *Relay) claim(ctx context.Context, product string) (int, time.Duration, 
 // relay publishes claimed entries and removes those Kafka acknowledged.
 func (r *Relay) relay(ctx context.Context, product string, entries []stock.OutboxEntry) (int, time.Duration, error) {
 	var (
-		evs  []Event
+		evs  []order.Event
 		ids  []string // ids of evs, same order
 		gone []string // ids whose entries are deleted: only XACK needed
 		dead []string // dead-lettered: remove

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"flashgate/internal/redistest"
+	"flashgate/orders/order"
 	"flashgate/orders/stock"
 )
 
@@ -41,7 +42,7 @@ func TestRelay(t *testing.T) {
 			r.Start()
 			ctx := context.Background()
 
-			want := map[int64]Event{}
+			want := map[int64]order.Event{}
 			// Orphans: deducted, never published (the edge died, or its
 			// publish failed and it answered 503).
 			var orphans []int64

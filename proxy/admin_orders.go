@@ -8,7 +8,6 @@ import (
 
 	"github.com/valyala/fasthttp"
 
-	"flashgate/orders"
 	"flashgate/orders/order"
 	"flashgate/orders/reconcile"
 	"flashgate/orders/stock"
@@ -96,7 +95,7 @@ func (s *Server) CancelOrder(ctx context.Context, productID string, orderID int6
 	// again: if the first cancel's publish failed, its retry must not be
 	// a dead end (the consumer keeps one row per order whatever arrives).
 	if s.orders != nil {
-		ev := orders.Event{V: orders.Version, Type: orders.TypeRelease, Order: info.Order, ReleasedMs: s.opts.Now() / 1e6}
+		ev := order.Event{V: order.Version, Type: order.TypeRelease, Order: info.Order, ReleasedMs: s.opts.Now() / 1e6}
 		if err := s.orders.pub.Publish(ctx, ev); err != nil {
 			// Stock is back already; the store learns of the release when
 			// the operator retries (which publishes the event again).

@@ -171,7 +171,7 @@ func (r *rig) release(a stock.Attempt) {
 		r.t.Fatalf("release %d: %v %v", a.ID, ok, err)
 	}
 	ev := orders.OrderEvent(&a.Order)
-	ev.Type, ev.ReleasedMs = orders.TypeRelease, time.Now().UnixMilli()
+	ev.Type, ev.ReleasedMs = order.TypeRelease, time.Now().UnixMilli()
 	if err := r.pub.Publish(ctx, ev); err != nil {
 		r.t.Fatal(err)
 	}

@@ -7,7 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"flashgate/orders"
 	"flashgate/orders/order"
 )
 
@@ -21,10 +20,10 @@ import (
 // after its first message): lower it for latency, raise BatchSize for
 // throughput.
 
-func benchEvents(n int, product string) []orders.Event {
-	evs := make([]orders.Event, n)
+func benchEvents(n int, product string) []order.Event {
+	evs := make([]order.Event, n)
 	for i := range evs {
-		evs[i] = orders.Event{V: 1, Type: orders.TypeOrder, Order: order.Order{
+		evs[i] = order.Event{V: 1, Type: order.TypeOrder, Order: order.Order{
 			ID: orderSeq.Add(1), ProductID: product, UserID: "user" + string(rune('a'+i%26)), Qty: 1,
 			PriceCents: 9900, CreatedMs: time.Now().UnixMilli(), Edge: 1,
 		}}

@@ -13,6 +13,7 @@ import (
 	"github.com/segmentio/kafka-go"
 
 	"flashgate/orders"
+	"flashgate/orders/order"
 	"flashgate/orders/orderstore"
 	"flashgate/orders/stock"
 )
@@ -231,7 +232,7 @@ func (c *Consumer) process(ctx context.Context, r *kafka.Reader, batch []kafka.M
 	var dead []kafka.Message
 	for i := range batch {
 		m := &batch[i]
-		ev, err := orders.Decode(m.Value)
+		ev, err := order.Decode(m.Value)
 		var row orderstore.Row
 		if err == nil {
 			row = orderstore.FromEvent(&ev)

@@ -74,7 +74,7 @@ func TestTenThousandOrders(t *testing.T) {
 	publish(t, w, evs)
 	// kafka-go has no idempotent producer: re-sends happen. 500 of them,
 	// some in the same batch as the original, some much later.
-	again := make([]orders.Event, 500)
+	again := make([]order.Event, 500)
 	for i := range again {
 		again[i] = evs[rand.IntN(len(evs))]
 	}
@@ -122,14 +122,14 @@ func TestRedeliveredEventIsOneRow(t *testing.T) {
 	c := start(t, Config{Brokers: brokers, Store: s})
 	w := newWriter(brokers, testTopic)
 	defer w.Close()
-	e := orders.Event{V: 1, Type: orders.TypeOrder, Order: order.Order{
+	e := order.Event{V: 1, Type: order.TypeOrder, Order: order.Order{
 		ID: 42, ProductID: "p", UserID: "u", Qty: 1, PriceCents: 100, CreatedMs: time.Now().UnixMilli(),
 	}}
-	publish(t, w, []orders.Event{e})
+	publish(t, w, []order.Event{e})
 	if err := c.Drained(ctxT(t, 20*time.Second)); err != nil {
 		t.Fatal(err)
 	}
-	publish(t, w, []orders.Event{e, e}) // later, and twice in one batch
+	publish(t, w, []order.Event{e, e}) // later, and twice in one batch
 	if err := c.Drained(ctxT(t, 20*time.Second)); err != nil {
 		t.Fatal(err)
 	}
@@ -158,8 +158,8 @@ func TestReleaseAfterOrder(t *testing.T) {
 		t.Fatalf("release: %v %v", ok, err)
 	}
 	rel := e
-	rel.Type, rel.ReleasedMs = orders.TypeRelease, time.Now().UnixMilli()
-	publish(t, w, []orders.Event{rel, rel, e}) // re-sent, and the order re-sent after it
+	rel.Type, rel.ReleasedMs = order.TypeRelease, time.Now().UnixMilli()
+	publish(t, w, []order.Event{rel, rel, e}) // re-sent, and the order re-sent after it
 	if err := c.Drained(ctxT(t, 20*time.Second)); err != nil {
 		t.Fatal(err)
 	}
@@ -222,7 +222,7 @@ func TestMalformedGoesToDLQ(t *testing.T) {
 	defer w.Close()
 	now := time.Now().UnixMilli()
 	good := func(id int64) kafka.Message {
-		e := orders.Event{V: 1, Type: orders.TypeOrder, Order: order.Order{
+		e := order.Event{V: 1, Type: order.TypeOrder, Order: order.Order{
 			ID: id, ProductID: "m", UserID: "u", Qty: 1, PriceCents: 1, CreatedMs: now,
 		}}
 		b, _ := e.Encode()
@@ -286,9 +286,9 @@ func TestLagAndDrained(t *testing.T) {
 	}
 	w := newWriter(brokers, testTopic)
 	defer w.Close()
-	var evs []orders.Event
+	var evs []order.Event
 	for i := range 100 {
-		evs = append(evs, orders.Event{V: 1, Type: orders.TypeOrder, Order: order.Order{
+		evs = append(evs, order.Event{V: 1, Type: order.TypeOrder, Order: order.Order{
 			ID: int64(i + 1), ProductID: "l", UserID: "u", Qty: 1, CreatedMs: 1,
 		}})
 	}
@@ -339,7 +339,7 @@ func TestInsertFailureCommitsNothing(t *testing.T) {
 	s := &failingStore{Store: fs, n: 4}
 	w := newWriter(brokers, testTopic)
 	defer w.Close()
-	publish(t, w, []orders.Event{{V: 1, Type: orders.TypeOrder, Order: order.Order{
+	publish(t, w, []order.Event{{V: 1, Type: order.TypeOrder, Order: order.Order{
 		ID: 1, ProductID: "f", UserID: "u", Qty: 1, CreatedMs: 1,
 	}}})
 	c := start(t, Config{Brokers: brokers, Store: s, MinBackoff: 20 * time.Millisecond, MaxBackoff: 100 * time.Millisecond})

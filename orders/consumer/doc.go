@@ -6,7 +6,7 @@
 //
 //  1. fetch up to BatchSize messages, or what arrived within BatchTime of
 //     the first one;
-//  2. decode them (orders.Decode); a malformed event, or one whose row the
+//  2. decode them (order.Decode); a malformed event, or one whose row the
 //     store cannot hold, goes to the dead-letter topic with its original
 //     bytes and a "reason" header (orders.HeaderReason), is logged and counted, and the group
 //     moves on past it;

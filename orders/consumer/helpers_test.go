@@ -81,7 +81,7 @@ func init() { orderSeq.Store(time.Now().UnixNano() / 1000) }
 // deduction script (coalesced, from several goroutines), then reads the
 // events the script wrote to the outbox — what the edge publishes — and
 // empties the outbox as the edge does once Kafka acknowledged them.
-func sell(t testing.TB, st *stock.Store, stocks map[string]int64) []orders.Event {
+func sell(t testing.TB, st *stock.Store, stocks map[string]int64) []order.Event {
 	t.Helper()
 	ctx := context.Background()
 	now := time.Now()
@@ -123,21 +123,21 @@ func sell(t testing.TB, st *stock.Store, stocks map[string]int64) []orders.Event
 	if err, _ := errs.Load().(error); err != nil {
 		t.Fatal(err)
 	}
-	var evs []orders.Event
+	var evs []order.Event
 	for p := range stocks {
 		evs = append(evs, drainOutbox(t, st, p)...)
 	}
 	return evs
 }
 
-func drainOutbox(t testing.TB, st *stock.Store, p string) []orders.Event {
+func drainOutbox(t testing.TB, st *stock.Store, p string) []order.Event {
 	t.Helper()
 	ctx := context.Background()
 	outbox, err := st.OutboxOrders(ctx, p)
 	if err != nil {
 		t.Fatal(err)
 	}
-	evs := make([]orders.Event, 0, len(outbox))
+	evs := make([]order.Event, 0, len(outbox))
 	for i := range outbox {
 		evs = append(evs, orders.OrderEvent(&outbox[i]))
 	}
@@ -155,7 +155,7 @@ func newWriter(brokers []string, topic string) *kafka.Writer {
 	}
 }
 
-func publish(t testing.TB, w *kafka.Writer, evs []orders.Event) {
+func publish(t testing.TB, w *kafka.Writer, evs []order.Event) {
 	t.Helper()
 	msgs := make([]kafka.Message, 0, len(evs))
 	for i := range evs {

@@ -21,7 +21,7 @@ const (
 )
 
 // Order is one purchase. The JSON names are those of the order event
-// (orders.Event embeds Order); the order id is a decimal string there so
+// (order.Event embeds Order); the order id is a decimal string there so
 // that no consumer loses precision on a 64-bit id.
 type Order struct {
 	ID         int64  `json:"orderId,string"`

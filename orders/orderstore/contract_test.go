@@ -8,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"flashgate/orders"
 	"flashgate/orders/order"
 )
 
@@ -87,16 +86,16 @@ func contract(t *testing.T, open func(t *testing.T) (s Store, reopen func() Stor
 
 	t.Run("ReleaseReplacesOrderOnce", func(t *testing.T) {
 		s, _ := open(t)
-		e := orders.Event{V: 1, Type: orders.TypeOrder, Order: order.Order{
+		e := order.Event{V: 1, Type: order.TypeOrder, Order: order.Order{
 			ID: 20, ProductID: "p1", UserID: "u", Qty: 2, PriceCents: 100, CreatedMs: base, Edge: 1,
 		}}
-		order := FromEvent(&e)
-		e.Type, e.ReleasedMs = orders.TypeRelease, base+5000
+		placed := FromEvent(&e)
+		e.Type, e.ReleasedMs = order.TypeRelease, base+5000
 		rel := FromEvent(&e)
 		if rel.Status != StatusReleased || rel.UpdatedMs != base+5000 {
 			t.Fatalf("release row %+v", rel)
 		}
-		for _, batch := range [][]Row{{order}, {rel}, {rel}, {order}} { // the order re-sent after its release
+		for _, batch := range [][]Row{{placed}, {rel}, {rel}, {placed}} { // the order re-sent after its release
 			if err := s.Insert(ctx, batch); err != nil {
 				t.Fatal(err)
 			}
@@ -110,7 +109,7 @@ func contract(t *testing.T, open func(t *testing.T) (s Store, reopen func() Stor
 		// A release without releasedMs still beats its order.
 		e.ID, e.ReleasedMs = 21, 0
 		rel = FromEvent(&e)
-		e.Type = orders.TypeOrder
+		e.Type = order.TypeOrder
 		if err := s.Insert(ctx, []Row{rel, FromEvent(&e)}); err != nil {
 			t.Fatal(err)
 		}
@@ -137,13 +136,13 @@ func contract(t *testing.T, open func(t *testing.T) (s Store, reopen func() Stor
 
 	t.Run("BuyersAndStatuses", func(t *testing.T) {
 		s, reopen := open(t)
-		e := orders.Event{V: 1, Type: orders.TypeOrder, Order: order.Order{
+		e := order.Event{V: 1, Type: order.TypeOrder, Order: order.Order{
 			ID: 43, ProductID: "p1", UserID: "bob", Qty: 2, PriceCents: 100, CreatedMs: base, Edge: 1,
 		}}
-		order := FromEvent(&e)
-		e.Type, e.ReleasedMs = orders.TypeRelease, base+10
+		placed := FromEvent(&e)
+		e.Type, e.ReleasedMs = order.TypeRelease, base+10
 		rows := []Row{row(40, "p1", "alice", 1), row(41, "p1", "alice", 2), row(42, "p1", "bob", 1),
-			order, FromEvent(&e), // bob's second order, released
+			placed, FromEvent(&e), // bob's second order, released
 			row(44, "p1", "carol", 3), row(45, "p2", "alice", 5), row(41, "p1", "alice", 2)}
 		rel := row(44, "p1", "carol", 3) // carol's only order, released: she holds nothing
 		rel.Status, rel.UpdatedMs = StatusReleased, rel.UpdatedMs+1

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 
-	"flashgate/orders"
 	"flashgate/orders/order"
 )
 
@@ -88,9 +87,9 @@ func (r *Row) Validate() error {
 // creation time; a release's is its release time, and always above the
 // order's, so that the release wins even when the order is delivered
 // again after it (an outbox re-send).
-func FromEvent(e *orders.Event) Row {
+func FromEvent(e *order.Event) Row {
 	r := Row{Order: e.Order, Status: StatusStored, UpdatedMs: e.CreatedMs}
-	if e.Type == orders.TypeRelease {
+	if e.Type == order.TypeRelease {
 		r.Status = StatusReleased
 		r.UpdatedMs = max(e.ReleasedMs, e.CreatedMs+1)
 	}

@@ -19,13 +19,14 @@ func TestHotPathsDoNotAllocate(t *testing.T) {
 	if raceEnabled {
 		t.Skip("the race detector allocates")
 	}
-	st, err := stock.Open(context.Background(), redistest.Start(t), stock.Options{})
+	d := conf.Defaults()
+	st, err := stock.Open(context.Background(), redistest.Start(t), stock.Options{Timeout: d.Redis.Timeout, QueueTimeout: d.Redis.Timeout, OrderTTL: d.Sale.OrderTTL})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer st.Close()
 	now := time.Now().UnixNano()
-	ev := conf.Defaults().Events
+	ev := d.Events
 	ev.Heartbeat, ev.Deadline = time.Second, time.Hour
 	h, err := New(st, Config{EventsConfig: ev, KeepHijackedConns: true,
 		Now:    func() int64 { return now },

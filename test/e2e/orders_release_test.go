@@ -12,7 +12,6 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"flashgate/conf"
-	"flashgate/orders"
 	"flashgate/orders/consumer"
 	"flashgate/orders/order"
 	"flashgate/orders/stock"
@@ -34,7 +33,7 @@ func buyOne(t *testing.T, e *edge, j *jwts, user, product string) int64 {
 
 // orderEvent rebuilds an order's event from its Redis hash, exactly as the
 // edge published it.
-func (env *ordEnv) orderEvent(product string, id int64) orders.Event {
+func (env *ordEnv) orderEvent(product string, id int64) order.Event {
 	env.t.Helper()
 	ctx, cancel := env.ctx()
 	defer cancel()
@@ -43,7 +42,7 @@ func (env *ordEnv) orderEvent(product string, id int64) orders.Event {
 		env.t.Fatalf("order %s/%d: %v %v", product, id, m, err)
 	}
 	num := func(k string) int64 { n, _ := strconv.ParseInt(m[k], 10, 64); return n }
-	return orders.Event{V: orders.Version, Type: orders.TypeOrder, Order: order.Order{
+	return order.Event{V: order.Version, Type: order.TypeOrder, Order: order.Order{
 		ID: id, ProductID: product, UserID: m["user"], Qty: int(num("qty")), PriceCents: num("price"),
 		CreatedMs: num("created"), Edge: int(num("node")),
 	}}

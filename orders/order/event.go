@@ -1,12 +1,10 @@
-package orders
+package order
 
 import (
 	"encoding/json"
 	"errors"
 	"fmt"
 	"strconv"
-
-	"flashgate/orders/order"
 )
 
 // Version is the schema version written in every event ("v"). Consumers
@@ -25,14 +23,14 @@ const (
 //	 "userId":"alice","quantity":1,"priceCents":9900,"createdMs":1796038487397,
 //	 "edge":1}
 //
-// The order's fields are order.Order's, flattened by encoding/json. orderId
+// The order's fields are Order's, flattened by encoding/json. orderId
 // is a decimal string so that no consumer loses precision on a 64-bit id. A
 // release carries the same fields as the order it releases, plus
 // releasedMs.
 type Event struct {
 	V    int    `json:"v"`
 	Type string `json:"type"`
-	order.Order
+	Order
 	ReleasedMs int64 `json:"releasedMs,omitempty"`
 }
 
@@ -65,7 +63,7 @@ func Decode(b []byte) (Event, error) {
 }
 
 // Validate checks the fields every consumer relies on: the schema version
-// and type, and the order (order.Order.Validate).
+// and type, and the order (Order.Validate).
 func (e *Event) Validate() error {
 	switch {
 	case e.V != Version:

@@ -1,14 +1,12 @@
-package orders
+package order
 
 import (
 	"errors"
 	"testing"
-
-	"flashgate/orders/order"
 )
 
 func TestEventRoundTrip(t *testing.T) {
-	e := Event{V: 1, Type: TypeOrder, Order: order.Order{
+	e := Event{V: 1, Type: TypeOrder, Order: Order{
 		ID: 120850008860790784, ProductID: "p1", UserID: "alice", Qty: 2, PriceCents: 9900,
 		CreatedMs: 1796038487397, Edge: 3,
 	}}
@@ -28,7 +26,7 @@ func TestEventRoundTrip(t *testing.T) {
 // TestEventWireFormat pins the encoded bytes: the order's fields are
 // flattened into the event, in this order, with these names.
 func TestEventWireFormat(t *testing.T) {
-	e := Event{V: 1, Type: TypeOrder, Order: order.Order{
+	e := Event{V: 1, Type: TypeOrder, Order: Order{
 		ID: 120850008860790784, ProductID: "p1", UserID: "alice", Qty: 1, PriceCents: 9900, CreatedMs: 1796038487397, Edge: 1,
 	}}
 	for _, tc := range []struct {
@@ -38,7 +36,7 @@ func TestEventWireFormat(t *testing.T) {
 		{func(*Event) {}, `{"v":1,"type":"order","orderId":"120850008860790784","productId":"p1","userId":"alice","quantity":1,"priceCents":9900,"createdMs":1796038487397,"edge":1}`},
 		{func(e *Event) { e.Type, e.ReleasedMs = TypeRelease, 1796038490000 },
 			`{"v":1,"type":"release","orderId":"120850008860790784","productId":"p1","userId":"alice","quantity":1,"priceCents":9900,"createdMs":1796038487397,"edge":1,"releasedMs":1796038490000}`},
-		{func(e *Event) { e.Order = order.Order{ID: 7, ProductID: "p", UserID: "u", Qty: 1, CreatedMs: 1} },
+		{func(e *Event) { e.Order = Order{ID: 7, ProductID: "p", UserID: "u", Qty: 1, CreatedMs: 1} },
 			`{"v":1,"type":"order","orderId":"7","productId":"p","userId":"u","quantity":1,"priceCents":0,"createdMs":1,"edge":0}`},
 	} {
 		ev := e
