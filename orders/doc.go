@@ -1,9 +1,11 @@
 // Package orders carries purchases from the Redis deduction to durable
-// storage: the versioned order event, the Kafka publisher the edge waits on
-// before answering "pending", the outbox relay that re-sends what a crash
-// left behind, and the embedded Kafka-protocol broker of the zero-setup demo.
+// storage through Kafka: the publisher the edge waits on before answering
+// "pending", the outbox relay that re-sends what a crash left behind, the
+// topics and the dead-letter headers, and the embedded Kafka-protocol broker
+// of the zero-setup demo. The event itself is order.Event, the order model's
+// wire form.
 //
-// # The direct path (DESIGN.md promise 2: "queued" means durable)
+// # The direct path (promise 2 of docs/architecture.md: "queued" is durable)
 //
 // After stock.Store.Deduct returned OK, the edge calls
 //

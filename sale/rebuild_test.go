@@ -31,7 +31,7 @@ import (
 	"flashgate/sale/activity"
 )
 
-// These tests prove DESIGN.md promise 4 end to end: real redis-server (or
+// These tests prove promise 4 of docs/architecture.md end to end: real redis-server (or
 // the embedded one), a Kafka-protocol broker (kfake), the real consumer and
 // order store, and the sale service's warm-up.
 

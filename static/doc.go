@@ -10,7 +10,7 @@
 // request. Revalidation (If-None-Match) answers 304 without a body, which is
 // what keeps the "no-cache" page cheap.
 //
-// The page talks only to the edge's own sale API (see DESIGN.md) and loads
+// The page talks only to the edge's own sale API (README's shopper API) and loads
 // nothing from third parties; its Content-Security-Policy enforces that.
 //
 // Routes, for the edge's router:

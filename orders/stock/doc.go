@@ -4,7 +4,7 @@
 // Redis key, channel and script (keys.go); other packages call its methods
 // and never talk to Redis themselves.
 //
-// Promises it keeps (DESIGN.md):
+// Promises it keeps (docs/architecture.md):
 //
 //   - Never oversold. Stock moves only inside Lua scripts: the deduction
 //     (lua/deduct.lua), warm-up (SET NX, never raising a live sale), restock
@@ -34,7 +34,7 @@
 // the script deducted whose event never reached Kafka and whose outbox
 // entry died with Redis (the edge died, or Kafka failed and the shopper got
 // 503 with the order id before the relay could re-send it). Its shopper was
-// never told "queued" (DESIGN.md promise 2), its units go back on sale and
+// never told "queued" (promise 2), its units go back on sale and
 // its buyer count is not restored; the order does not exist. An event still
 // being retried into Kafka when Redis went away is the reason warm-up
 // waits out orderstore.Ledger.InFlight before it drains.

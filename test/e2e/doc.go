@@ -12,7 +12,7 @@
 // counts, outbox streams, INFO commandstats) rather than trusting the
 // edge's own answers.
 //
-// What they prove, against DESIGN.md's promises:
+// What they prove, against the promises of docs/architecture.md:
 //
 //   - TestNoOversellUnderLoad: 200,000 purchase attempts from 2,000
 //     concurrent buyers sell exactly the stock (in units, with quantities),
