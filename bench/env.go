@@ -19,6 +19,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"flashgate/internal/chtest"
+	"flashgate/internal/yamlmerge"
 )
 
 // EnvOptions say what a run starts.
@@ -350,7 +351,7 @@ func (e *Env) writeConfig(spec EdgeSpec, name string, node int, consumer bool) (
 	if e.ch != nil {
 		set["clickhouse"] = map[string]any{"addr": e.ch.Addr()}
 	}
-	mergeYAML(doc, set)
+	yamlmerge.Into(doc, set)
 	if spec.OriginAddr != "" {
 		pools := doc["upstreams"].(map[string]any)["pools"].([]any)
 		pools[0].(map[string]any)["servers"] = []any{spec.OriginAddr}
@@ -364,7 +365,7 @@ func (e *Env) writeConfig(spec EdgeSpec, name string, node int, consumer bool) (
 		}
 	}
 	if spec.Extra != nil {
-		mergeYAML(doc, spec.Extra)
+		yamlmerge.Into(doc, spec.Extra)
 	}
 	out, err := yaml.Marshal(doc)
 	if err != nil {
@@ -383,18 +384,6 @@ func (e *Env) writeConfig(spec EdgeSpec, name string, node int, consumer bool) (
 		err = fmt.Errorf("the edge config bench wrote is invalid (check the scenario's edge: section):\n%s", msg)
 	}
 	return path, addr, admin, err
-}
-
-func mergeYAML(dst, src map[string]any) {
-	for k, v := range src {
-		if sm, ok := v.(map[string]any); ok {
-			if dm, ok := dst[k].(map[string]any); ok {
-				mergeYAML(dm, sm)
-				continue
-			}
-		}
-		dst[k] = v
-	}
 }
 
 // StartEdge builds and starts cmd/proxy on the config, and waits until it

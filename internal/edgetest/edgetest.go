@@ -15,6 +15,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"flashgate/conf"
+	"flashgate/internal/yamlmerge"
 	"flashgate/proxy"
 )
 
@@ -35,7 +36,7 @@ func WriteConfig(t testing.TB, base string, overrides ...string) string {
 		if err := yaml.Unmarshal([]byte(o), &m); err != nil {
 			t.Fatalf("override %q: %v", o, err)
 		}
-		mergeYAML(doc, m)
+		yamlmerge.Into(doc, m)
 	}
 	out, err := yaml.Marshal(doc)
 	if err != nil {
@@ -46,18 +47,6 @@ func WriteConfig(t testing.TB, base string, overrides ...string) string {
 		t.Fatal(err)
 	}
 	return path
-}
-
-func mergeYAML(dst, src map[string]any) {
-	for k, v := range src {
-		if sm, ok := v.(map[string]any); ok {
-			if dm, ok := dst[k].(map[string]any); ok {
-				mergeYAML(dm, sm)
-				continue
-			}
-		}
-		dst[k] = v
-	}
 }
 
 // Activities renders an `activities:` override of entries (each a YAML
