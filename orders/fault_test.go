@@ -11,6 +11,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"flashgate/internal/await"
 )
 
 // TestPublishAmbiguousTimeouts: REQUEST_TIMED_OUT on produce is applied and
@@ -132,7 +134,7 @@ func TestPublishFailuresKeepOutbox(t *testing.T) {
 			t.Errorf("acknowledged order %d in Kafka %d times", id, counts[id])
 		}
 	}
-	waitFor(t, "the acker", func() bool { return pub.Stats().Acked == uint64(len(acked)) })
+	await.Until(t, 20*time.Second, "the acker", func() bool { return pub.Stats().Acked == uint64(len(acked)) })
 	if n := outboxLen(t, s, "p1"); n != int64(len(failed)) {
 		t.Fatalf("outbox holds %d entries, want the %d unacknowledged", n, len(failed))
 	}
@@ -141,12 +143,12 @@ func TestPublishFailuresKeepOutbox(t *testing.T) {
 	down := c.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.Produce}, Err: kerr.UnknownServerError, Count: -1})
 	r := newRelay(t, RelayConfig{Store: s, Publisher: pub, Products: func() []string { return []string{"p1"} }, MinAge: 200 * time.Millisecond})
 	r.Start()
-	waitFor(t, "a failed relay publish", func() bool { return r.Stats().Errors > 0 })
+	await.Until(t, 20*time.Second, "a failed relay publish", func() bool { return r.Stats().Errors > 0 })
 	if n := outboxLen(t, s, "p1"); n != int64(len(failed)) {
 		t.Fatalf("outbox holds %d entries while Kafka is down, want %d", n, len(failed))
 	}
 	down.Remove()
-	waitFor(t, "the relay to empty the outbox", func() bool { return outboxLen(t, s, "p1") == 0 })
+	await.Until(t, 20*time.Second, "the relay to empty the outbox", func() bool { return outboxLen(t, s, "p1") == 0 })
 	_, counts = readOrders(t, brokers)
 	for _, id := range append(acked, failed...) {
 		if counts[id] < 1 {

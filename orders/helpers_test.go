@@ -169,18 +169,6 @@ func readOrders(t testing.TB, brokers []string) (map[int64]order.Event, map[int6
 	return evs, counts
 }
 
-// waitFor polls cond (never a fixed sleep) until it holds or 20s passed.
-func waitFor(t testing.TB, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
 // openStore is a stock.Store on redis-server ("real") or miniredis
 // ("embedded").
 func openStore(t testing.TB, kind string) *stock.Store {

@@ -3,6 +3,7 @@ package orders
 import (
 	"context"
 	"errors"
+	"flashgate/internal/await"
 	"flashgate/orders/order"
 	"math/rand/v2"
 	"strconv"
@@ -272,7 +273,7 @@ func TestCloseWhileQueued(t *testing.T) {
 			for i := range n {
 				wg.Go(func() { errs[i] = p.Publish(ctx, testEvent(int64(100+i))) })
 			}
-			waitFor(t, "publishes queued behind requests in flight", func() bool {
+			await.Until(t, 20*time.Second, "publishes queued behind requests in flight", func() bool {
 				queued := 0
 				for _, q := range *p.pr.queues.Load() {
 					q.mu.Lock()
@@ -283,7 +284,7 @@ func TestCloseWhileQueued(t *testing.T) {
 			})
 			closed := make(chan error, 1)
 			go func() { closed <- p.Close() }()
-			waitFor(t, "Close to stop new publishes", func() bool {
+			await.Until(t, 20*time.Second, "Close to stop new publishes", func() bool {
 				p.pr.queuesMu.Lock()
 				defer p.pr.queuesMu.Unlock()
 				return p.pr.closed

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"flashgate/internal/await"
 	"flashgate/internal/redistest"
 	"flashgate/orders/order"
 	"flashgate/orders/stock"
@@ -63,7 +64,7 @@ func TestRelay(t *testing.T) {
 			}
 			// The relay counts a sweep's entries once the sweep is over,
 			// after it removed them: wait for both.
-			waitFor(t, "the relay to empty the outbox", func() bool {
+			await.Until(t, 20*time.Second, "the relay to empty the outbox", func() bool {
 				return outboxLen(t, s, "p1") == 0 && r.Stats().Relayed >= uint64(len(orphans))
 			})
 			got, counts := readOrders(t, brokers)
@@ -135,7 +136,7 @@ func TestRelayClaimsFromDeadEdge(t *testing.T) {
 				t.Fatalf("live relay re-sent %d entries before MinAge (%v)", n, err)
 			}
 			live.Start()
-			waitFor(t, "the live relay to empty the outbox", func() bool { return outboxLen(t, s, "p1") == 0 })
+			await.Until(t, 20*time.Second, "the live relay to empty the outbox", func() bool { return outboxLen(t, s, "p1") == 0 })
 			if el := time.Since(tookAt); el < minAge {
 				t.Errorf("claimed after %v, before MinAge %v", el, minAge)
 			}
@@ -167,7 +168,7 @@ func TestRelayDeadLetters(t *testing.T) {
 	}
 	r := newRelay(t, RelayConfig{Store: s, Publisher: pub, Products: func() []string { return []string{"p1"} }, MinAge: 100 * time.Millisecond})
 	r.Start()
-	waitFor(t, "the malformed entry to leave the outbox", func() bool { return outboxLen(t, s, "p1") == 0 })
+	await.Until(t, 20*time.Second, "the malformed entry to leave the outbox", func() bool { return outboxLen(t, s, "p1") == 0 })
 	dl := readAll(t, brokers, kafkaConf.DLQTopic)
 	if len(dl) != 1 || dl[0].key != "77" || dl[0].headers[HeaderReason] == "" || dl[0].headers[HeaderSource] == "" {
 		t.Fatalf("dead letters: %+v", dl)
@@ -202,7 +203,7 @@ func TestRelayRecreatesGroup(t *testing.T) {
 		t.Fatal("sweep without the group did not fail")
 	}
 	r.Start()
-	waitFor(t, "the order to be re-sent", func() bool { return outboxLen(t, s, "p1") == 0 })
+	await.Until(t, 20*time.Second, "the order to be re-sent", func() bool { return outboxLen(t, s, "p1") == 0 })
 	if _, counts := readOrders(t, brokers); counts[a.ID] != 1 {
 		t.Errorf("order %d in Kafka %d times", a.ID, counts[a.ID])
 	}
@@ -239,7 +240,7 @@ func TestRelayDeletedPendingEntries(t *testing.T) {
 			if err := c.Do(ctx, c.B().Xdel().Key(stock.OutboxKey("p1")).Id(ids...).Build()).Error(); err != nil {
 				t.Fatal(err)
 			}
-			waitFor(t, "MinAge to pass", func() bool { return time.Since(took) > 2*minAge })
+			await.Until(t, 20*time.Second, "MinAge to pass", func() bool { return time.Since(took) > 2*minAge })
 			if n, err := r.Sweep(ctx); err != nil || n != 0 {
 				t.Fatalf("sweep re-sent %d deleted entries (%v)", n, err)
 			}

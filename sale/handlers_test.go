@@ -16,6 +16,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"flashgate/conf"
+	"flashgate/internal/await"
 	"flashgate/internal/redistest"
 	"flashgate/orders/orderid"
 	"flashgate/orders/stock"
@@ -78,18 +79,6 @@ func (r *doRig) do(product, user string) int {
 	return req.Ctx.Response.StatusCode()
 }
 
-// waitUntil polls a condition (never a fixed sleep) for up to 10s.
-func waitUntil(t *testing.T, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatal("condition not reached within 10s")
-		}
-		time.Sleep(time.Millisecond)
-	}
-}
-
 // TestBreakerCountsFailedCalls: a hung Redis (SIGSTOP) fails script calls,
 // not attempts, and the breaker counts one failure per failed call. Twelve
 // concurrent purchases, MaxBatch 4: the first call (1 attempt) times out
@@ -113,7 +102,7 @@ func TestBreakerCountsFailedCalls(t *testing.T) {
 	var wg sync.WaitGroup
 	start := func(i int) { wg.Go(func() { codes[i] = r.do("bf", "u"+strconv.Itoa(i)) }) }
 	start(0)
-	waitUntil(t, func() bool { c, _ := r.stats(); return c == calls0+1 }) // the first call is held
+	await.Until(t, 10*time.Second, "the condition", func() bool { c, _ := r.stats(); return c == calls0+1 }) // the first call is held
 	// Not synchronisation: the scenario needs the queued attempts' budgets
 	// to start well after the first call's. Queued at once, the first call's
 	// timer firing a moment late would leave them nothing, and they would

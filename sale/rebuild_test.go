@@ -18,6 +18,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kfake"
 
 	"flashgate/conf"
+	"flashgate/internal/await"
 	"flashgate/internal/chtest"
 	"flashgate/internal/kafkatest"
 	"flashgate/internal/redistest"
@@ -221,23 +222,6 @@ func (r *rig) reconcileClean(products ...string) {
 	}
 }
 
-// eventually retries f (a refresh after Redis came back: the client
-// reconnects) until it succeeds.
-func eventually(t *testing.T, what string, f func() error) {
-	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		err := f()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: %v", what, err)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-}
-
 func openStoreKind(t *testing.T, kind string) orderstore.Store {
 	t.Helper()
 	var s orderstore.Store
@@ -325,7 +309,7 @@ func testRedisLoss(t *testing.T, kind string) {
 	srv.Start()
 
 	// The sale stays closed while the pipeline has not drained.
-	eventually(t, "first refresh", func() error {
+	await.NoError(t, 30*time.Second, "first refresh", func() error {
 		rctx, cancel := context.WithTimeout(ctx, 1500*time.Millisecond)
 		defer cancel()
 		err := r.svc.Refresh(rctx, false)
@@ -344,7 +328,7 @@ func testRedisLoss(t *testing.T, kind string) {
 	}
 
 	r.startConsumer()
-	eventually(t, "refresh after the drain", func() error { return r.svc.Refresh(ctx, false) })
+	await.NoError(t, 30*time.Second, "refresh after the drain", func() error { return r.svc.Refresh(ctx, false) })
 
 	info := r.info("lp")
 	if info.Remaining != 30-units || info.Initial != 30 || info.Restocked != 0 || info.Released != 1 || info.Limit != limit {
@@ -484,7 +468,7 @@ func TestEmbeddedCrashRebuildsFromLedger(t *testing.T) {
 	}
 	relay.Start()
 	defer relay.Close()
-	eventually(t, "carol's order stored by the relay", func() error {
+	await.NoError(t, 30*time.Second, "carol's order stored by the relay", func() error {
 		if _, ok, err := fs.Get(ctx, "ep", a3.ID); !ok || err != nil {
 			return errors.New("not yet")
 		}

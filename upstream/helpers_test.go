@@ -114,21 +114,6 @@ func newFakeClock() *fakeClock {
 func (c *fakeClock) Now() time.Time          { return time.Unix(0, c.ns.Load()) }
 func (c *fakeClock) Advance(d time.Duration) { c.ns.Add(int64(d)) }
 
-// await polls cond until it holds: health checks run on their own
-// schedule, so the test waits for the observable outcome, not for time.
-func await(t testing.TB, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	tick := time.NewTicker(2 * time.Millisecond)
-	defer tick.Stop()
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		<-tick.C
-	}
-}
-
 func stateOf(m *Manager, pool, addr string) ServerState {
 	for _, s := range m.Snapshot() {
 		if s.Pool == pool && s.Addr == addr {

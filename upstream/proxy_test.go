@@ -3,6 +3,7 @@ package upstream
 import (
 	"bufio"
 	"flashgate/conf"
+	"flashgate/internal/await"
 	"fmt"
 	"net"
 	"net/http"
@@ -327,14 +328,14 @@ func TestActiveHealthCheck(t *testing.T) {
 	sick.Store(true)
 	e := startEdge(t, mustBuild(t, m, c))
 
-	await(t, "b marked down", func() bool { return !stateOf(m, "p", b).Up })
+	await.Until(t, 10*time.Second, "b marked down", func() bool { return !stateOf(m, "p", b).Up })
 	for range 10 {
 		if code, body, _ := e.do(t, "GET", "x", "/", nil); code != 200 || body != "a" {
 			t.Fatalf("got %d %q, want only a while b is down", code, body)
 		}
 	}
 	sick.Store(false)
-	await(t, "b back up", func() bool { return stateOf(m, "p", b).Healthy })
+	await.Until(t, 10*time.Second, "b back up", func() bool { return stateOf(m, "p", b).Healthy })
 	counts := map[string]int{}
 	for range 10 {
 		_, body, _ := e.do(t, "GET", "x", "/", nil)
@@ -356,7 +357,7 @@ func TestActiveHealthCheckClosedListener(t *testing.T) {
 	c.Pools[0].MaxRetries = intPtr(0)
 	c.Pools[0].Passive.MaxFails = intPtr(0)
 	e := startEdge(t, mustBuild(t, m, c))
-	await(t, "dead server down", func() bool { return !stateOf(m, "p", dead).Up })
+	await.Until(t, 10*time.Second, "dead server down", func() bool { return !stateOf(m, "p", dead).Up })
 	for range 10 {
 		if code, _, _ := e.do(t, "GET", "x", "/", nil); code != 200 {
 			t.Fatalf("status %d: the down server was picked", code)
@@ -433,7 +434,7 @@ func TestReloadKeepsState(t *testing.T) {
 	c := onePool("p", a, dead)
 	c.Pools[0].Health = conf.HealthConfig{Path: "/", Interval: 5 * time.Millisecond, Fall: 1}
 	s1 := mustBuild(t, m, c)
-	await(t, "dead server down", func() bool { return !stateOf(m, "p", dead).Up })
+	await.Until(t, 10*time.Second, "dead server down", func() bool { return !stateOf(m, "p", dead).Up })
 	k := serverKey{"p", dead}
 	m.mu.Lock()
 	ck := m.checkers[k]
@@ -483,7 +484,7 @@ func TestReloadKeepsState(t *testing.T) {
 		}
 		// Back again: a new server starts trusted and is checked anew.
 		mustBuild(t, m, c)
-		await(t, "re-added server checked down", func() bool { return !stateOf(m, "p", dead).Up })
+		await.Until(t, 10*time.Second, "re-added server checked down", func() bool { return !stateOf(m, "p", dead).Up })
 	})
 	t.Run("health check removed", func(t *testing.T) {
 		c4 := onePool("p", a, dead)

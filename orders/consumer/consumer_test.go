@@ -80,7 +80,7 @@ func TestTenThousandOrders(t *testing.T) {
 	}
 	publish(t, w, again)
 
-	await(t, 60*time.Second, "10000 rows", func() (bool, string) {
+	awaitState(t, 60*time.Second, "10000 rows", func() (bool, string) {
 		n, err := storedRows(s, products)
 		return err == nil && n == 10_000, fmt.Sprintf("%d rows, err %v, stats %+v", n, err, c.Stats())
 	})
@@ -95,7 +95,7 @@ func TestTenThousandOrders(t *testing.T) {
 	if st1.Stored+st1.Duplicates != 10_500 || st1.DeadLettered != 0 {
 		t.Errorf("stats %+v: stored+duplicates must be 10500", st1)
 	}
-	await(t, 10*time.Second, "every order success in Redis", func() (bool, string) {
+	awaitState(t, 10*time.Second, "every order success in Redis", func() (bool, string) {
 		for _, e := range evs {
 			o, ok, err := st.OrderState(context.Background(), e.ProductID, e.ID)
 			if err != nil || !ok || o.State != stock.StateSuccess {
@@ -190,7 +190,7 @@ func TestClickHouseDownTenSeconds(t *testing.T) {
 	defer w.Close()
 
 	publish(t, w, evs[:3000])
-	await(t, 30*time.Second, "first rows", func() (bool, string) {
+	awaitState(t, 30*time.Second, "first rows", func() (bool, string) {
 		n, _ := storedRows(s, products)
 		return n > 0, ""
 	})
@@ -206,7 +206,7 @@ func TestClickHouseDownTenSeconds(t *testing.T) {
 	}
 	t.Logf("ClickHouse back after %v (restart took %v); stats %+v", time.Since(down), srv.StartTook(), c.Stats())
 	back := time.Now()
-	await(t, 30*time.Second, "10000 rows after ClickHouse returned", func() (bool, string) {
+	awaitState(t, 30*time.Second, "10000 rows after ClickHouse returned", func() (bool, string) {
 		n, err := storedRows(s, products)
 		return err == nil && n == 10_000, fmt.Sprintf("%d rows, err %v", n, err)
 	})
@@ -343,7 +343,7 @@ func TestInsertFailureCommitsNothing(t *testing.T) {
 		ID: 1, ProductID: "f", UserID: "u", Qty: 1, CreatedMs: 1,
 	}}})
 	c := start(t, Config{Brokers: brokers, Store: s, MinBackoff: 20 * time.Millisecond, MaxBackoff: 100 * time.Millisecond})
-	await(t, 10*time.Second, "retries", func() (bool, string) { return c.Stats().InsertErrors >= 2, "" })
+	awaitState(t, 10*time.Second, "retries", func() (bool, string) { return c.Stats().InsertErrors >= 2, "" })
 	if lag, err := c.Lag(context.Background()); lag != 1 || err != nil {
 		t.Fatalf("lag %d %v while the store fails: the offset must not be committed", lag, err)
 	}

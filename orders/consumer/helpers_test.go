@@ -3,6 +3,7 @@ package consumer
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -17,6 +18,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kfake"
 
 	"flashgate/conf"
+	"flashgate/internal/await"
 	"flashgate/internal/chtest"
 	"flashgate/internal/kafkatest"
 	"flashgate/internal/redistest"
@@ -208,20 +210,15 @@ func start(t testing.TB, cfg Config) *Consumer {
 	return c
 }
 
-// await polls cond until it holds or the deadline passes.
-func await(t testing.TB, within time.Duration, what string, cond func() (bool, string)) {
+// awaitState waits until cond holds; a failure names the state cond saw last.
+func awaitState(t testing.TB, within time.Duration, what string, cond func() (bool, string)) {
 	t.Helper()
-	deadline := time.Now().Add(within)
-	for {
-		ok, state := cond()
-		if ok {
-			return
+	await.NoError(t, within, what, func() error {
+		if ok, state := cond(); !ok {
+			return errors.New(state)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s not reached within %v: %s", what, within, state)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return nil
+	})
 }
 
 func storedRows(s orderstore.Store, products []string) (int64, error) {

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"flashgate/conf"
+	"flashgate/internal/await"
 	"flashgate/internal/redistest"
 	"flashgate/orders/order"
 	"flashgate/orders/orderstore"
@@ -221,7 +222,7 @@ func TestOversold(t *testing.T) {
 		f.insert(rows...)
 		f.restartRedis() // memory gone; a warm-up that ignores the ledger reopens the full stock
 		now := time.Now()
-		await(t, func() bool {
+		await.Until(t, 10*time.Second, "the condition", func() bool {
 			_, err := f.st.Warm(context.Background(), stock.Sale{ProductID: "a", Stock: 4, Limit: 5, Price: 100, StartMs: now.UnixMilli(), EndMs: now.Add(time.Hour).UnixMilli()})
 			return err == nil
 		})
@@ -242,7 +243,7 @@ func TestOversold(t *testing.T) {
 		sold, _ := orderstore.Ledger{Store: f.store}.Sold(context.Background(), "a")
 		now := time.Now()
 		// What sale's warm-up does: initial from config, stock = initial - sold.
-		await(t, func() bool {
+		await.Until(t, 10*time.Second, "the condition", func() bool {
 			_, err := f.st.Warm(context.Background(), stock.Sale{ProductID: "a", Initial: 4, Stock: 4 - sold, Limit: 5, Price: 100, StartMs: now.UnixMilli(), EndMs: now.Add(time.Hour).UnixMilli()})
 			return err == nil
 		})
@@ -252,17 +253,6 @@ func TestOversold(t *testing.T) {
 			t.Fatal(err)
 		}
 	})
-}
-
-func await(t *testing.T, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatal("condition not reached")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
 }
 
 func TestNotWarmedIsReportedNotCounted(t *testing.T) {

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/redis/rueidis"
+
+	"flashgate/internal/await"
 )
 
 // TestGroupCommit makes the batching observable: with Redis paused, the
@@ -36,12 +38,12 @@ func TestGroupCommit(t *testing.T) {
 	p := s.product(product)
 	for i := range k {
 		start(i)
-		waitFor(t, func() bool { c, _ := s.Stats(); return c == calls0+uint64(i)+1 }) // in flight
+		await.Until(t, 10*time.Second, "the condition", func() bool { c, _ := s.Stats(); return c == calls0+uint64(i)+1 }) // in flight
 	}
 	for i := k; i < n; i++ {
 		start(i)
 	}
-	waitFor(t, func() bool {
+	await.Until(t, 10*time.Second, "the condition", func() bool {
 		p.mu.Lock()
 		defer p.mu.Unlock()
 		return len(p.pending) == n-k
@@ -105,7 +107,7 @@ func TestQueuedBatchGetsItsOwnBudget(t *testing.T) {
 	}
 	start(0)
 	p := s.product(product)
-	waitFor(t, func() bool { c, _ := s.Stats(); return c == calls0+1 }) // the first call is held
+	await.Until(t, 10*time.Second, "the condition", func() bool { c, _ := s.Stats(); return c == calls0+1 }) // the first call is held
 	// Not synchronisation: the queued attempts' budgets must start after
 	// the first call's by more than its timer may fire late (or they are
 	// dropped unsent with it), and early enough that their own deadlines,
@@ -113,12 +115,12 @@ func TestQueuedBatchGetsItsOwnBudget(t *testing.T) {
 	time.Sleep(budget / 4)
 	for i := 1; i < k; i++ { // the other calls in flight, held too
 		start(i)
-		waitFor(t, func() bool { c, _ := s.Stats(); return c == calls0+uint64(i)+1 })
+		await.Until(t, 10*time.Second, "the condition", func() bool { c, _ := s.Stats(); return c == calls0+uint64(i)+1 })
 	}
 	for i := k; i < n; i++ {
 		start(i)
 	}
-	waitFor(t, func() bool {
+	await.Until(t, 10*time.Second, "the condition", func() bool {
 		p.mu.Lock()
 		defer p.mu.Unlock()
 		return len(p.pending) == n-k
@@ -172,7 +174,7 @@ func TestFailedCallMarksOneAttempt(t *testing.T) {
 	p := s.product(product)
 	for i := range k {
 		start(i)
-		waitFor(t, func() bool { c, _ := s.Stats(); return c == calls0+uint64(i)+1 })
+		await.Until(t, 10*time.Second, "the condition", func() bool { c, _ := s.Stats(); return c == calls0+uint64(i)+1 })
 	}
 	// Not synchronisation: queued at once, the first calls' timers firing a
 	// moment late would leave the queued attempts no budget at all.
@@ -180,7 +182,7 @@ func TestFailedCallMarksOneAttempt(t *testing.T) {
 	for i := k; i < n; i++ {
 		start(i)
 	}
-	waitFor(t, func() bool {
+	await.Until(t, 10*time.Second, "the condition", func() bool {
 		p.mu.Lock()
 		defer p.mu.Unlock()
 		return len(p.pending) == n-k
@@ -209,18 +211,6 @@ func TestFailedCallMarksOneAttempt(t *testing.T) {
 	if calls-calls0 != 2*k || failed != 2*k || unknown != 5*k || notSent != n-5*k {
 		t.Errorf("%d calls, %d ErrCallFailed, %d unknown, %d not sent; want %d, %d, %d, %d",
 			calls-calls0, failed, unknown, notSent, 2*k, 2*k, 5*k, n-5*k)
-	}
-}
-
-// waitFor polls a condition (never a fixed sleep) for up to 10s.
-func waitFor(t *testing.T, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatal("condition not reached within 10s")
-		}
-		time.Sleep(time.Millisecond)
 	}
 }
 

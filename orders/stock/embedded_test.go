@@ -6,6 +6,9 @@ import (
 	"path/filepath"
 	"strconv"
 	"testing"
+	"time"
+
+	"flashgate/internal/await"
 )
 
 // The embedded miniredis runs the same scripts: a short version of the
@@ -169,7 +172,7 @@ func TestEmbeddedTTLsCountDown(t *testing.T) {
 	if out := mustDeduct(t, s, a); out.Code != OK {
 		t.Fatal(out)
 	}
-	waitFor(t, func() bool {
+	await.Until(t, 10*time.Second, "the condition", func() bool {
 		b := attempt("ttl", "u", 1, 100)
 		b.TokenNonceHex = a.TokenNonceHex
 		return mustDeduct(t, s, b).Code == OK

@@ -8,6 +8,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"flashgate/internal/await"
 )
 
 // TestQueueTimeout: an attempt may wait in its product's queue longer than
@@ -44,7 +46,7 @@ func TestQueueTimeout(t *testing.T) {
 			heldErrs := make([]error, k)
 			for i := range k {
 				held.Go(func() { _, heldErrs[i] = s.Deduct(context.Background(), attempt(product, "h"+strconv.Itoa(i), 1, 1)) })
-				waitFor(t, func() bool { c, _ := s.Stats(); return c == calls0+uint64(i)+1 })
+				await.Until(t, 10*time.Second, "the condition", func() bool { c, _ := s.Stats(); return c == calls0+uint64(i)+1 })
 			}
 			var wg sync.WaitGroup
 			var failed atomic.Int32
@@ -59,7 +61,7 @@ func TestQueueTimeout(t *testing.T) {
 				})
 			}
 			p := s.product(product)
-			waitFor(t, func() bool {
+			await.Until(t, 10*time.Second, "the condition", func() bool {
 				p.mu.Lock()
 				defer p.mu.Unlock()
 				return len(p.pending) == n
@@ -73,7 +75,7 @@ func TestQueueTimeout(t *testing.T) {
 			}
 			if long {
 				// The second wave, sent into the stall, times out too.
-				waitFor(t, func() bool { return failed.Load() == k })
+				await.Until(t, 10*time.Second, "the condition", func() bool { return failed.Load() == k })
 			}
 			srv.Resume()
 			wg.Wait()
