@@ -289,27 +289,26 @@ func (s *Stream) gone() bool {
 
 // drop closes the stream without a last word (the client is gone).
 func (s *Stream) drop(why error) {
-	s.mu.Lock()
-	if s.phase == phaseClosed {
-		s.mu.Unlock()
-		return
+	if s.end() {
+		s.h.countDrop(why)
 	}
-	s.closeLocked()
-	s.mu.Unlock()
-	s.h.countDrop(why)
-	s.h.unregister(s)
 }
 
-// shutdown closes the stream when the hub closes.
-func (s *Stream) shutdown() {
+// shutdown closes the stream when the hub closes: not a drop.
+func (s *Stream) shutdown() { s.end() }
+
+// end closes the stream and removes it from the hub; false when it was
+// closed already.
+func (s *Stream) end() bool {
 	s.mu.Lock()
 	if s.phase == phaseClosed {
 		s.mu.Unlock()
-		return
+		return false
 	}
 	s.closeLocked()
 	s.mu.Unlock()
 	s.h.unregister(s)
+	return true
 }
 
 // closeLocked ends the stream; the caller counts why, then unregisters it
