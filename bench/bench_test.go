@@ -401,3 +401,13 @@ func TestComparisonMedianLeavesDirtyRoundsOut(t *testing.T) {
 		t.Error("median")
 	}
 }
+
+// TestRepoFilesExist: the peers' configs and the deduction script compare
+// reads from the tree are where it looks for them.
+func TestRepoFilesExist(t *testing.T) {
+	for _, rel := range []string{nginxPeerConf, openrestyPeerConf, deductScript} {
+		if _, err := os.Stat(filepath.Join("..", rel)); err != nil {
+			t.Errorf("bench compare reads %s: %v", rel, err)
+		}
+	}
+}

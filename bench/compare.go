@@ -426,6 +426,16 @@ func (c *comparer) soldOutBody() string {
 	return `{"productId":"so","token":"` + string(tok) + `","quantity":1}`
 }
 
+// The files of the repository compare reads, relative to its root
+// (TestRepoFilesExist keeps them true when the tree moves).
+var (
+	nginxPeerConf     = filepath.Join("bench", "peers", "nginx-edge.conf")
+	openrestyPeerConf = filepath.Join("bench", "peers", "openresty-seckill.conf")
+	// deductScript is the edge's own deduction script, which the OpenResty
+	// peer runs too: the same work per attempt.
+	deductScript = filepath.Join("orders", "stock", "lua", "deduct.lua")
+)
+
 // startNginx runs bench/peers/nginx-edge.conf the way compare-nginx.sh
 // does: the page as flashgate serves it (same bytes and headers), the
 // proxied paths to the same origin, limit_req + limit_conn never rejecting.
@@ -453,7 +463,7 @@ func (c *comparer) startNginx(ctx context.Context, root string) error {
 	if c.ngAddr, err = freeAddr(); err != nil {
 		return err
 	}
-	tmpl, err := os.ReadFile(filepath.Join(root, "bench", "peers", "nginx-edge.conf"))
+	tmpl, err := os.ReadFile(filepath.Join(root, nginxPeerConf))
 	if err != nil {
 		return err
 	}
@@ -517,7 +527,7 @@ func (c *comparer) startNginxConf(ctx context.Context, name, path, addr string) 
 // first call sets the peer's sold-out flag, and the script writes nothing).
 func (c *comparer) startOpenResty(ctx context.Context, root string) error {
 	env := c.env
-	lua, err := os.ReadFile(filepath.Join(root, "stock", "lua", "deduct.lua"))
+	lua, err := os.ReadFile(filepath.Join(root, deductScript))
 	if err != nil {
 		return err
 	}
@@ -545,7 +555,7 @@ func (c *comparer) startOpenResty(ctx context.Context, root string) error {
 		return err
 	}
 	host, port, _ := strings.Cut(env.RedisAddr, ":")
-	tmpl, err := os.ReadFile(filepath.Join(root, "bench", "peers", "openresty-seckill.conf"))
+	tmpl, err := os.ReadFile(filepath.Join(root, openrestyPeerConf))
 	if err != nil {
 		return err
 	}
@@ -583,7 +593,7 @@ func (c *comparer) startOpenResty(ctx context.Context, root string) error {
 			return fmt.Errorf("openresty peer: sold-out product answered %d %s", st, body)
 		}
 	}
-	c.setup = append(c.setup, "openresty: bench/peers/openresty-seckill.conf (Debian nginx + libnginx-mod-http-lua + lua-nginx-redis), 1 worker, lua_shared_dict sold-out flag, EVALSHA of stock/lua/deduct.lua on the same Redis, cosocket keepalive")
+	c.setup = append(c.setup, "openresty: bench/peers/openresty-seckill.conf (Debian nginx + libnginx-mod-http-lua + lua-nginx-redis), 1 worker, lua_shared_dict sold-out flag, EVALSHA of orders/stock/lua/deduct.lua on the same Redis, cosocket keepalive")
 	return nil
 }
 
@@ -1058,7 +1068,7 @@ func (c *comparer) attemptLoad(ctx context.Context, addr, product string, reqs [
 	return s
 }
 
-// redisBenchmark is stock/testdata/redis-benchmark.sh's call, on the run's
+// redisBenchmark is orders/stock/testdata/redis-benchmark.sh's call, on the run's
 // Redis: EVALSHA deduct.lua with one attempt of a random shopper, order
 // and token per call, stock to spare.
 func (c *comparer) redisBenchmark() (Sample, float64, error) {

@@ -2,8 +2,8 @@
 # The server's ceiling for lua/deduct.lua with ONE attempt per call, to set
 # beside BenchmarkDeductDirect/Coalesced (which include the client):
 #
-#   sh stock/testdata/redis-benchmark.sh            # 200000 calls, 50 clients
-#   N=500000 C=64 BATCH=32 sh stock/testdata/redis-benchmark.sh
+#   sh orders/stock/testdata/redis-benchmark.sh            # 200000 calls, 50 clients
+#   N=500000 C=64 BATCH=32 sh orders/stock/testdata/redis-benchmark.sh
 #
 # BATCH > 1 sends that many attempts per call (all to random users), i.e.
 # the group commit's shape. Prints redis-benchmark's summary and the server's
