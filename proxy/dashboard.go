@@ -18,7 +18,7 @@ func (s *Server) dashboardSnapshot() dashboard.Snapshot {
 		Node:         itoa(uint64(snap.Doc.Config.NodeID)),
 		Version:      s.opts.Version,
 		Reload:       dashboard.Reload{At: lr.At.Format(time.RFC3339), Trigger: lr.Trigger, Version: lr.Version, Error: lr.Error},
-		Breaker:      s.sale.Breaker.State().String(),
+		Breaker:      s.sale.BreakerState().String(),
 		Pipeline:     dashboard.Pipeline{OutboxPending: dashboard.Unknown, KafkaLag: dashboard.Unknown, Stored: dashboard.Unknown, DeadLettered: dashboard.Unknown},
 	}
 	out.DegradedAll, _ = s.sale.DegradeState()

@@ -22,7 +22,7 @@ import (
 // streams for unknown orders must not become a flood of store queries.
 func (s *Service) events(r *api.Call) {
 	ctx := r.Ctx
-	if s.Events == nil {
+	if s.d.Events == nil {
 		api.NoEvents.Write(ctx)
 		return
 	}
@@ -34,7 +34,7 @@ func (s *Service) events(r *api.Call) {
 		rej.Write(ctx)
 		return
 	}
-	st, rej := s.Events.Open(r.ProductID, r.OrderID, r.UserID)
+	st, rej := s.d.Events.Open(r.ProductID, r.OrderID, r.UserID)
 	if rej != nil {
 		rej.Write(ctx)
 		if rej.Status == fasthttp.StatusTooManyRequests {
@@ -42,7 +42,7 @@ func (s *Service) events(r *api.Call) {
 		}
 		return
 	}
-	o, ok, err := s.Store.OrderState(context.Background(), view(r.ProductID), r.OrderID)
+	o, ok, err := s.d.Store.OrderState(context.Background(), view(r.ProductID), r.OrderID)
 	if err != nil {
 		st.Abort()
 		api.Busy.Write(ctx)

@@ -64,7 +64,7 @@ func (s *Service) Handle(r *api.Call) {
 }
 
 func (s *Service) status(r *api.Call, st *Settings) {
-	if rej := r.CheckProduct(s.Activities); rej != nil {
+	if rej := r.CheckProduct(s.d.Activities); rej != nil {
 		rej.Write(r.Ctx)
 		return
 	}
@@ -78,7 +78,7 @@ func (s *Service) status(r *api.Call, st *Settings) {
 func (s *Service) hit(e activity.Entry, nowMs int64, st *Settings) {
 	if e.Hit(nowMs, st.Hotspot) {
 		s.hotspots.Inc()
-		s.Log.Warn("hotspot: product above the request threshold", "product", e.ProductID, "threshold_rps", st.Hotspot)
+		s.d.Log.Warn("hotspot: product above the request threshold", "product", e.ProductID, "threshold_rps", st.Hotspot)
 	}
 }
 
@@ -117,7 +117,7 @@ func (s *Service) open(r *api.Call) *api.Rejection {
 	if rej := r.CheckSignedIn(); rej != nil {
 		return rej
 	}
-	if rej := r.CheckProduct(s.Activities); rej != nil {
+	if rej := r.CheckProduct(s.d.Activities); rej != nil {
 		return rej
 	}
 	if rej := r.CheckSaleOpen(); rej != nil {
@@ -162,13 +162,13 @@ func (s *Service) do(r *api.Call, st *Settings) {
 		return
 	}
 	a := s.attemptFor(r, e)
-	out, err := s.Store.Deduct(context.Background(), a)
+	out, err := s.d.Store.Deduct(context.Background(), a)
 	if err != nil {
 		s.deductFailed(&a, err, probe)
 		api.Busy.Write(r.Ctx)
 		return
 	}
-	s.Breaker.Success()
+	s.d.Breaker.Success()
 	s.settle(r, e, &a, out)
 }
 
@@ -188,7 +188,7 @@ func (s *Service) buyable(r *api.Call, st *Settings) *api.Rejection {
 
 // admit is the breaker's Admit; a refused call is answered busy.
 func (s *Service) admit(r *api.Call) (ok, probe bool) {
-	ok, probe = s.Breaker.Admit()
+	ok, probe = s.d.Breaker.Admit()
 	if !ok {
 		s.outcomes[outDegraded].Inc()
 		api.Busy.Write(r.Ctx)
@@ -202,8 +202,8 @@ func (s *Service) attemptFor(r *api.Call, e activity.Entry) stock.Attempt {
 	var nonceHex [2 * ptoken.NonceLen]byte
 	ptoken.NonceHex(nonceHex[:0], r.TokenNonce)
 	return stock.Attempt{
-		Order: order.Order{ID: s.IDs.Next(), ProductID: e.ProductID, UserID: view(r.UserID), Qty: r.Qty,
-			PriceCents: e.PriceCents, CreatedMs: r.NowNano / 1e6, Edge: s.Node},
+		Order: order.Order{ID: s.d.IDs.Next(), ProductID: e.ProductID, UserID: view(r.UserID), Qty: r.Qty,
+			PriceCents: e.PriceCents, CreatedMs: r.NowNano / 1e6, Edge: s.d.Node},
 		Limit: e.Limit, TokenNonceHex: view(nonceHex[:]), TokenExpiresMs: r.TokenExpiresMs,
 	}
 }
@@ -214,20 +214,20 @@ func (s *Service) attemptFor(r *api.Call, e activity.Entry) stock.Attempt {
 // for an attempt that was never sent (ErrNotSent, ErrInvalid, ErrClosed).
 func (s *Service) deductFailed(a *stock.Attempt, err error, probe bool) {
 	if errors.Is(err, stock.ErrCallFailed) {
-		s.Breaker.Failure()
+		s.d.Breaker.Failure()
 	} else if probe {
-		s.Breaker.Abstain()
+		s.d.Breaker.Abstain()
 	}
 	s.outcomes[outError].Inc()
 	if !errors.Is(err, stock.ErrNotSent) {
-		s.Log.Warn("deduction failed", "product", a.ProductID, "order", a.ID, "unknown_outcome", errors.Is(err, stock.ErrUnknown), "err", err)
+		s.d.Log.Warn("deduction failed", "product", a.ProductID, "order", a.ID, "unknown_outcome", errors.Is(err, stock.ErrUnknown), "err", err)
 		return
 	}
 	// Nothing happened; counted above. One line per attempt would be
 	// thousands of lines in a burst, on the hot path; checked first so that
 	// a disabled level does not box the arguments.
-	if s.Log.Enabled(context.Background(), slog.LevelDebug) {
-		s.Log.Debug("deduction not sent", "product", a.ProductID, "order", a.ID, "err", err)
+	if s.d.Log.Enabled(context.Background(), slog.LevelDebug) {
+		s.d.Log.Debug("deduction not sent", "product", a.ProductID, "order", a.ID, "err", err)
 	}
 }
 
@@ -258,9 +258,9 @@ func (s *Service) settle(r *api.Call, e activity.Entry, a *stock.Attempt, out st
 // shopper hears "pending".
 func (s *Service) bought(r *api.Call, e activity.Entry, a *stock.Attempt, out stock.Outcome) {
 	s.outcomes[outOK].Inc()
-	if s.Bought != nil {
+	if s.d.Bought != nil {
 		gen := e.Generation()
-		s.Bought.Set(r.ProductID, r.UserID, gen, s.Bought.Get(r.ProductID, r.UserID, gen)+r.Qty)
+		s.d.Bought.Set(r.ProductID, r.UserID, gen, s.d.Bought.Get(r.ProductID, r.UserID, gen)+r.Qty)
 	}
 	if out.Remaining == 0 {
 		s.markSoldOut(e)
@@ -271,14 +271,14 @@ func (s *Service) bought(r *api.Call, e activity.Entry, a *stock.Attempt, out st
 // publish sends the order event; nil when it was acknowledged or there is
 // no pipeline, else the answer that says the order is being confirmed.
 func (s *Service) publish(a *stock.Attempt, outboxID string) *api.Rejection {
-	if s.Orders == nil {
+	if s.d.Orders == nil {
 		return nil
 	}
 	a.UserID = strings.Clone(a.UserID) // the pipeline may keep it past this request
-	if err := s.Orders.Publish(context.Background(), &a.Order, outboxID); err != nil {
+	if err := s.d.Orders.Publish(context.Background(), &a.Order, outboxID); err != nil {
 		// The outbox entry the script wrote is still there: the relay will
 		// deliver it. The shopper may poll the result.
-		s.Log.Warn("order event not acknowledged; left to the outbox relay", "order", a.ID, "err", err)
+		s.d.Log.Warn("order event not acknowledged; left to the outbox relay", "order", a.ID, "err", err)
 		return api.OrderUnconfirmed
 	}
 	return nil
@@ -299,8 +299,8 @@ func (s *Service) soldOut(r *api.Call, e activity.Entry, out stock.Outcome) {
 // limitReached: the shopper is at the limit, which the edge remembers.
 func (s *Service) limitReached(r *api.Call, e activity.Entry) {
 	s.outcomes[outLimit].Inc()
-	if s.Bought != nil {
-		s.Bought.Set(r.ProductID, r.UserID, e.Generation(), e.Limit)
+	if s.d.Bought != nil {
+		s.d.Bought.Set(r.ProductID, r.UserID, e.Generation(), e.Limit)
 	}
 	api.LimitReached.Write(r.Ctx)
 }
@@ -333,13 +333,13 @@ func (s *Service) markSoldOut(e activity.Entry) {
 	if !e.SetSoldOut(true) {
 		return
 	}
-	s.Log.Info("sold out", "product", e.ProductID)
+	s.d.Log.Info("sold out", "product", e.ProductID)
 	id := e.ProductID
 	go func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		defer cancel()
-		if err := s.Store.PublishSoldOut(ctx, id, true); err != nil {
-			s.Log.Warn("sold-out broadcast failed; other edges will catch up on refresh", "product", id, "err", err)
+		if err := s.d.Store.PublishSoldOut(ctx, id, true); err != nil {
+			s.d.Log.Warn("sold-out broadcast failed; other edges will catch up on refresh", "product", id, "err", err)
 		}
 	}()
 }
@@ -349,14 +349,14 @@ func (s *Service) result(r *api.Call) {
 		rej.Write(r.Ctx)
 		return
 	}
-	o, ok, err := s.Store.OrderState(context.Background(), view(r.ProductID), r.OrderID)
+	o, ok, err := s.d.Store.OrderState(context.Background(), view(r.ProductID), r.OrderID)
 	if err != nil {
 		api.Busy.Write(r.Ctx)
 		return
 	}
-	if !ok && s.Results != nil {
+	if !ok && s.d.Results != nil {
 		// The Redis state expired (or Redis lost it): the order store knows.
-		row, found, err := s.Results.Get(context.Background(), string(r.ProductID), r.OrderID)
+		row, found, err := s.d.Results.Get(context.Background(), string(r.ProductID), r.OrderID)
 		if err != nil {
 			api.Busy.Write(r.Ctx)
 			return

@@ -193,7 +193,7 @@ func TestDoDecidesWhatTheChainDidNot(t *testing.T) {
 	if err := r.svc.Apply(context.Background(), &Settings{Catalog: catalog, Tokens: minter}); err != nil {
 		t.Fatal(err)
 	}
-	r.svc.Activities.StateOf("flagged").SetSoldOut(true) // Redis still has stock
+	r.svc.d.Activities.StateOf("flagged").SetSoldOut(true) // Redis still has stock
 	r.svc.SetDegraded("busy", true)
 
 	tok := func(user, product string, ttl time.Duration) []byte {

@@ -68,30 +68,30 @@ func (r *rebuilder) reopened(p string) {
 // finds what was sold.
 func (s *Service) openSale(ctx context.Context, a *activity.Activity) error {
 	p := a.ProductID
-	meta, known, err := s.Store.Meta(ctx, p)
+	meta, known, err := s.d.Store.Meta(ctx, p)
 	if err != nil {
 		return err
 	}
-	lost := known || s.Activities.StateOf(p).Remaining() >= 0
-	if s.Ledger == nil {
+	lost := known || s.d.Activities.StateOf(p).Remaining() >= 0
+	if s.d.Ledger == nil {
 		if lost {
 			// Nobody knows what was sold: reopening with the configured
 			// stock would sell it twice. NOT_READY -> 503 until an
 			// operator acts.
 			return fmt.Errorf("sale %s: stock key lost and no ledger to rebuild it from; the sale stays closed", p)
 		}
-		created, err := s.Store.Warm(ctx, saleOf(a))
+		created, err := s.d.Store.Warm(ctx, saleOf(a))
 		if err != nil {
 			return err
 		}
 		if created {
-			s.Log.Info("sale warmed", "product", p, "stock", a.Stock, "limit", a.Limit)
+			s.d.Log.Info("sale warmed", "product", p, "stock", a.Stock, "limit", a.Limit)
 		}
 		return nil
 	}
 	var lostAt time.Time
 	if lost {
-		lostAt = s.rb.lostSince(p, time.Unix(0, s.Now()))
+		lostAt = s.rb.lostSince(p, time.Unix(0, s.d.Now()))
 	}
 	s.rb.mu.Lock()
 	defer s.rb.mu.Unlock()
@@ -101,13 +101,13 @@ func (s *Service) openSale(ctx context.Context, a *activity.Activity) error {
 	if err != nil {
 		return fmt.Errorf("sale %s: ledger: %w (the sale stays closed until the ledger answers)", p, err)
 	}
-	created, err := s.Store.Rebuild(ctx, plan)
+	created, err := s.d.Store.Rebuild(ctx, plan)
 	if err != nil {
 		return err
 	}
 	s.rb.reopened(p)
 	if created {
-		s.Log.Info("sale warmed from the ledger", "product", p, "lost", lost, "stock", plan.Stock,
+		s.d.Log.Info("sale warmed from the ledger", "product", p, "lost", lost, "stock", plan.Stock,
 			"initial", plan.Initial, "restocked", plan.Restocked, "released", plan.Released,
 			"buyers", len(plan.Buyers), "pendingUnits", pending, "ordersCorrected", len(plan.Orders))
 	}
@@ -120,11 +120,11 @@ func (s *Service) openSale(ctx context.Context, a *activity.Activity) error {
 // that the ledger has not stored; each buyer's count from the same.
 func (s *Service) plan(ctx context.Context, a *activity.Activity, meta stock.Sale, known bool, lostAt time.Time) (stock.Rebuild, int64, error) {
 	p := a.ProductID
-	outbox, err := s.Store.OutboxOrders(ctx, p)
+	outbox, err := s.d.Store.OutboxOrders(ctx, p)
 	if err != nil {
 		return stock.Rebuild{}, 0, err
 	}
-	hashes, err := s.Store.SurvivingOrders(ctx, p)
+	hashes, err := s.d.Store.SurvivingOrders(ctx, p)
 	if err != nil {
 		return stock.Rebuild{}, 0, err
 	}
@@ -137,7 +137,7 @@ func (s *Service) plan(ctx context.Context, a *activity.Activity, meta stock.Sal
 	}
 	// The outbox is read before the ledger drains: an entry gone from it
 	// by then was acknowledged by Kafka, so the drain stores it.
-	st, err := s.Ledger.Rebuild(ctx, p, lostAt, ids)
+	st, err := s.d.Ledger.Rebuild(ctx, p, lostAt, ids)
 	if err != nil {
 		return stock.Rebuild{}, 0, err
 	}
@@ -174,7 +174,7 @@ func (s *Service) plan(ctx context.Context, a *activity.Activity, meta stock.Sal
 		// More is held than the sale's figures allow: restocks were lost
 		// with Redis. The ledger proves at least this much was restocked;
 		// recording it keeps reconcile balanced and sells nothing more.
-		s.Log.Warn("ledger holds more than the sale's initial stock and known restocks; restocks were lost with Redis",
+		s.d.Log.Warn("ledger holds more than the sale's initial stock and known restocks; restocks were lost with Redis",
 			"product", p, "held", held, "initial", sale.Initial, "restocked", sale.Restocked)
 		sale.Restocked += over
 	}

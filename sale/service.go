@@ -71,7 +71,9 @@ type OrderLookup interface {
 
 // Service is the sale API of one edge.
 type Service struct {
-	Deps
+	// d is fixed at New: the collaborators are wired once, by the
+	// composition root, never patched in later.
+	d        Deps
 	settings atomic.Pointer[Settings]
 
 	degradeAll atomic.Bool
@@ -112,7 +114,7 @@ func New(d Deps) *Service {
 	if d.Now == nil {
 		d.Now = func() int64 { return time.Now().UnixNano() }
 	}
-	s := &Service{Deps: d}
+	s := &Service{d: d}
 	empty := map[string]bool{}
 	s.degraded.Store(&empty)
 	return s
@@ -128,20 +130,20 @@ func (s *Service) Apply(ctx context.Context, st *Settings) error {
 // Start subscribes to sold-out broadcasts and refreshes the edge's view of
 // the sales every interval until Stop.
 func (s *Service) Start(interval time.Duration) {
-	s.stopSub = s.Store.SubscribeSoldOut(context.Background(), func(product string, soldOut bool) {
+	s.stopSub = s.d.Store.SubscribeSoldOut(context.Background(), func(product string, soldOut bool) {
 		if product == "" {
 			// (Re)subscribed: messages may have been missed; refresh now.
 			go s.Refresh(context.Background(), false)
 			return
 		}
-		st := s.Activities.StateOf(product)
+		st := s.d.Activities.StateOf(product)
 		if !soldOut {
 			// Sent on release and restock: buyers may have their allowance
 			// back, so the local "at the limit" answers are forgotten.
 			st.BumpGeneration()
 		}
 		if st.SetSoldOut(soldOut) {
-			s.Log.Info("sold-out flag changed by broadcast", "product", product, "soldOut", soldOut)
+			s.d.Log.Info("sold-out flag changed by broadcast", "product", product, "soldOut", soldOut)
 		}
 	})
 	ctx, cancel := context.WithCancel(context.Background())
@@ -157,7 +159,7 @@ func (s *Service) Start(interval time.Duration) {
 				return
 			case <-t.C:
 				if err := s.Refresh(ctx, false); err != nil && ctx.Err() == nil {
-					s.Log.Warn("sale refresh failed", "err", err)
+					s.d.Log.Warn("sale refresh failed", "err", err)
 				}
 			}
 		}
@@ -192,7 +194,7 @@ func (s *Service) Refresh(ctx context.Context, warm bool) error {
 	var errs []error
 	ledgerDown := false
 	for _, a := range all {
-		info, ok, err := s.Store.SaleInfo(ctx, a.ProductID)
+		info, ok, err := s.d.Store.SaleInfo(ctx, a.ProductID)
 		if err != nil {
 			errs = append(errs, err)
 			continue
@@ -209,19 +211,19 @@ func (s *Service) Refresh(ctx context.Context, warm bool) error {
 				ledgerDown = ledgerDown || (!ok && errors.Is(err, context.DeadlineExceeded))
 				continue
 			}
-			if info, ok, err = s.Store.SaleInfo(ctx, a.ProductID); err != nil || !ok {
+			if info, ok, err = s.d.Store.SaleInfo(ctx, a.ProductID); err != nil || !ok {
 				errs = append(errs, fmt.Errorf("sale %s: not warmed after warm-up: %v", a.ProductID, err))
 				continue
 			}
 		}
-		state := s.Activities.StateOf(a.ProductID)
+		state := s.d.Activities.StateOf(a.ProductID)
 		state.SetRemaining(info.Remaining)
 		if state.SetSoldOut(info.Remaining <= 0) {
-			s.Log.Info("sold-out flag changed by refresh", "product", a.ProductID, "soldOut", info.Remaining <= 0, "remaining", info.Remaining)
+			s.d.Log.Info("sold-out flag changed by refresh", "product", a.ProductID, "soldOut", info.Remaining <= 0, "remaining", info.Remaining)
 		}
 		a.Stock = info.Initial + info.Restocked
 	}
-	s.Activities.Replace(all)
+	s.d.Activities.Replace(all)
 	return errors.Join(errs...)
 }
 
@@ -231,7 +233,7 @@ func (s *Service) Refresh(ctx context.Context, warm bool) error {
 // stock, or a lost sale rebuilt from the ledger).
 func (s *Service) warm(ctx context.Context, a *activity.Activity, exists bool) error {
 	if exists {
-		live, err := s.Store.Reschedule(ctx, saleOf(a))
+		live, err := s.d.Store.Reschedule(ctx, saleOf(a))
 		if err != nil || live {
 			return err
 		}
@@ -252,14 +254,14 @@ func (s *Service) catalog(ctx context.Context, st *Settings) ([]*activity.Activi
 	}
 	// The admin catalog holds activities created or updated through the
 	// admin API, so every edge learns them.
-	m, err := s.Store.Catalog(ctx)
+	m, err := s.d.Store.Catalog(ctx)
 	if err != nil {
 		return nil, err
 	}
 	for id, js := range m {
 		var a activity.Activity
 		if err := json.Unmarshal([]byte(js), &a); err != nil || a.ProductID != id || len(a.Validate()) > 0 {
-			s.Log.Warn("ignoring a malformed catalog entry", "product", id, "err", err)
+			s.d.Log.Warn("ignoring a malformed catalog entry", "product", id, "err", err)
 			continue
 		}
 		if _, ok := byID[id]; !ok {
@@ -281,7 +283,7 @@ func (s *Service) PutActivity(ctx context.Context, a *activity.Activity) error {
 		return errs
 	}
 	js, _ := json.Marshal(a)
-	if err := s.Store.PutCatalog(ctx, a.ProductID, string(js)); err != nil {
+	if err := s.d.Store.PutCatalog(ctx, a.ProductID, string(js)); err != nil {
 		return err
 	}
 	if err := s.warm(ctx, a, true); err != nil {
@@ -292,16 +294,16 @@ func (s *Service) PutActivity(ctx context.Context, a *activity.Activity) error {
 
 // Restock adds stock to a live sale, clears the sold-out flag everywhere.
 func (s *Service) Restock(ctx context.Context, productID string, add int64) (int64, error) {
-	n, err := s.Store.Restock(ctx, productID, add)
+	n, err := s.d.Store.Restock(ctx, productID, add)
 	if err != nil {
 		return 0, err
 	}
-	st := s.Activities.StateOf(productID)
+	st := s.d.Activities.StateOf(productID)
 	st.SetRemaining(n)
 	st.SetSoldOut(false)
 	st.BumpGeneration()
-	if err := s.Store.PublishSoldOut(ctx, productID, false); err != nil {
-		s.Log.Warn("sold-out broadcast failed; other edges will catch up on refresh", "product", productID, "err", err)
+	if err := s.d.Store.PublishSoldOut(ctx, productID, false); err != nil {
+		s.d.Log.Warn("sold-out broadcast failed; other edges will catch up on refresh", "product", productID, "err", err)
 	}
 	return n, nil
 }
@@ -352,7 +354,7 @@ func (s *Service) RegisterMetrics(reg *metrics.Registry) {
 		w.Value(float64(s.hotspots.Value()))
 	})
 	reg.Register("flashgate_sale_hotspot", "1 while a product is a hotspot on this edge.", "gauge", func(w *metrics.Writer) {
-		for _, e := range s.Activities.List() {
+		for _, e := range s.d.Activities.List() {
 			v := 0.0
 			if e.Hot() {
 				v = 1
@@ -361,7 +363,7 @@ func (s *Service) RegisterMetrics(reg *metrics.Registry) {
 		}
 	})
 	reg.Register("flashgate_sale_sold_out", "1 while the product's local sold-out flag is set.", "gauge", func(w *metrics.Writer) {
-		for _, e := range s.Activities.List() {
+		for _, e := range s.d.Activities.List() {
 			v := 0.0
 			if e.SoldOut() {
 				v = 1
@@ -370,15 +372,15 @@ func (s *Service) RegisterMetrics(reg *metrics.Registry) {
 		}
 	})
 	reg.Register("flashgate_sale_stock_remaining", "Stock left as last seen by this edge.", "gauge", func(w *metrics.Writer) {
-		for _, e := range s.Activities.List() {
+		for _, e := range s.d.Activities.List() {
 			w.Value(float64(e.Remaining()), metrics.Label{Name: "product", Value: e.ProductID})
 		}
 	})
 	reg.Register("flashgate_redis_breaker_state", "Circuit breaker on Redis: 0 closed, 1 open, 2 half-open.", "gauge", func(w *metrics.Writer) {
-		w.Value(float64(s.Breaker.State()))
+		w.Value(float64(s.d.Breaker.State()))
 	})
 	reg.Register("flashgate_redis_breaker_transitions_total", "Circuit breaker state changes.", "counter", func(w *metrics.Writer) {
-		w.Value(float64(s.Breaker.Transition.Load()))
+		w.Value(float64(s.d.Breaker.Transition.Load()))
 	})
 	reg.Register("flashgate_sale_degraded", "1 when the degrade switch is on (product \"*\" = all).", "gauge", func(w *metrics.Writer) {
 		all, ps := s.DegradeState()
@@ -392,8 +394,11 @@ func (s *Service) RegisterMetrics(reg *metrics.Registry) {
 		}
 	})
 	reg.Register("flashgate_redis_script_calls_total", "Deduction script calls and the attempts they carried (group commit).", "counter", func(w *metrics.Writer) {
-		calls, attempts := s.Store.Stats()
+		calls, attempts := s.d.Store.Stats()
 		w.Value(float64(calls), metrics.Label{Name: "what", Value: "calls"})
 		w.Value(float64(attempts), metrics.Label{Name: "what", Value: "attempts"})
 	})
 }
+
+// BreakerState is the Redis circuit breaker's state (dashboard, metrics).
+func (s *Service) BreakerState() BreakerState { return s.d.Breaker.State() }
