@@ -188,8 +188,10 @@ func TestHeartbeatAndDeadline(t *testing.T) {
 	lost, stuck := nextID(), nextID()
 	e.order("p1", lost, "alice", stock.StatePending)
 	e.order("p1", stuck, "bob", stock.StatePending)
-	a := open(t, e.addr, "p1", lost, "alice")
+	// Taken before the request is sent: the hub starts the deadline when
+	// it registers the stream, which is after this and before open returns.
 	opened := time.Now()
+	a := open(t, e.addr, "p1", lost, "alice")
 	a.mustNext()
 	b := open(t, e.addr, "p1", stuck, "bob")
 	b.mustNext()
