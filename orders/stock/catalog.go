@@ -3,8 +3,6 @@ package stock
 import (
 	"context"
 	"fmt"
-
-	"flashgate/orders/order"
 )
 
 // The admin catalog (sk:catalog): activities created or updated through the
@@ -22,8 +20,8 @@ func (s *Store) Catalog(ctx context.Context) (map[string]string, error) {
 
 // PutCatalog writes one product's catalog entry.
 func (s *Store) PutCatalog(ctx context.Context, productID, activityJSON string) error {
-	if !order.ValidProductID(productID) {
-		return fmt.Errorf("%w: product %q", ErrInvalid, productID)
+	if err := checkProduct(productID); err != nil {
+		return err
 	}
 	if err := s.c.Do(ctx, s.c.B().Hset().Key(catalogKey).FieldValue().FieldValue(productID, activityJSON).Build()).Error(); err != nil {
 		return fmt.Errorf("stock: write catalog: %w", err)

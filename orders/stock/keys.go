@@ -2,6 +2,8 @@ package stock
 
 import (
 	"errors"
+	"flashgate/orders/order"
+	"fmt"
 	"strconv"
 )
 
@@ -83,4 +85,13 @@ func validNonce(n string) bool {
 		}
 	}
 	return true
+}
+
+// checkProduct refuses a product id no key may be built from (ErrInvalid):
+// every method that takes one checks it first.
+func checkProduct(id string) error {
+	if !order.ValidProductID(id) {
+		return fmt.Errorf("%w: product %q", ErrInvalid, id)
+	}
+	return nil
 }

@@ -31,8 +31,8 @@ const RelayGroup = "relay"
 // may or may not be gone: the relay re-sends what is left, and the
 // consumer is idempotent, so the caller only logs it.
 func (s *Store) AckOutbox(ctx context.Context, productID string, ids ...string) error {
-	if !order.ValidProductID(productID) {
-		return fmt.Errorf("%w: product %q", ErrInvalid, productID)
+	if err := checkProduct(productID); err != nil {
+		return err
 	}
 	if len(ids) == 0 {
 		return nil
@@ -63,8 +63,8 @@ var ErrNoGroup = errors.New("stock: outbox has no relay group")
 // stream itself if need be, reading from its first entry (XGROUP CREATE
 // ... 0 MKSTREAM). A group that exists already is not an error.
 func (s *Store) CreateRelayGroup(ctx context.Context, productID string) error {
-	if !order.ValidProductID(productID) {
-		return fmt.Errorf("%w: product %q", ErrInvalid, productID)
+	if err := checkProduct(productID); err != nil {
+		return err
 	}
 	key := OutboxKey(productID)
 	err := s.c.Do(ctx, s.c.B().XgroupCreate().Key(key).Group(RelayGroup).Id("0").Mkstream().Build()).Error()
@@ -78,8 +78,8 @@ func (s *Store) CreateRelayGroup(ctx context.Context, productID string) error {
 // seen into consumer's pending list (XREADGROUP ... >), without returning
 // them, and reports how many it moved.
 func (s *Store) TakeOutbox(ctx context.Context, productID, consumer string, count int) (int, error) {
-	if !order.ValidProductID(productID) {
-		return 0, fmt.Errorf("%w: product %q", ErrInvalid, productID)
+	if err := checkProduct(productID); err != nil {
+		return 0, err
 	}
 	key := OutboxKey(productID)
 	res, err := s.c.Do(ctx, s.c.B().Xreadgroup().Group(RelayGroup, consumer).
@@ -148,8 +148,8 @@ func (e *OutboxEntry) Order() (order.Order, error) {
 // deleted while pending come back as Deleted where the server reports
 // them so (Redis 6.2 sends a nil in place: skipped).
 func (s *Store) ClaimOutbox(ctx context.Context, productID, consumer string, minIdle time.Duration, cursor string, count int) (next string, entries []OutboxEntry, err error) {
-	if !order.ValidProductID(productID) {
-		return "", nil, fmt.Errorf("%w: product %q", ErrInvalid, productID)
+	if err := checkProduct(productID); err != nil {
+		return "", nil, err
 	}
 	key := OutboxKey(productID)
 	arr, err := s.c.Do(ctx, s.c.B().Xautoclaim().Key(key).Group(RelayGroup).Consumer(consumer).

@@ -50,8 +50,8 @@ func (s *Store) Reschedule(ctx context.Context, sale Sale) (live bool, err error
 // crash, see Open): its Initial and Restocked are what the rebuild starts
 // from. Stock is 0.
 func (s *Store) Meta(ctx context.Context, productID string) (Sale, bool, error) {
-	if !order.ValidProductID(productID) {
-		return Sale{}, false, fmt.Errorf("%w: product %q", ErrInvalid, productID)
+	if err := checkProduct(productID); err != nil {
+		return Sale{}, false, err
 	}
 	ctx, cancel := s.call(ctx)
 	defer cancel()
@@ -76,8 +76,8 @@ func (s *Store) Meta(ctx context.Context, productID string) (Sale, bool, error) 
 // its streams from the snapshot. Entries that do not make a valid order
 // (OutboxEntry.Order) are skipped: the relay dead-letters them.
 func (s *Store) OutboxOrders(ctx context.Context, productID string) ([]order.Order, error) {
-	if !order.ValidProductID(productID) {
-		return nil, fmt.Errorf("%w: product %q", ErrInvalid, productID)
+	if err := checkProduct(productID); err != nil {
+		return nil, err
 	}
 	key := OutboxKey(productID)
 	var out []order.Order
@@ -106,8 +106,8 @@ func (s *Store) OutboxOrders(ctx context.Context, productID string) ([]order.Ord
 // Redis that lost its memory has none, and listing keys there would mean a
 // SCAN of every node: it returns nil.
 func (s *Store) SurvivingOrders(ctx context.Context, productID string) (map[int64]string, error) {
-	if !order.ValidProductID(productID) {
-		return nil, fmt.Errorf("%w: product %q", ErrInvalid, productID)
+	if err := checkProduct(productID); err != nil {
+		return nil, err
 	}
 	if s.mini == nil {
 		return nil, nil

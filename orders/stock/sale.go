@@ -159,8 +159,8 @@ type OrderInfo struct {
 // OrderState reads an order; ok is false when it does not exist (never
 // deducted, expired, or lost with Redis' memory).
 func (s *Store) OrderState(ctx context.Context, productID string, orderID int64) (OrderInfo, bool, error) {
-	if !order.ValidProductID(productID) {
-		return OrderInfo{}, false, fmt.Errorf("%w: product %q", ErrInvalid, productID)
+	if err := checkProduct(productID); err != nil {
+		return OrderInfo{}, false, err
 	}
 	ctx, cancel := s.call(ctx)
 	defer cancel()
@@ -204,8 +204,8 @@ func (s *Store) OrderStates(ctx context.Context, refs []OrderRef, dst []string) 
 // consumer stored them). Other states are left alone, so it is idempotent
 // and never resurrects a released order. It returns how many changed.
 func (s *Store) MarkSuccess(ctx context.Context, productID string, orderIDs ...int64) (int, error) {
-	if !order.ValidProductID(productID) {
-		return 0, fmt.Errorf("%w: product %q", ErrInvalid, productID)
+	if err := checkProduct(productID); err != nil {
+		return 0, err
 	}
 	if len(orderIDs) == 0 {
 		return 0, nil
@@ -225,8 +225,8 @@ func (s *Store) MarkSuccess(ctx context.Context, productID string, orderIDs ...i
 
 // Remaining is the product's stock; ok is false when the sale is not warmed.
 func (s *Store) Remaining(ctx context.Context, productID string) (n int64, ok bool, err error) {
-	if !order.ValidProductID(productID) {
-		return 0, false, fmt.Errorf("%w: product %q", ErrInvalid, productID)
+	if err := checkProduct(productID); err != nil {
+		return 0, false, err
 	}
 	ctx, cancel := s.call(ctx)
 	defer cancel()
@@ -259,8 +259,8 @@ func (s *Store) Bought(ctx context.Context, productID, userID string) (int64, er
 
 // OutboxLen is the number of entries in the product's outbox stream.
 func (s *Store) OutboxLen(ctx context.Context, productID string) (int64, error) {
-	if !order.ValidProductID(productID) {
-		return 0, fmt.Errorf("%w: product %q", ErrInvalid, productID)
+	if err := checkProduct(productID); err != nil {
+		return 0, err
 	}
 	ctx, cancel := s.call(ctx)
 	defer cancel()
@@ -274,8 +274,8 @@ func (s *Store) OutboxLen(ctx context.Context, productID string) (int64, error) 
 // SaleInfo reads a sale's meta and remaining stock; ok is false when the
 // sale is not warmed (no stock key).
 func (s *Store) SaleInfo(ctx context.Context, productID string) (SaleInfo, bool, error) {
-	if !order.ValidProductID(productID) {
-		return SaleInfo{}, false, fmt.Errorf("%w: product %q", ErrInvalid, productID)
+	if err := checkProduct(productID); err != nil {
+		return SaleInfo{}, false, err
 	}
 	ctx, cancel := s.call(ctx)
 	defer cancel()

@@ -42,8 +42,8 @@ func (s *Store) PublishStored(ctx context.Context, products map[string][]int64) 
 		if len(ids) == 0 {
 			continue
 		}
-		if !order.ValidProductID(p) {
-			return fmt.Errorf("%w: product %q", ErrInvalid, p)
+		if err := checkProduct(p); err != nil {
+			return err
 		}
 		b = appendSettled(b[:0], kindStored, p, ids)
 		cmds = append(cmds, s.c.B().Publish().Channel(SettledChannel).Message(string(b)).Build())
@@ -57,8 +57,8 @@ func (s *Store) PublishReleased(ctx context.Context, productID string, orderIDs 
 	if len(orderIDs) == 0 {
 		return nil
 	}
-	if !order.ValidProductID(productID) {
-		return fmt.Errorf("%w: product %q", ErrInvalid, productID)
+	if err := checkProduct(productID); err != nil {
+		return err
 	}
 	msg := string(appendSettled(nil, kindReleased, productID, orderIDs))
 	return s.publishSettled(ctx, rueidis.Commands{s.c.B().Publish().Channel(SettledChannel).Message(msg).Build()})

@@ -6,16 +6,14 @@ import (
 	"time"
 
 	"github.com/redis/rueidis"
-
-	"flashgate/orders/order"
 )
 
 // PublishSoldOut tells every edge (this one included) that a product is
 // sold out, or available again after a restock or release. The flag it
 // drives is an optimisation: the script stays the authority.
 func (s *Store) PublishSoldOut(ctx context.Context, productID string, soldOut bool) error {
-	if !order.ValidProductID(productID) {
-		return fmt.Errorf("%w: product %q", ErrInvalid, productID)
+	if err := checkProduct(productID); err != nil {
+		return err
 	}
 	msg := "0" + productID
 	if soldOut {
