@@ -94,13 +94,11 @@ func (s *Server) CancelOrder(ctx context.Context, productID string, orderID int6
 	// A cancel of an order already released publishes its release event
 	// again: if the first cancel's publish failed, its retry must not be
 	// a dead end (the consumer keeps one row per order whatever arrives).
-	if s.orders != nil {
-		ev := order.Event{V: order.Version, Type: order.TypeRelease, Order: info.Order, ReleasedMs: s.opts.Now() / 1e6}
-		if err := s.orders.pub.Publish(ctx, ev); err != nil {
-			// Stock is back already; the store learns of the release when
-			// the operator retries (which publishes the event again).
-			return res, err
-		}
+	ev := order.Event{V: order.Version, Type: order.TypeRelease, Order: info.Order, ReleasedMs: s.opts.Now() / 1e6}
+	if err := s.orders.pub.Publish(ctx, ev); err != nil {
+		// Stock is back already; the store learns of the release when the
+		// operator retries (which publishes the event again).
+		return res, err
 	}
 	if res == cancelAlready {
 		return res, nil
@@ -125,7 +123,7 @@ const (
 // Reconcile checks this edge's sales against the order store after the
 // pipeline drained (see package reconcile for the definitions).
 func (s *Server) Reconcile(ctx context.Context) (reconcile.Report, error) {
-	if s.orders == nil || s.orders.store == nil {
+	if s.orders.store == nil {
 		return reconcile.Report{}, errNoOrderStore
 	}
 	rep, err := reconcileOrders(ctx, s.snap.Load().Doc.Config, s.orders.brokers, s.store, s.orders.store, s.productIDs(), 30*time.Second)

@@ -43,8 +43,6 @@ func (s *Server) dashboardSnapshot() dashboard.Snapshot {
 			Passed: st.Passed.Load(), Rejected: st.Rejected.Load(), DryRunRejected: st.DryRunRejected.Load(),
 		})
 	}
-	if s.orders != nil {
-		s.orders.fillDashboard(&out)
-	}
+	s.orders.fillDashboard(&out)
 	return out
 }

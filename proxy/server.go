@@ -196,10 +196,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	}
 	s.env.Upstreams.Close()
 	s.sale.Stop()
-	var perr error
-	if s.orders != nil {
-		perr = s.orders.close()
-	}
+	perr := s.orders.close()
 	serr := s.store.Close()
 	return errors.Join(err, aerr, perr, serr)
 }
