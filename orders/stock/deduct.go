@@ -36,9 +36,10 @@ const (
 	LimitReached             // bought + qty would exceed the user's limit
 	BadToken                 // the purchase token was already used
 	NotReady                 // the sale is not warmed: closed until it is
+	Recovering               // Redis went back in time: closed on every edge until rebuilt
 )
 
-var codeNames = [...]string{"OK", "SOLD_OUT", "LIMIT_REACHED", "BAD_TOKEN", "NOT_READY"}
+var codeNames = [...]string{"OK", "SOLD_OUT", "LIMIT_REACHED", "BAD_TOKEN", "NOT_READY", "RECOVERING"}
 
 // String is the code as the shopper API spells it.
 func (c Code) String() string {

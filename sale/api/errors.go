@@ -53,6 +53,10 @@ var (
 	// switch is on.
 	Busy    = newRejection(503, "DEGRADED", "the sale is busy, please try again")
 	Warming = newRejection(503, "DEGRADED", "the sale is opening, please try again")
+	// Recovering: Redis went back in time (restarted from an old snapshot,
+	// a lagging replica promoted, or restarted empty) and the sale is closed
+	// on every edge until it is rebuilt from the ledger; it reopens by itself.
+	Recovering = newRejection(503, "RECOVERING", "the sale is catching up, hold on")
 	// OrderUnconfirmed: the purchase went through but its event was not
 	// acknowledged; the answer also names the order (AppendOpen) so the
 	// page can follow it.
