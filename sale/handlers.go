@@ -162,6 +162,9 @@ func (s *Service) do(r *api.Call, st *Settings) {
 		return
 	}
 	a := s.attemptFor(r, e)
+	// From the deduction until its event is published (or not): what a
+	// recovery waits for before it trusts the ledger.
+	defer s.d.Flights.Enter().Leave()
 	out, err := s.d.Store.Deduct(context.Background(), a)
 	if err != nil {
 		s.deductFailed(&a, err, probe)
@@ -247,6 +250,10 @@ func (s *Service) settle(r *api.Call, e activity.Entry, a *stock.Attempt, out st
 	case stock.BadToken:
 		s.outcomes[outBadToken].Inc()
 		api.BadToken.Write(r.Ctx)
+	case stock.Recovering:
+		s.outcomes[outRecovering].Inc()
+		s.kick(e)
+		api.Recovering.Write(r.Ctx)
 	default:
 		s.outcomes[outNotReady].Inc()
 		api.Warming.Write(r.Ctx)

@@ -4,13 +4,13 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"log/slog"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"flashgate/metrics"
+	"flashgate/orders"
 	"flashgate/orders/order"
 	"flashgate/orders/orderid"
 	"flashgate/orders/orderstore"
@@ -59,6 +59,18 @@ type Deps struct {
 	// was lost (the order store).
 	Results OrderLookup
 	Breaker *Breaker
+	// Flights counts purchases from deduction to publish, so that a
+	// recovery knows when none from before a fence is still in flight
+	// (the Publisher's; nil without a pipeline).
+	Flights *orders.Flights
+	// InFlight bounds how long after a fence an event of an earlier
+	// deduction may still reach Kafka (the publish budget plus one produce
+	// request): the longest a recovery waits for edges that do not say
+	// they are quiet.
+	InFlight time.Duration
+	// RefreshInterval is the refresh loop's (Start's; default 1s): a
+	// recovery trusts the edges' heartbeats after two of them.
+	RefreshInterval time.Duration
 	// Events serves /api/seckill/events; nil answers 404 and the page
 	// polls /api/seckill/result.
 	Events *push.Hub
@@ -87,7 +99,8 @@ type Service struct {
 	stopLoop context.CancelFunc
 	loopDone chan struct{}
 
-	rb rebuilder // lost sales (rebuild.go)
+	rb       rebuilder     // fenced sales (rebuild.go)
+	interval time.Duration // the refresh loop's
 }
 
 // outcome indexes the attempt counters.
@@ -101,10 +114,11 @@ const (
 	outNotReady
 	outError
 	outDegraded
+	outRecovering
 	numOutcomes
 )
 
-var outcomeNames = [numOutcomes]string{"ok", "sold_out", "limit_reached", "bad_token", "not_ready", "error", "degraded"}
+var outcomeNames = [numOutcomes]string{"ok", "sold_out", "limit_reached", "bad_token", "not_ready", "error", "degraded", "recovering"}
 
 // New returns a Service; Start begins its background work.
 func New(d Deps) *Service {
@@ -114,7 +128,10 @@ func New(d Deps) *Service {
 	if d.Now == nil {
 		d.Now = func() int64 { return time.Now().UnixNano() }
 	}
-	s := &Service{d: d}
+	if d.RefreshInterval <= 0 {
+		d.RefreshInterval = time.Second
+	}
+	s := &Service{d: d, interval: d.RefreshInterval}
 	empty := map[string]bool{}
 	s.degraded.Store(&empty)
 	return s
@@ -124,12 +141,15 @@ func New(d Deps) *Service {
 // activities it declares.
 func (s *Service) Apply(ctx context.Context, st *Settings) error {
 	s.settings.Store(st)
-	return s.Refresh(ctx, true)
+	err := s.Refresh(ctx, true)
+	s.awaitRecoveries(ctx)
+	return err
 }
 
 // Start subscribes to sold-out broadcasts and refreshes the edge's view of
 // the sales every interval until Stop.
 func (s *Service) Start(interval time.Duration) {
+	s.interval = interval
 	s.stopSub = s.d.Store.SubscribeSoldOut(context.Background(), func(product string, soldOut bool) {
 		if product == "" {
 			// (Re)subscribed: messages may have been missed; refresh now.
@@ -175,6 +195,9 @@ func (s *Service) Stop() {
 	if s.stopSub != nil {
 		s.stopSub()
 	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	s.awaitRecoveries(ctx)
 }
 
 // Refresh rebuilds the registry from the config catalog and the admin
@@ -192,27 +215,29 @@ func (s *Service) Refresh(ctx context.Context, warm bool) error {
 		return err
 	}
 	var errs []error
-	ledgerDown := false
+	if err := s.d.Store.Heartbeat(ctx, s.d.Node, s.d.Now()/1e6); err != nil {
+		errs = append(errs, err)
+	}
+	fenced := make(map[string]string, len(all))
 	for _, a := range all {
 		info, ok, err := s.d.Store.SaleInfo(ctx, a.ProductID)
 		if err != nil {
 			errs = append(errs, err)
 			continue
 		}
-		if !ok || warm {
-			if !ok && ledgerDown {
-				// One rebuild just waited its whole budget for the
-				// ledger: the others would too. Next refresh.
-				errs = append(errs, fmt.Errorf("sale %s: closed until the ledger answers", a.ProductID))
+		fenced[a.ProductID] = info.Fence
+		switch {
+		case info.Fence != "" || !ok:
+			if err := s.openSale(ctx, a, info.Fence); err != nil {
+				errs = append(errs, err)
 				continue
 			}
+			if info, ok, err = s.d.Store.SaleInfo(ctx, a.ProductID); err != nil || !ok || info.Fence != "" {
+				continue // recovering; reported by the recovery
+			}
+		case warm:
 			if err := s.warm(ctx, a, ok); err != nil {
 				errs = append(errs, err)
-				ledgerDown = ledgerDown || (!ok && errors.Is(err, context.DeadlineExceeded))
-				continue
-			}
-			if info, ok, err = s.d.Store.SaleInfo(ctx, a.ProductID); err != nil || !ok {
-				errs = append(errs, fmt.Errorf("sale %s: not warmed after warm-up: %v", a.ProductID, err))
 				continue
 			}
 		}
@@ -223,6 +248,9 @@ func (s *Service) Refresh(ctx context.Context, warm bool) error {
 		}
 		a.Stock = info.Initial + info.Restocked
 	}
+	s.rb.mu.Lock()
+	s.rb.fenced = fenced
+	s.rb.mu.Unlock()
 	s.d.Activities.Replace(all)
 	return errors.Join(errs...)
 }
@@ -239,7 +267,7 @@ func (s *Service) warm(ctx context.Context, a *activity.Activity, exists bool) e
 		}
 		// Lost since the caller looked.
 	}
-	return s.openSale(ctx, a)
+	return s.openSale(ctx, a, "")
 }
 
 // catalog merges the config's activities with the admin catalog (which
@@ -374,6 +402,24 @@ func (s *Service) RegisterMetrics(reg *metrics.Registry) {
 	reg.Register("flashgate_sale_stock_remaining", "Stock left as last seen by this edge.", "gauge", func(w *metrics.Writer) {
 		for _, e := range s.d.Activities.List() {
 			w.Value(float64(e.Remaining()), metrics.Label{Name: "product", Value: e.ProductID})
+		}
+	})
+	reg.Register("flashgate_sale_recovering", "1 while the product is fenced: closed until rebuilt from the ledger (Redis lost or went back in time).", "gauge", func(w *metrics.Writer) {
+		s.rb.mu.Lock()
+		defer s.rb.mu.Unlock()
+		for _, e := range s.d.Activities.List() {
+			v := 0.0
+			if s.rb.fenced[e.ProductID] != "" {
+				v = 1
+			}
+			w.Value(v, metrics.Label{Name: "product", Value: e.ProductID})
+		}
+	})
+	reg.Register("flashgate_sale_recoveries_total", "Ledger rebuilds of a fenced sale this edge ran.", "counter", func(w *metrics.Writer) {
+		s.rb.mu.Lock()
+		defer s.rb.mu.Unlock()
+		for _, e := range s.d.Activities.List() {
+			w.Value(float64(s.rb.counts[e.ProductID]), metrics.Label{Name: "product", Value: e.ProductID})
 		}
 	})
 	reg.Register("flashgate_redis_breaker_state", "Circuit breaker on Redis: 0 closed, 1 open, 2 half-open.", "gauge", func(w *metrics.Writer) {

@@ -397,12 +397,22 @@ func (b *batch) build(p *product, s *Store) {
 		b.num("", "", int64(a.Edge))
 	}
 	b.keys = append(b.keys[:0], p.stockKey, p.outboxKey, p.metaKey)
-	b.args = append(b.args[:0], p.id, s.graceMs, s.orderTTLMs)
+	b.args = append(b.args[:0], p.id, s.graceMs, s.orderTTLMs, s.fenceArg())
 	for i := range b.send {
 		sp := b.spans[i*spansPerAttempt : (i+1)*spansPerAttempt]
 		b.keys = append(b.keys, b.s(sp[0]), b.s(sp[1]), b.s(sp[2]))
 		b.args = append(b.args, b.s(sp[3]), b.s(sp[4]), b.s(sp[5]), b.s(sp[6]), b.s(sp[7]), b.s(sp[8]), b.s(sp[9]), b.s(sp[10]))
 	}
+}
+
+// fenceArg tells the scripts whether to check the server's run id (see
+// lua/deduct.lua): a real Redis has one, the embedded server does not, and
+// it cannot go back in time without its only edge restarting with it.
+func (s *Store) fenceArg() string {
+	if s.mini != nil {
+		return "0"
+	}
+	return "1"
 }
 
 func (b *batch) str(p1, p2, v string) {

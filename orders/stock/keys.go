@@ -12,14 +12,19 @@ import (
 //
 //	sk:{p}:stock        remaining units (string integer); absent = not warmed
 //	sk:{p}:meta         hash: initial restocked released limit price start end
+//	                    runid (the server the sale was verified on), tokens
+//	                    (tokens expiring by then are refused), recovering
+//	                    (the fence, see fence.go), quiet:<node>
+//	sk:{p}:recover      the lock of the edge rebuilding a fenced sale
 //	sk:{p}:u:<userId>   units bought by the user; TTL until sale end + BuyerGrace
 //	sk:{p}:o:<orderId>  hash: state user qty price created node; TTL OrderTTL
 //	sk:{p}:t:<nonce>    a used one-time purchase token; TTL until it expires
 //	sk:{p}:outbox       stream of order events (see the field* constants)
 //	sk:catalog          hash: product id -> activity JSON (admin catalog)
+//	sk:edges            hash: node id -> unix ms of its last heartbeat
 //
-// The catalog is not a product's key: it has no hash tag and is only read
-// and written whole-entry, one command at a time.
+// The catalog and the edges are not a product's keys: they have no hash tag
+// and are only read and written whole-entry, one command at a time.
 //
 // SoldOutChannel is the pub/sub channel of sold-out broadcasts,
 // SettledChannel that of order outcomes (see PublishStored). Channels are
