@@ -58,7 +58,6 @@ func TestLedgerRebuild(t *testing.T) {
 		}
 	})
 
-
 	t.Run("MovingLedgerIsReadAgain", func(t *testing.T) {
 		// An outbox relay stores an asked-for order in the middle of the
 		// read: the counts and the statuses must agree.
