@@ -148,8 +148,8 @@ func (s *Service) token(r *api.Call, st *Settings) {
 	writeJSON(r.Ctx, b)
 }
 
-// do is a purchase: the rules the chain left, the breaker's admission, the
-// deduction, its outcome.
+// do is a purchase: the rules the chain left, the product's breaker's
+// admission, the deduction, its outcome.
 func (s *Service) do(r *api.Call, st *Settings) {
 	if rej := s.buyable(r, st); rej != nil {
 		rej.Write(r.Ctx)
@@ -157,18 +157,19 @@ func (s *Service) do(r *api.Call, st *Settings) {
 	}
 	e := r.Activity
 	s.hit(e, r.NowNano/1e6, st)
-	ok, probe := s.admit(r)
+	brk := s.d.Breakers.For(e.ProductID)
+	ok, probe := s.admit(r, brk)
 	if !ok {
 		return
 	}
 	a := s.attemptFor(r, e)
 	out, err := s.d.Store.Deduct(context.Background(), a)
 	if err != nil {
-		s.deductFailed(&a, err, probe)
+		s.deductFailed(brk, &a, err, probe)
 		api.Busy.Write(r.Ctx)
 		return
 	}
-	s.d.Breaker.Success()
+	brk.Success()
 	s.settle(r, e, &a, out)
 }
 
@@ -186,9 +187,9 @@ func (s *Service) buyable(r *api.Call, st *Settings) *api.Rejection {
 	return r.CheckLimit(0)
 }
 
-// admit is the breaker's Admit; a refused call is answered busy.
-func (s *Service) admit(r *api.Call) (ok, probe bool) {
-	ok, probe = s.d.Breaker.Admit()
+// admit is the product's breaker's Admit; a refused call is answered busy.
+func (s *Service) admit(r *api.Call, brk *Breaker) (ok, probe bool) {
+	ok, probe = brk.Admit()
 	if !ok {
 		s.outcomes[outDegraded].Inc()
 		api.Busy.Write(r.Ctx)
@@ -208,15 +209,15 @@ func (s *Service) attemptFor(r *api.Call, e activity.Entry) stock.Attempt {
 	}
 }
 
-// deductFailed accounts a deduction that gave no outcome, for the breaker,
-// the counters and the log. The breaker sees one failure per failed script
+// deductFailed accounts a deduction that gave no outcome, for the product's
+// breaker, the counters and the log. The breaker sees one failure per failed script
 // call, not per attempt it carried (one stall would open it), and nothing
 // for an attempt that was never sent (ErrNotSent, ErrInvalid, ErrClosed).
-func (s *Service) deductFailed(a *stock.Attempt, err error, probe bool) {
+func (s *Service) deductFailed(brk *Breaker, a *stock.Attempt, err error, probe bool) {
 	if errors.Is(err, stock.ErrCallFailed) {
-		s.d.Breaker.Failure()
+		brk.Failure()
 	} else if probe {
-		s.d.Breaker.Abstain()
+		brk.Abstain()
 	}
 	s.outcomes[outError].Inc()
 	if !errors.Is(err, stock.ErrNotSent) {

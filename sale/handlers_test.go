@@ -39,7 +39,7 @@ type doRig struct {
 // stats is the store's script calls and the attempts they carried.
 func (r *doRig) stats() (calls, attempts uint64) { return r.st.Stats() }
 
-func newDoRig(t *testing.T, opts stock.Options, brk *Breaker, products ...string) *doRig {
+func newDoRig(t *testing.T, opts stock.Options, brk *Breakers, products ...string) *doRig {
 	t.Helper()
 	srv := redistest.New(t)
 	opts.Timeout = cmp.Or(opts.Timeout, conf.Defaults().Redis.Timeout)
@@ -54,7 +54,7 @@ func newDoRig(t *testing.T, opts stock.Options, brk *Breaker, products ...string
 	if err != nil {
 		t.Fatal(err)
 	}
-	svc := New(Deps{Store: st, Activities: activity.NewRegistry(), IDs: ids, Breaker: brk,
+	svc := New(Deps{Store: st, Activities: activity.NewRegistry(), IDs: ids, Breakers: brk,
 		Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	now := time.Now()
 	var catalog []*activity.Activity
@@ -89,8 +89,9 @@ func (r *doRig) do(product, user string) int {
 // closed with breaker_failures 12.
 func TestBreakerCountsFailedCalls(t *testing.T) {
 	const budget, n = 400 * time.Millisecond, 12
-	brk := NewBreaker(n, time.Hour, nil, nil)
-	r := newDoRig(t, stock.Options{Timeout: budget, MaxBatch: 4}, brk, "bf")
+	brks := NewBreakers(n, time.Hour, nil, nil)
+	r := newDoRig(t, stock.Options{Timeout: budget, MaxBatch: 4}, brks, "bf")
+	brk := brks.For("bf")
 	if code := r.do("bf", "warmup"); code != 200 { // loads the script
 		t.Fatalf("warm-up purchase: %d", code)
 	}
@@ -148,8 +149,9 @@ func TestBreakerCountsFailedCalls(t *testing.T) {
 // Each sequential attempt against a hung Redis is its own call.
 func TestBreakerOpensOnFailedCalls(t *testing.T) {
 	const budget = 100 * time.Millisecond
-	brk := NewBreaker(3, time.Hour, nil, nil)
-	r := newDoRig(t, stock.Options{Timeout: budget}, brk, "bo")
+	brks := NewBreakers(3, time.Hour, nil, nil)
+	r := newDoRig(t, stock.Options{Timeout: budget}, brks, "bo")
+	brk := brks.For("bo")
 	if code := r.do("bo", "warmup"); code != 200 {
 		t.Fatalf("warm-up purchase: %d", code)
 	}
@@ -176,7 +178,7 @@ func TestBreakerOpensOnFailedCalls(t *testing.T) {
 // gives every refusal the chain would, from the handler, without a script
 // call; and a rule the chain decided is not decided again.
 func TestDoDecidesWhatTheChainDidNot(t *testing.T) {
-	r := newDoRig(t, stock.Options{}, NewBreaker(3, time.Hour, nil, nil))
+	r := newDoRig(t, stock.Options{}, NewBreakers(3, time.Hour, nil, nil))
 	minter, err := ptoken.New([]byte("0123456789abcdef0123456789abcdef"))
 	if err != nil {
 		t.Fatal(err)

@@ -58,7 +58,8 @@ type Deps struct {
 	// Results answers result polls for orders whose Redis state expired or
 	// was lost (the order store).
 	Results OrderLookup
-	Breaker *Breaker
+	// Breakers are the Redis circuit breakers, one per product.
+	Breakers *Breakers
 	// Events serves /api/seckill/events; nil answers 404 and the page
 	// polls /api/seckill/result.
 	Events *push.Hub
@@ -376,11 +377,23 @@ func (s *Service) RegisterMetrics(reg *metrics.Registry) {
 			w.Value(float64(e.Remaining()), metrics.Label{Name: "product", Value: e.ProductID})
 		}
 	})
-	reg.Register("flashgate_redis_breaker_state", "Circuit breaker on Redis: 0 closed, 1 open, 2 half-open.", "gauge", func(w *metrics.Writer) {
-		w.Value(float64(s.d.Breaker.State()))
+	// The breakers are per product; the unlabelled pair is the edge's
+	// summary (any product open), kept for alerts and tools that read it.
+	reg.Register("flashgate_redis_breaker_state", "Circuit breakers on Redis, edge summary: 1 if any product's is open, else 2 if any is half-open, else 0.", "gauge", func(w *metrics.Writer) {
+		w.Value(float64(s.d.Breakers.Worst()))
 	})
-	reg.Register("flashgate_redis_breaker_transitions_total", "Circuit breaker state changes.", "counter", func(w *metrics.Writer) {
-		w.Value(float64(s.d.Breaker.Transition.Load()))
+	reg.Register("flashgate_redis_breaker_transitions_total", "Circuit breaker state changes, all products.", "counter", func(w *metrics.Writer) {
+		w.Value(float64(s.d.Breakers.AllTransitions()))
+	})
+	reg.Register("flashgate_redis_breaker_product_state", "Circuit breaker on Redis per product: 0 closed, 1 open, 2 half-open.", "gauge", func(w *metrics.Writer) {
+		for _, e := range s.d.Activities.List() {
+			w.Value(float64(s.d.Breakers.State(e.ProductID)), metrics.Label{Name: "product", Value: e.ProductID})
+		}
+	})
+	reg.Register("flashgate_redis_breaker_product_transitions_total", "Circuit breaker state changes per product.", "counter", func(w *metrics.Writer) {
+		for _, e := range s.d.Activities.List() {
+			w.Value(float64(s.d.Breakers.Transitions(e.ProductID)), metrics.Label{Name: "product", Value: e.ProductID})
+		}
 	})
 	reg.Register("flashgate_sale_degraded", "1 when the degrade switch is on (product \"*\" = all).", "gauge", func(w *metrics.Writer) {
 		all, ps := s.DegradeState()
@@ -400,5 +413,11 @@ func (s *Service) RegisterMetrics(reg *metrics.Registry) {
 	})
 }
 
-// BreakerState is the Redis circuit breaker's state (dashboard, metrics).
-func (s *Service) BreakerState() BreakerState { return s.d.Breaker.State() }
+// BreakerState is the edge's summary of the Redis circuit breakers
+// (Breakers.Worst), for the dashboard.
+func (s *Service) BreakerState() BreakerState { return s.d.Breakers.Worst() }
+
+// ProductBreakerState is one product's Redis circuit breaker state.
+func (s *Service) ProductBreakerState(productID string) BreakerState {
+	return s.d.Breakers.State(productID)
+}
