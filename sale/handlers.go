@@ -210,24 +210,32 @@ func (s *Service) attemptFor(r *api.Call, e activity.Entry) stock.Attempt {
 }
 
 // deductFailed accounts a deduction that gave no outcome, for the product's
-// breaker, the counters and the log. The breaker sees one failure per failed script
-// call, not per attempt it carried (one stall would open it), and nothing
-// for an attempt that was never sent (ErrNotSent, ErrInvalid, ErrClosed).
+// breaker, the counters and the log. The breaker sees one failure per failed
+// script call, not per attempt it carried (one stall would open it):
+// ErrCallFailed, which a call Redis refused (not sent) carries too. An
+// attempt that was never sent for its own reasons (its queue budget spent,
+// ErrInvalid, ErrClosed) tells nothing about Redis.
 func (s *Service) deductFailed(brk *Breaker, a *stock.Attempt, err error, probe bool) {
-	if errors.Is(err, stock.ErrCallFailed) {
+	callFailed := errors.Is(err, stock.ErrCallFailed)
+	if callFailed {
 		brk.Failure()
 	} else if probe {
 		brk.Abstain()
 	}
 	s.outcomes[outError].Inc()
-	if !errors.Is(err, stock.ErrNotSent) {
+	notSent := errors.Is(err, stock.ErrNotSent)
+	switch {
+	case notSent && callFailed:
+		// Redis refused the call (no connection, CLUSTERDOWN): nothing
+		// happened, but Redis is failing. Once per call, not per attempt.
+		s.d.Log.Warn("deduction not sent", "product", a.ProductID, "order", a.ID, "unknown_outcome", false, "err", err)
+	case !notSent:
 		s.d.Log.Warn("deduction failed", "product", a.ProductID, "order", a.ID, "unknown_outcome", errors.Is(err, stock.ErrUnknown), "err", err)
-		return
-	}
-	// Nothing happened; counted above. One line per attempt would be
-	// thousands of lines in a burst, on the hot path; checked first so that
-	// a disabled level does not box the arguments.
-	if s.d.Log.Enabled(context.Background(), slog.LevelDebug) {
+	case s.d.Log.Enabled(context.Background(), slog.LevelDebug):
+		// Dropped from the queue: nothing happened; counted above. One
+		// line per attempt would be thousands of lines in a burst, on the
+		// hot path; checked first so that a disabled level does not box
+		// the arguments.
 		s.d.Log.Debug("deduction not sent", "product", a.ProductID, "order", a.ID, "err", err)
 	}
 }

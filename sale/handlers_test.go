@@ -5,7 +5,6 @@ import (
 	"cmp"
 	"context"
 	"encoding/binary"
-	"io"
 	"log/slog"
 	"strconv"
 	"sync"
@@ -31,9 +30,28 @@ var nonceSeq atomic.Uint64
 // doRig is a sale Service on a real redis-server, driven through Handle
 // with requests as the filter chain leaves them (token already verified).
 type doRig struct {
-	srv *redistest.Server
-	st  *stock.Store
-	svc *Service
+	srv  *redistest.Server
+	st   *stock.Store
+	svc  *Service
+	logs *logBuffer // the Service's log, text lines
+}
+
+// logBuffer is a log sink safe for the Service's goroutines.
+type logBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *logBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *logBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }
 
 // stats is the store's script calls and the attempts they carried.
@@ -54,8 +72,9 @@ func newDoRig(t *testing.T, opts stock.Options, brk *Breakers, products ...strin
 	if err != nil {
 		t.Fatal(err)
 	}
+	logs := new(logBuffer)
 	svc := New(Deps{Store: st, Activities: activity.NewRegistry(), IDs: ids, Breakers: brk,
-		Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
+		Log: slog.New(slog.NewTextHandler(logs, nil))})
 	now := time.Now()
 	var catalog []*activity.Activity
 	for _, p := range products {
@@ -65,18 +84,24 @@ func newDoRig(t *testing.T, opts stock.Options, brk *Breakers, products ...strin
 	if err := svc.Apply(context.Background(), &Settings{Catalog: catalog}); err != nil {
 		t.Fatal(err)
 	}
-	return &doRig{srv: srv, st: st, svc: svc}
+	return &doRig{srv: srv, st: st, svc: svc, logs: logs}
 }
 
 // do sends one purchase attempt and returns the HTTP status.
 func (r *doRig) do(product, user string) int {
+	code, _ := r.doBody(product, user)
+	return code
+}
+
+// doBody is do with the answer's body.
+func (r *doRig) doBody(product, user string) (int, string) {
 	now := time.Now()
 	req := &api.Call{Ctx: new(fasthttp.RequestCtx), NowNano: now.UnixNano(), Endpoint: api.EndpointDo,
 		UserID: []byte(user), ProductID: []byte(product), Qty: 1, TokenExpiresMs: now.Add(time.Minute).UnixMilli(),
 		Checked: api.TokenValid}
 	binary.BigEndian.PutUint64(req.TokenNonce[:], nonceSeq.Add(1))
 	r.svc.Handle(req)
-	return req.Ctx.Response.StatusCode()
+	return req.Ctx.Response.StatusCode(), string(req.Ctx.Response.Body())
 }
 
 // TestBreakerCountsFailedCalls: a hung Redis (SIGSTOP) fails script calls,
