@@ -166,6 +166,13 @@ func (s *Service) do(r *api.Call, st *Settings) {
 	out, err := s.d.Store.Deduct(context.Background(), a)
 	if err != nil {
 		s.deductFailed(brk, &a, err, probe)
+		if errors.Is(err, stock.ErrUnknown) {
+			// It may have happened: the shopper gets the order to follow,
+			// and the edge settles it (unknown.go).
+			s.followUnknown(&a)
+			s.answerOrder(r, a.ID, e.ProductID, api.OutcomeUnknown, statusUnknown)
+			return
+		}
 		api.Busy.Write(r.Ctx)
 		return
 	}
@@ -274,7 +281,7 @@ func (s *Service) bought(r *api.Call, e activity.Entry, a *stock.Attempt, out st
 	if out.Remaining == 0 {
 		s.markSoldOut(e)
 	}
-	s.answerOrder(r, a.ID, e.ProductID, s.publish(a, out.OutboxID))
+	s.answerOrder(r, a.ID, e.ProductID, s.publish(a, out.OutboxID), statusPending)
 }
 
 // publish sends the order event; nil when it was acknowledged or there is
@@ -314,15 +321,22 @@ func (s *Service) limitReached(r *api.Call, e activity.Entry) {
 	api.LimitReached.Write(r.Ctx)
 }
 
-// answerOrder writes {"orderId","productId","status":"pending"}; with a
-// rejection (api.OrderUnconfirmed) it is that answer, which still names the
-// order so the page can follow it.
-func (s *Service) answerOrder(r *api.Call, id int64, product string, rej *api.Rejection) {
+// The status an answer naming an order gives: the order exists and waits
+// for its outcome, or it may not exist (the deduction's outcome is unknown).
+const (
+	statusPending = "pending"
+	statusUnknown = "unknown"
+)
+
+// answerOrder writes {"orderId","productId","status"}; with a rejection
+// (api.OrderUnconfirmed, api.OutcomeUnknown) it is that answer, which still
+// names the order so the page can follow it.
+func (s *Service) answerOrder(r *api.Call, id int64, product string, rej *api.Rejection, status string) {
 	b := r.Scratch[:0]
-	status := fasthttp.StatusOK
+	code := fasthttp.StatusOK
 	if rej != nil {
 		b = append(rej.AppendOpen(b), ',')
-		status = rej.Status
+		code = rej.Status
 	} else {
 		b = append(b, '{')
 	}
@@ -330,10 +344,12 @@ func (s *Service) answerOrder(r *api.Call, id int64, product string, rej *api.Re
 	b = orderid.AppendDecimal(b, id)
 	b = append(b, `","productId":"`...)
 	b = append(b, product...)
-	b = append(b, `","status":"pending"}`...)
+	b = append(b, `","status":"`...)
+	b = append(b, status...)
+	b = append(b, `"}`...)
 	r.Scratch = b
 	writeJSON(r.Ctx, b)
-	r.Ctx.SetStatusCode(status)
+	r.Ctx.SetStatusCode(code)
 }
 
 // markSoldOut sets the local flag and tells the other edges, once per

@@ -89,6 +89,8 @@ type Service struct {
 	loopDone chan struct{}
 
 	rb rebuilder // lost sales (rebuild.go)
+
+	unknown unknowns // purchases of unknown outcome to settle (unknown.go)
 }
 
 // outcome indexes the attempt counters.
@@ -406,6 +408,7 @@ func (s *Service) RegisterMetrics(reg *metrics.Registry) {
 			w.Value(1, metrics.Label{Name: "product", Value: p})
 		}
 	})
+	s.registerUnknownMetrics(reg)
 	reg.Register("flashgate_redis_script_calls_total", "Deduction script calls and the attempts they carried (group commit).", "counter", func(w *metrics.Writer) {
 		calls, attempts := s.d.Store.Stats()
 		w.Value(float64(calls), metrics.Label{Name: "what", Value: "calls"})
