@@ -29,8 +29,9 @@ func (s BreakerState) String() string { return breakerNames[s] }
 // A failure is one failed Redis call, not one failed purchase attempt: a
 // coalesced script call carries up to stock.Options.MaxBatch attempts, and
 // one stall must not count as a hundred (stock.ErrCallFailed marks one
-// attempt per failed call). An attempt that was never sent says nothing
-// about Redis and is not counted.
+// attempt per failed call). A call Redis refused before anything was sent
+// (a refused dial, CLUSTERDOWN) is a failed call; an attempt dropped unsent
+// from its queue says nothing about Redis and is not counted.
 type Breaker struct {
 	failures int64
 	openFor  time.Duration
