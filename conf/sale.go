@@ -61,10 +61,10 @@ type SaleConfig struct {
 	// who reached a product's limit.
 	BoughtCacheSize int64         `yaml:"bought_cache_size"`
 	BoughtCacheTTL  time.Duration `yaml:"bought_cache_ttl"`
-	// Breaker opens after this many consecutive failed Redis calls (a
-	// coalesced call of many attempts counts once) and stays open for
-	// BreakerOpenFor (default 1s, at least 100ms), then lets one probe
-	// through.
+	// A product's breaker opens after this many consecutive failed Redis
+	// calls for it (a coalesced call of many attempts counts once) and
+	// stays open for BreakerOpenFor (default 1s, at least 100ms), then lets
+	// one probe through. One breaker per product (sale.Breakers).
 	BreakerFailures int           `yaml:"breaker_failures"`
 	BreakerOpenFor  time.Duration `yaml:"breaker_open_for"`
 }

@@ -68,12 +68,12 @@ func (s *Server) assemble(cfg *conf.Config, snap *Snapshot) (*parts, error) {
 		}
 		events.Start(ctx)
 	}
-	breaker := sale.NewBreaker(cfg.Sale.BreakerFailures, cfg.Sale.BreakerOpenFor, nil, func(from, to sale.BreakerState) {
-		s.log.Warn("redis circuit breaker changed state", "from", from.String(), "to", to.String())
+	breakers := sale.NewBreakers(cfg.Sale.BreakerFailures, cfg.Sale.BreakerOpenFor, nil, func(product string, from, to sale.BreakerState) {
+		s.log.Warn("redis circuit breaker changed state", "product", product, "from", from.String(), "to", to.String())
 	})
 	deps := sale.Deps{
 		Store: store, Activities: s.env.Activities, IDs: ids, Bought: s.env.Bought,
-		Log: s.log, Node: cfg.NodeID, Now: s.opts.Now, Breaker: breaker, Events: events,
+		Log: s.log, Node: cfg.NodeID, Now: s.opts.Now, Breakers: breakers, Events: events,
 		Orders: sink{p.pub}, Flights: p.pub.Flights(), InFlight: p.pub.InFlightBound(),
 		RefreshInterval: cfg.Sale.RefreshInterval,
 	}

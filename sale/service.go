@@ -58,7 +58,8 @@ type Deps struct {
 	// Results answers result polls for orders whose Redis state expired or
 	// was lost (the order store).
 	Results OrderLookup
-	Breaker *Breaker
+	// Breakers are the Redis circuit breakers, one per product.
+	Breakers *Breakers
 	// Flights counts purchases from deduction to publish, so that a
 	// recovery knows when none from before a fence is still in flight
 	// (the Publisher's; nil without a pipeline).
@@ -101,6 +102,8 @@ type Service struct {
 
 	rb       rebuilder     // fenced sales (rebuild.go)
 	interval time.Duration // the refresh loop's
+
+	unknown unknowns // purchases of unknown outcome to settle (unknown.go)
 }
 
 // outcome indexes the attempt counters.
@@ -422,11 +425,23 @@ func (s *Service) RegisterMetrics(reg *metrics.Registry) {
 			w.Value(float64(s.rb.counts[e.ProductID]), metrics.Label{Name: "product", Value: e.ProductID})
 		}
 	})
-	reg.Register("flashgate_redis_breaker_state", "Circuit breaker on Redis: 0 closed, 1 open, 2 half-open.", "gauge", func(w *metrics.Writer) {
-		w.Value(float64(s.d.Breaker.State()))
+	// The breakers are per product; the unlabelled pair is the edge's
+	// summary (any product open), kept for alerts and tools that read it.
+	reg.Register("flashgate_redis_breaker_state", "Circuit breakers on Redis, edge summary: 1 if any product's is open, else 2 if any is half-open, else 0.", "gauge", func(w *metrics.Writer) {
+		w.Value(float64(s.d.Breakers.Worst()))
 	})
-	reg.Register("flashgate_redis_breaker_transitions_total", "Circuit breaker state changes.", "counter", func(w *metrics.Writer) {
-		w.Value(float64(s.d.Breaker.Transition.Load()))
+	reg.Register("flashgate_redis_breaker_transitions_total", "Circuit breaker state changes, all products.", "counter", func(w *metrics.Writer) {
+		w.Value(float64(s.d.Breakers.AllTransitions()))
+	})
+	reg.Register("flashgate_redis_breaker_product_state", "Circuit breaker on Redis per product: 0 closed, 1 open, 2 half-open.", "gauge", func(w *metrics.Writer) {
+		for _, e := range s.d.Activities.List() {
+			w.Value(float64(s.d.Breakers.State(e.ProductID)), metrics.Label{Name: "product", Value: e.ProductID})
+		}
+	})
+	reg.Register("flashgate_redis_breaker_product_transitions_total", "Circuit breaker state changes per product.", "counter", func(w *metrics.Writer) {
+		for _, e := range s.d.Activities.List() {
+			w.Value(float64(s.d.Breakers.Transitions(e.ProductID)), metrics.Label{Name: "product", Value: e.ProductID})
+		}
 	})
 	reg.Register("flashgate_sale_degraded", "1 when the degrade switch is on (product \"*\" = all).", "gauge", func(w *metrics.Writer) {
 		all, ps := s.DegradeState()
@@ -439,6 +454,7 @@ func (s *Service) RegisterMetrics(reg *metrics.Registry) {
 			w.Value(1, metrics.Label{Name: "product", Value: p})
 		}
 	})
+	s.registerUnknownMetrics(reg)
 	reg.Register("flashgate_redis_script_calls_total", "Deduction script calls and the attempts they carried (group commit).", "counter", func(w *metrics.Writer) {
 		calls, attempts := s.d.Store.Stats()
 		w.Value(float64(calls), metrics.Label{Name: "what", Value: "calls"})
@@ -446,5 +462,11 @@ func (s *Service) RegisterMetrics(reg *metrics.Registry) {
 	})
 }
 
-// BreakerState is the Redis circuit breaker's state (dashboard, metrics).
-func (s *Service) BreakerState() BreakerState { return s.d.Breaker.State() }
+// BreakerState is the edge's summary of the Redis circuit breakers
+// (Breakers.Worst), for the dashboard.
+func (s *Service) BreakerState() BreakerState { return s.d.Breakers.Worst() }
+
+// ProductBreakerState is one product's Redis circuit breaker state.
+func (s *Service) ProductBreakerState(productID string) BreakerState {
+	return s.d.Breakers.State(productID)
+}

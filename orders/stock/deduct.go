@@ -5,6 +5,7 @@ import (
 	_ "embed"
 	"errors"
 	"fmt"
+	"net"
 	"strconv"
 	"strings"
 	"sync"
@@ -21,10 +22,11 @@ var deductLua string
 
 var deductScript = rueidis.NewLuaScript(deductLua)
 
-// ErrCallFailed is wrapped, together with ErrUnknown, by the error of
-// exactly one attempt of each failed deduction script call (timeout,
-// connection error, Redis error): a circuit breaker counts those, one per
-// call, rather than one per attempt the call carried.
+// ErrCallFailed is wrapped, together with ErrUnknown (timeout, connection
+// error, Redis error) or ErrNotSent (a dial that failed: nothing was
+// written), by the error of exactly one attempt of each failed deduction
+// script call: a circuit breaker counts those, one per call, rather than
+// one per attempt the call carried.
 var ErrCallFailed = errors.New("stock: script call failed")
 
 // Code is the answer to one purchase attempt.
@@ -168,13 +170,15 @@ const spansPerAttempt = 11
 // its own checks (evaluated in queue order, so a user's second attempt
 // sees the first one's count) and its own answer.
 //
-// An error wrapping ErrUnknown (timeout, connection reset, a Redis error)
-// means the script may or may not have run for every attempt of that batch.
-// The caller answers 503 and lets the ledger settle it: if the deduction
+// An error wrapping ErrUnknown (timeout, connection reset, a script error:
+// see callError) means the script may or may not have run for every
+// attempt of that batch. The caller answers 503 and lets the ledger settle
+// it (SettleUnknown decides one attempt): if the deduction
 // happened, its outbox entry exists and becomes an order. Never retry a
 // deduction blindly. Exactly one attempt of a failed call also gets
 // ErrCallFailed, so that a circuit breaker counts calls, not attempts.
-// ErrNotSent, ErrInvalid and ErrClosed mean nothing was sent.
+// ErrNotSent (also a refused dial), ErrInvalid and ErrClosed mean nothing
+// was sent.
 //
 // Budget: an attempt waits in the queue for at most Options.QueueTimeout
 // (or until ctx's deadline, if earlier) and is then dropped unsent
@@ -348,7 +352,7 @@ func (s *Store) exec(p *product, b *batch) {
 func (s *Store) parse(b *batch, resp rueidis.RedisResult) error {
 	arr, err := resp.ToArray()
 	if err != nil {
-		return fmt.Errorf("%w: %w", ErrUnknown, err)
+		return callError(err)
 	}
 	if len(arr) != len(b.send)+1 {
 		return fmt.Errorf("%w: deduct script returned %d values for %d attempts", ErrUnknown, len(arr), len(b.send))
@@ -374,6 +378,44 @@ func (s *Store) parse(b *batch, resp rueidis.RedisResult) error {
 	}
 	return nil
 }
+
+// callError classifies the error of a script call that got no reply, or
+// a Redis error instead of one.
+//
+// Not sent (ErrNotSent), although Redis did fail: a dial that failed
+// (connection refused, no route to the host, a name that does not resolve,
+// a dial timeout) wrote nothing — the client dials before it writes, and a
+// command on a connection that broke gets that connection's error, never a
+// later dial's; a cluster slot with no node to send to (rueidis.ErrNoSlot);
+// and the Redis errors a server answers before it runs a command at all
+// (CLUSTERDOWN while a failover is under way, TRYAGAIN, LOADING, a MOVED or
+// ASK the client did not follow).
+//
+// Anything else may have come after the script ran (ErrUnknown): a timeout,
+// a connection reset or closed after the write, an error the script itself
+// raised.
+func callError(err error) error {
+	var op *net.OpError
+	if errors.As(err, &op) && op.Op == "dial" || errors.Is(err, rueidis.ErrNoSlot) {
+		return notSent{err}
+	}
+	if re, ok := rueidis.IsRedisErr(err); ok {
+		_, moved := re.IsMoved()
+		_, ask := re.IsAsk()
+		if re.IsClusterDown() || re.IsTryAgain() || re.IsLoading() || moved || ask {
+			return notSent{err}
+		}
+	}
+	return fmt.Errorf("%w: %w", ErrUnknown, err)
+}
+
+// notSent is a call refused before the script ran. Its message says so
+// rather than ErrNotSent's, which names the common case (a budget spent in
+// the queue).
+type notSent struct{ err error }
+
+func (e notSent) Error() string   { return "stock: not sent, Redis refused the call: " + e.err.Error() }
+func (e notSent) Unwrap() []error { return []error{ErrNotSent, e.err} }
 
 // build lays out KEYS and ARGV for deduct.lua. Per-attempt keys, the user
 // and numbers are appended to one buffer and sliced into strings without

@@ -49,7 +49,8 @@
 // for the quantity (SOLD_OUT), token not used yet (BAD_TOKEN), bought + qty
 // within the limit (LIMIT_REACHED). An error from Deduct is an unknown
 // outcome unless it wraps ErrInvalid, ErrNotSent or ErrClosed: answer 503 and
-// let the outbox and the ledger settle it; never retry a deduction blindly.
+// let the outbox and the ledger settle it (SettleUnknown decides one such
+// attempt, and makes "not placed" final); never retry a deduction blindly.
 // Exactly one attempt of each failed script call also wraps ErrCallFailed:
 // what a circuit breaker counts. An attempt waits in its product's queue at
 // most Options.QueueTimeout (redis.queue_timeout, 1s by default), and each
