@@ -142,6 +142,8 @@ func openStock(ctx context.Context, cfg *conf.Config, log *slog.Logger, embedded
 		Password:      password,
 		Sentinel:      sentinel,
 		TLS:           tlsConf,
+		WaitReplicas:  rc.WaitReplicas,
+		WaitTimeout:   rc.WaitTimeout,
 	})
 	if err != nil {
 		// Not rc.Addr: a URL may hold the password. The error names the

@@ -455,6 +455,11 @@ func (s *Service) RegisterMetrics(reg *metrics.Registry) {
 		}
 	})
 	s.registerUnknownMetrics(reg)
+	reg.Register("flashgate_redis_waits_total", "WAITs after deduction script calls (redis.wait_replicas): all, and those that returned before enough replicas acknowledged.", "counter", func(w *metrics.Writer) {
+		waits, short := s.d.Store.WaitStats()
+		w.Value(float64(waits), metrics.Label{Name: "result", Value: "all"})
+		w.Value(float64(short), metrics.Label{Name: "result", Value: "short"})
+	})
 	reg.Register("flashgate_redis_script_calls_total", "Deduction script calls and the attempts they carried (group commit).", "counter", func(w *metrics.Writer) {
 		calls, attempts := s.d.Store.Stats()
 		w.Value(float64(calls), metrics.Label{Name: "what", Value: "calls"})

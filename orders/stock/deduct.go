@@ -2,7 +2,9 @@ package stock
 
 import (
 	"context"
+	"crypto/sha1"
 	_ "embed"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"net"
@@ -21,6 +23,9 @@ import (
 var deductLua string
 
 var deductScript = rueidis.NewLuaScript(deductLua)
+
+// deductSHA is the script's SHA1, for EVALSHA outside rueidis.Lua (execWait).
+var deductSHA = func() string { h := sha1.Sum([]byte(deductLua)); return hex.EncodeToString(h[:]) }()
 
 // ErrCallFailed is wrapped, together with ErrUnknown (timeout, connection
 // error, Redis error) or ErrNotSent (a dial that failed: nothing was
@@ -331,7 +336,12 @@ func (s *Store) exec(p *product, b *batch) {
 	s.nCalls.Add(1)
 	s.nAttempts.Add(uint64(len(b.send)))
 	ctx := newBudget(now.Add(s.opts.Timeout))
-	resp := deductScript.Exec(ctx, s.c, b.keys, b.args)
+	var resp rueidis.RedisResult
+	if s.opts.WaitReplicas > 0 {
+		resp = s.execWait(ctx, b)
+	} else {
+		resp = deductScript.Exec(ctx, s.c, b.keys, b.args)
+	}
 	ctx.end()
 	if err := s.parse(b, resp); err != nil {
 		if resp.NonRedisError() != nil {
@@ -446,6 +456,39 @@ func (b *batch) build(p *product, s *Store) {
 		b.args = append(b.args, b.s(sp[3]), b.s(sp[4]), b.s(sp[5]), b.s(sp[6]), b.s(sp[7]), b.s(sp[8]), b.s(sp[9]), b.s(sp[10]))
 	}
 }
+
+// execWait runs the deduction script and then WAIT on one dedicated
+// connection: WAIT counts the replicas that have this connection's writes,
+// so it must follow the script on the same one (on a cluster, the product's
+// master: the dedicated client binds to the first command's slot). The
+// script's reply is what counts; a WAIT that timed out or failed is only
+// counted, as the purchases are already made and their events go to Kafka.
+func (s *Store) execWait(ctx context.Context, b *batch) rueidis.RedisResult {
+	var resp rueidis.RedisResult
+	_ = s.c.Dedicated(func(dc rueidis.DedicatedClient) error {
+		evalsha := dc.B().Evalsha().Sha1(deductSHA).Numkeys(int64(len(b.keys))).Key(b.keys...).Arg(b.args...).Build()
+		wait := dc.B().Wait().Numreplicas(int64(s.opts.WaitReplicas)).Timeout(s.opts.WaitTimeout.Milliseconds()).Build()
+		res := dc.DoMulti(ctx, evalsha, wait)
+		if err := res[0].Error(); err != nil && strings.HasPrefix(err.Error(), "NOSCRIPT") {
+			// Not loaded on this server yet (a new or restarted one): the
+			// script did not run, so sending it whole is safe.
+			eval := dc.B().Eval().Script(deductLua).Numkeys(int64(len(b.keys))).Key(b.keys...).Arg(b.args...).Build()
+			wait = dc.B().Wait().Numreplicas(int64(s.opts.WaitReplicas)).Timeout(s.opts.WaitTimeout.Milliseconds()).Build()
+			res = dc.DoMulti(ctx, eval, wait)
+		}
+		resp = res[0]
+		s.nWaits.Add(1)
+		if n, err := res[1].AsInt64(); err != nil || n < int64(s.opts.WaitReplicas) {
+			s.nWaitsShort.Add(1)
+		}
+		return nil
+	})
+	return resp
+}
+
+// WaitStats counts the WAITs sent after deduction script calls and those
+// that returned before WaitReplicas replicas acknowledged (or failed).
+func (s *Store) WaitStats() (waits, short uint64) { return s.nWaits.Load(), s.nWaitsShort.Load() }
 
 // fenceArg tells the scripts whether to check the server's run id (see
 // lua/deduct.lua): a real Redis has one, the embedded server does not, and
