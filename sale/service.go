@@ -153,12 +153,31 @@ func (s *Service) Apply(ctx context.Context, st *Settings) error {
 // the sales every interval until Stop.
 func (s *Service) Start(interval time.Duration) {
 	s.interval = interval
-	s.stopSub = s.d.Store.SubscribeSoldOut(context.Background(), func(product string, soldOut bool) {
-		if product == "" {
-			// (Re)subscribed: messages may have been missed; refresh now.
-			go s.Refresh(context.Background(), false)
-			return
-		}
+	// Wait a little for the channels (a broadcast sent after Start is then
+	// seen), not for a dead master's: the refresh loop is the safety net.
+	subCtx, subCancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer subCancel()
+	s.stopSub = s.d.Store.SubscribeSoldOut(subCtx, stock.Follow{
+		// On Redis Cluster every sale has its own channel: follow the
+		// sales this edge knows, admin-created ones included.
+		Products: func() []string {
+			list := s.d.Activities.List()
+			ids := make([]string, len(list))
+			for i, e := range list {
+				ids[i] = e.ProductID
+			}
+			return ids
+		},
+		Missed: func(ctx context.Context) {
+			// (Re)subscribed: broadcasts may have been missed; refresh now.
+			if err := s.Refresh(ctx, false); err != nil && ctx.Err() == nil {
+				s.d.Log.Warn("sale refresh after (re)subscribing failed", "err", err)
+			}
+		},
+		Lost: func(product string, err error) {
+			s.d.Log.Warn("sold-out subscription lost; resubscribing", "product", product, "err", err)
+		},
+	}, func(product string, soldOut bool) {
 		st := s.d.Activities.StateOf(product)
 		if !soldOut {
 			// Sent on release and restock: buyers may have their allowance
@@ -168,7 +187,7 @@ func (s *Service) Start(interval time.Duration) {
 		if st.SetSoldOut(soldOut) {
 			s.d.Log.Info("sold-out flag changed by broadcast", "product", product, "soldOut", soldOut)
 		}
-	})
+	}).Stop
 	ctx, cancel := context.WithCancel(context.Background())
 	s.stopLoop = cancel
 	s.loopDone = make(chan struct{})

@@ -2,102 +2,183 @@ package stock
 
 import (
 	"context"
+	"slices"
+	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/redis/rueidis"
+
+	"flashgate/internal/await"
 	"flashgate/internal/redistest"
 )
 
-func openCluster(t *testing.T, opts Options) (*Store, *redistest.Cluster) {
-	t.Helper()
-	if testing.Short() {
-		t.Skip("starts a 3+3 Redis Cluster: skipped with -short")
-	}
+// On Redis Cluster the broadcasts ride on each product's own node, the
+// subscriptions follow the product list as it changes, and a dead master
+// silences only its own products, until a replica took over: then they
+// resubscribe by themselves and say so (Missed).
+func TestShardedBroadcastsOnCluster(t *testing.T) {
 	c := redistest.NewCluster(t)
-	s, err := Open(context.Background(), strings.Join(c.Addrs(), ","), testOptions(opts))
+	s, err := Open(context.Background(), strings.Join(c.Addrs(), ","), testOptions(Options{Timeout: 2 * time.Second}))
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { s.Close() })
-	return s, c
+	defer s.Close()
+	if !s.Sharded() {
+		t.Fatal("a Store on a cluster does not use sharded pub/sub")
+	}
+	raw, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: c.Addrs(), DisableCache: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer raw.Close()
+
+	a, b := productsOnTwoMasters(t, c) // a on the master of slot 0
+	cp := "pc"                         // added at run time
+	masterA, masterB, masterC := c.MasterOf(StockKey(a)), c.MasterOf(StockKey(b)), c.MasterOf(StockKey(cp))
+
+	var mu sync.Mutex
+	products := []string{a, b}
+	list := func() []string { mu.Lock(); defer mu.Unlock(); return slices.Clone(products) }
+	var missed atomic.Int64
+	flags := make(chan flag, 64)
+	settled := make(chan string, 64) // product:ids
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	so := s.SubscribeSoldOut(ctx, Follow{Products: list, Missed: func(context.Context) { missed.Add(1) }},
+		func(p string, v bool) { flags <- flag{p, v} })
+	defer so.Stop()
+	st := s.SubscribeSettled(ctx, Follow{Products: list}, func(m Settled) {
+		settled <- m.ProductID + ":" + strconv.FormatInt(m.OrderIDs[0], 10)
+	}, func(msg string) { t.Errorf("malformed %q", msg) })
+	defer st.Stop()
+	if !so.Established() || !st.Established() {
+		t.Fatal("subscriptions not established when Subscribe returned")
+	}
+	// One subscriber per product channel, on the node of its slot.
+	for _, ch := range []struct{ node, name string }{
+		{masterA, SoldOutChannelOf(a)}, {masterA, SettledChannelOf(a)},
+		{masterB, SoldOutChannelOf(b)}, {masterB, SettledChannelOf(b)},
+	} {
+		if n := shardSubscribers(raw, ch.node, ch.name); n != 1 {
+			t.Fatalf("%s on %s: %d subscribers, want 1", ch.name, ch.node, n)
+		}
+	}
+
+	pub := func(p string, id int64) error {
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+		defer cancel()
+		if err := s.PublishSoldOut(ctx, p, true); err != nil {
+			return err
+		}
+		return s.PublishStored(ctx, map[string][]int64{p: {id}})
+	}
+	expect := func(p string, id int64) {
+		t.Helper()
+		timeout := time.After(5 * time.Second)
+		for gotFlag, gotSettled := false, false; !gotFlag || !gotSettled; {
+			select {
+			case f := <-flags:
+				gotFlag = gotFlag || f == flag{p, true}
+			case m := <-settled:
+				gotSettled = gotSettled || m == p+":"+strconv.FormatInt(id, 10)
+			case <-timeout:
+				t.Fatalf("%s: broadcast or outcome %d not received", p, id)
+			}
+		}
+	}
+	for i, p := range []string{a, b} {
+		if err := pub(p, int64(100+i)); err != nil {
+			t.Fatal(err)
+		}
+		expect(p, int64(100+i))
+	}
+
+	// A sale added at run time is followed (and told it may have missed
+	// something); one removed is unsubscribed.
+	before := missed.Load()
+	mu.Lock()
+	products = append(products, cp)
+	mu.Unlock()
+	so.Refollow()
+	st.Refollow()
+	await.Until(t, 5*time.Second, "the new product followed", func() bool {
+		return so.Established() && st.Established() && shardSubscribers(raw, masterC, SoldOutChannelOf(cp)) == 1
+	})
+	await.Until(t, 5*time.Second, "Missed after following a product", func() bool { return missed.Load() > before })
+	if err := pub(cp, 200); err != nil {
+		t.Fatal(err)
+	}
+	expect(cp, 200)
+	mu.Lock()
+	products = products[:2]
+	mu.Unlock()
+	so.Refollow()
+	st.Refollow()
+	await.Until(t, 5*time.Second, "the removed product unsubscribed", func() bool {
+		return shardSubscribers(raw, masterC, SoldOutChannelOf(cp)) == 0 && shardSubscribers(raw, masterC, SettledChannelOf(cp)) == 0
+	})
+
+	// a's master dies: a's broadcasts fail, b's keep flowing.
+	c.Kill(masterA)
+	if err := pub(a, 300); err == nil {
+		t.Fatal("publishing to a's dead master succeeded")
+	}
+	if err := pub(b, 301); err != nil {
+		t.Fatalf("b during a's outage: %v", err)
+	}
+	expect(b, 301)
+	before = missed.Load()
+
+	// A replica takes over: a's subscriptions come back by themselves and
+	// report that broadcasts may have been missed.
+	c.AwaitMaster(StockKey(a), masterA, 30*time.Second)
+	await.Until(t, 15*time.Second, "a resubscribed after the failover", func() bool {
+		return so.Established() && st.Established() && missed.Load() > before
+	})
+	if err := pub(a, 302); err != nil {
+		t.Fatalf("a after the failover: %v", err)
+	}
+	expect(a, 302)
 }
 
-// redis.wait_replicas: every script call is followed by a WAIT on its
-// master; a replica that cannot acknowledge makes the WAIT time out, which
-// is counted, and the purchase is still answered.
-func TestWaitReplicasOnCluster(t *testing.T) {
-	s, c := openCluster(t, Options{Timeout: 2 * time.Second, WaitReplicas: 1, WaitTimeout: 100 * time.Millisecond})
-	warm(t, s, "wr", 10, 5)
-	if out := mustDeduct(t, s, attempt("wr", "alice", 1, 5)); out.Code != OK || out.Remaining != 9 {
-		t.Fatalf("first purchase %+v", out)
+// productsOnTwoMasters returns two product ids whose slots different
+// masters serve; a's master also serves slot 0, where a client sends a
+// keyless PUBLISH (rueidis does): with plain pub/sub its death silenced
+// every product.
+func productsOnTwoMasters(t testing.TB, c *redistest.Cluster) (a, b string) {
+	t.Helper()
+	const slot0Key = "k596" // CLUSTER KEYSLOT k596 is 0
+	first := c.MasterOf(slot0Key)
+	for i := 0; i < 256 && (a == "" || b == ""); i++ {
+		p := "p" + strconv.Itoa(i)
+		switch m := c.MasterOf(StockKey(p)); {
+		case m == first && a == "":
+			a = p
+		case m != first && b == "":
+			b = p
+		}
 	}
-	if waits, short := s.WaitStats(); waits != 1 || short != 0 {
-		t.Fatalf("WaitStats = %d, %d; want 1, 0", waits, short)
+	if a == "" || b == "" {
+		t.Fatalf("no products on two masters: %q %q", a, b)
 	}
-	master := c.MasterOf(StockKey("wr"))
-	replica := c.ReplicaOf(master)
-	c.Pause(replica)
-	t0 := time.Now()
-	out := mustDeduct(t, s, attempt("wr", "bob", 1, 5))
-	took := time.Since(t0)
-	c.Resume(replica)
-	if out.Code != OK || out.Remaining != 8 {
-		t.Fatalf("purchase with the replica paused %+v", out)
-	}
-	if waits, short := s.WaitStats(); waits != 2 || short != 1 {
-		t.Fatalf("WaitStats = %d, %d; want 2, 1", waits, short)
-	}
-	if took < 100*time.Millisecond {
-		t.Fatalf("the purchase was answered after %v, before the WAIT's timeout", took)
-	}
+	return a, b
 }
 
-// A failover onto a replica that lags: the promoted replica holds an older
-// stock for a key that still exists. The first deduction on it fences the
-// sale instead of selling from it.
-func TestLaggingFailoverFencesOnCluster(t *testing.T) {
-	s, c := openCluster(t, Options{Timeout: 2 * time.Second})
-	ctx := context.Background()
-	warm(t, s, "lf", 1000, 1)
-	for i := range 20 {
-		mustDeduct(t, s, attempt("lf", "early"+string(rune('a'+i)), 1, 1))
+// shardSubscribers is PUBSUB SHARDNUMSUB channel on the node at addr: how
+// many connections there subscribe to it (-1: the node does not answer).
+func shardSubscribers(c rueidis.Client, addr, channel string) int64 {
+	node, ok := c.Nodes()[addr]
+	if !ok {
+		return -1
 	}
-	master := c.MasterOf(StockKey("lf"))
-	done := make(chan string, 1)
-	go func() { done <- c.LagFailover(StockKey("lf"), 30*time.Second) }()
-	// Sold on the master while its replica is frozen: lost by the failover.
-	sold := 0
-	for len(done) == 0 && sold < 200 {
-		out, err := s.Deduct(ctx, attempt("lf", "late"+time.Now().Format("150405.000000"), 1, 1))
-		if err == nil && out.Code == OK {
-			sold++
-		}
-		time.Sleep(2 * time.Millisecond)
+	arr, err := node.Do(context.Background(), node.B().PubsubShardnumsub().Channel(channel).Build()).ToArray()
+	if err != nil || len(arr) != 2 {
+		return -1
 	}
-	promoted := <-done
-	if promoted == master {
-		t.Fatal("no failover")
-	}
-	var out Outcome
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		o, err := s.Deduct(ctx, attempt("lf", "after", 1, 1))
-		if err == nil {
-			out = o
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no answer from the promoted replica: %v", err)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	if out.Code != Recovering {
-		t.Fatalf("first deduction on the promoted replica (after %d sold on the old master) = %v, want RECOVERING", sold, out.Code)
-	}
-	info, ok, err := s.SaleInfo(ctx, "lf")
-	if err != nil || !ok || info.Fence == "" {
-		t.Fatalf("SaleInfo after the failover = %+v %v %v", info, ok, err)
-	}
-	t.Logf("%d sold on the old master during the lag; the promoted replica says %d left and fenced %q", sold, info.Remaining, info.Fence)
+	n, _ := arr[1].AsInt64()
+	return n
 }

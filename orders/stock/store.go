@@ -149,11 +149,8 @@ type Store struct {
 	products atomic.Pointer[map[string]*product]
 	pmu      sync.Mutex
 
-	subMu   sync.Mutex
-	subs    map[int]func(string, bool)
-	subSeq  int
-	subStop context.CancelFunc
-	subDone chan struct{}
+	// The broadcast subscriptions, one fanout per kind (pubsub.go).
+	soldOutSubs, settledSubs fanout
 
 	nCalls, nAttempts   atomic.Uint64
 	nWaits, nWaitsShort atomic.Uint64
@@ -195,7 +192,6 @@ func Open(ctx context.Context, addr string, opts Options) (*Store, error) {
 		opts:       opts,
 		graceMs:    strconv.FormatInt(opts.BuyerGrace.Milliseconds(), 10),
 		orderTTLMs: strconv.FormatInt(opts.OrderTTL.Milliseconds(), 10),
-		subs:       map[int]func(string, bool){},
 	}
 	empty := map[string]*product{}
 	s.products.Store(&empty)
@@ -378,7 +374,7 @@ func (s *Store) SaveErr() error {
 	return nil
 }
 
-// Close stops the sold-out subscription, closes the connection and, for the
+// Close stops the subscriptions, closes the connection and, for the
 // embedded server with a DataDir, saves its state. Attempts still queued or
 // in flight fail (with an unknown outcome for those already sent).
 func (s *Store) Close() error {
