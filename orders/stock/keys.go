@@ -17,9 +17,13 @@ import (
 //	sk:{p}:t:<nonce>    a used one-time purchase token; TTL until it expires
 //	sk:{p}:outbox       stream of order events (see the field* constants)
 //	sk:catalog          hash: product id -> activity JSON (admin catalog)
+//	sk:catalog:ver      hash: product id -> the entry's version (catalog.go)
+//	sk:degrade          hash: product id -> "<version>:<0|1>" (degrade.go)
+//	sk:degrade:all      "<version>:<0|1>": the degrade switch of every product
 //
-// The catalog is not a product's key: it has no hash tag and is only read
-// and written whole-entry, one command at a time.
+// The catalog and the degrade switches are not a product's keys: they have
+// no hash tag and are only read and written whole-entry, one key per
+// command or script.
 //
 // SoldOutChannel is the pub/sub channel of sold-out broadcasts,
 // SettledChannel that of order outcomes (see PublishStored). Channels are
