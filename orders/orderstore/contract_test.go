@@ -230,8 +230,8 @@ func contract(t *testing.T, open func(t *testing.T) (s Store, reopen func() Stor
 		}
 		puts := [][]CatalogRecord{
 			{act("c1", `{"v":1}`, 10), restock("c1", 7, 5, 11)},
-			{act("c1", `{"v":2}`, 20), act("c1", `{"v":2}`, 20)}, // written twice: one record
-			{act("c1", `{"v":0}`, 5)},                            // an older version changes nothing
+			{act("c1", `{"v":2}`, 20), act("c1", `{"v":2}`, 20)},                        // written twice: one record
+			{act("c1", `{"v":0}`, 5)},                                                   // an older version changes nothing
 			{restock("c1", 8, 3, 21), restock("c1", 9, 4, 22), restock("c1", 9, 0, 23)}, // 9 withdrawn
 			{degrade("c2", true, 30), degrade(AllProducts, true, 31), degrade(AllProducts, false, 32)},
 		}
@@ -273,7 +273,7 @@ func contract(t *testing.T, open func(t *testing.T) (s Store, reopen func() Stor
 		for _, r := range []CatalogRecord{
 			{ProductID: "bad id", Kind: KindActivity, Activity: "{}", Version: 1},
 			{ProductID: AllProducts, Kind: KindActivity, Activity: "{}", Version: 1}, // "*" only switches
-			{ProductID: "c1", Kind: KindActivity, Version: 1},                          // no document
+			{ProductID: "c1", Kind: KindActivity, Version: 1},                        // no document
 			{ProductID: "c1", Kind: KindRestock, ID: 0, Units: 1, Version: 1},
 			{ProductID: "c1", Kind: KindRestock, ID: 1, Units: -1, Version: 1},
 			{ProductID: "c1", Kind: 9, Version: 1},

@@ -94,4 +94,3 @@ func TestCatalogVersionsAndRestore(t *testing.T) {
 		t.Fatalf("after the restart %v %v", m, err)
 	}
 }
-
