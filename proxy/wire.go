@@ -77,7 +77,7 @@ func (s *Server) assemble(cfg *conf.Config, snap *Snapshot) (*parts, error) {
 		Orders: sink{p.pub},
 	}
 	if p.store != nil {
-		deps.Ledger, deps.Results = p.ledger(cfg, store), p.store
+		deps.Ledger, deps.Results, deps.Catalog = p.ledger(cfg, store), p.store, p.store
 	}
 	svc := sale.New(deps)
 	if err := svc.Apply(ctx, snap.Sale); err != nil {
