@@ -11,6 +11,7 @@ import (
 	"flashgate/orders/orderstore"
 	"flashgate/orders/stock"
 	"flashgate/sale/activity"
+	"flashgate/sale/api"
 )
 
 // The sale catalogue (admin-created activities, restocks) and the degrade
@@ -389,6 +390,23 @@ func (s *Service) noteLost(p string) bool {
 	}
 	s.cat.lost[p] = true
 	return true
+}
+
+// closedAnswer is the answer to a purchase the deduction refused because
+// the sale has no stock in Redis (code NotReady) or is fenced (Recovering):
+// a sale this edge knows was lost is recovering, any other still opening.
+// Off the hot path: only closed sales get here.
+func (s *Service) closedAnswer(code stock.Code, productID []byte) *api.Rejection {
+	if code == stock.Recovering {
+		return api.Recovering
+	}
+	s.catMu.Lock()
+	lost := s.cat.lost[string(productID)]
+	s.catMu.Unlock()
+	if lost {
+		return api.Recovering
+	}
+	return api.Warming
 }
 
 // noteOpen reports whether a sale whose loss was logged is open again.

@@ -2,17 +2,24 @@ package sale
 
 import (
 	"context"
+	"encoding/binary"
+	"encoding/json"
 	"errors"
 	"io"
 	"log/slog"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/valyala/fasthttp"
+
 	"flashgate/conf"
+	"flashgate/internal/await"
 	"flashgate/internal/redistest"
 	"flashgate/orders/orderstore"
 	"flashgate/orders/stock"
 	"flashgate/sale/activity"
+	"flashgate/sale/api"
 )
 
 // What the durable catalogue records of restocks and admin-created sales,
@@ -84,5 +91,39 @@ func TestDurableCatalogueRecordsStockAndRestocks(t *testing.T) {
 		Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if got, err := fresh.durableSale(ctx, "ad"); err != nil || got != (durableSale{Known: true, Initial: 7}) {
 		t.Fatalf("after the restart: %+v %v", got, err)
+	}
+}
+
+// A sale whose stock Redis lost answers 503 RECOVERING while it is closed
+// (here for good: there is no ledger to rebuild it from), not "opening".
+func TestLostSaleAnswersRecovering(t *testing.T) {
+	r := newDoRig(t, stock.Options{}, NewBreaker(1000, time.Second, nil, nil), "lp")
+	answer := func(user string) (int, string) {
+		now := time.Now()
+		req := &api.Call{Ctx: new(fasthttp.RequestCtx), NowNano: now.UnixNano(), Endpoint: api.EndpointDo,
+			UserID: []byte(user), ProductID: []byte("lp"), Qty: 1, TokenExpiresMs: now.Add(time.Minute).UnixMilli(),
+			Checked: api.TokenValid}
+		binary.BigEndian.PutUint64(req.TokenNonce[:], nonceSeq.Add(1))
+		r.svc.Handle(req)
+		var body struct{ Code string }
+		json.Unmarshal(req.Ctx.Response.Body(), &body)
+		return req.Ctx.Response.StatusCode(), body.Code
+	}
+	if status, _ := answer("before"); status != 200 {
+		t.Fatalf("purchase before the loss: %d", status)
+	}
+	r.srv.Restart()
+	await.NoError(t, 10*time.Second, "a refresh that finds the sale lost", func() error {
+		err := r.svc.Refresh(context.Background(), false)
+		if err == nil {
+			t.Fatal("a lost sale reopened without a ledger")
+		}
+		if !strings.Contains(err.Error(), "no ledger") {
+			return err // the client reconnecting
+		}
+		return nil
+	})
+	if status, code := answer("after"); status != 503 || code != "RECOVERING" {
+		t.Fatalf("purchase of the lost sale: %d %s, want 503 RECOVERING", status, code)
 	}
 }
