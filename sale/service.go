@@ -331,10 +331,15 @@ func (s *Service) PutActivity(ctx context.Context, a *activity.Activity) error {
 		}
 		durable = v
 	}
-	s.catMu.Lock()
-	s.cat.acts[p] = actEntry{doc: string(js), mark: mark{version: v, durable: durable}}
-	s.cat.opening[p]++
-	s.catMu.Unlock()
+	remember := func() {
+		s.catMu.Lock()
+		s.cat.acts[p] = actEntry{doc: string(js), mark: mark{version: v, durable: durable}}
+		s.cat.opening[p]++
+		s.catMu.Unlock()
+	}
+	if durable >= 0 {
+		remember() // recorded: this edge gives it to Redis until Redis takes it
+	}
 	defer func() {
 		s.catMu.Lock()
 		if s.cat.opening[p]--; s.cat.opening[p] <= 0 {
@@ -344,9 +349,12 @@ func (s *Service) PutActivity(ctx context.Context, a *activity.Activity) error {
 	}()
 	if err := s.d.Store.PutCatalog(ctx, p, stock.CatalogEntry{Activity: string(js), Version: v}); err != nil {
 		if durable < 0 {
-			return err
+			return err // no durable catalogue: nothing was recorded
 		}
 		return fmt.Errorf("sale %s: recorded in the durable catalogue but not in Redis (every edge opens it once Redis answers): %w", p, err)
+	}
+	if durable < 0 {
+		remember()
 	}
 	if err := s.warm(ctx, a, live); err != nil {
 		return err
