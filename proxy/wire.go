@@ -83,7 +83,7 @@ func (s *Server) assemble(cfg *conf.Config, snap *Snapshot) (*parts, error) {
 		deps.InFlight = 0
 	}
 	if p.store != nil {
-		deps.Ledger, deps.Results = p.ledger(cfg), p.store
+		deps.Ledger, deps.Results, deps.Catalog = p.ledger(cfg), p.store, p.store
 	}
 	svc := sale.New(deps)
 	if err := svc.Apply(ctx, snap.Sale); err != nil {

@@ -221,7 +221,9 @@ func TestDoDecidesWhatTheChainDidNot(t *testing.T) {
 		t.Fatal(err)
 	}
 	r.svc.d.Activities.StateOf("flagged").SetSoldOut(true) // Redis still has stock
-	r.svc.SetDegraded("busy", true)
+	if _, err := r.svc.SetDegraded(context.Background(), "busy", true); err != nil {
+		t.Fatal(err)
+	}
 
 	tok := func(user, product string, ttl time.Duration) []byte {
 		return minter.Mint(nil, []byte(user), []byte(product), now.Add(ttl).UnixMilli())

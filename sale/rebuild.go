@@ -256,6 +256,15 @@ func (s *Service) openSale(ctx context.Context, a *activity.Activity, fence stri
 		return err
 	}
 	lost := known || s.d.Activities.StateOf(p).Remaining() >= 0
+	if !lost {
+		// Created or restocked through the admin API before, and not by
+		// this edge just now: it existed, so it was lost.
+		ds, err := s.durableSale(ctx, p)
+		if err != nil {
+			return err
+		}
+		lost = ds.Known && !ds.Opening
+	}
 	if !lost && s.d.Ledger != nil {
 		// Redis may have lost everything, meta included, while this edge
 		// was down: the ledger still knows the sale.
@@ -317,16 +326,25 @@ func (s *Service) plan(ctx context.Context, a *activity.Activity, meta stock.Sal
 		return stock.Rebuild{}, 0, err
 	}
 
+	ds, err := s.durableSale(ctx, p)
+	if err != nil {
+		return stock.Rebuild{}, 0, err
+	}
 	sale := saleOf(a)
 	sale.Initial = a.Stock
-	if known {
+	if ds.Initial > 0 {
+		// An admin-created sale's first stock: a.Stock may be a restock
+		// total the refresh folded in.
+		sale.Initial = ds.Initial
+	}
+	if known && meta.Initial > 0 {
 		// The sale's own figures beat the config, which may have changed
 		// since it opened.
-		if meta.Initial > 0 {
-			sale.Initial = meta.Initial
-		}
-		sale.Restocked = meta.Restocked
+		sale.Initial = meta.Initial
 	}
+	// Restocks: the meta's, unless it is older than the durable catalogue
+	// (a stale snapshot, or no meta at all).
+	sale.Restocked = max(meta.Restocked, ds.Restocked)
 	held := st.Sold
 	buyers := make(map[string]int64, len(st.Buyers))
 	for u, n := range st.Buyers {

@@ -1,8 +1,10 @@
 // Package stock is the Redis side of a flash sale: warm-up, the atomic
 // deduction, releases, order states, the outbox the relay reads, the
-// sold-out and order-outcome broadcasts and the admin catalog. It owns every
-// Redis key, channel and script (keys.go); other packages call its methods
-// and never talk to Redis themselves.
+// sold-out and order-outcome broadcasts, the admin catalog and the degrade
+// switch (the copies every edge reads of the durable catalogue that package
+// orderstore keeps; catalog.go, degrade.go). It owns every Redis key,
+// channel and script (keys.go); other packages call its methods and never
+// talk to Redis themselves.
 //
 // Promises it keeps (docs/architecture.md):
 //

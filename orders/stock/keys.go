@@ -22,9 +22,13 @@ import (
 //	sk:{p}:outbox       stream of order events (see the field* constants)
 //	sk:catalog          hash: product id -> activity JSON (admin catalog)
 //	sk:edges            hash: node id -> unix ms of its last heartbeat
+//	sk:catalog:ver      hash: product id -> the entry's version (catalog.go)
+//	sk:degrade          hash: product id -> "<version>:<0|1>" (degrade.go)
+//	sk:degrade:all      "<version>:<0|1>": the degrade switch of every product
 //
-// The catalog and the edges are not a product's keys: they have no hash tag
-// and are only read and written whole-entry, one command at a time.
+// The catalog, the edges and the degrade switches are not a product's keys:
+// they have no hash tag and are only read and written whole-entry, one key
+// per command or script.
 //
 // Broadcast channels (pubsub.go). On a standalone Redis (also behind
 // Sentinel, and the embedded server) SoldOutChannel carries every product's
