@@ -2,8 +2,8 @@ package sale_test
 
 import (
 	"context"
-	"fmt"
 	"errors"
+	"fmt"
 	"strconv"
 	"sync"
 	"testing"
