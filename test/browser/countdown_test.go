@@ -21,7 +21,7 @@ func skewClock(off time.Duration) string {
 })();`, off.Milliseconds())
 }
 
-// TestCountdownFromServerTime opens a sale that starts ~3 s after the edge
+// TestCountdownFromServerTime opens a sale that starts ~5 s after the edge
 // in three tabs: one with a right clock, one an hour fast, one an hour
 // slow. Each must show the server's countdown with Buy off, then turn Buy
 // on at the server's start, without a reload.
@@ -42,7 +42,7 @@ func TestCountdownFromServerTime(t *testing.T) {
 		}
 		shoppers = append(shoppers, s)
 	}
-	e := startEdge(t, activities(sale("p1", "Countdown Watch", "10.00", 100, 1, "+3s", "+1h")))
+	e := startEdge(t, activities(sale("p1", "Countdown Watch", "10.00", 100, 1, "+5s", "+1h")))
 	startMs := int64(e.status("p1")["startMs"].(float64))
 	start := time.UnixMilli(startMs)
 
