@@ -7,6 +7,8 @@ cd "$(dirname "$0")/.."
 
 need=()
 command -v redis-server >/dev/null 2>&1 || need+=(redis-server)
+# internal/redistest's Sentinel kit starts /usr/bin/redis-sentinel (its own package on Debian).
+[ -x /usr/bin/redis-sentinel ] || need+=(redis-sentinel)
 # internal/chtest starts /usr/sbin/clickhouse-server (not on root's PATH everywhere).
 { command -v clickhouse-server || [ -x /usr/sbin/clickhouse-server ]; } >/dev/null 2>&1 || need+=(clickhouse-server clickhouse-client)
 # test/browser drives Debian's chromium (headless) at /usr/bin/chromium.

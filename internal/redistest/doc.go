@@ -7,5 +7,16 @@
 // temp directory and no persistence (no RDB snapshots, no AOF): Stop then
 // Start on the same Server is exactly "Redis restarted and lost its memory".
 //
-// Install the binary with: apt-get install -y redis-server
+// NewPersistent is the other way Redis goes back in time: a server that
+// restarts from its last snapshot (Save, Crash, Start), without the writes
+// made after it.
+//
+// NewCluster runs a Redis Cluster of three masters and three replicas
+// (created with redis-cli), for the failovers a standalone server cannot
+// show: Kill a master and AwaitMaster its promoted replica, or LagFailover,
+// a replica promoted while it lagged, so the cluster serves older values of
+// keys that still exist. Slot and MasterOf say which node serves a key.
+//
+// Install the binaries with: apt-get install -y redis-server (redis-cli
+// comes with it, in redis-tools)
 package redistest

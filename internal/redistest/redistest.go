@@ -46,6 +46,15 @@ func New(t testing.TB) *Server {
 	return proctest.ForTest(t, "redistest", launch)
 }
 
+// NewPersistent is New with an RDB file in the server's directory: it
+// saves only when told (Save, no automatic snapshots) and a restart
+// (Start) loads what the last Save wrote — a Redis that comes back from a
+// stale snapshot, without the writes made after it.
+func NewPersistent(t testing.TB) *Server {
+	t.Helper()
+	return proctest.ForTest(t, "redistest", launchPersistent)
+}
+
 // Launch starts a redis-server outside any test, for TestMain:
 //
 //	srv, err := redistest.Launch("")
@@ -59,12 +68,22 @@ func Launch(dir string) (*Server, error) {
 	return proctest.InDir(dir, "redistest-", launch)
 }
 
-func launch(dir string, own bool) (*Server, error) {
+func launch(dir string, own bool) (*Server, error) { return launchServer(dir, own, false) }
+
+func launchPersistent(dir string, own bool) (*Server, error) { return launchServer(dir, own, true) }
+
+func launchServer(dir string, own, persistent bool) (*Server, error) {
 	if _, err := exec.LookPath(Binary); err != nil {
 		return nil, errors.New(MissingHint)
 	}
 	s := &Server{}
 	logPath := filepath.Join(dir, "redis.log")
+	fresh := []string{logPath}
+	if !persistent {
+		// A SAVE sent to a server without persistence must not bring
+		// its data back: every start is empty.
+		fresh = append(fresh, filepath.Join(dir, dumpFile))
+	}
 	s.proc = proctest.NewChild(dir, own, proctest.Spec{
 		Name: func() string { return fmt.Sprintf("redis-server on port %d", s.port) },
 		Command: func() *exec.Cmd {
@@ -75,10 +94,11 @@ func launch(dir string, own bool) (*Server, error) {
 				"--appendonly", "no",
 				"--daemonize", "no",
 				"--dir", dir,
+				"--dbfilename", dumpFile,
 				"--logfile", logPath,
 			)
 		},
-		Fresh:   []string{logPath},
+		Fresh:   fresh,
 		Log:     func() []byte { return proctest.Tail(logPath) },
 		Ready:   func() error { return ping(s.Addr()) },
 		Probe:   "PING",
@@ -96,6 +116,9 @@ func launch(dir string, own bool) (*Server, error) {
 	return s, nil
 }
 
+// dumpFile is the RDB snapshot in a server's directory.
+const dumpFile = "dump.rdb"
+
 // Addr is host:port of the server; it does not change across restarts.
 func (s *Server) Addr() string { return net.JoinHostPort("127.0.0.1", strconv.Itoa(s.port)) }
 
@@ -106,13 +129,31 @@ func (s *Server) Dir() string { return s.proc.Dir() }
 // exit. Its memory is gone; connected clients see connection resets.
 func (s *Server) Stop() { s.proc.Stop() }
 
-// Start restarts a stopped server on the same port, empty. It panics if the
+// Start restarts a stopped server on the same port: empty, or, for a
+// NewPersistent server, with what its last Save wrote. It panics if the
 // server cannot come back (a test cannot go on without it).
 func (s *Server) Start() {
 	if err := s.proc.Start(); err != nil {
 		panic(fmt.Sprintf("redistest: restart on %s: %v", s.Addr(), err))
 	}
 }
+
+// Save writes the server's snapshot (SAVE), which a persistent server
+// loads when it is started again.
+func (s *Server) Save() error {
+	r, err := callString(s.Addr(), time.Minute, "SAVE")
+	if err == nil && r != "OK" {
+		err = fmt.Errorf("SAVE answered %q", r)
+	}
+	if err != nil {
+		return fmt.Errorf("redistest: SAVE on %s: %w", s.Addr(), err)
+	}
+	return nil
+}
+
+// Crash kills the server with SIGKILL, as Stop does: it writes nothing on
+// its way down, so the snapshot on disk stays what the last Save wrote.
+func (s *Server) Crash() { s.proc.Stop() }
 
 // Restart is Stop then Start: Redis losing its memory.
 func (s *Server) Restart() {
