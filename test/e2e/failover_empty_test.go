@@ -39,37 +39,17 @@ func TestFailoverRestartedEmpty(t *testing.T) {
 	}
 	l := startFoLoad(t, rig, streams...)
 	l.await(20*time.Second, "20 units of every product sold before the crash", func() bool {
-		for _, p := range products {
-			if l.ok(p) < 20 {
-				return false
-			}
-		}
-		return true
+		return l.okSince(products, nil, 20)
 	})
-	closedBefore := map[string]int64{}
-	for _, p := range products {
-		closedBefore[p] = l.closed(p)
-	}
+	closedBefore := l.closedNow(products)
 	r.Stop()
 	l.mark("redis killed (SIGKILL, no persistence)")
 	l.await(10*time.Second, "every product turned a shopper away while Redis was down", func() bool {
-		for _, p := range products {
-			if l.closed(p) == closedBefore[p] {
-				return false
-			}
-		}
-		return true
+		return l.closedSince(products, closedBefore)
 	})
 	r.Start()
 	back := l.mark("redis restarted empty and answering")
-	if !waitFor(30*time.Second, func() bool {
-		for _, p := range products {
-			if l.soldOut(p) < 10 {
-				return false
-			}
-		}
-		return true
-	}) {
+	if !waitFor(30*time.Second, func() bool { return l.soldOutAll(products, 10) }) {
 		t.Errorf("not every product sold out within 30s of Redis coming back")
 	}
 	answers := l.finish()
@@ -79,9 +59,5 @@ func TestFailoverRestartedEmpty(t *testing.T) {
 			break
 		}
 	}
-	stock := map[string]int64{}
-	for _, p := range products {
-		stock[p] = units
-	}
-	rig.verify(l, answers, foExpect{stock: stock, limit: limit, recovered: products, back: back})
+	rig.verify(l, answers, foExpect{stock: foStocks(products, units), limit: limit, recovered: products, back: back})
 }

@@ -9,6 +9,9 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"flashgate/internal/redistest"
+	"flashgate/orders/stock"
 )
 
 // The failover tests (failover_*_test.go) break Redis the ways real
@@ -31,12 +34,14 @@ const (
 	// 5 s of Redis answering again when the pipeline is healthy"; twice
 	// that for a shared 2-core machine).
 	foReopenBound = 10 * time.Second
-	// foRepeatEvery and foRepeatLag make every third attempt of a product
-	// a second attempt by the buyer of the attempt foRepeatLag earlier:
-	// buyers whose purchase fell in a window Redis forgot try again
-	// shortly after, as shoppers do.
-	foRepeatEvery = 3
-	foRepeatLag   = 30
+	// foRetryAfter is how long a shopper waits to try again: after a 503
+	// (until they get a verdict), and once after their purchase (as if to
+	// buy another), so that buyers whose purchase fell in a window Redis
+	// forgot try again once it answers. A buyer tries again on another
+	// edge than the one that sold to them, whose bought cache does not
+	// know them: only Redis can refuse it.
+	foRetryAfter = time.Second
+	foRetryMax   = 1000 // shoppers waiting to try again, per product
 )
 
 // foRig is two edge processes of the real binary in front of one Redis
@@ -163,28 +168,33 @@ func startFoLoad(t *testing.T, r *foRig, streams ...foStream) *foLoad {
 	}
 	l.start = time.Now()
 	for _, s := range streams {
-		jobs := make(chan int)
+		b := &foBuyers{product: s.product}
+		jobs := make(chan *foJob)
 		l.wg.Go(func() {
 			defer close(jobs)
 			tick := time.NewTicker(time.Second / time.Duration(s.rate))
 			defer tick.Stop()
+			var job *foJob
 			for n := 0; ; {
 				select {
 				case <-l.stop:
 					return
 				case <-tick.C:
 				}
+				if job == nil {
+					job = b.next(n, len(l.edges))
+				}
 				select {
-				case jobs <- n:
-					n++
+				case jobs <- job:
+					n, job = n+1, nil
 				default: // every shopper is waiting on an answer
 				}
 			}
 		})
 		for range s.workers {
 			l.wg.Go(func() {
-				for n := range jobs {
-					l.attempt(s.product, n)
+				for j := range jobs {
+					l.attempt(b, j)
 				}
 			})
 		}
@@ -193,18 +203,70 @@ func startFoLoad(t *testing.T, r *foRig, streams ...foStream) *foLoad {
 	return l
 }
 
-// foUser is the buyer of a product's attempt n (see foRepeatEvery).
-func foUser(product string, n int) string {
-	for n%foRepeatEvery == foRepeatEvery-1 && n >= foRepeatLag {
-		n -= foRepeatLag
-	}
-	return product + "-u" + strconv.Itoa(n)
+// foJob is one attempt of a stream: its shopper and the edge it goes to.
+type foJob struct {
+	edge int
+	user string
 }
 
-func (l *foLoad) attempt(product string, n int) {
-	user := foUser(product, n)
-	res, err := l.edges[n%len(l.edges)].attempt(l.j.get(user), product, 1)
-	a := foAnswer{product: product, user: user, edge: n % len(l.edges), at: time.Since(l.start), status: res.status, err: err}
+// foBuyers picks the shopper of each attempt of a product: someone due to
+// try again (see foRetryAfter), or else a new shopper.
+type foBuyers struct {
+	product string
+	mu      sync.Mutex
+	due     []foRetry      // by time
+	soldBy  map[string]int // the edge that answered a buyer 200
+}
+
+type foRetry struct {
+	user string
+	at   time.Time
+}
+
+// next is attempt n; attempts are numbered in order and alternate between
+// the edges, but a buyer tries again on another edge than the one that
+// sold to them.
+func (b *foBuyers) next(n, edges int) *foJob {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if len(b.due) > 0 && !b.due[0].at.After(time.Now()) {
+		j := &foJob{edge: n % edges, user: b.due[0].user}
+		b.due = b.due[1:]
+		if e, ok := b.soldBy[j.user]; ok {
+			j.edge = (e + 1) % edges
+		}
+		return j
+	}
+	return &foJob{edge: n % edges, user: b.product + "-u" + strconv.Itoa(n)}
+}
+
+// answered schedules the shopper's next try: after a 503, and after their
+// first purchase.
+func (b *foBuyers) answered(a foAnswer) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	switch {
+	case a.closed():
+	case a.status == 200:
+		if _, again := b.soldBy[a.user]; again {
+			return
+		}
+		if b.soldBy == nil {
+			b.soldBy = map[string]int{}
+		}
+		b.soldBy[a.user] = a.edge
+	default:
+		return
+	}
+	if len(b.due) < foRetryMax {
+		b.due = append(b.due, foRetry{a.user, time.Now().Add(foRetryAfter)})
+	}
+}
+
+func (l *foLoad) attempt(b *foBuyers, j *foJob) {
+	product, user, e := b.product, j.user, j.edge
+	res, err := l.edges[e].attempt(l.j.get(user), product, 1)
+	a := foAnswer{product: product, user: user, edge: e, at: time.Since(l.start), status: res.status, err: err}
 	if err == nil {
 		a.code = res.code()
 		a.order, _ = strconv.ParseInt(jsonStr(res.body, "orderId"), 10, 64)
@@ -212,6 +274,7 @@ func (l *foLoad) attempt(product string, n int) {
 			a.msg = jsonStr(res.body, "message")
 		}
 	}
+	b.answered(a)
 	c := l.counts[product]
 	switch {
 	case a.closed():
@@ -252,6 +315,64 @@ func (l *foLoad) ok(p string) int64      { return l.counts[p].ok.Load() }
 func (l *foLoad) soldOut(p string) int64 { return l.counts[p].soldOut.Load() }
 func (l *foLoad) closed(p string) int64  { return l.counts[p].closed.Load() }
 
+// okNow and closedNow are the products' counts of answers 200 and of
+// closed answers so far.
+func (l *foLoad) okNow(products []string) map[string]int64 {
+	return l.snapshot(products, (*foLoad).ok)
+}
+
+func (l *foLoad) closedNow(products []string) map[string]int64 {
+	return l.snapshot(products, (*foLoad).closed)
+}
+
+func (l *foLoad) snapshot(products []string, count func(*foLoad, string) int64) map[string]int64 {
+	m := make(map[string]int64, len(products))
+	for _, p := range products {
+		m[p] = count(l, p)
+	}
+	return m
+}
+
+// okSince: every product has had n more answers 200 than in since (nil:
+// n in all).
+func (l *foLoad) okSince(products []string, since map[string]int64, n int64) bool {
+	for _, p := range products {
+		if l.ok(p) < since[p]+n {
+			return false
+		}
+	}
+	return true
+}
+
+// closedSince: every product has turned a shopper away since snap.
+func (l *foLoad) closedSince(products []string, since map[string]int64) bool {
+	for _, p := range products {
+		if l.closed(p) <= since[p] {
+			return false
+		}
+	}
+	return true
+}
+
+// soldOutAll: every product has answered 410 SOLD_OUT n times.
+func (l *foLoad) soldOutAll(products []string, n int64) bool {
+	for _, p := range products {
+		if l.soldOut(p) < n {
+			return false
+		}
+	}
+	return true
+}
+
+// foStocks is the same stock for every product.
+func foStocks(products []string, units int64) map[string]int64 {
+	m := make(map[string]int64, len(products))
+	for _, p := range products {
+		m[p] = units
+	}
+	return m
+}
+
 func (l *foLoad) halt() {
 	l.once.Do(func() { close(l.stop) })
 	l.wg.Wait()
@@ -259,6 +380,7 @@ func (l *foLoad) halt() {
 
 // finish stops the load and returns every answer.
 func (l *foLoad) finish() []foAnswer {
+	l.t.Helper()
 	l.halt()
 	l.mark("load stopped")
 	l.mu.Lock()
@@ -481,4 +603,23 @@ func (r *foRig) verify(l *foLoad, answers []foAnswer, x foExpect) {
 		t.Logf("%s: %d units stored of %d; %d answered 200, %d answers of unknown outcome; %d buyers over the limit",
 			p, units[p], x.stock[p], answered[p], unknown[p], over[p])
 	}
+}
+
+// foPlace names three products whose keys live on the three masters of
+// c, one each: the first is the one whose master the test fails.
+func foPlace(t *testing.T, c *redistest.Cluster) (victim string, healthy []string) {
+	t.Helper()
+	byMaster := map[string]bool{}
+	var picked []string
+	for i := 0; len(picked) < 3 && i < 1000; i++ {
+		p := "c" + strconv.Itoa(i)
+		if m := c.MasterOf(stock.StockKey(p)); !byMaster[m] {
+			byMaster[m] = true
+			picked = append(picked, p)
+		}
+	}
+	if len(picked) < 3 {
+		t.Fatalf("products on %d masters only, want 3", len(picked))
+	}
+	return picked[0], picked[1:]
 }
