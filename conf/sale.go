@@ -22,6 +22,11 @@ type RedisConfig struct {
 	QueueTimeout  time.Duration `yaml:"queue_timeout"`
 	MaxFlushDelay time.Duration `yaml:"max_flush_delay"`
 	Password      string        `yaml:"password"`
+	// Username is the ACL user ("" the default user); Sentinel and TLS
+	// say how to reach a production Redis. All three: redis.go.
+	Username string              `yaml:"username"`
+	Sentinel RedisSentinelConfig `yaml:"sentinel"`
+	TLS      RedisTLSConfig      `yaml:"tls"`
 }
 
 // AuthConfig is the `auth:` section: the signed shopper session.
@@ -120,7 +125,9 @@ func (c *RedisConfig) fill() {
 }
 
 // Embedded reports whether the in-process stand-in is configured.
-func (c *RedisConfig) Embedded() bool { return c.Addr == "" || c.Addr == "embedded" }
+func (c *RedisConfig) Embedded() bool {
+	return (c.Addr == "" || c.Addr == "embedded") && !c.Sentinel.set()
+}
 
 // Validate checks the section; paths are relative to `redis`.
 func (c *RedisConfig) Validate() field.Errors {
@@ -137,6 +144,7 @@ func (c *RedisConfig) Validate() field.Errors {
 	if _, err := field.ResolveEnv(c.Password); err != nil {
 		errs.Add("password", "%v", err)
 	}
+	c.validateConn(&errs)
 	return errs
 }
 

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"crypto/subtle"
 	"encoding/json"
+	"net/url"
 	"strings"
 
 	"github.com/valyala/fasthttp"
@@ -110,6 +111,10 @@ func (s *Server) RedactedConfig() ([]byte, error) {
 }
 
 func redact(n *yaml.Node) {
+	if n.Kind == yaml.ScalarNode {
+		n.Value = redactURL(n.Value)
+		return
+	}
 	if n.Kind == yaml.MappingNode {
 		for i := 0; i+1 < len(n.Content); i += 2 {
 			k, v := n.Content[i], n.Content[i+1]
@@ -124,6 +129,27 @@ func redact(n *yaml.Node) {
 	for _, c := range n.Content {
 		redact(c)
 	}
+}
+
+// redactURL hides the password of a URL under any key
+// (redis://user:pw@host). One that does not parse loses everything up to
+// its last @: better too much hidden than a password shown.
+func redactURL(v string) string {
+	i := strings.Index(v, "://")
+	if i <= 0 {
+		return v
+	}
+	if u, err := url.Parse(v); err == nil {
+		if _, has := u.User.Password(); has {
+			u.User = url.UserPassword(u.User.Username(), "REDACTED")
+			return u.String()
+		}
+		return v
+	}
+	if at := strings.LastIndexByte(v, '@'); at > i {
+		return v[:i+3] + "REDACTED" + v[at:]
+	}
+	return v
 }
 
 func isSecretKey(k string) bool {

@@ -234,7 +234,7 @@ func (s *Server) Reload(trigger string) error {
 	s.m.lastReloadOK.Store(true)
 	s.lastReload.Store(&ReloadResult{At: now, Trigger: trigger, Version: snap.Version})
 	oc, nc := old.Doc.Config, snap.Doc.Config
-	if oc.Listen != nc.Listen || oc.Admin.Addr != nc.Admin.Addr || oc.Reload != nc.Reload || oc.Redis != nc.Redis || oc.NodeID != nc.NodeID {
+	if oc.Listen != nc.Listen || oc.Admin.Addr != nc.Admin.Addr || oc.Reload != nc.Reload || !oc.Redis.Equal(nc.Redis) || oc.NodeID != nc.NodeID {
 		s.log.Warn("listen, admin.addr, reload, redis and node_id take effect on restart; the running edge keeps its old settings for them", "trigger", trigger)
 	}
 	s.log.Info("config reloaded", "trigger", trigger, "version", snap.Version, "filters", snap.APIChain.Len())

@@ -100,9 +100,24 @@ func openStock(ctx context.Context, cfg *conf.Config, log *slog.Logger, embedded
 	if rc.Embedded() && !embeddedOK {
 		return nil, errors.New("redis.addr is empty: the embedded Redis exists only inside an edge")
 	}
-	password, err := field.ResolveEnv(rc.Password)
+	var err error
+	// env resolves an "env:NAME" setting; the first failure is kept.
+	env := func(path, v string) string {
+		r, rerr := field.ResolveEnv(v)
+		if rerr != nil && err == nil {
+			err = fmt.Errorf("redis.%s: %w", path, rerr)
+		}
+		return r
+	}
+	username, password := env("username", rc.Username), env("password", rc.Password)
+	sentinel := stock.SentinelOptions{MasterSet: rc.Sentinel.MasterSet, Addrs: rc.Sentinel.Addrs,
+		Username: env("sentinel.username", rc.Sentinel.Username), Password: env("sentinel.password", rc.Sentinel.Password)}
 	if err != nil {
-		return nil, fmt.Errorf("redis.password: %w", err)
+		return nil, err
+	}
+	tlsConf, tlsErrs := rc.TLS.Config()
+	if err := tlsErrs.Err(); err != nil {
+		return nil, fmt.Errorf("redis.tls: %w", err)
 	}
 	dataDir := ""
 	if rc.Embedded() {
@@ -117,10 +132,15 @@ func openStock(ctx context.Context, cfg *conf.Config, log *slog.Logger, embedded
 		MaxFlushDelay: rc.MaxFlushDelay,
 		OrderTTL:      cfg.Sale.OrderTTL,
 		DataDir:       dataDir,
+		Username:      username,
 		Password:      password,
+		Sentinel:      sentinel,
+		TLS:           tlsConf,
 	})
 	if err != nil {
-		return nil, fmt.Errorf("redis %q: %w", rc.Addr, err)
+		// Not rc.Addr: a URL may hold the password. The error names the
+		// addresses.
+		return nil, fmt.Errorf("redis: %w", err)
 	}
 	if store.Embedded() {
 		// Where redis-cli can inspect the demo's keys.

@@ -2,9 +2,11 @@ package stock
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
+	"net/url"
 	"strconv"
 	"strings"
 	"sync"
@@ -55,9 +57,36 @@ type Options struct {
 	// outbox entries; stock and buyers' counts are rebuilt from the ledger
 	// after a crash whatever it is (see Open).
 	SaveEvery time.Duration
-	// Username and Password authenticate to a real Redis.
+	// Username and Password authenticate to a real Redis (Username "": the
+	// default user). Credentials in a redis:// URL take their place; giving
+	// them in both is an error.
+	Username, Password string
+	// Sentinel, with MasterSet set, finds the master through Redis
+	// Sentinel (see SentinelOptions).
+	Sentinel SentinelOptions
+	// TLS, if set, dials Redis, the cluster's nodes and the sentinels over
+	// TLS with this configuration (a private CA, a client certificate). A
+	// rediss:// URL without it verifies against the system's roots.
+	TLS *tls.Config
+}
+
+// SentinelOptions find the master through Redis Sentinel. Open's addr is
+// then "" and Addrs lists sentinels; a redis:// URL with ?master_set=NAME
+// does the same with the URL's hosts as the sentinels.
+type SentinelOptions struct {
+	MasterSet string
+	Addrs     []string
+	// Username and Password authenticate to the sentinels; Options'
+	// authenticate to the master.
 	Username, Password string
 }
+
+// sentinelRefresh is how often the client asks the sentinels where the
+// master is, besides following their +switch-master events. Without it one
+// missed event binds the edge to a demoted master (every write READONLY)
+// until it restarts; with it for at most this long. The cost is one round
+// trip to a sentinel per edge per period.
+const sentinelRefresh = 2 * time.Second
 
 // check rejects options without what they need and fills the settings
 // that are not edge.yaml's.
@@ -138,7 +167,10 @@ type Store struct {
 // Never use it for production or benchmarks.
 //
 // Otherwise addr is host:port, a comma-separated list of cluster seeds, or a
-// redis:// URL; rueidis auto-pipelines and follows the cluster topology.
+// redis://, rediss:// or unix:// URL (parameters: addr for more hosts, db,
+// master_set for Sentinel); or "" with Options.Sentinel. rueidis
+// auto-pipelines and follows the cluster topology, or the sentinels'
+// choice of master. Errors never quote a password or the URL.
 func Open(ctx context.Context, addr string, opts Options) (*Store, error) {
 	if err := opts.check(); err != nil {
 		return nil, err
@@ -174,7 +206,10 @@ func Open(ctx context.Context, addr string, opts Options) (*Store, error) {
 		Dialer: net.Dialer{Timeout: max(opts.Timeout, 100*time.Millisecond), KeepAlive: 30 * time.Second},
 	}
 	switch {
-	case addr == "" || addr == "embedded":
+	case (addr == "" || addr == "embedded") && opts.Sentinel.MasterSet == "":
+		if sen := opts.Sentinel; opts.TLS != nil || len(sen.Addrs) > 0 || sen.Username != "" || sen.Password != "" {
+			return nil, errors.New("stock: the embedded server has no TLS and no sentinels")
+		}
 		m := miniredis.NewMiniRedis()
 		if opts.DataDir != "" {
 			lost, err := loadSnapshot(m, opts.DataDir)
@@ -197,23 +232,16 @@ func Open(ctx context.Context, addr string, opts Options) (*Store, error) {
 		// miniredis (seen with rueidis here); it is also not a cluster.
 		co.AlwaysRESP2 = true
 		co.ForceSingleClient = true
-	case strings.HasPrefix(addr, "redis://") || strings.HasPrefix(addr, "rediss://") || strings.HasPrefix(addr, "unix://"):
-		u, err := rueidis.ParseURL(addr)
-		if err != nil {
-			return nil, fmt.Errorf("stock: %w", err)
-		}
-		co.InitAddress, co.SelectDB, co.TLSConfig = u.InitAddress, u.SelectDB, u.TLSConfig
-		if u.Username != "" || u.Password != "" {
-			co.Username, co.Password = u.Username, u.Password
-		}
 	default:
-		co.InitAddress = strings.Split(addr, ",")
+		if err := target(addr, opts, &co); err != nil {
+			return nil, err
+		}
 	}
 	s.addr = strings.Join(co.InitAddress, ",")
 	c, err := rueidis.NewClient(co)
 	if err != nil {
 		s.stopEmbedded()
-		return nil, fmt.Errorf("stock: connect %s: %w", addr, err)
+		return nil, fmt.Errorf("stock: connect %s: %w", s.describe(co), err)
 	}
 	s.c = c
 	pctx, cancel := context.WithTimeout(ctx, max(opts.Timeout, time.Second))
@@ -221,7 +249,7 @@ func Open(ctx context.Context, addr string, opts Options) (*Store, error) {
 	if err := c.Do(pctx, c.B().Ping().Build()).Error(); err != nil {
 		c.Close()
 		s.stopEmbedded()
-		return nil, fmt.Errorf("stock: ping %s: %w", addr, err)
+		return nil, fmt.Errorf("stock: ping %s: %w", s.describe(co), err)
 	}
 	if s.mini != nil {
 		s.startJanitor()
@@ -229,10 +257,93 @@ func Open(ctx context.Context, addr string, opts Options) (*Store, error) {
 	return s, nil
 }
 
+// target fills co with how to reach a real Redis at addr (see Open).
+func target(addr string, opts Options, co *rueidis.ClientOption) error {
+	sen := opts.Sentinel
+	switch {
+	case strings.HasPrefix(addr, "redis://") || strings.HasPrefix(addr, "rediss://") || strings.HasPrefix(addr, "unix://"):
+		u, err := rueidis.ParseURL(addr)
+		if err != nil {
+			// url.Error quotes the whole URL, password included.
+			var ue *url.Error
+			if errors.As(err, &ue) {
+				err = ue.Err
+			}
+			return fmt.Errorf("stock: redis URL: %v", err)
+		}
+		if sen.MasterSet != "" || len(sen.Addrs) > 0 {
+			return errors.New("stock: a URL and Options.Sentinel both name servers (redis.addr, redis.sentinel): give one")
+		}
+		co.InitAddress, co.SelectDB = u.InitAddress, u.SelectDB
+		// unix:// dials a socket; nil for the others.
+		co.DialCtxFn = u.DialCtxFn
+		if u.Username != "" || u.Password != "" {
+			if opts.Username != "" || opts.Password != "" {
+				return errors.New("stock: credentials both in the URL and in Options (redis.addr, redis.username/password): give them in one place")
+			}
+			co.Username, co.Password = u.Username, u.Password
+		}
+		if u.Sentinel.MasterSet != "" {
+			if co.DialCtxFn != nil {
+				return errors.New("stock: a unix:// URL cannot name sentinels (master_set)")
+			}
+			sen.MasterSet, sen.Addrs = u.Sentinel.MasterSet, u.InitAddress
+		}
+		switch {
+		case u.TLSConfig != nil && u.TLSConfig.InsecureSkipVerify:
+			return errors.New("stock: skip_verify in the URL is not supported: trust a private CA with Options.TLS (redis.tls.ca_file)")
+		case u.TLSConfig == nil && opts.TLS != nil:
+			return errors.New("stock: Options.TLS with a redis:// or unix:// URL: write rediss:// (redis.addr, redis.tls)")
+		case u.TLSConfig != nil && opts.TLS == nil:
+			// rueidis puts the first host's name into ServerName, for
+			// every node; left empty, each dial checks its own host.
+			co.TLSConfig = &tls.Config{MinVersion: tls.VersionTLS12}
+		}
+	case addr != "":
+		if sen.MasterSet != "" || len(sen.Addrs) > 0 {
+			return errors.New("stock: an address and Options.Sentinel both name servers (redis.addr, redis.sentinel): give one")
+		}
+		co.InitAddress = strings.Split(addr, ",")
+	}
+	if opts.TLS != nil {
+		co.TLSConfig = opts.TLS.Clone()
+	}
+	switch {
+	case sen.MasterSet != "":
+		if len(sen.Addrs) == 0 {
+			return errors.New("stock: Options.Sentinel.MasterSet without sentinels' addresses (redis.sentinel.addrs)")
+		}
+		co.InitAddress = sen.Addrs
+		co.Sentinel = rueidis.SentinelOption{
+			MasterSet: sen.MasterSet,
+			Username:  sen.Username, Password: sen.Password,
+			// The sentinels sit in the same network as the servers:
+			// the same dial budget, and TLS if the servers speak it.
+			Dialer: co.Dialer, TLSConfig: co.TLSConfig,
+			TopologyRefreshInterval: sentinelRefresh,
+		}
+	case len(sen.Addrs) > 0 || sen.Username != "" || sen.Password != "":
+		return errors.New("stock: Options.Sentinel without a MasterSet (redis.sentinel.master_set)")
+	}
+	if len(co.InitAddress) == 0 {
+		return errors.New("stock: no Redis address")
+	}
+	return nil
+}
+
+// describe names what Open connects to, for errors: the addresses (never
+// credentials) and, through Sentinel, the master set.
+func (s *Store) describe(co rueidis.ClientOption) string {
+	if co.Sentinel.MasterSet != "" {
+		return fmt.Sprintf("master %q through sentinels %s", co.Sentinel.MasterSet, s.addr)
+	}
+	return s.addr
+}
+
 // Addr is host:port of the Redis server the Store talks to (a
-// comma-separated list for cluster seeds; never credentials). For the
-// embedded server it is its listener on 127.0.0.1, where redis-cli can
-// inspect a demo's keys.
+// comma-separated list for cluster seeds, the sentinels' for Sentinel;
+// never credentials). For the embedded server it is its listener on
+// 127.0.0.1, where redis-cli can inspect a demo's keys.
 func (s *Store) Addr() string { return s.addr }
 
 // Embedded reports whether the Store runs the in-process miniredis.
