@@ -77,35 +77,41 @@ func TestFailoverLaggingReplica(t *testing.T) {
 }
 
 // foLagFailover fails key's master over onto a replica that lags it by
-// what clients write meanwhile — issue 12's recipe with a wait in it: the
-// replica frozen (SIGSTOP), 48 MB written to the master in key's slot,
-// more than the sockets between them buffer, so that later writes wait in
-// the master's memory; then meanwhile runs (the purchases the replica will
-// not have), the master is killed (SIGKILL), the replica resumed and its
-// promotion awaited. (redistest.Cluster.LagFailover kills the master as
-// soon as the filler is written: the writes it loses are the few made
-// during the filler, 1 to 18 purchases in trials here; a test of the
-// limit needs buyers in the lost window.)
+// what clients write meanwhile: the replica frozen (SIGSTOP), the master
+// filled (foFill), meanwhile, the master killed (SIGKILL), the replica
+// resumed and its promotion awaited. (redistest.Cluster.LagFailover kills
+// the master as soon as its filler is written: the writes it loses are the
+// few made while the filler is written, 1 to 18 purchases in trials here,
+// and a test of the limit needs buyers in the lost window.)
 func foLagFailover(t *testing.T, c *redistest.Cluster, key string, meanwhile func(master string)) (master, promoted string) {
 	t.Helper()
 	master = c.MasterOf(key)
 	replica := c.ReplicaOf(master)
 	c.Pause(replica)
-	rc := redistest.Client(t, master)
-	tag := key[strings.Index(key, "{") : strings.Index(key, "}")+1]
-	value := strings.Repeat("x", 1<<20)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	for i := range 48 {
-		if err := rc.Do(ctx, rc.B().Set().Key(tag+"failover-filler:"+strconv.Itoa(i)).Value(value).Build()).Error(); err != nil {
-			c.Resume(replica)
-			t.Fatalf("filler on %s: %v", master, err)
-		}
-	}
+	foFill(t, master, key[strings.Index(key, "{"):strings.Index(key, "}")+1]+"failover-filler:", func() { c.Resume(replica) })
 	meanwhile(master)
 	c.Kill(master)
 	c.Resume(replica)
 	return master, c.AwaitMaster(key, master, 30*time.Second)
+}
+
+// foFill writes 48 MB to the master at addr (keys prefix0..prefix47; a
+// hash tag in prefix puts them in a product's slot), with its replica
+// frozen: more than the sockets between them buffer, so that whatever is
+// written next waits in the master's memory, where a kill -9 loses it
+// (issue 12's recipe). It runs undo before failing the test.
+func foFill(t *testing.T, addr, prefix string, undo func()) {
+	t.Helper()
+	rc := redistest.Client(t, addr)
+	value := strings.Repeat("x", 1<<20)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for i := range 48 {
+		if err := rc.Do(ctx, rc.B().Set().Key(prefix+strconv.Itoa(i)).Value(value).Build()).Error(); err != nil {
+			undo()
+			t.Fatalf("filler on %s: %v", addr, err)
+		}
+	}
 }
 
 // foStockOn reads a stock key on one node.
