@@ -20,7 +20,7 @@ func TestScenarioFilesAreValid(t *testing.T) {
 		t.Fatal(err)
 	}
 	names := listScenarios(root)
-	for _, want := range []string{"normal", "burst", "oversell", "fault"} {
+	for _, want := range []string{"normal", "burst", "oversell", "fault", "failover"} {
 		if !contains(names, want) {
 			t.Errorf("bench/scenarios/%s.yaml missing (have %v)", want, names)
 		}
@@ -57,6 +57,10 @@ func TestScenarioErrors(t *testing.T) {
 		{"unknown -set key", base, []string{"ratee=5"}, []string{"-set ratee=5", "ratee", "unknown key"}},
 		{"-set without =", base, []string{"rate"}, []string{"key=value"}},
 		{"unbounded duration", strings.Replace(base, "duration: 1s", "duration: 2h", 1), nil, []string{"duration", "at most 1h"}},
+		{"hot share of 1", base + "hot: 1\n", nil, []string{"hot", "[0, 1)"}},
+		{"failover after the load", base + "failover:\n  at: 5s\n", nil, []string{"failover.at", "within the load"}},
+		{"failover on too many edges", base + "failover:\n  at: 500ms\n  edges: 9\n", nil, []string{"failover.edges", "1..4"}},
+		{"failover with a redis fault", base + "failover:\n  at: 500ms\nfaults:\n  redis:\n    latency: 1ms\n", nil, []string{"faults.redis", "not with failover"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := parseScenario([]byte(tc.yaml), "x.yaml", tc.sets)

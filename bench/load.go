@@ -15,7 +15,8 @@ import (
 	"github.com/valyala/fasthttp"
 )
 
-// Generator drives a scenario's shoppers against one edge.
+// Generator drives a scenario's shoppers against one edge, or several: a
+// shopper keeps to one edge for her whole journey (user i to edge i mod n).
 //
 // Open mode: shoppers arrive on the Pacer's schedule, whatever the edge
 // does (open loop). Each step after the first is intended at the previous
@@ -25,11 +26,14 @@ import (
 // omission). Closed mode: `connections` shoppers loop, each sending its
 // next request when the previous one is answered; latency from the send.
 type Generator struct {
-	sc     *Scenario
-	addr   string
-	client *fasthttp.HostClient
-	users  *Users
-	rec    *Recorder
+	sc      *Scenario
+	addrs   []string
+	clients []*fasthttp.HostClient
+	users   *Users
+	rec     *Recorder
+	// observe, if set, is told every purchase answer (status 0: none),
+	// for the failover timeline.
+	observe func(product int, status int, code string)
 
 	jobs     chan job
 	wg       sync.WaitGroup
@@ -59,15 +63,17 @@ type job struct {
 	intended time.Time
 }
 
-func newGenerator(sc *Scenario, addr string, users *Users, rec *Recorder) *Generator {
-	g := &Generator{sc: sc, addr: addr, users: users, rec: rec,
+func newGenerator(sc *Scenario, addrs []string, users *Users, rec *Recorder) *Generator {
+	g := &Generator{sc: sc, addrs: addrs, users: users, rec: rec,
 		jobs:  make(chan job, 1<<16),
 		sales: make([]productSales, sc.Products),
-		client: &fasthttp.HostClient{
-			Addr: addr, MaxConns: sc.Connections, MaxIdleConnDuration: time.Minute,
+	}
+	for _, addr := range addrs {
+		g.clients = append(g.clients, &fasthttp.HostClient{
+			Addr: addr, MaxConns: max(1, sc.Connections/len(addrs)), MaxIdleConnDuration: time.Minute,
 			ReadTimeout: sc.Timeout, WriteTimeout: sc.Timeout, NoDefaultUserAgentHeader: true,
 			ReadBufferSize: 16 << 10, MaxConnWaitTimeout: sc.Timeout,
-		},
+		})
 	}
 	for i := range sc.Products {
 		g.products = append(g.products, productID(i))
@@ -77,6 +83,19 @@ func newGenerator(sc *Scenario, addr string, users *Users, rec *Recorder) *Gener
 
 func productID(i int) string { return "p" + strconv.Itoa(i+1) }
 
+// pickProduct is the product a new shopper goes for: p1 with the
+// scenario's hot share, else any other alike (all alike without one).
+func (g *Generator) pickProduct(rnd *rand.Rand) int {
+	n := g.sc.Products
+	if g.sc.Hot <= 0 || n == 1 {
+		return rnd.IntN(n)
+	}
+	if rnd.Float64() < g.sc.Hot {
+		return 0
+	}
+	return 1 + rnd.IntN(n-1)
+}
+
 // Preconnect opens every connection before the clock starts, with one
 // status call each that is not recorded.
 func (g *Generator) Preconnect(ctx context.Context) error {
@@ -84,15 +103,16 @@ func (g *Generator) Preconnect(ctx context.Context) error {
 	var failed atomic.Int64
 	var mu sync.Mutex
 	var first error
-	for range g.sc.Connections {
+	for i := range g.sc.Connections {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			req, resp := fasthttp.AcquireRequest(), fasthttp.AcquireResponse()
 			defer fasthttp.ReleaseRequest(req)
 			defer fasthttp.ReleaseResponse(resp)
-			req.SetRequestURI("http://" + g.addr + "/api/seckill/status?productId=" + g.products[0])
-			if err := g.client.DoTimeout(req, resp, 30*time.Second); err != nil {
+			edge := i % len(g.addrs)
+			req.SetRequestURI("http://" + g.addrs[edge] + "/api/seckill/status?productId=" + g.products[0])
+			if err := g.clients[edge].DoTimeout(req, resp, 30*time.Second); err != nil {
 				failed.Add(1)
 				mu.Lock()
 				if first == nil {
@@ -126,7 +146,7 @@ func (g *Generator) Run(ctx context.Context, start time.Time) {
 	p := NewPacer(sc.Rate, sc.Burst, sc.Duration, sc.Tick)
 	seed := rand.New(rand.NewPCG(uint64(start.UnixNano()), 7))
 	p.Run(ctx, start, func(j int64, intended time.Time) {
-		jr := &journey{user: int(j), product: seed.IntN(sc.Products), rnd: seed.Uint64()}
+		jr := &journey{user: int(j), product: g.pickProduct(seed), rnd: seed.Uint64()}
 		g.arrived.Add(1)
 		if !g.skipTo(jr, 0) {
 			return
@@ -160,7 +180,7 @@ func (g *Generator) runClosed(ctx context.Context, start time.Time) {
 			var resp fasthttp.Response
 			for time.Now().Before(loadEnd) && ctx.Err() == nil {
 				j := next.Add(1) - 1
-				jr := &journey{user: int(j), product: rnd.IntN(sc.Products), rnd: rnd.Uint64()}
+				jr := &journey{user: int(j), product: g.pickProduct(rnd), rnd: rnd.Uint64()}
 				g.arrived.Add(1)
 				if !g.skipTo(jr, 0) {
 					continue
@@ -251,11 +271,12 @@ func (g *Generator) exec(j *journey, intended time.Time, req *fasthttp.Request, 
 	sc := g.sc
 	st := &sc.Steps[j.step]
 	product := g.products[j.product]
+	edge := j.user % len(g.addrs)
 	req.Reset()
 	resp.Reset()
 	var uri []byte
 	uri = append(uri, "http://"...)
-	uri = append(uri, g.addr...)
+	uri = append(uri, g.addrs[edge]...)
 	switch st.Call {
 	case "page":
 		uri = append(append(uri, "/seckill/"...), product...)
@@ -294,7 +315,7 @@ func (g *Generator) exec(j *journey, intended time.Time, req *fasthttp.Request, 
 	}
 	g.inflight.Add(1)
 	sent := time.Now()
-	err := g.client.DoDeadline(req, resp, sent.Add(sc.Timeout))
+	err := g.clients[edge].DoDeadline(req, resp, sent.Add(sc.Timeout))
 	end := time.Now()
 	g.inflight.Add(-1)
 	status, code := 0, ""
@@ -308,6 +329,9 @@ func (g *Generator) exec(j *journey, intended time.Time, req *fasthttp.Request, 
 		}
 	}
 	g.rec.Record(st.Call, intended, sent, end, status, code)
+	if st.Call == "do" && g.observe != nil {
+		g.observe(j.product, status, code)
+	}
 
 	repeat := func() (time.Duration, bool) {
 		j.rep++

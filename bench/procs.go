@@ -316,6 +316,7 @@ type Tool struct {
 var (
 	toolRedis       = Tool{"redis-server", "redis-server"}
 	toolRedisBench  = Tool{"redis-benchmark", "redis-tools"}
+	toolRedisCLI    = Tool{"redis-cli", "redis-tools"}
 	toolNginx       = Tool{"/usr/sbin/nginx", "nginx"}
 	toolNginxLua    = Tool{"/usr/lib/nginx/modules/ngx_http_lua_module.so", "libnginx-mod-http-lua"}
 	toolNginxNDK    = Tool{"/usr/lib/nginx/modules/ndk_http_module.so", "libnginx-mod-http-ndk"}

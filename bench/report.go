@@ -48,6 +48,7 @@ type Result struct {
 	Notes          []string           `json:"notes,omitempty"`
 	Profile        string             `json:"pprof_top,omitempty"`
 	ServerLatency  []RouteLatency     `json:"server_latency,omitempty"`
+	Failover       *FailoverResult    `json:"failover,omitempty"`
 	ResultLine     string             `json:"result_line"`
 	OutDir         string             `json:"-"`
 }
@@ -102,8 +103,13 @@ func (r *Result) resultLine() string {
 		}
 		return fmt.Sprint(v)
 	}
-	return fmt.Sprintf("RESULT scenario=%s rps=%.0f p50_ms=%.3f p99_ms=%.3f p999_ms=%.3f errors=%d oversold=%s lost=%s duplicated=%s",
+	line := fmt.Sprintf("RESULT scenario=%s rps=%.0f p50_ms=%.3f p99_ms=%.3f p999_ms=%.3f errors=%d oversold=%s lost=%s duplicated=%s",
 		r.Scenario, r.Total.RPS, r.Total.P50, r.Total.P99, r.Total.P999, r.Errors(), na(rc.Oversold), na(rc.Lost), na(rc.Duplicated))
+	if fo := r.Failover; fo != nil && len(fo.Products) > 0 {
+		hot := fo.Products[0]
+		line += fmt.Sprintf(" failover_s=%.1f hot_closed_s=%d hot_recovering=%d", fo.PromotedS-fo.StartedS, hot.ClosedS, hot.Recovering)
+	}
+	return line
 }
 
 func (r *Result) write(dir string) error {
@@ -194,6 +200,9 @@ func printReport(w io.Writer, r *Result) {
 		fmt.Fprintln(w, "  note:", n)
 	}
 	fmt.Fprintln(w)
+	if r.Failover != nil {
+		printFailover(w, r.Failover)
+	}
 	if r.Reconcile.Text != "" {
 		fmt.Fprint(w, r.Reconcile.Text)
 	}
@@ -211,6 +220,43 @@ func printReport(w io.Writer, r *Result) {
 		fmt.Fprintf(w, "report: %s/report.html (result.json beside it)\n", r.OutDir)
 	}
 	fmt.Fprintln(w, r.ResultLine)
+}
+
+// printFailover writes the failover run's timeline and per-product sale.
+func printFailover(w io.Writer, fo *FailoverResult) {
+	fmt.Fprintf(w, "== failover of %s's master %s onto its lagging replica %s: began at %.1fs, %s promoted at %.1fs (%d edges, redis.wait_replicas %d)\n",
+		fo.Product, fo.OldMaster, fo.Replica, fo.StartedS, fo.NewMaster, fo.PromotedS, fo.Edges, fo.WaitReplicas)
+	if fo.Err != "" {
+		fmt.Fprintln(w, "  failover error:", fo.Err)
+	}
+	fmt.Fprintln(w, "   purchase answers per second, all products | the hot product alone:")
+	tw := tabwriter.NewWriter(w, 0, 0, 1, ' ', tabwriter.AlignRight)
+	head := "t\tphase\t"
+	for _, n := range fo.Classes {
+		head += n + "\t"
+	}
+	head += "|\t" + fo.Product + " 200\t409\t410\tDEGRADED\tRECOVERING\tnone\t"
+	fmt.Fprintln(tw, head)
+	for _, s := range fo.Timeline {
+		row := fmt.Sprintf("%d\t%s\t", s.T, s.Phase)
+		for _, n := range s.All {
+			row += fmt.Sprintf("%d\t", n)
+		}
+		row += "|\t"
+		for _, c := range []int{tlOK, tlLimit, tlSoldOut, tlDegraded, tlRecovering, tlError} {
+			row += fmt.Sprintf("%d\t", s.Hot[c])
+		}
+		fmt.Fprintln(tw, row)
+	}
+	tw.Flush()
+	fmt.Fprintln(w)
+	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "product\tstock\tunits before\tduring\tafter\tclosed s (all 503)\tRECOVERING answers\trecovering s (gauge)\t")
+	for _, p := range fo.Products {
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\t%d\t%.1f\t\n", p.Product, p.Stock, p.UnitsBefore, p.UnitsDuring, p.UnitsAfter, p.ClosedS, p.Recovering, p.RecoveringS)
+	}
+	tw.Flush()
+	fmt.Fprintln(w)
 }
 
 func sortedCmds(m map[string]CmdStat) []string {
@@ -491,6 +537,15 @@ edge GOMAXPROCS={{.R.EdgeGoMaxProcs}} · pinned={{.R.Pinned}} · kafka={{.R.Kafk
 {{range .Cmds}}<tr><td>{{.Name}}</td><td>{{.Calls}}</td><td>{{f2 .PerUs}}</td><td>{{f0 .Ms}}</td></tr>{{end}}</table>{{end}}
 {{if .R.Faults}}<h3>Injected faults</h3><table><tr><th>proxy</th><th>connections</th><th>chunks delayed</th><th>stalls</th></tr>
 {{range .R.Faults}}<tr><td>{{.Name}}</td><td>{{.Connections}}</td><td>{{.Chunks}}</td><td>{{.Stalls}}</td></tr>{{end}}</table>{{end}}
+{{with .R.Failover}}<h2>Failover</h2>
+<p>{{.Product}}'s master {{.OldMaster}} failed over onto its lagging replica {{.Replica}}: began at {{f2 .StartedS}} s,
+{{.NewMaster}} promoted at {{f2 .PromotedS}} s; {{.Edges}} edges, redis.wait_replicas {{.WaitReplicas}}. {{.Err}}</p>
+<table><tr><th>product</th><th>stock</th><th>units before</th><th>during</th><th>after</th><th>closed s (all 503)</th><th>RECOVERING answers</th><th>recovering s (gauge)</th></tr>
+{{range .Products}}<tr><td>{{.Product}}</td><td>{{.Stock}}</td><td>{{.UnitsBefore}}</td><td>{{.UnitsDuring}}</td><td>{{.UnitsAfter}}</td><td>{{.ClosedS}}</td><td>{{.Recovering}}</td><td>{{f2 .RecoveringS}}</td></tr>{{end}}</table>
+<h3>Purchase answers per second (all products; the hot product below each)</h3>
+<table><tr><th>t</th><th>phase</th>{{range .Classes}}<th>{{.}}</th>{{end}}</tr>
+{{range .Timeline}}<tr><td>{{.T}}</td><td>{{.Phase}}</td>{{range .All}}<td>{{.}}</td>{{end}}</tr>
+<tr style="color:#777"><td></td><td>hot</td>{{range .Hot}}<td>{{.}}</td>{{end}}</tr>{{end}}</table>{{end}}
 <h2>Sales and reconciliation</h2>
 <table><tr><th>product</th><th>stock</th><th>orders (200)</th><th>units</th><th>503 / no answer</th><th>over stock</th></tr>
 {{range .R.Sales}}<tr><td>{{.Product}}</td><td>{{.Stock}}</td><td>{{.Orders}}</td><td>{{.Units}}</td><td>{{.Unknown}}</td><td {{if .OverStock}}class="bad"{{end}}>{{.OverStock}}</td></tr>{{end}}</table>

@@ -14,6 +14,8 @@ import (
 	"runtime"
 	"strings"
 	"time"
+
+	"flashgate/internal/yamlmerge"
 )
 
 type stringList []string
@@ -40,13 +42,15 @@ type runFlags struct {
 	pprof      bool
 	quietPct   int
 	quietWait  time.Duration
+	// waitReplicas > 0 sets redis.wait_replicas in the edges' config.
+	waitReplicas int
 }
 
 func cmdRun(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("bench run", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	var f runFlags
-	fs.StringVar(&f.scenario, "s", "", "scenario: a name in bench/scenarios (normal, burst, oversell, fault) or a YAML path")
+	fs.StringVar(&f.scenario, "s", "", "scenario: a name in bench/scenarios (normal, burst, oversell, fault, failover) or a YAML path")
 	fs.Var(&f.sets, "set", "override a scenario key, e.g. -set rate=500 -set faults.redis.latency=2ms (repeatable)")
 	fs.StringVar(&f.out, "out", "", "directory for result.json and report.html (default bench/results/SCENARIO-TIME)")
 	fs.IntVar(&f.gomaxprocs, "gomaxprocs", 1, "GOMAXPROCS of the edge (0: Go's default)")
@@ -63,6 +67,7 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 	fs.BoolVar(&f.pprof, "pprof", false, "run the edge with -pprof and save a CPU profile of the load (cpu.pprof, pprof-top.txt)")
 	fs.IntVar(&f.quietPct, "quiet-pct", 15, "before the load, wait until the machine is at most this % busy (0: do not wait)...")
 	fs.DurationVar(&f.quietWait, "quiet-wait", 60*time.Second, "...for at most this long")
+	fs.IntVar(&f.waitReplicas, "wait-replicas", 0, "set redis.wait_replicas: N in the edges' config (each deduction waits for N replicas; for -s failover); 0 leaves it out")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -94,9 +99,20 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 		}
 		return 2
 	}
+	if f.waitReplicas < 0 {
+		fmt.Fprintf(stderr, "bench run: -wait-replicas %d: want 0 or more\n", f.waitReplicas)
+		return 2
+	}
+	if f.waitReplicas > 0 {
+		sc.setWaitReplicas(f.waitReplicas)
+	}
 	ctx, stop := signalContext()
 	defer stop()
-	res, err := runScenario(ctx, root, sc, f, stderr)
+	run := runScenario
+	if sc.Failover != nil {
+		run = runFailover
+	}
+	res, err := run(ctx, root, sc, f, stderr)
 	if err != nil {
 		fmt.Fprintln(stderr, "bench:", err)
 		if errors.Is(err, context.Canceled) {
@@ -244,7 +260,7 @@ func runScenario(ctx context.Context, root string, sc *Scenario, f runFlags, std
 	if sc.Duration <= 10*time.Second {
 		rec.slot = 100 * time.Millisecond // a short run gets a finer time series
 	}
-	gen := newGenerator(sc, addr, users, rec)
+	gen := newGenerator(sc, []string{addr}, users, rec)
 	if sc.Preconnect {
 		t := time.Now()
 		if err := gen.Preconnect(ctx); err != nil {
@@ -380,6 +396,15 @@ func runScenario(ctx context.Context, root string, sc *Scenario, f runFlags, std
 	}
 	res.OutDir = out
 	return res, nil
+}
+
+// setWaitReplicas merges redis.wait_replicas: n into the scenario's edge
+// section, over what the scenario set.
+func (sc *Scenario) setWaitReplicas(n int) {
+	if sc.Edge == nil {
+		sc.Edge = map[string]any{}
+	}
+	yamlmerge.Into(sc.Edge, map[string]any{"redis": map[string]any{"wait_replicas": n}})
 }
 
 func lastCompletion(rec *Recorder) time.Time {

@@ -42,11 +42,18 @@ type Scenario struct {
 	Quantity  int           `yaml:"quantity"`   // units per purchase
 	SaleStart time.Duration `yaml:"sale_start"` // the sale opens this long after the load starts (0: open already)
 	Price     string        `yaml:"price"`
+	// Hot is the share of shoppers who go for p1, the others spread
+	// evenly over the rest (0: every product alike).
+	Hot float64 `yaml:"hot"`
 
 	// What one shopper does, in order.
 	Steps []Step `yaml:"steps"`
 
 	Faults Faults `yaml:"faults"`
+
+	// Failover runs the sale on a Redis Cluster behind several edges and
+	// fails the hot product's master over mid-run (failover.go).
+	Failover *Failover `yaml:"failover"`
 
 	// Edge is YAML merged over the edge config bench writes (maps merge,
 	// lists replace), e.g. to change a filter or redis.max_flush_delay.
@@ -79,6 +86,16 @@ type Fault struct {
 	Jitter     time.Duration `yaml:"jitter"`
 	StallEvery time.Duration `yaml:"stall_every"`
 	StallFor   time.Duration `yaml:"stall_for"`
+}
+
+// Failover is the failover scenario's event: at At after the load starts,
+// p1's master fails over onto a replica that lags it (the replica frozen,
+// tens of MB written to the master, the master killed, the replica
+// promoted).
+type Failover struct {
+	At      time.Duration `yaml:"at"`      // after the load starts
+	Edges   int           `yaml:"edges"`   // cmd/proxy edges sharing the load (default 2)
+	Timeout time.Duration `yaml:"timeout"` // how long the promotion may take (default 30s)
 }
 
 // Call names, also the endpoint names of the report.
@@ -237,6 +254,29 @@ func (sc *Scenario) validate() field.Errors {
 	}
 	if sc.SaleStart < 0 {
 		errs.Add("sale_start", "must not be negative")
+	}
+	if sc.Hot < 0 || sc.Hot >= 1 {
+		errs.Add("hot", "must be in [0, 1): the share of shoppers going for p1")
+	}
+	if fo := sc.Failover; fo != nil {
+		if fo.Edges == 0 {
+			fo.Edges = 2
+		}
+		if fo.Timeout == 0 {
+			fo.Timeout = 30 * time.Second
+		}
+		if fo.At <= 0 || fo.At >= sc.Duration {
+			errs.Add("failover.at", "must be within the load (0 < at < duration %v)", sc.Duration)
+		}
+		if fo.Edges < 1 || fo.Edges > 4 {
+			errs.Add("failover.edges", "must be 1..4")
+		}
+		if fo.Timeout < 0 {
+			errs.Add("failover.timeout", "must not be negative")
+		}
+		if sc.Faults.Redis != nil {
+			errs.Add("faults.redis", "not with failover (the edges talk to the cluster directly)")
+		}
 	}
 	if len(sc.Steps) == 0 {
 		errs.Add("steps", "at least one step")

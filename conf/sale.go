@@ -27,6 +27,11 @@ type RedisConfig struct {
 	Username string              `yaml:"username"`
 	Sentinel RedisSentinelConfig `yaml:"sentinel"`
 	TLS      RedisTLSConfig      `yaml:"tls"`
+	// WaitReplicas > 0: after each deduction script call, WAIT until that
+	// many replicas have its writes (or WaitTimeout) before any of its
+	// purchases is answered. See stock.Options.WaitReplicas.
+	WaitReplicas int           `yaml:"wait_replicas"`
+	WaitTimeout  time.Duration `yaml:"wait_timeout"`
 }
 
 // AuthConfig is the `auth:` section: the signed shopper session.
@@ -61,10 +66,10 @@ type SaleConfig struct {
 	// who reached a product's limit.
 	BoughtCacheSize int64         `yaml:"bought_cache_size"`
 	BoughtCacheTTL  time.Duration `yaml:"bought_cache_ttl"`
-	// Breaker opens after this many consecutive failed Redis calls (a
-	// coalesced call of many attempts counts once) and stays open for
-	// BreakerOpenFor (default 1s, at least 100ms), then lets one probe
-	// through.
+	// A product's breaker opens after this many consecutive failed Redis
+	// calls for it (a coalesced call of many attempts counts once) and
+	// stays open for BreakerOpenFor (default 1s, at least 100ms), then lets
+	// one probe through. One breaker per product (sale.Breakers).
 	BreakerFailures int           `yaml:"breaker_failures"`
 	BreakerOpenFor  time.Duration `yaml:"breaker_open_for"`
 }
@@ -122,6 +127,7 @@ func (c *SaleConfig) Validate() field.Errors {
 func (c *RedisConfig) fill() {
 	orDefault(&c.Timeout, 200*time.Millisecond)
 	orDefault(&c.QueueTimeout, max(time.Second, c.Timeout))
+	orDefault(&c.WaitTimeout, 50*time.Millisecond)
 }
 
 // Embedded reports whether the in-process stand-in is configured.
@@ -143,6 +149,15 @@ func (c *RedisConfig) Validate() field.Errors {
 	}
 	if _, err := field.ResolveEnv(c.Password); err != nil {
 		errs.Add("password", "%v", err)
+	}
+	if c.WaitReplicas < 0 || c.WaitReplicas > 16 {
+		errs.Add("wait_replicas", "must be between 0 (off) and 16, got %d", c.WaitReplicas)
+	}
+	if c.WaitTimeout < time.Millisecond || c.WaitTimeout >= c.Timeout {
+		errs.Add("wait_timeout", "must be at least 1ms and less than timeout (%v): the WAIT is part of the call's budget, got %v", c.Timeout, c.WaitTimeout)
+	}
+	if c.WaitReplicas > 0 && c.Embedded() {
+		errs.Add("wait_replicas", "the embedded stand-in has no replicas")
 	}
 	c.validateConn(&errs)
 	return errs

@@ -122,6 +122,8 @@ type Publisher struct {
 	ackDone   chan struct{}
 
 	published, failed, acked, ackErrors, deadLettered atomic.Uint64
+
+	flights *Flights
 }
 
 type ackReq struct{ product, id string }
@@ -132,7 +134,7 @@ func NewPublisher(cfg PublisherConfig) (*Publisher, error) {
 	if err := cfg.check(); err != nil {
 		return nil, err
 	}
-	p := &Publisher{cfg: cfg}
+	p := &Publisher{cfg: cfg, flights: NewFlights()}
 	p.transport = &kafka.Transport{
 		Dial:        (&net.Dialer{Timeout: 3 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
 		ClientID:    cfg.ClientID,
@@ -159,6 +161,20 @@ func NewPublisher(cfg PublisherConfig) (*Publisher, error) {
 		go p.runAcker()
 	}
 	return p, nil
+}
+
+// Flights is the work that may still put events into Kafka through this
+// Publisher: the relay's sweeps count themselves, and the sale counts each
+// purchase from its deduction to its publish.
+func (p *Publisher) Flights() *Flights { return p.flights }
+
+// InFlightBound is how long an event handed to Publish may still reach
+// Kafka: a caller waits at most Timeout, a produce request started just
+// before that runs up to WriteTimeout, and nothing is retried once no caller
+// waits (producer.send); a second for a request the broker is still
+// appending when the edge stopped waiting.
+func (p *Publisher) InFlightBound() time.Duration {
+	return p.cfg.Timeout + p.cfg.WriteTimeout + time.Second
 }
 
 // Publish publishes events, returning once Kafka acknowledged all of them.

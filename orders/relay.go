@@ -199,7 +199,12 @@ func withCallTimeout(ctx context.Context) (context.Context, context.CancelFunc) 
 }
 
 // sweepProduct returns the entries re-sent and the age of the oldest one.
+// It counts as a flight (Publisher.Flights) from reading the outbox until
+// its publishes returned: an entry read from a server that then went back
+// in time is still in Kafka's future.
 func (r *Relay) sweepProduct(ctx context.Context, product string) (int, time.Duration, error) {
+	fl := r.cfg.Publisher.flights.Enter()
+	defer fl.Leave()
 	if _, ok := r.groups.Load(product); !ok {
 		cctx, cancel := withCallTimeout(ctx)
 		err := r.cfg.Store.CreateRelayGroup(cctx, product)

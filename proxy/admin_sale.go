@@ -94,9 +94,18 @@ func (s *Server) handleAdminSale(ctx *fasthttp.RequestCtx, path string) bool {
 			return true
 		}
 		s.audit(ctx, "degrade", "product", req.ProductID, "on", *req.On)
-		s.sale.SetDegraded(req.ProductID, *req.On)
+		stored, err := s.sale.SetDegraded(actx, req.ProductID, *req.On)
+		if err != nil {
+			api.AdminUnavailable.WithMessage(err.Error()).Write(ctx)
+			return true
+		}
 		all, products := s.sale.DegradeState()
-		writeJSON(ctx, map[string]any{"ok": true, "all": all, "products": products})
+		out := map[string]any{"ok": true, "all": all, "products": products,
+			"stored": map[string]bool{"redis": stored.Redis, "durable": stored.Durable}}
+		if stored.Missed != nil {
+			out["warning"] = "recorded in one place only, written to the other when it answers: " + stored.Missed.Error()
+		}
+		writeJSON(ctx, out)
 	default:
 		return false
 	}

@@ -28,7 +28,7 @@ func (s *Server) dashboardSnapshot() dashboard.Snapshot {
 			ProductID: e.ProductID, Name: e.Name, Status: e.PhaseAt(now/1e6, e.SoldOut()).String(),
 			Stock: e.Stock, Remaining: remaining, Attempts: e.Attempts(),
 			SoldOut: e.SoldOut(), Hot: e.Hot(), Degraded: s.sale.Degraded([]byte(e.ProductID)),
-			OutboxPending: dashboard.Unknown, Stored: dashboard.Unknown,
+			Breaker: s.sale.ProductBreakerState(e.ProductID).String(), OutboxPending: dashboard.Unknown, Stored: dashboard.Unknown,
 		}
 		if remaining >= 0 {
 			p.Sold = e.Stock - remaining

@@ -15,6 +15,7 @@ import (
 	"flashgate/internal/proctest"
 	"flashgate/internal/redistest"
 	"flashgate/internal/tlstest"
+	"flashgate/orders/stock"
 )
 
 // The redis section as an operator writes it for a production Redis — an
@@ -53,7 +54,7 @@ func TestOpenStockWithACLUserAndTLS(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer store.Close()
-	if err := store.PutCatalog(ctx, "p1", `{"productId":"p1"}`); err != nil {
+	if err := store.PutCatalog(ctx, "p1", stock.CatalogEntry{Activity: `{"productId":"p1"}`, Version: 1}); err != nil {
 		t.Fatal(err)
 	}
 	// The write came over TLS as the ACL user, not as the default user

@@ -68,16 +68,22 @@ func (s *Server) assemble(cfg *conf.Config, snap *Snapshot) (*parts, error) {
 		}
 		events.Start(ctx)
 	}
-	breaker := sale.NewBreaker(cfg.Sale.BreakerFailures, cfg.Sale.BreakerOpenFor, nil, func(from, to sale.BreakerState) {
-		s.log.Warn("redis circuit breaker changed state", "from", from.String(), "to", to.String())
+	breakers := sale.NewBreakers(cfg.Sale.BreakerFailures, cfg.Sale.BreakerOpenFor, nil, func(product string, from, to sale.BreakerState) {
+		s.log.Warn("redis circuit breaker changed state", "product", product, "from", from.String(), "to", to.String())
 	})
 	deps := sale.Deps{
 		Store: store, Activities: s.env.Activities, IDs: ids, Bought: s.env.Bought,
-		Log: s.log, Node: cfg.NodeID, Now: s.opts.Now, Breaker: breaker, Events: events,
-		Orders: sink{p.pub},
+		Log: s.log, Node: cfg.NodeID, Now: s.opts.Now, Breakers: breakers, Events: events,
+		Orders: sink{p.pub}, Flights: p.pub.Flights(), InFlight: p.pub.InFlightBound(),
+		RefreshInterval: cfg.Sale.RefreshInterval,
+	}
+	if store.Embedded() {
+		// Its only edge died with it: nothing of a deduction from before a
+		// loss can still be in flight.
+		deps.InFlight = 0
 	}
 	if p.store != nil {
-		deps.Ledger, deps.Results = p.ledger(cfg, store), p.store
+		deps.Ledger, deps.Results, deps.Catalog = p.ledger(cfg), p.store, p.store
 	}
 	svc := sale.New(deps)
 	if err := svc.Apply(ctx, snap.Sale); err != nil {
@@ -136,6 +142,8 @@ func openStock(ctx context.Context, cfg *conf.Config, log *slog.Logger, embedded
 		Password:      password,
 		Sentinel:      sentinel,
 		TLS:           tlsConf,
+		WaitReplicas:  rc.WaitReplicas,
+		WaitTimeout:   rc.WaitTimeout,
 	})
 	if err != nil {
 		// Not rc.Addr: a URL may hold the password. The error names the
@@ -275,17 +283,11 @@ func (p *pipeline) dataPath(cfg *conf.Config, name string) (string, error) {
 	return filepath.Join(p.tmpDir, name), nil
 }
 
-// ledger is what warm-up reads after Redis lost a sale: it first waits
-// until every published event is stored (and none can still be in flight),
-// then trusts the store.
-func (p *pipeline) ledger(cfg *conf.Config, st *stock.Store) orderstore.Ledger {
-	inFlight := time.Duration(0) // embedded Redis: its only edge died with it
-	if !st.Embedded() {
-		// A publish that timed out for the shopper is still retried by
-		// kafka-go: up to MaxAttempts × (WriteTimeout + backoff).
-		inFlight = cfg.Kafka.Timeout + 25*time.Second
-	}
-	return orderstore.Ledger{Store: p.store, Drain: drainer(cfg, p.brokers), InFlight: inFlight}
+// ledger is what a recovery reads: it first waits until every published
+// event is stored, then trusts the store (the recovery itself waits until
+// no event can still be in flight, see sale.Deps.InFlight).
+func (p *pipeline) ledger(cfg *conf.Config) orderstore.Ledger {
+	return orderstore.Ledger{Store: p.store, Drain: drainer(cfg, p.brokers)}
 }
 
 // consumerConfig is the order consumer as every process runs it.

@@ -2,7 +2,9 @@
 // (before the filter chain, so the filters see the product, user and
 // token), answers status from memory, signs in demo shoppers, mints
 // one-time purchase tokens, turns a purchase into one coalesced Redis
-// script call, and reads order results. It also keeps the edge's picture
-// of the sales current: warm-up, a background refresh from Redis, the
-// sold-out broadcast, the circuit breaker and the degrade switch.
+// script call (settling in the background those whose outcome Redis left
+// unknown), and reads order results. It also keeps the edge's picture of
+// the sales current: warm-up, a background refresh from Redis, the
+// sold-out broadcast, the circuit breakers (one per product) and the
+// degrade switch.
 package sale

@@ -148,8 +148,8 @@ func (s *Service) token(r *api.Call, st *Settings) {
 	writeJSON(r.Ctx, b)
 }
 
-// do is a purchase: the rules the chain left, the breaker's admission, the
-// deduction, its outcome.
+// do is a purchase: the rules the chain left, the product's breaker's
+// admission, the deduction, its outcome.
 func (s *Service) do(r *api.Call, st *Settings) {
 	if rej := s.buyable(r, st); rej != nil {
 		rej.Write(r.Ctx)
@@ -157,18 +157,29 @@ func (s *Service) do(r *api.Call, st *Settings) {
 	}
 	e := r.Activity
 	s.hit(e, r.NowNano/1e6, st)
-	ok, probe := s.admit(r)
+	brk := s.d.Breakers.For(e.ProductID)
+	ok, probe := s.admit(r, brk)
 	if !ok {
 		return
 	}
 	a := s.attemptFor(r, e)
+	// From the deduction until its event is published (or not): what a
+	// recovery waits for before it trusts the ledger.
+	defer s.d.Flights.Enter().Leave()
 	out, err := s.d.Store.Deduct(context.Background(), a)
 	if err != nil {
-		s.deductFailed(&a, err, probe)
+		s.deductFailed(brk, &a, err, probe)
+		if errors.Is(err, stock.ErrUnknown) {
+			// It may have happened: the shopper gets the order to follow,
+			// and the edge settles it (unknown.go).
+			s.followUnknown(&a)
+			s.answerOrder(r, a.ID, e.ProductID, api.OutcomeUnknown, statusUnknown)
+			return
+		}
 		api.Busy.Write(r.Ctx)
 		return
 	}
-	s.d.Breaker.Success()
+	brk.Success()
 	s.settle(r, e, &a, out)
 }
 
@@ -186,9 +197,9 @@ func (s *Service) buyable(r *api.Call, st *Settings) *api.Rejection {
 	return r.CheckLimit(0)
 }
 
-// admit is the breaker's Admit; a refused call is answered busy.
-func (s *Service) admit(r *api.Call) (ok, probe bool) {
-	ok, probe = s.d.Breaker.Admit()
+// admit is the product's breaker's Admit; a refused call is answered busy.
+func (s *Service) admit(r *api.Call, brk *Breaker) (ok, probe bool) {
+	ok, probe = brk.Admit()
 	if !ok {
 		s.outcomes[outDegraded].Inc()
 		api.Busy.Write(r.Ctx)
@@ -208,25 +219,33 @@ func (s *Service) attemptFor(r *api.Call, e activity.Entry) stock.Attempt {
 	}
 }
 
-// deductFailed accounts a deduction that gave no outcome, for the breaker,
-// the counters and the log. The breaker sees one failure per failed script
-// call, not per attempt it carried (one stall would open it), and nothing
-// for an attempt that was never sent (ErrNotSent, ErrInvalid, ErrClosed).
-func (s *Service) deductFailed(a *stock.Attempt, err error, probe bool) {
-	if errors.Is(err, stock.ErrCallFailed) {
-		s.d.Breaker.Failure()
+// deductFailed accounts a deduction that gave no outcome, for the product's
+// breaker, the counters and the log. The breaker sees one failure per failed
+// script call, not per attempt it carried (one stall would open it):
+// ErrCallFailed, which a call Redis refused (not sent) carries too. An
+// attempt that was never sent for its own reasons (its queue budget spent,
+// ErrInvalid, ErrClosed) tells nothing about Redis.
+func (s *Service) deductFailed(brk *Breaker, a *stock.Attempt, err error, probe bool) {
+	callFailed := errors.Is(err, stock.ErrCallFailed)
+	if callFailed {
+		brk.Failure()
 	} else if probe {
-		s.d.Breaker.Abstain()
+		brk.Abstain()
 	}
 	s.outcomes[outError].Inc()
-	if !errors.Is(err, stock.ErrNotSent) {
+	notSent := errors.Is(err, stock.ErrNotSent)
+	switch {
+	case notSent && callFailed:
+		// Redis refused the call (no connection, CLUSTERDOWN): nothing
+		// happened, but Redis is failing. Once per call, not per attempt.
+		s.d.Log.Warn("deduction not sent", "product", a.ProductID, "order", a.ID, "unknown_outcome", false, "err", err)
+	case !notSent:
 		s.d.Log.Warn("deduction failed", "product", a.ProductID, "order", a.ID, "unknown_outcome", errors.Is(err, stock.ErrUnknown), "err", err)
-		return
-	}
-	// Nothing happened; counted above. One line per attempt would be
-	// thousands of lines in a burst, on the hot path; checked first so that
-	// a disabled level does not box the arguments.
-	if s.d.Log.Enabled(context.Background(), slog.LevelDebug) {
+	case s.d.Log.Enabled(context.Background(), slog.LevelDebug):
+		// Dropped from the queue: nothing happened; counted above. One
+		// line per attempt would be thousands of lines in a burst, on the
+		// hot path; checked first so that a disabled level does not box
+		// the arguments.
 		s.d.Log.Debug("deduction not sent", "product", a.ProductID, "order", a.ID, "err", err)
 	}
 }
@@ -247,9 +266,13 @@ func (s *Service) settle(r *api.Call, e activity.Entry, a *stock.Attempt, out st
 	case stock.BadToken:
 		s.outcomes[outBadToken].Inc()
 		api.BadToken.Write(r.Ctx)
+	case stock.Recovering:
+		s.outcomes[outRecovering].Inc()
+		s.kick(e)
+		api.Recovering.Write(r.Ctx)
 	default:
 		s.outcomes[outNotReady].Inc()
-		api.Warming.Write(r.Ctx)
+		s.closedAnswer(out.Code, r.ProductID).Write(r.Ctx)
 	}
 }
 
@@ -265,7 +288,7 @@ func (s *Service) bought(r *api.Call, e activity.Entry, a *stock.Attempt, out st
 	if out.Remaining == 0 {
 		s.markSoldOut(e)
 	}
-	s.answerOrder(r, a.ID, e.ProductID, s.publish(a, out.OutboxID))
+	s.answerOrder(r, a.ID, e.ProductID, s.publish(a, out.OutboxID), statusPending)
 }
 
 // publish sends the order event; nil when it was acknowledged or there is
@@ -305,15 +328,22 @@ func (s *Service) limitReached(r *api.Call, e activity.Entry) {
 	api.LimitReached.Write(r.Ctx)
 }
 
-// answerOrder writes {"orderId","productId","status":"pending"}; with a
-// rejection (api.OrderUnconfirmed) it is that answer, which still names the
-// order so the page can follow it.
-func (s *Service) answerOrder(r *api.Call, id int64, product string, rej *api.Rejection) {
+// The status an answer naming an order gives: the order exists and waits
+// for its outcome, or it may not exist (the deduction's outcome is unknown).
+const (
+	statusPending = "pending"
+	statusUnknown = "unknown"
+)
+
+// answerOrder writes {"orderId","productId","status"}; with a rejection
+// (api.OrderUnconfirmed, api.OutcomeUnknown) it is that answer, which still
+// names the order so the page can follow it.
+func (s *Service) answerOrder(r *api.Call, id int64, product string, rej *api.Rejection, status string) {
 	b := r.Scratch[:0]
-	status := fasthttp.StatusOK
+	code := fasthttp.StatusOK
 	if rej != nil {
 		b = append(rej.AppendOpen(b), ',')
-		status = rej.Status
+		code = rej.Status
 	} else {
 		b = append(b, '{')
 	}
@@ -321,10 +351,12 @@ func (s *Service) answerOrder(r *api.Call, id int64, product string, rej *api.Re
 	b = orderid.AppendDecimal(b, id)
 	b = append(b, `","productId":"`...)
 	b = append(b, product...)
-	b = append(b, `","status":"pending"}`...)
+	b = append(b, `","status":"`...)
+	b = append(b, status...)
+	b = append(b, `"}`...)
 	r.Scratch = b
 	writeJSON(r.Ctx, b)
-	r.Ctx.SetStatusCode(status)
+	r.Ctx.SetStatusCode(code)
 }
 
 // markSoldOut sets the local flag and tells the other edges, once per

@@ -5,7 +5,6 @@ import (
 	"cmp"
 	"context"
 	"encoding/binary"
-	"io"
 	"log/slog"
 	"strconv"
 	"sync"
@@ -31,15 +30,34 @@ var nonceSeq atomic.Uint64
 // doRig is a sale Service on a real redis-server, driven through Handle
 // with requests as the filter chain leaves them (token already verified).
 type doRig struct {
-	srv *redistest.Server
-	st  *stock.Store
-	svc *Service
+	srv  *redistest.Server
+	st   *stock.Store
+	svc  *Service
+	logs *logBuffer // the Service's log, text lines
+}
+
+// logBuffer is a log sink safe for the Service's goroutines.
+type logBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *logBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *logBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }
 
 // stats is the store's script calls and the attempts they carried.
 func (r *doRig) stats() (calls, attempts uint64) { return r.st.Stats() }
 
-func newDoRig(t *testing.T, opts stock.Options, brk *Breaker, products ...string) *doRig {
+func newDoRig(t *testing.T, opts stock.Options, brk *Breakers, products ...string) *doRig {
 	t.Helper()
 	srv := redistest.New(t)
 	opts.Timeout = cmp.Or(opts.Timeout, conf.Defaults().Redis.Timeout)
@@ -54,8 +72,9 @@ func newDoRig(t *testing.T, opts stock.Options, brk *Breaker, products ...string
 	if err != nil {
 		t.Fatal(err)
 	}
-	svc := New(Deps{Store: st, Activities: activity.NewRegistry(), IDs: ids, Breaker: brk,
-		Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	logs := new(logBuffer)
+	svc := New(Deps{Store: st, Activities: activity.NewRegistry(), IDs: ids, Breakers: brk,
+		Log: slog.New(slog.NewTextHandler(logs, nil))})
 	now := time.Now()
 	var catalog []*activity.Activity
 	for _, p := range products {
@@ -65,18 +84,24 @@ func newDoRig(t *testing.T, opts stock.Options, brk *Breaker, products ...string
 	if err := svc.Apply(context.Background(), &Settings{Catalog: catalog}); err != nil {
 		t.Fatal(err)
 	}
-	return &doRig{srv: srv, st: st, svc: svc}
+	return &doRig{srv: srv, st: st, svc: svc, logs: logs}
 }
 
 // do sends one purchase attempt and returns the HTTP status.
 func (r *doRig) do(product, user string) int {
+	code, _ := r.doBody(product, user)
+	return code
+}
+
+// doBody is do with the answer's body.
+func (r *doRig) doBody(product, user string) (int, string) {
 	now := time.Now()
 	req := &api.Call{Ctx: new(fasthttp.RequestCtx), NowNano: now.UnixNano(), Endpoint: api.EndpointDo,
 		UserID: []byte(user), ProductID: []byte(product), Qty: 1, TokenExpiresMs: now.Add(time.Minute).UnixMilli(),
 		Checked: api.TokenValid}
 	binary.BigEndian.PutUint64(req.TokenNonce[:], nonceSeq.Add(1))
 	r.svc.Handle(req)
-	return req.Ctx.Response.StatusCode()
+	return req.Ctx.Response.StatusCode(), string(req.Ctx.Response.Body())
 }
 
 // TestBreakerCountsFailedCalls: a hung Redis (SIGSTOP) fails script calls,
@@ -89,8 +114,9 @@ func (r *doRig) do(product, user string) int {
 // closed with breaker_failures 12.
 func TestBreakerCountsFailedCalls(t *testing.T) {
 	const budget, n = 400 * time.Millisecond, 12
-	brk := NewBreaker(n, time.Hour, nil, nil)
-	r := newDoRig(t, stock.Options{Timeout: budget, MaxBatch: 4}, brk, "bf")
+	brks := NewBreakers(n, time.Hour, nil, nil)
+	r := newDoRig(t, stock.Options{Timeout: budget, MaxBatch: 4}, brks, "bf")
+	brk := brks.For("bf")
 	if code := r.do("bf", "warmup"); code != 200 { // loads the script
 		t.Fatalf("warm-up purchase: %d", code)
 	}
@@ -148,8 +174,9 @@ func TestBreakerCountsFailedCalls(t *testing.T) {
 // Each sequential attempt against a hung Redis is its own call.
 func TestBreakerOpensOnFailedCalls(t *testing.T) {
 	const budget = 100 * time.Millisecond
-	brk := NewBreaker(3, time.Hour, nil, nil)
-	r := newDoRig(t, stock.Options{Timeout: budget}, brk, "bo")
+	brks := NewBreakers(3, time.Hour, nil, nil)
+	r := newDoRig(t, stock.Options{Timeout: budget}, brks, "bo")
+	brk := brks.For("bo")
 	if code := r.do("bo", "warmup"); code != 200 {
 		t.Fatalf("warm-up purchase: %d", code)
 	}
@@ -176,7 +203,7 @@ func TestBreakerOpensOnFailedCalls(t *testing.T) {
 // gives every refusal the chain would, from the handler, without a script
 // call; and a rule the chain decided is not decided again.
 func TestDoDecidesWhatTheChainDidNot(t *testing.T) {
-	r := newDoRig(t, stock.Options{}, NewBreaker(3, time.Hour, nil, nil))
+	r := newDoRig(t, stock.Options{}, NewBreakers(3, time.Hour, nil, nil))
 	minter, err := ptoken.New([]byte("0123456789abcdef0123456789abcdef"))
 	if err != nil {
 		t.Fatal(err)
@@ -194,7 +221,9 @@ func TestDoDecidesWhatTheChainDidNot(t *testing.T) {
 		t.Fatal(err)
 	}
 	r.svc.d.Activities.StateOf("flagged").SetSoldOut(true) // Redis still has stock
-	r.svc.SetDegraded("busy", true)
+	if _, err := r.svc.SetDegraded(context.Background(), "busy", true); err != nil {
+		t.Fatal(err)
+	}
 
 	tok := func(user, product string, ttl time.Duration) []byte {
 		return minter.Mint(nil, []byte(user), []byte(product), now.Add(ttl).UnixMilli())

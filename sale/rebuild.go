@@ -3,6 +3,7 @@ package sale
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"sync"
 	"time"
 
@@ -18,98 +19,279 @@ import (
 // anywhere (no meta in Redis, never seen by this edge) is warmed with the
 // configured stock.
 type Ledger interface {
-	// Rebuild waits until no event of a sale lost at lostAt (zero: a new
-	// sale) can still be in flight and the pipeline drained, then reads
-	// the product's ledger. orderIDs are orders warm-up counts itself
+	// Rebuild waits until the pipeline drained (everything Kafka
+	// acknowledged is stored), then reads the product's ledger. orderIDs are orders warm-up counts itself
 	// unless stored (outbox entries) or corrects (surviving order
 	// hashes): the state says which of them are stored, consistently with
 	// its counts.
-	Rebuild(ctx context.Context, productID string, lostAt time.Time, orderIDs []int64) (orderstore.LedgerState, error)
+	Rebuild(ctx context.Context, productID string, orderIDs []int64) (orderstore.LedgerState, error)
 }
 
-// rebuildTimeout bounds one rebuild attempt (the in-flight window, the
-// drain, the ledger reads). The sale stays closed meanwhile; a failed
-// attempt is retried by the next refresh.
-const rebuildTimeout = 5 * time.Second
-
-// rebuilder is the Service's memory of lost sales.
+// rebuilder is the Service's memory of fenced sales (see stock.Store.Fence).
 type rebuilder struct {
-	mu     sync.Mutex // one rebuild at a time: concurrent refreshes would read and write the same
-	lostMu sync.Mutex
-	lostAt map[string]time.Time // when this edge first found the sale's stock key missing
+	mu      sync.Mutex
+	running map[string]bool   // products this edge is recovering right now
+	quiet   map[string]string // product -> the fence this edge said it is quiet on
+	fenced  map[string]string // product -> the fence the last refresh saw ("" open)
+	counts  map[string]int64  // product -> rebuilds this edge ran
+	wg      sync.WaitGroup
 }
 
-// lostSince records (once) and returns when the sale was found lost.
-func (r *rebuilder) lostSince(p string, now time.Time) time.Time {
-	r.lostMu.Lock()
-	defer r.lostMu.Unlock()
-	if t, ok := r.lostAt[p]; ok {
-		return t
-	}
-	if r.lostAt == nil {
-		r.lostAt = map[string]time.Time{}
-	}
-	r.lostAt[p] = now
-	return now
-}
+// recoverTimeout bounds one recovery after the in-flight bound: the lock's
+// lifetime, the drain, the ledger reads and the writes. A recovery that
+// fails leaves the sale fenced; the next refresh starts another.
+const recoverTimeout = 15 * time.Second
 
-func (r *rebuilder) reopened(p string) {
-	r.lostMu.Lock()
-	defer r.lostMu.Unlock()
-	delete(r.lostAt, p)
-}
+// quietPoll is how often the rebuilding edge looks for the other edges'
+// word that they are quiet.
+const quietPoll = 50 * time.Millisecond
 
-// openSale creates a sale's missing stock key: a new sale gets its configured
-// stock, a lost one what the ledger says is left. Which one it is: a sale
-// whose meta survived in Redis (the embedded server after a crash, a lost
-// stock key) or that this edge saw open is lost; otherwise it is new as far
-// as anyone can tell, and the ledger (when there is one) is asked all the
-// same, so that a whole-cluster restart after Redis lost everything still
-// finds what was sold.
-func (s *Service) openSale(ctx context.Context, a *activity.Activity) error {
+// startRecovery recovers the fenced (fence != "") or lost sale in the
+// background, unless this edge is recovering it already; done is closed
+// when that recovery ends.
+func (s *Service) startRecovery(a *activity.Activity, fence string) {
 	p := a.ProductID
+	s.rb.mu.Lock()
+	if s.rb.running == nil {
+		s.rb.running, s.rb.quiet, s.rb.counts = map[string]bool{}, map[string]string{}, map[string]int64{}
+	}
+	if s.rb.running[p] {
+		s.rb.mu.Unlock()
+		return
+	}
+	s.rb.running[p] = true
+	s.rb.wg.Add(1)
+	s.rb.mu.Unlock()
+	a = new(*a) // the caller's copy may change with the next refresh
+	go func() {
+		defer s.rb.wg.Done()
+		defer func() {
+			s.rb.mu.Lock()
+			delete(s.rb.running, p)
+			s.rb.mu.Unlock()
+		}()
+		ctx, cancel := context.WithTimeout(context.Background(), s.d.InFlight+recoverTimeout)
+		defer cancel()
+		if err := s.recoverSale(ctx, a, fence); err != nil {
+			s.d.Log.Warn("sale recovery failed; the sale stays closed and the next refresh tries again", "product", p, "err", err)
+		}
+	}()
+}
+
+// kick starts the recovery of a sale whose deduction answered Recovering.
+func (s *Service) kick(e activity.Entry) {
+	s.startRecovery(e.Activity, "")
+}
+
+// awaitRecoveries waits for the recoveries started so far (Apply at
+// start-up, so that a sale that can be reopened is open when it returns).
+func (s *Service) awaitRecoveries(ctx context.Context) {
+	done := make(chan struct{})
+	go func() { s.rb.wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-ctx.Done():
+	}
+}
+
+// recoverSale takes a fenced sale (or, fence "", one whose stock key is
+// missing: it fences it first) back to open:
+//
+//  1. this edge settles what it has in flight and says it is quiet;
+//  2. one edge (the lock holder) waits until every live edge is quiet on
+//     the fence, or until the in-flight bound (Deps.InFlight) since the
+//     fence passed, so that no event of a deduction from before it can
+//     still reach Kafka after the next step;
+//  3. it drains the pipeline and reads the ledger (plan), then
+//     stock.Store.Rebuild lowers the stock to the ledger's, raises the
+//     buyers' counts, corrects order states, refuses older purchase tokens
+//     and lifts the fence.
+//
+// The other edges stop after step 1; their refresh sees the fence lifted.
+func (s *Service) recoverSale(ctx context.Context, a *activity.Activity, fence string) error {
+	p := a.ProductID
+	now := s.d.Now() / 1e6
+	if fence == "" {
+		var err error
+		if fence, err = s.d.Store.Fence(ctx, p, stock.FenceID(now, s.d.Node, "lost")); err != nil {
+			return err
+		}
+	}
+	if err := s.quiet(ctx, p, fence); err != nil {
+		return err
+	}
+	owner := strconv.Itoa(s.d.Node) + "|" + fence
+	got, err := s.d.Store.LockRecovery(ctx, p, owner, s.d.InFlight+recoverTimeout)
+	if err != nil || !got {
+		return err // another edge rebuilds; this one waits for the fence to lift
+	}
+	defer func() {
+		uctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		if err := s.d.Store.UnlockRecovery(uctx, p, owner); err != nil {
+			s.d.Log.Warn("rebuild lock not released; it expires by itself", "product", p, "err", err)
+		}
+	}()
+	waited, why, err := s.awaitQuiet(ctx, p, fence)
+	if err != nil {
+		return err
+	}
+	meta, known, err := s.d.Store.Meta(ctx, p)
+	if err != nil {
+		return err
+	}
+	plan, pending, err := s.plan(ctx, a, meta, known)
+	if err != nil {
+		return fmt.Errorf("sale %s: ledger: %w (the sale stays closed until the ledger answers)", p, err)
+	}
+	plan.Fence = fence
+	if st := s.settings.Load(); st != nil {
+		// Every token minted before now expires by now + its lifetime.
+		plan.TokensFromMs = s.d.Now()/1e6 + st.TokenTTL.Milliseconds()
+	}
+	res, reopened, err := s.d.Store.Rebuild(ctx, plan)
+	if err != nil {
+		return err
+	}
+	if !reopened {
+		return nil // another edge reopened it, or it was fenced again
+	}
+	s.rb.mu.Lock()
+	s.rb.counts[p]++
+	s.rb.mu.Unlock()
+	st := s.d.Activities.StateOf(p)
+	st.SetRemaining(res.After)
+	st.SetSoldOut(res.After <= 0)
+	st.BumpGeneration() // buyers' counts changed under the "at the limit" cache
+	if res.After > 0 {
+		if err := s.d.Store.PublishSoldOut(ctx, p, false); err != nil {
+			s.d.Log.Warn("sold-out broadcast failed; other edges catch up on refresh", "product", p, "err", err)
+		}
+	}
+	s.d.Log.Warn("sale recovered from the ledger", "product", p, "fence", fence,
+		"stockBefore", res.Before, "stockAfter", res.After, "initial", plan.Initial, "restocked", plan.Restocked,
+		"released", plan.Released, "buyers", len(plan.Buyers), "pendingUnits", pending,
+		"ordersCorrected", len(plan.Orders), "waitedMs", waited.Milliseconds(), "waitedFor", why,
+		"closedMs", s.d.Now()/1e6-stock.FenceTime(fence))
+	return nil
+}
+
+// quiet waits until what this edge started before it saw the fence is
+// settled, then says so in Redis, once per fence.
+func (s *Service) quiet(ctx context.Context, p, fence string) error {
+	s.rb.mu.Lock()
+	done := s.rb.quiet[p] == fence
+	s.rb.mu.Unlock()
+	if done {
+		return nil
+	}
+	s.d.Log.Warn("sale fenced: Redis lost or went back in time; closed until rebuilt from the ledger", "product", p, "fence", fence)
+	if err := s.d.Flights.Quiesce(ctx); err != nil {
+		return fmt.Errorf("sale %s: purchases in flight did not settle: %w", p, err)
+	}
+	if err := s.d.Store.MarkQuiet(ctx, p, s.d.Node, fence); err != nil {
+		return err
+	}
+	s.rb.mu.Lock()
+	s.rb.quiet[p] = fence
+	s.rb.mu.Unlock()
+	return nil
+}
+
+// awaitQuiet returns once every live edge is quiet on the fence, or the
+// in-flight bound since the fence passed. An edge counts as live when its
+// heartbeat (written every refresh) is recent; the answer is trusted only
+// two refresh intervals after the fence, by when every live edge has
+// written a heartbeat to the server that was fenced, even one that came
+// back empty. Clocks: the fence's time is the fencing edge's, compared with
+// this edge's; a skew of d between them moves both thresholds by d.
+func (s *Service) awaitQuiet(ctx context.Context, p, fence string) (waited time.Duration, why string, err error) {
+	t0 := time.Now()
+	fenceMs := stock.FenceTime(fence)
+	interval := s.interval.Milliseconds()
+	bound := fenceMs + s.d.InFlight.Milliseconds()
+	trust := fenceMs + 2*interval
+	for {
+		now := s.d.Now() / 1e6
+		if now >= bound {
+			return time.Since(t0), "in-flight bound", nil
+		}
+		if now >= trust {
+			live, lerr := s.d.Store.LiveEdges(ctx, now-3*interval)
+			quiet, qerr := s.d.Store.QuietNodes(ctx, p, fence)
+			if lerr == nil && qerr == nil && len(live) > 0 && allIn(live, quiet) {
+				return time.Since(t0), "every live edge quiet", nil
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return time.Since(t0), "", ctx.Err()
+		case <-time.After(quietPoll):
+		}
+	}
+}
+
+func allIn(nodes []int, set map[int]bool) bool {
+	for _, n := range nodes {
+		if !set[n] {
+			return false
+		}
+	}
+	return true
+}
+
+// openSale creates a missing stock key. A sale nobody has sold from (no
+// meta left in Redis, never seen open by this edge, nothing in the ledger
+// or the outbox) is new and warmed with its configured stock; any other
+// is lost and recovered (recoverSale). Without a ledger a lost sale stays
+// closed: nobody knows what was sold.
+func (s *Service) openSale(ctx context.Context, a *activity.Activity, fence string) error {
+	p := a.ProductID
+	if fence != "" {
+		s.startRecovery(a, fence)
+		return nil
+	}
 	meta, known, err := s.d.Store.Meta(ctx, p)
 	if err != nil {
 		return err
 	}
 	lost := known || s.d.Activities.StateOf(p).Remaining() >= 0
-	if s.d.Ledger == nil {
-		if lost {
+	if !lost {
+		// Created or restocked through the admin API before, and not by
+		// this edge just now: it existed, so it was lost.
+		ds, err := s.durableSale(ctx, p)
+		if err != nil {
+			return err
+		}
+		lost = ds.Known && !ds.Opening
+	}
+	if !lost && s.d.Ledger != nil {
+		// Redis may have lost everything, meta included, while this edge
+		// was down: the ledger still knows the sale.
+		pctx, cancel := context.WithTimeout(ctx, recoverTimeout)
+		defer cancel()
+		plan, pending, err := s.plan(pctx, a, meta, known)
+		if err != nil {
+			return fmt.Errorf("sale %s: ledger: %w (the sale stays closed until the ledger answers)", p, err)
+		}
+		lost = plan.Initial+plan.Restocked != plan.Stock || plan.Released > 0 || pending > 0
+	}
+	if lost {
+		if s.d.Ledger == nil {
 			// Nobody knows what was sold: reopening with the configured
 			// stock would sell it twice. NOT_READY -> 503 until an
 			// operator acts.
 			return fmt.Errorf("sale %s: stock key lost and no ledger to rebuild it from; the sale stays closed", p)
 		}
-		created, err := s.d.Store.Warm(ctx, saleOf(a))
-		if err != nil {
-			return err
-		}
-		if created {
-			s.d.Log.Info("sale warmed", "product", p, "stock", a.Stock, "limit", a.Limit)
-		}
+		s.startRecovery(a, "")
 		return nil
 	}
-	var lostAt time.Time
-	if lost {
-		lostAt = s.rb.lostSince(p, time.Unix(0, s.d.Now()))
-	}
-	s.rb.mu.Lock()
-	defer s.rb.mu.Unlock()
-	rctx, cancel := context.WithTimeout(ctx, rebuildTimeout)
-	defer cancel()
-	plan, pending, err := s.plan(rctx, a, meta, known, lostAt)
-	if err != nil {
-		return fmt.Errorf("sale %s: ledger: %w (the sale stays closed until the ledger answers)", p, err)
-	}
-	created, err := s.d.Store.Rebuild(ctx, plan)
+	created, err := s.d.Store.Warm(ctx, saleOf(a))
 	if err != nil {
 		return err
 	}
-	s.rb.reopened(p)
 	if created {
-		s.d.Log.Info("sale warmed from the ledger", "product", p, "lost", lost, "stock", plan.Stock,
-			"initial", plan.Initial, "restocked", plan.Restocked, "released", plan.Released,
-			"buyers", len(plan.Buyers), "pendingUnits", pending, "ordersCorrected", len(plan.Orders))
+		s.d.Log.Info("sale warmed", "product", p, "stock", a.Stock, "limit", a.Limit)
 	}
 	return nil
 }
@@ -118,7 +300,7 @@ func (s *Service) openSale(ctx context.Context, a *activity.Activity) error {
 // − units held, where held is the stored orders (status 1; released units
 // are status 2 and so already back) plus the orders still in the outbox
 // that the ledger has not stored; each buyer's count from the same.
-func (s *Service) plan(ctx context.Context, a *activity.Activity, meta stock.Sale, known bool, lostAt time.Time) (stock.Rebuild, int64, error) {
+func (s *Service) plan(ctx context.Context, a *activity.Activity, meta stock.Sale, known bool) (stock.Rebuild, int64, error) {
 	p := a.ProductID
 	outbox, err := s.d.Store.OutboxOrders(ctx, p)
 	if err != nil {
@@ -137,21 +319,32 @@ func (s *Service) plan(ctx context.Context, a *activity.Activity, meta stock.Sal
 	}
 	// The outbox is read before the ledger drains: an entry gone from it
 	// by then was acknowledged by Kafka, so the drain stores it.
-	st, err := s.d.Ledger.Rebuild(ctx, p, lostAt, ids)
+	// No in-flight wait here: recoverSale waited for the edges, or the
+	// sale is new.
+	st, err := s.d.Ledger.Rebuild(ctx, p, ids)
 	if err != nil {
 		return stock.Rebuild{}, 0, err
 	}
 
+	ds, err := s.durableSale(ctx, p)
+	if err != nil {
+		return stock.Rebuild{}, 0, err
+	}
 	sale := saleOf(a)
 	sale.Initial = a.Stock
-	if known {
+	if ds.Initial > 0 {
+		// An admin-created sale's first stock: a.Stock may be a restock
+		// total the refresh folded in.
+		sale.Initial = ds.Initial
+	}
+	if known && meta.Initial > 0 {
 		// The sale's own figures beat the config, which may have changed
 		// since it opened.
-		if meta.Initial > 0 {
-			sale.Initial = meta.Initial
-		}
-		sale.Restocked = meta.Restocked
+		sale.Initial = meta.Initial
 	}
+	// Restocks: the meta's, unless it is older than the durable catalogue
+	// (a stale snapshot, or no meta at all).
+	sale.Restocked = max(meta.Restocked, ds.Restocked)
 	held := st.Sold
 	buyers := make(map[string]int64, len(st.Buyers))
 	for u, n := range st.Buyers {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"os"
@@ -55,6 +56,7 @@ type rig struct {
 	consMu   sync.Mutex
 	stopCons context.CancelFunc
 	consDone chan struct{}
+	drains   atomic.Int64 // ledger drains started
 }
 
 // edge is the configuration the rig's pipeline runs with: conf's defaults.
@@ -85,6 +87,7 @@ func (r *rig) useStock(st *stock.Store) {
 }
 
 func (r *rig) drain(ctx context.Context) error {
+	r.drains.Add(1)
 	return consumer.WaitDrained(ctx, r.brokers, edge.Kafka.Topic, edge.Orders.Group, 50*time.Millisecond)
 }
 
@@ -308,27 +311,35 @@ func testRedisLoss(t *testing.T, kind string) {
 	srv.Stop()
 	srv.Start()
 
-	// The sale stays closed while the pipeline has not drained.
-	await.NoError(t, 30*time.Second, "first refresh", func() error {
-		rctx, cancel := context.WithTimeout(ctx, 1500*time.Millisecond)
-		defer cancel()
-		err := r.svc.Refresh(rctx, false)
-		if err == nil {
-			t.Fatal("refresh reopened the sale before the consumer drained")
-		}
-		if !strings.Contains(err.Error(), "not drained") {
-			return err // the client reconnecting
+	// The first refresh on the empty server fences both sales; they stay
+	// closed while the pipeline has not drained (the recovery waits in
+	// the drain).
+	await.NoError(t, 30*time.Second, "fenced", func() error {
+		r.svc.Refresh(ctx, false) // the client may be reconnecting
+		for _, p := range []string{"lp", "rp"} {
+			if info, _, err := st.SaleInfo(ctx, p); err != nil || info.Fence == "" {
+				return fmt.Errorf("%s not fenced: %+v %v", p, info, err)
+			}
 		}
 		return nil
 	})
+	await.Until(t, 30*time.Second, "a recovery waiting for the drain", func() bool { return r.drains.Load() > 0 })
 	for _, p := range []string{"lp", "rp"} {
-		if _, c := r.deduct(p, "early", 1, limit); c != stock.NotReady {
+		if _, c := r.deduct(p, "early", 1, limit); c != stock.Recovering {
 			t.Fatalf("%s open before the rebuild: %v", p, c)
 		}
 	}
 
 	r.startConsumer()
-	await.NoError(t, 30*time.Second, "refresh after the drain", func() error { return r.svc.Refresh(ctx, false) })
+	await.NoError(t, 30*time.Second, "reopened after the drain", func() error {
+		r.svc.Refresh(ctx, false)
+		for _, p := range []string{"lp", "rp"} {
+			if info, ok, err := st.SaleInfo(ctx, p); err != nil || !ok || info.Fence != "" {
+				return fmt.Errorf("%s still closed: %+v %v %v", p, info, ok, err)
+			}
+		}
+		return nil
+	})
 
 	info := r.info("lp")
 	if info.Remaining != 30-units || info.Initial != 30 || info.Restocked != 0 || info.Released != 1 || info.Limit != limit {

@@ -6,11 +6,15 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
+	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"flashgate/metrics"
+	"flashgate/orders"
 	"flashgate/orders/order"
 	"flashgate/orders/orderid"
 	"flashgate/orders/orderstore"
@@ -55,10 +59,28 @@ type Deps struct {
 	Now        func() int64 // unix nanoseconds
 	Orders     OrderSink
 	Ledger     Ledger
+	// Catalog is the durable sale catalogue (the order store): admin
+	// changes are written to it first, and Redis' copy is rebuilt from it
+	// (catalog.go). nil keeps the catalogue and the degrade switch in
+	// Redis only.
+	Catalog orderstore.Catalog
 	// Results answers result polls for orders whose Redis state expired or
 	// was lost (the order store).
 	Results OrderLookup
-	Breaker *Breaker
+	// Breakers are the Redis circuit breakers, one per product.
+	Breakers *Breakers
+	// Flights counts purchases from deduction to publish, so that a
+	// recovery knows when none from before a fence is still in flight
+	// (the Publisher's; nil without a pipeline).
+	Flights *orders.Flights
+	// InFlight bounds how long after a fence an event of an earlier
+	// deduction may still reach Kafka (the publish budget plus one produce
+	// request): the longest a recovery waits for edges that do not say
+	// they are quiet.
+	InFlight time.Duration
+	// RefreshInterval is the refresh loop's (Start's; default 1s): a
+	// recovery trusts the edges' heartbeats after two of them.
+	RefreshInterval time.Duration
 	// Events serves /api/seckill/events; nil answers 404 and the page
 	// polls /api/seckill/result.
 	Events *push.Hub
@@ -76,9 +98,14 @@ type Service struct {
 	d        Deps
 	settings atomic.Pointer[Settings]
 
+	// The degrade switch as the hot path reads it (Degraded), installed
+	// from cat by applySwitches under degradeMu.
 	degradeAll atomic.Bool
 	degraded   atomic.Pointer[map[string]bool]
 	degradeMu  sync.Mutex
+
+	catMu sync.Mutex
+	cat   catalogView // catalog.go
 
 	outcomes [numOutcomes]metrics.Counter
 	hotspots metrics.Counter
@@ -87,7 +114,10 @@ type Service struct {
 	stopLoop context.CancelFunc
 	loopDone chan struct{}
 
-	rb rebuilder // lost sales (rebuild.go)
+	rb       rebuilder     // fenced sales (rebuild.go)
+	interval time.Duration // the refresh loop's
+
+	unknown unknowns // purchases of unknown outcome to settle (unknown.go)
 }
 
 // outcome indexes the attempt counters.
@@ -101,10 +131,11 @@ const (
 	outNotReady
 	outError
 	outDegraded
+	outRecovering
 	numOutcomes
 )
 
-var outcomeNames = [numOutcomes]string{"ok", "sold_out", "limit_reached", "bad_token", "not_ready", "error", "degraded"}
+var outcomeNames = [numOutcomes]string{"ok", "sold_out", "limit_reached", "bad_token", "not_ready", "error", "degraded", "recovering"}
 
 // New returns a Service; Start begins its background work.
 func New(d Deps) *Service {
@@ -114,7 +145,10 @@ func New(d Deps) *Service {
 	if d.Now == nil {
 		d.Now = func() int64 { return time.Now().UnixNano() }
 	}
-	s := &Service{d: d}
+	if d.RefreshInterval <= 0 {
+		d.RefreshInterval = time.Second
+	}
+	s := &Service{d: d, interval: d.RefreshInterval, cat: newCatalogView()}
 	empty := map[string]bool{}
 	s.degraded.Store(&empty)
 	return s
@@ -124,18 +158,40 @@ func New(d Deps) *Service {
 // activities it declares.
 func (s *Service) Apply(ctx context.Context, st *Settings) error {
 	s.settings.Store(st)
-	return s.Refresh(ctx, true)
+	err := s.Refresh(ctx, true)
+	s.awaitRecoveries(ctx)
+	return err
 }
 
 // Start subscribes to sold-out broadcasts and refreshes the edge's view of
 // the sales every interval until Stop.
 func (s *Service) Start(interval time.Duration) {
-	s.stopSub = s.d.Store.SubscribeSoldOut(context.Background(), func(product string, soldOut bool) {
-		if product == "" {
-			// (Re)subscribed: messages may have been missed; refresh now.
-			go s.Refresh(context.Background(), false)
-			return
-		}
+	s.interval = interval
+	// Wait a little for the channels (a broadcast sent after Start is then
+	// seen), not for a dead master's: the refresh loop is the safety net.
+	subCtx, subCancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer subCancel()
+	s.stopSub = s.d.Store.SubscribeSoldOut(subCtx, stock.Follow{
+		// On Redis Cluster every sale has its own channel: follow the
+		// sales this edge knows, admin-created ones included.
+		Products: func() []string {
+			list := s.d.Activities.List()
+			ids := make([]string, len(list))
+			for i, e := range list {
+				ids[i] = e.ProductID
+			}
+			return ids
+		},
+		Missed: func(ctx context.Context) {
+			// (Re)subscribed: broadcasts may have been missed; refresh now.
+			if err := s.Refresh(ctx, false); err != nil && ctx.Err() == nil {
+				s.d.Log.Warn("sale refresh after (re)subscribing failed", "err", err)
+			}
+		},
+		Lost: func(product string, err error) {
+			s.d.Log.Warn("sold-out subscription lost; resubscribing", "product", product, "err", err)
+		},
+	}, func(product string, soldOut bool) {
 		st := s.d.Activities.StateOf(product)
 		if !soldOut {
 			// Sent on release and restock: buyers may have their allowance
@@ -145,7 +201,7 @@ func (s *Service) Start(interval time.Duration) {
 		if st.SetSoldOut(soldOut) {
 			s.d.Log.Info("sold-out flag changed by broadcast", "product", product, "soldOut", soldOut)
 		}
-	})
+	}).Stop
 	ctx, cancel := context.WithCancel(context.Background())
 	s.stopLoop = cancel
 	s.loopDone = make(chan struct{})
@@ -175,10 +231,14 @@ func (s *Service) Stop() {
 	if s.stopSub != nil {
 		s.stopSub()
 	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	s.awaitRecoveries(ctx)
 }
 
 // Refresh rebuilds the registry from the config catalog and the admin
-// catalog in Redis, opens sales whose stock key is missing (new ones with
+// catalog (Redis' copy and the durable catalogue, catalog.go), applies the
+// degrade switches, opens sales whose stock key is missing (new ones with
 // their configured stock, lost ones from the ledger: see openSale), updates the
 // schedule of live sales when warm is set, and updates remaining stock and
 // sold-out flags. It is the safety net behind the broadcast.
@@ -192,29 +252,38 @@ func (s *Service) Refresh(ctx context.Context, warm bool) error {
 		return err
 	}
 	var errs []error
-	ledgerDown := false
+	if err := s.d.Store.Heartbeat(ctx, s.d.Node, s.d.Now()/1e6); err != nil {
+		errs = append(errs, err)
+	}
+	fenced := make(map[string]string, len(all))
 	for _, a := range all {
 		info, ok, err := s.d.Store.SaleInfo(ctx, a.ProductID)
 		if err != nil {
 			errs = append(errs, err)
 			continue
 		}
-		if !ok || warm {
-			if !ok && ledgerDown {
-				// One rebuild just waited its whole budget for the
-				// ledger: the others would too. Next refresh.
-				errs = append(errs, fmt.Errorf("sale %s: closed until the ledger answers", a.ProductID))
+		fenced[a.ProductID] = info.Fence
+		if !ok && s.noteLost(a.ProductID) {
+			s.d.Log.Warn("sale lost: its stock is gone from Redis; closed (503 RECOVERING) until it is rebuilt from the ledger",
+				"product", a.ProductID)
+		}
+		switch {
+		case info.Fence != "" || !ok:
+			if err := s.openSale(ctx, a, info.Fence); err != nil {
+				errs = append(errs, err)
 				continue
 			}
+			if info, ok, err = s.d.Store.SaleInfo(ctx, a.ProductID); err != nil || !ok || info.Fence != "" {
+				continue // recovering; reported by the recovery
+			}
+		case warm:
 			if err := s.warm(ctx, a, ok); err != nil {
 				errs = append(errs, err)
-				ledgerDown = ledgerDown || (!ok && errors.Is(err, context.DeadlineExceeded))
 				continue
 			}
-			if info, ok, err = s.d.Store.SaleInfo(ctx, a.ProductID); err != nil || !ok {
-				errs = append(errs, fmt.Errorf("sale %s: not warmed after warm-up: %v", a.ProductID, err))
-				continue
-			}
+		}
+		if s.noteOpen(a.ProductID) {
+			s.d.Log.Info("sale open again after its loss", "product", a.ProductID, "remaining", info.Remaining)
 		}
 		state := s.d.Activities.StateOf(a.ProductID)
 		state.SetRemaining(info.Remaining)
@@ -223,6 +292,9 @@ func (s *Service) Refresh(ctx context.Context, warm bool) error {
 		}
 		a.Stock = info.Initial + info.Restocked
 	}
+	s.rb.mu.Lock()
+	s.rb.fenced = fenced
+	s.rb.mu.Unlock()
 	s.d.Activities.Replace(all)
 	return errors.Join(errs...)
 }
@@ -239,7 +311,7 @@ func (s *Service) warm(ctx context.Context, a *activity.Activity, exists bool) e
 		}
 		// Lost since the caller looked.
 	}
-	return s.openSale(ctx, a)
+	return s.openSale(ctx, a, "")
 }
 
 // catalog merges the config's activities with the admin catalog (which
@@ -254,20 +326,16 @@ func (s *Service) catalog(ctx context.Context, st *Settings) ([]*activity.Activi
 	}
 	// The admin catalog holds activities created or updated through the
 	// admin API, so every edge learns them.
-	m, err := s.d.Store.Catalog(ctx)
+	admin, err := s.adminCatalog(ctx)
 	if err != nil {
 		return nil, err
 	}
-	for id, js := range m {
-		var a activity.Activity
-		if err := json.Unmarshal([]byte(js), &a); err != nil || a.ProductID != id || len(a.Validate()) > 0 {
-			s.d.Log.Warn("ignoring a malformed catalog entry", "product", id, "err", err)
-			continue
+	slices.SortFunc(admin, func(a, b *activity.Activity) int { return strings.Compare(a.ProductID, b.ProductID) })
+	for _, a := range admin {
+		if _, ok := byID[a.ProductID]; !ok {
+			order = append(order, a.ProductID)
 		}
-		if _, ok := byID[id]; !ok {
-			order = append(order, id)
-		}
-		byID[id] = &a
+		byID[a.ProductID] = a
 	}
 	out := make([]*activity.Activity, 0, len(order))
 	for _, id := range order {
@@ -276,26 +344,102 @@ func (s *Service) catalog(ctx context.Context, st *Settings) ([]*activity.Activi
 	return out, nil
 }
 
-// PutActivity creates or updates an activity through the admin API. The
-// stock of a live sale is never changed here (Restock adds stock).
+// PutActivity creates or updates an activity through the admin API: in the
+// durable catalogue first (unreachable: ErrCatalogUnavailable, nothing
+// changed), then in Redis' copy, then it opens the sale. The stock of a
+// sale is the one it was first created with: a live sale's is never changed
+// here (Restock adds stock), and the entry records the sale's own.
 func (s *Service) PutActivity(ctx context.Context, a *activity.Activity) error {
 	if errs := a.Validate(); len(errs) > 0 {
 		return errs
 	}
-	js, _ := json.Marshal(a)
-	if err := s.d.Store.PutCatalog(ctx, a.ProductID, string(js)); err != nil {
+	p := a.ProductID
+	info, live, err := s.d.Store.SaleInfo(ctx, p)
+	if err != nil {
 		return err
 	}
-	if err := s.warm(ctx, a, true); err != nil {
+	s.catMu.Lock()
+	prev, known := s.cat.acts[p]
+	s.catMu.Unlock()
+	c := *a
+	switch {
+	case live && info.Initial > 0:
+		c.Stock = info.Initial
+	case known:
+		var old activity.Activity
+		if json.Unmarshal([]byte(prev.doc), &old) == nil && old.Stock > 0 {
+			c.Stock = old.Stock // lost with Redis, or never opened: the first stock stands
+		}
+	}
+	a = &c
+	js, _ := json.Marshal(a)
+	v := nextVersion(s.d.Now(), prev.version)
+	durable := int64(-1)
+	if s.d.Catalog != nil {
+		rec := orderstore.CatalogRecord{ProductID: p, Kind: orderstore.KindActivity, Activity: string(js), Version: v, UpdatedMs: s.d.Now() / 1e6}
+		if err := s.d.Catalog.PutCatalog(ctx, rec); err != nil {
+			return fmt.Errorf("sale %s: %w: %w", p, ErrCatalogUnavailable, err)
+		}
+		durable = v
+	}
+	remember := func() {
+		s.catMu.Lock()
+		s.cat.acts[p] = actEntry{doc: string(js), mark: mark{version: v, durable: durable}}
+		s.cat.opening[p]++
+		s.catMu.Unlock()
+	}
+	if durable >= 0 {
+		remember() // recorded: this edge gives it to Redis until Redis takes it
+	}
+	defer func() {
+		s.catMu.Lock()
+		if s.cat.opening[p]--; s.cat.opening[p] <= 0 {
+			delete(s.cat.opening, p)
+		}
+		s.catMu.Unlock()
+	}()
+	if err := s.d.Store.PutCatalog(ctx, p, stock.CatalogEntry{Activity: string(js), Version: v}); err != nil {
+		if durable < 0 {
+			return err // no durable catalogue: nothing was recorded
+		}
+		return fmt.Errorf("sale %s: recorded in the durable catalogue but not in Redis (every edge opens it once Redis answers): %w", p, err)
+	}
+	if durable < 0 {
+		remember()
+	}
+	if err := s.warm(ctx, a, live); err != nil {
 		return err
 	}
 	return s.Refresh(ctx, false)
 }
 
-// Restock adds stock to a live sale, clears the sold-out flag everywhere.
+// Restock adds stock to a live sale and clears the sold-out flag
+// everywhere. The restock is recorded in the durable catalogue first
+// (unreachable: ErrCatalogUnavailable, nothing changed) so that a rebuild
+// after Redis lost the sale's meta counts it; when Redis then refuses it
+// (or its outcome is unknown) the record is withdrawn, so the catalogue
+// never counts units the sale may not have.
 func (s *Service) Restock(ctx context.Context, productID string, add int64) (int64, error) {
+	if !order.ValidProductID(productID) || add <= 0 {
+		return 0, fmt.Errorf("%w: restock %q by %d", stock.ErrInvalid, productID, add)
+	}
+	var rec orderstore.CatalogRecord
+	if s.d.Catalog != nil {
+		rec = orderstore.CatalogRecord{ProductID: productID, Kind: orderstore.KindRestock, ID: restockID(),
+			Units: add, Version: s.d.Now() / 1e6, UpdatedMs: s.d.Now() / 1e6}
+		if err := s.d.Catalog.PutCatalog(ctx, rec); err != nil {
+			return 0, fmt.Errorf("restock %s: %w: %w", productID, ErrCatalogUnavailable, err)
+		}
+	}
 	n, err := s.d.Store.Restock(ctx, productID, add)
 	if err != nil {
+		if s.d.Catalog != nil {
+			rec.Units, rec.Version, rec.UpdatedMs = 0, rec.Version+1, s.d.Now()/1e6
+			if werr := s.d.Catalog.PutCatalog(context.WithoutCancel(ctx), rec); werr != nil {
+				s.d.Log.Error("a restock Redis did not confirm stays counted in the durable catalogue: a rebuild after Redis loses the sale counts it",
+					"product", productID, "add", add, "restock", rec.ID, "redisErr", err, "err", werr)
+			}
+		}
 		return 0, err
 	}
 	st := s.d.Activities.StateOf(productID)
@@ -308,26 +452,78 @@ func (s *Service) Restock(ctx context.Context, productID string, add int64) (int
 	return n, nil
 }
 
+// restockID names one restock in the durable catalogue.
+func restockID() int64 {
+	for {
+		if id := rand.Int64(); id > 0 {
+			return id
+		}
+	}
+}
+
+// DegradeStored says where a change of the degrade switch was recorded:
+// Redis (every edge applies it within its refresh interval) and the durable
+// catalogue (it survives Redis losing its memory; every edge reads it
+// within catalogReadEvery). Missed holds the failures of the homes that did
+// not take it, which the edges write it to again when they can.
+type DegradeStored struct {
+	Redis, Durable bool
+	Missed         error
+}
+
 // SetDegraded forces the sale API of one product ("" = all) to answer 503
-// DEGRADED, or lifts it.
-func (s *Service) SetDegraded(productID string, on bool) {
-	if productID == "" {
-		s.degradeAll.Store(on)
-		return
+// DEGRADED, or lifts it, on every edge: recorded in the durable catalogue
+// and in Redis, then applied here. It fails, changing nothing, only when
+// neither took it; when one did, the switch holds and the other home is
+// written again later (DegradeStored says which missed it).
+func (s *Service) SetDegraded(ctx context.Context, productID string, on bool) (DegradeStored, error) {
+	key := productID
+	if key == "" {
+		key = orderstore.AllProducts
+	} else if !order.ValidProductID(productID) {
+		return DegradeStored{}, fmt.Errorf("%w: degrade %q", stock.ErrInvalid, productID)
 	}
-	s.degradeMu.Lock()
-	defer s.degradeMu.Unlock()
-	cur := *s.degraded.Load()
-	next := make(map[string]bool, len(cur)+1)
-	for k, v := range cur {
-		next[k] = v
+	s.catMu.Lock()
+	prev, ok := s.cat.degrade[key]
+	s.catMu.Unlock()
+	if !ok {
+		prev.durable = -1
 	}
-	if on {
-		next[productID] = true
+	v := nextVersion(s.d.Now(), prev.version)
+	var out DegradeStored
+	var missed []error
+	if s.d.Catalog != nil {
+		rec := orderstore.CatalogRecord{ProductID: key, Kind: orderstore.KindDegrade, On: on, Version: v, UpdatedMs: s.d.Now() / 1e6}
+		if err := s.d.Catalog.PutCatalog(ctx, rec); err != nil {
+			missed = append(missed, fmt.Errorf("durable catalogue: %w", err))
+		} else {
+			out.Durable = true
+		}
+	}
+	if _, err := s.d.Store.SetDegrade(ctx, productID, stock.Degrade{On: on, Version: v}); err != nil {
+		missed = append(missed, fmt.Errorf("redis: %w", err))
 	} else {
-		delete(next, productID)
+		out.Redis = true
 	}
-	s.degraded.Store(&next)
+	if !out.Redis && !out.Durable {
+		return out, fmt.Errorf("degrade switch not changed: %w", errors.Join(missed...))
+	}
+	out.Missed = errors.Join(missed...)
+	durable := prev.durable
+	if out.Durable {
+		durable = v
+	}
+	s.catMu.Lock()
+	if cur := s.cat.degrade[key]; cur.version < v {
+		s.cat.degrade[key] = degradeEntry{on: on, mark: mark{version: v, durable: durable}}
+	}
+	s.catMu.Unlock()
+	s.applySwitches()
+	if out.Missed != nil {
+		s.d.Log.Warn("degrade switch recorded in one home only; the edges write it to the other when it answers",
+			"product", productID, "on", on, "redis", out.Redis, "durable", out.Durable, "err", out.Missed)
+	}
+	return out, nil
 }
 
 // Degraded reports the switch for a product (or all).
@@ -376,11 +572,41 @@ func (s *Service) RegisterMetrics(reg *metrics.Registry) {
 			w.Value(float64(e.Remaining()), metrics.Label{Name: "product", Value: e.ProductID})
 		}
 	})
-	reg.Register("flashgate_redis_breaker_state", "Circuit breaker on Redis: 0 closed, 1 open, 2 half-open.", "gauge", func(w *metrics.Writer) {
-		w.Value(float64(s.d.Breaker.State()))
+	reg.Register("flashgate_sale_recovering", "1 while the product is fenced: closed until rebuilt from the ledger (Redis lost or went back in time).", "gauge", func(w *metrics.Writer) {
+		s.rb.mu.Lock()
+		defer s.rb.mu.Unlock()
+		for _, e := range s.d.Activities.List() {
+			v := 0.0
+			if s.rb.fenced[e.ProductID] != "" {
+				v = 1
+			}
+			w.Value(v, metrics.Label{Name: "product", Value: e.ProductID})
+		}
 	})
-	reg.Register("flashgate_redis_breaker_transitions_total", "Circuit breaker state changes.", "counter", func(w *metrics.Writer) {
-		w.Value(float64(s.d.Breaker.Transition.Load()))
+	reg.Register("flashgate_sale_recoveries_total", "Ledger rebuilds of a fenced sale this edge ran.", "counter", func(w *metrics.Writer) {
+		s.rb.mu.Lock()
+		defer s.rb.mu.Unlock()
+		for _, e := range s.d.Activities.List() {
+			w.Value(float64(s.rb.counts[e.ProductID]), metrics.Label{Name: "product", Value: e.ProductID})
+		}
+	})
+	// The breakers are per product; the unlabelled pair is the edge's
+	// summary (any product open), kept for alerts and tools that read it.
+	reg.Register("flashgate_redis_breaker_state", "Circuit breakers on Redis, edge summary: 1 if any product's is open, else 2 if any is half-open, else 0.", "gauge", func(w *metrics.Writer) {
+		w.Value(float64(s.d.Breakers.Worst()))
+	})
+	reg.Register("flashgate_redis_breaker_transitions_total", "Circuit breaker state changes, all products.", "counter", func(w *metrics.Writer) {
+		w.Value(float64(s.d.Breakers.AllTransitions()))
+	})
+	reg.Register("flashgate_redis_breaker_product_state", "Circuit breaker on Redis per product: 0 closed, 1 open, 2 half-open.", "gauge", func(w *metrics.Writer) {
+		for _, e := range s.d.Activities.List() {
+			w.Value(float64(s.d.Breakers.State(e.ProductID)), metrics.Label{Name: "product", Value: e.ProductID})
+		}
+	})
+	reg.Register("flashgate_redis_breaker_product_transitions_total", "Circuit breaker state changes per product.", "counter", func(w *metrics.Writer) {
+		for _, e := range s.d.Activities.List() {
+			w.Value(float64(s.d.Breakers.Transitions(e.ProductID)), metrics.Label{Name: "product", Value: e.ProductID})
+		}
 	})
 	reg.Register("flashgate_sale_degraded", "1 when the degrade switch is on (product \"*\" = all).", "gauge", func(w *metrics.Writer) {
 		all, ps := s.DegradeState()
@@ -393,6 +619,12 @@ func (s *Service) RegisterMetrics(reg *metrics.Registry) {
 			w.Value(1, metrics.Label{Name: "product", Value: p})
 		}
 	})
+	s.registerUnknownMetrics(reg)
+	reg.Register("flashgate_redis_waits_total", "WAITs after deduction script calls (redis.wait_replicas): all, and those that returned before enough replicas acknowledged.", "counter", func(w *metrics.Writer) {
+		waits, short := s.d.Store.WaitStats()
+		w.Value(float64(waits), metrics.Label{Name: "result", Value: "all"})
+		w.Value(float64(short), metrics.Label{Name: "result", Value: "short"})
+	})
 	reg.Register("flashgate_redis_script_calls_total", "Deduction script calls and the attempts they carried (group commit).", "counter", func(w *metrics.Writer) {
 		calls, attempts := s.d.Store.Stats()
 		w.Value(float64(calls), metrics.Label{Name: "what", Value: "calls"})
@@ -400,5 +632,11 @@ func (s *Service) RegisterMetrics(reg *metrics.Registry) {
 	})
 }
 
-// BreakerState is the Redis circuit breaker's state (dashboard, metrics).
-func (s *Service) BreakerState() BreakerState { return s.d.Breaker.State() }
+// BreakerState is the edge's summary of the Redis circuit breakers
+// (Breakers.Worst), for the dashboard.
+func (s *Service) BreakerState() BreakerState { return s.d.Breakers.Worst() }
+
+// ProductBreakerState is one product's Redis circuit breaker state.
+func (s *Service) ProductBreakerState(productID string) BreakerState {
+	return s.d.Breakers.State(productID)
+}

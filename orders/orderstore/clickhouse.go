@@ -14,45 +14,80 @@ import (
 	"github.com/shopspring/decimal"
 )
 
-// Table is the table's name.
-const Table = "seckill_order"
+// Table is the ledger's table, CatalogTable the catalogue's.
+const (
+	Table        = "seckill_order"
+	CatalogTable = "seckill_catalog"
+)
 
 // column is one column of the expected schema, with its type spelled the
 // way system.columns spells it.
 type column struct{ name, typ string }
 
-// schema is seckill_order's columns, in order. Changing it needs a
-// migration: OpenClickHouse refuses a table that differs.
-var schema = []column{
-	{"order_id", "UInt64"},
-	{"product_id", "String"},
-	{"user_id", "String"},
-	{"quantity", "UInt32"},
-	{"price", "Decimal(10, 2)"},
-	{"status", "UInt8"},
-	{"create_time", "DateTime"},
-	{"update_ms", "UInt64"},
-	{"edge", "UInt16"},
+// tableSpec is a table as OpenClickHouse creates it and expects to find it.
+// Changing one needs a migration: OpenClickHouse refuses a table that
+// differs.
+type tableSpec struct {
+	name    string
+	cols    []column
+	engine  string // reads use FINAL to see one row per key
+	orderBy string
 }
 
-// engine is the table's engine; reads use FINAL to see one row per order.
+// orderTable is seckill_order: one row per order, the newest (update_ms)
+// wins.
+var orderTable = tableSpec{
+	name: Table,
+	cols: []column{
+		{"order_id", "UInt64"},
+		{"product_id", "String"},
+		{"user_id", "String"},
+		{"quantity", "UInt32"},
+		{"price", "Decimal(10, 2)"},
+		{"status", "UInt8"},
+		{"create_time", "DateTime"},
+		{"update_ms", "UInt64"},
+		{"edge", "UInt16"},
+	},
+	engine:  "ReplacingMergeTree(update_ms)",
+	orderBy: "ORDER BY (product_id, order_id)",
+}
+
+// catalogTable is seckill_catalog: one row per (product, kind, entry),
+// the newest version wins (catalog.go). degraded is a UInt8 because 18.16
+// has no Bool.
+var catalogTable = tableSpec{
+	name: CatalogTable,
+	cols: []column{
+		{"product_id", "String"},
+		{"kind", "UInt8"},
+		{"entry_id", "UInt64"},
+		{"activity", "String"},
+		{"units", "Int64"},
+		{"degraded", "UInt8"},
+		{"version", "UInt64"},
+		{"update_time", "DateTime"},
+	},
+	engine:  "ReplacingMergeTree(version)",
+	orderBy: "ORDER BY (product_id, kind, entry_id)",
+}
+
 const (
-	engine   = "ReplacingMergeTree(update_ms)"
-	orderBy  = "ORDER BY (product_id, order_id)"
-	colsList = "order_id, product_id, user_id, quantity, price, status, create_time, update_ms, edge"
+	colsList    = "order_id, product_id, user_id, quantity, price, status, create_time, update_ms, edge"
+	catColsList = "product_id, kind, entry_id, activity, units, degraded, version, update_time"
 )
 
-func createTableSQL(db string) string {
+func (t *tableSpec) createSQL(db string) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "CREATE TABLE IF NOT EXISTS `%s`.%s (", db, Table)
-	for i, c := range schema {
+	fmt.Fprintf(&b, "CREATE TABLE IF NOT EXISTS `%s`.%s (", db, t.name)
+	for i, c := range t.cols {
 		if i > 0 {
 			b.WriteString(", ")
 		}
 		// Decimal(10, 2) is accepted with the space by every version.
 		b.WriteString(c.name + " " + c.typ)
 	}
-	b.WriteString(") ENGINE = " + engine + " " + orderBy)
+	b.WriteString(") ENGINE = " + t.engine + " " + t.orderBy)
 	return b.String()
 }
 
@@ -68,7 +103,8 @@ type ClickHouseOptions struct {
 	MaxOpenConns int
 }
 
-// SchemaError is a seckill_order table that exists with another schema.
+// SchemaError is a table (seckill_order, seckill_catalog) that exists with
+// another schema.
 // Problems names each missing or mistyped column (and a wrong engine).
 type SchemaError struct {
 	Table    string
@@ -82,18 +118,20 @@ func (e *SchemaError) Error() string {
 
 // ClickHouse is the Store on a ClickHouse server (native protocol).
 type ClickHouse struct {
-	conn    driver.Conn
-	db      string
-	timeout time.Duration
-	table   string // `db`.seckill_order
+	conn     driver.Conn
+	db       string
+	timeout  time.Duration
+	table    string // `db`.seckill_order
+	catTable string // `db`.seckill_catalog
 }
 
 var identRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,63}$`)
 
 // OpenClickHouse connects to addr (host:port of the native protocol,
-// several comma-separated for failover), creates the database and the table
-// if missing, and checks that an existing table has the expected schema:
-// a mismatch is a *SchemaError naming every wrong column.
+// several comma-separated for failover), creates the database and the
+// tables (the ledger's and the catalogue's) if missing, and checks that an
+// existing table has the expected schema: a mismatch is a *SchemaError
+// naming every wrong column.
 func OpenClickHouse(ctx context.Context, addr, database string, opts ClickHouseOptions) (*ClickHouse, error) {
 	if database == "" {
 		database = "default"
@@ -126,7 +164,8 @@ func OpenClickHouse(ctx context.Context, addr, database string, opts ClickHouseO
 	if err != nil {
 		return nil, fmt.Errorf("orderstore: clickhouse %s: %w", addr, err)
 	}
-	s := &ClickHouse{conn: conn, db: database, timeout: opts.Timeout, table: "`" + database + "`." + Table}
+	s := &ClickHouse{conn: conn, db: database, timeout: opts.Timeout,
+		table: "`" + database + "`." + Table, catTable: "`" + database + "`." + CatalogTable}
 	if err := s.setup(ctx); err != nil {
 		conn.Close()
 		return nil, fmt.Errorf("orderstore: clickhouse %s: %w", addr, err)
@@ -140,32 +179,37 @@ func (s *ClickHouse) setup(ctx context.Context) error {
 	if err := s.conn.Exec(ctx, "CREATE DATABASE IF NOT EXISTS `"+s.db+"`"); err != nil {
 		return err
 	}
-	if err := s.conn.Exec(ctx, createTableSQL(s.db)); err != nil {
-		return err
+	for _, t := range []*tableSpec{&orderTable, &catalogTable} {
+		if err := s.conn.Exec(ctx, t.createSQL(s.db)); err != nil {
+			return err
+		}
+		if err := s.checkSchema(ctx, t); err != nil {
+			return err
+		}
 	}
-	return s.checkSchema(ctx)
+	return nil
 }
 
-func (s *ClickHouse) checkSchema(ctx context.Context) error {
-	rows, err := s.conn.Query(ctx, "SELECT name, type FROM system.columns WHERE database = ? AND table = ?", s.db, Table)
+func (s *ClickHouse) checkSchema(ctx context.Context, t *tableSpec) error {
+	rows, err := s.conn.Query(ctx, "SELECT name, type FROM system.columns WHERE database = ? AND table = ?", s.db, t.name)
 	if err != nil {
-		return fmt.Errorf("read schema: %w", err)
+		return fmt.Errorf("read schema of %s: %w", t.name, err)
 	}
 	have := map[string]string{}
 	for rows.Next() {
 		var name, typ string
 		if err := rows.Scan(&name, &typ); err != nil {
 			rows.Close()
-			return fmt.Errorf("read schema: %w", err)
+			return fmt.Errorf("read schema of %s: %w", t.name, err)
 		}
 		have[name] = typ
 	}
 	rows.Close()
 	if err := rows.Err(); err != nil {
-		return fmt.Errorf("read schema: %w", err)
+		return fmt.Errorf("read schema of %s: %w", t.name, err)
 	}
 	var problems []string
-	for _, c := range schema {
+	for _, c := range t.cols {
 		typ, ok := have[c.name]
 		switch {
 		case !ok:
@@ -175,15 +219,15 @@ func (s *ClickHouse) checkSchema(ctx context.Context) error {
 		}
 	}
 	var eng, full string
-	if err := s.conn.QueryRow(ctx, "SELECT engine, engine_full FROM system.tables WHERE database = ? AND name = ?", s.db, Table).Scan(&eng, &full); err != nil {
-		return fmt.Errorf("read engine: %w", err)
+	if err := s.conn.QueryRow(ctx, "SELECT engine, engine_full FROM system.tables WHERE database = ? AND name = ?", s.db, t.name).Scan(&eng, &full); err != nil {
+		return fmt.Errorf("read engine of %s: %w", t.name, err)
 	}
 	// A plain MergeTree would keep every redelivered event as a row.
-	if eng != "ReplacingMergeTree" || !strings.Contains(full, engine) || !strings.Contains(full, orderBy) {
-		problems = append(problems, "engine is "+full+", want "+engine+" "+orderBy)
+	if eng != "ReplacingMergeTree" || !strings.Contains(full, t.engine) || !strings.Contains(full, t.orderBy) {
+		problems = append(problems, "engine is "+full+", want "+t.engine+" "+t.orderBy)
 	}
 	if len(problems) > 0 {
-		return &SchemaError{Table: s.db + "." + Table, Problems: problems}
+		return &SchemaError{Table: s.db + "." + t.name, Problems: problems}
 	}
 	return nil
 }
@@ -377,6 +421,73 @@ func (s *ClickHouse) Ping(ctx context.Context) error { return s.conn.Ping(ctx) }
 
 // Close closes the connection pool.
 func (s *ClickHouse) Close() error { return s.conn.Close() }
+
+// PutCatalog stores records in one batch (one INSERT with named columns).
+func (s *ClickHouse) PutCatalog(ctx context.Context, recs ...CatalogRecord) error {
+	if len(recs) == 0 {
+		return nil
+	}
+	if err := validateRecords(recs); err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, s.timeout)
+	defer cancel()
+	b, err := s.conn.PrepareBatch(ctx, "INSERT INTO "+s.catTable+" ("+catColsList+")")
+	if err != nil {
+		return fmt.Errorf("orderstore: catalogue insert: %w", err)
+	}
+	defer b.Abort() //nolint:errcheck // a no-op once sent
+	for i := range recs {
+		r := &recs[i]
+		var on uint8
+		if r.On {
+			on = 1
+		}
+		if err := b.Append(r.ProductID, uint8(r.Kind), uint64(r.ID), r.Activity, r.Units, on,
+			uint64(r.Version), time.UnixMilli(r.UpdatedMs).Truncate(time.Second)); err != nil {
+			return fmt.Errorf("orderstore: catalogue insert: %w", err)
+		}
+	}
+	if err := b.Send(); err != nil {
+		return fmt.Errorf("orderstore: catalogue insert %d records: %w", len(recs), err)
+	}
+	return nil
+}
+
+// ReadCatalog reads the newest record of each key, after FINAL.
+func (s *ClickHouse) ReadCatalog(ctx context.Context, productID string) ([]CatalogRecord, error) {
+	ctx, cancel := context.WithTimeout(ctx, s.timeout)
+	defer cancel()
+	q := "SELECT " + catColsList + " FROM " + s.catTable + " FINAL"
+	var args []any
+	if productID != "" {
+		q += " WHERE product_id = ?"
+		args = append(args, productID)
+	}
+	rows, err := s.conn.Query(ctx, q+" ORDER BY product_id, kind, entry_id", args...)
+	if err != nil {
+		return nil, fmt.Errorf("orderstore: read catalogue: %w", err)
+	}
+	defer rows.Close()
+	out := []CatalogRecord{}
+	for rows.Next() {
+		var (
+			r        CatalogRecord
+			kind, on uint8
+			id, ver  uint64
+			updated  time.Time
+		)
+		if err := rows.Scan(&r.ProductID, &kind, &id, &r.Activity, &r.Units, &on, &ver, &updated); err != nil {
+			return nil, fmt.Errorf("orderstore: read catalogue: %w", err)
+		}
+		r.Kind, r.ID, r.On, r.Version, r.UpdatedMs = CatalogKind(kind), int64(id), on == 1, int64(ver), updated.UnixMilli()
+		out = append(out, r)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("orderstore: read catalogue: %w", err)
+	}
+	return out, nil
+}
 
 var _ Store = (*ClickHouse)(nil)
 

@@ -213,4 +213,79 @@ func contract(t *testing.T, open func(t *testing.T) (s Store, reopen func() Stor
 			totals(t, s, "p3", want)
 		}
 	})
+
+	t.Run("Catalog", func(t *testing.T) {
+		s, reopen := open(t)
+		act := func(p, js string, v int64) CatalogRecord {
+			return CatalogRecord{ProductID: p, Kind: KindActivity, Activity: js, Version: v, UpdatedMs: base + v}
+		}
+		restock := func(p string, id, units, v int64) CatalogRecord {
+			return CatalogRecord{ProductID: p, Kind: KindRestock, ID: id, Units: units, Version: v, UpdatedMs: base + v}
+		}
+		degrade := func(p string, on bool, v int64) CatalogRecord {
+			return CatalogRecord{ProductID: p, Kind: KindDegrade, On: on, Version: v, UpdatedMs: base + v}
+		}
+		if recs, err := s.ReadCatalog(ctx, ""); err != nil || len(recs) != 0 {
+			t.Fatalf("empty catalogue: %v %v", recs, err)
+		}
+		puts := [][]CatalogRecord{
+			{act("c1", `{"v":1}`, 10), restock("c1", 7, 5, 11)},
+			{act("c1", `{"v":2}`, 20), act("c1", `{"v":2}`, 20)},                        // written twice: one record
+			{act("c1", `{"v":0}`, 5)},                                                   // an older version changes nothing
+			{restock("c1", 8, 3, 21), restock("c1", 9, 4, 22), restock("c1", 9, 0, 23)}, // 9 withdrawn
+			{degrade("c2", true, 30), degrade(AllProducts, true, 31), degrade(AllProducts, false, 32)},
+		}
+		for _, recs := range puts {
+			if err := s.PutCatalog(ctx, recs...); err != nil {
+				t.Fatal(err)
+			}
+		}
+		want := map[string]CatalogEntry{
+			"c1":        {Activity: `{"v":2}`, ActivityVersion: 20, Restocked: 8, Restocks: 2},
+			"c2":        {Degraded: true, DegradeVersion: 30},
+			AllProducts: {DegradeVersion: 32},
+		}
+		check := func(s Store) {
+			t.Helper()
+			recs, err := s.ReadCatalog(ctx, "")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := Entries(recs); !reflect.DeepEqual(got, want) {
+				t.Errorf("entries\n got %+v\nwant %+v", got, want)
+			}
+			if len(recs) != 6 || recs[0].ProductID != AllProducts || recs[1].Kind != KindActivity || recs[1].UpdatedMs/1000 != (base+20)/1000 {
+				t.Errorf("records (sorted by product, kind, id) %+v", recs)
+			}
+			one, err := s.ReadCatalog(ctx, "c1")
+			if err != nil || len(one) != 4 || Entries(one)["c1"] != want["c1"] {
+				t.Errorf("c1's records %+v %v", one, err)
+			}
+		}
+		check(s)
+		if reopen != nil {
+			check(reopen())
+		}
+	})
+
+	t.Run("InvalidCatalogRecordsAreRefused", func(t *testing.T) {
+		s, _ := open(t)
+		for _, r := range []CatalogRecord{
+			{ProductID: "bad id", Kind: KindActivity, Activity: "{}", Version: 1},
+			{ProductID: AllProducts, Kind: KindActivity, Activity: "{}", Version: 1}, // "*" only switches
+			{ProductID: "c1", Kind: KindActivity, Version: 1},                        // no document
+			{ProductID: "c1", Kind: KindRestock, ID: 0, Units: 1, Version: 1},
+			{ProductID: "c1", Kind: KindRestock, ID: 1, Units: -1, Version: 1},
+			{ProductID: "c1", Kind: 9, Version: 1},
+			{ProductID: "c1", Kind: KindDegrade, Version: -1},
+		} {
+			ok := CatalogRecord{ProductID: "c1", Kind: KindDegrade, On: true, Version: 1}
+			if err := s.PutCatalog(ctx, ok, r); !errors.Is(err, ErrInvalidRecord) {
+				t.Errorf("put %+v: %v, want ErrInvalidRecord", r, err)
+			}
+		}
+		if recs, err := s.ReadCatalog(ctx, ""); err != nil || len(recs) != 0 {
+			t.Fatalf("a refused call stored %+v %v", recs, err)
+		}
+	})
 }

@@ -15,7 +15,7 @@
 //     what ClickHouse 18.16 (Debian) and current releases both accept; the
 //     driver talks the native protocol and names the batch columns.
 //   - File (OpenFile): the zero-setup default when no ClickHouse address is
-//     configured. An append-only JSON-lines log, fsynced per Insert, loaded
+//     configured. An append-only JSON-lines log, fsynced per write, loaded
 //     into memory at open with the same "highest update_ms wins" rule. It is
 //     for demos and single-node trials: one process at a time, the whole
 //     ledger in memory, the file never compacted.
@@ -25,6 +25,15 @@
 // reads the units sold, released and held per buyer (Buyers), so that the
 // sale reopens with exactly what is left and nobody can buy beyond the
 // limit.
+//
+// Catalog (catalog.go) is the durable sale catalogue beside the ledger:
+// the activities created through the admin API, their restocks and the
+// degrade switch, as versioned records (the newest of a key wins). Redis
+// keeps the copy every edge reads; package sale writes here first and
+// rebuilds that copy from here when Redis lost it. ClickHouse keeps it in
+// seckill_catalog (ReplacingMergeTree(version) ordered by (product_id, kind,
+// entry_id), read with FINAL), the file store in catalog.jsonl beside its
+// order log.
 //
 // Row.CreatedMs is stored by ClickHouse as create_time DateTime, i.e. to the
 // second; update_ms keeps milliseconds.

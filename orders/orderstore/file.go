@@ -1,13 +1,11 @@
 package orderstore
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"sort"
@@ -16,8 +14,12 @@ import (
 	"flashgate/orders/order"
 )
 
-// FileName is the log's name inside the directory given to OpenFile.
-const FileName = "orders.jsonl"
+// FileName is the order log's name inside the directory given to
+// OpenFile, CatalogFileName the catalogue's.
+const (
+	FileName        = "orders.jsonl"
+	CatalogFileName = "catalog.jsonl"
+)
 
 // fileRow is a Row as one JSON line.
 type fileRow struct {
@@ -48,74 +50,54 @@ type fileKey struct {
 }
 
 // File is the embedded Store: an append-only JSON-lines log, fsynced per
-// Insert, replayed into memory at open. For demos and single-node trials
-// (see the package doc): one process per directory, the whole ledger in
-// memory, the log grows by one line per event and is never compacted.
+// Insert, replayed into memory at open, and the catalogue's own log beside
+// it (CatalogFileName). For demos and single-node trials (see the package
+// doc): one process per directory, the whole ledger in memory, the logs grow
+// by one line per event and are never compacted.
 type File struct {
 	mu       sync.Mutex
-	f        *os.File
-	w        *bufio.Writer
+	orders   *jsonLog
 	rows     map[fileKey]Row
 	products map[string]map[int64]struct{}
-	size     int64 // length of the complete, synced lines
+	cat      *jsonLog
+	catalog  map[catalogKey]CatalogRecord
 	closed   bool
 }
 
-// OpenFile opens (creating it if needed) the log in dir and loads it. A
-// last line without its newline — a crash in the middle of an Insert that
+// OpenFile opens (creating them if needed) the logs in dir and loads them.
+// A last line without its newline — a crash in the middle of an append that
 // was therefore never acknowledged — is cut off; any other unreadable line
 // is an error.
 func OpenFile(dir string) (*File, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("orderstore: %w", err)
 	}
-	path := filepath.Join(dir, FileName)
-	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o644)
-	if err != nil {
-		return nil, fmt.Errorf("orderstore: %w", err)
-	}
-	if err := lockFile(f); err != nil {
-		f.Close()
-		return nil, fmt.Errorf("orderstore: %w", err)
-	}
-	s := &File{f: f, rows: map[fileKey]Row{}, products: map[string]map[int64]struct{}{}}
-	good, err := s.load(f)
-	if err != nil {
-		f.Close()
-		return nil, fmt.Errorf("orderstore: %s: %w", path, err)
-	}
-	if err := f.Truncate(good); err != nil {
-		f.Close()
-		return nil, fmt.Errorf("orderstore: %w", err)
-	}
-	if _, err := f.Seek(good, io.SeekStart); err != nil {
-		f.Close()
-		return nil, fmt.Errorf("orderstore: %w", err)
-	}
-	s.w = bufio.NewWriterSize(f, 64<<10)
-	s.size = good
-	return s, nil
-}
-
-// load replays the log and returns the length of its complete lines.
-func (s *File) load(f *os.File) (int64, error) {
-	r := bufio.NewReaderSize(f, 64<<10)
-	var off int64
-	for n := 1; ; n++ {
-		line, err := r.ReadBytes('\n')
-		if errors.Is(err, io.EOF) {
-			return off, nil // a partial last line (len > 0) is dropped
-		}
-		if err != nil {
-			return 0, err
-		}
+	s := &File{rows: map[fileKey]Row{}, products: map[string]map[int64]struct{}{}, catalog: map[catalogKey]CatalogRecord{}}
+	var err error
+	s.orders, err = openLog(filepath.Join(dir, FileName), func(line []byte) error {
 		var fr fileRow
-		if err := json.Unmarshal(bytes.TrimSpace(line), &fr); err != nil {
-			return 0, fmt.Errorf("line %d: %w", n, err)
+		if err := json.Unmarshal(line, &fr); err != nil {
+			return err
 		}
 		s.apply(fr.row())
-		off += int64(len(line))
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("orderstore: %w", err)
 	}
+	s.cat, err = openLog(filepath.Join(dir, CatalogFileName), func(line []byte) error {
+		var fc fileCatalog
+		if err := json.Unmarshal(line, &fc); err != nil {
+			return err
+		}
+		s.applyCatalog(fc.record())
+		return nil
+	})
+	if err != nil {
+		s.orders.close()
+		return nil, fmt.Errorf("orderstore: %w", err)
+	}
+	return s, nil
 }
 
 func (s *File) apply(r Row) {
@@ -157,30 +139,13 @@ func (s *File) Insert(ctx context.Context, rows []Row) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	if err := s.append(buf.Bytes()); err != nil {
-		// Cut a partly written batch off, so that the next append does
-		// not continue a torn line; the caller retries the batch.
-		s.w.Reset(s.f)
-		if terr := s.f.Truncate(s.size); terr == nil {
-			_, _ = s.f.Seek(s.size, io.SeekStart)
-		}
+	if err := s.orders.append(buf.Bytes()); err != nil {
 		return fmt.Errorf("orderstore: append: %w", err)
 	}
-	s.size += int64(buf.Len())
 	for i := range rows {
 		s.apply(rows[i])
 	}
 	return nil
-}
-
-func (s *File) append(b []byte) error {
-	if _, err := s.w.Write(b); err != nil {
-		return err
-	}
-	if err := s.w.Flush(); err != nil {
-		return err
-	}
-	return s.f.Sync()
 }
 
 // Get reads the newest row of one order.
@@ -255,7 +220,7 @@ func (s *File) Products(context.Context) ([]string, error) {
 	return out, nil
 }
 
-// Close closes the log; everything inserted is already synced.
+// Close closes the logs; everything written is already synced.
 func (s *File) Close() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -263,7 +228,78 @@ func (s *File) Close() error {
 		return nil
 	}
 	s.closed = true
-	return s.f.Close()
+	return errors.Join(s.orders.close(), s.cat.close())
+}
+
+// fileCatalog is a CatalogRecord as one JSON line.
+type fileCatalog struct {
+	ProductID string      `json:"p"`
+	Kind      CatalogKind `json:"k"`
+	ID        int64       `json:"i,omitempty"`
+	Activity  string      `json:"a,omitempty"`
+	Units     int64       `json:"n,omitempty"`
+	On        bool        `json:"d,omitempty"`
+	Version   int64       `json:"v"`
+	UpdatedMs int64       `json:"t"`
+}
+
+func (fc *fileCatalog) record() CatalogRecord { return CatalogRecord(*fc) }
+
+func (s *File) applyCatalog(r CatalogRecord) {
+	k := r.key()
+	if old, ok := s.catalog[k]; ok && r.Version < old.Version {
+		return
+	}
+	s.catalog[k] = r
+}
+
+// PutCatalog appends the records and fsyncs before it returns.
+func (s *File) PutCatalog(ctx context.Context, recs ...CatalogRecord) error {
+	if len(recs) == 0 {
+		return nil
+	}
+	if err := validateRecords(recs); err != nil {
+		return err
+	}
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	for i := range recs {
+		if err := enc.Encode(fileCatalog(recs[i])); err != nil {
+			return fmt.Errorf("orderstore: %w", err)
+		}
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return errors.New("orderstore: file store closed")
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if err := s.cat.append(buf.Bytes()); err != nil {
+		return fmt.Errorf("orderstore: catalogue append: %w", err)
+	}
+	for i := range recs {
+		s.applyCatalog(recs[i])
+	}
+	return nil
+}
+
+// ReadCatalog reads the newest record of each key.
+func (s *File) ReadCatalog(_ context.Context, productID string) ([]CatalogRecord, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return nil, errors.New("orderstore: file store closed")
+	}
+	out := []CatalogRecord{}
+	for k, r := range s.catalog {
+		if productID == "" || k.product == productID {
+			out = append(out, r)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return lessRecord(&out[i], &out[j]) })
+	return out, nil
 }
 
 var _ Store = (*File)(nil)

@@ -2,29 +2,20 @@ package orderstore
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"maps"
-	"time"
 )
 
 // Ledger answers warm-up (sale.Ledger) from the store when a sale's Redis
 // state is gone: what is sold, what was released, and what each buyer holds.
 //
 // Events not in the store yet would make it answer low, and a sale reopened
-// with units that are already sold oversells. Two fields close that gap:
-//
-//   - Drain (e.g. a consumer's Drained) is waited for before every read: it
-//     returns once the consumer group has stored everything published so
-//     far, so an event Kafka acknowledged before the call is counted.
-//   - InFlight is how long after Redis lost the sale an edge may still get
-//     an event into Kafka: a deduction made just before the loss whose
-//     publish is still being retried. Rebuild does not drain before
-//     lostAt+InFlight. With kafka-go that is the publisher's MaxAttempts ×
-//     (WriteTimeout + backoff), not only its Timeout: a publish that timed
-//     out for the caller is still retried by the writer. 0 is right when
-//     no process that deducted before the loss can still be publishing
-//     (the embedded Redis: it lost its memory because its only edge died).
+// with units that are already sold oversells. Drain (e.g. a consumer's
+// Drained) is waited for before every read: it returns once the consumer
+// group has stored everything published so far, so an event Kafka
+// acknowledged before the call is counted. Events that may still be on
+// their way to Kafka are the caller's to wait for (sale's recovery waits
+// until every edge is quiet on the sale's fence).
 //
 // Events whose outbox entry survived (the embedded Redis keeps its outbox
 // streams across a crash) are the caller's to count: Rebuild reports which
@@ -32,8 +23,7 @@ import (
 type Ledger struct {
 	Store Store
 	// Drain, if set, is waited for before every read.
-	Drain    func(ctx context.Context) error
-	InFlight time.Duration
+	Drain func(ctx context.Context) error
 }
 
 // LedgerState is one product's ledger as Rebuild read it.
@@ -47,39 +37,17 @@ type LedgerState struct {
 	Statuses map[int64]uint8
 }
 
-// ErrSettling is returned by Rebuild when the events of the sale's last
-// moments may still be on their way to Kafka (see Ledger.InFlight) and the
-// caller's deadline comes before they are settled: ask again later.
-var ErrSettling = errors.New("orderstore: events of the lost sale may still be in flight")
-
 // rebuildTries bounds the reads Rebuild repeats while the ledger moves
 // under it (an outbox relay storing events during the read).
 const rebuildTries = 5
 
-// Rebuild waits until the events of a sale lost at lostAt (zero: not
-// lost, a new sale) can no longer be in flight, drains, then reads the
-// product's ledger. orderIDs are orders the caller may count itself
+// Rebuild drains, then reads the product's ledger. orderIDs are orders the caller may count itself
 // (outbox entries, surviving order hashes): State.Statuses says which of
 // them are stored, and is consistent with the counts — when one of them is
 // stored during the read, or any total moves, the read is repeated, so
 // that an order is never counted both as stored and as pending, nor by
 // neither.
-func (l Ledger) Rebuild(ctx context.Context, productID string, lostAt time.Time, orderIDs []int64) (LedgerState, error) {
-	if !lostAt.IsZero() && l.InFlight > 0 {
-		until := lostAt.Add(l.InFlight)
-		if d := time.Until(until); d > 0 {
-			if dl, ok := ctx.Deadline(); ok && dl.Before(until) {
-				return LedgerState{}, fmt.Errorf("%w for another %v (sale %s)", ErrSettling, d.Round(time.Millisecond), productID)
-			}
-			t := time.NewTimer(d)
-			select {
-			case <-ctx.Done():
-				t.Stop()
-				return LedgerState{}, fmt.Errorf("%w: %w", ErrSettling, ctx.Err())
-			case <-t.C:
-			}
-		}
-	}
+func (l Ledger) Rebuild(ctx context.Context, productID string, orderIDs []int64) (LedgerState, error) {
 	for range rebuildTries {
 		if err := l.drain(ctx, productID); err != nil {
 			return LedgerState{}, err

@@ -39,7 +39,7 @@ func TestLedgerRebuild(t *testing.T) {
 			}
 			return nil
 		}}
-		st, err := l.Rebuild(ctx, "lp", time.Now(), []int64{4, 5})
+		st, err := l.Rebuild(ctx, "lp", []int64{4, 5})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -53,32 +53,8 @@ func TestLedgerRebuild(t *testing.T) {
 	t.Run("NotDrainedFails", func(t *testing.T) {
 		boom := errors.New("lag 3")
 		l := Ledger{Store: fs, Drain: func(context.Context) error { return boom }}
-		if _, err := l.Rebuild(ctx, "lp", time.Time{}, nil); !errors.Is(err, boom) {
+		if _, err := l.Rebuild(ctx, "lp", nil); !errors.Is(err, boom) {
 			t.Fatalf("err %v", err)
-		}
-	})
-
-	t.Run("InFlightWindow", func(t *testing.T) {
-		l := Ledger{Store: fs, InFlight: time.Hour}
-		// The deadline comes before the window closes: fail at once.
-		dctx, cancel := context.WithTimeout(ctx, time.Second)
-		defer cancel()
-		start := time.Now()
-		if _, err := l.Rebuild(dctx, "lp", time.Now(), nil); !errors.Is(err, ErrSettling) || time.Since(start) > 100*time.Millisecond {
-			t.Fatalf("err %v after %v", err, time.Since(start))
-		}
-		// A new sale (zero lostAt) and a loss long ago do not wait.
-		if _, err := l.Rebuild(dctx, "lp", time.Time{}, nil); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := l.Rebuild(dctx, "lp", time.Now().Add(-2*time.Hour), nil); err != nil {
-			t.Fatal(err)
-		}
-		// A window that closes within the deadline is waited out.
-		l.InFlight = 150 * time.Millisecond
-		start = time.Now()
-		if _, err := l.Rebuild(dctx, "lp", start, nil); err != nil || time.Since(start) < 150*time.Millisecond {
-			t.Fatalf("err %v after %v", err, time.Since(start))
 		}
 	})
 
@@ -86,7 +62,7 @@ func TestLedgerRebuild(t *testing.T) {
 		// An outbox relay stores an asked-for order in the middle of the
 		// read: the counts and the statuses must agree.
 		m := &movingStore{Store: fs, id: 6}
-		st, err := Ledger{Store: m}.Rebuild(ctx, "lp", time.Time{}, []int64{6})
+		st, err := Ledger{Store: m}.Rebuild(ctx, "lp", []int64{6})
 		if err != nil {
 			t.Fatal(err)
 		}

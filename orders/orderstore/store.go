@@ -56,6 +56,8 @@ type Store interface {
 	// Statuses is the status of each of the given orders of the product
 	// that is stored; orders without a row are absent from the map.
 	Statuses(ctx context.Context, productID string, orderIDs []int64) (map[int64]uint8, error)
+	// Catalog is the durable sale catalogue beside the ledger (catalog.go).
+	Catalog
 	Close() error
 }
 

@@ -85,6 +85,34 @@ func TestClickHouseWrongSchema(t *testing.T) {
 	}
 }
 
+func TestClickHouseWrongCatalogSchema(t *testing.T) {
+	conn, err := clickhouse.Open(&clickhouse.Options{Addr: []string{ch.Addr()}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ctx := context.Background()
+	db := freshDB()
+	if err := conn.Exec(ctx, "CREATE DATABASE "+db); err != nil {
+		t.Fatal(err)
+	}
+	// A catalogue whose switch is a string and whose rows never replace
+	// each other.
+	if err := conn.Exec(ctx, "CREATE TABLE "+db+".seckill_catalog (product_id String, kind UInt8, entry_id UInt64, activity String, "+
+		"units Int64, degraded String, version UInt64, update_time DateTime) ENGINE = MergeTree ORDER BY (product_id, kind, entry_id)"); err != nil {
+		t.Fatal(err)
+	}
+	_, err = OpenClickHouse(ctx, ch.Addr(), db, ClickHouseOptions{})
+	if !IsSchemaError(err) {
+		t.Fatalf("err = %v, want a *SchemaError", err)
+	}
+	for _, w := range []string{db + ".seckill_catalog", "column degraded is String, want UInt8", "engine is MergeTree"} {
+		if !strings.Contains(err.Error(), w) {
+			t.Errorf("error %q does not say %q", err, w)
+		}
+	}
+}
+
 func TestClickHouseBadDatabaseName(t *testing.T) {
 	if _, err := OpenClickHouse(context.Background(), ch.Addr(), "x`; DROP", ClickHouseOptions{}); err == nil {
 		t.Fatal("accepted a database name that needs quoting")

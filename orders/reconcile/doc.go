@@ -4,7 +4,9 @@
 //
 //	RECONCILE products=N oversold=X lost=Y duplicated=Z
 //
-// as its last line. Any non-zero total is an error (the CLI exits non-zero).
+// as its last line. Any non-zero total is an error (the CLI exits non-zero),
+// and so is a product the ledger has rows for that has no stock key in
+// Redis.
 //
 // Definitions, all in units, per product. From Redis (sk:{p}:meta and
 // sk:{p}:stock): I initial, R restocked, Rm released, Rem remaining, L the
@@ -38,6 +40,8 @@
 // group's lag is 0, e.g. consumer.(*Consumer).Drained or
 // consumer.WaitDrained) and WithSettle (re-check until clean or a deadline,
 // for pipelines whose outbox sweeper is still working). A product whose
-// sale is not warmed in Redis (Redis lost its memory and warm-up has not
-// run) cannot be checked against Redis: it is reported, not counted.
+// sale is not warmed in Redis cannot be checked against Redis: it is
+// reported, and when the ledger has rows for it (Redis lost the sale and
+// nothing rebuilt it) it is an error of its own, with an ERROR line naming
+// the product — the totals line stays as it is.
 package reconcile

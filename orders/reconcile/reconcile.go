@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -17,6 +18,9 @@ import (
 type Product struct {
 	ProductID string
 	Warmed    bool // false: no stock key in Redis, nothing compared
+	// Missing: not warmed although the ledger has rows for the product —
+	// Redis lost the sale and nothing rebuilt it. An error.
+	Missing bool
 
 	Initial, Restocked, ReleasedMeta, Remaining int64
 	Limit                                       int
@@ -38,6 +42,9 @@ type Product struct {
 type Report struct {
 	Products                   []Product
 	Oversold, Lost, Duplicated int64
+	// Missing lists the products the ledger has rows for and Redis has no
+	// stock key for (Product.Missing).
+	Missing []string
 	// Drained is false when WithDrain's wait failed: lost is then an
 	// upper bound (events may still be in Kafka).
 	Drained  bool
@@ -45,9 +52,10 @@ type Report struct {
 	Took     time.Duration
 }
 
-// Clean reports whether all totals are zero and the pipeline drained.
+// Clean reports whether all totals are zero, no product the ledger knows is
+// missing from Redis, and the pipeline drained.
 func (r *Report) Clean() bool {
-	return r.Oversold == 0 && r.Lost == 0 && r.Duplicated == 0 && r.Drained
+	return r.Oversold == 0 && r.Lost == 0 && r.Duplicated == 0 && len(r.Missing) == 0 && r.Drained
 }
 
 // Err is nil for a clean report.
@@ -55,6 +63,9 @@ func (r *Report) Err() error {
 	switch {
 	case !r.Drained:
 		return fmt.Errorf("reconcile: pipeline not drained (%v): oversold=%d lost=%d duplicated=%d", r.DrainErr, r.Oversold, r.Lost, r.Duplicated)
+	case len(r.Missing) > 0:
+		return fmt.Errorf("reconcile: %d product(s) with stored orders have no stock key in Redis (lost, not rebuilt): %s; oversold=%d lost=%d duplicated=%d",
+			len(r.Missing), strings.Join(r.Missing, ", "), r.Oversold, r.Lost, r.Duplicated)
 	case !r.Clean():
 		return fmt.Errorf("reconcile: oversold=%d lost=%d duplicated=%d", r.Oversold, r.Lost, r.Duplicated)
 	}
@@ -134,6 +145,9 @@ func Run(ctx context.Context, st *stock.Store, store orderstore.Store, products 
 				return rep, fmt.Errorf("reconcile %s: %w", p, err)
 			}
 			rep.Products = append(rep.Products, pr)
+			if pr.Missing {
+				rep.Missing = append(rep.Missing, p)
+			}
 			rep.Oversold += pr.Oversold
 			rep.Lost += pr.Lost
 			rep.Duplicated += pr.Duplicated
@@ -176,6 +190,7 @@ func check(ctx context.Context, st *stock.Store, store orderstore.Store, p strin
 	}
 	pr.Duplicated = pr.DuplicateRows
 	if !ok {
+		pr.Missing = tot.Orders+tot.ReleasedOrders > 0
 		return pr, nil
 	}
 	pr.Warmed = true
@@ -225,7 +240,8 @@ func OutboxPending(st *stock.Store, store orderstore.Store) PendingFunc {
 	}
 }
 
-// Print writes one line per product, then the totals line last:
+// Print writes one line per product, an ERROR line per product the ledger
+// knows that has no stock key, then the totals line last:
 // RECONCILE products=N oversold=X lost=Y duplicated=Z
 func (r Report) Print(w io.Writer) {
 	tw := tabwriter.NewWriter(w, 0, 0, 1, ' ', tabwriter.AlignRight)
@@ -242,6 +258,12 @@ func (r Report) Print(w io.Writer) {
 			p.Oversold, p.Lost, p.Duplicated)
 	}
 	tw.Flush()
+	for _, p := range r.Products {
+		if p.Missing {
+			fmt.Fprintf(w, "ERROR: product %s: the ledger holds %d order(s) (%d released) but Redis has no stock key %s: the sale was lost and not rebuilt\n",
+				p.ProductID, p.StoredOrders, p.ReleasedOrders, stock.StockKey(p.ProductID))
+		}
+	}
 	if !r.Drained {
 		fmt.Fprintf(w, "WARNING: pipeline not drained (%v): lost may count events still in Kafka\n", r.DrainErr)
 	}

@@ -2,9 +2,12 @@ package stock
 
 import (
 	"context"
+	"crypto/sha1"
 	_ "embed"
+	"encoding/hex"
 	"errors"
 	"fmt"
+	"net"
 	"strconv"
 	"strings"
 	"sync"
@@ -21,10 +24,14 @@ var deductLua string
 
 var deductScript = rueidis.NewLuaScript(deductLua)
 
-// ErrCallFailed is wrapped, together with ErrUnknown, by the error of
-// exactly one attempt of each failed deduction script call (timeout,
-// connection error, Redis error): a circuit breaker counts those, one per
-// call, rather than one per attempt the call carried.
+// deductSHA is the script's SHA1, for EVALSHA outside rueidis.Lua (execWait).
+var deductSHA = func() string { h := sha1.Sum([]byte(deductLua)); return hex.EncodeToString(h[:]) }()
+
+// ErrCallFailed is wrapped, together with ErrUnknown (timeout, connection
+// error, Redis error) or ErrNotSent (a dial that failed: nothing was
+// written), by the error of exactly one attempt of each failed deduction
+// script call: a circuit breaker counts those, one per call, rather than
+// one per attempt the call carried.
 var ErrCallFailed = errors.New("stock: script call failed")
 
 // Code is the answer to one purchase attempt.
@@ -168,13 +175,15 @@ const spansPerAttempt = 11
 // its own checks (evaluated in queue order, so a user's second attempt
 // sees the first one's count) and its own answer.
 //
-// An error wrapping ErrUnknown (timeout, connection reset, a Redis error)
-// means the script may or may not have run for every attempt of that batch.
-// The caller answers 503 and lets the ledger settle it: if the deduction
+// An error wrapping ErrUnknown (timeout, connection reset, a script error:
+// see callError) means the script may or may not have run for every
+// attempt of that batch. The caller answers 503 and lets the ledger settle
+// it (SettleUnknown decides one attempt): if the deduction
 // happened, its outbox entry exists and becomes an order. Never retry a
 // deduction blindly. Exactly one attempt of a failed call also gets
 // ErrCallFailed, so that a circuit breaker counts calls, not attempts.
-// ErrNotSent, ErrInvalid and ErrClosed mean nothing was sent.
+// ErrNotSent (also a refused dial), ErrInvalid and ErrClosed mean nothing
+// was sent.
 //
 // Budget: an attempt waits in the queue for at most Options.QueueTimeout
 // (or until ctx's deadline, if earlier) and is then dropped unsent
@@ -327,7 +336,12 @@ func (s *Store) exec(p *product, b *batch) {
 	s.nCalls.Add(1)
 	s.nAttempts.Add(uint64(len(b.send)))
 	ctx := newBudget(now.Add(s.opts.Timeout))
-	resp := deductScript.Exec(ctx, s.c, b.keys, b.args)
+	var resp rueidis.RedisResult
+	if s.opts.WaitReplicas > 0 {
+		resp = s.execWait(ctx, b)
+	} else {
+		resp = deductScript.Exec(ctx, s.c, b.keys, b.args)
+	}
 	ctx.end()
 	if err := s.parse(b, resp); err != nil {
 		if resp.NonRedisError() != nil {
@@ -348,7 +362,7 @@ func (s *Store) exec(p *product, b *batch) {
 func (s *Store) parse(b *batch, resp rueidis.RedisResult) error {
 	arr, err := resp.ToArray()
 	if err != nil {
-		return fmt.Errorf("%w: %w", ErrUnknown, err)
+		return callError(err)
 	}
 	if len(arr) != len(b.send)+1 {
 		return fmt.Errorf("%w: deduct script returned %d values for %d attempts", ErrUnknown, len(arr), len(b.send))
@@ -375,6 +389,44 @@ func (s *Store) parse(b *batch, resp rueidis.RedisResult) error {
 	return nil
 }
 
+// callError classifies the error of a script call that got no reply, or
+// a Redis error instead of one.
+//
+// Not sent (ErrNotSent), although Redis did fail: a dial that failed
+// (connection refused, no route to the host, a name that does not resolve,
+// a dial timeout) wrote nothing — the client dials before it writes, and a
+// command on a connection that broke gets that connection's error, never a
+// later dial's; a cluster slot with no node to send to (rueidis.ErrNoSlot);
+// and the Redis errors a server answers before it runs a command at all
+// (CLUSTERDOWN while a failover is under way, TRYAGAIN, LOADING, a MOVED or
+// ASK the client did not follow).
+//
+// Anything else may have come after the script ran (ErrUnknown): a timeout,
+// a connection reset or closed after the write, an error the script itself
+// raised.
+func callError(err error) error {
+	var op *net.OpError
+	if errors.As(err, &op) && op.Op == "dial" || errors.Is(err, rueidis.ErrNoSlot) {
+		return notSent{err}
+	}
+	if re, ok := rueidis.IsRedisErr(err); ok {
+		_, moved := re.IsMoved()
+		_, ask := re.IsAsk()
+		if re.IsClusterDown() || re.IsTryAgain() || re.IsLoading() || moved || ask {
+			return notSent{err}
+		}
+	}
+	return fmt.Errorf("%w: %w", ErrUnknown, err)
+}
+
+// notSent is a call refused before the script ran. Its message says so
+// rather than ErrNotSent's, which names the common case (a budget spent in
+// the queue).
+type notSent struct{ err error }
+
+func (e notSent) Error() string   { return "stock: not sent, Redis refused the call: " + e.err.Error() }
+func (e notSent) Unwrap() []error { return []error{ErrNotSent, e.err} }
+
 // build lays out KEYS and ARGV for deduct.lua. Per-attempt keys, the user
 // and numbers are appended to one buffer and sliced into strings without
 // copying; the strings are only made after the last append, so the buffer
@@ -397,12 +449,55 @@ func (b *batch) build(p *product, s *Store) {
 		b.num("", "", int64(a.Edge))
 	}
 	b.keys = append(b.keys[:0], p.stockKey, p.outboxKey, p.metaKey)
-	b.args = append(b.args[:0], p.id, s.graceMs, s.orderTTLMs)
+	b.args = append(b.args[:0], p.id, s.graceMs, s.orderTTLMs, s.fenceArg())
 	for i := range b.send {
 		sp := b.spans[i*spansPerAttempt : (i+1)*spansPerAttempt]
 		b.keys = append(b.keys, b.s(sp[0]), b.s(sp[1]), b.s(sp[2]))
 		b.args = append(b.args, b.s(sp[3]), b.s(sp[4]), b.s(sp[5]), b.s(sp[6]), b.s(sp[7]), b.s(sp[8]), b.s(sp[9]), b.s(sp[10]))
 	}
+}
+
+// execWait runs the deduction script and then WAIT on one dedicated
+// connection: WAIT counts the replicas that have this connection's writes,
+// so it must follow the script on the same one (on a cluster, the product's
+// master: the dedicated client binds to the first command's slot). The
+// script's reply is what counts; a WAIT that timed out or failed is only
+// counted, as the purchases are already made and their events go to Kafka.
+func (s *Store) execWait(ctx context.Context, b *batch) rueidis.RedisResult {
+	var resp rueidis.RedisResult
+	_ = s.c.Dedicated(func(dc rueidis.DedicatedClient) error {
+		evalsha := dc.B().Evalsha().Sha1(deductSHA).Numkeys(int64(len(b.keys))).Key(b.keys...).Arg(b.args...).Build()
+		wait := dc.B().Wait().Numreplicas(int64(s.opts.WaitReplicas)).Timeout(s.opts.WaitTimeout.Milliseconds()).Build()
+		res := dc.DoMulti(ctx, evalsha, wait)
+		if err := res[0].Error(); err != nil && strings.HasPrefix(err.Error(), "NOSCRIPT") {
+			// Not loaded on this server yet (a new or restarted one): the
+			// script did not run, so sending it whole is safe.
+			eval := dc.B().Eval().Script(deductLua).Numkeys(int64(len(b.keys))).Key(b.keys...).Arg(b.args...).Build()
+			wait = dc.B().Wait().Numreplicas(int64(s.opts.WaitReplicas)).Timeout(s.opts.WaitTimeout.Milliseconds()).Build()
+			res = dc.DoMulti(ctx, eval, wait)
+		}
+		resp = res[0]
+		s.nWaits.Add(1)
+		if n, err := res[1].AsInt64(); err != nil || n < int64(s.opts.WaitReplicas) {
+			s.nWaitsShort.Add(1)
+		}
+		return nil
+	})
+	return resp
+}
+
+// WaitStats counts the WAITs sent after deduction script calls and those
+// that returned before WaitReplicas replicas acknowledged (or failed).
+func (s *Store) WaitStats() (waits, short uint64) { return s.nWaits.Load(), s.nWaitsShort.Load() }
+
+// fenceArg tells the scripts whether to check the server's run id (see
+// lua/deduct.lua): a real Redis has one, the embedded server does not, and
+// it cannot go back in time without its only edge restarting with it.
+func (s *Store) fenceArg() string {
+	if s.mini != nil {
+		return "0"
+	}
+	return "1"
 }
 
 func (b *batch) str(p1, p2, v string) {

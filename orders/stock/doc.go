@@ -1,8 +1,10 @@
 // Package stock is the Redis side of a flash sale: warm-up, the atomic
 // deduction, releases, order states, the outbox the relay reads, the
-// sold-out and order-outcome broadcasts and the admin catalog. It owns every
-// Redis key, channel and script (keys.go); other packages call its methods
-// and never talk to Redis themselves.
+// sold-out and order-outcome broadcasts, the admin catalog and the degrade
+// switch (the copies every edge reads of the durable catalogue that package
+// orderstore keeps; catalog.go, degrade.go). It owns every Redis key,
+// channel and script (keys.go); other packages call its methods and never
+// talk to Redis themselves.
 //
 // Promises it keeps (docs/architecture.md):
 //
@@ -49,7 +51,8 @@
 // for the quantity (SOLD_OUT), token not used yet (BAD_TOKEN), bought + qty
 // within the limit (LIMIT_REACHED). An error from Deduct is an unknown
 // outcome unless it wraps ErrInvalid, ErrNotSent or ErrClosed: answer 503 and
-// let the outbox and the ledger settle it; never retry a deduction blindly.
+// let the outbox and the ledger settle it (SettleUnknown decides one such
+// attempt, and makes "not placed" final); never retry a deduction blindly.
 // Exactly one attempt of each failed script call also wraps ErrCallFailed:
 // what a circuit breaker counts. An attempt waits in its product's queue at
 // most Options.QueueTimeout (redis.queue_timeout, 1s by default), and each

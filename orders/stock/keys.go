@@ -12,25 +12,57 @@ import (
 //
 //	sk:{p}:stock        remaining units (string integer); absent = not warmed
 //	sk:{p}:meta         hash: initial restocked released limit price start end
+//	                    runid (the server the sale was verified on), tokens
+//	                    (tokens expiring by then are refused), recovering
+//	                    (the fence, see fence.go), quiet:<node>
+//	sk:{p}:recover      the lock of the edge rebuilding a fenced sale
 //	sk:{p}:u:<userId>   units bought by the user; TTL until sale end + BuyerGrace
 //	sk:{p}:o:<orderId>  hash: state user qty price created node; TTL OrderTTL
 //	sk:{p}:t:<nonce>    a used one-time purchase token; TTL until it expires
 //	sk:{p}:outbox       stream of order events (see the field* constants)
 //	sk:catalog          hash: product id -> activity JSON (admin catalog)
+//	sk:edges            hash: node id -> unix ms of its last heartbeat
+//	sk:catalog:ver      hash: product id -> the entry's version (catalog.go)
+//	sk:degrade          hash: product id -> "<version>:<0|1>" (degrade.go)
+//	sk:degrade:all      "<version>:<0|1>": the degrade switch of every product
 //
-// The catalog is not a product's key: it has no hash tag and is only read
-// and written whole-entry, one command at a time.
+// The catalog, the edges and the degrade switches are not a product's keys:
+// they have no hash tag and are only read and written whole-entry, one key
+// per command or script.
 //
-// SoldOutChannel is the pub/sub channel of sold-out broadcasts,
-// SettledChannel that of order outcomes (see PublishStored). Channels are
-// not keys, so they need no hash tag; on Redis Cluster a PUBLISH reaches
-// every node.
+// Broadcast channels (pubsub.go). On a standalone Redis (also behind
+// Sentinel, and the embedded server) SoldOutChannel carries every product's
+// sold-out broadcasts and SettledChannel every product's order outcomes (see
+// PublishStored). On Redis Cluster a keyless channel lives on one node (a
+// client sends the PUBLISH to whichever node it picks, rueidis the master of
+// slot 0): that node's failure would silence every product. There each
+// product has its own sharded channel under its hash tag instead,
+// SoldOutChannelOf and SettledChannelOf, so that its broadcasts ride on the
+// node that serves its keys and a dead node silences only its own products:
+//
+//	sk:{p}:soldout      sharded channel (SPUBLISH/SSUBSCRIBE): p's sold-out broadcasts
+//	sk:{p}:stored       sharded channel: p's order outcomes
+//
+// The messages are the same on both kinds of channel.
 const (
 	keyPrefix      = "sk:{"
 	catalogKey     = "sk:catalog"
 	SoldOutChannel = "sk:soldout"
 	SettledChannel = "sk:stored"
 )
+
+// Suffixes of the per-product sharded channels.
+const (
+	soldOutSuffix = "soldout"
+	settledSuffix = "stored"
+)
+
+// SoldOutChannelOf is sk:{p}:soldout, p's sold-out channel on Redis Cluster.
+func SoldOutChannelOf(product string) string { return prefix(product) + soldOutSuffix }
+
+// SettledChannelOf is sk:{p}:stored, p's order-outcome channel on Redis
+// Cluster.
+func SettledChannelOf(product string) string { return prefix(product) + settledSuffix }
 
 // Outbox entry fields, written by the deduction script and parsed by
 // OutboxEntry.Order.

@@ -14,11 +14,11 @@ import (
 	"flashgate/orders/order"
 )
 
-// The ledger rebuild: reopening a sale whose stock key is missing (Redis
-// lost its memory) from the order ledger. Package sale reads the ledger and
-// computes a Rebuild; this file reads what survived in Redis and writes the
-// result, in an order that never lets a purchase see stock without its
-// buyers' counts (see Rebuild).
+// The ledger rebuild: reopening a fenced sale (Redis lost its memory or
+// went back in time, see fence.go) from the order ledger. Package sale reads
+// the ledger and computes a Rebuild; this file reads what survived in Redis
+// and writes the result, in an order that never lets a purchase see stock
+// without its buyers' counts (see Rebuild).
 
 var (
 	//go:embed lua/reschedule.lua
@@ -27,10 +27,13 @@ var (
 	restoreBuyersLua string
 	//go:embed lua/fix_orders.lua
 	fixOrdersLua string
+	//go:embed lua/reopen.lua
+	reopenLua string
 
 	rescheduleScript    = rueidis.NewLuaScript(rescheduleLua)
 	restoreBuyersScript = rueidis.NewLuaScript(restoreBuyersLua)
 	fixOrdersScript     = rueidis.NewLuaScript(fixOrdersLua)
+	reopenScript        = rueidis.NewLuaScript(reopenLua)
 )
 
 // rebuildChunk bounds the keys of one rebuild script call: a script blocks
@@ -130,45 +133,59 @@ func (s *Store) SurvivingOrders(ctx context.Context, productID string) (map[int6
 	return out, nil
 }
 
-// Rebuild is what the ledger says a lost sale must reopen with.
+// Rebuild is what the ledger says a fenced sale must reopen with.
 type Rebuild struct {
 	// Sale: Stock is what is left (Initial + Restocked - units held), and
 	// Initial, Restocked and Released are written to the meta for
 	// reconcile, as computed (Initial is not defaulted to Stock here).
 	Sale
+	// Fence is the fence the rebuild lifts (see Fence): every write is
+	// guarded by it.
+	Fence string
 	// Buyers is the units each user holds: their stored orders plus their
 	// orders still on the way (outbox).
 	Buyers map[string]int64
 	// Orders corrects surviving order hashes: order id -> state.
 	Orders map[int64]string
+	// TokensFromMs refuses purchase tokens expiring at or before it: the
+	// marks of tokens used in the lost window may be gone.
+	TokensFromMs int64
 	// NowMs is the clock for the buyers' expiry (default: now).
 	NowMs int64
 }
 
-// Rebuild reopens a sale whose stock key is missing. The writes go in this
-// order, each call guarded by the missing stock key:
+// Reopened is what Rebuild did to the stock key.
+type Reopened struct {
+	Before int64 // the stock Redis held (-1: the key was missing)
+	After  int64 // the stock now: min(Before, the ledger's), or the ledger's
+}
+
+// Rebuild reopens a fenced sale from the ledger. The writes go in this
+// order, each call guarded by the fence (r.Fence):
 //
 //  1. surviving order hashes take their ledger state (lua/fix_orders.lua);
 //  2. every buyer's count is raised to what the ledger says, with the TTL
 //     the deduction gives it (lua/restore_buyers.lua, in chunks);
-//  3. the stock key and the meta are created (lua/warm.lua, SET NX).
+//  3. the stock is lowered to the ledger's (or created), the meta's figures
+//     raised, the server's run id recorded and the fence lifted
+//     (lua/reopen.lua).
 //
-// The stock key's creation is what opens the sale: no purchase can run
-// before step 3, and every count is in place by then. created is false when
-// the stock key exists (another edge or call rebuilt it first, or the sale
-// was never lost): its writes stop at the first guarded call that sees it,
-// and what it wrote before that is the same ledger's view.
-func (s *Store) Rebuild(ctx context.Context, r Rebuild) (created bool, err error) {
+// Lifting the fence is what opens the sale: no purchase can run before
+// step 3, and every count is in place by then. reopened is false when the
+// fence was no longer r.Fence (another edge reopened first, or fenced
+// again): the writes stop at the first guarded call that sees it, and what
+// was written before that is the same ledger's view.
+func (s *Store) Rebuild(ctx context.Context, r Rebuild) (res Reopened, reopened bool, err error) {
 	sale := r.Sale
 	if !order.ValidProductID(sale.ProductID) || sale.Stock < 0 || sale.Limit < 1 || sale.Price < 0 ||
-		sale.Initial < 0 || sale.Restocked < 0 || sale.Released < 0 {
-		return false, fmt.Errorf("%w: rebuild %+v", ErrInvalid, sale)
+		sale.Initial < 0 || sale.Restocked < 0 || sale.Released < 0 || r.Fence == "" {
+		return res, false, fmt.Errorf("%w: rebuild %+v fence %q", ErrInvalid, sale, r.Fence)
 	}
 	p := sale.ProductID
-	stockKey := StockKey(p)
+	metaKey := MetaKey(p)
 	for u, n := range r.Buyers {
 		if !order.ValidUserID(u) || n < 0 {
-			return false, fmt.Errorf("%w: rebuild %s: buyer %q holds %d", ErrInvalid, p, u, n)
+			return res, false, fmt.Errorf("%w: rebuild %s: buyer %q holds %d", ErrInvalid, p, u, n)
 		}
 	}
 
@@ -180,13 +197,13 @@ func (s *Store) Rebuild(ctx context.Context, r Rebuild) (created bool, err error
 	sort.Slice(ids, func(i, j int) bool { return ids[i] < ids[j] })
 	for lo := 0; lo < len(ids); lo += rebuildChunk {
 		chunk := ids[lo:min(lo+rebuildChunk, len(ids))]
-		keys, args := []string{stockKey}, []string{""}
+		keys, args := []string{metaKey}, []string{r.Fence}
 		for _, id := range chunk {
 			keys = append(keys, OrderKey(p, id))
 			args = append(args, r.Orders[id])
 		}
-		if live, err := s.guarded(ctx, fixOrdersScript, keys, args); err != nil || live {
-			return false, wrapRebuild(p, "order states", err)
+		if lifted, err := s.guarded(ctx, fixOrdersScript, keys, args); err != nil || lifted {
+			return res, false, wrapRebuild(p, "order states", err)
 		}
 	}
 
@@ -205,32 +222,39 @@ func (s *Store) Rebuild(ctx context.Context, r Rebuild) (created bool, err error
 	sort.Strings(users)
 	for lo := 0; lo < len(users); lo += rebuildChunk {
 		chunk := users[lo:min(lo+rebuildChunk, len(users))]
-		keys, args := []string{stockKey}, []string{expireAt}
+		keys, args := []string{metaKey}, []string{r.Fence, expireAt}
 		for _, u := range chunk {
 			keys = append(keys, BuyerKey(p, u))
 			args = append(args, i64(r.Buyers[u]))
 		}
-		if live, err := s.guarded(ctx, restoreBuyersScript, keys, args); err != nil || live {
-			return false, wrapRebuild(p, "buyers", err)
+		if lifted, err := s.guarded(ctx, restoreBuyersScript, keys, args); err != nil || lifted {
+			return res, false, wrapRebuild(p, "buyers", err)
 		}
 	}
 
 	// 3. Open.
 	cctx, cancel := s.call(ctx)
 	defer cancel()
-	n, err := warmScript.Exec(cctx, s.c, []string{stockKey, MetaKey(p)},
-		[]string{i64(sale.Stock), i64(sale.Initial), i64(sale.Restocked), i64(sale.Released),
-			strconv.Itoa(sale.Limit), i64(sale.Price), i64(sale.StartMs), i64(sale.EndMs)},
-	).AsInt64()
+	out, err := reopenScript.Exec(cctx, s.c, []string{StockKey(p), metaKey},
+		[]string{r.Fence, i64(sale.Stock), i64(sale.Initial), i64(sale.Restocked), i64(sale.Released),
+			strconv.Itoa(sale.Limit), i64(sale.Price), i64(sale.StartMs), i64(sale.EndMs),
+			i64(r.TokensFromMs), s.fenceArg()},
+	).AsIntSlice()
 	if err != nil {
-		return false, wrapRebuild(p, "open", err)
+		return res, false, wrapRebuild(p, "open", err)
 	}
-	return n == 1, nil
+	if len(out) != 2 {
+		return res, false, wrapRebuild(p, "open", fmt.Errorf("reopen script returned %v", out))
+	}
+	if out[0] == -2 {
+		return res, false, nil
+	}
+	return Reopened{Before: out[0], After: out[1]}, true, nil
 }
 
-// guarded runs one of the rebuild's scripts; live reports that it found
-// the stock key (and wrote nothing).
-func (s *Store) guarded(ctx context.Context, script *rueidis.Lua, keys, args []string) (live bool, err error) {
+// guarded runs one of the rebuild's scripts; lifted reports that the fence
+// was not the rebuild's (and nothing was written).
+func (s *Store) guarded(ctx context.Context, script *rueidis.Lua, keys, args []string) (lifted bool, err error) {
 	ctx, cancel := s.call(ctx)
 	defer cancel()
 	n, err := script.Exec(ctx, s.c, keys, args).AsInt64()

@@ -3,6 +3,7 @@ package stock
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"os"
 	"path/filepath"
 	"testing"
@@ -64,11 +65,15 @@ func TestRebuildAfterRestart(t *testing.T) {
 		t.Fatalf("SurvivingOrders on a real Redis = %v, %v", orders, err)
 	}
 
+	fence := fenceNow(t, s, "rb")
+	if out := mustDeduct(t, s, attempt("rb", "carol", 1, 3)); out.Code != Recovering {
+		t.Fatalf("a fenced sale with no stock key answers %v", out.Code)
+	}
 	sale.Stock, sale.Initial = 7, 10
 	sale.Released = 1
-	created, err := s.Rebuild(ctx, Rebuild{Sale: sale, Buyers: map[string]int64{"alice": 2, "bob": 1, "zed": 0}})
-	if err != nil || !created {
-		t.Fatalf("Rebuild = %v, %v", created, err)
+	res, reopened, err := s.Rebuild(ctx, Rebuild{Sale: sale, Fence: fence, Buyers: map[string]int64{"alice": 2, "bob": 1, "zed": 0}})
+	if err != nil || !reopened || res.Before != -1 || res.After != 7 {
+		t.Fatalf("Rebuild = %+v, %v, %v", res, reopened, err)
 	}
 	if r := remaining(t, s, "rb"); r != 7 {
 		t.Fatalf("remaining %d", r)
@@ -93,12 +98,12 @@ func TestRebuildAfterRestart(t *testing.T) {
 		t.Errorf("alice buying her last unit: %+v", out)
 	}
 
-	// The sale is live: a second rebuild (another edge, late) writes
-	// nothing, neither buyers nor stock.
-	created, err = s.Rebuild(ctx, Rebuild{Sale: Sale{ProductID: "rb", Stock: 9, Initial: 10, Limit: 3},
+	// The sale is live: a second rebuild (another edge, late, with the
+	// fence that was lifted) writes nothing, neither buyers nor stock.
+	_, reopened, err = s.Rebuild(ctx, Rebuild{Sale: Sale{ProductID: "rb", Stock: 2, Initial: 10, Limit: 3}, Fence: fence,
 		Buyers: map[string]int64{"carol": 3, "alice": 1}})
-	if err != nil || created {
-		t.Fatalf("Rebuild of a live sale = %v, %v", created, err)
+	if err != nil || reopened {
+		t.Fatalf("Rebuild of a live sale = %v, %v", reopened, err)
 	}
 	if n, _ := s.Bought(ctx, "rb", "carol"); n != 0 {
 		t.Errorf("carol's count written into a live sale: %d", n)
@@ -148,10 +153,15 @@ func TestRebuildWithSurvivors(t *testing.T) {
 			}
 			// a was released after all (the ledger says so); u holds 1 by
 			// the ledger but 2 survived: kept.
-			created, err := s.Rebuild(ctx, Rebuild{Sale: Sale{ProductID: "sv", Stock: 9, Initial: 10, Released: 2, Limit: 5},
+			fence := fenceNow(t, s, "sv")
+			// Fenced: a cancel waits for the rebuild.
+			if _, err := s.Release(ctx, "sv", a.ID); !errors.Is(err, ErrNotWarmed) {
+				t.Errorf("release while fenced = %v", err)
+			}
+			_, reopened, err := s.Rebuild(ctx, Rebuild{Sale: Sale{ProductID: "sv", Stock: 9, Initial: 10, Released: 2, Limit: 5}, Fence: fence,
 				Buyers: map[string]int64{"u": 1, "v": 1, "w": 4}, Orders: map[int64]string{a.ID: StateReleased, 999: StateSuccess}})
-			if err != nil || !created {
-				t.Fatalf("Rebuild = %v, %v", created, err)
+			if err != nil || !reopened {
+				t.Fatalf("Rebuild = %v, %v", reopened, err)
 			}
 			if o, _, _ := s.OrderState(ctx, "sv", a.ID); o.State != StateReleased {
 				t.Errorf("order a is %q", o.State)
@@ -264,9 +274,10 @@ func TestEmbeddedCrashDropsStockAndBuyers(t *testing.T) {
 	}
 	replay := attempt("kc", "dave", 1, 3)
 	replay.TokenNonceHex = a.TokenNonceHex
-	created, err := s2.Rebuild(ctx, Rebuild{Sale: Sale{ProductID: "kc", Stock: 8, Initial: 10, Limit: 3}, Buyers: map[string]int64{"alice": 2}})
-	if err != nil || !created {
-		t.Fatal(created, err)
+	_, reopened, err := s2.Rebuild(ctx, Rebuild{Sale: Sale{ProductID: "kc", Stock: 8, Initial: 10, Limit: 3},
+		Fence: fenceNow(t, s2, "kc"), Buyers: map[string]int64{"alice": 2}})
+	if err != nil || !reopened {
+		t.Fatal(reopened, err)
 	}
 	if out := mustDeduct(t, s2, replay); out.Code != BadToken {
 		t.Errorf("used token forgotten: %v", out.Code)
@@ -297,4 +308,86 @@ func TestEmbeddedCrashDropsStockAndBuyers(t *testing.T) {
 
 func outboxHas(o order.Order, id int64, user string, qty int) bool {
 	return o.ID == id && o.UserID == user && o.Qty == qty
+}
+
+// fenceNow fences the sale as an edge that found it lost would.
+func fenceNow(t *testing.T, s *Store, p string) string {
+	t.Helper()
+	f, err := s.Fence(context.Background(), p, FenceID(time.Now().UnixMilli(), 1, "lost"))
+	if err != nil || f == "" {
+		t.Fatalf("Fence(%s) = %q, %v", p, f, err)
+	}
+	return f
+}
+
+// A restart from a snapshot, or a promoted replica, leaves the meta naming
+// a run id that is not the server's: the next deduction fences the sale and
+// writes nothing, every later one answers Recovering, and the rebuild only
+// ever lowers the stock.
+func TestFenceOnAnotherServer(t *testing.T) {
+	ctx := context.Background()
+	s, _ := openReal(t, Options{})
+	warm(t, s, "fx", 10, 2)
+	mustDeduct(t, s, attempt("fx", "alice", 1, 2))
+	// What a restart from an older snapshot looks like to the script: the
+	// meta names the server it was verified on, not this one.
+	c := s.c
+	if err := c.Do(ctx, c.B().Hset().Key(MetaKey("fx")).FieldValue().FieldValue("runid", "0123456789abcdef").Build()).Error(); err != nil {
+		t.Fatal(err)
+	}
+	a := attempt("fx", "bob", 1, 2)
+	if out := mustDeduct(t, s, a); out.Code != Recovering || out.Remaining >= 0 {
+		t.Fatalf("deduction on an unverified server = %+v", out)
+	}
+	if _, ok, _ := s.OrderState(ctx, "fx", a.ID); ok {
+		t.Fatal("a fenced deduction wrote its order")
+	}
+	if n, _ := s.Bought(ctx, "fx", "bob"); n != 0 {
+		t.Fatalf("a fenced deduction counted bob: %d", n)
+	}
+	info, ok, err := s.SaleInfo(ctx, "fx")
+	if err != nil || !ok || info.Fence == "" || info.Remaining != 9 {
+		t.Fatalf("SaleInfo of a fenced sale = %+v %v %v", info, ok, err)
+	}
+	// A fence set by an edge finding the key missing does not replace it.
+	if f, _ := s.Fence(ctx, "fx", FenceID(1, 2, "lost")); f != info.Fence {
+		t.Fatalf("second fence %q replaced %q", f, info.Fence)
+	}
+	if _, err := s.Restock(ctx, "fx", 5); !errors.Is(err, ErrNotWarmed) {
+		t.Errorf("restock while fenced = %v", err)
+	}
+	// The ledger says more is left than Redis holds: the stock stays.
+	res, reopened, err := s.Rebuild(ctx, Rebuild{Sale: Sale{ProductID: "fx", Stock: 10, Initial: 10, Limit: 2}, Fence: info.Fence,
+		TokensFromMs: time.Now().UnixMilli() + 61_000})
+	if err != nil || !reopened || res.Before != 9 || res.After != 9 {
+		t.Fatalf("Rebuild = %+v %v %v", res, reopened, err)
+	}
+	// Reopened on this server: its run id is recorded, purchases go on,
+	// but not with a token minted before the rebuild.
+	old := attempt("fx", "carol", 1, 2)
+	if out := mustDeduct(t, s, old); out.Code != BadToken {
+		t.Fatalf("a token from before the rebuild = %v", out.Code)
+	}
+	fresh := attempt("fx", "carol", 1, 2)
+	fresh.TokenExpiresMs = time.Now().Add(time.Hour).UnixMilli()
+	if out := mustDeduct(t, s, fresh); out.Code != OK || out.Remaining != 8 {
+		t.Fatalf("after the rebuild = %+v", out)
+	}
+	// Fenced again (another loss): the ledger now says less is left.
+	c.Do(ctx, c.B().Hset().Key(MetaKey("fx")).FieldValue().FieldValue("runid", "0123456789abcdef").Build())
+	if out := mustDeduct(t, s, attempt("fx", "dave", 1, 2)); out.Code != Recovering {
+		t.Fatalf("second loss: %v", out.Code)
+	}
+	info, _, _ = s.SaleInfo(ctx, "fx")
+	res, reopened, err = s.Rebuild(ctx, Rebuild{Sale: Sale{ProductID: "fx", Stock: 5, Initial: 10, Limit: 2}, Fence: info.Fence,
+		Buyers: map[string]int64{"erin": 2}})
+	if err != nil || !reopened || res.Before != 8 || res.After != 5 || remaining(t, s, "fx") != 5 {
+		t.Fatalf("Rebuild lowering = %+v %v %v", res, reopened, err)
+	}
+	if n, _ := s.Bought(ctx, "fx", "erin"); n != 2 {
+		t.Fatalf("erin's count %d", n)
+	}
+	if out := mustDeduct(t, s, attempt("fx", "erin", 1, 2)); out.Code != LimitReached && out.Code != BadToken {
+		t.Fatalf("erin over her limit after the rebuild: %v", out.Code)
+	}
 }

@@ -47,6 +47,9 @@ type Sale struct {
 type SaleInfo struct {
 	Sale
 	Remaining int64
+	// Fence is set while the sale is closed for a ledger rebuild (see
+	// Fence), also when the stock key is missing; "" when it is open.
+	Fence string
 }
 
 // Warm opens a sale: it writes the meta and creates the stock key only if
@@ -76,7 +79,7 @@ func (s *Store) runSaleScript(ctx context.Context, script *rueidis.Lua, what str
 	n, err := script.Exec(ctx, s.c,
 		[]string{StockKey(sale.ProductID), MetaKey(sale.ProductID)},
 		[]string{i64(sale.Stock), i64(initial), i64(sale.Restocked), i64(sale.Released),
-			strconv.Itoa(sale.Limit), i64(sale.Price), i64(sale.StartMs), i64(sale.EndMs)},
+			strconv.Itoa(sale.Limit), i64(sale.Price), i64(sale.StartMs), i64(sale.EndMs), s.fenceArg()},
 	).AsInt64()
 	if err != nil {
 		return false, fmt.Errorf("stock: %s %s: %w", what, sale.ProductID, err)
@@ -283,18 +286,19 @@ func (s *Store) SaleInfo(ctx context.Context, productID string) (SaleInfo, bool,
 		s.c.B().Get().Key(StockKey(productID)).Build(),
 		s.c.B().Hgetall().Key(MetaKey(productID)).Build())
 	rem, err := res[0].AsInt64()
-	if rueidis.IsRedisNil(err) {
-		return SaleInfo{}, false, nil
-	}
-	if err != nil {
+	missing := rueidis.IsRedisNil(err)
+	if err != nil && !missing {
 		return SaleInfo{}, false, fmt.Errorf("stock: sale %s: %w", productID, err)
 	}
 	m, err := res[1].AsStrMap()
 	if err != nil {
 		return SaleInfo{}, false, fmt.Errorf("stock: sale %s: %w", productID, err)
 	}
+	if missing {
+		return SaleInfo{Fence: m[fieldFence]}, false, nil
+	}
 	num := func(k string) int64 { n, _ := strconv.ParseInt(m[k], 10, 64); return n }
-	info := SaleInfo{Remaining: rem, Sale: Sale{
+	info := SaleInfo{Remaining: rem, Fence: m[fieldFence], Sale: Sale{
 		ProductID: productID, Stock: rem, Initial: num("initial"), Restocked: num("restocked"),
 		Released: num("released"), Limit: int(num("limit")), Price: num("price"),
 		StartMs: num("start"), EndMs: num("end"),

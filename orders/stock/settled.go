@@ -12,8 +12,9 @@ import (
 	"flashgate/orders/order"
 )
 
-// Order outcomes on SettledChannel: the edges' event streams (package
-// sale/push) wait for them. The calls below are bounded by ctx alone.
+// Order outcomes, on SettledChannel or (Redis Cluster) each product's
+// SettledChannelOf: the edges' event streams (package sale/push) wait for
+// them. The calls below are bounded by ctx alone.
 
 // Message kinds: the outcome every order of the message had.
 const (
@@ -21,8 +22,8 @@ const (
 	kindReleased = 'R' // released (cancelled): "failed"
 )
 
-// Settled is one message of SettledChannel: orders of one product that
-// reached their outcome.
+// Settled is one outcome message: orders of one product that reached their
+// outcome.
 type Settled struct {
 	ProductID string  // a view of the message
 	OrderIDs  []int64 // ascending; reused once the callback returned
@@ -31,9 +32,11 @@ type Settled struct {
 
 // PublishStored tells every edge that the orders were stored (and marked
 // success in Redis). Call it after each stored batch, after MarkSuccess:
-// consumer.Config.OnStored. It sends one message per product, pipelined;
-// the error joins those that failed. A lost message costs the shoppers of
-// that batch their push, not their outcome: their streams end at the
+// consumer.Config.OnStored. It sends one message per product, pipelined
+// (on a cluster each to its product's node); the error joins those that
+// failed. A lost message costs the shoppers of that batch their push, not
+// their outcome: an edge re-reads the state of its waiting streams when its
+// subscription comes back (Follow.Missed), their streams end at the
 // deadline with the state read then, and the page polls.
 func (s *Store) PublishStored(ctx context.Context, products map[string][]int64) error {
 	cmds := make(rueidis.Commands, 0, len(products))
@@ -46,7 +49,7 @@ func (s *Store) PublishStored(ctx context.Context, products map[string][]int64) 
 			return err
 		}
 		b = appendSettled(b[:0], kindStored, p, ids)
-		cmds = append(cmds, s.c.B().Publish().Channel(SettledChannel).Message(string(b)).Build())
+		cmds = append(cmds, s.publishCmd(settledKind, p, string(b)))
 	}
 	return s.publishSettled(ctx, cmds)
 }
@@ -61,7 +64,7 @@ func (s *Store) PublishReleased(ctx context.Context, productID string, orderIDs 
 		return err
 	}
 	msg := string(appendSettled(nil, kindReleased, productID, orderIDs))
-	return s.publishSettled(ctx, rueidis.Commands{s.c.B().Publish().Channel(SettledChannel).Message(msg).Build()})
+	return s.publishSettled(ctx, rueidis.Commands{s.publishCmd(settledKind, productID, msg)})
 }
 
 func (s *Store) publishSettled(ctx context.Context, cmds rueidis.Commands) error {
@@ -80,26 +83,21 @@ func (s *Store) publishSettled(ctx context.Context, cmds rueidis.Commands) error
 	return nil
 }
 
-// ReceiveSettled subscribes to SettledChannel and calls fn with every
-// message until ctx is done or the subscription breaks, and returns why
-// (rueidis' Receive). subscribed is called each time Redis confirms the
-// subscription; messages published before then are lost. A message that
-// does not parse goes to malformed instead: the channel is ours, so it is
-// a bug or someone else's traffic. The callbacks run one at a time on the
-// caller's goroutine and must be quick; parsing allocates nothing once
-// the id buffer has grown.
-func (s *Store) ReceiveSettled(ctx context.Context, subscribed func(), fn func(Settled), malformed func(msg string)) error {
-	hctx := rueidis.WithOnSubscriptionHook(ctx, func(sub rueidis.PubSubSubscription) {
-		if sub.Kind == "subscribe" {
-			subscribed()
-		}
-	})
-	var ids []int64
-	return s.c.Receive(hctx, s.c.B().Subscribe().Channel(SettledChannel).Build(), func(m rueidis.PubSubMessage) {
-		st, ok := parseSettled(m.Message, ids)
+// SubscribeSettled calls fn with every outcome message of the products fol
+// follows until the subscription is stopped or the Store is closed. A
+// message that does not parse goes to malformed instead: the channel is
+// ours, so it is a bug or someone else's traffic. fol.Missed is called each
+// time a channel is (re)established (messages published before are lost).
+// fn and malformed run one at a time and must be quick; parsing allocates
+// nothing once the id buffer has grown. It waits for the channels as
+// SubscribeSoldOut does.
+func (s *Store) SubscribeSettled(ctx context.Context, fol Follow, fn func(Settled), malformed func(msg string)) *Subscription {
+	var ids []int64 // deliveries never overlap (Subscription)
+	return s.subscribe(ctx, &s.settledSubs, settledKind, fol, func(msg string) {
+		st, ok := parseSettled(msg, ids)
 		ids = st.OrderIDs[:0]
 		if !ok {
-			malformed(m.Message)
+			malformed(msg)
 			return
 		}
 		fn(st)
@@ -112,7 +110,8 @@ func (s *Store) ReceiveSettled(ctx context.Context, subscribed func(), fn func(S
 //
 // with the ids sorted: the ids of one batch share their timestamp and node
 // bits, so a delta is a digit or two where a full id is 19 digits. Text,
-// so that `redis-cli subscribe sk:stored` stays readable.
+// so that `redis-cli subscribe sk:stored` (on a cluster `redis-cli -c
+// ssubscribe 'sk:{p}:stored'`) stays readable.
 func appendSettled(b []byte, kind byte, product string, ids []int64) []byte {
 	ids = slices.Clone(ids) // the caller's slice is not ours to reorder
 	slices.Sort(ids)

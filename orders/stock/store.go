@@ -57,6 +57,15 @@ type Options struct {
 	// outbox entries; stock and buyers' counts are rebuilt from the ledger
 	// after a crash whatever it is (see Open).
 	SaveEvery time.Duration
+	// WaitReplicas > 0 sends WAIT WaitReplicas WaitTimeout after every
+	// deduction script call, on the same connection, before any of its
+	// attempts is answered: the batch's writes are then on that many
+	// replicas unless the WAIT timed out (counted in WaitStats). It narrows
+	// the writes a failover can forget; it is not a guarantee (Redis may
+	// still promote a replica that did not acknowledge), so the fence stays
+	// what keeps the sale exact (see fence.go). Real Redis only.
+	WaitReplicas int
+	WaitTimeout  time.Duration
 	// Username and Password authenticate to a real Redis (Username "": the
 	// default user). Credentials in a redis:// URL take their place; giving
 	// them in both is an error.
@@ -104,6 +113,12 @@ func (o *Options) check() error {
 	if o.SaveEvery == 0 {
 		o.SaveEvery = time.Second
 	}
+	if o.WaitReplicas < 0 {
+		return fmt.Errorf("stock: WaitReplicas %d is negative", o.WaitReplicas)
+	}
+	if o.WaitReplicas > 0 && o.WaitTimeout <= 0 {
+		o.WaitTimeout = 50 * time.Millisecond // WAIT with 0 would block forever
+	}
 	return nil
 }
 
@@ -134,13 +149,11 @@ type Store struct {
 	products atomic.Pointer[map[string]*product]
 	pmu      sync.Mutex
 
-	subMu   sync.Mutex
-	subs    map[int]func(string, bool)
-	subSeq  int
-	subStop context.CancelFunc
-	subDone chan struct{}
+	// The broadcast subscriptions, one fanout per kind (pubsub.go).
+	soldOutSubs, settledSubs fanout
 
-	nCalls, nAttempts atomic.Uint64
+	nCalls, nAttempts   atomic.Uint64
+	nWaits, nWaitsShort atomic.Uint64
 
 	closed atomic.Bool
 }
@@ -179,7 +192,6 @@ func Open(ctx context.Context, addr string, opts Options) (*Store, error) {
 		opts:       opts,
 		graceMs:    strconv.FormatInt(opts.BuyerGrace.Milliseconds(), 10),
 		orderTTLMs: strconv.FormatInt(opts.OrderTTL.Milliseconds(), 10),
-		subs:       map[int]func(string, bool){},
 	}
 	empty := map[string]*product{}
 	s.products.Store(&empty)
@@ -362,7 +374,7 @@ func (s *Store) SaveErr() error {
 	return nil
 }
 
-// Close stops the sold-out subscription, closes the connection and, for the
+// Close stops the subscriptions, closes the connection and, for the
 // embedded server with a DataDir, saves its state. Attempts still queued or
 // in flight fail (with an unknown outcome for those already sent).
 func (s *Store) Close() error {

@@ -1,6 +1,6 @@
 package dashboard
 
-// Breaker states for Snapshot.Breaker.
+// Breaker states for Snapshot.Breaker and Product.Breaker.
 const (
 	BreakerClosed   = "closed"
 	BreakerOpen     = "open"
@@ -21,7 +21,7 @@ type Snapshot struct {
 	Node         string    `json:"node"`
 	Version      string    `json:"version"`
 	Reload       Reload    `json:"reload"`
-	Breaker      string    `json:"breaker"` // BreakerClosed, BreakerOpen or BreakerHalfOpen
+	Breaker      string    `json:"breaker"` // every product's breaker summed up: BreakerOpen if any is open, else BreakerHalfOpen if any is, else BreakerClosed
 	DegradedAll  bool      `json:"degradedAll"`
 	Products     []Product `json:"products"`
 	Filters      []Filter  `json:"filters"`
@@ -48,6 +48,7 @@ type Product struct {
 	SoldOut       bool   `json:"soldOut"`       // the local sold-out flag
 	Hot           bool   `json:"hot"`           // hotspot
 	Degraded      bool   `json:"degraded"`      // this product's degrade switch
+	Breaker       string `json:"breaker"`       // this product's Redis circuit breaker (Breaker* states)
 	OutboxPending int64  `json:"outboxPending"` // entries not yet acknowledged by Kafka
 	Stored        int64  `json:"stored"`        // orders in the order store; Unknown if it cannot be asked
 }

@@ -63,6 +63,11 @@ var (
 	OrderUnconfirmed = newRejection(503, "DEGRADED", "your order is being confirmed, check its result")
 	DemoLoginOff     = newRejection(404, "NOT_FOUND", "demo sign-in is disabled")
 	NoEvents         = newRejection(404, "NOT_FOUND", "event streams are not available; poll /api/seckill/result")
+
+	// OutcomeUnknown: Redis got the purchase but did not answer, so it may
+	// or may not have gone through; the answer names the order (AppendOpen)
+	// and the edge settles it, so the page follows it by its result.
+	OutcomeUnknown = newRejection(503, "DEGRADED", "the sale is busy; your purchase may have gone through, check its result")
 )
 
 // Event streams (package push). 429 is the API's "slow down": the page

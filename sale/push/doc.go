@@ -5,18 +5,23 @@
 // whoever runs the order consumer calls it after each stored batch, after
 // MarkSuccess, so that the order state in Redis is already final when the
 // message arrives. It sends one PUBLISH per product per batch on
-// stock.SettledChannel, carrying the batch's order ids as a sorted delta
-// list (a few bytes per order).
+// stock.SettledChannel (on Redis Cluster one SPUBLISH on the product's own
+// channel, stock.SettledChannelOf, which lives on the node of its slot),
+// carrying the batch's order ids as a sorted delta list (a few bytes per
+// order).
 //
 // The receiving side is the Hub, one per edge process. It holds ONE Redis
-// subscription however many shoppers wait, and a table of waiting streams
-// keyed by order id (and product). A message for a batch looks its ids up,
-// writes each waiting stream its outcome and closes it. Pub/sub is at most
-// once: when the subscription is (re)established — the edge may have missed
-// messages while it was disconnected — the hub reads the order state of
-// every stream it holds and settles those that were decided meanwhile. A
-// stream that reaches its deadline reads its order state once more and ends
-// with it, so even a lost PUBLISH costs a shopper at most the deadline.
+// subscription however many shoppers wait (on a cluster one channel per
+// product that a stream has waited for: the hub follows a product from its
+// first served stream on), and a table of waiting streams keyed by order id
+// (and product). A message for a batch looks its ids up, writes each
+// waiting stream its outcome and closes it. Pub/sub is at most once: when a
+// channel is (re)established — the edge may have missed messages while it
+// was disconnected, while a failed master's replica was being promoted, or
+// before it followed a new product — the hub reads the order state of every
+// stream it holds and settles those that were decided meanwhile. A stream
+// that reaches its deadline reads its order state once more and ends with
+// it, so even a lost PUBLISH costs a shopper at most the deadline.
 //
 // Memory per stream is what the design is about: tens of thousands of
 // shoppers wait at once during a sale. The sale handler hijacks the

@@ -34,8 +34,8 @@ const testUserHeader = "X-Test-User"
 // loopback fasthttp server: the edge's event path without the filter chain.
 type env struct {
 	t     testing.TB
-	redis *redistest.Server
-	raw   rueidis.Client // the test's own, to write what others would
+	redis *redistest.Server // nil on a cluster
+	raw   rueidis.Client    // the test's own, to write what others would
 	st    *stock.Store
 	hub   *push.Hub
 	svc   *sale.Service
@@ -50,6 +50,8 @@ type envOpts struct {
 	// then waits for the stream to end.
 	blocking bool
 	redis    *redistest.Server // shared server; nil starts one
+	// cluster, the seeds of a Redis Cluster, is used instead of a server.
+	cluster []string
 	// maxIdleWorker is fasthttp's MaxIdleWorkerDuration (0: its default).
 	maxIdleWorker time.Duration
 }
@@ -57,18 +59,31 @@ type envOpts struct {
 func newEnv(t testing.TB, o envOpts) *env {
 	t.Helper()
 	e := &env{t: t, redis: o.redis}
-	if e.redis == nil {
-		e.redis = redistest.New(t)
+	addr := strings.Join(o.cluster, ",")
+	if o.cluster == nil {
+		if e.redis == nil {
+			e.redis = redistest.New(t)
+		}
+		addr = e.redis.Addr()
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	var err error
-	if e.st, err = stock.Open(ctx, e.redis.Addr(), stock.Options{
+	if e.st, err = stock.Open(ctx, addr, stock.Options{
 		Timeout: 2 * time.Second, QueueTimeout: 2 * time.Second, OrderTTL: conf.Defaults().Sale.OrderTTL,
 	}); err != nil {
 		t.Fatal(err)
 	}
-	e.raw = redistest.Client(t, e.redis.Addr())
+	if o.cluster == nil {
+		e.raw = redistest.Client(t, addr)
+	} else {
+		// redistest.Client is a single-node client; this one follows
+		// the cluster's slots.
+		if e.raw, err = rueidis.NewClient(rueidis.ClientOption{InitAddress: o.cluster, DisableCache: true}); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(e.raw.Close)
+	}
 	cfg := push.Config{EventsConfig: conf.Defaults().Events}
 	if o.events != nil {
 		o.events(&cfg.EventsConfig)

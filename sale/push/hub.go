@@ -36,6 +36,7 @@ const (
 type Hub struct {
 	cfg       Config
 	st        *stock.Store
+	sub       *stock.Subscription
 	log       *slog.Logger
 	now       func() int64
 	max       int64
@@ -49,10 +50,15 @@ type Hub struct {
 
 	names   atomic.Pointer[map[string]string]
 	namesMu sync.Mutex
+	// followed is the products whose outcomes the subscription follows
+	// (on Redis Cluster each has its own channel): those a stream has
+	// waited for since Start. Streams wait only for real orders, so it
+	// grows with the sales, not with what requests make up.
+	followed   atomic.Pointer[map[string]bool]
+	followedMu sync.Mutex
 
-	stop     context.CancelFunc
-	wg       sync.WaitGroup
-	resyncCh chan struct{}
+	stop context.CancelFunc
+	wg   sync.WaitGroup
 
 	// Scratch of the message dispatch (one message at a time).
 	dispMu   sync.Mutex
@@ -63,7 +69,6 @@ type Hub struct {
 	tickAll, tickExp  []*Stream
 	tickBuf           []byte
 	tickStates        []state
-	subscribed        atomic.Bool
 	pushes, deadlines metrics.Counter
 	dropsSlow         metrics.Counter
 	dropsGone         metrics.Counter
@@ -96,7 +101,9 @@ type Stats struct {
 	RejectedEdge, RejectedUser uint64
 	Resyncs                    uint64 // state re-reads after (re)subscribing
 	BadMessages                uint64 // malformed messages on the channel
-	Subscribed                 bool
+	// Subscribed: the outcome subscription is established (on Redis
+	// Cluster, the channel of every product the hub follows).
+	Subscribed bool
 }
 
 // New returns a hub reading order states and subscribing to order
@@ -118,7 +125,7 @@ func New(st *stock.Store, cfg Config) (*Hub, error) {
 	if cfg.Now == nil {
 		cfg.Now = func() int64 { return time.Now().UnixNano() }
 	}
-	h := &Hub{cfg: cfg, st: st, log: cfg.Log, now: cfg.Now, seed: maphash.MakeSeed(), resyncCh: make(chan struct{}, 1)}
+	h := &Hub{cfg: cfg, st: st, log: cfg.Log, now: cfg.Now, seed: maphash.MakeSeed()}
 	h.max = int64(cfg.MaxStreams)
 	if h.max <= 0 {
 		h.max = int64(autoMaxStreams())
@@ -132,6 +139,8 @@ func New(st *stock.Store, cfg Config) (*Hub, error) {
 	}
 	empty := map[string]string{}
 	h.names.Store(&empty)
+	none := map[string]bool{}
+	h.followed.Store(&none)
 	return h, nil
 }
 
@@ -144,15 +153,17 @@ func (h *Hub) MaxStreams() int { return int(h.max) }
 func (h *Hub) Start(ctx context.Context) {
 	rctx, cancel := context.WithCancel(context.Background())
 	h.stop = cancel
-	ready := make(chan struct{})
-	h.wg.Add(3)
-	go func() { defer h.wg.Done(); h.receive(rctx, ready) }()
+	h.sub = h.st.SubscribeSettled(ctx, stock.Follow{
+		Products: h.followedProducts,
+		// Messages published while a channel was not subscribed are lost:
+		// read the state of every stream we hold.
+		Missed: h.resync,
+		Lost: func(product string, err error) {
+			h.log.Warn("event push subscription lost; resubscribing", "product", product, "err", err)
+		},
+	}, h.onSettled, h.onMalformed)
+	h.wg.Add(1)
 	go func() { defer h.wg.Done(); h.tickLoop(rctx) }()
-	go func() { defer h.wg.Done(); h.resyncLoop(rctx) }()
-	select {
-	case <-ready:
-	case <-ctx.Done():
-	}
 }
 
 // Close unsubscribes and closes every stream (the pages fall back to
@@ -162,6 +173,7 @@ func (h *Hub) Close() {
 		return
 	}
 	if h.stop != nil {
+		h.sub.Stop()
 		h.stop()
 		h.wg.Wait()
 	}
@@ -209,7 +221,7 @@ func (h *Hub) Stats() Stats {
 		Open: h.open.Load(), Pushes: h.pushes.Value(), Deadlines: h.deadlines.Value(),
 		DropsSlow: h.dropsSlow.Value(), DropsGone: h.dropsGone.Value(),
 		RejectedEdge: h.rejEdge.Value(), RejectedUser: h.rejUser.Value(),
-		Resyncs: h.resyncs.Value(), BadMessages: h.badMsgs.Value(), Subscribed: h.subscribed.Load(),
+		Resyncs: h.resyncs.Value(), BadMessages: h.badMsgs.Value(), Subscribed: h.subscribedNow(),
 	}
 }
 
@@ -237,7 +249,7 @@ func (h *Hub) RegisterMetrics(reg *metrics.Registry) {
 	})
 	reg.Register("flashgate_events_subscribed", "1 while the outcome subscription is established.", "gauge", func(w *metrics.Writer) {
 		v := 0.0
-		if h.subscribed.Load() {
+		if h.subscribedNow() {
 			v = 1
 		}
 		w.Value(v)
@@ -393,36 +405,43 @@ func (h *Hub) countDrop(err error) {
 
 // ---- subscription ----
 
-func (h *Hub) receive(ctx context.Context, ready chan struct{}) {
-	var once sync.Once
-	subscribed := func() {
-		h.subscribed.Store(true)
-		once.Do(func() { close(ready) })
-		// Messages published while we were not subscribed are lost: read
-		// the state of every stream we hold (none on the first subscribe).
-		h.triggerResync()
+// subscribedNow reports whether the outcome subscription is established
+// (on a cluster: the channel of every followed product).
+func (h *Hub) subscribedNow() bool { return h.sub != nil && h.sub.Established() }
+
+// follow makes the subscription follow product's outcomes, once a stream
+// waits for one of its orders. Until its channel is confirmed a message
+// may be missed; the confirmation calls resync, which reads the state of
+// every stream, this one included.
+func (h *Hub) follow(product string) {
+	if (*h.followed.Load())[product] {
+		return
 	}
-	backoff := 10 * time.Millisecond
-	for ctx.Err() == nil {
-		start := time.Now()
-		err := h.st.ReceiveSettled(ctx, subscribed, h.onSettled, h.onMalformed)
-		h.subscribed.Store(false)
-		if ctx.Err() != nil {
-			return
-		}
-		h.log.Warn("event push subscription lost; resubscribing", "err", err)
-		if time.Since(start) > 5*time.Second {
-			backoff = 10 * time.Millisecond // it was up for a while: retry fast
-		}
-		t := time.NewTimer(backoff)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return
-		case <-t.C:
-		}
-		backoff = min(backoff*2, time.Second)
+	h.followedMu.Lock()
+	cur := *h.followed.Load()
+	if cur[product] {
+		h.followedMu.Unlock()
+		return
 	}
+	next := make(map[string]bool, len(cur)+1)
+	for p := range cur {
+		next[p] = true
+	}
+	next[product] = true
+	h.followed.Store(&next)
+	h.followedMu.Unlock()
+	if h.sub != nil {
+		h.sub.Refollow()
+	}
+}
+
+func (h *Hub) followedProducts() []string {
+	m := *h.followed.Load()
+	out := make([]string, 0, len(m))
+	for p := range m {
+		out = append(out, p)
+	}
+	return out
 }
 
 func (h *Hub) onMalformed(msg string) {
@@ -431,7 +450,8 @@ func (h *Hub) onMalformed(msg string) {
 }
 
 // onSettled writes the outcome to every stream waiting for an order of the
-// message. It runs on the subscription's goroutine; writes never wait.
+// message. It runs on a receiving goroutine of the subscription, one
+// message at a time; writes never wait.
 func (h *Hub) onSettled(m stock.Settled) {
 	h.dispMu.Lock()
 	defer h.dispMu.Unlock()
@@ -457,25 +477,8 @@ func (h *Hub) onSettled(m stock.Settled) {
 	h.dispList = list[:0]
 }
 
-func (h *Hub) triggerResync() {
-	select {
-	case h.resyncCh <- struct{}{}:
-	default: // one is pending already; it will see every stream
-	}
-}
-
-func (h *Hub) resyncLoop(ctx context.Context) {
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-h.resyncCh:
-			h.resync(ctx)
-		}
-	}
-}
-
 // resync reads the order state of every stream and settles the decided.
+// It runs on the subscription's goroutine (Follow.Missed).
 func (h *Hub) resync(ctx context.Context) {
 	all := h.collect(nil)
 	if len(all) == 0 {

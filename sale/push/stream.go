@@ -117,6 +117,9 @@ func (s *Stream) Serve(ctx *fasthttp.RequestCtx, o stock.OrderInfo) {
 		bufs.Put(bp)
 		return
 	}
+	// The order is real (the caller read it): its product's outcomes are
+	// worth following.
+	s.h.follow(s.product)
 	ctx.SetStatusCode(fasthttp.StatusOK) // what the access log and metrics see
 	ctx.HijackSetNoResponse(true)
 	ctx.Hijack(s.hijacked)

@@ -406,14 +406,22 @@
     request('POST', '/api/seckill/token', { productId: pid }, 8000).then(function (r) {
       if (!r.ok || !r.data || typeof r.data.token !== 'string') return refused(r);
       return request('POST', '/api/seckill/do', { productId: pid, token: r.data.token, quantity: qty }, 10000).then(function (r) {
-        if (!r.ok || !r.data || r.data.orderId == null) return refused(r);
+        if (!r.data || r.data.orderId == null) return refused(r);
         var id = String(r.data.orderId);
         showOrder(id);
-        // Reaching the per-shopper limit turns Buy off rather than invite a 409.
-        state.bought += qty;
-        if (state.product && state.product.limit > 0 && state.bought >= state.product.limit) state.limitReached = true;
-        if (r.data.status === 'success') return settle(id, r.data);
-        setMessage('Queued — order ' + id + ' is being confirmed…', 'info');
+        // A 503 that names an order: the purchase went through but is not
+        // confirmed yet (status "pending"), or the sale could not tell
+        // whether it did (status "unknown"). Either way the order's result
+        // says how it ended; NOT_FOUND there only means "not yet".
+        var unknown = !r.ok && r.data.status === 'unknown';
+        if (!unknown) {
+          // Reaching the per-shopper limit turns Buy off rather than invite a 409.
+          state.bought += qty;
+          if (state.product && state.product.limit > 0 && state.bought >= state.product.limit) state.limitReached = true;
+        }
+        if (r.ok && r.data.status === 'success') return settle(id, r.data);
+        setMessage(unknown ? 'The sale is busy — checking whether order ' + id + ' went through…' :
+          'Queued — order ' + id + ' is being confirmed…', 'info');
         return waitForOutcome(id);
       });
     }).then(null, function () {

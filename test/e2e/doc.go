@@ -33,6 +33,10 @@
 //     back empty must not resurrect sold stock.
 //   - TestAdminDegradeSwitch: the admin degrade switch, per product and
 //     for all.
+//   - TestCatalogAndDegradeSurviveRedisAndRestarts: a degrade set on one
+//     edge holds on another and across its restart; an admin-created sale
+//     survives Redis restarting empty (503 RECOVERING while it is rebuilt,
+//     never 404) and sells exactly its stock; reconcile is clean.
 //   - TestPartialStockIsNotSoldOut: a refusal for too large a quantity does
 //     not flag the product sold out while units remain.
 //

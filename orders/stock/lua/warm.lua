@@ -3,11 +3,16 @@
 -- an edge restarts and warms again with the configured stock.
 --
 -- KEYS[1] sk:{p}:stock   KEYS[2] sk:{p}:meta
--- ARGV stock initial restocked released limit price startMs endMs
+-- ARGV stock initial restocked released limit price startMs endMs fence
+-- (fence "1": record the server's run id, see deduct.lua)
 -- Returns 1 when the stock key was created, 0 when it existed.
 if redis.call('SET', KEYS[1], ARGV[1], 'NX') then
   redis.call('HSET', KEYS[2], 'initial', ARGV[2], 'restocked', ARGV[3], 'released', ARGV[4],
     'limit', ARGV[5], 'price', ARGV[6], 'start', ARGV[7], 'end', ARGV[8])
+  if ARGV[9] == '1' then
+    -- A new sale: this server is the one it starts on.
+    redis.call('HSET', KEYS[2], 'runid', string.match(redis.call('INFO', 'server'), 'run_id:(%x+)'))
+  end
   return 1
 end
 -- Live sale: the schedule may be updated, the reconciliation counters not.

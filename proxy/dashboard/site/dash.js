@@ -128,8 +128,18 @@
     text(el.serverTime, s.serverTimeMs ? dateTime(now, new Date()) : '—');
     el.serverTime.title = s.serverTimeMs ? now.toISOString() : '';
 
+    // One breaker per product: the badge says how many are not closed.
     var br = s.breaker || 'unknown';
-    badge(el.breaker, 'Breaker: ' + br.replace('_', '-'),
+    var nOpen = (s.products || []).filter(function (p) { return p.breaker === 'open'; }).length;
+    var nHalf = (s.products || []).filter(function (p) { return p.breaker === 'half_open'; }).length;
+    var brLabel = 'Breaker: ' + br.replace('_', '-');
+    if (nOpen || nHalf) {
+      var parts = [];
+      if (nOpen) parts.push(nOpen + ' open');
+      if (nHalf) parts.push(nHalf + ' half-open');
+      brLabel += ' (' + parts.join(', ') + ' of ' + (s.products || []).length + ' products)';
+    }
+    badge(el.breaker, brLabel,
       br === 'closed' ? 'ok' : br === 'open' ? 'bad' : br === 'half_open' ? 'warn' : 'none');
 
     var nDeg = (s.products || []).filter(function (p) { return p.degraded; }).length;
@@ -236,7 +246,7 @@
       function () {
         var tr = document.createElement('tr');
         cells(tr, [['th', 'pid'], ['td', 'status'], ['td', 'num big remaining'], ['td', 'stock'], ['td', 'num sold'],
-          ['td', 'num big aps'], ['td', 'soldout'], ['td', 'hot'], ['td', 'degraded'], ['td', 'num outbox'], ['td', 'num stored']]);
+          ['td', 'num big aps'], ['td', 'soldout'], ['td', 'hot'], ['td', 'degraded'], ['td', 'breaker'], ['td', 'num outbox'], ['td', 'num stored']]);
         var pid = tr.firstChild;
         pid.innerHTML = '<span class="id"></span><span class="name"></span>';
         var stock = tr.querySelector('.stock');
@@ -272,9 +282,23 @@
         flag(q('soldout'), p.soldOut, 'SOLD OUT', 'bad');
         flag(q('hot'), p.hot, 'HOT', 'warn');
         flag(q('degraded'), p.degraded, 'DEGRADED', 'bad');
+        var pb = p.breaker || 'unknown', bc = q('breaker');
+        if (bc.getAttribute('data-state') !== pb) {
+          bc.textContent = '';
+          var bs = document.createElement('span');
+          if (pb === 'closed') {
+            bs.className = 'dim';
+          } else {
+            bs.className = 'badge';
+            bs.setAttribute('data-tone', pb === 'open' ? 'bad' : pb === 'half_open' ? 'warn' : 'none');
+          }
+          bs.textContent = pb === 'closed' ? 'closed' : pb.replace('_', '-').toUpperCase();
+          bc.appendChild(bs);
+          attr(bc, 'data-state', pb);
+        }
         text(q('outbox'), fmtCount(p.outboxPending));
         text(q('stored'), fmtCount(p.stored));
-      }, 'No sales on this edge.', 11);
+      }, 'No sales on this edge.', 12);
     // The action forms offer the ids seen here.
     var ids = list.map(function (p) { return p.productId; }).join('\n');
     if (el.productIds.getAttribute('data-ids') !== ids) {

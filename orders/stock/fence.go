@@ -1,0 +1,170 @@
+package stock
+
+import (
+	"context"
+	_ "embed"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redis/rueidis"
+)
+
+// The fence: how a sale whose Redis went back in time is closed on every
+// edge until it has been rebuilt from the ledger.
+//
+// A sale's meta records the run id of the Redis process it was last
+// verified on (warm-up of a new sale, or a rebuild). The deduction script
+// compares it with the live server's run id on every call: a restart (also
+// from an RDB or AOF that is minutes old) and a promoted replica run under a
+// new run id, while the meta they hold — restored or replicated — names the
+// old one. The script then sets the meta's fence field and sells nothing, so
+// the first call on the new server closes the sale for every edge at once,
+// before any stale stock is sold. A missing stock key (Redis restarted
+// empty) is fenced by the edge that finds it (Fence).
+//
+// While fenced, each edge waits until the purchases it started before it saw
+// the fence are settled (their events acknowledged by Kafka or failed) and
+// says so (MarkQuiet); one edge (LockRecovery) waits for every live edge's
+// word (LiveEdges, QuietNodes), drains the pipeline, reads the ledger and
+// reopens the sale with Rebuild.
+
+const (
+	fieldFence  = "recovering" // meta: the fence in force
+	quietPrefix = "quiet:"     // meta: quiet:<node> = the fence that node is quiet on
+	edgesKey    = "sk:edges"   // hash: node -> unix ms of its last heartbeat
+)
+
+var (
+	//go:embed lua/fence.lua
+	fenceLua string
+	//go:embed lua/unlock.lua
+	unlockLua string
+
+	fenceScript  = rueidis.NewLuaScript(fenceLua)
+	unlockScript = rueidis.NewLuaScript(unlockLua)
+)
+
+// recoverKey is sk:{p}:recover, the lock of the edge rebuilding the sale.
+func recoverKey(product string) string { return prefix(product) + "recover" }
+
+// FenceID names a fence: when (the fencing edge's clock), by whom, why.
+func FenceID(nowMs int64, node int, reason string) string {
+	return strconv.FormatInt(nowMs, 10) + ":" + strconv.Itoa(node) + ":" + reason
+}
+
+// FenceTime is the unix ms a fence id was set at (0 if it has none).
+func FenceTime(fence string) int64 {
+	ms, _, _ := strings.Cut(fence, ":")
+	n, _ := strconv.ParseInt(ms, 10, 64)
+	return n
+}
+
+// Fence closes the sale for a rebuild (the deduction answers Recovering)
+// unless it is fenced already, and returns the fence in force.
+func (s *Store) Fence(ctx context.Context, productID, fence string) (string, error) {
+	if err := checkProduct(productID); err != nil {
+		return "", err
+	}
+	ctx, cancel := s.call(ctx)
+	defer cancel()
+	cur, err := fenceScript.Exec(ctx, s.c, []string{MetaKey(productID)}, []string{fence}).ToString()
+	if err != nil {
+		return "", fmt.Errorf("stock: fence %s: %w", productID, err)
+	}
+	return cur, nil
+}
+
+// MarkQuiet records that node has nothing in flight for the sale from
+// before fence.
+func (s *Store) MarkQuiet(ctx context.Context, productID string, node int, fence string) error {
+	if err := checkProduct(productID); err != nil {
+		return err
+	}
+	ctx, cancel := s.call(ctx)
+	defer cancel()
+	err := s.c.Do(ctx, s.c.B().Hset().Key(MetaKey(productID)).FieldValue().
+		FieldValue(quietPrefix+strconv.Itoa(node), fence).Build()).Error()
+	if err != nil {
+		return fmt.Errorf("stock: quiet %s: %w", productID, err)
+	}
+	return nil
+}
+
+// QuietNodes lists the nodes that are quiet on fence.
+func (s *Store) QuietNodes(ctx context.Context, productID, fence string) (map[int]bool, error) {
+	if err := checkProduct(productID); err != nil {
+		return nil, err
+	}
+	ctx, cancel := s.call(ctx)
+	defer cancel()
+	m, err := s.c.Do(ctx, s.c.B().Hgetall().Key(MetaKey(productID)).Build()).AsStrMap()
+	if err != nil {
+		return nil, fmt.Errorf("stock: quiet %s: %w", productID, err)
+	}
+	out := map[int]bool{}
+	for k, v := range m {
+		if n, ok := strings.CutPrefix(k, quietPrefix); ok && v == fence {
+			if id, err := strconv.Atoi(n); err == nil {
+				out[id] = true
+			}
+		}
+	}
+	return out, nil
+}
+
+// Heartbeat records that node is alive, for LiveEdges.
+func (s *Store) Heartbeat(ctx context.Context, node int, nowMs int64) error {
+	ctx, cancel := s.call(ctx)
+	defer cancel()
+	return s.c.Do(ctx, s.c.B().Hset().Key(edgesKey).FieldValue().
+		FieldValue(strconv.Itoa(node), i64(nowMs)).Build()).Error()
+}
+
+// LiveEdges lists the nodes whose last heartbeat is at or after sinceMs.
+func (s *Store) LiveEdges(ctx context.Context, sinceMs int64) ([]int, error) {
+	ctx, cancel := s.call(ctx)
+	defer cancel()
+	m, err := s.c.Do(ctx, s.c.B().Hgetall().Key(edgesKey).Build()).AsStrMap()
+	if err != nil {
+		return nil, fmt.Errorf("stock: edges: %w", err)
+	}
+	var out []int
+	for k, v := range m {
+		id, err1 := strconv.Atoi(k)
+		ms, err2 := strconv.ParseInt(v, 10, 64)
+		if err1 == nil && err2 == nil && ms >= sinceMs {
+			out = append(out, id)
+		}
+	}
+	return out, nil
+}
+
+// LockRecovery takes the sale's rebuild lock for owner for ttl; false when
+// another owner holds it.
+func (s *Store) LockRecovery(ctx context.Context, productID, owner string, ttl time.Duration) (bool, error) {
+	if err := checkProduct(productID); err != nil {
+		return false, err
+	}
+	ctx, cancel := s.call(ctx)
+	defer cancel()
+	err := s.c.Do(ctx, s.c.B().Set().Key(recoverKey(productID)).Value(owner).Nx().Px(ttl).Build()).Error()
+	if rueidis.IsRedisNil(err) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("stock: lock %s: %w", productID, err)
+	}
+	return true, nil
+}
+
+// UnlockRecovery releases the lock if owner still holds it.
+func (s *Store) UnlockRecovery(ctx context.Context, productID, owner string) error {
+	if err := checkProduct(productID); err != nil {
+		return err
+	}
+	ctx, cancel := s.call(ctx)
+	defer cancel()
+	return unlockScript.Exec(ctx, s.c, []string{recoverKey(productID)}, []string{owner}).Error()
+}

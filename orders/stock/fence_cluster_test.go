@@ -1,0 +1,103 @@
+package stock
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"flashgate/internal/redistest"
+)
+
+func openCluster(t *testing.T, opts Options) (*Store, *redistest.Cluster) {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("starts a 3+3 Redis Cluster: skipped with -short")
+	}
+	c := redistest.NewCluster(t)
+	s, err := Open(context.Background(), strings.Join(c.Addrs(), ","), testOptions(opts))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s, c
+}
+
+// redis.wait_replicas: every script call is followed by a WAIT on its
+// master; a replica that cannot acknowledge makes the WAIT time out, which
+// is counted, and the purchase is still answered.
+func TestWaitReplicasOnCluster(t *testing.T) {
+	s, c := openCluster(t, Options{Timeout: 2 * time.Second, WaitReplicas: 1, WaitTimeout: 100 * time.Millisecond})
+	warm(t, s, "wr", 10, 5)
+	if out := mustDeduct(t, s, attempt("wr", "alice", 1, 5)); out.Code != OK || out.Remaining != 9 {
+		t.Fatalf("first purchase %+v", out)
+	}
+	if waits, short := s.WaitStats(); waits != 1 || short != 0 {
+		t.Fatalf("WaitStats = %d, %d; want 1, 0", waits, short)
+	}
+	master := c.MasterOf(StockKey("wr"))
+	replica := c.ReplicaOf(master)
+	c.Pause(replica)
+	t0 := time.Now()
+	out := mustDeduct(t, s, attempt("wr", "bob", 1, 5))
+	took := time.Since(t0)
+	c.Resume(replica)
+	if out.Code != OK || out.Remaining != 8 {
+		t.Fatalf("purchase with the replica paused %+v", out)
+	}
+	if waits, short := s.WaitStats(); waits != 2 || short != 1 {
+		t.Fatalf("WaitStats = %d, %d; want 2, 1", waits, short)
+	}
+	if took < 100*time.Millisecond {
+		t.Fatalf("the purchase was answered after %v, before the WAIT's timeout", took)
+	}
+}
+
+// A failover onto a replica that lags: the promoted replica holds an older
+// stock for a key that still exists. The first deduction on it fences the
+// sale instead of selling from it.
+func TestLaggingFailoverFencesOnCluster(t *testing.T) {
+	s, c := openCluster(t, Options{Timeout: 2 * time.Second})
+	ctx := context.Background()
+	warm(t, s, "lf", 1000, 1)
+	for i := range 20 {
+		mustDeduct(t, s, attempt("lf", "early"+string(rune('a'+i)), 1, 1))
+	}
+	master := c.MasterOf(StockKey("lf"))
+	done := make(chan string, 1)
+	go func() { done <- c.LagFailover(StockKey("lf"), 30*time.Second) }()
+	// Sold on the master while its replica is frozen: lost by the failover.
+	sold := 0
+	for len(done) == 0 && sold < 200 {
+		out, err := s.Deduct(ctx, attempt("lf", "late"+time.Now().Format("150405.000000"), 1, 1))
+		if err == nil && out.Code == OK {
+			sold++
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+	promoted := <-done
+	if promoted == master {
+		t.Fatal("no failover")
+	}
+	var out Outcome
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		o, err := s.Deduct(ctx, attempt("lf", "after", 1, 1))
+		if err == nil {
+			out = o
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no answer from the promoted replica: %v", err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if out.Code != Recovering {
+		t.Fatalf("first deduction on the promoted replica (after %d sold on the old master) = %v, want RECOVERING", sold, out.Code)
+	}
+	info, ok, err := s.SaleInfo(ctx, "lf")
+	if err != nil || !ok || info.Fence == "" {
+		t.Fatalf("SaleInfo after the failover = %+v %v %v", info, ok, err)
+	}
+	t.Logf("%d sold on the old master during the lag; the promoted replica says %d left and fenced %q", sold, info.Remaining, info.Fence)
+}

@@ -1,0 +1,44 @@
+-- Ledger rebuild, last step: reopens a fenced sale. The stock is only ever
+-- lowered to what the ledger says is left (or created, when Redis lost the
+-- key): a Redis that went back in time holds more than is left, never less
+-- than the ledger knows, except for deductions whose outcome nobody knows,
+-- which keep the lower value. The reconciliation figures are only raised.
+-- Guarded by the fence: another rebuild that already reopened (or a new
+-- fence) makes this a no-op.
+--
+-- KEYS[1] sk:{p}:stock   KEYS[2] sk:{p}:meta
+-- ARGV[1] fence   ARGV[2] stock per the ledger   ARGV[3] initial   ARGV[4] restocked
+-- ARGV[5] released   ARGV[6] limit   ARGV[7] price   ARGV[8] startMs   ARGV[9] endMs
+-- ARGV[10] tokens: purchase tokens expiring at or before this (unix ms) are refused
+-- ARGV[11] "1": record the server's run id (see deduct.lua)
+-- Returns {stock before (-1: missing), stock after}, or {-2, 0} when the
+-- fence is not ARGV[1] (nothing written).
+if redis.call('HGET', KEYS[2], 'recovering') ~= ARGV[1] then return {-2, 0} end
+local want = tonumber(ARGV[2])
+local cur = redis.call('GET', KEYS[1])
+local before = -1
+if cur then before = tonumber(cur) end
+local after = want
+if cur and before <= want then
+  after = before
+else
+  redis.call('SET', KEYS[1], want)
+end
+local function raise(field, v)
+  local have = tonumber(redis.call('HGET', KEYS[2], field) or '0') or 0
+  if tonumber(v) > have then redis.call('HSET', KEYS[2], field, v) end
+end
+raise('initial', ARGV[3])
+raise('restocked', ARGV[4])
+raise('released', ARGV[5])
+raise('tokens', ARGV[10])
+redis.call('HSET', KEYS[2], 'limit', ARGV[6], 'price', ARGV[7], 'start', ARGV[8], 'end', ARGV[9])
+if ARGV[11] == '1' then
+  redis.call('HSET', KEYS[2], 'runid', string.match(redis.call('INFO', 'server'), 'run_id:(%x+)'))
+end
+local fields = redis.call('HKEYS', KEYS[2])
+for _, f in ipairs(fields) do
+  if string.sub(f, 1, 6) == 'quiet:' then redis.call('HDEL', KEYS[2], f) end
+end
+redis.call('HDEL', KEYS[2], 'recovering')
+return {before, after}

@@ -1,0 +1,89 @@
+package stock
+
+import (
+	"context"
+	_ "embed"
+	"fmt"
+	"strconv"
+
+	"github.com/redis/rueidis"
+)
+
+//go:embed lua/settle_unknown.lua
+var settleUnknownLua string
+
+var settleUnknownScript = rueidis.NewLuaScript(settleUnknownLua)
+
+// Verdict is what SettleUnknown found out about an attempt.
+type Verdict uint8
+
+const (
+	// SettleLater: nothing can be concluded now (the sale is closed, or
+	// on a Redis not yet verified against the ledger); ask again later.
+	SettleLater Verdict = iota
+	// Placed: the deduction ran and made the order; it follows the normal
+	// path (outbox, Kafka, stored) and its result call answers it.
+	Placed
+	// NotPlaced: the attempt did not happen and never will; its order
+	// reads "failed" (StateFailed) until OrderTTL.
+	NotPlaced
+	// Absent: looked only (fence false): no order and nothing prevents
+	// fencing it.
+	Absent
+)
+
+var verdictNames = [...]string{"later", "placed", "not_placed", "absent"}
+
+func (v Verdict) String() string {
+	if int(v) < len(verdictNames) {
+		return verdictNames[v]
+	}
+	return "Verdict(" + strconv.Itoa(int(v)) + ")"
+}
+
+// SettleUnknown decides an attempt whose Deduct failed with ErrUnknown:
+// did its order happen? With fence false it only looks (Placed, NotPlaced
+// if fenced before, Absent, or SettleLater). With fence true an absent order
+// is made impossible — the attempt's purchase token is marked used, which
+// the deduction script refuses, so a deduction still on its way to Redis
+// can no longer succeed — and recorded as a failed order (NotPlaced).
+//
+// Look first, and fence only once the order is known not to be in the
+// ledger either (the order store): a Redis that went back in time may have
+// lost the order hash of an order that was stored. The script refuses
+// (SettleLater) while the sale's stock key is missing, while it is closed
+// for recovery, or when the server is not the one its meta says was last
+// verified (meta runid), so that it never fences on a Redis that forgot.
+//
+// The call has the store's Timeout; an error means nothing was concluded
+// (a fence that timed out may have been written: calling again answers
+// NotPlaced). a's strings are copied.
+func (s *Store) SettleUnknown(ctx context.Context, a *Attempt, fence bool) (Verdict, error) {
+	if err := checkProduct(a.ProductID); err != nil {
+		return SettleLater, err
+	}
+	if !validNonce(a.TokenNonceHex) {
+		return SettleLater, fmt.Errorf("%w: token nonce %q", ErrInvalid, a.TokenNonceHex)
+	}
+	if s.closed.Load() {
+		return SettleLater, ErrClosed
+	}
+	p := a.ProductID
+	keys := []string{StockKey(p), MetaKey(p), OrderKey(p, a.ID), TokenKey(p, a.TokenNonceHex)}
+	f := "0"
+	if fence {
+		f = "1"
+	}
+	args := []string{a.UserID, strconv.Itoa(a.Qty), strconv.FormatInt(a.PriceCents, 10),
+		strconv.FormatInt(a.CreatedMs, 10), strconv.Itoa(a.Edge), s.orderTTLMs, f}
+	ctx, cancel := s.call(ctx)
+	defer cancel()
+	n, err := settleUnknownScript.Exec(ctx, s.c, keys, args).AsInt64()
+	if err != nil {
+		return SettleLater, fmt.Errorf("stock: settle order %s/%d: %w", p, a.ID, err)
+	}
+	if n < 0 || n >= int64(len(verdictNames)) {
+		return SettleLater, fmt.Errorf("stock: settle order %s/%d: script answered %d", p, a.ID, n)
+	}
+	return Verdict(n), nil
+}

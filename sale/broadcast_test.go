@@ -1,0 +1,64 @@
+package sale
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"strings"
+	"testing"
+	"time"
+
+	"flashgate/conf"
+	"flashgate/internal/await"
+	"flashgate/internal/redistest"
+	"flashgate/orders/stock"
+	"flashgate/sale/activity"
+)
+
+// On Redis Cluster each sale's sold-out broadcasts have their own channel:
+// the Service follows the sales it knows, a sale created through the admin
+// API at run time included.
+func TestSoldOutBroadcastFollowsAdminSalesOnCluster(t *testing.T) {
+	c := redistest.NewCluster(t)
+	open := func() *stock.Store {
+		d := conf.Defaults()
+		st, err := stock.Open(context.Background(), strings.Join(c.Addrs(), ","), stock.Options{
+			Timeout: 2 * time.Second, QueueTimeout: 2 * time.Second, OrderTTL: d.Sale.OrderTTL})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { st.Close() })
+		return st
+	}
+	st, other := open(), open() // other is another edge
+	now := time.Now()
+	sale := func(p string) *activity.Activity {
+		return &activity.Activity{ProductID: p, Name: p, PriceCents: 100, Stock: 10, Limit: 1,
+			StartMs: now.Add(-time.Hour).UnixMilli(), EndMs: now.Add(time.Hour).UnixMilli()}
+	}
+	svc := New(Deps{Store: st, Activities: activity.NewRegistry(), Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	ctx := context.Background()
+	if err := svc.Apply(ctx, &Settings{Catalog: []*activity.Activity{sale("fa")}}); err != nil {
+		t.Fatal(err)
+	}
+	svc.Start(time.Hour) // no periodic refresh: only broadcasts set the flag
+	defer svc.Stop()
+
+	// Stock is left, so a refresh (one runs each time a channel is
+	// subscribed) clears the flag: only the broadcast sets it. It is sent
+	// until one arrives after the subscription's refresh.
+	soldOutByBroadcast := func(p string) {
+		t.Helper()
+		await.Until(t, 10*time.Second, p+" flagged sold out by another edge's broadcast", func() bool {
+			if err := other.PublishSoldOut(ctx, p, true); err != nil {
+				t.Fatal(err)
+			}
+			return svc.d.Activities.StateOf(p).SoldOut()
+		})
+	}
+	soldOutByBroadcast("fa")
+	if err := svc.PutActivity(ctx, sale("fb")); err != nil {
+		t.Fatal(err)
+	}
+	soldOutByBroadcast("fb")
+}

@@ -1,0 +1,196 @@
+package sale
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"time"
+
+	"flashgate/metrics"
+	"flashgate/orders/stock"
+)
+
+// A purchase whose deduction outcome is unknown (its script call was sent
+// and got no answer: a timeout, a connection reset) is answered 503 with
+// its order id (api.OutcomeUnknown), and the page follows the order by its
+// result call. The order may exist or not, and a deduction still on its way
+// may yet make it. The edge settles it in the background
+// (stock.Store.SettleUnknown): once Redis answers again, it finds the order
+// (placed: it goes the normal way, the outbox relay sends its event), or
+// makes sure it can never happen and records it as a failed order, which
+// the result call then answers. Until then the result call answers
+// NOT_FOUND, which the page reads as "not yet".
+
+const (
+	// maxUnknown bounds the attempts waiting to be settled: one stall of
+	// Redis under a burst makes at most MaxBatch unknowns per product per
+	// redis.timeout. Past it, an attempt is left unsettled (counted,
+	// logged): a placed order still goes the normal way, and its page
+	// still finds it; only a not placed one stays NOT_FOUND.
+	maxUnknown = 10_000
+	// unknownGiveUp is how long the edge keeps trying: as long as the
+	// sale page follows an order.
+	unknownGiveUp = 5 * time.Minute
+	// The pause between passes while Redis does not answer.
+	unknownRetryMin = 100 * time.Millisecond
+	unknownRetryMax = 2 * time.Second
+	// lookupTimeout bounds one order store lookup: a hung store must not
+	// stop the settling of the other products.
+	lookupTimeout = 5 * time.Second
+)
+
+// unknowns are the attempts this edge has still to settle.
+type unknowns struct {
+	mu        sync.Mutex
+	pending   []unknownAttempt
+	unsettled int  // pending plus those in the pass under way
+	running   bool // a settling goroutine is on it
+
+	results [numUnknownResults]metrics.Counter
+}
+
+type unknownAttempt struct {
+	a     stock.Attempt // strings owned
+	since int64         // unix ns, the edge's clock
+}
+
+type unknownResult int
+
+const (
+	unknownPlaced unknownResult = iota
+	unknownNotPlaced
+	unknownGivenUp
+	unknownDropped
+	numUnknownResults
+)
+
+var unknownResultNames = [numUnknownResults]string{"placed", "not_placed", "given_up", "dropped"}
+
+// followUnknown queues a for settling. Off the success path: it copies.
+func (s *Service) followUnknown(a *stock.Attempt) {
+	c := *a
+	c.UserID, c.TokenNonceHex = strings.Clone(a.UserID), strings.Clone(a.TokenNonceHex)
+	u := &s.unknown
+	u.mu.Lock()
+	if u.unsettled >= maxUnknown {
+		u.mu.Unlock()
+		u.results[unknownDropped].Inc()
+		if n := u.results[unknownDropped].Value(); n%1000 == 1 { // a line per thousand, not per attempt
+			s.d.Log.Warn("too many purchases of unknown outcome to settle; this one is left to the ledger",
+				"product", c.ProductID, "order", c.ID, "dropped_so_far", n)
+		}
+		return
+	}
+	u.pending = append(u.pending, unknownAttempt{a: c, since: s.d.Now()})
+	u.unsettled++
+	start := !u.running
+	u.running = true
+	u.mu.Unlock()
+	if start {
+		go s.settleUnknowns()
+	}
+}
+
+// settleUnknowns runs passes over the pending attempts until none is left.
+// A product whose Redis call fails is skipped for the rest of the pass, so
+// that a dead node costs one timeout per pass, not one per attempt, and the
+// other products' attempts are settled meanwhile.
+func (s *Service) settleUnknowns() {
+	u := &s.unknown
+	pause := unknownRetryMin
+	for {
+		u.mu.Lock()
+		batch := u.pending
+		u.pending = nil
+		u.mu.Unlock()
+
+		var keep []unknownAttempt
+		down := map[string]bool{}
+		progress := false
+		for _, p := range batch {
+			if down[p.a.ProductID] {
+				keep = append(keep, p)
+				continue
+			}
+			v, err := s.settleOne(&p.a)
+			switch {
+			case errors.Is(err, stock.ErrClosed):
+				// Shutting down: what is placed goes the normal way.
+				u.results[unknownGivenUp].Inc()
+			case v == stock.Placed:
+				progress = true
+				u.results[unknownPlaced].Inc()
+				s.d.Log.Info("purchase of unknown outcome settled: placed", "product", p.a.ProductID, "order", p.a.ID)
+			case v == stock.NotPlaced:
+				progress = true
+				u.results[unknownNotPlaced].Inc()
+				s.d.Log.Info("purchase of unknown outcome settled: not placed", "product", p.a.ProductID, "order", p.a.ID)
+			case time.Duration(s.d.Now()-p.since) > unknownGiveUp:
+				u.results[unknownGivenUp].Inc()
+				s.d.Log.Warn("purchase of unknown outcome not settled; left to the ledger", "product", p.a.ProductID,
+					"order", p.a.ID, "err", err)
+			default:
+				if err != nil {
+					down[p.a.ProductID] = true
+				}
+				keep = append(keep, p)
+			}
+		}
+
+		u.mu.Lock()
+		u.unsettled -= len(batch) - len(keep)
+		u.pending = append(keep, u.pending...)
+		if len(u.pending) == 0 {
+			u.running = false
+			u.mu.Unlock()
+			return
+		}
+		u.mu.Unlock()
+		if progress {
+			pause = unknownRetryMin
+		}
+		time.Sleep(pause) // a retry timer: nothing to await but Redis
+		pause = min(2*pause, unknownRetryMax)
+	}
+}
+
+// settleOne looks first; only an order neither Redis nor the order store
+// knows is fenced (see stock.Store.SettleUnknown).
+func (s *Service) settleOne(a *stock.Attempt) (stock.Verdict, error) {
+	ctx := context.Background()
+	v, err := s.d.Store.SettleUnknown(ctx, a, false)
+	if err != nil || v != stock.Absent {
+		return v, err
+	}
+	if s.d.Results != nil {
+		lctx, cancel := context.WithTimeout(ctx, lookupTimeout)
+		_, found, err := s.d.Results.Get(lctx, a.ProductID, a.ID)
+		cancel()
+		if err != nil {
+			return stock.SettleLater, err
+		}
+		if found {
+			return stock.Placed, nil
+		}
+	}
+	return s.d.Store.SettleUnknown(ctx, a, true)
+}
+
+// unknownPending is how many attempts wait to be settled.
+func (s *Service) unknownPending() int {
+	s.unknown.mu.Lock()
+	defer s.unknown.mu.Unlock()
+	return s.unknown.unsettled
+}
+
+func (s *Service) registerUnknownMetrics(reg *metrics.Registry) {
+	reg.Register("flashgate_sale_unknown_outcomes_total", "Purchases of unknown outcome (sent, no answer), by how the edge settled them.", "counter", func(w *metrics.Writer) {
+		for i := range s.unknown.results {
+			w.Value(float64(s.unknown.results[i].Value()), metrics.Label{Name: "result", Value: unknownResultNames[i]})
+		}
+	})
+	reg.Register("flashgate_sale_unknown_pending", "Purchases of unknown outcome this edge has yet to settle.", "gauge", func(w *metrics.Writer) {
+		w.Value(float64(s.unknownPending()))
+	})
+}
