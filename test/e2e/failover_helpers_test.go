@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"context"
 	"fmt"
 	"slices"
 	"strconv"
@@ -602,6 +603,24 @@ func (r *foRig) verify(l *foLoad, answers []foAnswer, x foExpect) {
 		}
 		t.Logf("%s: %d units stored of %d; %d answered 200, %d answers of unknown outcome; %d buyers over the limit",
 			p, units[p], x.stock[p], answered[p], unknown[p], over[p])
+	}
+}
+
+// foPartialCoverage makes every node of c serve its slots while another
+// shard has no master (cluster-require-full-coverage no). With Redis'
+// default, every node answers CLUSTERDOWN to every command from the
+// moment the dead master is marked failed until its replica is promoted
+// (~1-2 s here), whatever the edges do: a deployment that wants the other
+// products to stay open sets this, and so do the tests that check it.
+func foPartialCoverage(t *testing.T, c *redistest.Cluster) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for _, a := range c.Addrs() {
+		rc := redistest.Client(t, a)
+		if err := rc.Do(ctx, rc.B().ConfigSet().ParameterValue().ParameterValue("cluster-require-full-coverage", "no").Build()).Error(); err != nil {
+			t.Fatalf("CONFIG SET cluster-require-full-coverage no on %s: %v", a, err)
+		}
 	}
 }
 

@@ -23,6 +23,7 @@ func TestFailoverMasterKilled(t *testing.T) {
 	}
 	const limit = 1
 	c := redistest.NewCluster(t)
+	foPartialCoverage(t, c)
 	env := newOrdEnvOn(t, nil, c.Addrs()[0])
 	victim, healthy := foPlace(t, c)
 	products := append([]string{victim}, healthy...)
