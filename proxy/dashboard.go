@@ -33,6 +33,10 @@ func (s *Server) dashboardSnapshot() dashboard.Snapshot {
 		if remaining >= 0 {
 			p.Sold = e.Stock - remaining
 		}
+		p.Recovering, p.Recoveries = s.sale.Recovering(e.ProductID)
+		if p.Recovering {
+			p.Status = "recovering"
+		}
 		out.Products = append(out.Products, p)
 	}
 	// The filters in chain order, as ops read the config.

@@ -3,8 +3,8 @@ package sale_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strconv"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -231,19 +231,19 @@ func testAdminSaleComesBack(t *testing.T, kind string) {
 	if m, err := r.st.Catalog(ctx); err != nil || len(m) != 0 {
 		t.Fatalf("Redis kept its catalog: %v %v", m, err)
 	}
-	// Closed while the ledger is behind, and known all the same.
-	await.NoError(t, 30*time.Second, "a refresh that finds the ledger behind", func() error {
+	// Closed while the ledger is behind, and known all the same: the
+	// recovery fences it and waits in the drain.
+	drains := r.drains.Load()
+	await.NoError(t, 30*time.Second, "fenced while the ledger is behind", func() error {
 		rctx, cancel := context.WithTimeout(ctx, 1500*time.Millisecond)
 		defer cancel()
-		err := r.svc.Apply(rctx, &sale.Settings{})
-		if err == nil {
-			t.Fatal("the sale reopened before the ledger drained")
-		}
-		if !strings.Contains(err.Error(), "not drained") {
-			return err // the client reconnecting
+		r.svc.Apply(rctx, &sale.Settings{}) // the client may be reconnecting
+		if info, _, err := r.st.SaleInfo(ctx, "as"); err != nil || info.Fence == "" {
+			return fmt.Errorf("not fenced: %+v %v", info, err)
 		}
 		return nil
 	})
+	await.Until(t, 30*time.Second, "a recovery waiting for the drain", func() bool { return r.drains.Load() > drains })
 	if _, ok := reg.GetString("as"); !ok {
 		t.Fatal("the admin-created sale is unknown while it is being recovered")
 	}
@@ -251,7 +251,15 @@ func testAdminSaleComesBack(t *testing.T, kind string) {
 		t.Fatalf("the lost sale open before its rebuild: %v", c)
 	}
 	r.startConsumer()
-	await.NoError(t, 30*time.Second, "the sale rebuilt", func() error { return r.apply() })
+	await.NoError(t, 30*time.Second, "the sale rebuilt", func() error {
+		if err := r.apply(); err != nil {
+			return err
+		}
+		if info, ok, err := r.st.SaleInfo(ctx, "as"); err != nil || !ok || info.Fence != "" {
+			return fmt.Errorf("still closed: %+v %v %v", info, ok, err)
+		}
+		return nil
+	})
 	if _, ok := reg.GetString("as"); !ok {
 		t.Fatal("the admin-created sale is unknown after Redis lost its memory")
 	}

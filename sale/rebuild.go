@@ -78,6 +78,15 @@ func (s *Service) startRecovery(a *activity.Activity, fence string) {
 	}()
 }
 
+// Recovering reports whether the last refresh found the sale fenced
+// (closed until rebuilt from the ledger), and how many rebuilds of it this
+// edge ran.
+func (s *Service) Recovering(productID string) (fenced bool, rebuilds int64) {
+	s.rb.mu.Lock()
+	defer s.rb.mu.Unlock()
+	return s.rb.fenced[productID] != "", s.rb.counts[productID]
+}
+
 // kick starts the recovery of a sale whose deduction answered Recovering.
 func (s *Service) kick(e activity.Entry) {
 	s.startRecovery(e.Activity, "")

@@ -205,8 +205,25 @@ func (s *Service) Start(interval time.Duration) {
 	ctx, cancel := context.WithCancel(context.Background())
 	s.stopLoop = cancel
 	s.loopDone = make(chan struct{})
+	hbDone := make(chan struct{})
+	go func() {
+		// Apart from the refresh, which may wait on a ledger: a recovery
+		// counts an edge as alive (and waits for its word) by this beat.
+		defer close(hbDone)
+		t := time.NewTicker(interval)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+				s.heartbeat(ctx)
+			}
+		}
+	}()
 	go func() {
 		defer close(s.loopDone)
+		defer func() { <-hbDone }()
 		t := time.NewTicker(interval)
 		defer t.Stop()
 		for {
@@ -220,6 +237,13 @@ func (s *Service) Start(interval time.Duration) {
 			}
 		}
 	}()
+}
+
+// heartbeat tells the other edges this one is alive (stock.Store.LiveEdges).
+func (s *Service) heartbeat(ctx context.Context) {
+	if err := s.d.Store.Heartbeat(ctx, s.d.Node, s.d.Now()/1e6); err != nil && ctx.Err() == nil {
+		s.d.Log.Debug("heartbeat not written", "err", err)
+	}
 }
 
 // Stop ends background work.
@@ -252,9 +276,7 @@ func (s *Service) Refresh(ctx context.Context, warm bool) error {
 		return err
 	}
 	var errs []error
-	if err := s.d.Store.Heartbeat(ctx, s.d.Node, s.d.Now()/1e6); err != nil {
-		errs = append(errs, err)
-	}
+	s.heartbeat(ctx)
 	fenced := make(map[string]string, len(all))
 	for _, a := range all {
 		info, ok, err := s.d.Store.SaleInfo(ctx, a.ProductID)

@@ -21,6 +21,10 @@ type Product struct {
 	// Missing: not warmed although the ledger has rows for the product —
 	// Redis lost the sale and nothing rebuilt it. An error.
 	Missing bool
+	// Fence is set when the sale is fenced (stock.SaleInfo.Fence): Redis
+	// lost it or went back in time and no edge has rebuilt it yet, so its
+	// Redis figures are not to be trusted. An error.
+	Fence string
 
 	Initial, Restocked, ReleasedMeta, Remaining int64
 	Limit                                       int
@@ -45,6 +49,8 @@ type Report struct {
 	// Missing lists the products the ledger has rows for and Redis has no
 	// stock key for (Product.Missing).
 	Missing []string
+	// Fenced lists the products still fenced (Product.Fence).
+	Fenced []string
 	// Drained is false when WithDrain's wait failed: lost is then an
 	// upper bound (events may still be in Kafka).
 	Drained  bool
@@ -55,7 +61,7 @@ type Report struct {
 // Clean reports whether all totals are zero, no product the ledger knows is
 // missing from Redis, and the pipeline drained.
 func (r *Report) Clean() bool {
-	return r.Oversold == 0 && r.Lost == 0 && r.Duplicated == 0 && len(r.Missing) == 0 && r.Drained
+	return r.Oversold == 0 && r.Lost == 0 && r.Duplicated == 0 && len(r.Missing) == 0 && len(r.Fenced) == 0 && r.Drained
 }
 
 // Err is nil for a clean report.
@@ -66,6 +72,9 @@ func (r *Report) Err() error {
 	case len(r.Missing) > 0:
 		return fmt.Errorf("reconcile: %d product(s) with stored orders have no stock key in Redis (lost, not rebuilt): %s; oversold=%d lost=%d duplicated=%d",
 			len(r.Missing), strings.Join(r.Missing, ", "), r.Oversold, r.Lost, r.Duplicated)
+	case len(r.Fenced) > 0:
+		return fmt.Errorf("reconcile: %d product(s) fenced, not rebuilt from the ledger yet (Redis lost them or went back in time): %s; oversold=%d lost=%d duplicated=%d",
+			len(r.Fenced), strings.Join(r.Fenced, ", "), r.Oversold, r.Lost, r.Duplicated)
 	case !r.Clean():
 		return fmt.Errorf("reconcile: oversold=%d lost=%d duplicated=%d", r.Oversold, r.Lost, r.Duplicated)
 	}
@@ -148,6 +157,9 @@ func Run(ctx context.Context, st *stock.Store, store orderstore.Store, products 
 			if pr.Missing {
 				rep.Missing = append(rep.Missing, p)
 			}
+			if pr.Fence != "" {
+				rep.Fenced = append(rep.Fenced, p)
+			}
 			rep.Oversold += pr.Oversold
 			rep.Lost += pr.Lost
 			rep.Duplicated += pr.Duplicated
@@ -189,6 +201,7 @@ func check(ctx context.Context, st *stock.Store, store orderstore.Store, p strin
 		return pr, err
 	}
 	pr.Duplicated = pr.DuplicateRows
+	pr.Fence = info.Fence
 	if !ok {
 		pr.Missing = tot.Orders+tot.ReleasedOrders > 0
 		return pr, nil
@@ -262,6 +275,12 @@ func (r Report) Print(w io.Writer) {
 		if p.Missing {
 			fmt.Fprintf(w, "ERROR: product %s: the ledger holds %d order(s) (%d released) but Redis has no stock key %s: the sale was lost and not rebuilt\n",
 				p.ProductID, p.StoredOrders, p.ReleasedOrders, stock.StockKey(p.ProductID))
+		}
+	}
+	for _, p := range r.Products {
+		if p.Fence != "" {
+			fmt.Fprintf(w, "ERROR: product %s: fenced (%s): Redis lost the sale or went back in time and no edge has rebuilt it from the ledger yet\n",
+				p.ProductID, p.Fence)
 		}
 	}
 	if !r.Drained {

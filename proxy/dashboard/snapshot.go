@@ -40,7 +40,7 @@ type Reload struct {
 type Product struct {
 	ProductID     string `json:"productId"`
 	Name          string `json:"name"`
-	Status        string `json:"status"`        // upcoming, active, soldout, ended
+	Status        string `json:"status"`        // upcoming, active, soldout, ended, recovering (fenced)
 	Stock         int64  `json:"stock"`         // initial plus restocked
 	Remaining     int64  `json:"remaining"`     // stock left
 	Sold          int64  `json:"sold"`          // Stock - Remaining
@@ -49,6 +49,8 @@ type Product struct {
 	Hot           bool   `json:"hot"`           // hotspot
 	Degraded      bool   `json:"degraded"`      // this product's degrade switch
 	Breaker       string `json:"breaker"`       // this product's Redis circuit breaker (Breaker* states)
+	Recovering    bool   `json:"recovering"`    // fenced: closed until rebuilt from the ledger (503 RECOVERING)
+	Recoveries    int64  `json:"recoveries"`    // ledger rebuilds of it this edge ran
 	OutboxPending int64  `json:"outboxPending"` // entries not yet acknowledged by Kafka
 	Stored        int64  `json:"stored"`        // orders in the order store; Unknown if it cannot be asked
 }

@@ -29,6 +29,7 @@
     SOLD_OUT: 'Sold out — every item has been claimed.',
     LIMIT_REACHED: 'You\u2019ve already bought the maximum for this product.',
     DEGRADED: 'The sale is busy right now — please try again in a moment.',
+    RECOVERING: 'The sale is catching up — hold on, it reopens by itself in a few seconds.',
     NOT_STARTED: 'The sale hasn\u2019t started yet — the button turns on when it does.',
     ENDED: 'Sorry, the sale has ended.',
     BAD_TOKEN: 'Your purchase link expired — please press Buy again.',
@@ -459,6 +460,9 @@
         break;
       case 'UNKNOWN_PRODUCT':
         productUnknown();
+        return;
+      case 'RECOVERING':
+        setMessage(messageFor(r), 'info');
         return;
     }
     setMessage(r.ok ? GENERIC : messageFor(r), 'bad');

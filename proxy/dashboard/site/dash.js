@@ -238,7 +238,8 @@
   }
 
   var STATUS = {
-    active: ['on sale', 'ok'], upcoming: ['upcoming', 'info'], soldout: ['sold out', 'bad'], ended: ['ended', 'none']
+    active: ['on sale', 'ok'], upcoming: ['upcoming', 'info'], soldout: ['sold out', 'bad'], ended: ['ended', 'none'],
+    recovering: ['recovering', 'warn']
   };
 
   function renderProducts(list) {
@@ -262,6 +263,8 @@
         var sc = q('status');
         if (!sc.firstChild) { var b = document.createElement('span'); b.className = 'badge'; sc.appendChild(b); }
         badge(sc.firstChild, st[0], st[1]);
+        sc.title = p.recovering ? 'Redis lost this sale or went back in time: closed on every edge until it is rebuilt from the ledger' +
+          (p.recoveries ? ' (' + p.recoveries + ' rebuild(s) run by this edge)' : '') : '';
         var level = p.remaining <= 0 ? 'zero' : p.stock > 0 && p.remaining * 10 <= p.stock ? 'low' : 'ok';
         var rem = q('remaining');
         text(rem, fmt(p.remaining));
