@@ -39,6 +39,17 @@
 //     never 404) and sells exactly its stock; reconcile is clean.
 //   - TestPartialStockIsNotSoldOut: a refusal for too large a quantity does
 //     not flag the product sold out while units remain.
+//   - TestFailover* (failover_*_test.go): Redis goes back in time or away
+//     under load through two edge processes of the real binary, with a
+//     shared broker and ClickHouse — restarted from a stale snapshot, a
+//     Cluster master failed over onto a lagging replica, a Sentinel
+//     failover onto a lagging replica, a Cluster master killed under ~90 %
+//     of the traffic, restarted empty with sales created through the admin
+//     API. Each checks against ClickHouse that no product stored more than
+//     its stock, nobody holds more than the limit and every 200 is stored
+//     once; `proxy reconcile` is clean; products on nodes that did not fail
+//     are never closed, the others sell again within 10 s of Redis
+//     answering. Each logs a timeline of the answers, second by second.
 //
 // Run with `go test ./e2e/` (redis-server must be installed: see
 // scripts/test.sh); -short skips the load test.
