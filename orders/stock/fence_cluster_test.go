@@ -101,3 +101,21 @@ func TestLaggingFailoverFencesOnCluster(t *testing.T) {
 	}
 	t.Logf("%d sold on the old master during the lag; the promoted replica says %d left and fenced %q", sold, info.Remaining, info.Fence)
 }
+
+// Open after a failover with the seed list an operator's config still has:
+// the dead master is in it, and Open must not fail on whichever node a
+// keyless PING would have hit.
+func TestOpenWithADeadSeed(t *testing.T) {
+	s, c := openCluster(t, Options{Timeout: 2 * time.Second})
+	warm(t, s, "ds", 10, 1)
+	master := c.MasterOf(StockKey("ds"))
+	c.Kill(master)
+	c.AwaitMaster(StockKey("ds"), master, 30*time.Second)
+	for i := range 20 {
+		s2, err := Open(context.Background(), strings.Join(c.Addrs(), ","), testOptions(Options{Timeout: 2 * time.Second}))
+		if err != nil {
+			t.Fatalf("Open %d with a dead seed: %v", i, err)
+		}
+		s2.Close()
+	}
+}

@@ -258,7 +258,7 @@ func Open(ctx context.Context, addr string, opts Options) (*Store, error) {
 	s.c = c
 	pctx, cancel := context.WithTimeout(ctx, max(opts.Timeout, time.Second))
 	defer cancel()
-	if err := c.Do(pctx, c.B().Ping().Build()).Error(); err != nil {
+	if err := ping(pctx, c); err != nil {
 		c.Close()
 		s.stopEmbedded()
 		return nil, fmt.Errorf("stock: ping %s: %w", s.describe(co), err)
@@ -267,6 +267,28 @@ func Open(ctx context.Context, addr string, opts Options) (*Store, error) {
 		s.startJanitor()
 	}
 	return s, nil
+}
+
+// ping checks that Redis answers. On a cluster a keyless PING goes to a
+// random node, which after a failover may be the dead master a seed list
+// still names: any node of the topology answering will do, as every
+// command with a key is routed to its slot's master anyway.
+func ping(ctx context.Context, c rueidis.Client) error {
+	if c.Mode() != rueidis.ClientModeCluster {
+		return c.Do(ctx, c.B().Ping().Build()).Error()
+	}
+	var errs []error
+	for addr, n := range c.Nodes() {
+		err := n.Do(ctx, n.B().Ping().Build()).Error()
+		if err == nil {
+			return nil
+		}
+		errs = append(errs, fmt.Errorf("%s: %w", addr, err))
+	}
+	if len(errs) == 0 {
+		return errors.New("no cluster node known")
+	}
+	return errors.Join(errs...)
 }
 
 // target fills co with how to reach a real Redis at addr (see Open).
