@@ -129,6 +129,11 @@ func (s *Service) recoverSale(ctx context.Context, a *activity.Activity, fence s
 	if err := s.quiet(ctx, p, fence); err != nil {
 		return err
 	}
+	if s.d.Ledger == nil {
+		// This edge cannot read the ledger (no order store configured):
+		// an edge that can rebuilds; until one does, the sale stays closed.
+		return nil
+	}
 	owner := strconv.Itoa(s.d.Node) + "|" + fence
 	got, err := s.d.Store.LockRecovery(ctx, p, owner, s.d.InFlight+recoverTimeout)
 	if err != nil || !got {

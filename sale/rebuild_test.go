@@ -584,3 +584,50 @@ func TestLostSaleWithoutLedgerStaysClosed(t *testing.T) {
 		t.Fatalf("lost sale open: %v %v", out.Code, err)
 	}
 }
+
+// A sale fenced (its meta names another Redis process) while an edge
+// without a ledger runs beside one with it: the first stays out of the
+// rebuild (and keeps the sale closed), the second rebuilds and reopens it.
+func TestFencedSaleWithAnEdgeWithoutLedger(t *testing.T) {
+	ctx := context.Background()
+	srv := redistest.New(t)
+	st := openRedisStore(t, srv.Addr())
+	r := newRig(t, st, openStoreKind(t, "file"))
+	r.startConsumer()
+	r.acts = []*activity.Activity{newActivity("fl", 10, 2)}
+	if err := r.apply(); err != nil {
+		t.Fatal(err)
+	}
+	if c := r.code("fl", "u0", 1, 2); c != stock.OK {
+		t.Fatal(c)
+	}
+	bare := sale.New(sale.Deps{Store: st, Activities: activity.NewRegistry(), Log: discard, Node: 2})
+	if err := bare.Apply(ctx, &sale.Settings{Catalog: r.acts}); err != nil {
+		t.Fatal(err)
+	}
+	// What a restart from a snapshot looks like to the deduction script.
+	c := redistest.Client(t, srv.Addr())
+	if err := c.Do(ctx, c.B().Hset().Key(stock.MetaKey("fl")).FieldValue().FieldValue("runid", "00ff").Build()).Error(); err != nil {
+		t.Fatal(err)
+	}
+	if _, code := r.deduct("fl", "u1", 1, 2); code != stock.Recovering {
+		t.Fatalf("deduction on an unverified server: %v", code)
+	}
+	if err := bare.Refresh(ctx, false); err != nil {
+		t.Fatal(err)
+	}
+	bare.Stop() // waits for its recovery goroutine: it must end, not rebuild
+	if info, _, _ := st.SaleInfo(ctx, "fl"); info.Fence == "" {
+		t.Fatal("an edge without a ledger reopened the sale")
+	}
+	await.NoError(t, 30*time.Second, "rebuilt by the edge with the ledger", func() error {
+		r.svc.Refresh(ctx, false)
+		if info, ok, err := st.SaleInfo(ctx, "fl"); err != nil || !ok || info.Fence != "" {
+			return fmt.Errorf("still fenced: %+v %v", info, err)
+		}
+		return nil
+	})
+	if c := r.code("fl", "u1", 1, 2); c != stock.OK {
+		t.Fatalf("after the rebuild: %v", c)
+	}
+}
