@@ -245,6 +245,10 @@ type Activity struct {
 // edgeBase is the edge bench runs: loopback listeners, the whole sale
 // chain as edge.yaml ships it, limits high enough that a load from one
 // address is never rate limited (as in e2e), fixed secrets bench shares.
+// edgeTokenTTL is edgeBase's sale.token_ttl: tokens bench mints itself
+// (the "do" step without a "token" step) live as long as the edge's.
+const edgeTokenTTL = 10 * time.Minute
+
 const edgeBase = `
 node_id: 1
 listen:
@@ -280,7 +284,7 @@ redis:
 auth:
   demo_login: false
 sale:
-  token_ttl: 10m
+  token_ttl: 10m # edgeTokenTTL
   refresh_interval: 1s
 orders:
   consumer: true

@@ -289,7 +289,10 @@ func (g *Generator) exec(j *journey, intended time.Time, req *fasthttp.Request, 
 		req.SetBodyString(`{"productId":"` + product + `"}`)
 	case "do":
 		if len(j.token) == 0 {
-			j.token = g.users.Token(j.token[:0], g.users.ID(j.user), product, time.Minute)
+			// The edges' sale.token_ttl (env.go): an edge that rebuilt a
+			// sale refuses tokens expiring before rebuild time + token_ttl,
+			// i.e. minted before it, and a shorter life would look older.
+			j.token = g.users.Token(j.token[:0], g.users.ID(j.user), product, edgeTokenTTL)
 		}
 		uri = append(uri, "/api/seckill/do"...)
 		req.Header.SetMethod("POST")

@@ -121,9 +121,22 @@ func (s *Service) recoverSale(ctx context.Context, a *activity.Activity, fence s
 	p := a.ProductID
 	now := s.d.Now() / 1e6
 	if fence == "" {
-		var err error
-		if fence, err = s.d.Store.Fence(ctx, p, stock.FenceID(now, s.d.Node, "lost")); err != nil {
+		// Asked by a Recovering answer or a missing stock key: what is
+		// the sale's state now? An answer can come from a batch sent just
+		// before another edge reopened the sale, and a fresh fence would
+		// close it again for nothing.
+		info, ok, err := s.d.Store.SaleInfo(ctx, p)
+		switch {
+		case err != nil:
 			return err
+		case info.Fence != "":
+			fence = info.Fence
+		case ok:
+			return nil // open
+		default:
+			if fence, err = s.d.Store.Fence(ctx, p, stock.FenceID(now, s.d.Node, "lost")); err != nil {
+				return err
+			}
 		}
 	}
 	if err := s.quiet(ctx, p, fence); err != nil {
