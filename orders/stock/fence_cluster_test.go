@@ -2,6 +2,7 @@ package stock
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -9,7 +10,7 @@ import (
 	"flashgate/internal/redistest"
 )
 
-func openCluster(t *testing.T, opts Options) (*Store, *redistest.Cluster) {
+func openCluster(t testing.TB, opts Options) (*Store, *redistest.Cluster) {
 	t.Helper()
 	if testing.Short() {
 		t.Skip("starts a 3+3 Redis Cluster: skipped with -short")
@@ -117,5 +118,39 @@ func TestOpenWithADeadSeed(t *testing.T) {
 			t.Fatalf("Open %d with a dead seed: %v", i, err)
 		}
 		s2.Close()
+	}
+}
+
+// BenchmarkDeductWait: what redis.wait_replicas costs a purchase on a
+// 3+3 cluster on loopback, one script call per attempt (sequential) and
+// under group commit (parallel). Compare wait=0 with wait=1 in one run.
+func BenchmarkDeductWait(b *testing.B) {
+	for _, wait := range []int{0, 1} {
+		s, _ := openCluster(b, Options{Timeout: 2 * time.Second, WaitReplicas: wait, WaitTimeout: 100 * time.Millisecond})
+		warm(b, s, "bw", 1<<40, 1<<30)
+		for _, mode := range []string{"sequential", "parallel"} {
+			b.Run(fmt.Sprintf("wait=%d/%s", wait, mode), func(b *testing.B) {
+				run := func() {
+					if _, err := s.Deduct(context.Background(), attempt("bw", "u", 1, 1<<30)); err != nil {
+						b.Fatal(err)
+					}
+				}
+				if mode == "sequential" {
+					for b.Loop() {
+						run()
+					}
+					return
+				}
+				b.SetParallelism(32)
+				b.RunParallel(func(pb *testing.PB) {
+					for pb.Next() {
+						run()
+					}
+				})
+			})
+		}
+		calls, attempts := s.Stats()
+		waits, short := s.WaitStats()
+		b.Logf("wait=%d: %d script calls for %d attempts, %d WAITs (%d short)", wait, calls, attempts, waits, short)
 	}
 }
