@@ -631,3 +631,43 @@ func TestFencedSaleWithAnEdgeWithoutLedger(t *testing.T) {
 		t.Fatalf("after the rebuild: %v", c)
 	}
 }
+
+// An edge that starts after Redis lost everything (meta included) while no
+// edge ran: nothing in Redis says the sale existed, but the ledger does, so
+// it is rebuilt, not warmed as new with its configured stock.
+func TestFreshEdgeAfterRedisLostEverything(t *testing.T) {
+	ctx := context.Background()
+	srv := redistest.New(t)
+	r := newRig(t, openRedisStore(t, srv.Addr()), openStoreKind(t, "file"))
+	r.startConsumer()
+	r.acts = []*activity.Activity{newActivity("fe", 10, 1)}
+	if err := r.apply(); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 4 {
+		if c := r.code("fe", "u"+strconv.Itoa(i), 1, 1); c != stock.OK {
+			t.Fatalf("u%d: %v", i, c)
+		}
+	}
+	if err := r.drain(ctx); err != nil {
+		t.Fatal(err)
+	}
+	r.svc.Stop()
+	srv.Restart()
+	r.useStock(openRedisStore(t, srv.Addr())) // a new process: it has seen nothing
+	await.NoError(t, 30*time.Second, "reopened from the ledger", func() error {
+		if err := r.apply(); err != nil {
+			return err
+		}
+		if info, ok, err := r.st.SaleInfo(ctx, "fe"); err != nil || !ok || info.Fence != "" {
+			return fmt.Errorf("not open: %+v %v %v", info, ok, err)
+		}
+		return nil
+	})
+	if info := r.info("fe"); info.Remaining != 6 {
+		t.Fatalf("a fresh edge reopened the sale with %d left, want 6 (10 - 4 sold)", info.Remaining)
+	}
+	if c := r.code("fe", "u0", 1, 1); c != stock.LimitReached {
+		t.Fatalf("u0 buying again after the loss: %v", c)
+	}
+}
