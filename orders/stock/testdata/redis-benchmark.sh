@@ -22,10 +22,12 @@ until redis-cli -p "$port" ping >/dev/null 2>&1; do sleep 0.05; done
 cli() { redis-cli -p "$port" "$@"; }
 sha=$(cli SCRIPT LOAD "$(cat "$here/../lua/deduct.lua")")
 cli SET 'sk:{b}:stock' 1000000000000000 >/dev/null
-cli HSET 'sk:{b}:meta' end 0 >/dev/null
+# The run id the script checks the meta against (the fence), as a warmed sale has it.
+runid=$(cli INFO server | tr -d '\r' | sed -n 's/^run_id://p')
+cli HSET 'sk:{b}:meta' end 0 runid "$runid" >/dev/null
 
 keys="sk:{b}:stock sk:{b}:outbox sk:{b}:meta"
-args="b 604800000 604800000"
+args="b 604800000 604800000 1"
 i=0
 while [ "$i" -lt "$BATCH" ]; do
 	# redis-benchmark replaces each __rand_int__ with a random 12-digit
