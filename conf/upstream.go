@@ -16,6 +16,11 @@ import (
 type UpstreamsConfig struct {
 	Pools  []PoolConfig  `yaml:"pools"`
 	Routes []RouteConfig `yaml:"routes"`
+	// UnderscoresInHeaders passes request headers whose names contain '_'
+	// (nginx underscores_in_headers); off, they are dropped. Either way a
+	// name that spells a header the edge writes or removes (X_Real_IP) is
+	// dropped.
+	UnderscoresInHeaders bool `yaml:"underscores_in_headers"`
 }
 
 // PoolConfig is one named origin pool.

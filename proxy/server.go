@@ -328,7 +328,7 @@ func (s *Server) dispatch(ctx *fasthttp.RequestCtx, snap *Snapshot, r *filters.R
 			api.NotFound.Write(ctx)
 			return routeNotFound
 		}
-		pool.Serve(ctx, r.ClientIP)
+		pool.Serve(ctx, r.ClientIP, snap.RealIP)
 	}
 	return rt
 }

@@ -15,12 +15,15 @@ import (
 // from the wire (so with its raw header block), reused across iterations the
 // way fasthttp reuses its RequestCtx.
 func serveCtx(path string) *fasthttp.RequestCtx {
+	return serveCtxWith(path, "X-Forwarded-For: 198.51.100.1\r\n"+
+		"Connection: keep-alive, X-Drop\r\n"+
+		"X-Drop: 1\r\n")
+}
+
+// serveCtxWith is serveCtx with other headers than Host.
+func serveCtxWith(path, headers string) *fasthttp.RequestCtx {
 	req := new(fasthttp.Request)
-	raw := "GET " + path + " HTTP/1.1\r\n" +
-		"Host: shop.example\r\n" +
-		"X-Forwarded-For: 198.51.100.1\r\n" +
-		"Connection: keep-alive, X-Drop\r\n" +
-		"X-Drop: 1\r\n\r\n"
+	raw := "GET " + path + " HTTP/1.1\r\nHost: shop.example\r\n" + headers + "\r\n"
 	if err := req.Read(bufio.NewReader(strings.NewReader(raw))); err != nil {
 		panic(err)
 	}
@@ -49,7 +52,42 @@ func TestServeAllocs(t *testing.T) {
 			p := benchPool(t, balance)
 			ctx := serveCtx("/api/items?id=1")
 			serve := func() {
-				p.Serve(ctx, testClientIP)
+				p.Serve(ctx, testClientIP, nil)
+				if ctx.Response.StatusCode() != 200 {
+					t.Fatalf("status %d", ctx.Response.StatusCode())
+				}
+			}
+			for range 10 {
+				serve() // warm connections and pools
+			}
+			if n := testing.AllocsPerRun(200, serve); n != 0 {
+				t.Fatalf("Serve allocates %v times per request", n)
+			}
+		})
+	}
+}
+
+// TestServeAllocsFiltering: a request full of what Serve removes (names
+// nginx drops, Proxy, the forwarding headers of an untrusted client) or
+// keeps from a trusted proxy costs no allocation either.
+func TestServeAllocsFiltering(t *testing.T) {
+	if raceEnabled {
+		t.Skip("allocation counts are meaningless under -race")
+	}
+	p := benchPool(t, conf.RoundRobin)
+	ctx := serveCtxWith("/api/items?id=1", "X_Real_IP: 6.6.6.6\r\nX.Real.IP: 6.6.6.6\r\nX-Real-IP: 6.6.6.6\r\n"+
+		"X-Forwarded-For: 6.6.6.6\r\nX-Forwarded-Proto: https\r\nX-Forwarded-Host: evil\r\n"+
+		"Forwarded: for=6.6.6.6\r\nProxy: http://evil\r\nProxy-Foo: 1\r\nConnection: close, X-Drop\r\nX-Drop: 1\r\n")
+	if requestPresent(&ctx.Request.Header, false)&hOddName == 0 {
+		t.Fatal("the request has no odd name: the test would not drop any")
+	}
+	for _, tc := range []struct {
+		name    string
+		proxies TrustedProxies
+	}{{"untrusted", nil}, {"trusted", trustedPeers(t)}} {
+		t.Run(tc.name, func(t *testing.T) {
+			serve := func() {
+				p.Serve(ctx, testClientIP, tc.proxies)
 				if ctx.Response.StatusCode() != 200 {
 					t.Fatalf("status %d", ctx.Response.StatusCode())
 				}
@@ -73,7 +111,7 @@ func BenchmarkServe(b *testing.B) {
 			ctx := serveCtx("/api/items?id=1")
 			b.ReportAllocs()
 			for b.Loop() {
-				p.Serve(ctx, testClientIP)
+				p.Serve(ctx, testClientIP, nil)
 			}
 		})
 	}
@@ -111,7 +149,7 @@ func TestOnResponseTimesTheOrigin(t *testing.T) {
 	p := mustBuild(t, m, onePool("p", origin)).Pool("p")
 	ctx := serveCtx("/x") // arrival: now
 	time.Sleep(callerDelay)
-	p.Serve(ctx, testClientIP)
+	p.Serve(ctx, testClientIP, nil)
 	if ctx.Response.StatusCode() != 200 {
 		t.Fatalf("status %d", ctx.Response.StatusCode())
 	}

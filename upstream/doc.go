@@ -19,5 +19,10 @@
 // saw nothing. Both allocate nothing per request. Failures reach the client
 // as generic 502/504 JSON; the detail goes to the log.
 //
+// The headers are nginx's with its defaults (headers.go): hop-by-hop ones
+// removed both ways, names other than letters, digits and '-' dropped, the
+// forwarding headers written by the edge alone unless the peer is a trusted
+// proxy; TRACE, CONNECT and malformed methods are refused (Pool.Serve).
+//
 // Manager.Snapshot and Manager.OnResponse feed the admin listener and metrics.
 package upstream

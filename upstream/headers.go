@@ -6,13 +6,17 @@ import (
 	"net/netip"
 
 	"github.com/valyala/fasthttp"
+
+	"flashgate/sale/api"
 )
 
 // The headers Serve removes or rewrites, one bit each. The first nine are
 // hop-by-hop (RFC 9110 §7.6.1, plus the non-standard Keep-Alive and
 // Proxy-Connection): a proxy must not pass them on, in either direction.
-// Expect and X-Forwarded-For are request headers prepare rewrites; knowing
-// they are absent saves a scan of the headers each.
+// Expect and the forwarding headers are request headers prepare removes or
+// rewrites; knowing they are absent saves a scan of the headers each.
+// hOddName is not a header: it says some name must be judged one by one
+// (oddName), which only a request with such a name pays for.
 const (
 	hConnection = 1 << iota
 	hKeepAlive
@@ -25,9 +29,19 @@ const (
 	hUpgrade
 	hExpect
 	hXForwardedFor
+	hXRealIP
+	hXForwardedProto
+	hXForwardedHost
+	hXForwardedPort
+	hForwarded
+	hOddName
 
-	hopMask    = hExpect - 1           // the hop-by-hop ones
-	allHeaders = hXForwardedFor<<1 - 1 // presence unknown: treat all as present
+	hopMask    = hExpect - 1     // the hop-by-hop ones
+	allHeaders = hOddName<<1 - 1 // presence unknown: treat all as present
+
+	// testimonyMask: what a proxy in front says about the request. The
+	// edge keeps it only from a trusted proxy; anyone else's claim goes.
+	testimonyMask = hXForwardedProto | hXForwardedHost | hXForwardedPort | hForwarded
 )
 
 // hopByHop names the hop-by-hop bits, by bit position.
@@ -45,10 +59,30 @@ var hopByHop = [...]string{
 
 var _ [1]struct{} = [hopMask >> (len(hopByHop) - 1)]struct{}{} // one name per hop-by-hop bit
 
+const (
+	headerXForwardedFor   = "X-Forwarded-For"
+	headerXRealIP         = "X-Real-IP"
+	headerXForwardedProto = "X-Forwarded-Proto"
+	headerXForwardedHost  = "X-Forwarded-Host"
+	headerXForwardedPort  = "X-Forwarded-Port"
+	headerForwarded       = "Forwarded"
+)
+
+// testimony names the testimonyMask bits.
+var testimony = [...]struct {
+	bit  uint32
+	name string
+}{
+	{hXForwardedProto, headerXForwardedProto},
+	{hXForwardedHost, headerXForwardedHost},
+	{hXForwardedPort, headerXForwardedPort},
+	{hForwarded, headerForwarded},
+}
+
 // headerBit returns the bit of the header named key (any case), 0 for
 // headers Serve leaves alone. Only whole names match: "TE" is not
 // "TEST-Header", "Upgrade" is not "Upgrade-Insecure-Requests".
-func headerBit(key []byte) uint16 {
+func headerBit(key []byte) uint32 {
 	switch len(key) {
 	case 2:
 		if equalFold(key, "te") {
@@ -65,6 +99,13 @@ func headerBit(key []byte) uint16 {
 		case equalFold(key, "trailer"):
 			return hTrailer
 		}
+	case 9:
+		switch {
+		case equalFold(key, "x-real-ip"):
+			return hXRealIP
+		case equalFold(key, "forwarded"):
+			return hForwarded
+		}
 	case 10:
 		switch {
 		case equalFold(key, "connection"):
@@ -77,12 +118,20 @@ func headerBit(key []byte) uint16 {
 			return hXForwardedFor
 		}
 	case 16:
-		if equalFold(key, "proxy-connection") {
+		switch {
+		case equalFold(key, "proxy-connection"):
 			return hProxyConnection
+		case equalFold(key, "x-forwarded-host"):
+			return hXForwardedHost
+		case equalFold(key, "x-forwarded-port"):
+			return hXForwardedPort
 		}
 	case 17:
-		if equalFold(key, "transfer-encoding") {
+		switch {
+		case equalFold(key, "transfer-encoding"):
 			return hTransferEncoding
+		case equalFold(key, "x-forwarded-proto"):
+			return hXForwardedProto
 		}
 	case 18:
 		if equalFold(key, "proxy-authenticate") {
@@ -96,27 +145,143 @@ func headerBit(key []byte) uint16 {
 	return 0
 }
 
+// What a header-name byte says about the name, by nginx's rules
+// (ignore_invalid_headers on): letters, digits and '-' make a valid name,
+// '_' only with underscores_in_headers, and a space or a control byte makes
+// the request bad (fasthttp refuses all but a space inside a name itself).
+// Anything else fasthttp accepts in a name ('.', '!', '#', ...) makes the
+// header one to drop.
+const (
+	nameValid      = 0
+	nameUnderscore = 1
+	nameInvalid    = 2
+	nameSpace      = 4
+	// nameEnd marks the bytes that end a name in scanRaw's table, ':' and
+	// '\n', so its loop makes one test per byte.
+	nameEnd = 0x80
+)
+
+var nameClass = func() (t [256]byte) {
+	for i := range t {
+		c := byte(i)
+		switch {
+		case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9', c == '-':
+			t[i] = nameValid
+		case c == '_':
+			t[i] = nameUnderscore
+		case c <= ' ' || c == 0x7f:
+			t[i] = nameSpace
+		default:
+			t[i] = nameInvalid
+		}
+	}
+	return t
+}()
+
+// scanClass is nameClass with the bytes that end a name marked.
+var scanClass = func() (t [256]byte) {
+	t = nameClass
+	t[':'] |= nameEnd
+	t['\n'] |= nameEnd
+	return t
+}()
+
+// nameVerdict is what Serve does with a request header of that name.
+type nameVerdict uint8
+
+const (
+	keepName   nameVerdict = iota
+	dropName               // not passed to the origin
+	rejectName             // the request is answered 400 and not proxied
+)
+
+// oddName judges one request header name, cls being the nameClass bits of
+// its bytes. Besides nginx's rules it drops:
+//   - with underscores allowed, a name that is one the edge removes or
+//     writes once '_' reads as '-' (X_Real_IP, X_Forwarded_For): CGI, WSGI
+//     and Rack make both HTTP_X_REAL_IP, so the client's would stand beside
+//     (or in place of) the edge's;
+//   - Proxy and every Proxy-* header without a bit of its own: they are
+//     addressed to a proxy, the edge is that proxy, and a CGI origin reads
+//     Proxy as its HTTP_PROXY setting ("httpoxy").
+func oddName(name []byte, cls byte, underscores bool) nameVerdict {
+	switch {
+	case cls&nameSpace != 0 || len(name) == 0:
+		return rejectName
+	case cls&nameInvalid != 0,
+		cls&nameUnderscore != 0 && (!underscores || spellsHandled(name)),
+		isProxyName(name) && headerBit(name) == 0:
+		return dropName
+	}
+	return keepName
+}
+
+// classOf ORs the nameClass bits of name's bytes.
+func classOf(name []byte) byte {
+	var cls byte
+	for _, c := range name {
+		cls |= nameClass[c]
+	}
+	return cls
+}
+
+// spellsHandled reports whether name, with '_' read as '-', is a header
+// Serve removes or writes.
+func spellsHandled(name []byte) bool {
+	var buf [len("proxy-authorization")]byte
+	if len(name) > len(buf) {
+		return false
+	}
+	for i, c := range name {
+		if c == '_' {
+			c = '-'
+		}
+		buf[i] = c
+	}
+	return headerBit(buf[:len(name)]) != 0
+}
+
+// isProxyName: "Proxy" or "Proxy-" followed by anything, any case.
+func isProxyName(name []byte) bool {
+	return len(name) >= 5 && equalFold(name[:5], "proxy") && (len(name) == 5 || name[5] == '-')
+}
+
 // scanRaw returns the bits of the headers named in a raw header block (the
 // wire bytes after the request line, as RequestHeader.RawHeaders keeps
-// them), in one pass. Continuation lines (obs-fold: starting with a space or
-// tab) belong to the header before them and name nothing; the blank line
-// ends the block.
-func scanRaw(raw []byte) uint16 {
-	var present uint16
+// them), in one pass; hOddName when some name is one oddName does not keep.
+// Continuation lines (obs-fold: starting with a space or tab) belong to the
+// header before them and name nothing; the blank line ends the block.
+func scanRaw(raw []byte, underscores bool) uint32 {
+	var present uint32
 	i, n := 0, len(raw)
 	for i < n {
-		switch raw[i] {
-		case '\r', '\n':
+		c := raw[i]
+		if c == '\r' || c == '\n' {
 			return present
-		case ' ', '\t':
-		case 'c', 'C', 'e', 'E', 'k', 'K', 'p', 'P', 't', 'T', 'u', 'U', 'x', 'X':
-			// The first letter of a name headerBit knows. Names are
-			// short: a plain loop beats IndexByte's call.
+		}
+		if c != ' ' && c != '\t' {
+			// Names are short: a plain loop beats IndexByte's call, and
+			// it classifies the bytes on the way.
 			start := i
-			for i < n && raw[i] != ':' {
+			var cls byte
+			for i < n {
+				k := scanClass[raw[i]]
+				if k&nameEnd != 0 {
+					break
+				}
+				cls |= k
 				i++
 			}
-			present |= headerBit(raw[start:i])
+			name := raw[start:i]
+			first := c | 0x20
+			if (cls != nameValid || first == 'p') && oddName(name, cls, underscores) != keepName {
+				present |= hOddName
+			}
+			switch first {
+			case 'c', 'e', 'f', 'k', 'p', 't', 'u', 'x':
+				// The first letter of a name headerBit knows.
+				present |= headerBit(name)
+			}
 		}
 		// Values can be long (cookies, user agents): IndexByte.
 		nl := bytes.IndexByte(raw[i:], '\n')
@@ -136,12 +301,12 @@ func scanRaw(raw []byte) uint16 {
 // parsing is not seen (nothing in the edge does so before Serve). Without a
 // raw block (a request built in code), or with trailers (fields outside the
 // header block), every bit is set.
-func requestPresent(h *fasthttp.RequestHeader) uint16 {
+func requestPresent(h *fasthttp.RequestHeader, underscores bool) uint32 {
 	raw := h.RawHeaders()
 	if len(raw) == 0 || len(h.PeekTrailerKeys()) > 0 {
 		return allHeaders
 	}
-	present := scanRaw(raw)
+	present := scanRaw(raw, underscores)
 	if h.ConnectionClose() {
 		// Set without a Connection field (HTTP/1.0, or a close the
 		// parser folded into the flag): deleting Connection clears it.
@@ -155,15 +320,71 @@ func requestPresent(h *fasthttp.RequestHeader) uint16 {
 // materialises the default Server value, as Del(Trailer) always did) and
 // yields Connection when only the close flag is set. With trailers All would
 // allocate, and they live outside the header fields: every bit is set.
-func responsePresent(h *fasthttp.ResponseHeader) uint16 {
+func responsePresent(h *fasthttp.ResponseHeader) uint32 {
 	if len(h.PeekTrailerKeys()) > 0 {
 		return allHeaders
 	}
-	var present uint16
+	var present uint32
 	for k := range h.All() {
 		present |= headerBit(k)
 	}
 	return present
+}
+
+// dropOddNames removes the request headers oddName drops, and reports false
+// when one of them makes the request bad. It reads the names from the raw
+// header block and the trailer keys; a request built in code has no raw
+// block, and its parsed names are read instead. scratch collects the names
+// (deleting moves the bytes under us) and is returned for reuse.
+func dropOddNames(h *fasthttp.RequestHeader, underscores bool, scratch []byte) ([]byte, bool) {
+	scratch = scratch[:0]
+	ok := true
+	judge := func(name []byte) {
+		switch oddName(name, classOf(name), underscores) {
+		case rejectName:
+			ok = false
+		case dropName:
+			// Length-prefixed: a name holds any byte fasthttp accepts.
+			scratch = append(scratch, byte(len(name)>>8), byte(len(name)))
+			scratch = append(scratch, name...)
+		}
+	}
+	if raw := h.RawHeaders(); len(raw) > 0 {
+		for i, n := 0, len(raw); i < n; {
+			c := raw[i]
+			if c == '\r' || c == '\n' {
+				break
+			}
+			start := i
+			for i < n && raw[i] != ':' && raw[i] != '\n' {
+				i++
+			}
+			if c != ' ' && c != '\t' { // continuation lines name nothing
+				judge(raw[start:i])
+			}
+			nl := bytes.IndexByte(raw[i:], '\n')
+			if nl < 0 {
+				break
+			}
+			i += nl + 1
+		}
+	} else {
+		for k := range h.All() {
+			judge(k)
+		}
+	}
+	for _, k := range h.PeekTrailerKeys() {
+		judge(k)
+	}
+	if !ok {
+		return scratch, false
+	}
+	for rest := scratch; len(rest) > 0; {
+		n := int(rest[0])<<8 | int(rest[1])
+		h.DelBytes(rest[2 : 2+n])
+		rest = rest[2+n:]
+	}
+	return scratch, true
 }
 
 // headers is what stripHopByHop needs from a request or response header.
@@ -179,7 +400,7 @@ type headers interface {
 // searched for. scratch holds a copy of the Connection values (deleting
 // would otherwise move the bytes under us); it is returned for reuse.
 // Framing is not lost: fasthttp writes Content-Length for buffered bodies.
-func stripHopByHop[H headers](h H, present uint16, scratch []byte) []byte {
+func stripHopByHop[H headers](h H, present uint32, scratch []byte) []byte {
 	scratch = scratch[:0]
 	if present&hConnection != 0 {
 		for _, v := range h.PeekAll(fasthttp.HeaderConnection) {
@@ -199,7 +420,7 @@ func stripHopByHop[H headers](h H, present uint16, scratch []byte) []byte {
 		h.DelBytes(tok)
 	}
 	for m := present & hopMask; m != 0; m &= m - 1 {
-		h.Del(hopByHop[bits.TrailingZeros16(m)])
+		h.Del(hopByHop[bits.TrailingZeros32(m)])
 	}
 	return scratch
 }
@@ -237,28 +458,43 @@ func equalFold(b []byte, lower string) bool {
 	return true
 }
 
-const (
-	headerXForwardedFor   = "X-Forwarded-For"
-	headerXRealIP         = "X-Real-IP"
-	headerXForwardedProto = "X-Forwarded-Proto"
-)
+// hop is what Serve knows of the client and of the connection the request
+// came over.
+type hop struct {
+	// clientIP is the real client as the caller resolved it (real_ip);
+	// the peer when invalid.
+	clientIP netip.Addr
+	// trusted: the peer is a trusted proxy, so the forwarding headers it
+	// sent are its testimony and pass on (X-Forwarded-For extended).
+	trusted bool
+	// underscores: upstreams.underscores_in_headers.
+	underscores bool
+}
 
-// prepare fills out with the request for the origin. The body is referenced,
-// not copied: out lives only while Serve runs on the handler's goroutine,
-// which is also why ctx's slices never outlive the handler.
-func prepare(out *fasthttp.Request, ctx *fasthttp.RequestCtx, clientIP netip.Addr, buf []byte) []byte {
+// prepare fills out with the request for the origin, or reports false when
+// the request must not be proxied (a header name nginx would refuse). The
+// body is referenced, not copied: out lives only while Serve runs on the
+// handler's goroutine, which is also why ctx's slices never outlive the
+// handler.
+func prepare(out *fasthttp.Request, ctx *fasthttp.RequestCtx, from hop, buf []byte) ([]byte, bool) {
 	copyRequest(out, ctx)
 	// One scan of the raw header block finds which of the headers
 	// rewriteHeaders handles are there; the absent ones are not searched for.
-	return rewriteHeaders(out, ctx, clientIP, requestPresent(&out.Header), buf)
+	return rewriteHeaders(out, ctx, from, requestPresent(&out.Header, from.underscores), buf)
 }
 
 func copyRequest(out *fasthttp.Request, ctx *fasthttp.RequestCtx) {
 	ctx.Request.Header.CopyTo(&out.Header)
 	out.SetBodyRaw(ctx.Request.Body())
-	// Keep the Host the client sent (the URI's host would be lower-cased
-	// and, for absolute-form requests, not the Host header at all).
+	// Keep the Host the client sent (the URI's host would be lower-cased).
 	out.UseHostHeader = true
+	if uri := ctx.Request.Header.RequestURI(); len(uri) > 0 && uri[0] != '/' && uri[0] != '*' {
+		// Absolute form (http://host/path): the target's host is the
+		// request's host and the Host header is ignored (RFC 9112 §3.2.2).
+		// It is also the host the route was matched with (ctx.Host()), so
+		// the origin cannot be handed a Host its route was not chosen for.
+		out.Header.SetHostBytes(ctx.Host())
+	}
 	// The origin is plain HTTP whatever the client used; an absolute
 	// https:// request-target would otherwise make fasthttp refuse it.
 	out.URI().SetScheme("http")
@@ -266,9 +502,16 @@ func copyRequest(out *fasthttp.Request, ctx *fasthttp.RequestCtx) {
 	out.Header.SetNoDefaultContentType(true)
 }
 
-// rewriteHeaders strips the hop-by-hop headers and Expect and sets the
-// forwarding headers; present is requestPresent's answer, or allHeaders.
-func rewriteHeaders(out *fasthttp.Request, ctx *fasthttp.RequestCtx, clientIP netip.Addr, present uint16, buf []byte) []byte {
+// rewriteHeaders strips the hop-by-hop headers, Expect and the names nginx
+// would not pass, and sets the forwarding headers; present is
+// requestPresent's answer, or allHeaders. false: the request is bad.
+func rewriteHeaders(out *fasthttp.Request, ctx *fasthttp.RequestCtx, from hop, present uint32, buf []byte) ([]byte, bool) {
+	if present&hOddName != 0 {
+		var ok bool
+		if buf, ok = dropOddNames(&out.Header, from.underscores, buf); !ok {
+			return buf, false
+		}
+	}
 	buf = stripHopByHop(&out.Header, present, buf)
 	// The edge already answered any 100-continue and read the body; asking
 	// the origin again would only cost it an interim response.
@@ -276,19 +519,22 @@ func rewriteHeaders(out *fasthttp.Request, ctx *fasthttp.RequestCtx, clientIP ne
 		out.Header.Del(fasthttp.HeaderExpect)
 	}
 
-	// X-Forwarded-For: what came in (all copies, as nginx joins them) plus
-	// the peer we got it from ($proxy_add_x_forwarded_for). Stripping ran
-	// first so "Connection: X-Forwarded-For" cannot drop what we set.
+	// X-Forwarded-For: from a trusted proxy, what it sent (all copies, as
+	// nginx joins them) plus the peer ($proxy_add_x_forwarded_for); from
+	// anyone else only the peer: a client's list is its own claim. Stripping
+	// ran first so "Connection: X-Forwarded-For" cannot drop what we set.
 	buf = buf[:0]
 	if present&hXForwardedFor != 0 {
-		for _, v := range out.Header.PeekAll(headerXForwardedFor) {
+		if from.trusted {
+			for _, v := range out.Header.PeekAll(headerXForwardedFor) {
+				if len(buf) > 0 {
+					buf = append(buf, ", "...)
+				}
+				buf = append(buf, v...)
+			}
 			if len(buf) > 0 {
 				buf = append(buf, ", "...)
 			}
-			buf = append(buf, v...)
-		}
-		if len(buf) > 0 {
-			buf = append(buf, ", "...)
 		}
 		out.Header.Del(headerXForwardedFor)
 	}
@@ -297,7 +543,7 @@ func rewriteHeaders(out *fasthttp.Request, ctx *fasthttp.RequestCtx, clientIP ne
 	buf = peer.AppendTo(buf)
 	out.Header.SetBytesV(headerXForwardedFor, buf)
 
-	real := clientIP
+	real := from.clientIP
 	if !real.IsValid() {
 		real = peer
 	}
@@ -305,14 +551,50 @@ func rewriteHeaders(out *fasthttp.Request, ctx *fasthttp.RequestCtx, clientIP ne
 	buf = real.Unmap().AppendTo(buf)
 	// Set replaces only the first copy: a client sending the header twice
 	// would get its second copy through to the origin. Delete every copy.
-	out.Header.Del(headerXRealIP)
+	if present&hXRealIP != 0 {
+		out.Header.Del(headerXRealIP)
+	}
 	out.Header.SetBytesV(headerXRealIP, buf[mark:])
 
-	out.Header.Del(headerXForwardedProto)
-	if ctx.IsTLS() {
-		out.Header.Set(headerXForwardedProto, "https")
-	} else {
-		out.Header.Set(headerXForwardedProto, "http")
+	// X-Forwarded-Proto, -Host, -Port and Forwarded: a trusted proxy's
+	// pass; anyone else's go. The edge writes X-Forwarded-Proto (of its own
+	// listener) when none is left.
+	if !from.trusted {
+		for _, t := range testimony {
+			if present&t.bit != 0 {
+				out.Header.Del(t.name)
+			}
+		}
 	}
-	return buf
+	if !from.trusted || present&hXForwardedProto == 0 {
+		if ctx.IsTLS() {
+			out.Header.Set(headerXForwardedProto, "https")
+		} else {
+			out.Header.Set(headerXForwardedProto, "http")
+		}
+	}
+	return buf, true
+}
+
+// methodRejection is the answer to a method the edge does not proxy, nil for
+// the others. As nginx: TRACE (it would echo the request, cookies included,
+// back to a script) and CONNECT (a tunnel, not a request) are 405; a method
+// that is not upper-case letters, '_' and '-' is 400 ("get" is not GET, and
+// an origin that reads it as GET would do so behind the edge's back).
+func methodRejection(m []byte) *api.Rejection {
+	switch string(m) {
+	case fasthttp.MethodGet, fasthttp.MethodPost, fasthttp.MethodHead:
+		return nil
+	case fasthttp.MethodTrace, fasthttp.MethodConnect:
+		return api.MethodNotAllowed
+	}
+	if len(m) == 0 {
+		return api.BadRequest
+	}
+	for _, c := range m {
+		if (c < 'A' || c > 'Z') && c != '_' && c != '-' {
+			return api.BadRequest
+		}
+	}
+	return nil
 }

@@ -5,16 +5,20 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"slices"
 	"strings"
 	"testing"
 
 	"github.com/valyala/fasthttp"
+
+	"flashgate/filters"
+	"flashgate/sale/api"
 )
 
 func TestHeaderBit(t *testing.T) {
 	for _, tc := range []struct {
 		key  string
-		want uint16
+		want uint32
 	}{
 		{"Connection", hConnection},
 		{"connection", hConnection},
@@ -35,6 +39,13 @@ func TestHeaderBit(t *testing.T) {
 		{"Expect", hExpect},
 		{"X-Forwarded-For", hXForwardedFor},
 		{"x-forwarded-for", hXForwardedFor},
+		{"X-Real-IP", hXRealIP},
+		{"x-real-ip", hXRealIP},
+		{"X-Forwarded-Proto", hXForwardedProto},
+		{"X-Forwarded-Host", hXForwardedHost},
+		{"X-Forwarded-Port", hXForwardedPort},
+		{"Forwarded", hForwarded},
+		{"FORWARDED", hForwarded},
 		// Prefixes, extensions and look-alikes name other headers.
 		{"T", 0},
 		{"TEST-Header", 0},
@@ -47,8 +58,11 @@ func TestHeaderBit(t *testing.T) {
 		{"Connections", 0},
 		{"Proxy-Connectio", 0},
 		{"X-Forwarded-Fo", 0},
-		{"X-Forwarded-Proto", 0},
-		{"X-Forwarded-Host", 0},
+		{"X_Forwarded_For", 0},
+		{"X_Real_IP", 0},
+		{"X-Real-IPs", 0},
+		{"X-Forwarded-Server", 0},
+		{"Forwarde", 0},
 		{"Trailers", 0},
 		{"Transfer-Encodings", 0},
 		{"Expects", 0},
@@ -71,33 +85,51 @@ func TestHeaderBit(t *testing.T) {
 
 func TestScanRaw(t *testing.T) {
 	for _, tc := range []struct {
-		name string
-		raw  string
-		want uint16
+		name        string
+		raw         string
+		underscores bool
+		want        uint32
 	}{
-		{"empty", "", 0},
-		{"terminator only", "\r\n", 0},
-		{"none", "Host: a\r\nUser-Agent: x\r\nAccept: */*\r\n\r\n", 0},
-		{"each", "TE: trailers\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n", hTE | hUpgrade | hConnection},
+		{"empty", "", false, 0},
+		{"terminator only", "\r\n", false, 0},
+		{"none", "Host: a\r\nUser-Agent: x\r\nAccept: */*\r\n\r\n", false, 0},
+		{"each", "TE: trailers\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n", false, hTE | hUpgrade | hConnection},
 		{"all", "Connection: a\r\nKeep-Alive: 1\r\nProxy-Connection: b\r\nProxy-Authenticate: c\r\n" +
 			"Proxy-Authorization: d\r\nTE: e\r\nTrailer: f\r\nTransfer-Encoding: chunked\r\nUpgrade: g\r\n" +
-			"Expect: 100-continue\r\nX-Forwarded-For: 1.2.3.4\r\n\r\n", allHeaders},
-		{"case-insensitive", "upgrade: x\r\nte: trailers\r\nKEEP-ALIVE: 5\r\n\r\n", hUpgrade | hTE | hKeepAlive},
-		{"duplicates", "Upgrade: a\r\nUpgrade: b\r\nX-Forwarded-For: 1\r\nx-forwarded-for: 2\r\n\r\n", hUpgrade | hXForwardedFor},
-		{"prefixes", "TEST-Header: 1\r\nUpgrade-Insecure-Requests: 1\r\nKeep-Alive-Extra: 1\r\nX-Forwarded-Proto: https\r\n\r\n", 0},
-		{"name with a space", "Upgrade X: 1\r\n\r\n", 0},
-		{"value naming a header", "X-A: Upgrade: websocket\r\nReferer: http://x/TE:1\r\n\r\n", 0},
-		{"empty value", "Upgrade:\r\nTE: \r\n\r\n", hUpgrade | hTE},
-		{"no space after colon", "Upgrade:h2c\r\n\r\n", hUpgrade},
-		{"folded, continuation names nothing", "X-A: 1\r\n Upgrade: websocket\r\n\tTE: trailers\r\n\r\n", 0},
-		{"folded hop-by-hop value", "Connection: X-B,\r\n X-C\r\nX-B: 1\r\n\r\n", hConnection},
-		{"header after a fold", "X-A: 1,\r\n 2\r\nUpgrade: x\r\n\r\n", hUpgrade},
-		{"bare LF", "Upgrade: x\nTE: y\n\n", hUpgrade | hTE},
-		{"no terminator", "Upgrade: x\r\nTE: y", hUpgrade | hTE},
-		{"nothing after terminator is read", "Host: a\r\n\r\nUpgrade: x\r\n", 0},
-		{"last line", "Host: a\r\nTrailer: X-T\r\n\r\n", hTrailer},
+			"Expect: 100-continue\r\nX-Forwarded-For: 1.2.3.4\r\nX-Real-IP: 1\r\nX-Forwarded-Proto: https\r\n" +
+			"X-Forwarded-Host: h\r\nX-Forwarded-Port: 443\r\nForwarded: for=1\r\nProxy: http://x\r\n\r\n", false, allHeaders},
+		{"case-insensitive", "upgrade: x\r\nte: trailers\r\nKEEP-ALIVE: 5\r\n\r\n", false, hUpgrade | hTE | hKeepAlive},
+		{"duplicates", "Upgrade: a\r\nUpgrade: b\r\nX-Forwarded-For: 1\r\nx-forwarded-for: 2\r\n\r\n", false, hUpgrade | hXForwardedFor},
+		{"prefixes", "TEST-Header: 1\r\nUpgrade-Insecure-Requests: 1\r\nKeep-Alive-Extra: 1\r\nX-Forwarded-Protocol: https\r\n" +
+			"Proxyish: 1\r\nProxy2: 1\r\n\r\n", false, 0},
+		{"value naming a header", "X-A: Upgrade: websocket\r\nReferer: http://x/TE:1\r\nX-B: X_Real_IP\r\n\r\n", false, 0},
+		{"empty value", "Upgrade:\r\nTE: \r\n\r\n", false, hUpgrade | hTE},
+		{"no space after colon", "Upgrade:h2c\r\n\r\n", false, hUpgrade},
+		{"folded, continuation names nothing", "X-A: 1\r\n Upgrade: websocket\r\n\tTE: trailers\r\n X_Real_IP: 1\r\n\r\n", false, 0},
+		{"folded hop-by-hop value", "Connection: X-B,\r\n X-C\r\nX-B: 1\r\n\r\n", false, hConnection},
+		{"header after a fold", "X-A: 1,\r\n 2\r\nUpgrade: x\r\n\r\n", false, hUpgrade},
+		{"bare LF", "Upgrade: x\nTE: y\n\n", false, hUpgrade | hTE},
+		{"no terminator", "Upgrade: x\r\nTE: y", false, hUpgrade | hTE},
+		{"nothing after terminator is read", "Host: a\r\n\r\nUpgrade: x\r\n", false, 0},
+		{"last line", "Host: a\r\nTrailer: X-T\r\n\r\n", false, hTrailer},
+
+		// Names oddName does not keep.
+		{"name with a space", "Upgrade X: 1\r\n\r\n", false, hOddName},
+		{"underscore", "Host: a\r\nX_Real_IP: 6.6.6.6\r\n\r\n", false, hOddName},
+		{"underscore allowed", "Host: a\r\nX_Custom: 1\r\n\r\n", true, 0},
+		{"underscore allowed, spells X-Real-IP", "X_Real_IP: 6.6.6.6\r\n\r\n", true, hOddName},
+		{"underscore allowed, spells TE", "t_e: trailers\r\n\r\n", true, 0}, // "t-e" is not TE
+		{"underscore allowed, spells Transfer-Encoding", "Transfer_Encoding: chunked\r\n\r\n", true, hOddName},
+		{"dot", "X.Real.IP: 1\r\n\r\n", true, hOddName},
+		{"other token characters", "X!y: 1\r\n\r\n", true, hOddName},
+		{"Proxy (httpoxy)", "proxy: http://evil\r\n\r\n", false, hOddName},
+		{"Proxy-*", "Proxy-Foo: 1\r\n\r\n", false, hOddName},
+		{"Proxy-* with a bit of its own", "Proxy-Authorization: x\r\n\r\n", false, hProxyAuthorization},
+		{"Proxy-* with an underscore allowed", "Proxy-X_Y: 1\r\n\r\n", true, hOddName},
+		{"underscore allowed, spells Proxy-Authorization", "Proxy_Authorization: 1\r\n\r\n", true, hOddName},
+		{"odd and named", "Upgrade: x\r\nX_A: 1\r\nX-Real-IP: 1\r\n\r\n", false, hUpgrade | hOddName | hXRealIP},
 	} {
-		if got := scanRaw([]byte(tc.raw)); got != tc.want {
+		if got := scanRaw([]byte(tc.raw), tc.underscores); got != tc.want {
 			t.Errorf("%s: scanRaw = %#x, want %#x", tc.name, got, tc.want)
 		}
 	}
@@ -145,6 +177,9 @@ var requestCases = []string{
 		"X-Forwarded-For: 1.1.1.1\r\nCookie: a=1\r\nUser-Agent: ua\r\nContent-Type: text/plain\r\n\r\n",
 	"GET /a HTTP/1.1\r\nHost: h\r\nConnection: X-A,\r\n X-B\r\nX-A: 1\r\nX-B: 2\r\nX-C: 3,\r\n\tUpgrade: folded\r\n\r\n",
 	"GET /a HTTP/1.1\r\nHost: h\r\nUpgrade X: 1\r\nX-Forwarded-For: 2.2.2.2\r\nx-forwarded-for: 3.3.3.3\r\n\r\n",
+	"GET /a HTTP/1.1\r\nHost: h\r\nX_Real_IP: 6.6.6.6\r\nX.Real.IP: 7\r\nProxy: http://evil\r\nProxy-Foo: 1\r\n" +
+		"Forwarded: for=1.1.1.1\r\nX-Forwarded-Host: evil\r\nX-Forwarded-Port: 1\r\nX-Real-IP: 8\r\nX-Ok: 1\r\n\r\n",
+	"POST /a HTTP/1.1\r\nHost: h\r\nTrailer: X_T\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\nX_T: v\r\nX.U: u\r\n\r\n",
 	"GET /a HTTP/1.0\r\nHost: h\r\n\r\n",
 	"GET /a HTTP/1.0\r\nHost: h\r\nConnection: keep-alive\r\n\r\n",
 	"GET /a HTTP/1.0\r\n\r\n",
@@ -179,7 +214,7 @@ func TestStripRequestMatchesFullStrip(t *testing.T) {
 	for _, raw := range requestCases {
 		want, got := parseRequest(t, raw), parseRequest(t, raw)
 		fullStrip(&want.Header, nil)
-		stripHopByHop(&got.Header, requestPresent(&got.Header), nil)
+		stripHopByHop(&got.Header, requestPresent(&got.Header, false), nil)
 		if w, g := requestState(&want.Header), requestState(&got.Header); w != g {
 			t.Errorf("%q:\n got %s\nwant %s", raw, g, w)
 		}
@@ -193,9 +228,9 @@ func TestPrepareMatchesFullScan(t *testing.T) {
 		ctx := new(fasthttp.RequestCtx)
 		ctx.Init(parseRequest(t, raw), &net.TCPAddr{IP: net.IPv4(192, 0, 2, 10), Port: 40000}, nil)
 		var got, want fasthttp.Request
-		prepare(&got, ctx, testClientIP, nil)
+		prepare(&got, ctx, hop{clientIP: testClientIP}, nil)
 		copyRequest(&want, ctx)
-		rewriteHeaders(&want, ctx, testClientIP, allHeaders, nil)
+		rewriteHeaders(&want, ctx, hop{clientIP: testClientIP}, allHeaders, nil)
 		if w, g := requestState(&want.Header), requestState(&got.Header); w != g {
 			t.Errorf("%q:\n got %s\nwant %s", raw, g, w)
 		}
@@ -258,7 +293,7 @@ func TestStripResponseMatchesFullStrip(t *testing.T) {
 func TestPresence(t *testing.T) {
 	for _, tc := range []struct {
 		raw  string
-		want uint16
+		want uint32
 	}{
 		{requestCases[0], 0},
 		{requestCases[1], hConnection},
@@ -267,13 +302,13 @@ func TestPresence(t *testing.T) {
 		{"GET / HTTP/1.0\r\n\r\n", allHeaders},                                  // no raw block
 		{requestCases[len(requestCases)-3], allHeaders},                         // trailers
 	} {
-		if got := requestPresent(&parseRequest(t, tc.raw).Header); got != tc.want {
+		if got := requestPresent(&parseRequest(t, tc.raw).Header, false); got != tc.want {
 			t.Errorf("requestPresent(%q) = %#x, want %#x", tc.raw, got, tc.want)
 		}
 	}
 	for _, tc := range []struct {
 		raw  string
-		want uint16
+		want uint32
 	}{
 		{responseCases[0], 0},
 		{responseCases[2], hConnection}, // close flag only
@@ -291,8 +326,8 @@ func TestPresence(t *testing.T) {
 // fasthttp's server keeps the raw header block of the requests it parses,
 // so Serve takes the scan rather than the every-header fallback.
 func TestServerKeepsRawHeaders(t *testing.T) {
-	got := make(chan uint16, 1)
-	addr := startOrigin(t, func(ctx *fasthttp.RequestCtx) { got <- requestPresent(&ctx.Request.Header) })
+	got := make(chan uint32, 1)
+	addr := startOrigin(t, func(ctx *fasthttp.RequestCtx) { got <- requestPresent(&ctx.Request.Header, false) })
 	conn, err := net.Dial("tcp", addr)
 	if err != nil {
 		t.Fatal(err)
@@ -312,7 +347,7 @@ func TestPresenceAllocs(t *testing.T) {
 	}
 	req := parseRequest(t, requestCases[1])
 	resp := parseResponse(t, responseCases[5])
-	if n := testing.AllocsPerRun(100, func() { requestPresent(&req.Header) }); n != 0 {
+	if n := testing.AllocsPerRun(100, func() { requestPresent(&req.Header, false) }); n != 0 {
 		t.Errorf("requestPresent allocates %v times", n)
 	}
 	if n := testing.AllocsPerRun(100, func() { responsePresent(&resp.Header) }); n != 0 {
@@ -335,7 +370,7 @@ func BenchmarkStripRequest(b *testing.B) {
 					continue
 				}
 				if mode == "one-pass" {
-					buf = stripHopByHop(&h, requestPresent(&h), buf)
+					buf = stripHopByHop(&h, requestPresent(&h, false), buf)
 				} else {
 					buf = fullStrip(&h, buf)
 				}
@@ -372,7 +407,7 @@ func BenchmarkScanRaw(b *testing.B) {
 		"Connection: keep-alive\r\nUpgrade-Insecure-Requests: 1\r\nCookie: sid=0123456789abcdef; theme=dark\r\n"+
 		"Sec-Fetch-Dest: document\r\nSec-Fetch-Mode: navigate\r\nPriority: u=0, i\r\n\r\n").Header.RawHeaders()
 	for b.Loop() {
-		scanRaw(raw)
+		scanRaw(raw, false)
 	}
 }
 
@@ -389,11 +424,129 @@ func TestSpoofedDuplicateForwardingHeadersDropped(t *testing.T) {
 	var ctx fasthttp.RequestCtx
 	ctx.Init(&req, &net.TCPAddr{IP: net.IPv4(10, 0, 0, 9), Port: 1234}, nil)
 	var out fasthttp.Request
-	prepare(&out, &ctx, netip.MustParseAddr("203.0.113.7"), nil)
+	prepare(&out, &ctx, hop{clientIP: netip.MustParseAddr("203.0.113.7")}, nil)
 	if got := out.Header.PeekAll("X-Real-IP"); len(got) != 1 || string(got[0]) != "203.0.113.7" {
 		t.Fatalf("X-Real-IP = %q", got)
 	}
 	if got := out.Header.PeekAll("X-Forwarded-Proto"); len(got) != 1 || string(got[0]) != "http" {
 		t.Fatalf("X-Forwarded-Proto = %q", got)
+	}
+}
+
+// trustedPeers are the real_ip trusted proxies of the tests that have one:
+// the peer of serveCtx and prepareCtx.
+func trustedPeers(t testing.TB) *filters.RealIP {
+	t.Helper()
+	ri, errs := filters.NewRealIP("X-Forwarded-For", []string{"192.0.2.0/24"})
+	if len(errs) > 0 {
+		t.Fatal(errs)
+	}
+	return ri
+}
+
+// prepareCtx is raw as the edge server hands it to Serve, from peer 192.0.2.10.
+func prepareCtx(t testing.TB, raw string) *fasthttp.RequestCtx {
+	ctx := new(fasthttp.RequestCtx)
+	ctx.Init(parseRequest(t, raw), &net.TCPAddr{IP: net.IPv4(192, 0, 2, 10), Port: 40000}, nil)
+	return ctx
+}
+
+// fields lists h's header fields as "Name: value", the way they go out,
+// sorted (fasthttp does not keep their order when some are deleted).
+func fields(h *fasthttp.RequestHeader) []string {
+	var all []string
+	for _, line := range strings.Split(string(h.Header()), "\r\n")[1:] {
+		if line != "" {
+			all = append(all, line)
+		}
+	}
+	slices.Sort(all)
+	return all
+}
+
+// TestPrepareForwarding: which of the client's headers reach the origin and
+// what the edge writes, for an untrusted client and a trusted proxy, with
+// and without underscores_in_headers.
+func TestPrepareForwarding(t *testing.T) {
+	spoofed := "GET /a HTTP/1.1\r\nHost: shop.example\r\n" +
+		"X_Real_IP: 6.6.6.6\r\nx_forwarded_for: 6.6.6.6\r\nX.Real.IP: 6.6.6.6\r\nX-Real-IP: 6.6.6.6\r\n" +
+		"X-Forwarded-For: 6.6.6.6\r\nX-Forwarded-For: 7.7.7.7\r\nX-Forwarded-Proto: https\r\n" +
+		"X-Forwarded-Host: evil.example\r\nX-Forwarded-Port: 8443\r\nForwarded: for=6.6.6.6;proto=https\r\n" +
+		"Proxy: http://evil.example:3128\r\nProxy-Foo: 1\r\nX_Custom: c\r\nX-Ok: ok\r\n\r\n"
+	for _, tc := range []struct {
+		name                 string
+		raw                  string
+		trusted, underscores bool
+		want                 []string // every field the origin gets
+	}{
+		{"untrusted client", spoofed, false, false, []string{
+			"Host: shop.example", "X-Ok: ok",
+			"X-Forwarded-For: 192.0.2.10", "X-Real-Ip: 203.0.113.7", "X-Forwarded-Proto: http"}},
+		{"untrusted client, underscores allowed", spoofed, false, true, []string{
+			"Host: shop.example", "X_custom: c", "X-Ok: ok",
+			"X-Forwarded-For: 192.0.2.10", "X-Real-Ip: 203.0.113.7", "X-Forwarded-Proto: http"}},
+		{"trusted proxy", spoofed, true, false, []string{
+			"Host: shop.example", "X-Forwarded-Proto: https", "X-Forwarded-Host: evil.example",
+			"X-Forwarded-Port: 8443", "Forwarded: for=6.6.6.6;proto=https", "X-Ok: ok",
+			"X-Forwarded-For: 6.6.6.6, 7.7.7.7, 192.0.2.10", "X-Real-Ip: 203.0.113.7"}},
+		{"trusted proxy without X-Forwarded-Proto", "GET /a HTTP/1.1\r\nHost: h\r\n\r\n", true, false, []string{
+			"Host: h", "X-Forwarded-For: 192.0.2.10", "X-Real-Ip: 203.0.113.7", "X-Forwarded-Proto: http"}},
+		{"absolute form: the target's host", "GET http://Other.Example:81/p?q=1 HTTP/1.1\r\nHost: shop.example\r\n\r\n", false, false, []string{
+			"Host: other.example:81", "X-Forwarded-For: 192.0.2.10", "X-Real-Ip: 203.0.113.7", "X-Forwarded-Proto: http"}},
+		{"trailer with odd names", "POST /a HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: chunked\r\n\r\n" +
+			"5\r\nhello\r\n0\r\nX_T: v\r\nX.U: u\r\nX-V: v\r\n\r\n", false, false, []string{
+			"Host: h", "X-V: v", "X-Forwarded-For: 192.0.2.10", "X-Real-Ip: 203.0.113.7", "X-Forwarded-Proto: http"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := prepareCtx(t, tc.raw)
+			var out fasthttp.Request
+			_, ok := prepare(&out, ctx, hop{clientIP: testClientIP, trusted: tc.trusted, underscores: tc.underscores}, nil)
+			if !ok {
+				t.Fatal("refused")
+			}
+			slices.Sort(tc.want)
+			if got := fields(&out.Header); fmt.Sprint(got) != fmt.Sprint(tc.want) {
+				t.Errorf("origin gets\n %q\nwant\n %q", got, tc.want)
+			}
+		})
+	}
+}
+
+func TestPrepareRefusesSpaceInName(t *testing.T) {
+	for _, raw := range []string{
+		"GET /a HTTP/1.1\r\nHost: h\r\nX Real IP: 6.6.6.6\r\n\r\n",
+		"GET /a HTTP/1.1\r\nHost: h\r\nTransfer Encoding: chunked\r\n\r\n",
+	} {
+		var out fasthttp.Request
+		if _, ok := prepare(&out, prepareCtx(t, raw), hop{clientIP: testClientIP}, nil); ok {
+			t.Errorf("%q: prepared for the origin", raw)
+		}
+	}
+	// Built in code (no raw block), a name with a space is judged too.
+	var req, out fasthttp.Request
+	req.Header.SetMethod("GET")
+	req.SetRequestURI("/x")
+	req.Header.Set("X Real IP", "6.6.6.6")
+	var ctx fasthttp.RequestCtx
+	ctx.Init(&req, &net.TCPAddr{IP: net.IPv4(10, 0, 0, 9), Port: 1234}, nil)
+	if _, ok := prepare(&out, &ctx, hop{clientIP: testClientIP}, nil); ok {
+		t.Error("request built in code: prepared for the origin")
+	}
+}
+
+func TestMethodRejection(t *testing.T) {
+	for _, tc := range []struct {
+		method string
+		want   *api.Rejection
+	}{
+		{"GET", nil}, {"POST", nil}, {"HEAD", nil}, {"PUT", nil}, {"DELETE", nil}, {"PATCH", nil},
+		{"OPTIONS", nil}, {"PROPFIND", nil}, {"VERSION-CONTROL", nil}, {"X_PURGE", nil},
+		{"TRACE", api.MethodNotAllowed}, {"CONNECT", api.MethodNotAllowed},
+		{"get", api.BadRequest}, {"Get", api.BadRequest}, {"trace", api.BadRequest},
+		{"M1", api.BadRequest}, {"M.X", api.BadRequest}, {"", api.BadRequest},
+	} {
+		if got := methodRejection([]byte(tc.method)); got != tc.want {
+			t.Errorf("%q: %v, want %v", tc.method, got, tc.want)
+		}
 	}
 }

@@ -72,7 +72,7 @@ func startEdge(t testing.TB, s *Set) *edge {
 			ctx.SetStatusCode(fasthttp.StatusNotFound)
 			return
 		}
-		p.Serve(ctx, testClientIP)
+		p.Serve(ctx, testClientIP, nil)
 	})
 	e.c = &fasthttp.HostClient{Addr: e.addr, MaxIdemponentCallAttempts: 1}
 	return e

@@ -115,6 +115,7 @@ func (m *Manager) Build(c conf.UpstreamsConfig) (*Set, error) {
 			failTimeout:  pc.Passive.FailTimeout,
 			health:       pc.Health,
 			connect:      pc.ConnectTimeout,
+			underscores:  c.UnderscoresInHeaders,
 		}
 		if len(pc.Servers) == 1 {
 			p.maxFails = 0

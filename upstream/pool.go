@@ -27,6 +27,8 @@ type Pool struct {
 	failTimeout  time.Duration
 	health       conf.HealthConfig
 	connect      time.Duration
+	// underscores: upstreams.underscores_in_headers.
+	underscores bool
 
 	rr atomic.Uint32
 	// Failure logs are limited to one line per second per pool: an origin
@@ -54,18 +56,43 @@ type call struct {
 
 var callPool = sync.Pool{New: func() any { return new(call) }}
 
+// TrustedProxies says which peers are trusted proxies (real_ip's
+// trusted_proxies: *filters.RealIP).
+type TrustedProxies interface {
+	Trusted(netip.Addr) bool
+}
+
 // Serve proxies the request to one of the pool's servers and writes the
 // origin's answer (or a 502/504 JSON error) into ctx.Response, replacing
 // anything set there before.
 //
-// What the origin sees: the client's request with hop-by-hop headers
-// removed (RFC 9110 §7.6.1, plus every header the Connection header names),
-// the Host header exactly as the client sent it (nginx `proxy_set_header
-// Host $host`: origins do virtual hosting and build links with it),
-// X-Forwarded-For extended with the immediate peer, X-Real-IP = clientIP
-// (the real client as resolved by the caller; the peer if invalid) and
-// X-Forwarded-Proto http or https (of the edge's listener). It always
-// speaks HTTP/1.1 to keep connections alive.
+// What the origin sees is the client's request without:
+//   - the hop-by-hop headers (RFC 9110 §7.6.1) and every header the
+//     Connection header names, Expect (the edge answered 100-continue), and
+//     Proxy and every other Proxy-*;
+//   - the headers nginx ignores (ignore_invalid_headers): a name with
+//     anything but letters, digits and '-', '_' being let through only with
+//     upstreams.underscores_in_headers and never in a spelling of a header
+//     listed here (X_Real_IP);
+//   - the forwarding headers the client sent, which the edge writes itself:
+//     X-Forwarded-For = the immediate peer, X-Real-IP = clientIP (the real
+//     client as resolved by the caller; the peer if invalid),
+//     X-Forwarded-Proto = http or https (of the edge's listener); and
+//     X-Forwarded-Host, X-Forwarded-Port and Forwarded, which it does not.
+//     When the peer is one of proxies (real_ip's trusted proxies), its
+//     testimony stands: X-Forwarded-For is its list extended with the peer
+//     (nginx $proxy_add_x_forwarded_for), and its X-Forwarded-Proto, -Host,
+//     -Port and Forwarded pass on.
+//
+// The Host header goes exactly as the client sent it (nginx
+// `proxy_set_header Host $host`: origins do virtual hosting and build links
+// with it); for an absolute-form request-target, the target's host, which
+// the route was chosen by. It always speaks HTTP/1.1 to keep connections
+// alive.
+//
+// Refused, not proxied, and the connection closed: TRACE and CONNECT (405),
+// a method other than upper-case letters, '_' and '-', and a header name
+// with a space (400), as nginx does.
 //
 // Bodies are buffered both ways, within the edge server's
 // MaxRequestBodySize and without a response limit: origins here serve
@@ -75,10 +102,25 @@ var callPool = sync.Pool{New: func() any { return new(call) }}
 // A bodyless GET, HEAD or OPTIONS whose connection cannot be made is
 // retried on another server, up to max_retries; nothing else is retried,
 // since the origin may already have acted on it.
-func (p *Pool) Serve(ctx *fasthttp.RequestCtx, clientIP netip.Addr) {
+func (p *Pool) Serve(ctx *fasthttp.RequestCtx, clientIP netip.Addr, proxies TrustedProxies) {
+	if rej := methodRejection(ctx.Method()); rej != nil {
+		refuse(ctx, rej)
+		return
+	}
+	from := hop{clientIP: clientIP, underscores: p.underscores}
+	if proxies != nil {
+		peer, _ := netip.AddrFromSlice(ctx.RemoteIP())
+		from.trusted = proxies.Trusted(peer.Unmap())
+	}
 	c := callPool.Get().(*call)
 	out := &c.req
-	c.buf = prepare(out, ctx, clientIP, c.buf)
+	var ok bool
+	if c.buf, ok = prepare(out, ctx, from, c.buf); !ok {
+		out.Reset()
+		callPool.Put(c)
+		refuse(ctx, api.BadRequest)
+		return
+	}
 
 	// OnResponse's time is the wait for the origin: from here, with the
 	// request ready, to the last attempt's answer or failure. ctx.Time()
@@ -159,6 +201,13 @@ var monoBase = time.Now()
 // carries a monotonic reading skips the wall clock, so it costs one vDSO
 // clock_gettime where time.Now costs two (wall and monotonic).
 func monoNow() time.Duration { return time.Since(monoBase) }
+
+// refuse answers a request the edge does not proxy and closes the
+// connection: a client that sent it may not frame what follows as we would.
+func refuse(ctx *fasthttp.RequestCtx, rej *api.Rejection) {
+	rej.Write(ctx)
+	ctx.SetConnectionClose()
+}
 
 func writeError(ctx *fasthttp.RequestCtx, status int) {
 	if status == fasthttp.StatusGatewayTimeout {
