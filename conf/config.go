@@ -49,6 +49,9 @@ type ListenConfig struct {
 
 // AdminConfig is the operator listener (metrics, health, reload).
 type AdminConfig struct {
+	// Addr may be given as "env:NAME" (a container's image sets it from its
+	// environment); Parse replaces it with the value, so the rest of the
+	// edge sees an address.
 	Addr string `yaml:"addr"`
 	// Token is required when Addr is not a loopback address. It may be given
 	// as "env:NAME" to read it from the environment. Never logged.

@@ -69,6 +69,7 @@ func Parse(data []byte, source string) (*Document, error) {
 	if len(errs) > 0 {
 		return nil, errs
 	}
+	cfg.Admin.Addr, _ = cfg.Admin.ResolveAddr() // validated above
 	return &Document{Config: cfg, Root: &root, Source: source, Raw: data}, nil
 }
 
@@ -159,19 +160,7 @@ func (c *Config) Validate() field.Errors {
 	if l.MaxConnsPerIP < 0 {
 		errs.Add("listen.max_conns_per_ip", "must not be negative, got %d", l.MaxConnsPerIP)
 	}
-	checkAddr(&errs, "admin.addr", c.Admin.Addr)
-	if c.Admin.Addr != "" && !isLoopback(c.Admin.Addr) {
-		if tok, err := c.Admin.ResolveToken(); err != nil {
-			errs.Add("admin.token", "%v", err)
-		} else if tok == "" {
-			errs.Add("admin.token", "required when admin.addr (%s) is not a loopback address: the admin API must never be open to the world", c.Admin.Addr)
-		}
-	} else if _, err := c.Admin.ResolveToken(); err != nil {
-		errs.Add("admin.token", "%v", err)
-	}
-	if tok, _ := c.Admin.ResolveToken(); tok != "" && len(tok) < 16 {
-		errs.Add("admin.token", "must be at least 16 characters")
-	}
+	c.Admin.validate(&errs)
 	switch c.Log.Level {
 	case "debug", "info", "warn", "error":
 	default:
@@ -210,10 +199,6 @@ func (c *Config) Validate() field.Errors {
 	validateActivities(&errs, c.Activities)
 	return errs
 }
-
-// ResolveToken returns the admin token, reading it from the environment
-// when written as "env:NAME".
-func (a AdminConfig) ResolveToken() (string, error) { return field.ResolveEnv(a.Token) }
 
 func positive(errs *field.Errors, path string, d time.Duration) {
 	if d <= 0 {

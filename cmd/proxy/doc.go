@@ -2,7 +2,9 @@
 //
 // This package is the process only: flags (-c, -t like `nginx -t`,
 // -version, -pprof), signals (SIGHUP reloads, SIGTERM/SIGINT drain and
-// exit 0) and the subcommands `proxy orders` and `proxy reconcile`. What
-// the edge is made of, and how its parts are connected, is decided in one
-// place, package proxy's composition root.
+// exit 0), the start-up check that data_dir is writable, and the
+// subcommands `proxy orders`, `proxy reconcile` and `proxy health` (the
+// Docker image's HEALTHCHECK, since its base has no curl). What the edge is
+// made of, and how its parts are connected, is decided in one place,
+// package proxy's composition root.
 package main

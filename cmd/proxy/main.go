@@ -27,11 +27,15 @@ func run(args []string, stdout, stderr io.Writer) int {
 	if len(args) > 0 && (args[0] == "orders" || args[0] == "reconcile") {
 		return subcommand(args[0], args[1:], stdout, stderr)
 	}
+	if len(args) > 0 && args[0] == "health" {
+		return health(args[1:], stdout, stderr)
+	}
 	fs := flag.NewFlagSet("proxy", flag.ContinueOnError)
 	fs.Usage = func() {
 		fmt.Fprint(stderr, "usage: proxy [-c FILE] [-t] [-version]   run the edge (or test its config)\n"+
 			"       proxy orders -c FILE                run the order consumer on its own\n"+
-			"       proxy reconcile -c FILE             check stock against stored orders\n")
+			"       proxy reconcile -c FILE             check stock against stored orders\n"+
+			"       proxy health [-c FILE]              probe the running edge's /healthz (exit 0 when it answers)\n")
 		fs.PrintDefaults()
 	}
 	fs.SetOutput(stderr)
@@ -70,6 +74,10 @@ func run(args []string, stdout, stderr io.Writer) int {
 			fmt.Fprintf(stderr, "proxy: %v\n", err)
 			return 2
 		}
+	}
+	if err := checkDataDir(doc.Config); err != nil {
+		fmt.Fprintf(stderr, "proxy: cannot start: %v\n", err)
+		return 1
 	}
 	srv, err := proxy.New(doc, proxy.Options{ConfigPath: path, Logger: logger, Version: version})
 	if err != nil {

@@ -7,7 +7,6 @@ import (
 	"io"
 	"net/http"
 	"os/signal"
-	"strings"
 	"syscall"
 	"time"
 
@@ -73,12 +72,4 @@ func reconcileViaAdmin(cfg *conf.Config, stdout, stderr io.Writer) int {
 		return 1
 	}
 	return 0
-}
-
-// loopbackAddr turns ":9901" into "127.0.0.1:9901".
-func loopbackAddr(addr string) string {
-	if strings.HasPrefix(addr, ":") {
-		return "127.0.0.1" + addr
-	}
-	return addr
 }
