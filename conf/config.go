@@ -52,7 +52,7 @@ type AdminConfig struct {
 	Addr string `yaml:"addr"`
 	// Token is required when Addr is not a loopback address. It may be given
 	// as "env:NAME" to read it from the environment. Never logged.
-	Token string `yaml:"token"`
+	Token string `yaml:"token" secret:"true"`
 }
 
 // LogConfig controls the structured logs.
