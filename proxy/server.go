@@ -135,6 +135,7 @@ func New(doc *conf.Document, opts Options) (*Server, error) {
 	s.public = s.newPublicServer(doc.Config)
 	s.admin = &fasthttp.Server{
 		Handler:            s.handleAdmin,
+		Logger:             fasthttpLogger{s.log, "admin"},
 		Name:               "flashgate-admin",
 		ReadTimeout:        10 * time.Second,
 		WriteTimeout:       30 * time.Second,
@@ -154,6 +155,7 @@ func (s *Server) newPublicServer(cfg *conf.Config) *fasthttp.Server {
 	return &fasthttp.Server{
 		Handler:                       s.Handle,
 		ErrorHandler:                  s.handleReadError,
+		Logger:                        fasthttpLogger{s.log, "shopper"},
 		Name:                          "flashgate",
 		ReadTimeout:                   l.ReadTimeout,
 		WriteTimeout:                  l.WriteTimeout,
@@ -368,7 +370,7 @@ func (s *Server) handleReadError(ctx *fasthttp.RequestCtx, err error) {
 		api.BadRequest.Write(ctx)
 	}
 	ctx.SetConnectionClose()
-	s.log.Debug("bad request", "remote", ctx.RemoteAddr().String(), "err", err)
+	s.logReadError(ctx, err)
 }
 
 // Describe is used by `proxy -t` and logs.
