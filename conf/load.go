@@ -172,6 +172,7 @@ func (c *Config) Validate() field.Errors {
 	if tok, _ := c.Admin.ResolveToken(); tok != "" && len(tok) < 16 {
 		errs.Add("admin.token", "must be at least 16 characters")
 	}
+	c.Admin.validateHosts(&errs)
 	switch c.Log.Level {
 	case "debug", "info", "warn", "error":
 	default:

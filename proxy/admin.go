@@ -18,7 +18,8 @@ import (
 // handleAdmin serves the operator listener. It is bound to loopback by
 // default; when a token is configured every path but the health probes
 // requires it, and config validation refuses a non-loopback address without
-// one.
+// one. Before the token, every path but the probes refuses what a web page
+// could send (admin_guard.go).
 func (s *Server) handleAdmin(ctx *fasthttp.RequestCtx) {
 	path := string(ctx.Path())
 	switch path {
@@ -37,6 +38,11 @@ func (s *Server) handleAdmin(ctx *fasthttp.RequestCtx) {
 		return
 	}
 	snap := s.snap.Load()
+	if rej := refuseFromWeb(ctx, &snap.Doc.Config.Admin); rej != nil {
+		rej.Write(ctx)
+		s.log.Warn("admin request refused: it could come from a web page", "path", path, "method", string(ctx.Method()), "remote", ctx.RemoteIP().String(), "why", rej.Message)
+		return
+	}
 	// The dashboard page and its assets hold no data and must load in a
 	// browser, which cannot send the token; its data calls need it.
 	if dashboard.IsPublic(ctx.Path()) {

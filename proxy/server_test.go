@@ -291,7 +291,7 @@ func TestAdminEndpoints(t *testing.T) {
 	if code, _, _ := get(t, e.adminBase+"/readyz"); code != 200 {
 		t.Fatal("readyz")
 	}
-	resp, err := http.Post(e.adminBase+"/admin/reload", "", nil)
+	resp, err := http.Post(e.adminBase+"/admin/reload", "application/json", nil)
 	if err != nil || resp.StatusCode != 200 {
 		t.Fatalf("reload: %v %v", err, resp)
 	}
