@@ -208,6 +208,7 @@ func (c *Config) Validate() field.Errors {
 	errs.Nest("sale", c.Sale.Validate())
 	errs.Nest("events", c.Events.Validate())
 	c.validateOrders(&errs)
+	c.validateDemoLogin(&errs)
 	validateActivities(&errs, c.Activities)
 	return errs
 }

@@ -40,10 +40,15 @@ type AuthConfig struct {
 	// bytes each; "env:NAME" reads one from the environment. Empty: a random
 	// secret per process (demo: sessions end on restart and are not valid on
 	// other edges).
-	Secrets      []string      `yaml:"secrets" secret:"true"`
-	SessionTTL   time.Duration `yaml:"session_ttl"`
-	DemoLogin    bool          `yaml:"demo_login"`
-	CookieSecure bool          `yaml:"cookie_secure"`
+	Secrets    []string      `yaml:"secrets" secret:"true"`
+	SessionTTL time.Duration `yaml:"session_ttl"`
+	// DemoLogin turns on POST /api/login, which signs anyone in as the
+	// user id they name: the zero-setup demo. Validation refuses it when
+	// Redis, Kafka or ClickHouse are real servers unless DemoLoginForce
+	// says so (a test rig on real servers): see demo.go.
+	DemoLogin      bool `yaml:"demo_login"`
+	DemoLoginForce bool `yaml:"demo_login_force"`
+	CookieSecure   bool `yaml:"cookie_secure"`
 }
 
 // SaleConfig is the `sale:` section.

@@ -56,6 +56,10 @@ type Server struct {
 	dash   *dashboard.Handler
 	orders *pipeline
 
+	// realServers names the backing services this process runs on (not
+	// the embedded stand-ins), set once when it is assembled.
+	realServers []string
+
 	draining atomic.Bool
 	sampleN  atomic.Uint64
 	reqPool  sync.Pool
@@ -214,6 +218,9 @@ func (s *Server) Reload(trigger string) error {
 	now := time.Now()
 	s.m.lastReloadUnix.Store(now.Unix())
 	doc, err := conf.LoadFile(s.opts.ConfigPath)
+	if err == nil {
+		err = s.checkReloadDemoLogin(doc)
+	}
 	var snap *Snapshot
 	if err == nil {
 		snap, err = Compile(doc, s.env, s.version.Add(1))
@@ -240,6 +247,7 @@ func (s *Server) Reload(trigger string) error {
 		s.log.Warn("listen, admin.addr, reload, redis and node_id take effect on restart; the running edge keeps its old settings for them", "trigger", trigger)
 	}
 	s.log.Info("config reloaded", "trigger", trigger, "version", snap.Version, "filters", snap.APIChain.Len())
+	s.warnDemoLogin(nc, trigger)
 	return nil
 }
 
