@@ -55,7 +55,12 @@ type AdminConfig struct {
 	Addr string `yaml:"addr"`
 	// Token is required when Addr is not a loopback address. It may be given
 	// as "env:NAME" to read it from the environment. Never logged.
-	Token string `yaml:"token"`
+	Token string `yaml:"token" secret:"true"`
+	// Hosts are the names, besides localhost and IP addresses, that the
+	// admin listener answers to in the Host header: a name Prometheus or a
+	// reverse proxy uses. Any other name is refused, so a web page cannot
+	// read the admin API through DNS rebinding (adminhosts.go).
+	Hosts []string `yaml:"hosts"`
 }
 
 // LogConfig controls the structured logs.

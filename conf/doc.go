@@ -22,4 +22,10 @@
 // what depends on other fields. Defaults returns the result for a document
 // that sets nothing; code and tests that build a section by hand start
 // from it.
+//
+// A field that holds a secret (a password, a token, a signing key) is
+// tagged `secret:"true"`: /admin/config shows it as REDACTED, whatever its
+// shape (a string, each item of a list). The proxy's tests walk the whole
+// Config type and fail on a field whose name looks secret but is not
+// tagged.
 package conf

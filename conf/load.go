@@ -161,6 +161,7 @@ func (c *Config) Validate() field.Errors {
 		errs.Add("listen.max_conns_per_ip", "must not be negative, got %d", l.MaxConnsPerIP)
 	}
 	c.Admin.validate(&errs)
+	c.Admin.validateHosts(&errs)
 	switch c.Log.Level {
 	case "debug", "info", "warn", "error":
 	default:
@@ -196,6 +197,7 @@ func (c *Config) Validate() field.Errors {
 	errs.Nest("sale", c.Sale.Validate())
 	errs.Nest("events", c.Events.Validate())
 	c.validateOrders(&errs)
+	c.validateDemoLogin(&errs)
 	validateActivities(&errs, c.Activities)
 	return errs
 }

@@ -47,7 +47,7 @@ type ClickHouseConfig struct {
 	Addr     string `yaml:"addr"`
 	Database string `yaml:"database"`
 	Username string `yaml:"username"`
-	Password string `yaml:"password"`
+	Password string `yaml:"password" secret:"true"`
 }
 
 // fill gives the settings left out or written as zero their defaults.

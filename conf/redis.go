@@ -28,7 +28,7 @@ type RedisSentinelConfig struct {
 	// requirepass or ACL user); redis.username and redis.password
 	// authenticate to the master. "env:NAME" allowed.
 	Username string `yaml:"username"`
-	Password string `yaml:"password"`
+	Password string `yaml:"password" secret:"true"`
 }
 
 func (s *RedisSentinelConfig) set() bool { return s.MasterSet != "" || len(s.Addrs) > 0 }

@@ -21,7 +21,7 @@ type RedisConfig struct {
 	// unsent (default 1s, at least Timeout). See stock.Options.
 	QueueTimeout  time.Duration `yaml:"queue_timeout"`
 	MaxFlushDelay time.Duration `yaml:"max_flush_delay"`
-	Password      string        `yaml:"password"`
+	Password      string        `yaml:"password" secret:"true"`
 	// Username is the ACL user ("" the default user); Sentinel and TLS
 	// say how to reach a production Redis. All three: redis.go.
 	Username string              `yaml:"username"`
@@ -40,17 +40,22 @@ type AuthConfig struct {
 	// bytes each; "env:NAME" reads one from the environment. Empty: a random
 	// secret per process (demo: sessions end on restart and are not valid on
 	// other edges).
-	Secrets      []string      `yaml:"secrets"`
-	SessionTTL   time.Duration `yaml:"session_ttl"`
-	DemoLogin    bool          `yaml:"demo_login"`
-	CookieSecure bool          `yaml:"cookie_secure"`
+	Secrets    []string      `yaml:"secrets" secret:"true"`
+	SessionTTL time.Duration `yaml:"session_ttl"`
+	// DemoLogin turns on POST /api/login, which signs anyone in as the
+	// user id they name: the zero-setup demo. Validation refuses it when
+	// Redis, Kafka or ClickHouse are real servers unless DemoLoginForce
+	// says so (a test rig on real servers): see demo.go.
+	DemoLogin      bool `yaml:"demo_login"`
+	DemoLoginForce bool `yaml:"demo_login_force"`
+	CookieSecure   bool `yaml:"cookie_secure"`
 }
 
 // SaleConfig is the `sale:` section.
 type SaleConfig struct {
 	// TokenSecret signs purchase tokens (≥ 32 bytes, "env:NAME" allowed;
 	// empty: random per process, demo only). Every edge must share it.
-	TokenSecret string        `yaml:"token_secret"`
+	TokenSecret string        `yaml:"token_secret" secret:"true"`
 	TokenTTL    time.Duration `yaml:"token_ttl"`
 	// MaxBody bounds a sale API request body (413 TOO_LARGE beyond).
 	MaxBody int `yaml:"max_body"`

@@ -4,12 +4,13 @@ import (
 	"bytes"
 	"crypto/subtle"
 	"encoding/json"
-	"net/url"
+	"reflect"
 	"strings"
 
 	"github.com/valyala/fasthttp"
 	"gopkg.in/yaml.v3"
 
+	"flashgate/conf"
 	"flashgate/proxy/dashboard"
 	"flashgate/sale/api"
 )
@@ -17,7 +18,8 @@ import (
 // handleAdmin serves the operator listener. It is bound to loopback by
 // default; when a token is configured every path but the health probes
 // requires it, and config validation refuses a non-loopback address without
-// one.
+// one. Before the token, every path but the probes refuses what a web page
+// could send (admin_guard.go).
 func (s *Server) handleAdmin(ctx *fasthttp.RequestCtx) {
 	path := string(ctx.Path())
 	switch path {
@@ -36,6 +38,11 @@ func (s *Server) handleAdmin(ctx *fasthttp.RequestCtx) {
 		return
 	}
 	snap := s.snap.Load()
+	if rej := refuseFromWeb(ctx, &snap.Doc.Config.Admin); rej != nil {
+		rej.Write(ctx)
+		s.log.Warn("admin request refused: it could come from a web page", "path", path, "method", string(ctx.Method()), "remote", ctx.RemoteIP().String(), "why", rej.Message)
+		return
+	}
 	// The dashboard page and its assets hold no data and must load in a
 	// browser, which cannot send the token; its data calls need it.
 	if dashboard.IsPublic(ctx.Path()) {
@@ -96,70 +103,221 @@ func writeJSON(ctx *fasthttp.RequestCtx, v any) {
 	ctx.SetBody(b)
 }
 
-// RedactedConfig renders the running configuration as YAML with every value
-// whose key names a secret replaced, so it can be pasted into a ticket.
+// RedactedConfig renders the running configuration as YAML with every
+// secret hidden, so it can be pasted into a ticket: see renderConfig.
 func (s *Server) RedactedConfig() ([]byte, error) {
 	snap := s.snap.Load()
-	var root yaml.Node
-	if err := root.Encode(snap.Doc.Config); err != nil {
-		return nil, err
-	}
-	redact(&root)
+	b, err := renderConfig(snap.Doc.Config)
 	head := "# flashgate running configuration, version " + itoa(snap.Version) + ", from " + snap.Doc.Source + "; secrets redacted\n"
-	b, err := yaml.Marshal(&root)
 	return append([]byte(head), b...), err
 }
 
-func redact(n *yaml.Node) {
-	if n.Kind == yaml.ScalarNode {
-		n.Value = redactURL(n.Value)
-		return
+// redactedMark replaces every secret value in /admin/config.
+const redactedMark = "REDACTED"
+
+// renderConfig is cfg as YAML with its secrets hidden by structure, not by
+// the name of a key: every field conf tags `secret:"true"` (a string, or
+// each item of a list, at any depth) shows "REDACTED", its env:NAME
+// reference, or "" when unset; every URL in any other string loses its
+// userinfo. Each filter shows its effective enabled flag and its own
+// settings. Nothing of cfg is modified.
+func renderConfig(cfg *conf.Config) ([]byte, error) {
+	c := redactedCopy(reflect.ValueOf(cfg).Elem(), false).Interface().(conf.Config)
+	for i, f := range cfg.Filters {
+		on := f.Enabled == nil || *f.Enabled
+		c.Filters[i].Enabled = &on
 	}
-	if n.Kind == yaml.MappingNode {
-		for i := 0; i+1 < len(n.Content); i += 2 {
-			k, v := n.Content[i], n.Content[i+1]
-			if isSecretKey(k.Value) && v.Kind == yaml.ScalarNode && v.Value != "" && !strings.HasPrefix(v.Value, "env:") {
-				v.Value, v.Tag, v.Style = "REDACTED", "!!str", 0
-				continue
+	var root yaml.Node
+	if err := root.Encode(&c); err != nil {
+		return nil, err
+	}
+	if seq := mappingValue(&root, "filters"); seq != nil && seq.Kind == yaml.SequenceNode {
+		for i, item := range seq.Content {
+			if i < len(cfg.Filters) {
+				appendFilterParams(item, cfg.Filters[i].Node)
 			}
-			redact(v)
 		}
+	}
+	return yaml.Marshal(&root)
+}
+
+// redactedCopy deep-copies v, hiding secrets on the way: secret says a
+// field on the path to v is tagged secret.
+func redactedCopy(v reflect.Value, secret bool) reflect.Value {
+	out := reflect.New(v.Type()).Elem()
+	switch v.Kind() {
+	case reflect.String:
+		if secret {
+			out.SetString(maskSecret(v.String()))
+		} else {
+			out.SetString(redactURLs(v.String()))
+		}
+	case reflect.Struct:
+		out.Set(v) // unexported fields, which YAML does not show either
+		t := v.Type()
+		for i := range t.NumField() {
+			if f := t.Field(i); f.IsExported() {
+				out.Field(i).Set(redactedCopy(v.Field(i), secret || f.Tag.Get("secret") == "true"))
+			}
+		}
+	case reflect.Slice, reflect.Array:
+		if v.Kind() == reflect.Slice {
+			if v.IsNil() {
+				return out
+			}
+			out = reflect.MakeSlice(v.Type(), v.Len(), v.Len())
+		}
+		for i := range v.Len() {
+			out.Index(i).Set(redactedCopy(v.Index(i), secret))
+		}
+	case reflect.Map:
+		if v.IsNil() {
+			return out
+		}
+		out = reflect.MakeMapWithSize(v.Type(), v.Len())
+		for it := v.MapRange(); it.Next(); {
+			out.SetMapIndex(redactedCopy(it.Key(), false), redactedCopy(it.Value(), secret))
+		}
+	case reflect.Pointer:
+		// A filter's own settings (a *yaml.Node, not shown by yaml) are
+		// rendered by appendFilterParams.
+		if v.IsNil() || v.Type() == yamlNodePtr {
+			return out
+		}
+		out.Set(reflect.New(v.Type().Elem()))
+		out.Elem().Set(redactedCopy(v.Elem(), secret))
+	case reflect.Interface:
+		if !v.IsNil() {
+			out.Set(redactedCopy(v.Elem(), secret))
+		}
+	default:
+		// A number or a flag tagged secret shows its zero value.
+		if !secret {
+			out.Set(v)
+		}
+	}
+	return out
+}
+
+var yamlNodePtr = reflect.TypeOf((*yaml.Node)(nil))
+
+// maskSecret hides a secret but says whether it is set and where it comes
+// from: an env:NAME reference names a variable, not its value.
+func maskSecret(v string) string {
+	if v == "" || strings.HasPrefix(v, "env:") {
+		return v
+	}
+	return redactedMark
+}
+
+// redactURLs replaces the userinfo of every URL in v (redis://user:pw@host,
+// also inside a list or a sentence) with REDACTED. A URL runs from its
+// scheme to the next space or comma, and its userinfo to its last '@': a
+// password with an unescaped '/' or '@' is hidden too; a path holding an
+// '@' hides a little more than needed. Better too much hidden than a
+// password shown.
+func redactURLs(v string) string {
+	for i := 0; ; {
+		j := strings.Index(v[i:], "://")
+		if j < 0 {
+			return v
+		}
+		start := i + j + len("://")
+		end := len(v)
+		if k := strings.IndexAny(v[start:], " \t\r\n,;"); k >= 0 {
+			end = start + k
+		}
+		if at := strings.LastIndexByte(v[start:end], '@'); at >= 0 {
+			v = v[:start] + redactedMark + v[start+at:]
+			end = start + len(redactedMark) + (end - start - at)
+		}
+		i = end
+	}
+}
+
+// appendFilterParams adds a filter's own settings (rate, burst, rules, ...)
+// from the YAML it was written as to its rendered mapping, deep-copied.
+// The filter registry is open, so conf keeps these untyped and their
+// structure is unknown here: values under a key that names a secret are
+// hidden (no filter has one today), URLs lose their userinfo.
+func appendFilterParams(item, params *yaml.Node) {
+	if item.Kind != yaml.MappingNode || params == nil || params.Kind != yaml.MappingNode {
 		return
 	}
-	for _, c := range n.Content {
-		redact(c)
-	}
-}
-
-// redactURL hides the password of a URL under any key
-// (redis://user:pw@host). One that does not parse loses everything up to
-// its last @: better too much hidden than a password shown.
-func redactURL(v string) string {
-	i := strings.Index(v, "://")
-	if i <= 0 {
-		return v
-	}
-	if u, err := url.Parse(v); err == nil {
-		if _, has := u.User.Password(); has {
-			u.User = url.UserPassword(u.User.Username(), "REDACTED")
-			return u.String()
+	for i := 0; i+1 < len(params.Content); i += 2 {
+		k, v := params.Content[i], params.Content[i+1]
+		if mappingValue(item, k.Value) != nil {
+			continue // a common key, rendered from FilterConfig
 		}
-		return v
+		item.Content = append(item.Content, cloneNode(k), redactNode(cloneNode(v), secretParamKey(k.Value)))
 	}
-	if at := strings.LastIndexByte(v, '@'); at > i {
-		return v[:i+3] + "REDACTED" + v[at:]
-	}
-	return v
 }
 
-func isSecretKey(k string) bool {
+// secretParamKey is the fallback for untyped settings only.
+func secretParamKey(k string) bool {
 	k = strings.ToLower(k)
-	for _, s := range []string{"secret", "token", "password", "secrets"} {
-		if k == s || strings.HasSuffix(k, "_"+s) {
+	for _, s := range []string{"secret", "token", "password", "passwd", "key", "credential"} {
+		if strings.Contains(k, s) {
 			return true
 		}
 	}
 	return false
+}
+
+// redactNode hides every scalar under n when secret, else the userinfo of
+// its URLs; nested mappings apply secretParamKey to their own keys.
+func redactNode(n *yaml.Node, secret bool) *yaml.Node {
+	switch n.Kind {
+	case yaml.ScalarNode:
+		if secret {
+			if m := maskSecret(n.Value); m != n.Value {
+				n.Value, n.Tag, n.Style = m, "!!str", 0
+			}
+		} else if r := redactURLs(n.Value); r != n.Value {
+			n.Value, n.Style = r, 0
+		}
+	case yaml.MappingNode:
+		for i := 0; i+1 < len(n.Content); i += 2 {
+			redactNode(n.Content[i+1], secret || secretParamKey(n.Content[i].Value))
+		}
+	default:
+		for _, c := range n.Content {
+			redactNode(c, secret)
+		}
+	}
+	return n
+}
+
+// cloneNode deep-copies a YAML tree (aliases resolved), so rendering never
+// touches the snapshot's document.
+func cloneNode(n *yaml.Node) *yaml.Node {
+	if n.Kind == yaml.AliasNode && n.Alias != nil {
+		return cloneNode(n.Alias)
+	}
+	c := *n
+	c.Anchor, c.Alias = "", nil
+	c.HeadComment, c.LineComment, c.FootComment = "", "", ""
+	c.Content = make([]*yaml.Node, len(n.Content))
+	for i, k := range n.Content {
+		c.Content[i] = cloneNode(k)
+	}
+	return &c
+}
+
+// mappingValue is the value under key in mapping m, or nil.
+func mappingValue(m *yaml.Node, key string) *yaml.Node {
+	if m.Kind == yaml.DocumentNode && len(m.Content) > 0 {
+		m = m.Content[0]
+	}
+	if m.Kind != yaml.MappingNode {
+		return nil
+	}
+	for i := 0; i+1 < len(m.Content); i += 2 {
+		if m.Content[i].Value == key {
+			return m.Content[i+1]
+		}
+	}
+	return nil
 }
 
 func itoa(v uint64) string {

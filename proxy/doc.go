@@ -4,7 +4,10 @@
 // The server (server.go) is the fasthttp listener for shoppers, the router
 // (sale page, sale API behind the filter chain, everything else to the
 // origin pools), the admin listener, and the holder of the current
-// configuration snapshot, which reloads swap atomically.
+// configuration snapshot, which reloads swap atomically. Neither listener
+// lets fasthttp log what a client sent (fastlog.go); the admin listener
+// refuses what a web page could send it (admin_guard.go) and shows the
+// config with its secrets redacted by structure (admin.go).
 //
 // Compile (compile.go) turns a loaded conf.Document into that Snapshot. It
 // never starts anything: upstream health checks are activated and old state

@@ -56,6 +56,10 @@ type Server struct {
 	dash   *dashboard.Handler
 	orders *pipeline
 
+	// realServers names the backing services this process runs on (not
+	// the embedded stand-ins), set once when it is assembled.
+	realServers []string
+
 	draining atomic.Bool
 	sampleN  atomic.Uint64
 	reqPool  sync.Pool
@@ -135,6 +139,7 @@ func New(doc *conf.Document, opts Options) (*Server, error) {
 	s.public = s.newPublicServer(doc.Config)
 	s.admin = &fasthttp.Server{
 		Handler:            s.handleAdmin,
+		Logger:             fasthttpLogger{s.log, "admin"},
 		Name:               "flashgate-admin",
 		ReadTimeout:        10 * time.Second,
 		WriteTimeout:       30 * time.Second,
@@ -154,6 +159,7 @@ func (s *Server) newPublicServer(cfg *conf.Config) *fasthttp.Server {
 	return &fasthttp.Server{
 		Handler:                       s.Handle,
 		ErrorHandler:                  s.handleReadError,
+		Logger:                        fasthttpLogger{s.log, "shopper"},
 		Name:                          "flashgate",
 		ReadTimeout:                   l.ReadTimeout,
 		WriteTimeout:                  l.WriteTimeout,
@@ -212,6 +218,9 @@ func (s *Server) Reload(trigger string) error {
 	now := time.Now()
 	s.m.lastReloadUnix.Store(now.Unix())
 	doc, err := conf.LoadFile(s.opts.ConfigPath)
+	if err == nil {
+		err = s.checkReloadDemoLogin(doc)
+	}
 	var snap *Snapshot
 	if err == nil {
 		snap, err = Compile(doc, s.env, s.version.Add(1))
@@ -238,6 +247,7 @@ func (s *Server) Reload(trigger string) error {
 		s.log.Warn("listen, admin.addr, reload, redis and node_id take effect on restart; the running edge keeps its old settings for them", "trigger", trigger)
 	}
 	s.log.Info("config reloaded", "trigger", trigger, "version", snap.Version, "filters", snap.APIChain.Len())
+	s.warnDemoLogin(nc, trigger)
 	return nil
 }
 
@@ -368,7 +378,7 @@ func (s *Server) handleReadError(ctx *fasthttp.RequestCtx, err error) {
 		api.BadRequest.Write(ctx)
 	}
 	ctx.SetConnectionClose()
-	s.log.Debug("bad request", "remote", ctx.RemoteAddr().String(), "err", err)
+	s.logReadError(ctx, err)
 }
 
 // Describe is used by `proxy -t` and logs.

@@ -187,10 +187,27 @@ func TestOversizedBodyAndHeaders(t *testing.T) {
 	if !strings.HasPrefix(string(b), "HTTP/1.1 413") || !strings.Contains(string(b), "TOO_LARGE") {
 		t.Fatalf("huge body: %q", b)
 	}
-	code, _, body := get(t, e.base+"/x", "X-Big", strings.Repeat("a", 20000))
-	if code != 431 || !strings.Contains(body, `"code":"TOO_LARGE"`) {
-		t.Fatalf("huge header: %d %q, want 431 TOO_LARGE", code, body)
+	// The edge answers once its read buffer is full and closes with the
+	// rest of the header unread: the kernel may then reset the connection
+	// before the client reads the answer (a transport error, seen on a
+	// loaded machine). Such a try says nothing; an answer must be 431.
+	var err2 error
+	for try := 0; try < 10; try++ {
+		req, _ := http.NewRequest("GET", e.base+"/x", nil)
+		req.Header.Set("X-Big", strings.Repeat("a", 20000))
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			err2 = err
+			continue
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 431 || !strings.Contains(string(b), `"code":"TOO_LARGE"`) {
+			t.Fatalf("huge header: %d %q, want 431 TOO_LARGE", resp.StatusCode, b)
+		}
+		return
 	}
+	t.Fatalf("huge header: no answer in 10 tries: %v", err2)
 }
 
 func TestIPLimitReloadChangesBehaviourWithoutFailedRequests(t *testing.T) {
@@ -291,7 +308,7 @@ func TestAdminEndpoints(t *testing.T) {
 	if code, _, _ := get(t, e.adminBase+"/readyz"); code != 200 {
 		t.Fatal("readyz")
 	}
-	resp, err := http.Post(e.adminBase+"/admin/reload", "", nil)
+	resp, err := http.Post(e.adminBase+"/admin/reload", "application/json", nil)
 	if err != nil || resp.StatusCode != 200 {
 		t.Fatalf("reload: %v %v", err, resp)
 	}

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"flashgate/conf"
@@ -96,7 +97,39 @@ func (s *Server) assemble(cfg *conf.Config, snap *Snapshot) (*parts, error) {
 	if _, random, _ := cfg.Sale.TokenSecretBytes(); random {
 		s.log.Warn("sale.token_secret is not set: purchase tokens use a random per-process secret (not valid on other edges)")
 	}
+	s.realServers = cfg.RealServers()
+	s.warnDemoLogin(cfg, "start")
 	return &parts{store: store, orders: p, events: events, sale: svc}, nil
+}
+
+// warnDemoLogin says, at start and on every reload, that demo login is on:
+// an operator must not miss that anyone can sign in as anyone.
+func (s *Server) warnDemoLogin(cfg *conf.Config, trigger string) {
+	if !cfg.Auth.DemoLogin {
+		return
+	}
+	if len(s.realServers) > 0 {
+		s.log.Error("DEMO LOGIN IS ON over real servers (auth.demo_login_force): POST /api/login signs anyone in as any user id they name; never let shoppers reach this edge", "trigger", trigger, "real_servers", strings.Join(s.realServers, ","))
+		return
+	}
+	s.log.Warn("DEMO LOGIN IS ON: POST /api/login signs anyone in as any user id they name (the embedded demo); set auth.demo_login: false before shoppers reach this edge", "trigger", trigger)
+}
+
+// checkReloadDemoLogin is the reload's half of conf's check. Redis, Kafka
+// and ClickHouse change on restart only, so a reloaded file that shows the
+// embedded stand-ins must not turn demo login on over the real servers this
+// process runs on.
+func (s *Server) checkReloadDemoLogin(doc *conf.Document) error {
+	a := doc.Config.Auth
+	if !a.DemoLogin || a.DemoLoginForce || len(s.realServers) == 0 {
+		return nil
+	}
+	errs := field.Errors{{
+		Path: "auth.demo_login", Line: field.Line(doc.Root, "auth.demo_login"),
+		Msg: "signs anyone in as any user; it is refused on an edge running on real servers (" + strings.Join(s.realServers, ", ") +
+			"; they change on restart only): set auth.demo_login: false, or auth.demo_login_force: true on a test rig",
+	}}
+	return fmt.Errorf("%s: %w", doc.Source, errs)
 }
 
 // openStock connects to Redis, or, for an edge (embeddedOK) whose

@@ -83,6 +83,12 @@ var (
 // answer is BadRequest, NotFound or AdminUnavailable WithMessage(cause).
 var (
 	AdminTokenRequired = newRejection(401, "UNAUTHENTICATED", "admin token required")
+	// The admin listener refuses what a web page could send it: a Host
+	// that is not its own (DNS rebinding), another site's Origin, and a
+	// state-changing call that is not JSON (a cross-site form).
+	AdminHostRefused   = newRejection(403, "FORBIDDEN", "Host is not this admin listener: use its IP address, localhost, or a name in admin.hosts")
+	AdminOriginRefused = newRejection(403, "FORBIDDEN", "Origin is not this admin listener")
+	AdminNeedsJSON     = newRejection(415, "BAD_REQUEST", "state-changing admin calls need Content-Type: application/json")
 	AdminBodyTooLarge  = newRejection(413, "TOO_LARGE", "body too large")
 	// AdminUnavailable: the store (Redis) failed the action.
 	AdminUnavailable       = newRejection(503, "DEGRADED", "the store is unavailable")

@@ -64,6 +64,7 @@ redis:
 auth:
   secrets: ["` + sessionSecret + `"]
   demo_login: true
+  demo_login_force: true # a real redis-server: the page's sign-in is under test
 sale:
   token_secret: "` + tokenSecret + `"
   refresh_interval: 1s

@@ -68,6 +68,7 @@ redis:
 auth:
   secrets: ["` + sessionSecret + `"]
   demo_login: true
+  demo_login_force: true # real servers: the page's sign-in is under test (push_browser_test)
 sale:
   token_secret: "` + tokenSecret + `"
   refresh_interval: 1s

@@ -502,9 +502,11 @@
 
   // ---- actions ----
 
-  // post resolves with {ok, status, data (parsed JSON or null), text}.
+  // post resolves with {ok, status, data (parsed JSON or null), text}. It
+  // is always JSON, a body or not: the admin listener refuses any other
+  // state-changing call (what a cross-site form could send).
   function post(url, body) {
-    var init = { method: 'POST', credentials: 'same-origin', cache: 'no-store', headers: headers(body !== undefined) };
+    var init = { method: 'POST', credentials: 'same-origin', cache: 'no-store', headers: headers(true) };
     if (body !== undefined) init.body = JSON.stringify(body);
     return fetch(url, init).then(function (r) {
       return r.text().then(function (t) {
