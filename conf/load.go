@@ -114,6 +114,7 @@ func (c *Config) fill() {
 		orDefault(&f.Scope, "api")
 		orDefault(&f.Name, f.Type)
 	}
+	c.Listen.TLS.fill()
 	c.Static.fill()
 	c.Upstreams.fill()
 	c.Redis.fill()
@@ -159,6 +160,7 @@ func (c *Config) Validate() field.Errors {
 	if l.MaxConnsPerIP < 0 {
 		errs.Add("listen.max_conns_per_ip", "must not be negative, got %d", l.MaxConnsPerIP)
 	}
+	errs.Nest("listen.tls", l.TLS.Validate())
 	checkAddr(&errs, "admin.addr", c.Admin.Addr)
 	if c.Admin.Addr != "" && !isLoopback(c.Admin.Addr) {
 		if tok, err := c.Admin.ResolveToken(); err != nil {
