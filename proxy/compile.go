@@ -153,7 +153,7 @@ func Compile(doc *conf.Document, env *Env, version uint64) (*Snapshot, error) {
 func compileSale(cfg *conf.Config, env *Env) (*sale.Settings, field.Errors) {
 	var errs field.Errors
 	st := &sale.Settings{
-		DemoLogin:    cfg.Auth.DemoLogin,
+		DemoLogin: cfg.Auth.DemoLogin,
 		// An edge that terminates TLS serves nothing over plain HTTP: its
 		// session cookie is always Secure.
 		CookieSecure: cfg.Auth.CookieSecure || cfg.Listen.TLS.Enabled(),
