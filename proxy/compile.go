@@ -153,15 +153,16 @@ func Compile(doc *conf.Document, env *Env, version uint64) (*Snapshot, error) {
 func compileSale(cfg *conf.Config, env *Env) (*sale.Settings, field.Errors) {
 	var errs field.Errors
 	st := &sale.Settings{
-		DemoLogin: cfg.Auth.DemoLogin,
-		// An edge that terminates TLS serves nothing over plain HTTP: its
-		// session cookie is always Secure.
-		CookieSecure: cfg.Auth.CookieSecure || cfg.Listen.TLS.Enabled(),
+		DemoLogin:    cfg.Auth.DemoLogin,
+		CookieSecure: cfg.Auth.CookieSecure,
 		SessionTTL:   cfg.Auth.SessionTTL,
 		TokenTTL:     cfg.Sale.TokenTTL,
 		MaxBody:      cfg.Sale.MaxBody,
 		Hotspot:      cfg.Sale.HotspotThreshold,
 	}
+	// An edge that terminates TLS serves nothing over plain HTTP: its
+	// session cookie is always Secure.
+	st.CookieSecure = st.CookieSecure || cfg.Listen.TLS.Enabled()
 	secrets, random, err := cfg.Auth.SessionSecrets()
 	if err != nil {
 		errs.Add("auth.secrets", "%v", err)
