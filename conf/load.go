@@ -94,6 +94,7 @@ func preset() *Config {
 			ReadBufferSize:     8 << 10,
 			Concurrency:        256 * 1024,
 			ShutdownTimeout:    10 * time.Second,
+			TLS:                ListenTLSConfig{SessionTickets: true},
 		},
 		Admin:  AdminConfig{Addr: "127.0.0.1:9901"},
 		Log:    LogConfig{Level: "info", Format: "json", AccessSample: 0.01},

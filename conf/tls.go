@@ -19,7 +19,8 @@ import (
 // The certificates and hsts are reloaded with the rest of the file, and the
 // certificate files are watched on their own (reload.watch): a renewed
 // certificate is served to new handshakes without dropping a connection.
-// Turning TLS on or off and the ticket settings take effect on restart.
+// Turning TLS on or off and the session ticket settings take effect on
+// restart.
 type ListenTLSConfig struct {
 	// Certificates are chosen by the name the client asks for (SNI); the
 	// first is the default, for clients that send no name or one no
@@ -29,6 +30,10 @@ type ListenTLSConfig struct {
 	// writes on every HTTPS response (proxied ones too, unless the origin
 	// sent its own); 0 writes none.
 	HSTS MaxAge `yaml:"hsts"`
+	// SessionTickets resumes sessions by tickets (default true); false
+	// makes every new connection a full handshake, for strict forward
+	// secrecy (nginx ssl_session_tickets off).
+	SessionTickets bool `yaml:"session_tickets"`
 	// TicketRotation is how often a fresh session ticket key starts
 	// encrypting new tickets; TicketLifetime how long a key still
 	// decrypts (resumes sessions) after that. A stolen key opens at most

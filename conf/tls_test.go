@@ -15,7 +15,7 @@ func TestListenTLSDefaultsAndHSTSForms(t *testing.T) {
 		t.Fatal(err)
 	}
 	tl := doc.Config.Listen.TLS
-	if !tl.Enabled() || tl.TicketRotation != time.Hour || tl.TicketLifetime != 12*time.Hour {
+	if !tl.Enabled() || !tl.SessionTickets || tl.TicketRotation != time.Hour || tl.TicketLifetime != 12*time.Hour {
 		t.Fatalf("defaults: %+v", tl)
 	}
 	if tl.HSTS.Seconds() != 31536000 {
@@ -32,6 +32,10 @@ func TestListenTLSDefaultsAndHSTSForms(t *testing.T) {
 		if got := doc.Config.Listen.TLS.HSTS.Seconds(); got != want {
 			t.Fatalf("hsts %s: %d seconds, want %d", src, got, want)
 		}
+	}
+	doc, err = Parse([]byte("listen:\n  tls:\n    certificates: [{cert_file: c, key_file: k}]\n    session_tickets: false\n"), "t.yaml")
+	if err != nil || doc.Config.Listen.TLS.SessionTickets {
+		t.Fatalf("session_tickets: false must stay false: %v", err)
 	}
 	if d := Defaults(); d.Listen.TLS.Enabled() {
 		t.Fatal("TLS must be off by default")
@@ -93,6 +97,11 @@ func TestListenRestartEqual(t *testing.T) {
 	b.TLS.TicketRotation = 2 * time.Hour
 	if a.RestartEqual(b) {
 		t.Error("ticket settings are a restart")
+	}
+	b = a
+	b.TLS.SessionTickets = !a.TLS.SessionTickets
+	if a.RestartEqual(b) {
+		t.Error("session_tickets is a restart")
 	}
 	b = a
 	b.Addr = ":9"

@@ -84,7 +84,7 @@ func dial(t *testing.T, addr string, cfg *tls.Config) (tls.ConnectionState, erro
 func serial(st tls.ConnectionState) *big.Int { return st.PeerCertificates[0].SerialNumber }
 
 func spec(certs ...conf.TLSCertificate) conf.ListenTLSConfig {
-	return conf.ListenTLSConfig{Certificates: certs, TicketRotation: time.Hour, TicketLifetime: 12 * time.Hour}
+	return conf.ListenTLSConfig{Certificates: certs, SessionTickets: true, TicketRotation: time.Hour, TicketLifetime: 12 * time.Hour}
 }
 
 func mustLoad(t *testing.T, s conf.ListenTLSConfig) *Certs {

@@ -81,10 +81,13 @@ func New(spec conf.ListenTLSConfig, certs *Certs, opts Options) *Terminator {
 		GetCertificate: func(hello *tls.ClientHelloInfo) (*tls.Certificate, error) {
 			return t.certs.Load().certificate(hello), nil
 		},
+		SessionTicketsDisabled: !spec.SessionTickets,
 	}
-	t.rotateTickets()
-	t.wg.Add(1)
-	go t.rotateLoop(spec.TicketRotation)
+	if spec.SessionTickets {
+		t.rotateTickets()
+		t.wg.Add(1)
+		go t.rotateLoop(spec.TicketRotation)
+	}
 	t.warnExpiring(certs)
 	return t
 }

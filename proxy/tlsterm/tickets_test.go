@@ -91,3 +91,27 @@ func TestSessionResumptionAcrossTicketRotation(t *testing.T) {
 		})
 	}
 }
+
+// TestSessionTicketsOff: every handshake is a full one, whatever the
+// client kept.
+func TestSessionTicketsOff(t *testing.T) {
+	for _, v := range []uint16{tls.VersionTLS13, tls.VersionTLS12} {
+		t.Run(tls.VersionName(v), func(t *testing.T) {
+			ca := tlstest.NewCA(t)
+			shop, _ := issue(t, ca, "shop", "shop.example.com")
+			s := spec(shop)
+			s.SessionTickets = false
+			addr := serve(t, New(s, mustLoad(t, s), Options{Log: quiet}))
+			cfg := &tls.Config{ServerName: "shop.example.com", RootCAs: ca.Pool(), MaxVersion: v, ClientSessionCache: tls.NewLRUClientSessionCache(8)}
+			for i := range 3 {
+				st, err := dial(t, addr, cfg)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if st.DidResume {
+					t.Fatalf("handshake %d resumed with session_tickets off", i+1)
+				}
+			}
+		})
+	}
+}
