@@ -574,11 +574,20 @@ func (c *comparer) startOpenResty(ctx context.Context, root string) error {
 		return err
 	}
 	c.sha = fmt.Sprint(v)
+	// The peers' sales are verified on this Redis as warm-up verifies the
+	// edge's (the meta's run id), and the script checks it on every call
+	// (ARGV[4] "1"), as the edge's calls do: the same work per call.
+	info, err := rc.Do("INFO", "server")
+	if err != nil {
+		return err
+	}
+	_, runID, _ := strings.Cut(fmt.Sprint(info), "run_id:")
+	runID, _, _ = strings.Cut(runID, "\r")
 	for _, cmd := range [][]string{
 		{"SET", "sk:{or}:stock", "1000000000"},
-		{"HSET", "sk:{or}:meta", "initial", "1000000000", "limit", "1", "end", "0"},
+		{"HSET", "sk:{or}:meta", "initial", "1000000000", "limit", "1", "end", "0", "runid", runID},
 		{"SET", "sk:{b}:stock", "1000000000000000"},
-		{"HSET", "sk:{b}:meta", "end", "0"},
+		{"HSET", "sk:{b}:meta", "end", "0", "runid", runID},
 	} {
 		if _, err := rc.Do(cmd...); err != nil {
 			return err
@@ -596,6 +605,7 @@ func (c *comparer) startOpenResty(ctx context.Context, root string) error {
 		"__SHA__", c.sha, "__GRACE_MS__", "604800000", "__ORDER_TTL_MS__", "604800000", "__LIMIT__", "1",
 		"__PRICE__", "9900", "__TOKEN_TTL_MS__", "600000", "__NODE__", "99").Replace(string(tmpl))
 	path := filepath.Join(c.dir, "openresty.conf")
+	os.MkdirAll(filepath.Join(c.dir, "tmp"), 0o755) // its temp paths, shared with the nginx peer's
 	if err := os.WriteFile(path, []byte(conf), 0o644); err != nil {
 		return err
 	}
@@ -1118,7 +1128,7 @@ func (c *comparer) redisBenchmark() (Sample, float64, error) {
 		n = 200000
 	}
 	keys := []string{"sk:{b}:stock", "sk:{b}:outbox", "sk:{b}:meta", "sk:{b}:u:__rand_int__", "sk:{b}:o:__rand_int__", "sk:{b}:t:__rand_int__"}
-	argv := []string{"b", "604800000", "604800000", "user__rand_int__", "1", "1000000", "__rand_int__", "1999", "1700000000000", "600000", "1"}
+	argv := []string{"b", "604800000", "604800000", "1", "user__rand_int__", "1", "1000000", "__rand_int__", "1999", "1700000000000", "600000", "1"}
 	args := []string{"-h", host, "-p", port, "-n", strconv.Itoa(n), "-c", strconv.Itoa(c.f.rbClients), "-r", "100000000", "-q",
 		"EVALSHA", c.sha, "6"}
 	args = append(append(args, keys...), argv...)
