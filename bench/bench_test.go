@@ -409,7 +409,7 @@ func TestComparisonMedianLeavesDirtyRoundsOut(t *testing.T) {
 // TestRepoFilesExist: the peers' configs and the deduction script compare
 // reads from the tree are where it looks for them.
 func TestRepoFilesExist(t *testing.T) {
-	for _, rel := range []string{nginxPeerConf, openrestyPeerConf, deductScript} {
+	for _, rel := range []string{nginxPeerConf, nginxTLSPeerConf, openrestyPeerConf, deductScript} {
 		if _, err := os.Stat(filepath.Join("..", rel)); err != nil {
 			t.Errorf("bench compare reads %s: %v", rel, err)
 		}

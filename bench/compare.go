@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -57,6 +58,10 @@ var compareTargets = []struct {
 	{"attempts-openresty", "purchase attempts (each deducts) vs the OpenResty pattern (nginx+Lua EVALSHA, same script, same Redis)", "flashgate", "openresty", 1.5},
 	{"page", "the sale page GET /seckill/p1 vs nginx serving the same bytes", "flashgate", "nginx", 1.0},
 	{"proxy", "a proxied path GET /items/p1 vs nginx proxy_pass to the same origin", "flashgate", "nginx", 0.9},
+	// Issue #13: flashgate's own HTTPS listener against nginx with the
+	// same certificate. Go's handshake and record layer against OpenSSL's.
+	{"tls-handshake", "full TLS handshakes/s: GET /seckill/p1 over HTTPS, a new connection and a full handshake each (Connection: close), vs nginx with the same certificate", "flashgate", "nginx", 0.8},
+	{"tls-keepalive", "the sale page GET /seckill/p1 over HTTPS on kept-alive connections vs nginx with the same certificate", "flashgate", "nginx", 0.9},
 }
 
 // Comparison is one target's rounds and verdict.
@@ -101,7 +106,7 @@ func cmdCompare(args []string, stdout, stderr io.Writer) int {
 	fs.IntVar(&f.attemptConns, "attempt-conns", 512, "connections of bench's closed-loop generator for purchase attempts (both servers)")
 	fs.IntVar(&f.rbClients, "rb-clients", 50, "redis-benchmark -c")
 	fs.BoolVar(&f.pin, "pin", true, "pin servers under test to CPU 1, load generators and the origin to CPU 0 (Redis, Kafka float)")
-	fs.StringVar(&f.targets, "targets", "soldout,page,proxy,attempts", "which comparisons (soldout, page, proxy, attempts)")
+	fs.StringVar(&f.targets, "targets", "soldout,page,proxy,tls,attempts", "which comparisons (soldout, page, proxy, tls, attempts)")
 	fs.StringVar(&f.out, "out", "", "directory for compare.json (default bench/results/compare-TIME)")
 	fs.BoolVar(&f.keep, "keep", false, "keep the run directory (configs, logs)")
 	fs.StringVar(&f.proxyRev, "proxy-rev", "", "build cmd/proxy from this git revision (e.g. HEAD) instead of the working tree")
@@ -150,6 +155,15 @@ type comparer struct {
 	orAddr      string
 	bare        *Proc
 	bareAdr     string
+	page        []byte // the sale page as flashgate serves it, and two of its headers
+	pageCSP     string
+	pageCC      string
+	tlsEdge     *Proc // flashgate with listen.tls (a second edge on the same Redis and Kafka)
+	tlsAddr     string
+	tlsAdmin    string
+	tlsNginx    *Proc // nginx with the same certificate
+	tlsNgAddr   string
+	tlsCA       *x509.CertPool
 	users       *Users
 	next        atomic.Int64 // next shopper id for purchase attempts
 	sha         string
@@ -168,11 +182,11 @@ func runCompare(ctx context.Context, root string, f compareFlags, stdout, stderr
 	for _, t := range strings.Split(f.targets, ",") {
 		t = strings.TrimSpace(t)
 		switch t {
-		case "soldout", "attempts", "page", "proxy":
+		case "soldout", "attempts", "page", "proxy", "tls":
 			want[t] = true
 		case "":
 		default:
-			return nil, fmt.Errorf("-targets: unknown %q (soldout, attempts, page, proxy)", t)
+			return nil, fmt.Errorf("-targets: unknown %q (soldout, attempts, page, proxy, tls)", t)
 		}
 	}
 	if err := need("bench compare", toolRedis, toolWrk); err != nil {
@@ -213,6 +227,7 @@ func runCompare(ctx context.Context, root string, f compareFlags, stdout, stderr
 	skip := map[string]string{}
 	if err := need("the nginx peer", toolNginx); err != nil {
 		skip["page"], skip["proxy"] = err.Error(), err.Error()
+		skip["tls-handshake"], skip["tls-keepalive"] = err.Error(), err.Error()
 	}
 	if err := need("the OpenResty peer", toolNginx, toolNginxNDK, toolNginxLua, toolLuaRedis); err != nil {
 		skip["attempts-openresty"] = err.Error()
@@ -227,7 +242,7 @@ func runCompare(ctx context.Context, root string, f compareFlags, stdout, stderr
 	if err := env.build("./cmd/proxy", "./bench/origin", "./bench/peers/barefasthttp"); err != nil {
 		return nil, err
 	}
-	if err := c.start(ctx, root, skip); err != nil {
+	if err := c.start(ctx, root, skip, want); err != nil {
 		return nil, err
 	}
 	res.Setup = c.setup
@@ -273,6 +288,16 @@ func runCompare(ctx context.Context, root string, f compareFlags, stdout, stderr
 			return nil, err
 		}
 	}
+	if want["tls"] {
+		if err := run("tls-handshake", c.tlsHandshakes); err != nil {
+			return nil, err
+		}
+		if err := run("tls-keepalive", func(cmp *Comparison) error {
+			return c.wrkPairURLs(cmp, "https://"+c.tlsAddr+"/seckill/p1", "https://"+c.tlsNgAddr+"/seckill/p1", "", 200, c.tlsEdgePids, c.tlsNgPids, false)
+		}); err != nil {
+			return nil, err
+		}
+	}
 
 	// Purchases last: they leave a million keys in Redis and a backlog
 	// for the consumer, which must not weigh on the other targets.
@@ -313,7 +338,7 @@ func nginxVersion() string {
 }
 
 // start brings up Redis, Kafka, the origin, the edge and the peers.
-func (c *comparer) start(ctx context.Context, root string, skip map[string]string) error {
+func (c *comparer) start(ctx context.Context, root string, skip map[string]string, want map[string]bool) error {
 	env := c.env
 	if err := env.StartRedis(ctx); err != nil {
 		return err
@@ -359,23 +384,30 @@ func (c *comparer) start(ctx context.Context, root string, skip map[string]strin
 		return err
 	}
 
-	// The bare fasthttp ceiling.
-	if c.bareAdr, err = freeAddr(); err != nil {
-		return err
+	// Only the peers the chosen targets compare against.
+	if want["soldout"] {
+		// The bare fasthttp ceiling.
+		if c.bareAdr, err = freeAddr(); err != nil {
+			return err
+		}
+		if c.bare, err = env.procs.Start("barefasthttp", env.cpu(1), []string{"GOMAXPROCS=1"}, env.bins["barefasthttp"], "-addr", c.bareAdr); err != nil {
+			return err
+		}
+		if err := waitFor(ctx, c.bare, "barefasthttp", 10*time.Second, tcpReady(c.bareAdr)); err != nil {
+			return err
+		}
 	}
-	if c.bare, err = env.procs.Start("barefasthttp", env.cpu(1), []string{"GOMAXPROCS=1"}, env.bins["barefasthttp"], "-addr", c.bareAdr); err != nil {
-		return err
-	}
-	if err := waitFor(ctx, c.bare, "barefasthttp", 10*time.Second, tcpReady(c.bareAdr)); err != nil {
-		return err
-	}
-
-	if _, ok := skip["page"]; !ok {
+	if _, ok := skip["page"]; !ok && (want["page"] || want["proxy"] || want["tls"]) {
 		if err := c.startNginx(ctx, root); err != nil {
 			return err
 		}
 	}
-	if _, ok := skip["attempts-openresty"]; !ok {
+	if _, ok := skip["tls-handshake"]; !ok && want["tls"] {
+		if err := c.startTLS(ctx, root, spec); err != nil {
+			return err
+		}
+	}
+	if _, ok := skip["attempts-openresty"]; !ok && want["attempts"] {
 		if err := c.startOpenResty(ctx, root); err != nil {
 			return err
 		}
@@ -460,6 +492,7 @@ func (c *comparer) startNginx(ctx context.Context, root string) error {
 	if csp == "" || cc == "" {
 		return errors.New("flashgate's page lacks Content-Security-Policy or Cache-Control")
 	}
+	c.page, c.pageCSP, c.pageCC = page, csp, cc
 	if c.ngAddr, err = freeAddr(); err != nil {
 		return err
 	}
@@ -572,6 +605,7 @@ func (c *comparer) startOpenResty(ctx context.Context, root string) error {
 		"__SHA__", c.sha, "__GRACE_MS__", "604800000", "__ORDER_TTL_MS__", "604800000", "__LIMIT__", "1",
 		"__PRICE__", "9900", "__TOKEN_TTL_MS__", "600000", "__NODE__", "99").Replace(string(tmpl))
 	path := filepath.Join(c.dir, "openresty.conf")
+	os.MkdirAll(filepath.Join(c.dir, "tmp"), 0o755) // its temp paths, shared with the nginx peer's
 	if err := os.WriteFile(path, []byte(conf), 0o644); err != nil {
 		return err
 	}
@@ -804,24 +838,30 @@ func (c *comparer) wrkPair(cmp *Comparison, path, script, peerAddr string, peerP
 }
 
 func (c *comparer) wrkPairAt(cmp *Comparison, path, script string, expect int, aAddr, bAddr string, bPids func() []int) error {
-	for _, addr := range []string{aAddr, bAddr} {
-		runWrk(c.env.cpu(0), c.f.threads, c.f.conns, c.f.warmup, script, "http://"+addr+path)
+	return c.wrkPairURLs(cmp, "http://"+aAddr+path, "http://"+bAddr+path, script, expect, c.edgePids, bPids, true)
+}
+
+// wrkPairURLs is wrkPairAt for any two URLs and servers; profile asks for
+// the -pprof round, which only the main edge has.
+func (c *comparer) wrkPairURLs(cmp *Comparison, aURL, bURL, script string, expect int, aPids, bPids func() []int, profile bool) error {
+	for _, u := range []string{aURL, bURL} {
+		runWrk(c.env.cpu(0), c.f.threads, c.f.conns, c.f.warmup, script, u)
 	}
-	if c.env.PprofAddr != "" {
+	if profile && c.env.PprofAddr != "" {
 		// A profile in a round of its own, not counted: profiling costs
 		// the edge a few per cent.
 		c.profiled[c.target] = false
-		c.measure(cmp.A, c.edgePids, c.wrkSample("http://"+aAddr+path, script, expect))
+		c.measure(cmp.A, aPids, c.wrkSample(aURL, script, expect))
 	}
 	printRoundHeader(c.log)
 	for r := 1; r <= c.f.rounds; r++ {
 		var a, b Sample
 		var err error
 		for attempt := 0; attempt <= c.f.redo; attempt++ {
-			if a, err = c.measure(cmp.A, c.edgePids, c.wrkSample("http://"+aAddr+path, script, expect)); err != nil {
+			if a, err = c.measure(cmp.A, aPids, c.wrkSample(aURL, script, expect)); err != nil {
 				return err
 			}
-			if b, err = c.measure(cmp.B, bPids, c.wrkSample("http://"+bAddr+path, script, expect)); err != nil {
+			if b, err = c.measure(cmp.B, bPids, c.wrkSample(bURL, script, expect)); err != nil {
 				return err
 			}
 			dirty := a.OtherPct > c.f.dirtyPct || b.OtherPct > c.f.dirtyPct

@@ -45,6 +45,8 @@ type ListenConfig struct {
 	Concurrency        int           `yaml:"concurrency"`
 	MaxConnsPerIP      int           `yaml:"max_conns_per_ip"`
 	ShutdownTimeout    time.Duration `yaml:"shutdown_timeout"`
+	// TLS makes the listener speak HTTPS (conf/tls.go).
+	TLS ListenTLSConfig `yaml:"tls"`
 }
 
 // AdminConfig is the operator listener (metrics, health, reload).

@@ -95,6 +95,7 @@ func preset() *Config {
 			ReadBufferSize:     8 << 10,
 			Concurrency:        256 * 1024,
 			ShutdownTimeout:    10 * time.Second,
+			TLS:                ListenTLSConfig{SessionTickets: true},
 		},
 		Admin:  AdminConfig{Addr: "127.0.0.1:9901"},
 		Log:    LogConfig{Level: "info", Format: "json", AccessSample: 0.01},
@@ -115,6 +116,7 @@ func (c *Config) fill() {
 		orDefault(&f.Scope, "api")
 		orDefault(&f.Name, f.Type)
 	}
+	c.Listen.TLS.fill()
 	c.Static.fill()
 	c.Upstreams.fill()
 	c.Redis.fill()
@@ -160,6 +162,7 @@ func (c *Config) Validate() field.Errors {
 	if l.MaxConnsPerIP < 0 {
 		errs.Add("listen.max_conns_per_ip", "must not be negative, got %d", l.MaxConnsPerIP)
 	}
+	errs.Nest("listen.tls", l.TLS.Validate())
 	c.Admin.validate(&errs)
 	c.Admin.validateHosts(&errs)
 	switch c.Log.Level {

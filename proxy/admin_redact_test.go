@@ -18,7 +18,8 @@ var secretLooking = regexp.MustCompile(`(?i)secret|passw|token|credential|privat
 // notSecret are fields whose name looks secret but whose value is not,
 // each with the reason.
 var notSecret = map[string]string{
-	"redis.tls.key_file": "the path of the client key's PEM file; the file is the secret, the path is not",
+	"redis.tls.key_file":               "the path of the client key's PEM file; the file is the secret, the path is not",
+	"listen.tls.certificates.key_file": "the path of a server key's PEM file; the file is the secret, the path is not",
 }
 
 // configField is one string-holding field of conf.Config, at a YAML path

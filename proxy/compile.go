@@ -2,11 +2,13 @@ package proxy
 
 import (
 	"fmt"
+	"strconv"
 	"time"
 
 	"flashgate/conf"
 	"flashgate/conf/field"
 	"flashgate/filters"
+	"flashgate/proxy/tlsterm"
 	"flashgate/sale"
 	"flashgate/sale/activity"
 	"flashgate/sale/ptoken"
@@ -50,6 +52,12 @@ type Snapshot struct {
 
 	// Sale holds the reloadable sale settings (sessions, tokens, catalog).
 	Sale *sale.Settings
+
+	// TLS is the certificate set of listen.tls (nil: plain HTTP), loaded
+	// here so that `proxy -t`, a start and a reload check the files alike;
+	// HSTS is the Strict-Transport-Security value (nil: none).
+	TLS  *tlsterm.Certs
+	HSTS []byte
 
 	AdminToken string
 	// AccessSampleEvery logs one request in N (0 = none).
@@ -111,6 +119,15 @@ func Compile(doc *conf.Document, env *Env, version uint64) (*Snapshot, error) {
 	}
 	s.Upstreams = ups
 
+	if t := &cfg.Listen.TLS; t.Enabled() {
+		certs, terrs := tlsterm.Load(t, time.Now())
+		errs.Nest("listen.tls", terrs)
+		s.TLS = certs
+		if sec := t.HSTS.Seconds(); sec > 0 {
+			s.HSTS = []byte("max-age=" + strconv.FormatInt(sec, 10))
+		}
+	}
+
 	tok, err := cfg.Admin.ResolveToken()
 	if err != nil {
 		errs.Add("admin.token", "%v", err)
@@ -143,6 +160,9 @@ func compileSale(cfg *conf.Config, env *Env) (*sale.Settings, field.Errors) {
 		MaxBody:      cfg.Sale.MaxBody,
 		Hotspot:      cfg.Sale.HotspotThreshold,
 	}
+	// An edge that terminates TLS serves nothing over plain HTTP: its
+	// session cookie is always Secure.
+	st.CookieSecure = st.CookieSecure || cfg.Listen.TLS.Enabled()
 	secrets, random, err := cfg.Auth.SessionSecrets()
 	if err != nil {
 		errs.Add("auth.secrets", "%v", err)

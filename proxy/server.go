@@ -18,6 +18,7 @@ import (
 	"flashgate/orders/order"
 	"flashgate/orders/stock"
 	"flashgate/proxy/dashboard"
+	"flashgate/proxy/tlsterm"
 	"flashgate/sale"
 	"flashgate/sale/activity"
 	"flashgate/sale/api"
@@ -65,6 +66,9 @@ type Server struct {
 	reqPool  sync.Pool
 
 	public, admin *fasthttp.Server
+	// tls terminates TLS on the shopper listener (nil: plain HTTP). Whether
+	// it exists is fixed at start; its certificates follow reloads.
+	tls *tlsterm.Terminator
 }
 
 // ReloadResult describes one reload attempt.
@@ -136,6 +140,10 @@ func New(doc *conf.Document, opts Options) (*Server, error) {
 	s.m.lastReloadUnix.Store(snap.LoadedAt.Unix())
 	s.reqPool.New = func() any { return new(filters.Request) }
 	s.dash = dashboard.New(s.dashboardSnapshot)
+	if snap.TLS != nil {
+		s.tls = tlsterm.New(doc.Config.Listen.TLS, snap.TLS, tlsterm.Options{Log: opts.Logger})
+		s.tls.RegisterMetrics(&s.m.reg)
+	}
 	s.public = s.newPublicServer(doc.Config)
 	s.admin = &fasthttp.Server{
 		Handler:            s.handleAdmin,
@@ -179,8 +187,12 @@ func (s *Server) newPublicServer(cfg *conf.Config) *fasthttp.Server {
 }
 
 // Serve runs the shopper listener and, if adminLn is not nil, the admin
-// listener until Shutdown. It returns the first listener error.
+// listener until Shutdown. It returns the first listener error. With
+// listen.tls the shopper listener speaks TLS only.
 func (s *Server) Serve(ln, adminLn net.Listener) error {
+	if s.tls != nil {
+		ln = s.tls.Listener(ln)
+	}
 	errc := make(chan error, 2)
 	go func() { errc <- s.public.Serve(ln) }()
 	if adminLn != nil {
@@ -199,6 +211,9 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	aerr := s.admin.ShutdownWithContext(ctx)
 	if s.events != nil {
 		s.events.Close() // hijacked streams are not the server's to close
+	}
+	if s.tls != nil {
+		s.tls.Close()
 	}
 	s.env.Upstreams.Close()
 	s.sale.Stop()
@@ -234,6 +249,10 @@ func (s *Server) Reload(trigger string) error {
 	}
 	old := s.snap.Swap(snap)
 	s.env.Upstreams.Activate(snap.Upstreams)
+	if s.tls != nil && snap.TLS != nil {
+		// New handshakes get the new certificates; connections keep theirs.
+		s.tls.Apply(snap.Doc.Config.Listen.TLS, snap.TLS)
+	}
 	actx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	if err := s.sale.Apply(actx, snap.Sale); err != nil {
 		s.log.Warn("sale warm-up after reload incomplete; the refresh loop retries", "err", err)
@@ -243,8 +262,8 @@ func (s *Server) Reload(trigger string) error {
 	s.m.lastReloadOK.Store(true)
 	s.lastReload.Store(&ReloadResult{At: now, Trigger: trigger, Version: snap.Version})
 	oc, nc := old.Doc.Config, snap.Doc.Config
-	if oc.Listen != nc.Listen || oc.Admin.Addr != nc.Admin.Addr || oc.Reload != nc.Reload || !oc.Redis.Equal(nc.Redis) || oc.NodeID != nc.NodeID {
-		s.log.Warn("listen, admin.addr, reload, redis and node_id take effect on restart; the running edge keeps its old settings for them", "trigger", trigger)
+	if !oc.Listen.RestartEqual(nc.Listen) || oc.Admin.Addr != nc.Admin.Addr || oc.Reload != nc.Reload || !oc.Redis.Equal(nc.Redis) || oc.NodeID != nc.NodeID {
+		s.log.Warn("listen (but listen.tls's certificates and hsts), admin.addr, reload, redis and node_id take effect on restart; the running edge keeps its old settings for them", "trigger", trigger)
 	}
 	s.log.Info("config reloaded", "trigger", trigger, "version", snap.Version, "filters", snap.APIChain.Len())
 	s.warnDemoLogin(nc, trigger)
@@ -307,6 +326,9 @@ func (s *Server) Handle(ctx *fasthttp.RequestCtx) {
 		}
 		rt = s.dispatch(ctx, snap, r, rt, path)
 	}
+	if snap.HSTS != nil && ctx.IsTLS() {
+		writeHSTS(&ctx.Response.Header, snap.HSTS)
+	}
 	r.Finish()
 	r.Reset()
 	s.reqPool.Put(r)
@@ -341,6 +363,17 @@ func (s *Server) dispatch(ctx *fasthttp.RequestCtx, snap *Snapshot, r *filters.R
 		pool.Serve(ctx, r.ClientIP, snap.RealIP)
 	}
 	return rt
+}
+
+var headerHSTS = []byte("Strict-Transport-Security")
+
+// writeHSTS adds Strict-Transport-Security to an HTTPS response unless it
+// has one: an origin's own policy for its paths wins, as with nginx's
+// proxy_pass and an add_header on the same name.
+func writeHSTS(h *fasthttp.ResponseHeader, value []byte) {
+	if len(h.PeekBytes(headerHSTS)) == 0 {
+		h.SetBytesKV(headerHSTS, value)
+	}
 }
 
 // accessLog writes one line per sampled request; every 5xx is logged.
@@ -384,7 +417,20 @@ func (s *Server) handleReadError(ctx *fasthttp.RequestCtx, err error) {
 // Describe is used by `proxy -t` and logs.
 func Describe(snap *Snapshot) string {
 	c := snap.Doc.Config
-	return fmt.Sprintf("listen %s, admin %s, %d filters, %d pools, %d routes", c.Listen.Addr, c.Admin.Addr, len(c.Filters), len(c.Upstreams.Pools), len(c.Upstreams.Routes))
+	tls := ""
+	if snap.TLS != nil {
+		tls = " (tls, " + snap.TLS.String() + ")"
+	}
+	return fmt.Sprintf("listen %s%s, admin %s, %d filters, %d pools, %d routes", c.Listen.Addr, tls, c.Admin.Addr, len(c.Filters), len(c.Upstreams.Pools), len(c.Upstreams.Routes))
+}
+
+// Warnings are what `proxy -t` reports about a valid config: the
+// certificates due for renewal.
+func Warnings(snap *Snapshot) []string {
+	if snap.TLS == nil {
+		return nil
+	}
+	return snap.TLS.Expiring(time.Now(), tlsterm.ExpiryWarning)
 }
 
 // Sale exposes the sale service (admin API, tests).

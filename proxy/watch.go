@@ -16,6 +16,13 @@ import (
 // replace files by rename, which a watch on the old inode never sees. Events
 // are debounced, and a reload happens only when the content really changed.
 func (s *Server) WatchConfig(ctx context.Context) error {
+	if s.tls != nil {
+		// The certificate files change on their own schedule (renewals):
+		// watched the same way, reloaded alone.
+		if err := s.tls.Watch(ctx, s.snap.Load().Doc.Config.Reload.Debounce); err != nil {
+			return err
+		}
+	}
 	if s.opts.ConfigPath == "" {
 		return nil
 	}

@@ -65,6 +65,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 			fmt.Fprintf(stderr, "proxy: configuration %s test failed:\n%s\n", doc.Source, indentErrors(err))
 			return 1
 		}
+		for _, w := range proxy.Warnings(snap) {
+			fmt.Fprintf(stderr, "proxy: warning: %s\n", w)
+		}
 		fmt.Fprintf(stdout, "proxy: configuration %s is ok (%s)\n", doc.Source, proxy.Describe(snap))
 		return 0
 	}
