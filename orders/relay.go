@@ -229,7 +229,7 @@ func (r *Relay) sweepProduct(ctx context.Context, product string) (int, time.Dur
 func (r *Relay) take(ctx context.Context, product string) error {
 	for n := 0; n < r.cfg.MaxPerSweep; {
 		cctx, cancel := withCallTimeout(ctx)
-		got, err := r.cfg.Store.TakeOutbox(cctx, product, r.cfg.Consumer, r.cfg.Count)
+		got, err := r.cfg.Store.TakeOutbox(cctx, product, r.cfg.Consumer, r.cfg.Count, 0)
 		cancel()
 		if err != nil {
 			return err

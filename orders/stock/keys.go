@@ -20,6 +20,7 @@ import (
 //	sk:{p}:o:<orderId>  hash: state user qty price created node; TTL OrderTTL
 //	sk:{p}:t:<nonce>    a used one-time purchase token; TTL until it expires
 //	sk:{p}:outbox       stream of order events (see the field* constants)
+//	sk:{p}:relays       hash: outbox relay consumer -> unix ms it last read the outbox (outbox.go)
 //	sk:catalog          hash: product id -> activity JSON (admin catalog)
 //	sk:edges            hash: node id -> unix ms of its last heartbeat
 //	sk:catalog:ver      hash: product id -> the entry's version (catalog.go)

@@ -2,6 +2,7 @@ package stock
 
 import (
 	"context"
+	_ "embed"
 	"errors"
 	"fmt"
 	"strconv"
@@ -74,23 +75,85 @@ func (s *Store) CreateRelayGroup(ctx context.Context, productID string) error {
 	return nil
 }
 
+// RelaysKey is sk:{p}:relays, the hash of the relay consumers alive on the
+// product's outbox: consumer name -> unix ms of its last TakeOutbox. It
+// expires when no relay has read the outbox for the keepAlive TakeOutbox
+// was given.
+func RelaysKey(product string) string { return prefix(product) + "relays" }
+
 // TakeOutbox moves up to count entries that no consumer of RelayGroup has
 // seen into consumer's pending list (XREADGROUP ... >), without returning
 // them, and reports how many it moved.
-func (s *Store) TakeOutbox(ctx context.Context, productID, consumer string, count int) (int, error) {
+//
+// With keepAlive > 0 it also records, in the same round trip, that
+// consumer is alive (RelaysKey, expiring after keepAlive), so that
+// ForgetDeadRelays run by another edge leaves it alone. The time recorded
+// is this process's clock: the edges' clocks must agree to well within
+// the bound ForgetDeadRelays is given.
+func (s *Store) TakeOutbox(ctx context.Context, productID, consumer string, count int, keepAlive time.Duration) (int, error) {
 	if err := checkProduct(productID); err != nil {
 		return 0, err
 	}
 	key := OutboxKey(productID)
-	res, err := s.c.Do(ctx, s.c.B().Xreadgroup().Group(RelayGroup, consumer).
-		Count(int64(count)).Streams().Key(key).Id(">").Build()).AsXRead()
+	read := s.c.B().Xreadgroup().Group(RelayGroup, consumer).Count(int64(count)).Streams().Key(key).Id(">").Build()
+	var res rueidis.RedisResult
+	if keepAlive > 0 {
+		// Same hash tag as the stream: one slot, one round trip.
+		relays := RelaysKey(productID)
+		rs := s.c.DoMulti(ctx,
+			s.c.B().Hset().Key(relays).FieldValue().FieldValue(consumer, strconv.FormatInt(time.Now().UnixMilli(), 10)).Build(),
+			s.c.B().Pexpire().Key(relays).Milliseconds(keepAlive.Milliseconds()).Build(),
+			read)
+		for _, r := range rs[:2] {
+			if err := r.Error(); err != nil {
+				return 0, fmt.Errorf("stock: relay heartbeat %s: %w", relays, err)
+			}
+		}
+		res = rs[2]
+	} else {
+		res = s.c.Do(ctx, read)
+	}
+	got, err := res.AsXRead()
 	if rueidis.IsRedisNil(err) {
 		return 0, nil
 	}
 	if err != nil {
 		return 0, outboxErr("XREADGROUP", key, err)
 	}
-	return len(res[key]), nil
+	return len(got[key]), nil
+}
+
+var (
+	//go:embed lua/forget_relays.lua
+	forgetRelaysLua    string
+	forgetRelaysScript = rueidis.NewLuaScript(forgetRelaysLua)
+)
+
+// ForgetDeadRelays removes from RelayGroup the consumers other than self
+// that are dead: no entry pending, idle (XINFO CONSUMERS) for at least
+// bound, and no heartbeat (TakeOutbox's keepAlive) within bound. Every
+// edge restart leaves such a consumer behind, its name unique per process;
+// its pending entries are first claimed by a live relay (ClaimOutbox), and
+// only then is it removed. A consumer that still has entries pending is
+// never removed: XGROUP DELCONSUMER would drop them from the pending list,
+// and no relay would ever re-send them. Check and removal are one script
+// (lua/forget_relays.lua), so nothing can reach the consumer in between.
+// It returns the names removed.
+func (s *Store) ForgetDeadRelays(ctx context.Context, productID, self string, bound time.Duration) ([]string, error) {
+	if err := checkProduct(productID); err != nil {
+		return nil, err
+	}
+	if bound <= 0 {
+		return nil, fmt.Errorf("stock: forget dead relays on %s: bound must be positive, got %v", productID, bound)
+	}
+	key := OutboxKey(productID)
+	names, err := forgetRelaysScript.Exec(ctx, s.c, []string{key, RelaysKey(productID)}, []string{
+		RelayGroup, self, strconv.FormatInt(bound.Milliseconds(), 10), strconv.FormatInt(time.Now().UnixMilli(), 10),
+	}).AsStrSlice()
+	if err != nil {
+		return nil, outboxErr("forget dead relays", key, err)
+	}
+	return names, nil
 }
 
 // OutboxEntry is one outbox stream entry as ClaimOutbox returns it.

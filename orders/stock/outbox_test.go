@@ -6,7 +6,9 @@ import (
 	"strconv"
 	"sync"
 	"testing"
+	"time"
 
+	"flashgate/internal/await"
 	"flashgate/orders/order"
 )
 
@@ -107,5 +109,173 @@ func TestOutboxEntryOrder(t *testing.T) {
 	e.Fields[fieldQty] = "x"
 	if _, err := e.Order(); !errors.Is(err, order.ErrInvalid) {
 		t.Errorf("bad qty: %v, want order.ErrInvalid", err)
+	}
+}
+
+// relayConsumers is XINFO CONSUMERS of the relay group: name -> pending
+// entries and idle ms.
+func relayConsumers(t testing.TB, s *Store, product string) map[string][2]int64 {
+	t.Helper()
+	arr, err := s.c.Do(context.Background(), s.c.B().XinfoConsumers().Key(OutboxKey(product)).Group(RelayGroup).Build()).ToArray()
+	if err != nil {
+		t.Fatalf("XINFO CONSUMERS: %v", err)
+	}
+	out := map[string][2]int64{}
+	for i := range arr {
+		m, err := arr[i].AsMap()
+		if err != nil {
+			t.Fatalf("XINFO CONSUMERS entry: %v", err)
+		}
+		nm, pm, im := m["name"], m["pending"], m["idle"]
+		name, _ := nm.ToString()
+		pending, _ := pm.AsInt64()
+		idle, _ := im.AsInt64()
+		out[name] = [2]int64{pending, idle}
+	}
+	return out
+}
+
+// TestForgetDeadRelays: a consumer that took entries and went silent (a
+// dead edge) is not removed while it holds pending entries, however long
+// it has been idle; once a live relay claimed and acknowledged them it is.
+// A consumer whose XINFO idle time is past the bound but that keeps
+// reading the outbox (a live relay on a quiet outbox: Redis 7.0 restarts
+// idle only when a consumer is handed entries) is left alone, and so is
+// the caller itself.
+func TestForgetDeadRelays(t *testing.T) {
+	for _, kind := range []string{"real", "embedded"} {
+		t.Run(kind, func(t *testing.T) {
+			var s *Store
+			if kind == "real" {
+				s, _ = openReal(t, Options{})
+			} else {
+				s = openEmbedded(t, Options{})
+			}
+			ctx := context.Background()
+			const p = "forget"
+			const bound = 300 * time.Millisecond
+			warm(t, s, p, 20, 1)
+			if err := s.CreateRelayGroup(ctx, p); err != nil {
+				t.Fatal(err)
+			}
+			take := func(consumer string, keepAlive time.Duration) int {
+				t.Helper()
+				n, err := s.TakeOutbox(ctx, p, consumer, 10, keepAlive)
+				if err != nil {
+					t.Fatal(err)
+				}
+				return n
+			}
+			forget := func() []string {
+				t.Helper()
+				gone, err := s.ForgetDeadRelays(ctx, p, "self", bound)
+				if err != nil {
+					t.Fatal(err)
+				}
+				return gone
+			}
+			deductN := func(n int) []string {
+				t.Helper()
+				var ids []string
+				for range n {
+					ids = append(ids, mustDeduct(t, s, attempt(p, "u"+strconv.FormatInt(time.Now().UnixNano(), 36), 1, 1)).OutboxID)
+				}
+				return ids
+			}
+
+			// The dead edge: takes three entries, heartbeats once, never
+			// again. "quiet" takes one, acknowledges it, and goes on
+			// reading an empty outbox. "self" takes one too.
+			deadIDs := deductN(3)
+			if n := take("dead", time.Hour); n != 3 {
+				t.Fatalf("dead took %d entries, want 3", n)
+			}
+			deadAt := time.Now()
+			quietIDs := deductN(1)
+			if n := take("quiet", bound); n != 1 {
+				t.Fatalf("quiet took %d entries", n)
+			}
+			if err := s.AckOutbox(ctx, p, quietIDs...); err != nil {
+				t.Fatal(err)
+			}
+			selfIDs := deductN(1)
+			if n := take("self", bound); n != 1 {
+				t.Fatalf("self took %d entries", n)
+			}
+			if err := s.AckOutbox(ctx, p, selfIDs...); err != nil {
+				t.Fatal(err)
+			}
+
+			// Wait until XINFO reports all three idle past the bound,
+			// quiet reading all along. (miniredis reports no idle time, -1:
+			// there the heartbeats alone decide, once the bound passed.)
+			await.Until(t, 20*time.Second, "dead, quiet and self to be idle past the bound", func() bool {
+				take("quiet", bound)
+				c := relayConsumers(t, s, p)
+				past := func(name string) bool { return c[name][1] >= bound.Milliseconds() }
+				if kind == "embedded" {
+					return time.Since(deadAt) >= bound
+				}
+				return past("dead") && past("self") && past("quiet")
+			})
+			take("quiet", bound)
+			if gone := forget(); len(gone) != 0 {
+				t.Fatalf("removed %v: dead still holds 3 entries, quiet reads, self is the caller", gone)
+			}
+			c := relayConsumers(t, s, p)
+			if c["dead"][0] != 3 {
+				t.Fatalf("dead's pending entries: %v", c)
+			}
+			if _, ok := c["self"]; !ok {
+				t.Fatalf("the caller removed itself: %v", c)
+			}
+
+			// A live relay (which reads, so heartbeats, first, as the relay
+			// does every sweep) claims dead's entries and acknowledges them.
+			take("live", bound)
+			_, claimed, err := s.ClaimOutbox(ctx, p, "live", 0, "0-0", 10)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var ids []string
+			for _, e := range claimed {
+				ids = append(ids, e.ID)
+			}
+			if len(ids) < len(deadIDs) {
+				t.Fatalf("claimed %v, want at least dead's %v", ids, deadIDs)
+			}
+			if err := s.AckOutbox(ctx, p, ids...); err != nil {
+				t.Fatal(err)
+			}
+			take("quiet", bound)
+			gone := forget()
+			if len(gone) != 1 || gone[0] != "dead" {
+				t.Fatalf("removed %v, want [dead]", gone)
+			}
+			c = relayConsumers(t, s, p)
+			if _, ok := c["dead"]; ok {
+				t.Errorf("dead still in the group: %v", c)
+			}
+			for _, keep := range []string{"quiet", "self", "live"} {
+				if _, ok := c[keep]; !ok {
+					t.Errorf("%s was removed: %v", keep, c)
+				}
+			}
+			// Once quiet stops reading too, it goes after the bound.
+			await.Until(t, 20*time.Second, "quiet, silent now, to be removed", func() bool {
+				for _, g := range forget() {
+					if g == "quiet" {
+						return true
+					}
+				}
+				return false
+			})
+			if _, ok := relayConsumers(t, s, p)["self"]; !ok {
+				t.Errorf("the caller removed itself")
+			}
+			if _, err := s.ForgetDeadRelays(ctx, p, "self", 0); err == nil {
+				t.Errorf("a zero bound was accepted")
+			}
+		})
 	}
 }
