@@ -47,8 +47,19 @@ type RelayConfig struct {
 	// sweep (default 16384), so that one huge outbox cannot starve the
 	// others; the rest waits for the next sweep.
 	MaxPerSweep int
+	// ForgetAfter is how long another consumer of the group must have had
+	// nothing pending and not read the outbox before this relay removes it
+	// (stock.ForgetDeadRelays): every edge restart leaves a dead consumer
+	// name behind, and its pending entries are claimed after MinAge, so it
+	// is gone ForgetAfter after that. A live relay reads every Interval and
+	// is never removed. Default max(5m, 10 x MinAge, 10 x Interval); at
+	// least 2 x MinAge and 2 x Interval; negative: never remove any.
+	ForgetAfter time.Duration
 	Log         *slog.Logger // default slog.Default()
 }
+
+// defaultForgetAfter is ForgetAfter's floor when it is not set.
+const defaultForgetAfter = 5 * time.Minute
 
 // check rejects a config without what it needs and fills the settings
 // that are not edge.yaml's.
@@ -62,6 +73,12 @@ func (c *RelayConfig) check() error {
 	if c.Consumer == "" {
 		host, _ := os.Hostname()
 		c.Consumer = "edge" + strconv.Itoa(c.Node) + "-" + host + "-" + strconv.Itoa(os.Getpid())
+	}
+	switch {
+	case c.ForgetAfter == 0:
+		c.ForgetAfter = max(defaultForgetAfter, 10*c.MinAge, 10*c.Interval)
+	case c.ForgetAfter > 0 && (c.ForgetAfter < 2*c.MinAge || c.ForgetAfter < 2*c.Interval):
+		return fmt.Errorf("orders: relay: ForgetAfter must be at least twice MinAge (%v) and Interval (%v), or a relay could remove a live one, got %v", c.MinAge, c.Interval, c.ForgetAfter)
 	}
 	if c.Count <= 0 {
 		c.Count = 256
@@ -94,6 +111,12 @@ func (c *RelayConfig) check() error {
 //     the deduction and Kafka). Once Kafka acknowledged them they are
 //     removed (XDEL + XACK). Delivery is at least once: the consumer drops
 //     duplicates by order id.
+//  3. Now and then (every ForgetAfter / 4) it removes the consumers of
+//     dead edges from the group (stock.ForgetDeadRelays): nothing pending
+//     (step 2 claimed it), not read for ForgetAfter. Each TakeOutbox
+//     records this relay as alive for ForgetAfter, because Redis 7.0's
+//     XINFO idle time only restarts when a consumer is handed entries, and
+//     a live relay on a quiet outbox would look as dead as a gone one.
 //
 // Entries the direct path already deleted come back from XAUTOCLAIM (Redis
 // 7) in its list of deleted ids, and Redis drops them from the pending list
@@ -113,8 +136,9 @@ type Relay struct {
 	stop   context.CancelFunc
 	done   chan struct{}
 
-	sweeps, taken, relayed, deadLettered, errs atomic.Uint64
-	lastLagMs                                  atomic.Int64
+	sweeps, taken, relayed, deadLettered, errs, forgotten atomic.Uint64
+	lastLagMs                                             atomic.Int64
+	lastForget                                            atomic.Int64 // unix ns of the last ForgetDeadRelays pass
 }
 
 // NewRelay builds a Relay; Start runs it.
@@ -172,6 +196,7 @@ func (r *Relay) Close() {
 func (r *Relay) Sweep(ctx context.Context) (relayed int, err error) {
 	r.sweeps.Add(1)
 	var lag time.Duration
+	var swept []string // products swept without an error
 	for _, p := range r.cfg.Products() {
 		if ctx.Err() != nil {
 			break
@@ -185,10 +210,47 @@ func (r *Relay) Sweep(ctx context.Context) (relayed int, err error) {
 			if err == nil {
 				err = perr
 			}
+		} else if perr == nil {
+			swept = append(swept, p)
 		}
 	}
 	r.lastLagMs.Store(lag.Milliseconds())
+	r.forgetDead(ctx, swept)
 	return relayed, err
+}
+
+// forgetDead removes dead edges' consumers from the products' relay groups
+// when ForgetAfter / 4 has passed since the last time. Only products whose
+// sweep went well: a failing Redis gets no extra calls. Errors are logged,
+// not returned: the dead consumers cost memory, not orders, and the next
+// pass tries again.
+func (r *Relay) forgetDead(ctx context.Context, products []string) {
+	if r.cfg.ForgetAfter <= 0 || len(products) == 0 {
+		return
+	}
+	now := time.Now().UnixNano()
+	last := r.lastForget.Load()
+	if time.Duration(now-last) < r.cfg.ForgetAfter/4 || !r.lastForget.CompareAndSwap(last, now) {
+		return
+	}
+	for _, p := range products {
+		if ctx.Err() != nil {
+			return
+		}
+		cctx, cancel := withCallTimeout(ctx)
+		gone, err := r.cfg.Store.ForgetDeadRelays(cctx, p, r.cfg.Consumer, r.cfg.ForgetAfter)
+		cancel()
+		if err != nil {
+			if ctx.Err() == nil {
+				r.cfg.Log.Warn("outbox relay: removing dead consumers", "product", p, "err", err)
+			}
+			continue
+		}
+		if len(gone) > 0 {
+			r.forgotten.Add(uint64(len(gone)))
+			r.cfg.Log.Info("outbox relay: removed dead consumers", "product", p, "consumers", gone)
+		}
+	}
 }
 
 // callTimeout bounds each Redis call of a sweep.
@@ -229,7 +291,7 @@ func (r *Relay) sweepProduct(ctx context.Context, product string) (int, time.Dur
 func (r *Relay) take(ctx context.Context, product string) error {
 	for n := 0; n < r.cfg.MaxPerSweep; {
 		cctx, cancel := withCallTimeout(ctx)
-		got, err := r.cfg.Store.TakeOutbox(cctx, product, r.cfg.Consumer, r.cfg.Count, 0)
+		got, err := r.cfg.Store.TakeOutbox(cctx, product, r.cfg.Consumer, r.cfg.Count, max(r.cfg.ForgetAfter, 0))
 		cancel()
 		if err != nil {
 			return err
@@ -351,6 +413,7 @@ type RelayStats struct {
 	Relayed      uint64 // entries re-sent to Kafka and removed
 	DeadLettered uint64
 	Errors       uint64        // failed product sweeps
+	Forgotten    uint64        // dead edges' consumers removed from the groups
 	LastLag      time.Duration // age of the oldest entry the last sweep re-sent
 }
 
@@ -358,7 +421,7 @@ type RelayStats struct {
 func (r *Relay) Stats() RelayStats {
 	return RelayStats{
 		Sweeps: r.sweeps.Load(), Taken: r.taken.Load(), Relayed: r.relayed.Load(),
-		DeadLettered: r.deadLettered.Load(), Errors: r.errs.Load(),
+		DeadLettered: r.deadLettered.Load(), Errors: r.errs.Load(), Forgotten: r.forgotten.Load(),
 		LastLag: time.Duration(r.lastLagMs.Load()) * time.Millisecond,
 	}
 }

@@ -2,6 +2,7 @@ package orders
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -251,5 +252,165 @@ func TestRelayDeletedPendingEntries(t *testing.T) {
 				t.Errorf("%d messages published for deleted entries", n)
 			}
 		})
+	}
+}
+
+// groupConsumers is XINFO CONSUMERS of the product's relay group: name ->
+// idle ms (-1 where the server does not tell).
+func groupConsumers(t testing.TB, s *stock.Store, product string) map[string]int64 {
+	t.Helper()
+	c := redistest.Client(t, s.Addr())
+	arr, err := c.Do(context.Background(), c.B().XinfoConsumers().Key(stock.OutboxKey(product)).Group(stock.RelayGroup).Build()).ToArray()
+	if err != nil {
+		t.Fatalf("XINFO CONSUMERS: %v", err)
+	}
+	out := map[string]int64{}
+	for i := range arr {
+		m, err := arr[i].AsMap()
+		if err != nil {
+			t.Fatal(err)
+		}
+		nm, im := m["name"], m["idle"]
+		name, _ := nm.ToString()
+		idle, _ := im.AsInt64()
+		out[name] = idle
+	}
+	return out
+}
+
+// TestRelayForgetsDeadEdge: an edge's relay took entries and died (its
+// consumer name never comes back). The live relay claims and re-sends the
+// entries after MinAge, and once the dead consumer has nothing pending and
+// has been silent for ForgetAfter, removes it from the group, counted in
+// its stats; the live relay stays.
+func TestRelayForgetsDeadEdge(t *testing.T) {
+	for _, kind := range []string{"real", "embedded"} {
+		t.Run(kind, func(t *testing.T) {
+			s := openStore(t, kind)
+			brokers, _ := startKafka(t)
+			pub := newPublisher(t, PublisherConfig{Brokers: brokers})
+			warm(t, s, "p1", 100)
+			products := func() []string { return []string{"p1"} }
+			ctx := context.Background()
+			ids := map[int64]bool{}
+			for range 4 {
+				a, _ := deduct(t, s, "p1")
+				ids[a.ID] = true
+			}
+			const dead = "edge9-gone-1"
+			d := newRelay(t, RelayConfig{Store: s, Publisher: pub, Products: products, Consumer: dead, MinAge: time.Hour})
+			if _, err := d.Sweep(ctx); err != nil || d.Stats().Taken != 4 {
+				t.Fatalf("dead relay's sweep: %+v, %v", d.Stats(), err)
+			}
+			silentAt := time.Now()
+			d.Close()
+
+			const forgetAfter = 800 * time.Millisecond
+			live := newRelay(t, RelayConfig{Store: s, Publisher: pub, Products: products, Consumer: "edge1-alive-2",
+				MinAge: 200 * time.Millisecond, ForgetAfter: forgetAfter})
+			live.Start()
+			await.Until(t, 20*time.Second, "the live relay to remove the dead consumer", func() bool {
+				_, ok := groupConsumers(t, s, "p1")[dead]
+				return !ok
+			})
+			if el := time.Since(silentAt); el < forgetAfter {
+				t.Errorf("removed %v after it fell silent, before ForgetAfter %v", el, forgetAfter)
+			}
+			// Removed only after its entries were claimed and acknowledged:
+			// all of them are in Kafka and gone from the outbox.
+			if n := outboxLen(t, s, "p1"); n != 0 {
+				t.Errorf("%d entries still in the outbox", n)
+			}
+			if n := pendingCount(t, s, "p1"); n != 0 {
+				t.Errorf("%d entries still pending", n)
+			}
+			_, counts := readOrders(t, brokers)
+			for id := range ids {
+				if counts[id] != 1 {
+					t.Errorf("order %d in Kafka %d times, want 1", id, counts[id])
+				}
+			}
+			if st := live.Stats(); st.Forgotten != 1 || st.Relayed != 4 {
+				t.Errorf("live relay stats %+v, want 1 forgotten, 4 relayed", st)
+			}
+			if _, ok := groupConsumers(t, s, "p1")[live.Consumer()]; !ok {
+				t.Errorf("the live relay is not in the group any more")
+			}
+		})
+	}
+}
+
+// TestRelayKeepsLiveRelays: two live relays with a short interval, each
+// with entries it took, sweep side by side for several ForgetAfter after
+// their outbox went quiet; neither removes the other. On Redis 7.0 their
+// XINFO idle times pass ForgetAfter (idle restarts only when a consumer is
+// handed entries): the heartbeats are what keeps them.
+func TestRelayKeepsLiveRelays(t *testing.T) {
+	s := openStore(t, "real")
+	brokers, _ := startKafka(t)
+	pub := newPublisher(t, PublisherConfig{Brokers: brokers})
+	warm(t, s, "p1", 100)
+	products := func() []string { return []string{"p1"} }
+	ctx := context.Background()
+	const forgetAfter = 300 * time.Millisecond
+	cfg := RelayConfig{Store: s, Publisher: pub, Products: products, MinAge: 100 * time.Millisecond, ForgetAfter: forgetAfter}
+	var relays []*Relay
+	for _, name := range []string{"edge1-a-1", "edge2-b-2"} {
+		cfg.Consumer = name
+		r := newRelay(t, cfg)
+		// Each takes entries of its own, so each is a consumer of the group.
+		deduct(t, s, "p1")
+		deduct(t, s, "p1")
+		if _, err := r.Sweep(ctx); err != nil || r.Stats().Taken != 2 {
+			t.Fatalf("%s: %+v %v", name, r.Stats(), err)
+		}
+		relays = append(relays, r)
+	}
+	for _, r := range relays {
+		r.Start()
+	}
+	await.Until(t, 20*time.Second, "the relays to empty the outbox", func() bool { return outboxLen(t, s, "p1") == 0 })
+	quietAt := time.Now()
+	sweeps := relays[0].Stats().Sweeps + relays[1].Stats().Sweeps
+	await.Until(t, 20*time.Second, "4 x ForgetAfter of quiet sweeps", func() bool {
+		return time.Since(quietAt) >= 4*forgetAfter && relays[0].Stats().Sweeps+relays[1].Stats().Sweeps >= sweeps+20
+	})
+	c := groupConsumers(t, s, "p1")
+	for _, r := range relays {
+		if _, ok := c[r.Consumer()]; !ok {
+			t.Errorf("live relay %s was removed from the group: %v", r.Consumer(), c)
+		}
+		if st := r.Stats(); st.Forgotten != 0 || st.Errors != 0 {
+			t.Errorf("%s: stats %+v", r.Consumer(), st)
+		}
+	}
+	t.Logf("XINFO idle ms: %v (ForgetAfter %v)", c, forgetAfter)
+}
+
+// TestRelayForgetAfterChecked: a ForgetAfter within twice MinAge or
+// Interval is refused, naming it; unset, it defaults above both.
+func TestRelayForgetAfterChecked(t *testing.T) {
+	s := openStore(t, "embedded")
+	pub := newPublisher(t, PublisherConfig{Brokers: []string{"127.0.0.1:1"}})
+	base := RelayConfig{Store: s, Publisher: pub, Products: func() []string { return nil }, Interval: time.Second, MinAge: 10 * time.Second}
+	for _, fa := range []time.Duration{time.Millisecond, 15 * time.Second} {
+		cfg := base
+		cfg.ForgetAfter = fa
+		if _, err := NewRelay(cfg); err == nil || !strings.Contains(err.Error(), "ForgetAfter") {
+			t.Errorf("ForgetAfter %v: %v, want an error naming ForgetAfter", fa, err)
+		}
+	}
+	cfg := base
+	cfg.MinAge = time.Minute
+	r, err := NewRelay(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.cfg.ForgetAfter != 10*time.Minute {
+		t.Errorf("default ForgetAfter with MinAge 1m: %v, want 10m", r.cfg.ForgetAfter)
+	}
+	cfg.MinAge, cfg.ForgetAfter = 10*time.Second, -1
+	if _, err := NewRelay(cfg); err != nil {
+		t.Errorf("negative ForgetAfter (never remove): %v", err)
 	}
 }

@@ -141,6 +141,9 @@ func (p *pipeline) registerMetrics(reg *metrics.Registry) {
 	reg.Register("flashgate_outbox_relayed_total", "Outbox entries the relay had to send (the direct path did not acknowledge them).", "counter", func(w *metrics.Writer) {
 		w.Value(float64(p.relay.Stats().Relayed))
 	})
+	reg.Register("flashgate_outbox_relay_consumers_removed_total", "Dead edges' consumers this edge removed from the outbox relay groups.", "counter", func(w *metrics.Writer) {
+		w.Value(float64(p.relay.Stats().Forgotten))
+	})
 	if p.consumer == nil {
 		return
 	}
