@@ -15,6 +15,14 @@ type KafkaConfig struct {
 	DLQTopic string   `yaml:"dlq_topic"`
 	// Partitions of the orders topic when the edge creates it.
 	Partitions int `yaml:"partitions"`
+	// ReplicationFactor and MinInsyncReplicas of the topics the edge
+	// creates; an existing topic with fewer is refused at start (see
+	// conf/kafka.go).
+	ReplicationFactor int `yaml:"replication_factor"`
+	MinInsyncReplicas int `yaml:"min_insync_replicas"`
+	// TLS and SASL are how every Kafka client of the edge connects.
+	TLS  KafkaTLSConfig  `yaml:"tls"`
+	SASL KafkaSASLConfig `yaml:"sasl"`
 	// BatchTimeout is how long a dead-lettered message waits for others
 	// to share its produce request. Order events wait for no timer: per
 	// partition one request is in flight and what queued meanwhile goes
@@ -55,6 +63,7 @@ func (k *KafkaConfig) fill() {
 	orDefault(&k.Topic, "seckill.orders")
 	orDefault(&k.DLQTopic, "seckill.orders.dlq")
 	orDefault(&k.Partitions, 6)
+	orDefault(&k.ReplicationFactor, 1)
 	orDefault(&k.BatchTimeout, 2*time.Millisecond)
 	orDefault(&k.Timeout, 3*time.Second)
 }
@@ -84,6 +93,7 @@ func (c *Config) validateOrders(errs *field.Errors) {
 	if k.Timeout < 100*time.Millisecond || k.Timeout > time.Minute {
 		errs.Add("kafka.timeout", "must be between 100ms and 1m, got %v", k.Timeout)
 	}
+	k.validate(errs)
 	o := c.Orders
 	if o.RelayInterval < 10*time.Millisecond || o.RelayInterval > time.Minute {
 		errs.Add("orders.relay_interval", "must be between 10ms and 1m, got %v", o.RelayInterval)

@@ -59,7 +59,7 @@ func StartEmbeddedWith(cfg EmbeddedConfig) (brokers []string, stop func(), err e
 	brokers = c.ListenAddrs()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if err := EnsureTopics(ctx, brokers, cfg.Topics...); err != nil {
+	if err := EnsureTopics(ctx, brokers, Security{}, cfg.Topics...); err != nil {
 		stop()
 		return nil, nil, err
 	}

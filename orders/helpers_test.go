@@ -35,7 +35,7 @@ func startKafka(t testing.TB, opts ...kfake.Opt) ([]string, *kfake.Cluster) {
 	brokers, c := kafkatest.Start(t, opts...)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if err := EnsureTopics(ctx, brokers, testTopics()...); err != nil {
+	if err := EnsureTopics(ctx, brokers, Security{}, testTopics()...); err != nil {
 		t.Fatal(err)
 	}
 	return brokers, c

@@ -6,7 +6,6 @@ import (
 	"flashgate/orders/order"
 	"fmt"
 	"log/slog"
-	"net"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -19,7 +18,9 @@ import (
 // has (Topic, DLQTopic, BatchTimeout, Timeout: kafka.*, which conf
 // defaults) are required; the others have defaults of their own.
 type PublisherConfig struct {
-	Brokers  []string
+	Brokers []string
+	// Security is how it connects (TLS, SASL); the zero value is plaintext.
+	Security Security
 	Topic    string
 	DLQTopic string
 
@@ -135,11 +136,7 @@ func NewPublisher(cfg PublisherConfig) (*Publisher, error) {
 		return nil, err
 	}
 	p := &Publisher{cfg: cfg, flights: NewFlights()}
-	p.transport = &kafka.Transport{
-		Dial:        (&net.Dialer{Timeout: 3 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
-		ClientID:    cfg.ClientID,
-		MetadataTTL: cfg.MetadataTTL,
-	}
+	p.transport = cfg.Security.Transport(cfg.ClientID, cfg.MetadataTTL)
 	p.dlq = &kafka.Writer{
 		Addr:            kafka.TCP(cfg.Brokers...),
 		Topic:           cfg.DLQTopic,

@@ -225,7 +225,12 @@ func openPipeline(cfg *conf.Config, st *stock.Store, products func() []string, o
 		return nil, err
 	}
 	p.brokers = cfg.Kafka.Brokers
-	topics := orders.Topics(cfg.Kafka.Topic, cfg.Kafka.DLQTopic, cfg.Kafka.Partitions)
+	topics := orders.Replicated(orders.Topics(cfg.Kafka.Topic, cfg.Kafka.DLQTopic, cfg.Kafka.Partitions),
+		cfg.Kafka.ReplicationFactor, cfg.Kafka.MinInsyncReplicas)
+	sec, err := orders.SecurityFrom(cfg.Kafka) // the zero value for the embedded broker (conf refuses tls and sasl there)
+	if err != nil {
+		return fail(err)
+	}
 	if len(p.brokers) == 0 {
 		dir, err := p.dataPath(cfg, "kafka")
 		if err != nil {
@@ -238,13 +243,12 @@ func openPipeline(cfg *conf.Config, st *stock.Store, products func() []string, o
 	} else {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
-		if err := orders.EnsureTopics(ctx, p.brokers, topics...); err != nil {
+		if err := orders.EnsureTopics(ctx, p.brokers, sec, topics...); err != nil {
 			return fail(fmt.Errorf("kafka: %w", err))
 		}
 	}
-	var err error
 	p.pub, err = orders.NewPublisher(orders.PublisherConfig{
-		Brokers: p.brokers, Topic: cfg.Kafka.Topic, DLQTopic: cfg.Kafka.DLQTopic,
+		Brokers: p.brokers, Security: sec, Topic: cfg.Kafka.Topic, DLQTopic: cfg.Kafka.DLQTopic,
 		BatchTimeout: cfg.Kafka.BatchTimeout, Timeout: cfg.Kafka.Timeout,
 		Outbox: st, Log: log,
 	})
@@ -273,7 +277,7 @@ func openPipeline(cfg *conf.Config, st *stock.Store, products func() []string, o
 		if p.store, err = OpenOrderStore(ctx, cfg, dir); err != nil {
 			return fail(fmt.Errorf("order store: %w", err))
 		}
-		if p.consumer, err = consumer.New(consumerConfig(cfg, p.brokers, p.store, st, log, onStored)); err != nil {
+		if p.consumer, err = consumer.New(consumerConfig(cfg, p.brokers, sec, p.store, st, log, onStored)); err != nil {
 			return fail(err)
 		}
 		cctx, stop := context.WithCancel(context.Background())
@@ -324,9 +328,10 @@ func (p *pipeline) ledger(cfg *conf.Config) orderstore.Ledger {
 }
 
 // consumerConfig is the order consumer as every process runs it.
-func consumerConfig(cfg *conf.Config, brokers []string, store orderstore.Store, st *stock.Store, log *slog.Logger, onStored func(map[string][]int64)) consumer.Config {
+func consumerConfig(cfg *conf.Config, brokers []string, sec orders.Security, store orderstore.Store, st *stock.Store, log *slog.Logger, onStored func(map[string][]int64)) consumer.Config {
 	return consumer.Config{
-		Brokers: brokers, Topic: cfg.Kafka.Topic, DLQTopic: cfg.Kafka.DLQTopic,
+		Brokers: brokers, Security: sec, Topic: cfg.Kafka.Topic, DLQTopic: cfg.Kafka.DLQTopic,
+		ReplicationFactor: cfg.Kafka.ReplicationFactor, MinInsyncReplicas: cfg.Kafka.MinInsyncReplicas,
 		Group: cfg.Orders.Group, BatchSize: cfg.Orders.BatchSize, BatchTime: cfg.Orders.BatchTime,
 		Store: store, Stock: st, Log: log, OnStored: onStored,
 	}
@@ -335,8 +340,12 @@ func consumerConfig(cfg *conf.Config, brokers []string, store orderstore.Store, 
 // drainer waits until the consumer group has stored every published event.
 func drainer(cfg *conf.Config, brokers []string) func(context.Context) error {
 	topic, group := cfg.Kafka.Topic, cfg.Orders.Group
+	sec, secErr := orders.SecurityFrom(cfg.Kafka)
 	return func(ctx context.Context) error {
-		return consumer.WaitDrained(ctx, brokers, topic, group, 100*time.Millisecond)
+		if secErr != nil {
+			return secErr
+		}
+		return consumer.WaitDrained(ctx, brokers, sec, topic, group, 100*time.Millisecond)
 	}
 }
 
@@ -368,7 +377,11 @@ func RunOrders(ctx context.Context, cfg *conf.Config, log *slog.Logger) error {
 	}
 	defer st.Close()
 	defer store.Close()
-	c, err := consumer.New(consumerConfig(cfg, cfg.Kafka.Brokers, store, st, log, storedPublisher(st, log)))
+	sec, err := orders.SecurityFrom(cfg.Kafka)
+	if err != nil {
+		return err
+	}
+	c, err := consumer.New(consumerConfig(cfg, cfg.Kafka.Brokers, sec, store, st, log, storedPublisher(st, log)))
 	if err != nil {
 		return err
 	}

@@ -88,7 +88,7 @@ func (r *rig) useStock(st *stock.Store) {
 
 func (r *rig) drain(ctx context.Context) error {
 	r.drains.Add(1)
-	return consumer.WaitDrained(ctx, r.brokers, edge.Kafka.Topic, edge.Orders.Group, 50*time.Millisecond)
+	return consumer.WaitDrained(ctx, r.brokers, orders.Security{}, edge.Kafka.Topic, edge.Orders.Group, 50*time.Millisecond)
 }
 
 func (r *rig) startConsumer() {

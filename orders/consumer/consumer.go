@@ -22,10 +22,17 @@ import (
 // has (Topic, Group, DLQTopic, BatchSize, BatchTime: kafka.* and orders.*,
 // which conf defaults) are required; the others have defaults of their own.
 type Config struct {
-	Brokers   []string
-	Topic     string
-	Group     string
-	DLQTopic  string // created (1 partition) if missing
+	Brokers  []string
+	Topic    string
+	Group    string
+	DLQTopic string // created (1 partition) if missing
+	// ReplicationFactor and MinInsyncReplicas are the dead-letter topic's
+	// when the consumer creates it (kafka.replication_factor,
+	// kafka.min_insync_replicas; 0: 1 and the broker's default).
+	ReplicationFactor, MinInsyncReplicas int
+	// Security is how the reader and the dead-letter writer connect (TLS,
+	// SASL); the zero value is plaintext.
+	Security  orders.Security
 	BatchSize int
 	BatchTime time.Duration // counted from a batch's first message
 
@@ -95,6 +102,8 @@ type Consumer struct {
 	cfg    Config
 	client *kafka.Client
 	dlq    *kafka.Writer
+	// closeConns closes the idle connections of client and dlq.
+	closeConns func()
 
 	dlqReady bool
 	unmarked map[string][]int64 // stored orders whose MarkSuccess failed
@@ -114,12 +123,14 @@ func New(cfg Config) (*Consumer, error) {
 	if err := cfg.check(); err != nil {
 		return nil, err
 	}
-	addr := kafka.TCP(cfg.Brokers...)
+	client, closeConns := cfg.Security.Client(cfg.Brokers, 10*time.Second)
 	return &Consumer{
-		cfg:    cfg,
-		client: &kafka.Client{Addr: addr, Timeout: 10 * time.Second},
+		cfg:        cfg,
+		client:     client,
+		closeConns: closeConns,
 		dlq: &kafka.Writer{
-			Addr:         addr,
+			Addr:         client.Addr,
+			Transport:    client.Transport,
 			Topic:        cfg.DLQTopic,
 			Balancer:     &kafka.Hash{},
 			RequiredAcks: kafka.RequireAll,
@@ -148,6 +159,7 @@ func (c *Consumer) Run(ctx context.Context) error {
 		Brokers:           c.cfg.Brokers,
 		GroupID:           c.cfg.Group,
 		Topic:             c.cfg.Topic,
+		Dialer:            c.cfg.Security.Dialer(),
 		QueueCapacity:     c.cfg.BatchSize,
 		MinBytes:          1,
 		MaxBytes:          10 << 20,
@@ -163,6 +175,7 @@ func (c *Consumer) Run(ctx context.Context) error {
 			c.cfg.Log.Warn("kafka reader: " + fmt.Sprintf(msg, args...))
 		}),
 	})
+	defer c.closeConns()
 	defer r.Close()
 	defer c.dlq.Close()
 	batch := make([]kafka.Message, 0, c.cfg.BatchSize)
@@ -313,7 +326,10 @@ func deadLetter(m *kafka.Message, err error) kafka.Message {
 
 func (c *Consumer) writeDLQ(ctx context.Context, msgs []kafka.Message) error {
 	if !c.dlqReady {
-		if err := orders.EnsureTopics(ctx, c.cfg.Brokers, orders.Topic{Name: c.cfg.DLQTopic, Partitions: 1}); err != nil {
+		if err := orders.EnsureTopics(ctx, c.cfg.Brokers, c.cfg.Security, orders.Topic{
+			Name: c.cfg.DLQTopic, Partitions: 1,
+			ReplicationFactor: c.cfg.ReplicationFactor, MinInsyncReplicas: c.cfg.MinInsyncReplicas,
+		}); err != nil {
 			return err
 		}
 		c.dlqReady = true

@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/segmentio/kafka-go"
+
+	"flashgate/orders"
 )
 
 // GroupLag is how many messages of topic the group has not committed yet,
@@ -14,8 +16,11 @@ import (
 // start when nothing is committed). The consumer commits only after the
 // store, so 0 means every event published before the call is stored (or
 // dead-lettered). It asks the brokers, so any process can call it.
-func GroupLag(ctx context.Context, brokers []string, topic, group string) (int64, error) {
-	return groupLag(ctx, &kafka.Client{Addr: kafka.TCP(brokers...), Timeout: 10 * time.Second}, topic, group)
+// It connects as sec (the zero value: plaintext).
+func GroupLag(ctx context.Context, brokers []string, sec orders.Security, topic, group string) (int64, error) {
+	cl, done := sec.Client(brokers, 10*time.Second)
+	defer done()
+	return groupLag(ctx, cl, topic, group)
 }
 
 func groupLag(ctx context.Context, cl *kafka.Client, topic, group string) (int64, error) {
@@ -75,8 +80,11 @@ func groupLag(ctx context.Context, cl *kafka.Client, topic, group string) (int64
 
 // WaitDrained polls GroupLag every poll (default 100ms) until it is 0 or
 // ctx ends; the error then says how much was left.
-func WaitDrained(ctx context.Context, brokers []string, topic, group string, poll time.Duration) error {
-	return waitDrained(ctx, &kafka.Client{Addr: kafka.TCP(brokers...), Timeout: 10 * time.Second}, topic, group, poll)
+// It connects as sec.
+func WaitDrained(ctx context.Context, brokers []string, sec orders.Security, topic, group string, poll time.Duration) error {
+	cl, done := sec.Client(brokers, 10*time.Second)
+	defer done()
+	return waitDrained(ctx, cl, topic, group, poll)
 }
 
 func waitDrained(ctx context.Context, cl *kafka.Client, topic, group string, poll time.Duration) error {
