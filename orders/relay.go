@@ -146,7 +146,12 @@ func NewRelay(cfg RelayConfig) (*Relay, error) {
 	if err := cfg.check(); err != nil {
 		return nil, err
 	}
-	return &Relay{cfg: cfg}, nil
+	r := &Relay{cfg: cfg}
+	// The first pass comes ForgetAfter / 4 after the start, not at the
+	// first sweep: a restarted edge's predecessor is not dead for long
+	// enough yet anyway, and a starting edge makes no extra script calls.
+	r.lastForget.Store(time.Now().UnixNano())
+	return r, nil
 }
 
 // Consumer is this relay's consumer name in the group.
