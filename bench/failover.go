@@ -88,7 +88,9 @@ func newTimeline(start time.Time, products, quantity int) *timeline {
 }
 
 // add books one purchase answer (the generator's observe hook).
-func (tl *timeline) add(product, status int, code string) { tl.addAt(time.Now(), product, status, code) }
+func (tl *timeline) add(product, status int, code string) {
+	tl.addAt(time.Now(), product, status, code)
+}
 
 func (tl *timeline) addAt(now time.Time, product, status int, code string) {
 	c := timelineCode(status, code)
