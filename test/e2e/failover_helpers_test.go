@@ -642,3 +642,33 @@ func foPlace(t *testing.T, c *redistest.Cluster) (victim string, healthy []strin
 	}
 	return picked[0], picked[1:]
 }
+
+// foClusterSale is the set-up the Cluster failover tests share: a 3+3
+// cluster serving every slot it can while a shard has no master, the
+// order pipeline, two edges, and three sales — the victim, whose master
+// the test fails, and two healthy ones on the other masters — open.
+type foClusterSale struct {
+	c       *redistest.Cluster
+	env     *ordEnv
+	rig     *foRig
+	victim  string
+	healthy []string
+	stocks  map[string]int64
+}
+
+func startFoClusterSale(t *testing.T, victimStock, healthyStock int64, limit int) *foClusterSale {
+	t.Helper()
+	c := redistest.NewCluster(t)
+	foPartialCoverage(t, c)
+	env := newOrdEnvOn(t, nil, c.Addrs()[0])
+	victim, healthy := foPlace(t, c)
+	products := append([]string{victim}, healthy...)
+	stocks := map[string]int64{victim: victimStock, healthy[0]: healthyStock, healthy[1]: healthyStock}
+	var sales []string
+	for _, p := range products {
+		sales = append(sales, sale(p, int(stocks[p]), limit))
+	}
+	rig := startFoRig(t, env, strings.Join(c.Addrs(), ","), activities(sales...))
+	rig.awaitActive(products, 5*time.Second)
+	return &foClusterSale{c: c, env: env, rig: rig, victim: victim, healthy: healthy, stocks: stocks}
+}

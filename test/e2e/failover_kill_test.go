@@ -1,11 +1,9 @@
 package e2e
 
 import (
-	"strings"
 	"testing"
 	"time"
 
-	"flashgate/internal/redistest"
 	"flashgate/orders/stock"
 )
 
@@ -22,18 +20,8 @@ func TestFailoverMasterKilled(t *testing.T) {
 		t.Skip("kills a Redis Cluster master under load through two edge processes: skipped with -short")
 	}
 	const limit = 1
-	c := redistest.NewCluster(t)
-	foPartialCoverage(t, c)
-	env := newOrdEnvOn(t, nil, c.Addrs()[0])
-	victim, healthy := foPlace(t, c)
-	products := append([]string{victim}, healthy...)
-	stocks := map[string]int64{victim: 300, healthy[0]: 500, healthy[1]: 500}
-	var sales []string
-	for _, p := range products {
-		sales = append(sales, sale(p, int(stocks[p]), limit))
-	}
-	rig := startFoRig(t, env, strings.Join(c.Addrs(), ","), activities(sales...))
-	rig.awaitActive(products, 5*time.Second)
+	fs := startFoClusterSale(t, 300, 500, limit)
+	c, env, rig, victim, healthy, stocks := fs.c, fs.env, fs.rig, fs.victim, fs.healthy, fs.stocks
 
 	l := startFoLoad(t, rig,
 		foStream{product: victim, rate: 90, workers: 32},

@@ -29,18 +29,8 @@ func TestFailoverLaggingReplica(t *testing.T) {
 		t.Skip("fails a Redis Cluster master over under load through two edge processes: skipped with -short")
 	}
 	const limit = 1
-	c := redistest.NewCluster(t)
-	foPartialCoverage(t, c)
-	env := newOrdEnvOn(t, nil, c.Addrs()[0])
-	victim, healthy := foPlace(t, c)
-	products := append([]string{victim}, healthy...)
-	stocks := map[string]int64{victim: 150, healthy[0]: 1000, healthy[1]: 1000}
-	var sales []string
-	for _, p := range products {
-		sales = append(sales, sale(p, int(stocks[p]), limit))
-	}
-	rig := startFoRig(t, env, strings.Join(c.Addrs(), ","), activities(sales...))
-	rig.awaitActive(products, 5*time.Second)
+	fs := startFoClusterSale(t, 150, 1000, limit)
+	c, env, rig, victim, healthy, stocks := fs.c, fs.env, fs.rig, fs.victim, fs.healthy, fs.stocks
 
 	l := startFoLoad(t, rig,
 		foStream{product: victim, rate: 60, workers: 24},
