@@ -430,20 +430,7 @@ func runFailover(ctx context.Context, root string, sc *Scenario, f runFlags, std
 	if mb1, mt1 := machineTicks(); mt1 > mt0 {
 		res.MachineBusyPct = 100 * float64(mb1-mb0) / float64(mt1-mt0) * float64(runtime.NumCPU())
 	}
-	window := time.Since(start).Seconds()
-	if last := lastCompletion(rec); !last.IsZero() {
-		window = last.Sub(start).Seconds()
-	}
-	res.Seconds = window
-	res.Endpoints, res.Total, res.SendLag = rec.results(window)
-	res.Arrived, res.Unfinished = gen.arrived.Load(), gen.active.Load()
-	res.SessionsSigned = users.signed.Load()
-	for i := range gen.sales {
-		s := &gen.sales[i]
-		ps := ProductSale{Product: productID(i), Stock: int64(sc.Stock), Orders: s.orders.Load(), Units: s.units.Load(), Unknown: s.pendingUnknown.Load()}
-		ps.OverStock = max(0, ps.Units-ps.Stock)
-		res.Sales = append(res.Sales, ps)
-	}
+	recordLoad(res, rec, gen, users, sc, start, time.Now())
 	tl.result(res.Failover, sc.Stock)
 
 	fmt.Fprintln(progress, "bench: proxy reconcile (waits for the order pipeline to drain)")

@@ -346,20 +346,7 @@ func runScenario(ctx context.Context, root string, sc *Scenario, f runFlags, std
 	for _, d := range env.Delays {
 		res.Faults = append(res.Faults, FaultStat{Name: d.Name, Connections: d.conns.Load(), Chunks: d.chunks.Load(), Stalls: d.stalls.Load()})
 	}
-	window := loadEnd.Sub(start).Seconds()
-	if last := lastCompletion(rec); !last.IsZero() {
-		window = last.Sub(start).Seconds()
-	}
-	res.Seconds = window
-	res.Endpoints, res.Total, res.SendLag = rec.results(window)
-	res.Arrived, res.Unfinished = gen.arrived.Load(), gen.active.Load()
-	res.SessionsSigned = users.signed.Load()
-	for i := range gen.sales {
-		s := &gen.sales[i]
-		ps := ProductSale{Product: productID(i), Stock: int64(sc.Stock), Orders: s.orders.Load(), Units: s.units.Load(), Unknown: s.pendingUnknown.Load()}
-		ps.OverStock = max(0, ps.Units-ps.Stock)
-		res.Sales = append(res.Sales, ps)
-	}
+	recordLoad(res, rec, gen, users, sc, start, loadEnd)
 
 	// Reconcile: the edge's GET /admin/reconcile waits for the order
 	// pipeline to drain, then checks every product.
@@ -405,6 +392,26 @@ func (sc *Scenario) setWaitReplicas(n int) {
 		sc.Edge = map[string]any{}
 	}
 	yamlmerge.Into(sc.Edge, map[string]any{"redis": map[string]any{"wait_replicas": n}})
+}
+
+// recordLoad books what the generator did from start until end (or the
+// last answer, if later): the endpoints' figures, the shoppers, and per
+// product the orders and units answered 200.
+func recordLoad(res *Result, rec *Recorder, gen *Generator, users *Users, sc *Scenario, start, end time.Time) {
+	window := end.Sub(start).Seconds()
+	if last := lastCompletion(rec); !last.IsZero() {
+		window = last.Sub(start).Seconds()
+	}
+	res.Seconds = window
+	res.Endpoints, res.Total, res.SendLag = rec.results(window)
+	res.Arrived, res.Unfinished = gen.arrived.Load(), gen.active.Load()
+	res.SessionsSigned = users.signed.Load()
+	for i := range gen.sales {
+		s := &gen.sales[i]
+		ps := ProductSale{Product: productID(i), Stock: int64(sc.Stock), Orders: s.orders.Load(), Units: s.units.Load(), Unknown: s.pendingUnknown.Load()}
+		ps.OverStock = max(0, ps.Units-ps.Stock)
+		res.Sales = append(res.Sales, ps)
+	}
 }
 
 func lastCompletion(rec *Recorder) time.Time {
