@@ -124,10 +124,16 @@ func (s *File) Insert(ctx context.Context, rows []Row) error {
 			return err
 		}
 	}
+	return appendAll(ctx, s, s.orders, "append", rows, func(r *Row) any { return fileRowOf(r) }, s.apply)
+}
+
+// appendAll encodes items one JSON line each, appends them to the log with
+// one fsync and applies them to the in-memory view, under the store's lock.
+func appendAll[T any](ctx context.Context, s *File, log *jsonLog, what string, items []T, line func(*T) any, apply func(T)) error {
 	var buf bytes.Buffer
 	enc := json.NewEncoder(&buf)
-	for i := range rows {
-		if err := enc.Encode(fileRowOf(&rows[i])); err != nil {
+	for i := range items {
+		if err := enc.Encode(line(&items[i])); err != nil {
 			return fmt.Errorf("orderstore: %w", err)
 		}
 	}
@@ -139,11 +145,11 @@ func (s *File) Insert(ctx context.Context, rows []Row) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	if err := s.orders.append(buf.Bytes()); err != nil {
-		return fmt.Errorf("orderstore: append: %w", err)
+	if err := log.append(buf.Bytes()); err != nil {
+		return fmt.Errorf("orderstore: %s: %w", what, err)
 	}
-	for i := range rows {
-		s.apply(rows[i])
+	for i := range items {
+		apply(items[i])
 	}
 	return nil
 }
@@ -261,28 +267,7 @@ func (s *File) PutCatalog(ctx context.Context, recs ...CatalogRecord) error {
 	if err := validateRecords(recs); err != nil {
 		return err
 	}
-	var buf bytes.Buffer
-	enc := json.NewEncoder(&buf)
-	for i := range recs {
-		if err := enc.Encode(fileCatalog(recs[i])); err != nil {
-			return fmt.Errorf("orderstore: %w", err)
-		}
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.closed {
-		return errors.New("orderstore: file store closed")
-	}
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	if err := s.cat.append(buf.Bytes()); err != nil {
-		return fmt.Errorf("orderstore: catalogue append: %w", err)
-	}
-	for i := range recs {
-		s.applyCatalog(recs[i])
-	}
-	return nil
+	return appendAll(ctx, s, s.cat, "catalogue append", recs, func(r *CatalogRecord) any { return fileCatalog(*r) }, s.applyCatalog)
 }
 
 // ReadCatalog reads the newest record of each key.
