@@ -393,13 +393,10 @@ func (s *Service) noteLost(p string) bool {
 }
 
 // closedAnswer is the answer to a purchase the deduction refused because
-// the sale has no stock in Redis (code NotReady) or is fenced (Recovering):
-// a sale this edge knows was lost is recovering, any other still opening.
-// Off the hot path: only closed sales get here.
-func (s *Service) closedAnswer(code stock.Code, productID []byte) *api.Rejection {
-	if code == stock.Recovering {
-		return api.Recovering
-	}
+// the sale has no stock in Redis (NotReady; a fenced sale answers
+// Recovering in settle): a sale this edge knows was lost is recovering,
+// any other still opening. Off the hot path: only closed sales get here.
+func (s *Service) closedAnswer(productID []byte) *api.Rejection {
 	s.catMu.Lock()
 	lost := s.cat.lost[string(productID)]
 	s.catMu.Unlock()

@@ -272,7 +272,7 @@ func (s *Service) settle(r *api.Call, e activity.Entry, a *stock.Attempt, out st
 		api.Recovering.Write(r.Ctx)
 	default:
 		s.outcomes[outNotReady].Inc()
-		s.closedAnswer(out.Code, r.ProductID).Write(r.Ctx)
+		s.closedAnswer(r.ProductID).Write(r.Ctx)
 	}
 }
 
