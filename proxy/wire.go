@@ -187,6 +187,11 @@ func openStock(ctx context.Context, cfg *conf.Config, log *slog.Logger, embedded
 		// Where redis-cli can inspect the demo's keys.
 		log.Info("embedded Redis listening", "addr", store.Addr())
 	}
+	uctx, cancel := context.WithTimeout(ctx, max(rc.Timeout, time.Second))
+	for _, err := range store.Unreachable(uctx) {
+		log.Warn("redis: a node does not answer at start; the products whose slots it serves stay closed until it or its replica does", "err", err)
+	}
+	cancel()
 	if n := store.LostOnOpen(); n > 0 {
 		log.Warn("the embedded Redis did not stop cleanly last time: its sales are rebuilt from the order ledger before they reopen", "sales", n)
 	}

@@ -182,3 +182,22 @@ func shardSubscribers(c rueidis.Client, addr, channel string) int64 {
 	n, _ := arr[1].AsInt64()
 	return n
 }
+
+// An edge started while a cluster node is down opens (the other masters'
+// products can sell) and names the node it cannot reach.
+func TestUnreachableNamesTheDeadClusterNode(t *testing.T) {
+	c := redistest.NewCluster(t)
+	dead := c.MasterOf("k596")
+	c.Kill(dead)
+	s, err := Open(context.Background(), strings.Join(c.Addrs(), ","), testOptions(Options{Timeout: time.Second}))
+	if err != nil {
+		t.Fatalf("Open with one master down: %v", err)
+	}
+	defer s.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	errs := s.Unreachable(ctx)
+	if len(errs) != 1 || !strings.Contains(errs[0].Error(), dead) {
+		t.Fatalf("Unreachable = %v, want one error naming %s", errs, dead)
+	}
+}

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -289,6 +290,53 @@ func ping(ctx context.Context, c rueidis.Client) error {
 		return errors.New("no cluster node known")
 	}
 	return errors.Join(errs...)
+}
+
+// Unreachable pings every node of a cluster — the seeds redis.addr names
+// and every node the topology lists — and returns one error per node that
+// does not answer, naming it. Open needs only one node to answer, so that an
+// edge restarted while a master is down still serves the other masters'
+// products; this is how it can say at start which node it cannot reach (its
+// products stay closed by their breakers until the node or its replica
+// answers). Nil on a single server, Sentinel or the embedded stand-in.
+func (s *Store) Unreachable(ctx context.Context) []error {
+	if s.c.Mode() != rueidis.ClientModeCluster {
+		return nil
+	}
+	nodes := s.c.Nodes()
+	errs := make([]error, 0)
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for addr, n := range nodes {
+		wg.Go(func() {
+			if err := n.Do(ctx, n.B().Ping().Build()).Error(); err != nil {
+				mu.Lock()
+				errs = append(errs, fmt.Errorf("cluster node %s: %w", addr, err))
+				mu.Unlock()
+			}
+		})
+	}
+	// A seed the topology does not list (a dead master after its failover,
+	// a mistyped address) has no connection in the client: dial it.
+	for _, addr := range strings.Split(s.addr, ",") {
+		if _, known := nodes[addr]; known || addr == "" {
+			continue
+		}
+		wg.Go(func() {
+			var d net.Dialer
+			conn, err := d.DialContext(ctx, "tcp", addr)
+			if err == nil {
+				conn.Close()
+				return
+			}
+			mu.Lock()
+			errs = append(errs, fmt.Errorf("redis.addr names %s, which is not in the cluster and does not answer: %w", addr, err))
+			mu.Unlock()
+		})
+	}
+	wg.Wait()
+	slices.SortFunc(errs, func(a, b error) int { return strings.Compare(a.Error(), b.Error()) })
+	return errs
 }
 
 // target fills co with how to reach a real Redis at addr (see Open).
