@@ -391,6 +391,7 @@ func BenchmarkHotKey(b *testing.B) {
 	for _, bc := range []struct{ name, yaml string }{
 		{"local", under},
 		{"redis-allowance-1", under + "policy: redis\nallowance: 1\n"},
+		{"redis-allowance-2", under + "policy: redis\n"}, // the default
 		{"redis-allowance-16", under + "policy: redis\nallowance: 16\n"},
 		{"redis-over-limit", "type: ip_limit\nrate: 1r/m\npolicy: redis\n"},
 	} {
