@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"flashgate/conf/field"
+	"flashgate/metrics"
 	"flashgate/orders/stock"
 	"flashgate/sale/api"
 )
@@ -249,4 +250,17 @@ func (rl *redisLimit) remember(key *[16]byte, now, forMs int64, b uint32) {
 	}
 	s.t.slots[i].a, s.t.slots[i].b = end, b
 	s.mu.Unlock()
+}
+
+// RegisterRedisMetrics exports the Redis policy's script calls of store:
+// flashgate_limit_redis_calls_total{result="pass|refuse|error"}. The
+// decisions the edge's cache answered are not calls; the filters' own
+// verdict counters count every decision.
+func RegisterRedisMetrics(reg *metrics.Registry, store *stock.Store) {
+	reg.Register("flashgate_limit_redis_calls_total", "Rate limit script calls to Redis (policy redis) by result.", "counter", func(w *metrics.Writer) {
+		c := store.RateCalls()
+		w.Value(float64(c.Passed), metrics.Label{Name: "result", Value: "pass"})
+		w.Value(float64(c.Refused), metrics.Label{Name: "result", Value: "refuse"})
+		w.Value(float64(c.Failed), metrics.Label{Name: "result", Value: "error"})
+	})
 }

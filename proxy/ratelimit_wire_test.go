@@ -36,4 +36,19 @@ func TestIPLimitPolicyRedisSharedByTwoEdges(t *testing.T) {
 	if passed != 4 {
 		t.Fatalf("two edges passed %d of 10 from one address, want 4 (burst 3, shared)", passed)
 	}
+	// Each edge asked Redis until it was refused, then answered itself.
+	_, _, m := get(t, edges[0].adminBase+"/metrics")
+	if !strings.Contains(m, `flashgate_limit_redis_calls_total{result="pass"} 2`) || !strings.Contains(m, `flashgate_limit_redis_calls_total{result="refuse"} 1`) {
+		t.Fatalf("edge 0's metrics:\n%s", grepLines(m, "flashgate_limit_redis"))
+	}
+}
+
+func grepLines(s, sub string) string {
+	var out []string
+	for _, l := range strings.Split(s, "\n") {
+		if strings.Contains(l, sub) {
+			out = append(out, l)
+		}
+	}
+	return strings.Join(out, "\n")
 }

@@ -13,6 +13,7 @@ import (
 
 	"flashgate/conf"
 	"flashgate/conf/field"
+	"flashgate/filters"
 	"flashgate/orders"
 	"flashgate/orders/consumer"
 	"flashgate/orders/order"
@@ -52,6 +53,7 @@ func (s *Server) assemble(doc *conf.Document) (*parts, *Snapshot, error) {
 		return nil, nil, err
 	}
 	s.env.Stock = store
+	filters.RegisterRedisMetrics(&s.m.reg, store)
 	snap, err := Compile(doc, s.env, s.version.Add(1))
 	if err != nil {
 		store.Close()
