@@ -2,6 +2,7 @@ package filters
 
 import (
 	"context"
+	"errors"
 	"net/netip"
 	"sync/atomic"
 	"time"
@@ -45,6 +46,10 @@ import (
 // passes, "deny" refuses with the filter's status and Retry-After: 1.
 // After a failed call the filter does not ask Redis again for a second,
 // so that a dead Redis costs one timeout per second, not one per request.
+//
+// The cache belongs to the compiled filter: a reload starts an empty one
+// (leased units left are lost, within the bound above; a remembered
+// refusal is asked again).
 type PolicyConfig struct {
 	Policy       string `yaml:"policy"`
 	OnRedisError string `yaml:"on_redis_error"`
@@ -167,7 +172,9 @@ func (rl *redisLimit) Check(r *Request, key [16]byte) Verdict {
 	}
 	a, err := rl.store.TakeRate(context.Background(), rl.plan, rl.client(r, &key), rl.units, at)
 	if err != nil {
-		rl.downUntil.Store(r.NowNano + int64(redisErrorPause))
+		if !errors.Is(err, stock.ErrInvalid) { // a client no key can name says nothing of Redis
+			rl.downUntil.Store(r.NowNano + int64(redisErrorPause))
+		}
 		return rl.failed(key, r.NowNano)
 	}
 	if a.Units == 0 {

@@ -11,10 +11,11 @@ func init() { Register("user_limit", newUserLimit) }
 
 // userLimit is limit_req keyed by the signed-in user (several rates at once,
 // e.g. 5r/s and 50r/m), plus the local "already bought" check: a shopper at
-// the product's per-user limit is answered 409 here. Both are local to the
-// edge; the deduction script enforces the purchase limit exactly. With
-// policy redis the rates are shared by every edge (redislimit.go), all of
-// a user's limits in one script call.
+// the product's per-user limit is answered 409 here. The rates are local to
+// the edge unless policy is redis: then every edge shares them
+// (redislimit.go), all of a user's rates in one script call. The bought
+// check is always local; the deduction script enforces the purchase limit
+// exactly.
 type userLimit struct {
 	limits []*RateLimit
 	bought *activity.BoughtCache

@@ -126,3 +126,25 @@ func TestNewRatePlanRefuses(t *testing.T) {
 		}
 	}
 }
+
+// The embedded server's snapshot leaves the rate keys out: like a local
+// limiter's zone, they do not outlive the process.
+func TestTakeRateNotInEmbeddedSnapshot(t *testing.T) {
+	dir := t.TempDir()
+	p := ratePlan(t, RateRule{Zone: "z", Milli: 16, Burst: 0})
+	for i, want := range []int{1, 1} { // a restart forgets the refusal to come
+		s, err := Open(context.Background(), "embedded", testOptions(Options{DataDir: dir}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if a, err := s.TakeRate(context.Background(), p, "u:dave", 1, 0); err != nil || a.Units != want {
+			t.Fatalf("open %d: %+v, %v", i+1, a, err)
+		}
+		if a, _ := s.TakeRate(context.Background(), p, "u:dave", 1, 0); a.Units != 0 {
+			t.Fatalf("open %d: the second request at 1r/m passed", i+1)
+		}
+		if err := s.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
