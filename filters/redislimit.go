@@ -35,7 +35,9 @@ import (
 //     after it was charged: the edges never admit more than one nginx would
 //     admit over a window one lease longer, which, a lease being at most one
 //     request interval, is at most one request more. They may admit fewer:
-//     units leased and not spent, at most edges x (Allowance-1) per lease.
+//     units leased and not spent, at most edges x (Allowance-1) per lease
+//     (an edge asks for one lease of a key at a time; requests that arrive
+//     while it is asked for ask for their own unit).
 //     A request that nginx would delay (no nodelay, or beyond delay=) is
 //     never leased: it goes to Redis one by one.
 //
@@ -113,13 +115,20 @@ type redisLimit struct {
 	edgeClock bool
 	downUntil atomic.Int64 // unix ns: no call before, after a failure
 
-	// cache holds, per client key, either a refusal (b = refused|rule)
-	// until a, or b leased units until a (an expiring keyTable).
+	// cache holds, per client key, a refusal (b = refused|rule) until a,
+	// b leased units until a, or (b = leasing) until a, a request asking
+	// Redis for a lease (an expiring keyTable).
 	cache keyTable
 }
 
 // refused marks a cache entry that refuses; the low bits are the rule.
 const refused = 1 << 31
+
+// leasing marks a key whose lease one request is asking Redis for; others
+// meanwhile ask for their own unit only, so that an edge holds one lease of
+// a key at a time: the bound on unspent units. The mark lasts at most
+// redisErrorPause (a call that takes longer lets another request lease).
+const leasing = 1 << 30
 
 // newRedisLimit compiles the Redis policy of rules (nil: policy local).
 func newRedisLimit(pc PolicyConfig, env *Env, rules []*RateLimit, byUser bool, maxKeys int, local func([16]byte, int64) Verdict) (*redisLimit, field.Errors) {
@@ -160,29 +169,38 @@ func newRedisLimit(pc PolicyConfig, env *Env, rules []*RateLimit, byUser bool, m
 // Redis key is built from r only when Redis is asked).
 func (rl *redisLimit) Check(r *Request, key [16]byte) Verdict {
 	now := r.NowNano / int64(time.Millisecond)
-	if v, hit := rl.cached(&key, now); hit {
+	v, hit, lead := rl.cached(&key, now)
+	if hit {
 		return v
 	}
 	if rl.store == nil || r.NowNano < rl.downUntil.Load() {
+		rl.unmark(&key, now, lead)
 		return rl.failed(key, r.NowNano)
 	}
 	var at int64
 	if rl.edgeClock {
 		at = now
 	}
-	a, err := rl.store.TakeRate(context.Background(), rl.plan, rl.client(r, &key), rl.units, at)
+	units := 1
+	if lead {
+		units = rl.units
+	}
+	a, err := rl.store.TakeRate(context.Background(), rl.plan, rl.client(r, &key), units, at)
 	if err != nil {
 		if !errors.Is(err, stock.ErrInvalid) { // a client no key can name says nothing of Redis
 			rl.downUntil.Store(r.NowNano + int64(redisErrorPause))
 		}
+		rl.unmark(&key, now, lead)
 		return rl.failed(key, r.NowNano)
 	}
-	if a.Units == 0 {
+	switch {
+	case a.Units == 0:
 		rl.remember(&key, now, a.WaitAll.Milliseconds(), refused|uint32(a.Refused))
 		return Verdict{Reject: rl.rejects[a.Refused], RetryAfter: retryAfter(a.Wait)}
-	}
-	if a.Units > 1 {
+	case a.Units > 1:
 		rl.remember(&key, now, rl.leaseMs, uint32(a.Units-1))
+	default:
+		rl.unmark(&key, now, lead)
 	}
 	return Verdict{Delay: a.Delay}
 }
@@ -209,32 +227,57 @@ func (rl *redisLimit) failed(key [16]byte, nowNano int64) Verdict {
 }
 
 // cached answers from the edge's cache: a refusal while one is remembered,
-// a pass that spends a leased unit, or nothing (hit false).
-func (rl *redisLimit) cached(key *[16]byte, now int64) (Verdict, bool) {
+// a pass that spends a leased unit, or nothing (hit false). On a miss, lead
+// says this request is to ask for the lease (the key is then marked
+// leasing); with no allowance nobody leads.
+func (rl *redisLimit) cached(key *[16]byte, now int64) (v Verdict, hit, lead bool) {
 	s, h := rl.cache.shard(key)
 	s.mu.Lock()
 	rel := s.prepare(now, expiring)
 	i, found := s.t.find(key, h)
+	if found && int64(s.t.slots[i].a) <= rel {
+		s.t.remove(i)
+		found = false
+	}
 	if !found {
+		if rl.units > 1 {
+			s.insert(key, h, rel, now, expiring, &rl.cache)
+			i, _ = s.t.find(key, h)
+			s.t.slots[i].a, s.t.slots[i].b = uint32(rel+redisErrorPause.Milliseconds()), leasing
+			lead = true
+		}
 		s.mu.Unlock()
-		return Pass, false
+		return Pass, false, lead
 	}
 	e := &s.t.slots[i]
-	if int64(e.a) <= rel {
-		s.t.remove(i)
-		s.mu.Unlock()
-		return Pass, false
-	}
-	if e.b&refused != 0 {
+	switch {
+	case e.b&refused != 0:
 		rule, wait := e.b&^refused, int64(e.a)-rel
 		s.mu.Unlock()
-		return Verdict{Reject: rl.rejects[rule], RetryAfter: retryAfter(time.Duration(wait) * time.Millisecond)}, true
+		return Verdict{Reject: rl.rejects[rule], RetryAfter: retryAfter(time.Duration(wait) * time.Millisecond)}, true, false
+	case e.b == leasing:
+		s.mu.Unlock()
+		return Pass, false, false
 	}
 	if e.b--; e.b == 0 {
 		s.t.remove(i)
 	}
 	s.mu.Unlock()
-	return Pass, true
+	return Pass, true, false
+}
+
+// unmark removes the leader's leasing mark when its call brought no lease.
+func (rl *redisLimit) unmark(key *[16]byte, now int64, lead bool) {
+	if !lead {
+		return
+	}
+	s, h := rl.cache.shard(key)
+	s.mu.Lock()
+	s.prepare(now, expiring)
+	if i, found := s.t.find(key, h); found && s.t.slots[i].b == leasing {
+		s.t.remove(i)
+	}
+	s.mu.Unlock()
 }
 
 // remember caches a refusal or a lease (b) of key for forMs from now. A
@@ -249,7 +292,7 @@ func (rl *redisLimit) remember(key *[16]byte, now, forMs int64, b uint32) {
 	if !found {
 		s.insert(key, h, rel, now, expiring, &rl.cache)
 		i, _ = s.t.find(key, h)
-	} else if e := &s.t.slots[i]; int64(e.a) > rel && e.b&refused == 0 && b&refused == 0 {
+	} else if e := &s.t.slots[i]; int64(e.a) > rel && e.b&(refused|leasing) == 0 && b&refused == 0 {
 		e.b += b
 		e.a = min(e.a, end)
 		s.mu.Unlock()

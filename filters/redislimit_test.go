@@ -6,6 +6,8 @@ import (
 	"math/rand/v2"
 	"net/netip"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -413,5 +415,36 @@ func BenchmarkHotKey(b *testing.B) {
 			calls := (c1.Passed + c1.Refused + c1.Failed) - (c0.Passed + c0.Refused + c0.Failed)
 			b.ReportMetric(float64(calls)/float64(b.N), "calls/op")
 		})
+	}
+}
+
+// Concurrent requests of one key on one edge: only one of them asks for a
+// lease, the others for their own unit, so that the unspent units stay
+// within allowance-1 for the edge. 21 requests at one instant against a
+// burst of 20 (21 units): at least 21-(allowance-1) pass.
+func TestRedisLimitOneLeaseAtATime(t *testing.T) {
+	store := openStock(t, redistest.New(t).Addr(), 10*time.Second)
+	const allowance = 5
+	for round := range 20 {
+		env, clk := redisEnv(store, true)
+		ch := mustBuild(t, env, fmt.Sprintf("type: ip_limit\nrate: 1r/m\nburst: 20\nnodelay: true\npolicy: redis\nallowance: %d\nzone: one%d\n", allowance, round))
+		start := make(chan struct{})
+		var passed atomic.Int64
+		var wg sync.WaitGroup
+		for range 21 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				<-start
+				if request(ch, clk, "192.0.2.20").Reject == nil {
+					passed.Add(1)
+				}
+			}()
+		}
+		close(start)
+		wg.Wait()
+		if n := passed.Load(); n > 21 || n < 21-(allowance-1) {
+			t.Fatalf("round %d: %d of 21 concurrent requests passed, want at least %d", round, n, 21-(allowance-1))
+		}
 	}
 }
