@@ -417,9 +417,9 @@ func (s *ClickHouse) findMembers(ctx context.Context) error {
 
 // tableInfo is what system.tables and system.columns say of one table.
 type tableInfo struct {
-	cols                                    map[string]string
+	cols                                   map[string]string
 	engine, full, partitionKey, sortingKey string
-	found                                   bool
+	found                                  bool
 }
 
 // readTable reads one table's description, on the server the pool is
