@@ -200,11 +200,11 @@ func OpenOrderStore(ctx context.Context, cfg *conf.Config, dir string) (ordersto
 	if ch.Addr == "" {
 		return orderstore.OpenFile(dir)
 	}
-	pw, err := field.ResolveEnv(ch.Password)
+	opts, err := orderstore.OptionsFrom(ch)
 	if err != nil {
 		return nil, err
 	}
-	return orderstore.OpenClickHouse(ctx, ch.Addr, ch.Database, orderstore.ClickHouseOptions{Username: ch.Username, Password: pw})
+	return orderstore.OpenClickHouse(ctx, ch.Addr, ch.Database, opts)
 }
 
 // sink adapts the publisher to the sale's OrderSink.

@@ -17,6 +17,9 @@ import (
 	"github.com/ClickHouse/clickhouse-go/v2"
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
 	"github.com/shopspring/decimal"
+
+	"flashgate/conf"
+	"flashgate/conf/field"
 )
 
 // Table is the ledger's table, CatalogTable the catalogue's.
@@ -212,10 +215,26 @@ type ClickHouseOptions struct {
 	// Live, if set, lists products whose orders retention must keep
 	// whatever their age (the sales still known).
 	Live func(ctx context.Context) ([]string, error)
-	// Log gets retention's drops and failures (nil: discarded).
+	// Log gets retention's drops and failures (nil: slog.Default()).
 	Log *slog.Logger
 	// Now is the clock retention counts months by (tests); time.Now if nil.
 	Now func() time.Time
+}
+
+// OptionsFrom is the options the `clickhouse:` section asks for: the
+// password resolved (env:NAME), the TLS files loaded, the cluster, its
+// paths and the retention.
+func OptionsFrom(c conf.ClickHouseConfig) (ClickHouseOptions, error) {
+	pw, err := field.ResolveEnv(c.Password)
+	if err != nil {
+		return ClickHouseOptions{}, fmt.Errorf("clickhouse.password: %w", err)
+	}
+	tlsCfg, errs := c.TLS.Config()
+	if len(errs) > 0 {
+		return ClickHouseOptions{}, fmt.Errorf("clickhouse.tls: %w", errs)
+	}
+	return ClickHouseOptions{Username: c.Username, Password: pw, TLS: tlsCfg, Cluster: c.Cluster,
+		ZooKeeperPath: c.ZooKeeperPath, Replica: c.Replica, RetentionMonths: c.RetentionMonths}, nil
 }
 
 // SchemaError is a table (seckill_order, seckill_catalog, or a cluster's
@@ -310,7 +329,7 @@ func OpenClickHouse(ctx context.Context, addr, database string, opts ClickHouseO
 		opts.Now = time.Now
 	}
 	if opts.Log == nil {
-		opts.Log = slog.New(slog.DiscardHandler)
+		opts.Log = slog.Default()
 	}
 	conn, err := clickhouse.Open(&clickhouse.Options{
 		Protocol: clickhouse.Native, // the HTTP protocol does not work with 18.16
@@ -343,6 +362,11 @@ func OpenClickHouse(ctx context.Context, addr, database string, opts ClickHouseO
 func (s *ClickHouse) setup(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
+	// A refused handshake (TLS, credentials) is named as such, not as the
+	// first statement that failed.
+	if err := s.conn.Ping(ctx); err != nil {
+		return fmt.Errorf("connect: %w", err)
+	}
 	if s.lay.cluster != "" {
 		if err := s.findMembers(ctx); err != nil {
 			return err

@@ -10,6 +10,7 @@ import (
 	"github.com/ClickHouse/clickhouse-go/v2"
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
 
+	"flashgate/internal/await"
 	"flashgate/internal/chtest"
 	"flashgate/orders/order"
 )
@@ -176,6 +177,41 @@ func TestClickHouseCluster(t *testing.T) {
 				}
 				t.Log(err)
 			})
+		}
+	})
+
+	t.Run("RetentionDropsOnEveryShard", func(t *testing.T) {
+		db := freshDB()
+		w := openCluster(t, c, c.Addr(), db)
+		rows := retentionRows()
+		for i := range 40 { // users on both shards
+			rows = append(rows, agedRow(int64(100+i), "p-old", fmt.Sprintf("v%d", i), "2026-01-20"))
+		}
+		if err := w.Insert(ctx, rows); err != nil {
+			t.Fatal(err)
+		}
+		s, err := OpenClickHouse(ctx, c.Addr(), db, ClickHouseOptions{Cluster: c.Name(), RetentionMonths: 3,
+			RetentionEvery: time.Hour, Now: retentionNow, Live: live})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer s.Close()
+		await.Until(t, 20*time.Second, "p-old and p-edge dropped on every shard", func() bool {
+			for _, a := range c.Addrs() {
+				if count(t, dial(t, a), "SELECT count() FROM "+db+".seckill_order_local WHERE product_id IN ('p-old', 'p-edge')") != 0 {
+					return false
+				}
+			}
+			return true
+		})
+		got, err := s.Totals(ctx, "p-mixed")
+		if err != nil || got.Orders != 2 {
+			t.Fatalf("p-mixed after retention: %+v, %v", got, err)
+		}
+		for _, p := range []string{"p-live", "p-new"} {
+			if got, err := s.Totals(ctx, p); err != nil || got.Orders != 1 {
+				t.Fatalf("%s after retention: %+v, %v", p, got, err)
+			}
 		}
 	})
 
