@@ -48,6 +48,11 @@ type OrdersConfig struct {
 	Group     string        `yaml:"group"`
 	BatchSize int           `yaml:"batch_size"`
 	BatchTime time.Duration `yaml:"batch_time"`
+	// BatchTimeMax is how long the batch time may grow under a steady
+	// stream of events (it doubles per batch from batch_time, and returns
+	// to batch_time when the stream pauses): fewer, larger inserts, so
+	// that ClickHouse's merges stay cheap. batch_time keeps it fixed.
+	BatchTimeMax time.Duration `yaml:"batch_time_max"`
 }
 
 // ClickHouseConfig is the `clickhouse:` section: the order store.
@@ -105,6 +110,7 @@ func (o *OrdersConfig) fill() {
 	orDefault(&o.Group, "flashgate-orders")
 	orDefault(&o.BatchSize, 500)
 	orDefault(&o.BatchTime, 50*time.Millisecond)
+	orDefault(&o.BatchTimeMax, max(400*time.Millisecond, o.BatchTime))
 }
 
 // fill gives the settings left out or written as zero their defaults.
@@ -186,6 +192,9 @@ func (c *Config) validateOrders(errs *field.Errors) {
 	}
 	if o.BatchTime < time.Millisecond || o.BatchTime > time.Minute {
 		errs.Add("orders.batch_time", "must be between 1ms and 1m, got %v", o.BatchTime)
+	}
+	if o.BatchTimeMax < o.BatchTime || o.BatchTimeMax > time.Minute {
+		errs.Add("orders.batch_time_max", "must be between orders.batch_time (%v) and 1m, got %v", o.BatchTime, o.BatchTimeMax)
 	}
 	c.ClickHouse.validate(errs)
 }

@@ -208,9 +208,11 @@ type ClickHouseOptions struct {
 	// and replica name (defaults DefaultZooKeeperPath, DefaultReplica).
 	ZooKeeperPath, Replica string
 	// RetentionMonths, if positive, drops month partitions of the ledger
-	// older than that many whole months (see DropExpired), every
-	// RetentionEvery (default 1h) while the store is open.
+	// older than that many whole months (see DropExpired), RetentionFirst
+	// after the open (default 1m: the caller's sales are known by then)
+	// and every RetentionEvery (default 1h) after that.
 	RetentionMonths int
+	RetentionFirst  time.Duration
 	RetentionEvery  time.Duration
 	// Live, if set, lists products whose orders retention must keep
 	// whatever their age (the sales still known).
@@ -324,6 +326,9 @@ func OpenClickHouse(ctx context.Context, addr, database string, opts ClickHouseO
 	}
 	if opts.RetentionEvery <= 0 {
 		opts.RetentionEvery = time.Hour
+	}
+	if opts.RetentionFirst <= 0 {
+		opts.RetentionFirst = time.Minute
 	}
 	if opts.Now == nil {
 		opts.Now = time.Now

@@ -177,24 +177,25 @@ func (s *ClickHouse) dropMonth(ctx context.Context, m uint32) error {
 	return nil
 }
 
-// startRetention runs DropExpired now and every opts.RetentionEvery until
-// Close.
+// startRetention runs DropExpired opts.RetentionFirst after the open and
+// every opts.RetentionEvery after that, until Close.
 func (s *ClickHouse) startRetention() {
 	ctx, stop := context.WithCancel(context.Background())
 	s.stopRetention, s.retentionDone = stop, make(chan struct{})
 	go func() {
 		defer close(s.retentionDone)
-		t := time.NewTicker(s.opts.RetentionEvery)
+		t := time.NewTimer(s.opts.RetentionFirst)
 		defer t.Stop()
 		for {
-			if _, err := s.DropExpired(ctx); err != nil && ctx.Err() == nil {
-				s.opts.Log.Warn("clickhouse retention failed; it runs again later", "err", err)
-			}
 			select {
 			case <-ctx.Done():
 				return
 			case <-t.C:
 			}
+			if _, err := s.DropExpired(ctx); err != nil && ctx.Err() == nil {
+				s.opts.Log.Warn("clickhouse retention failed; it runs again later", "err", err)
+			}
+			t.Reset(s.opts.RetentionEvery)
 		}
 	}()
 }

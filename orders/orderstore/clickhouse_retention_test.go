@@ -69,7 +69,7 @@ func TestClickHouseRetentionDropsOnlyOldMonthsOutOfUse(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The store that keeps three months runs retention as it opens.
-	s, err := OpenClickHouse(ctx, ch.Addr(), db, ClickHouseOptions{RetentionMonths: 3, Now: retentionNow, Live: live})
+	s, err := OpenClickHouse(ctx, ch.Addr(), db, ClickHouseOptions{RetentionMonths: 3, RetentionFirst: time.Millisecond, Now: retentionNow, Live: live})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -191,7 +191,7 @@ func TestClickHouseCluster(t *testing.T) {
 			t.Fatal(err)
 		}
 		s, err := OpenClickHouse(ctx, c.Addr(), db, ClickHouseOptions{Cluster: c.Name(), RetentionMonths: 3,
-			RetentionEvery: time.Hour, Now: retentionNow, Live: live})
+			RetentionFirst: time.Millisecond, Now: retentionNow, Live: live})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -1,0 +1,88 @@
+package consumer
+
+import (
+	"context"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"flashgate/orders"
+)
+
+// BenchmarkSteadyStreamInserts offers b.N events at ~2000/s (20 every
+// 10 ms), the load at which 50 ms batches cost ClickHouse 40-55 % of a core
+// in merges, and counts the inserts the consumer makes for them, with the
+// batch time fixed at 50 ms and growing up to 400 ms (orders.batch_time_max).
+// It reports inserts/s, rows per insert and the store latency (p50, p99).
+//
+//	go test -run '^$' -bench SteadyStreamInserts -benchtime 20000x ./orders/consumer/
+func BenchmarkSteadyStreamInserts(b *testing.B) {
+	for _, bc := range []struct {
+		name string
+		max  time.Duration
+	}{{"fixed50ms", 0}, {"grow400ms", 400 * time.Millisecond}} {
+		b.Run(bc.name, func(b *testing.B) {
+			brokers, _ := startKafka(b)
+			st := openStock(b)
+			s := openCH(b, ch.Addr())
+			w := newWriter(brokers, testTopic)
+			defer w.Close()
+			var mu sync.Mutex
+			created := map[int64]time.Time{}
+			var lat []time.Duration
+			done := make(chan struct{})
+			c := start(b, Config{Brokers: brokers, Store: s, Stock: st, BatchTime: 50 * time.Millisecond, BatchTimeMax: bc.max,
+				OnStored: func(m map[string][]int64) {
+					now := time.Now()
+					mu.Lock()
+					defer mu.Unlock()
+					for _, ids := range m {
+						for _, id := range ids {
+							if t0, ok := created[id]; ok {
+								lat = append(lat, now.Sub(t0))
+								delete(created, id)
+							}
+						}
+					}
+					if len(lat) == b.N {
+						close(done)
+					}
+				}})
+			publish(b, w, benchEvents(10, "warmup"))
+			if err := WaitDrained(context.Background(), brokers, orders.Security{}, testTopic, ordersConf.Group, 20*time.Millisecond); err != nil {
+				b.Fatal(err)
+			}
+			before := c.Stats().Batches
+			b.ResetTimer()
+			t0 := time.Now()
+			tick := time.NewTicker(10 * time.Millisecond)
+			defer tick.Stop()
+			for sent := 0; sent < b.N; {
+				<-tick.C
+				evs := benchEvents(min(20, b.N-sent), "steady")
+				mu.Lock()
+				for i := range evs {
+					created[evs[i].ID] = time.Now()
+				}
+				mu.Unlock()
+				publish(b, w, evs)
+				sent += len(evs)
+			}
+			select {
+			case <-done:
+			case <-time.After(2 * time.Minute):
+				b.Fatal("not stored in 2 minutes")
+			}
+			el := time.Since(t0)
+			inserts := c.Stats().Batches - before
+			slices.Sort(lat)
+			q := func(p float64) float64 { return float64(lat[int(p*float64(len(lat)-1))].Microseconds()) / 1000 }
+			b.ReportMetric(float64(b.N)/el.Seconds(), "orders/s")
+			b.ReportMetric(float64(inserts)/el.Seconds(), "inserts/s")
+			b.ReportMetric(float64(b.N)/float64(inserts), "rows/insert")
+			b.ReportMetric(q(0.5), "p50_ms")
+			b.ReportMetric(q(0.99), "p99_ms")
+		})
+	}
+}
