@@ -401,6 +401,20 @@ func ddlCtx(ctx context.Context, timeout time.Duration) context.Context {
 		"distributed_ddl_task_timeout": max(1, int(timeout/time.Second))}))
 }
 
+// oneLine is a server's error on one line, its repeated lines once (a
+// failed remote() lists every connection try).
+func oneLine(err error) string {
+	var out []string
+	seen := map[string]bool{}
+	for _, l := range strings.Split(err.Error(), "\n") {
+		if l = strings.TrimSpace(l); l != "" && !seen[l] {
+			seen[l] = true
+			out = append(out, l)
+		}
+	}
+	return strings.Join(out, " ")
+}
+
 // isNoRows reports a QueryRow that found nothing.
 func isNoRows(err error) bool { return errors.Is(err, sql.ErrNoRows) }
 
@@ -438,7 +452,7 @@ func (s *ClickHouse) findMembers(ctx context.Context) error {
 	for _, m := range s.members {
 		var one uint8
 		if err := s.conn.QueryRow(ctx, "SELECT dummy FROM remote('"+m.addr+"', system.one)").Scan(&one); err != nil {
-			return fmt.Errorf("cluster %s: member %v does not answer: %w", s.lay.cluster, m, err)
+			return fmt.Errorf("cluster %s: member %v does not answer: %s", s.lay.cluster, m, oneLine(err))
 		}
 	}
 	return nil

@@ -10,6 +10,7 @@ import (
 	"github.com/ClickHouse/clickhouse-go/v2"
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
 
+	"flashgate/conf"
 	"flashgate/internal/await"
 	"flashgate/internal/chtest"
 	"flashgate/orders/order"
@@ -212,6 +213,27 @@ func TestClickHouseCluster(t *testing.T) {
 			if got, err := s.Totals(ctx, p); err != nil || got.Orders != 1 {
 				t.Fatalf("%s after retention: %+v, %v", p, got, err)
 			}
+		}
+	})
+
+	t.Run("FromConfig", func(t *testing.T) {
+		// What an edge does with `clickhouse: {addr, cluster}`.
+		opts, err := OptionsFrom(conf.ClickHouseConfig{Addr: c.Addr(), Cluster: c.Name(),
+			ZooKeeperPath: conf.DefaultZooKeeperPath, Replica: conf.DefaultReplica})
+		if err != nil {
+			t.Fatal(err)
+		}
+		db := freshDB()
+		s, err := OpenClickHouse(ctx, c.Addr(), db, opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer s.Close()
+		if err := s.Insert(ctx, []Row{agedRow(1, "p1", "u1", "2026-11-11")}); err != nil {
+			t.Fatal(err)
+		}
+		if n := count(t, dial(t, c.Addrs()[0]), "SELECT count() FROM "+db+".seckill_order"); n != 1 {
+			t.Fatalf("the Distributed table counts %d rows right after Insert, want 1", n)
 		}
 	})
 
