@@ -111,9 +111,12 @@ func TestClusterRunsOnClusterDDLAndReplicatedTables(t *testing.T) {
 	query(t, n0, "CREATE TABLE default.l ON CLUSTER "+c.Name()+" (x UInt64) ENGINE = ReplicatedMergeTree('/t/{shard}/l', '{replica}') ORDER BY x")
 	query(t, n0, "CREATE TABLE default.d ON CLUSTER "+c.Name()+" AS default.l ENGINE = Distributed("+c.Name()+", default, l, x)")
 	queryWith(t, n0, "insert_distributed_sync=1", "INSERT INTO default.d SELECT number FROM system.numbers LIMIT 10")
-	if got := query(t, c.Node(3), "SELECT count() FROM default.d"); got != "10" {
-		t.Fatalf("distributed count = %s, want 10", got)
-	}
+	// Read from the replica the insert may not have gone to: it holds the
+	// rows once replication copied them (a read right after the insert may
+	// see fewer).
+	await.Until(t, 10*time.Second, "the Distributed table counts 10 from shard 2's second replica", func() bool {
+		return query(t, c.Node(3), "SELECT count() FROM default.d") == "10"
+	})
 	// Every replica gets its shard's rows by replication: x % 2 picks the
 	// shard, so each holds 5.
 	for i := range 4 {
