@@ -12,6 +12,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/ClickHouse/clickhouse-go/v2"
@@ -264,6 +265,12 @@ type ClickHouse struct {
 	lay      layout
 	members  []member // the cluster's servers (nil alone)
 	opts     ClickHouseOptions
+	// replicated: some shard has several replicas, so a read may reach one
+	// that lags behind an insert (SyncReplicas).
+	replicated bool
+
+	replicaMu    sync.Mutex
+	replicaConns map[string]driver.Conn // by member address, dialled on first SyncReplicas
 
 	stopRetention func()
 	retentionDone chan struct{}
@@ -450,6 +457,9 @@ func (s *ClickHouse) findMembers(ctx context.Context) error {
 			s.lay.cluster, strings.Join(known, ", "))
 	}
 	for _, m := range s.members {
+		if m.replica > 1 {
+			s.replicated = true
+		}
 		var one uint8
 		if err := s.conn.QueryRow(ctx, "SELECT dummy FROM remote('"+m.addr+"', system.one)").Scan(&one); err != nil {
 			return fmt.Errorf("cluster %s: member %v does not answer: %s", s.lay.cluster, m, oneLine(err))
@@ -800,13 +810,84 @@ func (s *ClickHouse) Products(ctx context.Context) ([]string, error) {
 // Ping checks that ClickHouse answers.
 func (s *ClickHouse) Ping(ctx context.Context) error { return s.conn.Ping(ctx) }
 
-// Close stops retention and closes the connection pool.
+// ReplicaSyncer is a store whose reads may lag behind its inserts; Ledger
+// syncs it after the drain, before it reads.
+type ReplicaSyncer interface {
+	SyncReplicas(ctx context.Context) error
+}
+
+// SyncReplicas makes every replica that answers hold every part of the
+// ledger inserted before the call (SYSTEM SYNC REPLICA on each, which
+// pulls the shard's replication log and waits until it fetched what it
+// lists), so that a read through the Distributed table counts every
+// stored order whichever replica answers it. Without it, with several
+// replicas per shard, warm-up could read a replica a moment behind and
+// reopen a sale with units already sold. A replica that does not answer is
+// skipped: the Distributed table does not read from it either (one that
+// comes back during the read is the window left). It does nothing on one
+// server or with one replica per shard. The replicas are dialled at the
+// addresses remote_servers names, with the store's credentials and TLS.
+func (s *ClickHouse) SyncReplicas(ctx context.Context) error {
+	if !s.replicated {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, s.timeout)
+	defer cancel()
+	for _, m := range s.members {
+		c, err := s.memberConn(m)
+		if err != nil {
+			return err
+		}
+		if err := c.Ping(ctx); err != nil {
+			s.opts.Log.Warn("clickhouse replica does not answer: the ledger is read without it", "member", m.String(), "err", oneLine(err))
+			continue
+		}
+		if err := c.Exec(ctx, "SYSTEM SYNC REPLICA `"+s.db+"`."+Table+LocalSuffix); err != nil {
+			return fmt.Errorf("orderstore: sync replica %v: %w", m, err)
+		}
+	}
+	return nil
+}
+
+func (s *ClickHouse) memberConn(m member) (driver.Conn, error) {
+	s.replicaMu.Lock()
+	defer s.replicaMu.Unlock()
+	if c, ok := s.replicaConns[m.addr]; ok {
+		return c, nil
+	}
+	c, err := clickhouse.Open(&clickhouse.Options{
+		Protocol:     clickhouse.Native,
+		Addr:         []string{m.addr},
+		Auth:         clickhouse.Auth{Database: "default", Username: s.opts.Username, Password: s.opts.Password},
+		TLS:          s.opts.TLS,
+		DialTimeout:  s.opts.DialTimeout,
+		ReadTimeout:  s.timeout,
+		MaxOpenConns: 1,
+		MaxIdleConns: 1,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("orderstore: replica %v: %w", m, err)
+	}
+	if s.replicaConns == nil {
+		s.replicaConns = map[string]driver.Conn{}
+	}
+	s.replicaConns[m.addr] = c
+	return c, nil
+}
+
+// Close stops retention and closes the connection pools.
 func (s *ClickHouse) Close() error {
 	if s.stopRetention != nil {
 		s.stopRetention()
 		<-s.retentionDone
 		s.stopRetention = nil
 	}
+	s.replicaMu.Lock()
+	for _, c := range s.replicaConns {
+		c.Close()
+	}
+	s.replicaConns = nil
+	s.replicaMu.Unlock()
 	return s.conn.Close()
 }
 

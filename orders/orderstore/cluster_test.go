@@ -261,3 +261,47 @@ func TestClickHouseCluster(t *testing.T) {
 		t.Logf("refused in %v: %v", time.Since(start), err)
 	})
 }
+
+// TestClickHouseReplicasLedgerIsExact writes through one replica and reads
+// the ledger through the other at once: the Distributed table reads the
+// local replica, which replicates asynchronously, so without
+// SyncReplicas the read could miss the insert just made.
+func TestClickHouseReplicasLedgerIsExact(t *testing.T) {
+	c := chtest.NewClusterWith(t, chtest.ClusterSpec{Shards: 1, Replicas: 2})
+	t.Logf("cluster of 1 shard x 2 replicas started in %v", c.StartTook())
+	ctx := context.Background()
+	db := freshDB()
+	w := openCluster(t, c, c.Addrs()[0], db)
+	r := openCluster(t, c, c.Addrs()[1], db)
+	l := Ledger{Store: r}
+	base := time.Date(2026, 11, 11, 0, 0, 0, 0, time.UTC).UnixMilli()
+	for i := range 20 {
+		batch := make([]Row, 10)
+		for j := range batch {
+			id := int64(i*10 + j + 1)
+			batch[j] = Row{Status: StatusStored, UpdatedMs: base + id, Order: order.Order{
+				ID: id, ProductID: "p1", UserID: fmt.Sprintf("u%d", id), Qty: 1, PriceCents: 100, CreatedMs: base + id}}
+		}
+		if err := w.Insert(ctx, batch); err != nil {
+			t.Fatal(err)
+		}
+		sold, err := l.Sold(ctx, "p1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := int64(10 * (i + 1)); sold != want {
+			t.Fatalf("after insert %d the ledger read through the other replica sold %d, want %d", i+1, sold, want)
+		}
+	}
+	// A replica that is down is skipped: the Distributed table reads the
+	// one that answers.
+	c.Stop(0)
+	defer func() {
+		if err := c.Start(0); err != nil {
+			t.Error(err)
+		}
+	}()
+	if sold, err := l.Sold(ctx, "p1"); err != nil || sold != 200 {
+		t.Fatalf("with the first replica down: sold %d, %v; want 200", sold, err)
+	}
+}
