@@ -828,6 +828,11 @@ type ReplicaSyncer interface {
 // server or with one replica per shard. The replicas are dialled at the
 // addresses remote_servers names, with the store's credentials and TLS.
 func (s *ClickHouse) SyncReplicas(ctx context.Context) error {
+	return s.syncReplicas(ctx, Table)
+}
+
+// syncReplicas syncs table's local table on every replica that answers.
+func (s *ClickHouse) syncReplicas(ctx context.Context, table string) error {
 	if !s.replicated {
 		return nil
 	}
@@ -842,7 +847,7 @@ func (s *ClickHouse) SyncReplicas(ctx context.Context) error {
 			s.opts.Log.Warn("clickhouse replica does not answer: the ledger is read without it", "member", m.String(), "err", oneLine(err))
 			continue
 		}
-		if err := c.Exec(ctx, "SYSTEM SYNC REPLICA `"+s.db+"`."+Table+LocalSuffix); err != nil {
+		if err := c.Exec(ctx, "SYSTEM SYNC REPLICA `"+s.db+"`."+table+LocalSuffix); err != nil {
 			return fmt.Errorf("orderstore: sync replica %v: %w", m, err)
 		}
 	}
@@ -923,8 +928,14 @@ func (s *ClickHouse) PutCatalog(ctx context.Context, recs ...CatalogRecord) erro
 	return nil
 }
 
-// ReadCatalog reads the newest record of each key, after FINAL.
+// ReadCatalog reads the newest record of each key, after FINAL. With
+// several replicas per shard it syncs them first (as the ledger does):
+// the catalogue is read to give Redis back what it lost, and a replica
+// behind would give back an older version.
 func (s *ClickHouse) ReadCatalog(ctx context.Context, productID string) ([]CatalogRecord, error) {
+	if err := s.syncReplicas(ctx, CatalogTable); err != nil {
+		return nil, err
+	}
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
 	q := "SELECT " + catColsList + " FROM " + s.catTable + " FINAL"

@@ -293,6 +293,20 @@ func TestClickHouseReplicasLedgerIsExact(t *testing.T) {
 			t.Fatalf("after insert %d the ledger read through the other replica sold %d, want %d", i+1, sold, want)
 		}
 	}
+	// The catalogue likewise: a record written through one replica is
+	// read through the other at once.
+	for v := int64(1); v <= 5; v++ {
+		if err := w.PutCatalog(ctx, CatalogRecord{ProductID: "p1", Kind: KindDegrade, On: v%2 == 1, Version: v, UpdatedMs: 1000 * v}); err != nil {
+			t.Fatal(err)
+		}
+		recs, err := r.ReadCatalog(ctx, "p1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(recs) != 1 || recs[0].Version != v {
+			t.Fatalf("catalogue read through the other replica after version %d: %+v", v, recs)
+		}
+	}
 	// A replica that is down is skipped: the Distributed table reads the
 	// one that answers.
 	c.Stop(0)
