@@ -597,7 +597,7 @@ func (s *ClickHouse) problems(t *tableSpec, info tableInfo, local bool, where st
 		if t.partitionBy == "" {
 			msg = where + "partition key is " + have + ", want none"
 		} else if info.partitionKey == "" {
-			msg += " (clickhouse.retention drops whole months)"
+			msg += " (clickhouse.retention_months drops whole months)"
 		}
 		problems = append(problems, msg)
 	}
