@@ -2,6 +2,8 @@ package kafkatest
 
 import (
 	"context"
+	"net"
+	"sort"
 	"testing"
 	"time"
 
@@ -28,4 +30,90 @@ func TestStart(t *testing.T) {
 	if err != nil || string(m.Value) != "v" {
 		t.Fatalf("read %q, %v", m.Value, err)
 	}
+}
+
+// TestClusterStopStartBroker: a stopped broker drops its clients'
+// connections and refuses new ones, leads no partition, and the others
+// take writes for every partition; started again it serves on its port
+// and leads what it is given.
+func TestClusterStopStartBroker(t *testing.T) {
+	c := StartCluster(t, 3)
+	if got := len(c.Brokers()); got != 3 {
+		t.Fatalf("%d brokers, want 3", got)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	const topic = "t"
+	cl := &kafka.Client{Addr: kafka.TCP(c.Brokers()...), Transport: &kafka.Transport{MetadataTTL: 100 * time.Millisecond}}
+	res, err := cl.CreateTopics(ctx, &kafka.CreateTopicsRequest{Topics: []kafka.TopicConfig{{Topic: topic, NumPartitions: 6, ReplicationFactor: 3}}})
+	if err != nil || res.Errors[topic] != nil {
+		t.Fatalf("create topic: %v %v", err, res)
+	}
+
+	held, err := kafka.Dial("tcp", c.Addr(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Close()
+	if _, err := held.ApiVersions(); err != nil {
+		t.Fatal(err)
+	}
+	if n := c.OpenConns(1); n < 1 {
+		t.Fatalf("broker 1 counts %d open connections, want >= 1", n)
+	}
+
+	c.StopBroker(1)
+	held.SetDeadline(time.Now().Add(5 * time.Second))
+	if _, err := held.ApiVersions(); err == nil {
+		t.Error("a connection to the stopped broker still answers")
+	}
+	if conn, err := net.DialTimeout("tcp", c.Addr(1), time.Second); err == nil {
+		conn.Close()
+		t.Error("the stopped broker accepts connections")
+	}
+	parts := readPartitions(t, c.Addr(0), topic)
+	for _, p := range parts {
+		if p.Leader.ID == 1 || len(p.Replicas) != 2 {
+			t.Errorf("with broker 1 stopped, partition %d: leader %d, %d replicas", p.ID, p.Leader.ID, len(p.Replicas))
+		}
+	}
+	w := &kafka.Writer{Addr: kafka.TCP(c.Brokers()...), Topic: topic, Balancer: &kafka.RoundRobin{}, BatchTimeout: time.Millisecond,
+		RequiredAcks: kafka.RequireAll, Transport: &kafka.Transport{MetadataTTL: 100 * time.Millisecond}}
+	defer w.Close()
+	msgs := make([]kafka.Message, 12)
+	for i := range msgs {
+		msgs[i] = kafka.Message{Value: []byte("while stopped")}
+	}
+	if err := w.WriteMessages(ctx, msgs...); err != nil {
+		t.Fatalf("write to every partition with broker 1 stopped: %v", err)
+	}
+
+	c.StartBroker(1)
+	if err := c.MoveTopicPartition(topic, 0, 1); err != nil {
+		t.Fatal(err)
+	}
+	if p := readPartitions(t, c.Addr(1), topic)[0]; p.Leader.ID != 1 || len(p.Replicas) != 3 {
+		t.Fatalf("broker 1 started again: partition 0 led by %d with %d replicas, want 1 and 3", p.Leader.ID, len(p.Replicas))
+	}
+	p0 := &kafka.Client{Addr: kafka.TCP(c.Addr(1))}
+	pr, err := p0.Produce(ctx, &kafka.ProduceRequest{Topic: topic, Partition: 0, RequiredAcks: kafka.RequireAll,
+		Records: kafka.NewRecordReader(kafka.Record{Value: kafka.NewBytes([]byte("back"))})})
+	if err != nil || pr.Error != nil {
+		t.Fatalf("produce to partition 0 on broker 1 after its start: %v %v", err, pr.Error)
+	}
+}
+
+func readPartitions(t *testing.T, addr, topic string) []kafka.Partition {
+	t.Helper()
+	conn, err := kafka.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	parts, err := conn.ReadPartitions(topic)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sort.Slice(parts, func(i, j int) bool { return parts[i].ID < parts[j].ID })
+	return parts
 }

@@ -1,0 +1,208 @@
+package kafkatest
+
+import (
+	"fmt"
+	"net"
+	"strconv"
+	"sync"
+	"testing"
+
+	"github.com/twmb/franz-go/pkg/kfake"
+)
+
+// Cluster is a kfake cluster of several brokers on loopback whose brokers
+// stop and start again the way a broker process dies and comes back.
+//
+// StopBroker closes the broker's listener and every connection clients
+// have open to it: kfake's own RemoveNode closes only the listener, and a
+// client's established connection to a removed broker would go on being
+// served, which no dead broker does. kfake then moves the leadership of
+// every partition (and the group coordinators, which it hashes over the
+// live brokers) to the others. StartBroker brings the broker back under
+// the same node id and port, and kfake moves the leaders again.
+//
+// What kfake does not model is replication: its brokers serve one shared
+// log, so a stopped broker loses nothing, and a topic's replication
+// factor is bookkeeping (metadata lists that many replicas, as many as
+// brokers are up; min.insync.replicas is a topic config nothing enforces).
+// A test on a Cluster proves that clients survive a broker going and
+// coming back — routing, reconnects, leader and coordinator moves — not
+// that Kafka keeps copies.
+type Cluster struct {
+	*kfake.Cluster
+	tb      testing.TB
+	brokers []string // every broker's address, as at start
+
+	mu   sync.Mutex
+	port map[int32]int             // node id -> port
+	lns  map[int]*trackingListener // port -> the listener serving it now
+	down map[int32]bool
+}
+
+// StartCluster starts an n-broker kfake cluster (node ids 0..n-1) on free
+// loopback ports, closed when the test ends. Topics are not auto-created:
+// create them (orders.EnsureTopics, with a replication factor up to n) or
+// pass kfake.SeedTopics. opts come after the defaults and may not set
+// kfake.ListenFn (the cluster's own) or kfake.Ports.
+func StartCluster(t testing.TB, n int, opts ...kfake.Opt) *Cluster {
+	t.Helper()
+	c := &Cluster{tb: t, port: map[int32]int{}, lns: map[int]*trackingListener{}, down: map[int32]bool{}}
+	all := append([]kfake.Opt{kfake.NumBrokers(n), kfake.ListenFn(c.listen)}, opts...)
+	kc, err := kfake.NewCluster(all...)
+	if err != nil {
+		t.Fatalf("kafkatest: %v", err)
+	}
+	t.Cleanup(kc.Close)
+	c.Cluster = kc
+	// kfake numbers its brokers 0..n-1 in the order ListenAddrs lists them.
+	c.brokers = kc.ListenAddrs()
+	for i, a := range c.brokers {
+		_, p, err := net.SplitHostPort(a)
+		if err != nil {
+			t.Fatalf("kafkatest: broker address %q: %v", a, err)
+		}
+		c.port[int32(i)], _ = strconv.Atoi(p)
+	}
+	return c
+}
+
+// Brokers is every broker's address, stopped ones included: the bootstrap
+// list a client is configured with.
+func (c *Cluster) Brokers() []string { return append([]string(nil), c.brokers...) }
+
+// Addr is broker node's address.
+func (c *Cluster) Addr(node int32) string { return c.brokers[node] }
+
+// StopBroker takes broker node out of the cluster: its listener and every
+// connection to it are closed, and the partitions it led get other
+// leaders. The test fails if node is not a running broker.
+func (c *Cluster) StopBroker(node int32) {
+	c.tb.Helper()
+	c.mu.Lock()
+	_, known := c.port[node]
+	wasDown := c.down[node]
+	c.mu.Unlock()
+	if !known || wasDown {
+		c.tb.Fatalf("kafkatest: broker %d is not running", node)
+	}
+	// RemoveNode closes the broker's listener, a trackingListener, which
+	// closes the connections it accepted.
+	if err := c.RemoveNode(node); err != nil {
+		c.tb.Fatalf("kafkatest: stop broker %d: %v", node, err)
+	}
+	c.mu.Lock()
+	c.down[node] = true
+	c.mu.Unlock()
+}
+
+// StartBroker brings a stopped broker back, with its node id and port;
+// kfake chooses every partition's leader again among the brokers up.
+func (c *Cluster) StartBroker(node int32) {
+	c.tb.Helper()
+	c.mu.Lock()
+	port, known := c.port[node]
+	wasDown := c.down[node]
+	c.mu.Unlock()
+	if !known || !wasDown {
+		c.tb.Fatalf("kafkatest: broker %d is not stopped", node)
+	}
+	if _, _, err := c.AddNode(node, port); err != nil {
+		c.tb.Fatalf("kafkatest: start broker %d on port %d: %v", node, port, err)
+	}
+	c.mu.Lock()
+	c.down[node] = false
+	c.mu.Unlock()
+}
+
+// OpenConns is how many client connections broker node has open.
+func (c *Cluster) OpenConns(node int32) int {
+	c.mu.Lock()
+	ln := c.lns[c.port[node]]
+	c.mu.Unlock()
+	if ln == nil {
+		return 0
+	}
+	return ln.open()
+}
+
+// listen is the cluster's kfake.ListenFn: net.Listen, wrapped so that
+// closing the listener closes its connections too.
+func (c *Cluster) listen(network, address string) (net.Listener, error) {
+	ln, err := net.Listen(network, address)
+	if err != nil {
+		return nil, err
+	}
+	_, p, err := net.SplitHostPort(ln.Addr().String())
+	if err != nil {
+		ln.Close()
+		return nil, fmt.Errorf("kafkatest: listener address %q: %w", ln.Addr(), err)
+	}
+	port, _ := strconv.Atoi(p)
+	tl := &trackingListener{Listener: ln, conns: map[net.Conn]struct{}{}}
+	c.mu.Lock()
+	c.lns[port] = tl
+	c.mu.Unlock()
+	return tl, nil
+}
+
+// trackingListener is a broker's listener that remembers the connections
+// it accepted, and closes them when it is closed.
+type trackingListener struct {
+	net.Listener
+	mu     sync.Mutex
+	conns  map[net.Conn]struct{}
+	closed bool
+}
+
+func (l *trackingListener) Accept() (net.Conn, error) {
+	conn, err := l.Listener.Accept()
+	if err != nil {
+		return nil, err
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.closed {
+		conn.Close()
+		return nil, net.ErrClosed
+	}
+	tc := &trackedConn{Conn: conn, l: l}
+	l.conns[tc] = struct{}{}
+	return tc, nil
+}
+
+// Close stops accepting and closes every connection still open, as the
+// death of the broker's process would.
+func (l *trackingListener) Close() error {
+	err := l.Listener.Close()
+	l.mu.Lock()
+	l.closed = true
+	conns := l.conns
+	l.conns = map[net.Conn]struct{}{}
+	l.mu.Unlock()
+	for conn := range conns {
+		conn.(*trackedConn).Conn.Close()
+	}
+	return err
+}
+
+func (l *trackingListener) open() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return len(l.conns)
+}
+
+// trackedConn leaves its listener's set when it is closed.
+type trackedConn struct {
+	net.Conn
+	l    *trackingListener
+	once sync.Once
+}
+
+func (c *trackedConn) Close() error {
+	c.once.Do(func() {
+		c.l.mu.Lock()
+		delete(c.l.conns, c)
+		c.l.mu.Unlock()
+	})
+	return c.Conn.Close()
+}
