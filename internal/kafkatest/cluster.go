@@ -1,12 +1,15 @@
 package kafkatest
 
 import (
+	"context"
 	"fmt"
 	"net"
 	"strconv"
 	"sync"
 	"testing"
+	"time"
 
+	"github.com/segmentio/kafka-go"
 	"github.com/twmb/franz-go/pkg/kfake"
 )
 
@@ -205,4 +208,59 @@ func (c *trackedConn) Close() error {
 		c.l.mu.Unlock()
 	})
 	return c.Conn.Close()
+}
+
+// Group is a consumer group as its coordinator describes it.
+type Group struct {
+	State string // Stable, PreparingRebalance, CompletingRebalance, Empty, Dead
+	// Members maps each member id to the partitions assigned to it (of
+	// every topic).
+	Members map[string][]int
+}
+
+// Stable reports whether the group is Stable with n members, each of
+// which has at least one partition.
+func (g Group) Stable(n int) bool {
+	if g.State != "Stable" || len(g.Members) != n {
+		return false
+	}
+	for _, parts := range g.Members {
+		if len(parts) == 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// DescribeGroup asks the group's coordinator for the group.
+func (c *Cluster) DescribeGroup(group string) (Group, error) {
+	node := c.CoordinatorFor(group)
+	if node < 0 {
+		return Group{}, fmt.Errorf("kafkatest: no coordinator for group %s", group)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	cl := &kafka.Client{Addr: kafka.TCP(c.Addr(node)), Timeout: 2 * time.Second}
+	res, err := cl.DescribeGroups(ctx, &kafka.DescribeGroupsRequest{GroupIDs: []string{group}})
+	if err != nil {
+		return Group{}, fmt.Errorf("kafkatest: describe group %s on broker %d: %w", group, node, err)
+	}
+	for _, g := range res.Groups {
+		if g.GroupID != group {
+			continue
+		}
+		if g.Error != nil {
+			return Group{}, fmt.Errorf("kafkatest: describe group %s on broker %d: %w", group, node, g.Error)
+		}
+		out := Group{State: g.GroupState, Members: map[string][]int{}}
+		for _, m := range g.Members {
+			var parts []int
+			for _, t := range m.MemberAssignments.Topics {
+				parts = append(parts, t.Partitions...)
+			}
+			out.Members[m.MemberID] = parts
+		}
+		return out, nil
+	}
+	return Group{}, fmt.Errorf("kafkatest: broker %d does not describe group %s", node, group)
 }

@@ -2,6 +2,7 @@ package kafkatest
 
 import (
 	"context"
+	"fmt"
 	"net"
 	"sort"
 	"testing"
@@ -9,6 +10,8 @@ import (
 
 	"github.com/segmentio/kafka-go"
 	"github.com/twmb/franz-go/pkg/kfake"
+
+	"flashgate/internal/await"
 )
 
 // TestStart: kafka-go writes to and reads from the cluster.
@@ -116,4 +119,31 @@ func readPartitions(t *testing.T, addr, topic string) []kafka.Partition {
 	}
 	sort.Slice(parts, func(i, j int) bool { return parts[i].ID < parts[j].ID })
 	return parts
+}
+
+// TestClusterDescribeGroup: two kafka-go readers of one group show as a
+// Stable group of two members, each with a partition.
+func TestClusterDescribeGroup(t *testing.T) {
+	c := StartCluster(t, 3, kfake.SeedTopics(2, "t"))
+	if g, err := c.DescribeGroup("g"); err == nil && g.Stable(1) {
+		t.Fatalf("a group nobody joined is stable: %+v", g)
+	}
+	for range 2 {
+		r := kafka.NewReader(kafka.ReaderConfig{Brokers: c.Brokers(), GroupID: "g", Topic: "t",
+			MaxWait: 50 * time.Millisecond, HeartbeatInterval: 100 * time.Millisecond, JoinGroupBackoff: 100 * time.Millisecond})
+		ctx, cancel := context.WithCancel(context.Background())
+		go r.FetchMessage(ctx) // joins the group
+		t.Cleanup(func() { cancel(); r.Close() })
+	}
+	var g Group
+	await.NoError(t, 20*time.Second, "a stable group of two", func() error {
+		var err error
+		if g, err = c.DescribeGroup("g"); err == nil && !g.Stable(2) {
+			err = fmt.Errorf("group %+v", g)
+		}
+		return err
+	})
+	if g.Stable(3) {
+		t.Errorf("Stable(3) holds for a group of two: %+v", g)
+	}
 }
