@@ -1,0 +1,225 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/ClickHouse/clickhouse-go/v2"
+	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
+
+	"flashgate/internal/chtest"
+	"flashgate/internal/kafkatest"
+	"flashgate/internal/redistest"
+	"flashgate/orders/stock"
+)
+
+// The fleet test (fleet_test.go) runs a sale the way a production fleet
+// does: three edge processes of the real binary, each with the order
+// consumer and the outbox relay, in front of a 3+3 Redis Cluster, a
+// three-broker Kafka-protocol cluster (kfake, topics with replication
+// factor 3) and ClickHouse.
+
+const (
+	fleetEdges = 3
+	// fleetConfig is what the fleet's edges set beyond the orders tests'
+	// pipeline: topics as production creates them, and a relay that
+	// re-sends an entry a second after kafka.timeout (3s) gave up on it.
+	fleetConfig = "kafka: {replication_factor: 3, min_insync_replicas: 2}\n" +
+		"orders: {relay_min_age: 4s, relay_interval: 200ms}\n"
+	fleetTopic = "seckill.orders"   // kafka.topic's default
+	fleetGroup = "flashgate-orders" // orders.group's default: the consumers' Kafka group
+	fleetNode0 = 31                 // node_id of the first edge
+)
+
+// fleet is the servers and the edges of one fleet test.
+type fleet struct {
+	t     *testing.T
+	env   *ordEnv
+	redis *redistest.Cluster
+	kafka *kafkatest.Cluster
+	bin   string
+	edges []*edge
+	procs []*edgeProc
+	nodes []int // node_id of each edge
+}
+
+// startFleet starts the servers and fleetEdges edges selling sales (an
+// activities document); extra YAML documents go after the fleet's own.
+func startFleet(t *testing.T, sales string, extra ...string) *fleet {
+	t.Helper()
+	f := &fleet{t: t, bin: buildProxy(t)}
+	f.redis = redistest.NewCluster(t)
+	f.kafka = kafkatest.StartCluster(t, 3)
+	f.env = newFleetEnv(t, f.redis, f.kafka)
+	seeds := strings.Join(f.redis.Addrs(), ",")
+	for i := range fleetEdges {
+		addr, admin := ordFreePort(t), ordFreePort(t)
+		node := fleetNode0 + i
+		first := fmt.Sprintf("node_id: %d\nredis: {addr: %q}\nlisten: {addr: %q}\nadmin: {addr: %q}\nlog: {level: info, format: json}\n",
+			node, seeds, addr, admin)
+		docs := append([]string{first}, f.env.pipeline(true, append([]string{fleetConfig, sales}, extra...)...)...)
+		cfg := writeConfig(t, docs...)
+		// One at a time: the first creates the topics, the others find
+		// them and check their replication.
+		f.procs = append(f.procs, startEdgeProc(t, f.bin, "-c", cfg))
+		e := &edge{t: t, addr: addr, admin: admin, cfg: cfg, api: newAPIClient()}
+		t.Cleanup(e.api.CloseIdleConnections)
+		f.edges = append(f.edges, e)
+		f.nodes = append(f.nodes, node)
+	}
+	return f
+}
+
+// newFleetEnv is the orders tests' ordEnv on the fleet's servers: the
+// Redis Cluster (the test's own client follows its slots from one seed),
+// every broker of the Kafka cluster, and a ClickHouse of its own.
+func newFleetEnv(t *testing.T, rc *redistest.Cluster, kc *kafkatest.Cluster) *ordEnv {
+	t.Helper()
+	env := &ordEnv{t: t, ch: chtest.New(t), j: newJWTs(t, sessionSecret), dataDir: t.TempDir(),
+		brokers: kc.Brokers(), kafka: kc.Cluster}
+	env.rd = openRedis(t, rc.Addrs()[0])
+	env.chc = openClickHouse(t, env.ch.Addr())
+	return env
+}
+
+// openClickHouse is the test's own connection to a ClickHouse server.
+func openClickHouse(t *testing.T, addr string) driver.Conn {
+	t.Helper()
+	conn, err := clickhouse.Open(&clickhouse.Options{
+		Protocol:    clickhouse.Native,
+		Addr:        []string{addr},
+		Auth:        clickhouse.Auth{Database: "default", Username: "default"},
+		DialTimeout: 2 * time.Second,
+		ReadTimeout: 20 * time.Second,
+	})
+	if err != nil {
+		t.Fatalf("clickhouse %s: %v", addr, err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	return conn
+}
+
+// awaitActive waits until every edge sells every product.
+func (f *fleet) awaitActive(products []string, d time.Duration) {
+	f.t.Helper()
+	for i, e := range f.edges {
+		for _, p := range products {
+			if !waitFor(d, func() bool {
+				res, err := e.do("GET", "/api/seckill/status?productId="+p, "", nil)
+				return err == nil && res.status == 200 && jsonStr(res.body, "status") == "active"
+			}) {
+				f.t.Fatalf("edge %d: %s not active after %v", f.nodes[i], p, d)
+			}
+		}
+	}
+}
+
+// roundRobin is a load balancer in front of the edges: each attempt goes
+// to the next edge in service; route takes an edge out of it.
+type roundRobin struct {
+	live atomic.Pointer[[]*edge]
+	n    atomic.Uint64
+}
+
+func newRoundRobin(edges []*edge) *roundRobin {
+	rr := &roundRobin{}
+	rr.route(edges)
+	return rr
+}
+
+func (rr *roundRobin) route(edges []*edge) { rr.live.Store(&edges) }
+
+func (rr *roundRobin) next() *edge {
+	es := *rr.live.Load()
+	return es[(rr.n.Add(1)-1)%uint64(len(es))]
+}
+
+// fleetPlans makes n attempts of quantity 1 over the products in turn by
+// shoppers drawn from users ids (seeded, so a run can be repeated); every
+// repeat-th attempt is instead a shopper trying an earlier attempt's
+// purchase again (on whichever edge the balancer picks, whose bought
+// cache may not know them: Redis must refuse it beyond the limit).
+func fleetPlans(n, users, repeat int, products []string) []ordPlan {
+	rng := rand.New(rand.NewPCG(14, 5))
+	out := make([]ordPlan, n)
+	fresh := 0
+	for i := range out {
+		if i > 0 && i%repeat == 0 {
+			out[i] = out[rng.IntN(i)]
+			continue
+		}
+		out[i] = ordPlan{user: "u" + strconv.Itoa(rng.IntN(users)), product: products[fresh%len(products)]}
+		fresh++
+	}
+	return out
+}
+
+// outboxOf lists the outbox entries node wrote that are still there
+// (XRANGE over every product): the orders whose events its edge never
+// saw acknowledged.
+func (f *fleet) outboxOf(products []string, node int) []ordID {
+	f.t.Helper()
+	c := f.env.rd.c
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	var out []ordID
+	for _, p := range products {
+		entries, err := c.Do(ctx, c.B().Xrange().Key(stock.OutboxKey(p)).Start("-").End("+").Build()).AsXRange()
+		if err != nil {
+			f.t.Fatalf("XRANGE outbox of %s: %v", p, err)
+		}
+		for _, e := range entries {
+			if e.FieldValues["node"] != strconv.Itoa(node) {
+				continue
+			}
+			id, err := strconv.ParseInt(e.FieldValues["order"], 10, 64)
+			if err != nil {
+				f.t.Fatalf("outbox entry %s of %s: order %q", e.ID, p, e.FieldValues["order"])
+			}
+			out = append(out, ordID{p, id})
+		}
+	}
+	return out
+}
+
+// phases splits the answers of a load by the moments of its scenario.
+type phases struct {
+	names []string
+	at    []time.Duration // when each phase began, since the load started
+}
+
+func (ph *phases) begin(name string, at time.Duration) {
+	ph.names = append(ph.names, name)
+	ph.at = append(ph.at, at)
+}
+
+// of is the index of the phase an answer at d fell in.
+func (ph *phases) of(d time.Duration) int {
+	i := 0
+	for i+1 < len(ph.at) && d >= ph.at[i+1] {
+		i++
+	}
+	return i
+}
+
+// awaitGroup waits until the order consumers' group is Stable with
+// members members, each consuming, and returns how long that took.
+func (f *fleet) awaitGroup(members int, d time.Duration, what string) time.Duration {
+	f.t.Helper()
+	start := time.Now()
+	var g kafkatest.Group
+	var err error
+	if !waitFor(d, func() bool {
+		g, err = f.kafka.DescribeGroup(fleetGroup)
+		return err == nil && g.Stable(members)
+	}) {
+		f.t.Fatalf("%s: the order consumers' group is not stable with %d members after %v: %+v (%v)", what, members, d, g, err)
+	}
+	return time.Since(start)
+}
