@@ -11,7 +11,8 @@
 // Filter types here:
 //
 //   - access: nginx allow/deny rules on the client address.
-//   - ip_limit: nginx limit_req keyed by the client address (Limiter, which
+//   - ip_limit: nginx limit_req keyed by the client address, per edge or,
+//     with policy redis, shared by every edge (redislimit.go) (Limiter, which
 //     other keyed limits reuse through LimitConfig and KeyFromBytes).
 //   - conn_limit: nginx limit_conn, requests in flight per client address.
 //

@@ -8,6 +8,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"flashgate/conf/field"
+	"flashgate/orders/stock"
 	"flashgate/sale/activity"
 	"flashgate/sale/api"
 	"flashgate/sale/ptoken"
@@ -112,6 +113,16 @@ type Env struct {
 	Sessions   *session.Codec
 	Tokens     *ptoken.Minter
 	Bought     *activity.BoughtCache
+
+	// Stock is the edge's Redis store, for the limits with policy redis.
+	// CheckOnly builds a chain only to check it (proxy -t): such filters
+	// are then built without a store, and the chain must never run.
+	Stock     *stock.Store
+	CheckOnly bool
+
+	// rateEdgeClock makes the Redis policy send the request's time to the
+	// script instead of using Redis's clock: tests replay virtual time.
+	rateEdgeClock bool
 }
 
 // Constructor builds a filter from its spec. Errors name fields relative to

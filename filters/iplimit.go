@@ -39,6 +39,7 @@ func DefaultLimitConfig() LimitConfig {
 
 // RateLimit is a compiled LimitConfig: the zone and this filter's limit.
 type RateLimit struct {
+	Zone    string
 	Limiter *Limiter
 	Limit   Limit
 	Reject  *api.Rejection
@@ -83,6 +84,7 @@ func (c *LimitConfig) Compile(zones *Zones, defaultZone string) (*RateLimit, fie
 		zones = NewZones()
 	}
 	return &RateLimit{
+		Zone:    zone,
 		Limiter: zones.Limiter(zone, c.MaxKeys),
 		Limit:   Limit{Rate: c.Rate, Burst: c.Burst, Delay: min(delay, c.Burst)},
 		Reject:  api.RateLimited.WithStatus(c.Status),
@@ -108,23 +110,27 @@ func (rl *RateLimit) verdict(ok bool, d time.Duration) Verdict {
 	return Verdict{Delay: d}
 }
 
-// ipLimit is nginx's limit_req keyed by the client address.
+// ipLimit is nginx's limit_req keyed by the client address, per edge or,
+// with policy redis, shared by every edge (redislimit.go).
 type ipLimit struct {
 	rl     RateLimit
 	v6bits int
+	redis  *redisLimit // nil: policy local
 }
 
 type ipLimitConfig struct {
-	LimitConfig `yaml:",inline"`
+	LimitConfig  `yaml:",inline"`
+	PolicyConfig `yaml:",inline"`
 	// IPv6Prefix groups IPv6 clients by network (64 treats a /64 as one
 	// client); 128, the default, is nginx's $binary_remote_addr.
 	IPv6Prefix int `yaml:"ipv6_prefix"`
 }
 
 func newIPLimit(spec Spec, env *Env) (Filter, field.Errors) {
-	cfg := ipLimitConfig{LimitConfig: DefaultLimitConfig(), IPv6Prefix: 128}
+	cfg := ipLimitConfig{LimitConfig: DefaultLimitConfig(), PolicyConfig: DefaultPolicyConfig(), IPv6Prefix: 128}
 	errs := decodeParams(spec, &cfg)
 	checkIPv6Prefix(&errs, cfg.IPv6Prefix)
+	cfg.PolicyConfig.check(&errs)
 	if len(errs) > 0 {
 		return nil, errs
 	}
@@ -132,9 +138,17 @@ func newIPLimit(spec Spec, env *Env) (Filter, field.Errors) {
 	if len(errs) > 0 {
 		return nil, errs
 	}
-	return &ipLimit{rl: *rl, v6bits: cfg.IPv6Prefix}, nil
+	f := &ipLimit{rl: *rl, v6bits: cfg.IPv6Prefix}
+	if f.redis, errs = newRedisLimit(cfg.PolicyConfig, env, []*RateLimit{&f.rl}, false, cfg.MaxKeys, f.rl.Check); len(errs) > 0 {
+		return nil, errs
+	}
+	return f, nil
 }
 
 func (f *ipLimit) Handle(r *Request) Verdict {
-	return f.rl.Check(keyFromAddrPrefix(r.ClientIP, f.v6bits), r.NowNano)
+	key := keyFromAddrPrefix(r.ClientIP, f.v6bits)
+	if f.redis != nil {
+		return f.redis.Check(r, key)
+	}
+	return f.rl.Check(key, r.NowNano)
 }

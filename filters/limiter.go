@@ -155,12 +155,24 @@ type Limit struct {
 // max_keys/shards; a zone may start evicting slightly before it holds
 // max_keys in total.
 type Limiter struct {
+	keyTable
+}
+
+// keyTable is the Limiter's storage: sharded, bounded by max keys, idle
+// entries swept, the rest evicted by sampled LRU. The Redis policy's edge
+// cache (redislimit.go) is one too, its entries expiring at a time instead
+// of decaying at a rate (the rate argument expiring).
+type keyTable struct {
 	shards  []limShard
 	shift   uint
 	seed    maphash.Seed
 	maxKeys atomic.Int64
 	evicted atomic.Uint64
 }
+
+// expiring, passed as the rate, marks a table whose slot.a is the time an
+// entry expires (relative ms), not the time of its last access.
+const expiring = 0
 
 type limShardState struct {
 	mu        sync.Mutex
@@ -182,6 +194,12 @@ type limShard struct {
 // (DefaultMaxKeys if maxKeys <= 0). Most callers get theirs from
 // (*Zones).Limiter so that it survives reloads.
 func NewLimiter(maxKeys int) *Limiter {
+	l := &Limiter{}
+	l.init(maxKeys)
+	return l
+}
+
+func (l *keyTable) init(maxKeys int) {
 	if maxKeys <= 0 {
 		maxKeys = DefaultMaxKeys
 	}
@@ -189,17 +207,22 @@ func NewLimiter(maxKeys int) *Limiter {
 	for n < limMaxShards && n*2*limKeysPerShardMin <= maxKeys {
 		n *= 2
 	}
-	l := &Limiter{shards: make([]limShard, n), shift: uint(64 - bits.TrailingZeros(uint(n))), seed: maphash.MakeSeed()}
+	l.shards, l.shift, l.seed = make([]limShard, n), uint(64-bits.TrailingZeros(uint(n))), maphash.MakeSeed()
 	for i := range l.shards {
 		l.shards[i].t.seed = l.seed
 	}
 	l.SetMaxKeys(maxKeys)
-	return l
+}
+
+// shard is key's shard and hash.
+func (l *keyTable) shard(key *[16]byte) (*limShard, uint64) {
+	h := maphash.Bytes(l.seed, key[:])
+	return &l.shards[h>>l.shift], h
 }
 
 // SetMaxKeys changes the bound (a reload with a new max_keys). The shard
 // count stays; shards above the new bound shrink as keys arrive.
-func (l *Limiter) SetMaxKeys(maxKeys int) {
+func (l *keyTable) SetMaxKeys(maxKeys int) {
 	if maxKeys <= 0 {
 		maxKeys = DefaultMaxKeys
 	}
@@ -214,10 +237,10 @@ func (l *Limiter) SetMaxKeys(maxKeys int) {
 }
 
 // MaxKeys is the configured bound.
-func (l *Limiter) MaxKeys() int { return int(l.maxKeys.Load()) }
+func (l *keyTable) MaxKeys() int { return int(l.maxKeys.Load()) }
 
 // Len counts the tracked keys (it locks every shard: for metrics and tests).
-func (l *Limiter) Len() int {
+func (l *keyTable) Len() int {
 	n := 0
 	for i := range l.shards {
 		s := &l.shards[i]
@@ -229,7 +252,7 @@ func (l *Limiter) Len() int {
 }
 
 // Evicted counts keys pushed out while still holding excess (zone too small).
-func (l *Limiter) Evicted() uint64 { return l.evicted.Load() }
+func (l *keyTable) Evicted() uint64 { return l.evicted.Load() }
 
 // Take accounts one request of key at nowNano (unix nanoseconds) against
 // lim. On a pass, d is how long nginx would delay the request (0 unless the
@@ -252,8 +275,7 @@ func (l *Limiter) take(key [16]byte, nowNano int64, lim Limit, commit bool) (ok 
 	rate := min(max(lim.Rate.Milli, 1), MaxRatePerSecond*1000)
 	burst := int64(min(max(lim.Burst, 0), MaxBurst)) * 1000
 	thr := int64(min(max(lim.Delay, 0), MaxBurst)) * 1000
-	h := maphash.Bytes(l.seed, key[:])
-	s := &l.shards[h>>l.shift]
+	s, h := l.shard(&key)
 	now := nowNano / int64(time.Millisecond)
 
 	s.mu.Lock()
@@ -261,7 +283,7 @@ func (l *Limiter) take(key [16]byte, nowNano int64, lim Limit, commit bool) (ok 
 	i, found := s.t.find(&key, h)
 	if !found {
 		if commit {
-			s.insert(&key, h, rel, now, rate, l)
+			s.insert(&key, h, rel, now, rate, &l.keyTable)
 		}
 		s.mu.Unlock()
 		return true, 0
@@ -317,7 +339,7 @@ func (s *limShard) prepare(now, rate int64) int64 {
 	return rel
 }
 
-func (s *limShard) insert(k *[16]byte, h uint64, rel, now, rate int64, l *Limiter) {
+func (s *limShard) insert(k *[16]byte, h uint64, rel, now, rate int64, l *keyTable) {
 	if s.t.n >= s.maxKeys || s.t.full(s.t.n+1) {
 		// Free idle entries before growing or evicting, at most once per
 		// eighth of the table's worth of inserts: O(1) amortized per insert.
@@ -344,8 +366,12 @@ func (s *limShard) insert(k *[16]byte, h uint64, rel, now, rate int64, l *Limite
 }
 
 // idle reports whether the entry's excess has decayed so far that the next
-// request would compute excess 0, exactly as for an unknown key.
+// request would compute excess 0, exactly as for an unknown key; in an
+// expiring table, whether the entry has expired.
 func idle(e *slot, rel, rate int64) bool {
+	if rate == expiring {
+		return int64(e.a) <= rel
+	}
 	ms := rel - int64(e.a)
 	return ms >= 0 && rate*ms/1000 >= int64(e.b)+1000
 }

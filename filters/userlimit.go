@@ -11,20 +11,26 @@ func init() { Register("user_limit", newUserLimit) }
 
 // userLimit is limit_req keyed by the signed-in user (several rates at once,
 // e.g. 5r/s and 50r/m), plus the local "already bought" check: a shopper at
-// the product's per-user limit is answered 409 here. Both are local to the
-// edge; the deduction script enforces the purchase limit exactly.
+// the product's per-user limit is answered 409 here. The rates are local to
+// the edge unless policy is redis: then every edge shares them
+// (redislimit.go), all of a user's rates in one script call. The bought
+// check is always local; the deduction script enforces the purchase limit
+// exactly.
 type userLimit struct {
 	limits []*RateLimit
 	bought *activity.BoughtCache
+	redis  *redisLimit // nil: policy local
 }
 
 type userLimitConfig struct {
-	Limits []LimitConfig `yaml:"limits"`
+	Limits       []LimitConfig `yaml:"limits"`
+	PolicyConfig `yaml:",inline"`
 }
 
 func newUserLimit(spec Spec, env *Env) (Filter, field.Errors) {
-	var cfg userLimitConfig
+	cfg := userLimitConfig{PolicyConfig: DefaultPolicyConfig()}
 	errs := decodeParams(spec, &cfg)
+	cfg.PolicyConfig.check(&errs)
 	if len(errs) > 0 {
 		return nil, errs
 	}
@@ -42,6 +48,7 @@ func newUserLimit(spec Spec, env *Env) (Filter, field.Errors) {
 		f.bought = env.Bought
 	}
 	zones := envZones(env)
+	maxKeys := 0
 	for i := range cfg.Limits {
 		lc := cfg.Limits[i]
 		if lc.Status == 0 {
@@ -50,6 +57,7 @@ func newUserLimit(spec Spec, env *Env) (Filter, field.Errors) {
 		if lc.MaxKeys == 0 {
 			lc.MaxKeys = DefaultMaxKeys
 		}
+		maxKeys = max(maxKeys, lc.MaxKeys)
 		rl, lerrs := lc.Compile(zones, zoneName(spec, "")+"#"+strconv.Itoa(i))
 		errs.Nest(field.Index("limits", i), lerrs)
 		if rl != nil {
@@ -57,6 +65,9 @@ func newUserLimit(spec Spec, env *Env) (Filter, field.Errors) {
 		}
 	}
 	if len(errs) > 0 {
+		return nil, errs
+	}
+	if f.redis, errs = newRedisLimit(cfg.PolicyConfig, env, f.limits, true, maxKeys, f.checkLocal); len(errs) > 0 {
 		return nil, errs
 	}
 	return f, nil
@@ -74,22 +85,30 @@ func (f *userLimit) Handle(r *Request) Verdict {
 	if len(f.limits) == 0 {
 		return Pass
 	}
-	// Like nginx with several limit_req: the request is charged to every
-	// limit only if all of them pass. All but the last are checked without
-	// accounting, the last is accounted, then the others.
 	key := KeyFromBytes(r.UserID)
+	if f.redis != nil {
+		return f.redis.Check(r, key)
+	}
+	return f.checkLocal(key, r.NowNano)
+}
+
+// checkLocal applies the limits with this edge's state. Like nginx with
+// several limit_req: the request is charged to every limit only if all of
+// them pass. All but the last are checked without accounting, the last is
+// accounted, then the others.
+func (f *userLimit) checkLocal(key [16]byte, nowNano int64) Verdict {
 	last := len(f.limits) - 1
 	for _, rl := range f.limits[:last] {
-		if v := rl.Peek(key, r.NowNano); v.Reject != nil {
+		if v := rl.Peek(key, nowNano); v.Reject != nil {
 			return v
 		}
 	}
-	v := f.limits[last].Check(key, r.NowNano)
+	v := f.limits[last].Check(key, nowNano)
 	if v.Reject != nil {
 		return v
 	}
 	for _, rl := range f.limits[:last] {
-		v.Delay = max(v.Delay, rl.Check(key, r.NowNano).Delay)
+		v.Delay = max(v.Delay, rl.Check(key, nowNano).Delay)
 	}
 	return v
 }

@@ -8,6 +8,7 @@ import (
 	"flashgate/conf"
 	"flashgate/conf/field"
 	"flashgate/filters"
+	"flashgate/orders/stock"
 	"flashgate/proxy/tlsterm"
 	"flashgate/sale"
 	"flashgate/sale/activity"
@@ -33,6 +34,13 @@ type Env struct {
 	// Fallback secrets, random per process, for configs without secrets
 	// (demo); kept here so that a reload does not sign everyone out.
 	FallbackSessionSecret, FallbackTokenSecret []byte
+
+	// Stock is the Redis store (wire.go opens it), for the filters with
+	// policy redis; CheckOnly compiles without it, to check a document
+	// only (proxy -t, and New before it connects): never serve such a
+	// snapshot.
+	Stock     *stock.Store
+	CheckOnly bool
 }
 
 // Snapshot is a compiled, immutable configuration. The proxy reads it
@@ -85,7 +93,7 @@ func Compile(doc *conf.Document, env *Env, version uint64) (*Snapshot, error) {
 	saleSettings, serrs := compileSale(cfg, env)
 	errs = append(errs, serrs...)
 	s.Sale = saleSettings
-	fenv := &filters.Env{Now: env.Now, Zones: env.Zones, Activities: env.Activities, Bought: env.Bought}
+	fenv := &filters.Env{Now: env.Now, Zones: env.Zones, Activities: env.Activities, Bought: env.Bought, Stock: env.Stock, CheckOnly: env.CheckOnly}
 	if saleSettings != nil {
 		fenv.Sessions, fenv.Tokens = saleSettings.Sessions, saleSettings.Tokens
 	}

@@ -87,6 +87,7 @@ func Check(doc *conf.Document) (*Snapshot, error) {
 		Upstreams:  upstream.NewManager(slog.New(slog.DiscardHandler)),
 		Activities: activity.NewRegistry(),
 		Start:      time.Now(),
+		CheckOnly:  true,
 	}
 	return Compile(doc, env, 1)
 }
@@ -119,11 +120,16 @@ func New(doc *conf.Document, opts Options) (*Server, error) {
 	}
 	s.m = newServerMetrics(s.env.Zones, s.env.Upstreams)
 	s.env.Upstreams.OnResponse = s.m.observeUpstream
-	snap, err := Compile(doc, s.env, s.version.Add(1))
+	// The whole document is checked before anything connects; the snapshot
+	// served is compiled by assemble once the Redis store is open (filters
+	// with policy redis are built on it).
+	s.env.CheckOnly = true
+	_, err = Compile(doc, s.env, 0)
+	s.env.CheckOnly = false
 	if err != nil {
 		return nil, err
 	}
-	parts, err := s.assemble(doc.Config, snap)
+	parts, snap, err := s.assemble(doc)
 	if err != nil {
 		return nil, err
 	}

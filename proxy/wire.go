@@ -13,6 +13,7 @@ import (
 
 	"flashgate/conf"
 	"flashgate/conf/field"
+	"flashgate/filters"
 	"flashgate/orders"
 	"flashgate/orders/consumer"
 	"flashgate/orders/order"
@@ -40,24 +41,33 @@ type parts struct {
 	sale   *sale.Service
 }
 
-// assemble builds the parts of an edge for cfg and warms the sales of the
-// first snapshot. On error everything it started is stopped again.
-func (s *Server) assemble(cfg *conf.Config, snap *Snapshot) (*parts, error) {
+// assemble builds the parts of an edge for doc, compiles the first
+// snapshot on its Redis store and warms its sales. On error everything it
+// started is stopped again.
+func (s *Server) assemble(doc *conf.Document) (*parts, *Snapshot, error) {
+	cfg := doc.Config
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	store, err := openStock(ctx, cfg, s.log, true)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
+	}
+	s.env.Stock = store
+	filters.RegisterRedisMetrics(&s.m.reg, store)
+	snap, err := Compile(doc, s.env, s.version.Add(1))
+	if err != nil {
+		store.Close()
+		return nil, nil, err
 	}
 	ids, err := orderid.NewGenerator(cfg.NodeID, func() int64 { return s.opts.Now() / 1e6 })
 	if err != nil {
 		store.Close()
-		return nil, err
+		return nil, nil, err
 	}
 	p, err := openPipeline(cfg, store, s.productIDs, storedPublisher(store, s.log), s.log)
 	if err != nil {
 		store.Close()
-		return nil, fmt.Errorf("orders pipeline: %w", err)
+		return nil, nil, fmt.Errorf("orders pipeline: %w", err)
 	}
 	var events *push.Hub
 	if !cfg.Events.Disabled {
@@ -65,7 +75,7 @@ func (s *Server) assemble(cfg *conf.Config, snap *Snapshot) (*parts, error) {
 		if events, err = push.New(store, ec); err != nil {
 			p.close()
 			store.Close()
-			return nil, err
+			return nil, nil, err
 		}
 		events.Start(ctx)
 	}
@@ -99,7 +109,7 @@ func (s *Server) assemble(cfg *conf.Config, snap *Snapshot) (*parts, error) {
 	}
 	s.realServers = cfg.RealServers()
 	s.warnDemoLogin(cfg, "start")
-	return &parts{store: store, orders: p, events: events, sale: svc}, nil
+	return &parts{store: store, orders: p, events: events, sale: svc}, snap, nil
 }
 
 // warnDemoLogin says, at start and on every reload, that demo login is on:

@@ -2,7 +2,8 @@
 // deduction, releases, order states, the outbox the relay reads, the
 // sold-out and order-outcome broadcasts, the admin catalog and the degrade
 // switch (the copies every edge reads of the durable catalogue that package
-// orderstore keeps; catalog.go, degrade.go). It owns every Redis key,
+// orderstore keeps; catalog.go, degrade.go), and the rate limits every edge
+// shares (the filters' policy redis; ratelimit.go). It owns every Redis key,
 // channel and script (keys.go); other packages call its methods and never
 // talk to Redis themselves.
 //

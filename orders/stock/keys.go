@@ -26,6 +26,11 @@ import (
 //	sk:catalog:ver      hash: product id -> the entry's version (catalog.go)
 //	sk:degrade          hash: product id -> "<version>:<0|1>" (degrade.go)
 //	sk:degrade:all      "<version>:<0|1>": the degrade switch of every product
+//	sk:rl:{<client>}:<zone>  "<excess>:<last ms>": one client's limit_req state in
+//	                    one zone, shared by every edge; TTL until idle (ratelimit.go)
+//
+// The rate limit keys carry the client's hash tag instead of a product's:
+// one client's limits are one slot, and clients spread over a cluster.
 //
 // The catalog, the edges and the degrade switches are not a product's keys:
 // they have no hash tag and are only read and written whole-entry, one key

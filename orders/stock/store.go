@@ -154,6 +154,7 @@ type Store struct {
 
 	nCalls, nAttempts   atomic.Uint64
 	nWaits, nWaitsShort atomic.Uint64
+	rate                rateCalls
 
 	closed atomic.Bool
 }
