@@ -4,8 +4,11 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"os"
+	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -32,6 +35,11 @@ const (
 	// re-sends an entry a second after kafka.timeout (3s) gave up on it.
 	fleetConfig = "kafka: {replication_factor: 3, min_insync_replicas: 2}\n" +
 		"orders: {relay_min_age: 4s, relay_interval: 200ms}\n"
+	// fleetRate and fleetBurst are user_limit's one rate (nodelay): far
+	// above what a shopper of the sale asks (a token and a purchase, once
+	// more for one in eight), far below what the hammering user does.
+	fleetRate  = 10 // r/s
+	fleetBurst = 10
 	fleetTopic = "seckill.orders"   // kafka.topic's default
 	fleetGroup = "flashgate-orders" // orders.group's default: the consumers' Kafka group
 	fleetNode0 = 31                 // node_id of the first edge
@@ -46,13 +54,42 @@ type fleet struct {
 	bin   string
 	edges []*edge
 	procs []*edgeProc
-	nodes []int // node_id of each edge
+	nodes []int      // node_id of each edge
+	docs  [][]string // the YAML documents of each edge's config file
+}
+
+// in points the fleet, and the clients it shares, at t (a sub-test of
+// the one that started it): their failures are t's.
+func (f *fleet) in(t *testing.T) *fleet {
+	f.t, f.env.t, f.env.rd.t = t, t, t
+	for _, e := range f.edges {
+		e.t = t
+	}
+	return f
+}
+
+// fleetFilters is the sale chain of baseConfig with user_limit's policy
+// (local or redis) and the fleet's rate.
+func fleetFilters(policy string) string {
+	return fmt.Sprintf(`filters:
+  - {type: access, scope: all, rules: ["allow all"]}
+  - {type: ip_limit, rate: 1000000r/s, burst: 1000000, nodelay: true}
+  - {type: conn_limit, max: 100000}
+  - {type: sale_window}
+  - {type: sold_out}
+  - {type: session}
+  - type: user_limit
+    policy: %s
+    limits: [{rate: %dr/s, burst: %d, nodelay: true}]
+  - {type: purchase_token}
+`, policy, fleetRate, fleetBurst)
 }
 
 // startFleet starts the servers and fleetEdges edges selling sales (an
 // activities document); extra YAML documents go after the fleet's own.
 func startFleet(t *testing.T, sales string, extra ...string) *fleet {
 	t.Helper()
+	extra = append([]string{fleetFilters("local")}, extra...)
 	f := &fleet{t: t, bin: buildProxy(t)}
 	f.redis = redistest.NewCluster(t)
 	f.kafka = kafkatest.StartCluster(t, 3)
@@ -72,8 +109,75 @@ func startFleet(t *testing.T, sales string, extra ...string) *fleet {
 		t.Cleanup(e.api.CloseIdleConnections)
 		f.edges = append(f.edges, e)
 		f.nodes = append(f.nodes, node)
+		f.docs = append(f.docs, docs)
 	}
 	return f
+}
+
+// reload rewrites every edge's config file with extra documents after its
+// own and has the edges reload it (POST /admin/reload answers once the
+// new snapshot serves, or 422).
+func (f *fleet) reload(extra ...string) {
+	f.t.Helper()
+	for i, e := range f.edges {
+		rendered, err := os.ReadFile(writeConfig(f.t, append(slices.Clone(f.docs[i]), extra...)...))
+		if err != nil {
+			f.t.Fatal(err)
+		}
+		if err := os.WriteFile(e.cfg, rendered, 0o644); err != nil {
+			f.t.Fatal(err)
+		}
+		if code, body := adminPost(f.t, e.admin, "/admin/reload", ""); code != 200 {
+			f.t.Fatalf("edge %d: reload answered %d: %s", f.nodes[i], code, body)
+		}
+	}
+}
+
+// hammered is what one user hammering the edges got.
+type hammered struct {
+	passed, refused int
+	other           map[string]int // answers neither 200 nor 429
+	window          time.Duration  // first request sent to last answer: every decision fell in it
+}
+
+// hammer has one user ask the edges, in turn, for purchase tokens of
+// product from workers concurrent connections for d.
+func (f *fleet) hammer(user, product string, workers int, d time.Duration) hammered {
+	f.t.Helper()
+	jwt := f.env.j.get(user)
+	var passed, refused, next atomic.Int64
+	var last atomic.Int64 // ns since start of the latest answer
+	var mu sync.Mutex
+	other := map[string]int{}
+	start := time.Now()
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Go(func() {
+			for time.Since(start) < d {
+				e := f.edges[int(next.Add(1)-1)%len(f.edges)]
+				r, _, err := e.token(jwt, product)
+				at := int64(time.Since(start))
+				for l := last.Load(); at > l && !last.CompareAndSwap(l, at); l = last.Load() {
+				}
+				switch {
+				case err != nil:
+					mu.Lock()
+					other["transport error"]++
+					mu.Unlock()
+				case r.status == 200:
+					passed.Add(1)
+				case r.status == 429:
+					refused.Add(1)
+				default:
+					mu.Lock()
+					other[strconv.Itoa(r.status)+" "+r.code()]++
+					mu.Unlock()
+				}
+			}
+		})
+	}
+	wg.Wait()
+	return hammered{passed: int(passed.Load()), refused: int(refused.Load()), other: other, window: time.Duration(last.Load())}
 }
 
 // newFleetEnv is the orders tests' ordEnv on the fleet's servers: the

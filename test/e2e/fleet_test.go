@@ -45,8 +45,73 @@ func TestFleet(t *testing.T) {
 	if testing.Short() {
 		t.Skip("three edge processes, a Redis Cluster, three brokers and ClickHouse under load: skipped with -short")
 	}
+	start := time.Now()
+	products := ordProducts(10)
+	f := startFleet(t, ordSales(products, fleetUnits))
+	f.awaitActive(products, 10*time.Second)
+	t.Logf("fleet up in %v: edges %v, Redis Cluster %v, brokers %v, ClickHouse %s",
+		time.Since(start).Round(time.Millisecond), f.nodes, f.redis.Addrs(), f.kafka.Brokers(), f.env.ch.Addr())
+	t.Run("user_limit_policy_redis", func(t *testing.T) { f.in(t).hammerUserLimit(products[0]) })
+	t.Run("sale", func(t *testing.T) { f.in(t).sale(products) })
+	t.Logf("the whole test took %v", time.Since(start).Round(time.Millisecond))
+}
+
+// fleetUnits is each product's stock.
+const fleetUnits = 1000
+
+// hammerUserLimit: one user asks all three edges for purchase tokens as
+// fast as six connections go, first with user_limit's policy local (the
+// edges' config as started), then, after every edge reloaded its config
+// with policy redis, another user does the same. Local, each edge admits
+// the user what nginx would alone; redis, the three together admit no
+// more than README's bound: what nginx admits over the window the
+// decisions fell in, plus one.
+func (f *fleet) hammerUserLimit(product string) {
+	t := f.t
+	const workers, d = 6, 2 * time.Second
+	// nginx's limit_req (nodelay) admits, from an empty state, burst + 1
+	// at once and the rate after that: over a window w at most
+	// burst + 1 + rate x w.
+	nginx := func(w time.Duration) int { return fleetBurst + 1 + int(fleetRate*w.Seconds()) }
+	check := func(policy string, h hammered) {
+		t.Helper()
+		if len(h.other) > 0 {
+			t.Errorf("policy %s: answers other than 200 and 429: %v", policy, h.other)
+		}
+		t.Logf("policy %s: one user over %d edges passed %d of %d token requests in %v",
+			policy, len(f.edges), h.passed, h.passed+h.refused, h.window.Round(time.Millisecond))
+	}
+
+	local := f.hammer("hammer-local", product, workers, d)
+	check("local", local)
+	perEdge := nginx(local.window)
+	if local.passed <= perEdge+1 {
+		t.Errorf("policy local: %d passed, want more than one edge's %d: each edge keeps its own limit", local.passed, perEdge)
+	}
+	t.Logf("policy local: %d edges admit up to %d x %d = %d in that window (%dr/s, burst %d)",
+		len(f.edges), len(f.edges), perEdge, len(f.edges)*perEdge, fleetRate, fleetBurst)
+
+	f.reload(fleetFilters("redis"))
+	shared := f.hammer("hammer-redis", product, workers, d)
+	check("redis", shared)
+	bound := nginx(shared.window) + 1
+	switch {
+	case shared.passed == 0:
+		t.Errorf("policy redis: nothing passed")
+	case shared.passed > bound:
+		t.Errorf("policy redis: %d passed, above the documented bound %d (nginx over %v, plus one)", shared.passed, bound, shared.window.Round(time.Millisecond))
+	case shared.passed >= local.passed:
+		t.Errorf("policy redis: %d passed, not below policy local's %d", shared.passed, local.passed)
+	default:
+		t.Logf("policy redis: %d passed <= the documented bound %d (nginx over the window, plus one); policy local passed %d", shared.passed, bound, local.passed)
+	}
+}
+
+// sale is the scenario of TestFleet's comment.
+func (f *fleet) sale(products []string) {
+	t := f.t
 	const (
-		perProduct = 1000
+		perProduct = fleetUnits
 		limit      = 1
 		users      = 1_000_000
 		repeat     = 8     // one attempt in repeat tries an earlier one again
@@ -56,12 +121,6 @@ func TestFleet(t *testing.T) {
 		// for: enough that every product sells in it, on every edge.
 		stepOK = 1500
 	)
-	start := time.Now()
-	products := ordProducts(10)
-	f := startFleet(t, ordSales(products, perProduct))
-	f.awaitActive(products, 10*time.Second)
-	t.Logf("fleet up in %v: edges %v, Redis Cluster %v, brokers %v, ClickHouse %s",
-		time.Since(start).Round(time.Millisecond), f.nodes, f.redis.Addrs(), f.kafka.Brokers(), f.env.ch.Addr())
 
 	// While hold is set, Kafka refuses every produce request (the broker
 	// closes the connection and writes nothing): an event published then
@@ -154,7 +213,6 @@ func TestFleet(t *testing.T) {
 		plans: plans, answers: answers, ok: ok,
 		victimNode: victimNode, orphans: orphans, survivors: survivors,
 	})
-	t.Logf("the whole test took %v", time.Since(start).Round(time.Millisecond))
 }
 
 // saleCheck is what verifySale needs to know of a sale.
