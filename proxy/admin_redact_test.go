@@ -21,6 +21,7 @@ var notSecret = map[string]string{
 	"redis.tls.key_file":               "the path of the client key's PEM file; the file is the secret, the path is not",
 	"listen.tls.certificates.key_file": "the path of a server key's PEM file; the file is the secret, the path is not",
 	"kafka.tls.key_file":               "the path of the Kafka client key's PEM file; the file is the secret, the path is not",
+	"clickhouse.tls.key_file":          "the path of the ClickHouse client key's PEM file; the file is the secret, the path is not",
 }
 
 // configField is one string-holding field of conf.Config, at a YAML path

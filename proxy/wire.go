@@ -204,17 +204,24 @@ func openStock(ctx context.Context, cfg *conf.Config, log *slog.Logger, embedded
 }
 
 // OpenOrderStore opens the configured order store: ClickHouse, or the
-// embedded file store under dir.
-func OpenOrderStore(ctx context.Context, cfg *conf.Config, dir string) (orderstore.Store, error) {
+// embedded file store under dir. live lists the sales this process knows:
+// ClickHouse's retention runs only where it is given (an edge), and keeps
+// their orders whatever their age.
+func OpenOrderStore(ctx context.Context, cfg *conf.Config, dir string, live func() []string) (orderstore.Store, error) {
 	ch := cfg.ClickHouse
 	if ch.Addr == "" {
 		return orderstore.OpenFile(dir)
 	}
-	pw, err := field.ResolveEnv(ch.Password)
+	opts, err := orderstore.OptionsFrom(ch)
 	if err != nil {
 		return nil, err
 	}
-	return orderstore.OpenClickHouse(ctx, ch.Addr, ch.Database, orderstore.ClickHouseOptions{Username: ch.Username, Password: pw})
+	if live == nil {
+		opts.RetentionMonths = 0
+	} else {
+		opts.Live = func(context.Context) ([]string, error) { return live(), nil }
+	}
+	return orderstore.OpenClickHouse(ctx, ch.Addr, ch.Database, opts)
 }
 
 // sink adapts the publisher to the sale's OrderSink.
@@ -284,7 +291,7 @@ func openPipeline(cfg *conf.Config, st *stock.Store, products func() []string, o
 		if cfg.ClickHouse.Addr == "" {
 			log.Warn("clickhouse.addr is empty: using the embedded order store (a log file; demo only)", "dir", dir)
 		}
-		if p.store, err = OpenOrderStore(ctx, cfg, dir); err != nil {
+		if p.store, err = OpenOrderStore(ctx, cfg, dir, products); err != nil {
 			return fail(fmt.Errorf("order store: %w", err))
 		}
 		if p.consumer, err = consumer.New(consumerConfig(cfg, p.brokers, sec, p.store, st, log, onStored)); err != nil {
@@ -301,7 +308,7 @@ func openPipeline(cfg *conf.Config, st *stock.Store, products func() []string, o
 	case cfg.ClickHouse.Addr != "":
 		// The consumer runs elsewhere; the edge still reads the store for
 		// warm-up after a Redis loss and for expired results.
-		if p.store, err = OpenOrderStore(ctx, cfg, ""); err != nil {
+		if p.store, err = OpenOrderStore(ctx, cfg, "", products); err != nil {
 			return fail(fmt.Errorf("order store: %w", err))
 		}
 	}
@@ -342,7 +349,7 @@ func consumerConfig(cfg *conf.Config, brokers []string, sec orders.Security, sto
 	return consumer.Config{
 		Brokers: brokers, Security: sec, Topic: cfg.Kafka.Topic, DLQTopic: cfg.Kafka.DLQTopic,
 		ReplicationFactor: cfg.Kafka.ReplicationFactor, MinInsyncReplicas: cfg.Kafka.MinInsyncReplicas,
-		Group: cfg.Orders.Group, BatchSize: cfg.Orders.BatchSize, BatchTime: cfg.Orders.BatchTime,
+		Group: cfg.Orders.Group, BatchSize: cfg.Orders.BatchSize, BatchTime: cfg.Orders.BatchTime, BatchTimeMax: cfg.Orders.BatchTimeMax,
 		Store: store, Stock: st, Log: log, OnStored: onStored,
 	}
 }
@@ -422,7 +429,7 @@ func openLedger(ctx context.Context, cfg *conf.Config, log *slog.Logger) (*stock
 	if err != nil {
 		return nil, nil, err
 	}
-	store, err := OpenOrderStore(ctx, cfg, "")
+	store, err := OpenOrderStore(ctx, cfg, "", nil)
 	if err != nil {
 		st.Close()
 		return nil, nil, fmt.Errorf("order store: %w", err)

@@ -11,6 +11,8 @@ command -v redis-server >/dev/null 2>&1 || need+=(redis-server)
 [ -x /usr/bin/redis-sentinel ] || need+=(redis-sentinel)
 # internal/chtest starts /usr/sbin/clickhouse-server (not on root's PATH everywhere).
 { command -v clickhouse-server || [ -x /usr/sbin/clickhouse-server ]; } >/dev/null 2>&1 || need+=(clickhouse-server clickhouse-client)
+# internal/chtest's cluster kit runs Debian's ZooKeeper (ClickHouse 18.16 has no Keeper) with java.
+[ -f /usr/share/java/zookeeper.jar ] || need+=(zookeeper)
 # proxy's TLS tests check the edge's HTTPS listener with curl (OpenSSL).
 command -v curl >/dev/null 2>&1 || need+=(curl)
 # test/browser drives Debian's chromium (headless) at /usr/bin/chromium.

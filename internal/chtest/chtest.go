@@ -5,12 +5,14 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -38,7 +40,30 @@ var ReadyTimeout = 60 * time.Second
 type Server struct {
 	proc                      *proctest.Child
 	dir                       string
+	spec                      nodeSpec
 	tcpPort, httpPort, ipPort int
+	securePort                int // 0 without TLS
+}
+
+// nodeSpec is what a server gets beyond the stock config: TLS, and for a
+// cluster member its fixed ports and the cluster's elements.
+type nodeSpec struct {
+	tls *TLS
+	// ports, if set, are the tcp, http and interserver ports (a cluster
+	// names them in every member's config, so they are picked up front).
+	ports []int
+	// elements replace the stock config's elements of the same name
+	// (remote_servers, zookeeper, macros, ...), or are added.
+	elements map[string]string
+}
+
+// TLS is what NewTLS serves on the secure native port (tcp_port_secure):
+// a certificate and its key (PEM), and, if ClientCA is set, a CA the
+// client's certificate must chain to (no client certificate, no
+// connection).
+type TLS struct {
+	CertFile, KeyFile string
+	ClientCA          string
 }
 
 // Start starts a clickhouse-server for the test and returns its native
@@ -53,6 +78,16 @@ func Start(t testing.TB) string {
 func New(t testing.TB) *Server {
 	t.Helper()
 	return proctest.ForTest(t, "chtest", launch)
+}
+
+// NewTLS starts a clickhouse-server that also listens with TLS on
+// SecureAddr (the plain Addr stays open for set-up). It is killed when the
+// test ends.
+func NewTLS(t testing.TB, tls TLS) *Server {
+	t.Helper()
+	return proctest.ForTest(t, "chtest", func(dir string, own bool) (*Server, error) {
+		return launchNode(dir, own, nodeSpec{tls: &tls})
+	})
 }
 
 // Launch starts a clickhouse-server outside any test, for TestMain, so that
@@ -86,7 +121,9 @@ func Main(m *testing.M, shared **Server) {
 	os.Exit(code)
 }
 
-func launch(dir string, own bool) (*Server, error) {
+func launch(dir string, own bool) (*Server, error) { return launchNode(dir, own, nodeSpec{}) }
+
+func launchNode(dir string, own bool, spec nodeSpec) (*Server, error) {
 	bin, err := exec.LookPath(Binary)
 	if err != nil {
 		// Debian installs it in /usr/sbin, which a user's PATH may lack.
@@ -95,7 +132,7 @@ func launch(dir string, own bool) (*Server, error) {
 			return nil, errors.New(MissingHint)
 		}
 	}
-	s := &Server{dir: dir}
+	s := &Server{dir: dir, spec: spec}
 	errLog := filepath.Join(dir, "log", "clickhouse-server.err.log")
 	stdout := filepath.Join(dir, "log", "stdout.log")
 	client := &http.Client{Timeout: time.Second}
@@ -118,11 +155,23 @@ func launch(dir string, own bool) (*Server, error) {
 		Backoff: 5 * time.Millisecond,
 	})
 	err = s.proc.Launch(func() error {
-		ports, err := proctest.FreePorts(3)
+		if spec.ports != nil {
+			if s.tcpPort != 0 {
+				// A cluster's ports are in every member's config: the
+				// cluster picks them all again (LaunchCluster).
+				return ErrPortsTaken
+			}
+			s.tcpPort, s.httpPort, s.ipPort = spec.ports[0], spec.ports[1], spec.ports[2]
+			return s.writeConfig()
+		}
+		ports, err := proctest.FreePorts(4)
 		if err != nil {
 			return err
 		}
 		s.tcpPort, s.httpPort, s.ipPort = ports[0], ports[1], ports[2]
+		if spec.tls != nil {
+			s.securePort = ports[3]
+		}
 		return s.writeConfig()
 	})
 	if err != nil {
@@ -134,6 +183,14 @@ func launch(dir string, own bool) (*Server, error) {
 // Addr is host:port of the native protocol listener (what clickhouse-go
 // and clickhouse-client use); it does not change across restarts.
 func (s *Server) Addr() string { return net.JoinHostPort("127.0.0.1", strconv.Itoa(s.tcpPort)) }
+
+// SecureAddr is host:port of the TLS native listener (NewTLS), "" without.
+func (s *Server) SecureAddr() string {
+	if s.securePort == 0 {
+		return ""
+	}
+	return net.JoinHostPort("127.0.0.1", strconv.Itoa(s.securePort))
+}
 
 // HTTPAddr is host:port of the HTTP listener.
 func (s *Server) HTTPAddr() string { return net.JoinHostPort("127.0.0.1", strconv.Itoa(s.httpPort)) }
@@ -194,6 +251,19 @@ func (s *Server) writeConfig() error {
 	// (https_port, listen_host) that a tag rewrite must not revive.
 	cfg := commentRE.ReplaceAllString(string(src), "")
 	cfg = listenHostRE.ReplaceAllString(cfg, "")
+	elements := maps.Clone(s.spec.elements)
+	if elements == nil {
+		elements = map[string]string{}
+	}
+	if t := s.spec.tls; t != nil {
+		elements["tcp_port_secure"] = "<tcp_port_secure>" + strconv.Itoa(s.securePort) + "</tcp_port_secure>"
+		elements["openSSL"] = openSSL(t)
+	}
+	for _, name := range slices.Sorted(maps.Keys(elements)) {
+		// Stock elements are <name ...>...</name> or <name .../>.
+		re := regexp.MustCompile(`(?s)<` + name + `(\s[^>]*)?(/>|>.*?</` + name + `>)`)
+		cfg = re.ReplaceAllString(cfg, "")
+	}
 	set := []struct{ tag, val string }{
 		{"log", filepath.Join(s.dir, "log", "clickhouse-server.log")},
 		{"errorlog", filepath.Join(s.dir, "log", "clickhouse-server.err.log")},
@@ -222,11 +292,28 @@ func (s *Server) writeConfig() error {
 			extra.WriteString("    " + elem + "\n")
 		}
 	}
+	for _, name := range slices.Sorted(maps.Keys(elements)) {
+		extra.WriteString("    " + elements[name] + "\n")
+	}
 	cfg = cfg[:m[0]] + extra.String() + cfg[m[0]:]
 	if err := os.WriteFile(filepath.Join(s.dir, "config.xml"), []byte(cfg), 0o644); err != nil {
 		return err
 	}
 	return os.WriteFile(filepath.Join(s.dir, "users.xml"), users, 0o644)
+}
+
+// openSSL is the server's TLS: its certificate, and the client CA it
+// requires when one is given. No dhParamsFile: the stock one is not
+// installed, and ECDHE needs none.
+func openSSL(t *TLS) string {
+	mode, ca := "none", ""
+	if t.ClientCA != "" {
+		mode, ca = "strict", "<caConfig>"+t.ClientCA+"</caConfig>"
+	}
+	return "<openSSL><server><certificateFile>" + t.CertFile + "</certificateFile><privateKeyFile>" + t.KeyFile +
+		"</privateKeyFile>" + ca + "<verificationMode>" + mode + "</verificationMode><loadDefaultCAFile>false</loadDefaultCAFile>" +
+		"<cacheSessions>true</cacheSessions><disableProtocols>sslv2,sslv3</disableProtocols><preferServerCiphers>true</preferServerCiphers>" +
+		"</server></openSSL>"
 }
 
 func ping(c *http.Client, url string) error {

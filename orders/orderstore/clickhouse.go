@@ -2,16 +2,25 @@ package orderstore
 
 import (
 	"context"
+	"crypto/tls"
+	"database/sql"
 	"errors"
 	"fmt"
+	"log/slog"
+	"net"
 	"regexp"
+	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/ClickHouse/clickhouse-go/v2"
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
 	"github.com/shopspring/decimal"
+
+	"flashgate/conf"
+	"flashgate/conf/field"
 )
 
 // Table is the ledger's table, CatalogTable the catalogue's.
@@ -30,12 +39,26 @@ type column struct{ name, typ string }
 type tableSpec struct {
 	name    string
 	cols    []column
-	engine  string // reads use FINAL to see one row per key
-	orderBy string
+	version string // ReplacingMergeTree's version column: reads use FINAL to see one row per key
+	orderBy string // the sorting key as system.tables spells it
+	// partitionBy is the month partition of the ledger (retention drops
+	// whole months); "" for the catalogue, which is never dropped.
+	partitionBy string
+	// shardBy is the Distributed table's sharding key on a cluster.
+	shardBy string
 }
 
 // orderTable is seckill_order: one row per order, the newest (update_ms)
 // wins.
+//
+// On a cluster it is sharded by a hash of user_id. Every row of one order
+// (the order, its redeliveries, its release) carries the same user id, so
+// they all land on one shard, where ReplacingMergeTree replaces them: FINAL
+// through the Distributed table dedupes per shard, and since no order spans
+// two shards that is complete. One user's orders share a shard too, so the
+// per-buyer sums (Buyers, MaxUser) add up across shards exactly. order_id
+// would spread rows as evenly, but the seed asks for user_id and the buyer
+// sums then need no cross-shard merge of one user.
 var orderTable = tableSpec{
 	name: Table,
 	cols: []column{
@@ -49,13 +72,22 @@ var orderTable = tableSpec{
 		{"update_ms", "UInt64"},
 		{"edge", "UInt16"},
 	},
-	engine:  "ReplacingMergeTree(update_ms)",
-	orderBy: "ORDER BY (product_id, order_id)",
+	version:     "update_ms",
+	orderBy:     "product_id, order_id",
+	partitionBy: "toYYYYMM(create_time)",
+	shardBy:     "cityHash64(user_id)",
 }
 
 // catalogTable is seckill_catalog: one row per (product, kind, entry),
 // the newest version wins (catalog.go). degraded is a UInt8 because 18.16
 // has no Bool.
+//
+// On a cluster it is sharded like the ledger, by a hash of its product:
+// every version of a key lands on one shard, so FINAL through the
+// Distributed table is exact, and it is as durable as the orders (the
+// shard's replicas). Kept on one node it would be a single point of
+// failure; copied to every node by one replicated table, a read on a
+// replica that lags would miss an admin change.
 var catalogTable = tableSpec{
 	name: CatalogTable,
 	cols: []column{
@@ -68,8 +100,9 @@ var catalogTable = tableSpec{
 		{"version", "UInt64"},
 		{"update_time", "DateTime"},
 	},
-	engine:  "ReplacingMergeTree(version)",
-	orderBy: "ORDER BY (product_id, kind, entry_id)",
+	version: "version",
+	orderBy: "product_id, kind, entry_id",
+	shardBy: "cityHash64(product_id)",
 }
 
 const (
@@ -77,18 +110,80 @@ const (
 	catColsList = "product_id, kind, entry_id, activity, units, degraded, version, update_time"
 )
 
-func (t *tableSpec) createSQL(db string) string {
-	var b strings.Builder
-	fmt.Fprintf(&b, "CREATE TABLE IF NOT EXISTS `%s`.%s (", db, t.name)
+// LocalSuffix names a cluster's local tables: seckill_order_local holds a
+// shard's rows, seckill_order is the Distributed table over them that
+// everything reads and writes.
+const LocalSuffix = "_local"
+
+// DefaultZooKeeperPath is where a cluster's replicated tables keep their
+// replication state: {shard} and {replica} are the servers' macros,
+// {database} and {table} are filled in by OpenClickHouse (18.16 does not
+// know them), so that two databases on one cluster never share a path.
+const (
+	DefaultZooKeeperPath = "/clickhouse/tables/{shard}/{database}/{table}"
+	DefaultReplica       = "{replica}"
+)
+
+// layout is how a table is created: alone, or as a cluster's local
+// table and the Distributed one over it.
+type layout struct {
+	db      string
+	cluster string // "" alone
+	zkPath  string // with {database} and {table} still in it
+	replica string
+	// legacyOK accepts a single-node ledger created before tables were
+	// partitioned (no partition key): nothing about it is wrong, it only
+	// cannot drop old months (retention refuses it).
+	legacyOK bool
+}
+
+func (l *layout) onCluster() string {
+	if l.cluster == "" {
+		return ""
+	}
+	return " ON CLUSTER " + l.cluster
+}
+
+func (l *layout) path(t *tableSpec) string {
+	p := strings.ReplaceAll(l.zkPath, "{database}", l.db)
+	return strings.ReplaceAll(p, "{table}", t.name+LocalSuffix)
+}
+
+// engine is the MergeTree engine clause of t's (local) table.
+func (l *layout) engine(t *tableSpec) string {
+	e := "ReplacingMergeTree(" + t.version + ")"
+	if l.cluster != "" {
+		e = "ReplicatedReplacingMergeTree('" + l.path(t) + "', '" + l.replica + "', " + t.version + ")"
+	}
+	if t.partitionBy != "" {
+		e += " PARTITION BY " + t.partitionBy
+	}
+	return e + " ORDER BY (" + t.orderBy + ")"
+}
+
+// distributed is the engine of the Distributed table on a cluster.
+func (l *layout) distributed(t *tableSpec) string {
+	return "Distributed(" + l.cluster + ", " + l.db + ", " + t.name + LocalSuffix + ", " + t.shardBy + ")"
+}
+
+// createSQL is the DDL of t: one statement alone, the local table then
+// the Distributed one on a cluster.
+func (l *layout) createSQL(t *tableSpec) []string {
+	var cols strings.Builder
 	for i, c := range t.cols {
 		if i > 0 {
-			b.WriteString(", ")
+			cols.WriteString(", ")
 		}
 		// Decimal(10, 2) is accepted with the space by every version.
-		b.WriteString(c.name + " " + c.typ)
+		cols.WriteString(c.name + " " + c.typ)
 	}
-	b.WriteString(") ENGINE = " + t.engine + " " + t.orderBy)
-	return b.String()
+	if l.cluster == "" {
+		return []string{"CREATE TABLE IF NOT EXISTS `" + l.db + "`." + t.name + " (" + cols.String() + ") ENGINE = " + l.engine(t)}
+	}
+	return []string{
+		"CREATE TABLE IF NOT EXISTS `" + l.db + "`." + t.name + LocalSuffix + l.onCluster() + " (" + cols.String() + ") ENGINE = " + l.engine(t),
+		"CREATE TABLE IF NOT EXISTS `" + l.db + "`." + t.name + l.onCluster() + " (" + cols.String() + ") ENGINE = " + l.distributed(t),
+	}
 }
 
 // ClickHouseOptions tune OpenClickHouse. The zero value is usable.
@@ -101,11 +196,54 @@ type ClickHouseOptions struct {
 	Timeout time.Duration
 	// MaxOpenConns caps the pool (default 4).
 	MaxOpenConns int
+	// TLS, if set, is how every connection is made (the servers' secure
+	// native port, tcp_port_secure).
+	TLS *tls.Config
+	// Cluster is the name of a cluster in the servers' remote_servers:
+	// the tables are created ON CLUSTER, each a ReplicatedReplacingMergeTree
+	// named *_local on every member and a Distributed table over them,
+	// sharded by a hash of user_id (product_id for the catalogue). ""
+	// keeps one table per server, the single-node layout.
+	Cluster string
+	// ZooKeeperPath and Replica are the replicated tables' ZooKeeper path
+	// and replica name (defaults DefaultZooKeeperPath, DefaultReplica).
+	ZooKeeperPath, Replica string
+	// RetentionMonths, if positive, drops month partitions of the ledger
+	// older than that many whole months (see DropExpired), RetentionFirst
+	// after the open (default 1m: the caller's sales are known by then)
+	// and every RetentionEvery (default 1h) after that.
+	RetentionMonths int
+	RetentionFirst  time.Duration
+	RetentionEvery  time.Duration
+	// Live, if set, lists products whose orders retention must keep
+	// whatever their age (the sales still known).
+	Live func(ctx context.Context) ([]string, error)
+	// Log gets retention's drops and failures (nil: slog.Default()).
+	Log *slog.Logger
+	// Now is the clock retention counts months by (tests); time.Now if nil.
+	Now func() time.Time
 }
 
-// SchemaError is a table (seckill_order, seckill_catalog) that exists with
-// another schema.
-// Problems names each missing or mistyped column (and a wrong engine).
+// OptionsFrom is the options the `clickhouse:` section asks for: the
+// password resolved (env:NAME), the TLS files loaded, the cluster, its
+// paths and the retention.
+func OptionsFrom(c conf.ClickHouseConfig) (ClickHouseOptions, error) {
+	pw, err := field.ResolveEnv(c.Password)
+	if err != nil {
+		return ClickHouseOptions{}, fmt.Errorf("clickhouse.password: %w", err)
+	}
+	tlsCfg, errs := c.TLS.Config()
+	if len(errs) > 0 {
+		return ClickHouseOptions{}, fmt.Errorf("clickhouse.tls: %w", errs)
+	}
+	return ClickHouseOptions{Username: c.Username, Password: pw, TLS: tlsCfg, Cluster: c.Cluster,
+		ZooKeeperPath: c.ZooKeeperPath, Replica: c.Replica, RetentionMonths: c.RetentionMonths}, nil
+}
+
+// SchemaError is a table (seckill_order, seckill_catalog, or a cluster's
+// *_local tables) that exists with another schema or layout.
+// Problems names each missing or mistyped column, a wrong engine, key,
+// partition or sharding, and the member it was found on.
 type SchemaError struct {
 	Table    string
 	Problems []string
@@ -116,28 +254,70 @@ func (e *SchemaError) Error() string {
 		e.Table, len(e.Problems), strings.Join(e.Problems, "; "))
 }
 
-// ClickHouse is the Store on a ClickHouse server (native protocol).
+// ClickHouse is the Store on a ClickHouse server (native protocol), or on
+// a cluster of them.
 type ClickHouse struct {
 	conn     driver.Conn
 	db       string
 	timeout  time.Duration
 	table    string // `db`.seckill_order
 	catTable string // `db`.seckill_catalog
+	lay      layout
+	members  []member // the cluster's servers (nil alone)
+	opts     ClickHouseOptions
+	// replicated: some shard has several replicas, so a read may reach one
+	// that lags behind an insert (SyncReplicas).
+	replicated bool
+
+	replicaMu    sync.Mutex
+	replicaConns map[string]driver.Conn // by member address, dialled on first SyncReplicas
+
+	stopRetention func()
+	retentionDone chan struct{}
+}
+
+// member is one server of the cluster as system.clusters names it.
+type member struct {
+	shard, replica uint32
+	addr           string // host:port of its native protocol
+}
+
+func (m member) String() string {
+	return fmt.Sprintf("%s (shard %d, replica %d)", m.addr, m.shard, m.replica)
 }
 
 var identRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,63}$`)
+
+// zkPathRE bounds the ZooKeeper path to what needs no quoting.
+var zkPathRE = regexp.MustCompile(`^/[A-Za-z0-9_{}./-]{1,255}$`)
 
 // OpenClickHouse connects to addr (host:port of the native protocol,
 // several comma-separated for failover), creates the database and the
 // tables (the ledger's and the catalogue's) if missing, and checks that an
 // existing table has the expected schema: a mismatch is a *SchemaError
 // naming every wrong column.
+//
+// With opts.Cluster every member of the cluster must answer: the tables
+// are created ON CLUSTER and checked on each member, so an unknown cluster
+// name or an unreachable member is refused naming it.
 func OpenClickHouse(ctx context.Context, addr, database string, opts ClickHouseOptions) (*ClickHouse, error) {
 	if database == "" {
 		database = "default"
 	}
 	if !identRE.MatchString(database) {
 		return nil, fmt.Errorf("orderstore: database name %q: letters, digits and _ only", database)
+	}
+	if opts.Cluster != "" && !identRE.MatchString(opts.Cluster) {
+		return nil, fmt.Errorf("orderstore: cluster name %q: letters, digits and _ only", opts.Cluster)
+	}
+	if opts.ZooKeeperPath == "" {
+		opts.ZooKeeperPath = DefaultZooKeeperPath
+	}
+	if opts.Replica == "" {
+		opts.Replica = DefaultReplica
+	}
+	if !zkPathRE.MatchString(opts.ZooKeeperPath) || !zkPathRE.MatchString("/"+opts.Replica) {
+		return nil, fmt.Errorf("orderstore: zookeeper path %q / replica %q: letters, digits, _ - . / and {macros} only", opts.ZooKeeperPath, opts.Replica)
 	}
 	if opts.DialTimeout <= 0 {
 		opts.DialTimeout = 2 * time.Second
@@ -151,11 +331,24 @@ func OpenClickHouse(ctx context.Context, addr, database string, opts ClickHouseO
 	if opts.Username == "" {
 		opts.Username = "default"
 	}
+	if opts.RetentionEvery <= 0 {
+		opts.RetentionEvery = time.Hour
+	}
+	if opts.RetentionFirst <= 0 {
+		opts.RetentionFirst = time.Minute
+	}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	if opts.Log == nil {
+		opts.Log = slog.Default()
+	}
 	conn, err := clickhouse.Open(&clickhouse.Options{
 		Protocol: clickhouse.Native, // the HTTP protocol does not work with 18.16
 		Addr:     strings.Split(addr, ","),
 		// The database is created below: connect to one that exists.
 		Auth:         clickhouse.Auth{Database: "default", Username: opts.Username, Password: opts.Password},
+		TLS:          opts.TLS,
 		DialTimeout:  opts.DialTimeout,
 		ReadTimeout:  opts.Timeout,
 		MaxOpenConns: opts.MaxOpenConns,
@@ -164,11 +357,16 @@ func OpenClickHouse(ctx context.Context, addr, database string, opts ClickHouseO
 	if err != nil {
 		return nil, fmt.Errorf("orderstore: clickhouse %s: %w", addr, err)
 	}
-	s := &ClickHouse{conn: conn, db: database, timeout: opts.Timeout,
-		table: "`" + database + "`." + Table, catTable: "`" + database + "`." + CatalogTable}
+	s := &ClickHouse{conn: conn, db: database, timeout: opts.Timeout, opts: opts,
+		table: "`" + database + "`." + Table, catTable: "`" + database + "`." + CatalogTable,
+		lay: layout{db: database, cluster: opts.Cluster, zkPath: opts.ZooKeeperPath, replica: opts.Replica,
+			legacyOK: opts.RetentionMonths <= 0}}
 	if err := s.setup(ctx); err != nil {
 		conn.Close()
 		return nil, fmt.Errorf("orderstore: clickhouse %s: %w", addr, err)
+	}
+	if opts.RetentionMonths > 0 {
+		s.startRetention()
 	}
 	return s, nil
 }
@@ -176,12 +374,25 @@ func OpenClickHouse(ctx context.Context, addr, database string, opts ClickHouseO
 func (s *ClickHouse) setup(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
-	if err := s.conn.Exec(ctx, "CREATE DATABASE IF NOT EXISTS `"+s.db+"`"); err != nil {
-		return err
+	// A refused handshake (TLS, credentials) is named as such, not as the
+	// first statement that failed.
+	if err := s.conn.Ping(ctx); err != nil {
+		return fmt.Errorf("connect: %w", err)
+	}
+	if s.lay.cluster != "" {
+		if err := s.findMembers(ctx); err != nil {
+			return err
+		}
+		ctx = ddlCtx(ctx, s.timeout)
+	}
+	if err := s.conn.Exec(ctx, "CREATE DATABASE IF NOT EXISTS `"+s.db+"`"+s.lay.onCluster()); err != nil {
+		return fmt.Errorf("create database %s%s: %w", s.db, s.lay.onCluster(), err)
 	}
 	for _, t := range []*tableSpec{&orderTable, &catalogTable} {
-		if err := s.conn.Exec(ctx, t.createSQL(s.db)); err != nil {
-			return err
+		for _, q := range s.lay.createSQL(t) {
+			if err := s.conn.Exec(ctx, q); err != nil {
+				return fmt.Errorf("create %s: %w", t.name, err)
+			}
 		}
 		if err := s.checkSchema(ctx, t); err != nil {
 			return err
@@ -190,46 +401,226 @@ func (s *ClickHouse) setup(ctx context.Context) error {
 	return nil
 }
 
-func (s *ClickHouse) checkSchema(ctx context.Context, t *tableSpec) error {
-	rows, err := s.conn.Query(ctx, "SELECT name, type FROM system.columns WHERE database = ? AND table = ?", s.db, t.name)
-	if err != nil {
-		return fmt.Errorf("read schema of %s: %w", t.name, err)
-	}
-	have := map[string]string{}
-	for rows.Next() {
-		var name, typ string
-		if err := rows.Scan(&name, &typ); err != nil {
-			rows.Close()
-			return fmt.Errorf("read schema of %s: %w", t.name, err)
+// ddlCtx bounds an ON CLUSTER statement, which waits for every member, by
+// the call's timeout rather than the server's 180 s.
+func ddlCtx(ctx context.Context, timeout time.Duration) context.Context {
+	return clickhouse.Context(ctx, clickhouse.WithSettings(clickhouse.Settings{
+		"distributed_ddl_task_timeout": max(1, int(timeout/time.Second))}))
+}
+
+// oneLine is a server's error on one line, its repeated lines once (a
+// failed remote() lists every connection try).
+func oneLine(err error) string {
+	var out []string
+	seen := map[string]bool{}
+	for _, l := range strings.Split(err.Error(), "\n") {
+		if l = strings.TrimSpace(l); l != "" && !seen[l] {
+			seen[l] = true
+			out = append(out, l)
 		}
-		have[name] = typ
+	}
+	return strings.Join(out, " ")
+}
+
+// isNoRows reports a QueryRow that found nothing.
+func isNoRows(err error) bool { return errors.Is(err, sql.ErrNoRows) }
+
+// findMembers reads the cluster's members from the server, refuses a name
+// it does not know and checks that every member answers it.
+func (s *ClickHouse) findMembers(ctx context.Context) error {
+	rows, err := s.conn.Query(ctx, "SELECT shard_num, replica_num, host_name, port FROM system.clusters WHERE cluster = ? ORDER BY shard_num, replica_num", s.lay.cluster)
+	if err != nil {
+		return fmt.Errorf("read system.clusters: %w", err)
+	}
+	for rows.Next() {
+		var m member
+		var host string
+		var port uint16
+		if err := rows.Scan(&m.shard, &m.replica, &host, &port); err != nil {
+			rows.Close()
+			return fmt.Errorf("read system.clusters: %w", err)
+		}
+		m.addr = net.JoinHostPort(host, strconv.Itoa(int(port)))
+		s.members = append(s.members, m)
 	}
 	rows.Close()
 	if err := rows.Err(); err != nil {
-		return fmt.Errorf("read schema of %s: %w", t.name, err)
+		return fmt.Errorf("read system.clusters: %w", err)
 	}
-	var problems []string
-	for _, c := range t.cols {
-		typ, ok := have[c.name]
-		switch {
-		case !ok:
-			problems = append(problems, "column "+c.name+" is missing (want "+c.typ+")")
-		case strings.ReplaceAll(typ, " ", "") != strings.ReplaceAll(c.typ, " ", ""):
-			problems = append(problems, "column "+c.name+" is "+typ+", want "+c.typ)
+	if len(s.members) == 0 {
+		var known []string
+		if err := s.conn.QueryRow(ctx, "SELECT groupUniqArray(cluster) FROM system.clusters").Scan(&known); err != nil {
+			return fmt.Errorf("cluster %q is not in the server's system.clusters", s.lay.cluster)
+		}
+		sort.Strings(known)
+		return fmt.Errorf("cluster %q is not in the server's system.clusters (remote_servers); it knows: %s",
+			s.lay.cluster, strings.Join(known, ", "))
+	}
+	for _, m := range s.members {
+		if m.replica > 1 {
+			s.replicated = true
+		}
+		var one uint8
+		if err := s.conn.QueryRow(ctx, "SELECT dummy FROM remote('"+m.addr+"', system.one)").Scan(&one); err != nil {
+			return fmt.Errorf("cluster %s: member %v does not answer: %s", s.lay.cluster, m, oneLine(err))
 		}
 	}
-	var eng, full string
-	if err := s.conn.QueryRow(ctx, "SELECT engine, engine_full FROM system.tables WHERE database = ? AND name = ?", s.db, t.name).Scan(&eng, &full); err != nil {
-		return fmt.Errorf("read engine of %s: %w", t.name, err)
+	return nil
+}
+
+// tableInfo is what system.tables and system.columns say of one table.
+type tableInfo struct {
+	cols                                   map[string]string
+	engine, full, partitionKey, sortingKey string
+	found                                  bool
+}
+
+// readTable reads one table's description, on the server the pool is
+// connected to (from "") or on a cluster member through remote().
+func (s *ClickHouse) readTable(ctx context.Context, from, name string) (tableInfo, error) {
+	sys := func(t string) string {
+		if from == "" {
+			return "system." + t
+		}
+		return "remote('" + from + "', system." + t + ")"
 	}
-	// A plain MergeTree would keep every redelivered event as a row.
-	if eng != "ReplacingMergeTree" || !strings.Contains(full, t.engine) || !strings.Contains(full, t.orderBy) {
-		problems = append(problems, "engine is "+full+", want "+t.engine+" "+t.orderBy)
+	info := tableInfo{cols: map[string]string{}}
+	rows, err := s.conn.Query(ctx, "SELECT name, type FROM "+sys("columns")+" WHERE database = ? AND table = ?", s.db, name)
+	if err != nil {
+		return info, err
+	}
+	for rows.Next() {
+		var n, typ string
+		if err := rows.Scan(&n, &typ); err != nil {
+			rows.Close()
+			return info, err
+		}
+		info.cols[n] = typ
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return info, err
+	}
+	rows, err = s.conn.Query(ctx, "SELECT engine, engine_full, partition_key, sorting_key FROM "+sys("tables")+" WHERE database = ? AND name = ?", s.db, name)
+	if err != nil {
+		return info, err
+	}
+	defer rows.Close()
+	if rows.Next() {
+		info.found = true
+		if err := rows.Scan(&info.engine, &info.full, &info.partitionKey, &info.sortingKey); err != nil {
+			return info, err
+		}
+	}
+	return info, rows.Err()
+}
+
+func (s *ClickHouse) checkSchema(ctx context.Context, t *tableSpec) error {
+	if s.lay.cluster == "" {
+		info, err := s.readTable(ctx, "", t.name)
+		if err != nil {
+			return fmt.Errorf("read schema of %s: %w", t.name, err)
+		}
+		if p := s.problems(t, info, false, ""); len(p) > 0 {
+			return &SchemaError{Table: s.db + "." + t.name, Problems: p}
+		}
+		return nil
+	}
+	var problems []string
+	for _, m := range s.members {
+		for _, local := range []bool{true, false} {
+			name := t.name
+			if local {
+				name += LocalSuffix
+			}
+			info, err := s.readTable(ctx, m.addr, name)
+			if err != nil {
+				return fmt.Errorf("read schema of %s on member %v: %w", name, m, err)
+			}
+			problems = append(problems, s.problems(t, info, local, m.String()+": "+name+": ")...)
+		}
 	}
 	if len(problems) > 0 {
 		return &SchemaError{Table: s.db + "." + t.name, Problems: problems}
 	}
 	return nil
+}
+
+// problems compares what a server has with the spec: the columns always;
+// the engine, keys and partition of the table holding the rows (local, or
+// the one table alone); the engine and sharding of a Distributed table.
+func (s *ClickHouse) problems(t *tableSpec, info tableInfo, local bool, where string) []string {
+	if !info.found {
+		return []string{where + "table is missing"}
+	}
+	var problems []string
+	for _, c := range t.cols {
+		typ, ok := info.cols[c.name]
+		switch {
+		case !ok:
+			problems = append(problems, where+"column "+c.name+" is missing (want "+c.typ+")")
+		case strings.ReplaceAll(typ, " ", "") != strings.ReplaceAll(c.typ, " ", ""):
+			problems = append(problems, where+"column "+c.name+" is "+typ+", want "+c.typ)
+		}
+	}
+	if s.lay.cluster != "" && !local {
+		// The Distributed table: its shards and their sharding key decide
+		// that an order's rows meet on one shard.
+		if want := s.lay.distributed(t); strings.ReplaceAll(info.full, " ", "") != strings.ReplaceAll(want, " ", "") {
+			problems = append(problems, where+"engine is "+info.full+", want "+want)
+		}
+		return problems
+	}
+	want := s.lay.engine(t)
+	engine := "ReplacingMergeTree"
+	if s.lay.cluster != "" {
+		engine = "ReplicatedReplacingMergeTree"
+	}
+	// A plain MergeTree would keep every redelivered event as a row.
+	versionOK := strings.HasSuffix(strings.SplitN(info.full, ")", 2)[0], t.version) // the engine's last argument
+	if info.engine != engine || !versionOK {
+		problems = append(problems, where+"engine is "+info.full+", want "+want)
+	} else if s.lay.cluster != "" {
+		if args := "('" + s.lay.path(t) + "', '" + s.lay.replica + "', "; !strings.HasPrefix(info.full, engine+args) {
+			problems = append(problems, where+"engine is "+info.full+", want the ZooKeeper path and replica of "+want)
+		}
+	}
+	if strings.ReplaceAll(info.sortingKey, " ", "") != strings.ReplaceAll(t.orderBy, " ", "") {
+		problems = append(problems, where+"sorting key is ("+info.sortingKey+"), want ("+t.orderBy+")")
+	}
+	if info.partitionKey != t.partitionBy && !(info.partitionKey == "" && s.lay.cluster == "" && s.lay.legacyOK) {
+		have := info.partitionKey
+		if have == "" {
+			have = "none"
+		}
+		msg := where + "partition key is " + have + ", want " + t.partitionBy
+		if t.partitionBy == "" {
+			msg = where + "partition key is " + have + ", want none"
+		} else if info.partitionKey == "" {
+			msg += " (clickhouse.retention drops whole months)"
+		}
+		problems = append(problems, msg)
+	}
+	return problems
+}
+
+// insertCtx carries the settings of an INSERT. On a cluster the rows go
+// through the Distributed table, synchronously (insert_distributed_sync):
+// by default a Distributed table only queues them on the local disk and
+// sends them to the shards later, so an INSERT that returned would not mean
+// stored, and the consumer commits its Kafka offsets after Insert returns
+// (promise 3) — a crash of that server then would lose acknowledged
+// orders. Synchronously, Insert returns once every shard's local table
+// (one replica each; replication copies the rest) has its rows, or fails
+// and the consumer retries the whole batch, which is idempotent. Writing
+// each shard's local table from here instead would need the cluster's
+// topology and ClickHouse's hash in the client, and a second place that
+// decides the shard of an order.
+func (s *ClickHouse) insertCtx(ctx context.Context) context.Context {
+	if s.lay.cluster == "" {
+		return ctx
+	}
+	return clickhouse.Context(ctx, clickhouse.WithSettings(clickhouse.Settings{"insert_distributed_sync": 1}))
 }
 
 // Insert stores rows in one batch (one INSERT with named columns over the
@@ -245,7 +636,7 @@ func (s *ClickHouse) Insert(ctx context.Context, rows []Row) error {
 	}
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
-	b, err := s.conn.PrepareBatch(ctx, "INSERT INTO "+s.table+" ("+colsList+")")
+	b, err := s.conn.PrepareBatch(s.insertCtx(ctx), "INSERT INTO "+s.table+" ("+colsList+")")
 	if err != nil {
 		return fmt.Errorf("orderstore: insert: %w", err)
 	}
@@ -419,8 +810,91 @@ func (s *ClickHouse) Products(ctx context.Context) ([]string, error) {
 // Ping checks that ClickHouse answers.
 func (s *ClickHouse) Ping(ctx context.Context) error { return s.conn.Ping(ctx) }
 
-// Close closes the connection pool.
-func (s *ClickHouse) Close() error { return s.conn.Close() }
+// ReplicaSyncer is a store whose reads may lag behind its inserts; Ledger
+// syncs it after the drain, before it reads.
+type ReplicaSyncer interface {
+	SyncReplicas(ctx context.Context) error
+}
+
+// SyncReplicas makes every replica that answers hold every part of the
+// ledger inserted before the call (SYSTEM SYNC REPLICA on each, which
+// pulls the shard's replication log and waits until it fetched what it
+// lists), so that a read through the Distributed table counts every
+// stored order whichever replica answers it. Without it, with several
+// replicas per shard, warm-up could read a replica a moment behind and
+// reopen a sale with units already sold. A replica that does not answer is
+// skipped: the Distributed table does not read from it either (one that
+// comes back during the read is the window left). It does nothing on one
+// server or with one replica per shard. The replicas are dialled at the
+// addresses remote_servers names, with the store's credentials and TLS.
+func (s *ClickHouse) SyncReplicas(ctx context.Context) error {
+	return s.syncReplicas(ctx, Table)
+}
+
+// syncReplicas syncs table's local table on every replica that answers.
+func (s *ClickHouse) syncReplicas(ctx context.Context, table string) error {
+	if !s.replicated {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, s.timeout)
+	defer cancel()
+	for _, m := range s.members {
+		c, err := s.memberConn(m)
+		if err != nil {
+			return err
+		}
+		if err := c.Ping(ctx); err != nil {
+			s.opts.Log.Warn("clickhouse replica does not answer: the ledger is read without it", "member", m.String(), "err", oneLine(err))
+			continue
+		}
+		if err := c.Exec(ctx, "SYSTEM SYNC REPLICA `"+s.db+"`."+table+LocalSuffix); err != nil {
+			return fmt.Errorf("orderstore: sync replica %v: %w", m, err)
+		}
+	}
+	return nil
+}
+
+func (s *ClickHouse) memberConn(m member) (driver.Conn, error) {
+	s.replicaMu.Lock()
+	defer s.replicaMu.Unlock()
+	if c, ok := s.replicaConns[m.addr]; ok {
+		return c, nil
+	}
+	c, err := clickhouse.Open(&clickhouse.Options{
+		Protocol:     clickhouse.Native,
+		Addr:         []string{m.addr},
+		Auth:         clickhouse.Auth{Database: "default", Username: s.opts.Username, Password: s.opts.Password},
+		TLS:          s.opts.TLS,
+		DialTimeout:  s.opts.DialTimeout,
+		ReadTimeout:  s.timeout,
+		MaxOpenConns: 1,
+		MaxIdleConns: 1,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("orderstore: replica %v: %w", m, err)
+	}
+	if s.replicaConns == nil {
+		s.replicaConns = map[string]driver.Conn{}
+	}
+	s.replicaConns[m.addr] = c
+	return c, nil
+}
+
+// Close stops retention and closes the connection pools.
+func (s *ClickHouse) Close() error {
+	if s.stopRetention != nil {
+		s.stopRetention()
+		<-s.retentionDone
+		s.stopRetention = nil
+	}
+	s.replicaMu.Lock()
+	for _, c := range s.replicaConns {
+		c.Close()
+	}
+	s.replicaConns = nil
+	s.replicaMu.Unlock()
+	return s.conn.Close()
+}
 
 // PutCatalog stores records in one batch (one INSERT with named columns).
 func (s *ClickHouse) PutCatalog(ctx context.Context, recs ...CatalogRecord) error {
@@ -432,7 +906,7 @@ func (s *ClickHouse) PutCatalog(ctx context.Context, recs ...CatalogRecord) erro
 	}
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
-	b, err := s.conn.PrepareBatch(ctx, "INSERT INTO "+s.catTable+" ("+catColsList+")")
+	b, err := s.conn.PrepareBatch(s.insertCtx(ctx), "INSERT INTO "+s.catTable+" ("+catColsList+")")
 	if err != nil {
 		return fmt.Errorf("orderstore: catalogue insert: %w", err)
 	}
@@ -454,8 +928,14 @@ func (s *ClickHouse) PutCatalog(ctx context.Context, recs ...CatalogRecord) erro
 	return nil
 }
 
-// ReadCatalog reads the newest record of each key, after FINAL.
+// ReadCatalog reads the newest record of each key, after FINAL. With
+// several replicas per shard it syncs them first (as the ledger does):
+// the catalogue is read to give Redis back what it lost, and a replica
+// behind would give back an older version.
 func (s *ClickHouse) ReadCatalog(ctx context.Context, productID string) ([]CatalogRecord, error) {
+	if err := s.syncReplicas(ctx, CatalogTable); err != nil {
+		return nil, err
+	}
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
 	q := "SELECT " + catColsList + " FROM " + s.catTable + " FINAL"

@@ -13,7 +13,15 @@
 //     sees exactly one row per order, the newest. Inserting is therefore
 //     idempotent: the consumer retries a failed batch whole. SQL is kept to
 //     what ClickHouse 18.16 (Debian) and current releases both accept; the
-//     driver talks the native protocol and names the batch columns.
+//     driver talks the native protocol and names the batch columns. New
+//     tables are partitioned by month (toYYYYMM(create_time)), so that
+//     retention drops whole months (clickhouse_retention.go: 18.16 has no
+//     TTL). With ClickHouseOptions.Cluster the tables are created ON
+//     CLUSTER: seckill_order_local (ReplicatedReplacingMergeTree) on every
+//     member and seckill_order, a Distributed table over them sharded by
+//     cityHash64(user_id), written synchronously; the catalogue the same
+//     way, sharded by product. An order's rows share its user and so a
+//     shard, which makes FINAL through the Distributed table exact.
 //   - File (OpenFile): the zero-setup default when no ClickHouse address is
 //     configured. An append-only JSON-lines log, fsynced per write, loaded
 //     into memory at open with the same "highest update_ms wins" rule. It is

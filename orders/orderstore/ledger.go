@@ -94,11 +94,17 @@ func (l Ledger) read(ctx context.Context, productID string, orderIDs []int64) (s
 }
 
 func (l Ledger) drain(ctx context.Context, productID string) error {
-	if l.Drain == nil {
-		return nil
+	if l.Drain != nil {
+		if err := l.Drain(ctx); err != nil {
+			return fmt.Errorf("orderstore: ledger of %s: pipeline not drained: %w", productID, err)
+		}
 	}
-	if err := l.Drain(ctx); err != nil {
-		return fmt.Errorf("orderstore: ledger of %s: pipeline not drained: %w", productID, err)
+	// What the drain stored is on one replica of its shard; a read may
+	// reach another (a cluster with several replicas per shard).
+	if r, ok := l.Store.(ReplicaSyncer); ok {
+		if err := r.SyncReplicas(ctx); err != nil {
+			return fmt.Errorf("orderstore: ledger of %s: %w", productID, err)
+		}
 	}
 	return nil
 }
@@ -117,6 +123,11 @@ func (l Ledger) Sold(ctx context.Context, productID string) (int64, error) {
 
 // Released is the units stored with status 2 for the product.
 func (l Ledger) Released(ctx context.Context, productID string) (int64, error) {
+	if r, ok := l.Store.(ReplicaSyncer); ok {
+		if err := r.SyncReplicas(ctx); err != nil {
+			return 0, fmt.Errorf("orderstore: ledger of %s: %w", productID, err)
+		}
+	}
 	t, err := l.Store.Totals(ctx, productID)
 	if err != nil {
 		return 0, err
