@@ -19,6 +19,7 @@ import (
 	"flashgate/internal/chtest"
 	"flashgate/internal/kafkatest"
 	"flashgate/internal/redistest"
+	"flashgate/orders/orderstore"
 	"flashgate/orders/stock"
 )
 
@@ -26,7 +27,9 @@ import (
 // does: three edge processes of the real binary, each with the order
 // consumer and the outbox relay, in front of a 3+3 Redis Cluster, a
 // three-broker Kafka-protocol cluster (kfake, topics with replication
-// factor 3) and ClickHouse.
+// factor 3) and a two-shard ClickHouse cluster (clickhouse.cluster: a
+// Distributed table over ReplicatedReplacingMergeTree tables, with the
+// ZooKeeper those need).
 
 const (
 	fleetEdges = 3
@@ -51,6 +54,7 @@ type fleet struct {
 	env   *ordEnv
 	redis *redistest.Cluster
 	kafka *kafkatest.Cluster
+	ch    *chtest.Cluster
 	bin   string
 	edges []*edge
 	procs []*edgeProc
@@ -93,8 +97,12 @@ func startFleet(t *testing.T, sales string, extra ...string) *fleet {
 	f := &fleet{t: t, bin: buildProxy(t)}
 	f.redis = redistest.NewCluster(t)
 	f.kafka = kafkatest.StartCluster(t, 3)
-	f.env = newFleetEnv(t, f.redis, f.kafka)
+	f.ch = chtest.NewCluster(t, 2)
+	f.env = newFleetEnv(t, f.redis, f.kafka, f.ch)
 	seeds := strings.Join(f.redis.Addrs(), ",")
+	// After the pipeline's clickhouse section: every member, and the
+	// cluster's name.
+	extra = append([]string{fmt.Sprintf("clickhouse: {addr: %q, cluster: %q}\n", f.ch.Addr(), f.ch.Name())}, extra...)
 	for i := range fleetEdges {
 		addr, admin := ordFreePort(t), ordFreePort(t)
 		node := fleetNode0 + i
@@ -182,10 +190,12 @@ func (f *fleet) hammer(user, product string, workers int, d time.Duration) hamme
 
 // newFleetEnv is the orders tests' ordEnv on the fleet's servers: the
 // Redis Cluster (the test's own client follows its slots from one seed),
-// every broker of the Kafka cluster, and a ClickHouse of its own.
-func newFleetEnv(t *testing.T, rc *redistest.Cluster, kc *kafkatest.Cluster) *ordEnv {
+// every broker of the Kafka cluster, and the ClickHouse cluster through
+// its first member, whose seckill_order is the Distributed table over
+// both shards.
+func newFleetEnv(t *testing.T, rc *redistest.Cluster, kc *kafkatest.Cluster, ch *chtest.Cluster) *ordEnv {
 	t.Helper()
-	env := &ordEnv{t: t, ch: chtest.New(t), j: newJWTs(t, sessionSecret), dataDir: t.TempDir(),
+	env := &ordEnv{t: t, ch: ch.Node(0), j: newJWTs(t, sessionSecret), dataDir: t.TempDir(),
 		brokers: kc.Brokers(), kafka: kc.Cluster}
 	env.rd = openRedis(t, rc.Addrs()[0])
 	env.chc = openClickHouse(t, env.ch.Addr())
@@ -326,4 +336,59 @@ func (f *fleet) awaitGroup(members int, d time.Duration, what string) time.Durat
 		f.t.Fatalf("%s: the order consumers' group is not stable with %d members after %v: %+v (%v)", what, members, d, g, err)
 	}
 	return time.Since(start)
+}
+
+// shardRows reads every shard's own table (seckill_order_local FINAL on
+// its member): order id -> user id, one map per shard.
+func (f *fleet) shardRows() []map[int64]string {
+	f.t.Helper()
+	out := make([]map[int64]string, f.ch.Shards())
+	for s := range out {
+		conn := openClickHouse(f.t, f.ch.Shard(s)[0].Addr())
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		rs, err := conn.Query(ctx, "SELECT order_id, user_id FROM "+ordDatabase+".seckill_order"+orderstore.LocalSuffix+" FINAL")
+		if err != nil {
+			cancel()
+			f.t.Fatalf("shard %d: %v", s+1, err)
+		}
+		out[s] = map[int64]string{}
+		for rs.Next() {
+			var id uint64
+			var user string
+			if err := rs.Scan(&id, &user); err != nil {
+				f.t.Fatalf("shard %d: %v", s+1, err)
+			}
+			out[s][int64(id)] = user
+		}
+		err = rs.Err()
+		rs.Close()
+		cancel()
+		if err != nil {
+			f.t.Fatalf("shard %d: %v", s+1, err)
+		}
+	}
+	return out
+}
+
+// engines are the engines of the order tables on every member, and fail
+// the test unless seckill_order is Distributed and its local table
+// ReplicatedReplacingMergeTree everywhere.
+func (f *fleet) engines() map[string]string {
+	f.t.Helper()
+	want := map[string]string{"seckill_order": "Distributed", "seckill_order" + orderstore.LocalSuffix: "ReplicatedReplacingMergeTree"}
+	got := map[string]string{}
+	for i, addr := range f.ch.Addrs() {
+		conn := openClickHouse(f.t, addr)
+		for table, engine := range want {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			var e string
+			err := conn.QueryRow(ctx, "SELECT engine FROM system.tables WHERE database = ? AND name = ?", ordDatabase, table).Scan(&e)
+			cancel()
+			if err != nil || e != engine {
+				f.t.Errorf("member %d (%s): %s.%s has engine %q (%v), want %s", i+1, addr, ordDatabase, table, e, err, engine)
+			}
+			got[table] = e
+		}
+	}
+	return got
 }

@@ -17,7 +17,9 @@ import (
 // TestFleet is the whole fleet: three edge processes of the real binary
 // (each with the order consumer and the outbox relay) on a 3+3 Redis
 // Cluster, a three-broker Kafka-protocol cluster with topics of
-// replication factor 3 and min.insync.replicas 2, and ClickHouse.
+// replication factor 3 and min.insync.replicas 2, and a ClickHouse cluster
+// of two shards (clickhouse.cluster: a Distributed table sharded by user
+// over ReplicatedReplacingMergeTree tables, ZooKeeper beside them).
 //
 // The sale: 10 products x 1,000 units (limit 1 a shopper), shoppers drawn
 // from a million user ids, one attempt in eight a shopper trying an
@@ -49,8 +51,9 @@ func TestFleet(t *testing.T) {
 	products := ordProducts(10)
 	f := startFleet(t, ordSales(products, fleetUnits))
 	f.awaitActive(products, 10*time.Second)
-	t.Logf("fleet up in %v: edges %v, Redis Cluster %v, brokers %v, ClickHouse %s",
-		time.Since(start).Round(time.Millisecond), f.nodes, f.redis.Addrs(), f.kafka.Brokers(), f.env.ch.Addr())
+	t.Logf("fleet up in %v: edges %v, Redis Cluster %v, brokers %v, ClickHouse cluster %q %v (started in %v)",
+		time.Since(start).Round(time.Millisecond), f.nodes, f.redis.Addrs(), f.kafka.Brokers(), f.ch.Name(), f.ch.Addrs(),
+		f.ch.StartTook().Round(time.Millisecond))
 	t.Run("user_limit_policy_redis", func(t *testing.T) { f.in(t).hammerUserLimit(products[0]) })
 	t.Run("sale", func(t *testing.T) { f.in(t).sale(products) })
 	t.Logf("the whole test took %v", time.Since(start).Round(time.Millisecond))
@@ -285,6 +288,33 @@ func (f *fleet) verifySale(x saleCheck) {
 	if fromVictim == 0 {
 		t.Errorf("the killed edge %d answered no 200 before it died: the test proves nothing about its orders", x.victimNode)
 	}
+
+	// The Distributed table's FINAL dedupes within a shard: an order
+	// stored on both would count twice above. Each shard's own table
+	// holds a share, no order is on both, and a buyer's orders are on
+	// one shard (the table is sharded by user).
+	shards := f.shardRows()
+	onShard := map[string]int{}
+	stored := 0
+	for s, ids := range shards {
+		stored += len(ids)
+		for id, user := range ids {
+			if r, found := rows[id]; !found || r.user != user {
+				t.Errorf("shard %d holds order %d of %s, the Distributed table says %+v (found %v)", s+1, id, user, r, found)
+			}
+			if prev, ok := onShard[user]; ok && prev != s {
+				t.Errorf("buyer %s has orders on shards %d and %d", user, prev+1, s+1)
+			}
+			onShard[user] = s
+		}
+		if len(ids) == 0 {
+			t.Errorf("shard %d holds no order", s+1)
+		}
+	}
+	if stored != len(rows) {
+		t.Errorf("the shards hold %d orders, the Distributed table %d", stored, len(rows))
+	}
+	t.Logf("orders by shard: %d + %d; engines: %v", len(shards[0]), len(shards[len(shards)-1]), f.engines())
 
 	// Nobody holds more than the limit: with one unit an order, no
 	// shopper has more orders of a product than the limit.
