@@ -264,3 +264,70 @@ func (c *Cluster) DescribeGroup(group string) (Group, error) {
 	}
 	return Group{}, fmt.Errorf("kafkatest: broker %d does not describe group %s", node, group)
 }
+
+// Topic is a topic as the brokers describe it.
+type Topic struct {
+	Partitions int
+	// Replicas is the fewest replicas any partition lists (kfake lists
+	// the topic's replication factor, capped at the brokers up).
+	Replicas int
+	// MinInsyncReplicas is the topic's min.insync.replicas ("" when the
+	// broker does not say).
+	MinInsyncReplicas string
+}
+
+// DescribeTopic asks a running broker for topic's partitions and its
+// min.insync.replicas.
+func (c *Cluster) DescribeTopic(topic string) (Topic, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	cl := &kafka.Client{Addr: kafka.TCP(c.up()...), Timeout: 5 * time.Second}
+	md, err := cl.Metadata(ctx, &kafka.MetadataRequest{Topics: []string{topic}})
+	if err != nil {
+		return Topic{}, fmt.Errorf("kafkatest: metadata of %s: %w", topic, err)
+	}
+	var out Topic
+	for _, t := range md.Topics {
+		if t.Name != topic {
+			continue
+		}
+		if t.Error != nil {
+			return Topic{}, fmt.Errorf("kafkatest: metadata of %s: %w", topic, t.Error)
+		}
+		out.Partitions = len(t.Partitions)
+		for i, p := range t.Partitions {
+			if i == 0 || len(p.Replicas) < out.Replicas {
+				out.Replicas = len(p.Replicas)
+			}
+		}
+	}
+	if out.Partitions == 0 {
+		return Topic{}, fmt.Errorf("kafkatest: no topic %s", topic)
+	}
+	res, err := cl.DescribeConfigs(ctx, &kafka.DescribeConfigsRequest{Resources: []kafka.DescribeConfigRequestResource{{
+		ResourceType: kafka.ResourceTypeTopic, ResourceName: topic, ConfigNames: []string{"min.insync.replicas"}}}})
+	if err != nil {
+		return Topic{}, fmt.Errorf("kafkatest: configs of %s: %w", topic, err)
+	}
+	for _, r := range res.Resources {
+		for _, e := range r.ConfigEntries {
+			if e.ConfigName == "min.insync.replicas" {
+				out.MinInsyncReplicas = e.ConfigValue
+			}
+		}
+	}
+	return out, nil
+}
+
+// up is the addresses of the brokers running now.
+func (c *Cluster) up() []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var out []string
+	for i, a := range c.brokers {
+		if !c.down[int32(i)] {
+			out = append(out, a)
+		}
+	}
+	return out
+}

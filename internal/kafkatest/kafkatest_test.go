@@ -48,9 +48,14 @@ func TestClusterStopStartBroker(t *testing.T) {
 	defer cancel()
 	const topic = "t"
 	cl := &kafka.Client{Addr: kafka.TCP(c.Brokers()...), Transport: &kafka.Transport{MetadataTTL: 100 * time.Millisecond}}
-	res, err := cl.CreateTopics(ctx, &kafka.CreateTopicsRequest{Topics: []kafka.TopicConfig{{Topic: topic, NumPartitions: 6, ReplicationFactor: 3}}})
+	res, err := cl.CreateTopics(ctx, &kafka.CreateTopicsRequest{Topics: []kafka.TopicConfig{{Topic: topic, NumPartitions: 6, ReplicationFactor: 3,
+		ConfigEntries: []kafka.ConfigEntry{{ConfigName: "min.insync.replicas", ConfigValue: "2"}}}}})
 	if err != nil || res.Errors[topic] != nil {
 		t.Fatalf("create topic: %v %v", err, res)
+	}
+
+	if tp, err := c.DescribeTopic(topic); err != nil || tp.Partitions != 6 || tp.Replicas != 3 || tp.MinInsyncReplicas != "2" {
+		t.Fatalf("topic %+v (%v), want 6 partitions of 3 replicas, min.insync.replicas 2", tp, err)
 	}
 
 	held, err := kafka.Dial("tcp", c.Addr(1))
@@ -79,6 +84,9 @@ func TestClusterStopStartBroker(t *testing.T) {
 		if p.Leader.ID == 1 || len(p.Replicas) != 2 {
 			t.Errorf("with broker 1 stopped, partition %d: leader %d, %d replicas", p.ID, p.Leader.ID, len(p.Replicas))
 		}
+	}
+	if tp, err := c.DescribeTopic(topic); err != nil || tp.Replicas != 2 {
+		t.Errorf("with broker 1 stopped, topic %+v (%v), want 2 replicas listed", tp, err)
 	}
 	w := &kafka.Writer{Addr: kafka.TCP(c.Brokers()...), Topic: topic, Balancer: &kafka.RoundRobin{}, BatchTimeout: time.Millisecond,
 		RequiredAcks: kafka.RequireAll, Transport: &kafka.Transport{MetadataTTL: 100 * time.Millisecond}}

@@ -43,9 +43,10 @@ const (
 	// more for one in eight), far below what the hammering user does.
 	fleetRate  = 10 // r/s
 	fleetBurst = 10
-	fleetTopic = "seckill.orders"   // kafka.topic's default
-	fleetGroup = "flashgate-orders" // orders.group's default: the consumers' Kafka group
-	fleetNode0 = 31                 // node_id of the first edge
+	fleetTopic = "seckill.orders"     // kafka.topic's default
+	fleetDLQ   = "seckill.orders.dlq" // kafka.dlq_topic's default
+	fleetGroup = "flashgate-orders"   // orders.group's default: the consumers' Kafka group
+	fleetNode0 = 31                   // node_id of the first edge
 )
 
 // fleet is the servers and the edges of one fleet test.
@@ -391,4 +392,17 @@ func (f *fleet) engines() map[string]string {
 		}
 	}
 	return got
+}
+
+// checkTopics fails the test unless the edges created the order and
+// dead-letter topics with the fleet's replication: 3 replicas of every
+// partition, min.insync.replicas 2.
+func (f *fleet) checkTopics() {
+	f.t.Helper()
+	for _, name := range []string{fleetTopic, fleetDLQ} {
+		tp, err := f.kafka.DescribeTopic(name)
+		if err != nil || tp.Replicas != 3 || tp.MinInsyncReplicas != "2" {
+			f.t.Errorf("topic %s: %+v (%v), want 3 replicas of every partition and min.insync.replicas 2", name, tp, err)
+		}
+	}
 }

@@ -51,6 +51,7 @@ func TestFleet(t *testing.T) {
 	products := ordProducts(10)
 	f := startFleet(t, ordSales(products, fleetUnits))
 	f.awaitActive(products, 10*time.Second)
+	f.checkTopics()
 	t.Logf("fleet up in %v: edges %v, Redis Cluster %v, brokers %v, ClickHouse cluster %q %v (started in %v)",
 		time.Since(start).Round(time.Millisecond), f.nodes, f.redis.Addrs(), f.kafka.Brokers(), f.ch.Name(), f.ch.Addrs(),
 		f.ch.StartTook().Round(time.Millisecond))
