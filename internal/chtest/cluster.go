@@ -3,6 +3,8 @@ package chtest
 import (
 	"errors"
 	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -56,9 +58,29 @@ func NewCluster(t testing.TB, shards int) *Cluster {
 // NewClusterWith starts the cluster spec describes for the test.
 func NewClusterWith(t testing.TB, spec ClusterSpec) *Cluster {
 	t.Helper()
-	return proctest.ForTest(t, "chtest", func(dir string, own bool) (*Cluster, error) {
+	c := proctest.ForTest(t, "chtest", func(dir string, own bool) (*Cluster, error) {
 		return launchCluster(dir, own, spec)
 	})
+	// Runs before the cluster is closed (cleanups run last first): a
+	// failed test shows what the servers said.
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("chtest cluster logs:\n%s", c.Logs())
+		}
+	})
+	return c
+}
+
+// Logs is the tail of every member's error log and of ZooKeeper's output.
+func (c *Cluster) Logs() string {
+	var b strings.Builder
+	for i, s := range c.nodes {
+		fmt.Fprintf(&b, "--- member %d (%s):\n%s\n", i+1, s.Addr(), proctest.Tail(filepath.Join(s.Dir(), "log", "clickhouse-server.err.log")))
+	}
+	if c.zk != nil {
+		fmt.Fprintf(&b, "--- zookeeper (%s):\n%s\n", c.zk.Addr(), proctest.Tail(filepath.Join(c.zk.dir, "zookeeper.log")))
+	}
+	return b.String()
 }
 
 // LaunchCluster starts a cluster outside any test, for TestMain; dir ""
@@ -147,6 +169,11 @@ func (c *Cluster) startNodes() error {
 	}
 	wg.Wait()
 	for i, err := range errs {
+		if err == nil {
+			errs[i] = c.nodes[i].awaitDDLWorker()
+		}
+	}
+	for i, err := range errs {
 		if err != nil {
 			for _, s := range c.nodes {
 				if s != nil {
@@ -161,6 +188,33 @@ func (c *Cluster) startNodes() error {
 		}
 	}
 	return nil
+}
+
+// awaitDDLWorker waits until the server's distributed DDL worker is
+// connected to ZooKeeper (it has created its queue). 18.16 answers /ping
+// before that, and an ON CLUSTER statement sent in between either waits
+// for the worker's next try (~10 s) or crashes the server (a segfault in
+// zkutil::ZooKeeper::createImpl, seen here about one start in five).
+func (s *Server) awaitDDLWorker() error {
+	c := &http.Client{Timeout: time.Second}
+	q := "SELECT count() FROM system.zookeeper WHERE path = '/clickhouse/task_queue' AND name = 'ddl'"
+	deadline := time.Now().Add(ReadyTimeout)
+	for wait := 5 * time.Millisecond; ; wait = min(2*wait, 100*time.Millisecond) {
+		resp, err := c.Post("http://"+s.HTTPAddr()+"/", "text/plain", strings.NewReader(q))
+		if err == nil {
+			b, _ := io.ReadAll(io.LimitReader(resp.Body, 64))
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK && strings.TrimSpace(string(b)) == "1" {
+				return nil
+			}
+			err = fmt.Errorf("%d %s", resp.StatusCode, b)
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("clickhouse-server on %s: distributed DDL not connected to ZooKeeper within %v: %v", s.Addr(), ReadyTimeout, err)
+		}
+		// Polling the condition: the worker connects within a second.
+		time.Sleep(wait)
+	}
 }
 
 // Name is the cluster's name in remote_servers (what clickhouse.cluster
@@ -196,8 +250,15 @@ func (c *Cluster) Shard(s int) []*Server {
 // its data. A restarted replica takes its replicated tables back once the
 // killed process's ZooKeeper session expired (session_timeout_ms 5 s) and
 // then fetches what it missed: ~10 s here.
-func (c *Cluster) Stop(i int)        { c.nodes[i].Stop() }
-func (c *Cluster) Start(i int) error { return c.nodes[i].Start() }
+// Start also waits until the member's distributed DDL worker is back on
+// ZooKeeper (see awaitDDLWorker): use it rather than Node(i).Start.
+func (c *Cluster) Stop(i int) { c.nodes[i].Stop() }
+func (c *Cluster) Start(i int) error {
+	if err := c.nodes[i].Start(); err != nil {
+		return err
+	}
+	return c.nodes[i].awaitDDLWorker()
+}
 
 // ZooKeeper is the cluster's ZooKeeper.
 func (c *Cluster) ZooKeeper() *ZooKeeper { return c.zk }

@@ -23,7 +23,10 @@
 // each other in remote_servers (internal_replication on), with {shard} and
 // {replica} macros and distributed DDL, so that ON CLUSTER, Replicated and
 // Distributed tables behave as on real hosts. Members are started in
-// parallel once ZooKeeper serves; Stop/Start of one member keeps its data.
+// parallel once ZooKeeper serves, and are ready once their distributed DDL
+// worker is on ZooKeeper (18.16 can crash on an ON CLUSTER statement sent
+// before); Stop/Start of one member keeps its data. A failed test logs
+// every member's error log.
 //
 // Debian's 18.16.1 starts in ~0.2 s here; a two-shard cluster with its
 // ZooKeeper in ~0.5-1.5 s (ZooKeeper's JVM is most of it). Install them with:

@@ -383,6 +383,24 @@ func (s *ClickHouse) setup(ctx context.Context) error {
 		if err := s.findMembers(ctx); err != nil {
 			return err
 		}
+		// Every edge opens the store at every start: an ON CLUSTER
+		// statement goes through ZooKeeper's DDL queue to every member,
+		// so it is sent only when a table is missing somewhere.
+		missing := false
+		for _, t := range []*tableSpec{&orderTable, &catalogTable} {
+			err := s.checkSchema(ctx, t)
+			var se *SchemaError
+			switch {
+			case err == nil:
+			case errors.As(err, &se) && onlyMissing(se):
+				missing = true
+			default:
+				return err
+			}
+		}
+		if !missing {
+			return nil
+		}
 		ctx = ddlCtx(ctx, s.timeout)
 	}
 	if err := s.conn.Exec(ctx, "CREATE DATABASE IF NOT EXISTS `"+s.db+"`"+s.lay.onCluster()); err != nil {
@@ -400,6 +418,18 @@ func (s *ClickHouse) setup(ctx context.Context) error {
 	}
 	return nil
 }
+
+// onlyMissing reports a schema refusal that lists only missing tables.
+func onlyMissing(se *SchemaError) bool {
+	for _, p := range se.Problems {
+		if !strings.HasSuffix(p, tableMissing) {
+			return false
+		}
+	}
+	return true
+}
+
+const tableMissing = "table is missing"
 
 // ddlCtx bounds an ON CLUSTER statement, which waits for every member, by
 // the call's timeout rather than the server's 180 s.
@@ -551,7 +581,7 @@ func (s *ClickHouse) checkSchema(ctx context.Context, t *tableSpec) error {
 // the one table alone); the engine and sharding of a Distributed table.
 func (s *ClickHouse) problems(t *tableSpec, info tableInfo, local bool, where string) []string {
 	if !info.found {
-		return []string{where + "table is missing"}
+		return []string{where + tableMissing}
 	}
 	var problems []string
 	for _, c := range t.cols {
@@ -597,7 +627,7 @@ func (s *ClickHouse) problems(t *tableSpec, info tableInfo, local bool, where st
 		if t.partitionBy == "" {
 			msg = where + "partition key is " + have + ", want none"
 		} else if info.partitionKey == "" {
-			msg += " (clickhouse.retention drops whole months)"
+			msg += " (clickhouse.retention_months drops whole months)"
 		}
 		problems = append(problems, msg)
 	}

@@ -156,7 +156,7 @@ func TestClickHouseUnpartitionedLedger(t *testing.T) {
 	s.Close()
 	_, err = OpenClickHouse(ctx, ch.Addr(), db, ClickHouseOptions{RetentionMonths: 6})
 	var se *SchemaError
-	if !errors.As(err, &se) || !strings.Contains(err.Error(), "partition key is none, want toYYYYMM(create_time) (clickhouse.retention drops whole months)") {
+	if !errors.As(err, &se) || !strings.Contains(err.Error(), "partition key is none, want toYYYYMM(create_time) (clickhouse.retention_months drops whole months)") {
 		t.Fatalf("err = %v, want a *SchemaError about the partition key", err)
 	}
 

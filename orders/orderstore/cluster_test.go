@@ -65,6 +65,14 @@ func TestClickHouseCluster(t *testing.T) {
 	t.Run("SchemaOnEveryMember", func(t *testing.T) {
 		db := freshDB()
 		openCluster(t, c, c.Addrs()[0], db) // one address: the DDL reaches the other member ON CLUSTER
+		// Opened again (every edge start), it finds the tables and queues
+		// no DDL.
+		queue := "SELECT count() FROM system.zookeeper WHERE path = '/clickhouse/task_queue/ddl'"
+		before := count(t, dial(t, c.Addrs()[0]), queue)
+		openCluster(t, c, c.Addrs()[1], db)
+		if after := count(t, dial(t, c.Addrs()[0]), queue); after != before {
+			t.Errorf("opening an existing layout queued %d DDL statements", after-before)
+		}
 		for i, a := range c.Addrs() {
 			n := dial(t, a)
 			var engine, part string

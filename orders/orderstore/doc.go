@@ -21,7 +21,9 @@
 //     member and seckill_order, a Distributed table over them sharded by
 //     cityHash64(user_id), written synchronously; the catalogue the same
 //     way, sharded by product. An order's rows share its user and so a
-//     shard, which makes FINAL through the Distributed table exact.
+//     shard, which makes FINAL through the Distributed table exact. With
+//     several replicas per shard the ledger and the catalogue reads first
+//     sync the replicas (SyncReplicas), which replicate asynchronously.
 //   - File (OpenFile): the zero-setup default when no ClickHouse address is
 //     configured. An append-only JSON-lines log, fsynced per write, loaded
 //     into memory at open with the same "highest update_ms wins" rule. It is
