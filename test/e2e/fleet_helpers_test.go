@@ -27,9 +27,9 @@ import (
 // does: three edge processes of the real binary, each with the order
 // consumer and the outbox relay, in front of a 3+3 Redis Cluster, a
 // three-broker Kafka-protocol cluster (kfake, topics with replication
-// factor 3) and a two-shard ClickHouse cluster (clickhouse.cluster: a
-// Distributed table over ReplicatedReplacingMergeTree tables, with the
-// ZooKeeper those need).
+// factor 3) and a ClickHouse cluster of two shards of two replicas
+// (clickhouse.cluster: a Distributed table over ReplicatedReplacingMergeTree
+// tables, with the ZooKeeper those need).
 
 const (
 	fleetEdges = 3
@@ -98,7 +98,7 @@ func startFleet(t *testing.T, sales string, extra ...string) *fleet {
 	f := &fleet{t: t, bin: buildProxy(t)}
 	f.redis = redistest.NewCluster(t)
 	f.kafka = kafkatest.StartCluster(t, 3)
-	f.ch = chtest.NewCluster(t, 2)
+	f.ch = chtest.NewClusterWith(t, chtest.ClusterSpec{Shards: 2, Replicas: 2})
 	f.env = newFleetEnv(t, f.redis, f.kafka, f.ch)
 	seeds := strings.Join(f.redis.Addrs(), ",")
 	// After the pipeline's clickhouse section: every member, and the
@@ -339,34 +339,75 @@ func (f *fleet) awaitGroup(members int, d time.Duration, what string) time.Durat
 	return time.Since(start)
 }
 
-// shardRows reads every shard's own table (seckill_order_local FINAL on
-// its member): order id -> user id, one map per shard.
+// syncReplicas has every member fetch what its shard's replication log
+// lists (SYSTEM SYNC REPLICA): a Distributed read then counts the same
+// whichever replica of a shard answers it.
+func (f *fleet) syncReplicas() {
+	f.t.Helper()
+	for i, addr := range f.ch.Addrs() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		err := openClickHouse(f.t, addr).Exec(ctx, "SYSTEM SYNC REPLICA "+ordDatabase+".seckill_order"+orderstore.LocalSuffix)
+		cancel()
+		if err != nil {
+			f.t.Fatalf("member %d (%s): sync replica: %v", i+1, addr, err)
+		}
+	}
+}
+
+// shardRows reads every shard's own table (seckill_order_local FINAL) on
+// each of its replicas, which must hold the same orders (call
+// syncReplicas first): order id -> user id, one map per shard.
 func (f *fleet) shardRows() []map[int64]string {
 	f.t.Helper()
 	out := make([]map[int64]string, f.ch.Shards())
 	for s := range out {
-		conn := openClickHouse(f.t, f.ch.Shard(s)[0].Addr())
-		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-		rs, err := conn.Query(ctx, "SELECT order_id, user_id FROM "+ordDatabase+".seckill_order"+orderstore.LocalSuffix+" FINAL")
-		if err != nil {
-			cancel()
-			f.t.Fatalf("shard %d: %v", s+1, err)
-		}
-		out[s] = map[int64]string{}
-		for rs.Next() {
-			var id uint64
-			var user string
-			if err := rs.Scan(&id, &user); err != nil {
-				f.t.Fatalf("shard %d: %v", s+1, err)
+		for r, member := range f.ch.Shard(s) {
+			rows := f.localRows(member.Addr())
+			if r == 0 {
+				out[s] = rows
+				continue
 			}
-			out[s][int64(id)] = user
+			missing, extra := 0, 0
+			for id := range out[s] {
+				if _, ok := rows[id]; !ok {
+					missing++
+				}
+			}
+			for id := range rows {
+				if _, ok := out[s][id]; !ok {
+					extra++
+				}
+			}
+			if missing+extra > 0 {
+				f.t.Errorf("shard %d: replica %d lacks %d of the first replica's %d orders and holds %d it does not",
+					s+1, r+1, missing, len(out[s]), extra)
+			}
 		}
-		err = rs.Err()
-		rs.Close()
-		cancel()
-		if err != nil {
-			f.t.Fatalf("shard %d: %v", s+1, err)
+	}
+	return out
+}
+
+// localRows is one member's seckill_order_local FINAL: order id -> user id.
+func (f *fleet) localRows(addr string) map[int64]string {
+	f.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	rs, err := openClickHouse(f.t, addr).Query(ctx, "SELECT order_id, user_id FROM "+ordDatabase+".seckill_order"+orderstore.LocalSuffix+" FINAL")
+	if err != nil {
+		f.t.Fatalf("%s: %v", addr, err)
+	}
+	defer rs.Close()
+	out := map[int64]string{}
+	for rs.Next() {
+		var id uint64
+		var user string
+		if err := rs.Scan(&id, &user); err != nil {
+			f.t.Fatalf("%s: %v", addr, err)
 		}
+		out[int64(id)] = user
+	}
+	if err := rs.Err(); err != nil {
+		f.t.Fatalf("%s: %v", addr, err)
 	}
 	return out
 }

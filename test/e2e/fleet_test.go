@@ -18,8 +18,9 @@ import (
 // (each with the order consumer and the outbox relay) on a 3+3 Redis
 // Cluster, a three-broker Kafka-protocol cluster with topics of
 // replication factor 3 and min.insync.replicas 2, and a ClickHouse cluster
-// of two shards (clickhouse.cluster: a Distributed table sharded by user
-// over ReplicatedReplacingMergeTree tables, ZooKeeper beside them).
+// of two shards of two replicas (clickhouse.cluster: a Distributed table
+// sharded by user over ReplicatedReplacingMergeTree tables, ZooKeeper
+// beside them).
 //
 // The sale: 10 products x 1,000 units (limit 1 a shopper), shoppers drawn
 // from a million user ids, one attempt in eight a shopper trying an
@@ -252,6 +253,7 @@ func (f *fleet) verifySale(x saleCheck) {
 	want := x.perProduct * int64(len(x.products))
 	took := env.awaitRows(want, 60*time.Second)
 	t.Logf("%d rows stored %v after the load ended", want, took.Round(time.Millisecond))
+	f.syncReplicas()
 	rows := env.rows()
 
 	// Every 200 is stored once, as the order the shopper was told; the
@@ -292,8 +294,9 @@ func (f *fleet) verifySale(x saleCheck) {
 
 	// The Distributed table's FINAL dedupes within a shard: an order
 	// stored on both would count twice above. Each shard's own table
-	// holds a share, no order is on both, and a buyer's orders are on
-	// one shard (the table is sharded by user).
+	// holds a share, the same on both its replicas, no order is on both
+	// shards, and a buyer's orders are on one (the table is sharded by
+	// user).
 	shards := f.shardRows()
 	onShard := map[string]int{}
 	stored := 0
@@ -315,7 +318,7 @@ func (f *fleet) verifySale(x saleCheck) {
 	if stored != len(rows) {
 		t.Errorf("the shards hold %d orders, the Distributed table %d", stored, len(rows))
 	}
-	t.Logf("orders by shard: %d + %d; engines: %v", len(shards[0]), len(shards[len(shards)-1]), f.engines())
+	t.Logf("orders by shard: %d + %d, each the same on its %d replicas; engines: %v", len(shards[0]), len(shards[len(shards)-1]), f.ch.Replicas(), f.engines())
 
 	// Nobody holds more than the limit: with one unit an order, no
 	// shopper has more orders of a product than the limit.
