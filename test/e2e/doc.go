@@ -50,6 +50,15 @@
 //     once; `proxy reconcile` is clean; products on nodes that did not fail
 //     are never closed, the others sell again within 10 s of Redis
 //     answering. Each logs a timeline of the answers, second by second.
+//   - TestFleet (fleet_*_test.go): the production layout — three edge
+//     processes on a Redis Cluster, three Kafka brokers (replication
+//     factor 3) and a ClickHouse cluster of two shards of two replicas.
+//     One user hammering all three edges gets user_limit's documented
+//     bound with policy redis (three times it with policy local); a sale
+//     of 10 x 1,000 survives a broker stopped and started again
+//     unnoticed, and an edge killed with orders only in its outbox:
+//     exactly 10,000 stored, every 200 once, nobody over the limit, the
+//     survivors relay the killed edge's outbox, reconcile clean.
 //
 // Run with `go test ./e2e/` (redis-server must be installed: see
 // scripts/test.sh); -short skips the load test.
