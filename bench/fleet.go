@@ -407,32 +407,42 @@ func (t *fleetTarget) measure(ctx context.Context, sc *Scenario, f runFlags, n i
 	pt := &FleetPoint{Edges: n}
 	waitQuiet(progress, f.quietPct, f.quietWait)
 	fmt.Fprintf(progress, "bench: %d edge(s), purchases until every product answered SOLD_OUT (at most %v): %s\n", n, sc.Duration, describeLoad(sc))
-	buy, soldOut, err := t.phase(ctx, sc, users, progress, true)
+	buy, err := t.phase(ctx, sc, users, progress, true)
 	if err != nil {
 		return nil, err
 	}
-	pt.Purchase = fleetFigures("purchase", buy)
-	if !soldOut {
+	pt.Purchase = fleetFigures("purchase", buy.res, buy.load)
+	if !buy.soldOut {
 		pt.Notes = append(pt.Notes, fmt.Sprintf("the stock did not sell out within %v: no sold-out phase (more duration or less stock)", sc.Duration))
 		return pt, nil
 	}
 	rej := *sc
 	rej.Duration = sc.Fleet.SoldOutFor
 	fmt.Fprintf(progress, "bench: %d edge(s), the same load on the sold-out sale for %v\n", n, rej.Duration)
-	gone, _, err := t.phase(ctx, &rej, users, progress, false)
+	gone, err := t.phase(ctx, &rej, users, progress, false)
 	if err != nil {
 		return nil, err
 	}
-	ph := fleetFigures("soldout", gone)
+	ph := fleetFigures("soldout", gone.res, gone.load)
 	pt.SoldOut = &ph
 	return pt, nil
+}
+
+// phaseRun is one phase played: the run booked as `bench run` books a
+// scenario, whether every product answered SOLD_OUT, and the watched
+// processes' CPU over the load alone (res.Processes: until the settle
+// ended).
+type phaseRun struct {
+	res     *Result
+	soldOut bool
+	load    []ProcStat
 }
 
 // phase plays sc once: until sc.Duration or, when buying, until every
 // product has answered SOLD_OUT. A buying phase then waits until the
 // order consumer stored every order it sold, so that the pipeline's
 // work for them is counted in it (and not in the phase after).
-func (t *fleetTarget) phase(ctx context.Context, sc *Scenario, users *Users, progress io.Writer, buying bool) (*Result, bool, error) {
+func (t *fleetTarget) phase(ctx context.Context, sc *Scenario, users *Users, progress io.Writer, buying bool) (phaseRun, error) {
 	res := new(Result)
 	*res = t.head
 	res.Scenario, res.Description, res.Started, res.Config = sc.Name, sc.Description, time.Now().UTC(), sc
@@ -463,7 +473,11 @@ func (t *fleetTarget) phase(ctx context.Context, sc *Scenario, users *Users, pro
 		c.CloseIdleConnections() // the next phase opens its own
 	}
 	if ctx.Err() != nil {
-		return nil, false, ctx.Err()
+		return phaseRun{}, ctx.Err()
+	}
+	var load []ProcStat
+	for _, w := range t.watches {
+		load = append(load, w.Stat())
 	}
 	if mb1, mt1 := machineTicks(); mt1 > mt0 {
 		res.MachineBusyPct = 100 * float64(mb1-mb0) / float64(mt1-mt0) * float64(runtime.NumCPU())
@@ -481,7 +495,7 @@ func (t *fleetTarget) phase(ctx context.Context, sc *Scenario, users *Users, pro
 	if statsBefore != nil {
 		res.RedisCommands = statsDelta(statsBefore, t.redisStats())
 	}
-	return res, seen != nil && seen.all(), nil
+	return phaseRun{res: res, soldOut: seen != nil && seen.all(), load: load}, nil
 }
 
 // edgeMetrics sums the counters of every edge's /metrics.

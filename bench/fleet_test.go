@@ -5,6 +5,8 @@ import (
 	"context"
 	"io"
 	"net"
+	"os"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -12,6 +14,8 @@ import (
 	"time"
 
 	"github.com/valyala/fasthttp"
+
+	"flashgate/internal/redistest"
 )
 
 func TestFleetScenarioFileAndDefaults(t *testing.T) {
@@ -132,8 +136,8 @@ func fleetRun(seconds float64, ok, soldOut, other int64, edgesCPU, redisCPU floa
 }
 
 func TestFleetFiguresAndRatios(t *testing.T) {
-	ph := fleetFigures("purchase", fleetRun(5, 40000, 1000, 50, 2.0525, 1.02625))
-	if ph.PerSecond != 8000 || ph.Requests != 41050 || ph.Other != 50 || ph.SoldOut != 1000 || ph.AttemptsPerCall != 4.5 {
+	ph := fleetFigures("purchase", fleetRun(5, 40000, 1000, 50, 2.0525, 1.02625), []ProcStat{{Name: watchEdges, CPUPct: 95}, {Name: watchRedis, CPUPct: 40}})
+	if ph.PerSecond != 8000 || ph.Requests != 41050 || ph.Other != 50 || ph.SoldOut != 1000 || ph.AttemptsPerCall != 4.5 || ph.EdgesPct != 95 || ph.RedisPct != 40 || ph.cpuPcts() != "95/40/0/190" {
 		t.Errorf("purchase figures %+v", ph)
 	}
 	if d := ph.EdgesPer1k - 0.05; d > 1e-9 || d < -1e-9 {
@@ -142,19 +146,19 @@ func TestFleetFiguresAndRatios(t *testing.T) {
 	if d := ph.RedisPer1k - 0.025; d > 1e-9 || d < -1e-9 {
 		t.Errorf("redis CPU per 1,000 %v, want 0.025", ph.RedisPer1k)
 	}
-	so := fleetFigures("soldout", fleetRun(2, 0, 60000, 0, 3, 0.06))
+	so := fleetFigures("soldout", fleetRun(2, 0, 60000, 0, 3, 0.06), nil)
 	if so.PerSecond != 30000 || so.EdgesPer1k != 0.05 {
 		t.Errorf("sold-out figures %+v, want 30,000 410s/s", so)
 	}
-	if z := fleetFigures("purchase", &Result{}); z.PerSecond != 0 || z.EdgesPer1k != 0 {
+	if z := fleetFigures("purchase", &Result{}, nil); z.PerSecond != 0 || z.EdgesPer1k != 0 {
 		t.Errorf("an empty run: %+v, want zeros, not NaN", z)
 	}
 
 	point := func(n int, buy, sold float64, clean bool) FleetPoint {
-		p := FleetPoint{Edges: n, Purchase: fleetFigures("purchase", fleetRun(5, int64(buy*5), 10, 0, 0.002*(buy*5+10), 1)),
+		p := FleetPoint{Edges: n, Purchase: fleetFigures("purchase", fleetRun(5, int64(buy*5), 10, 0, 0.002*(buy*5+10), 1), nil),
 			Reconcile: Reconciled{Ran: true, Products: 10, Clean: clean}}
 		if sold > 0 {
-			s := fleetFigures("soldout", fleetRun(2, 0, int64(sold*2), 0, 0.0005*sold*2, 0.1))
+			s := fleetFigures("soldout", fleetRun(2, 0, int64(sold*2), 0, 0.0005*sold*2, 0.1), nil)
 			p.SoldOut = &s
 		}
 		return p
@@ -248,6 +252,19 @@ func TestInfoPid(t *testing.T) {
 	}
 	if _, err := infoPid("# Server\r\n"); err == nil {
 		t.Error("no error without process_id")
+	}
+}
+
+// TestRedisPidOfARealServer: the pid bench watches for a Redis node is the
+// redis-server process itself (its /proc/PID/stat names it).
+func TestRedisPidOfARealServer(t *testing.T) {
+	pid, err := redisPid(redistest.Start(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	stat, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil || !strings.Contains(string(stat), "(redis-server)") {
+		t.Fatalf("pid %d: %q %v, want redis-server's stat", pid, stat, err)
 	}
 }
 

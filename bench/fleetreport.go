@@ -58,6 +58,9 @@ type FleetPhase struct {
 	EdgesCPU        float64 `json:"edges_cpu_s"`
 	RedisCPU        float64 `json:"redis_cpu_s"`
 	BenchCPU        float64 `json:"bench_cpu_s"`
+	EdgesPct        float64 `json:"edges_cpu_pct"` // % of one CPU over the load alone
+	RedisPct        float64 `json:"redis_cpu_pct"`
+	BenchPct        float64 `json:"bench_cpu_pct"`
 	EdgesPer1k      float64 `json:"edges_cpu_s_per_1k"`
 	RedisPer1k      float64 `json:"redis_cpu_s_per_1k"`
 	BenchPer1k      float64 `json:"bench_cpu_s_per_1k"`
@@ -74,8 +77,9 @@ type FleetRatio struct {
 	SoldOutEdges  float64 `json:"sold_out_edges_cpu_per_1k"`
 }
 
-// fleetFigures reads a phase's figures from its booked run.
-func fleetFigures(name string, r *Result) FleetPhase {
+// fleetFigures reads a phase's figures from its booked run and the
+// processes' CPU over the load alone.
+func fleetFigures(name string, r *Result, load []ProcStat) FleetPhase {
 	ph := FleetPhase{Name: name, Seconds: r.Seconds, MachineBusyPct: r.MachineBusyPct, Run: r}
 	for _, e := range r.Endpoints {
 		if e.Name != "do" {
@@ -93,6 +97,16 @@ func fleetFigures(name string, r *Result) FleetPhase {
 			ph.RedisCPU = p.CPUSeconds
 		case watchBench:
 			ph.BenchCPU = p.CPUSeconds
+		}
+	}
+	for _, p := range load {
+		switch p.Name {
+		case watchEdges:
+			ph.EdgesPct = p.CPUPct
+		case watchRedis:
+			ph.RedisPct = p.CPUPct
+		case watchBench:
+			ph.BenchPct = p.CPUPct
 		}
 	}
 	ph.EdgesPer1k, ph.RedisPer1k, ph.BenchPer1k = per1k(ph.EdgesCPU, ph.Requests), per1k(ph.RedisCPU, ph.Requests), per1k(ph.BenchCPU, ph.Requests)
@@ -114,6 +128,12 @@ func ratio(a, b float64) float64 {
 		return 0
 	}
 	return a / b
+}
+
+// cpuPcts is the phase's CPU over the load, % of one CPU: the edges, Redis,
+// bench, the whole machine.
+func (ph *FleetPhase) cpuPcts() string {
+	return fmt.Sprintf("%.0f/%.0f/%.0f/%.0f", ph.EdgesPct, ph.RedisPct, ph.BenchPct, ph.MachineBusyPct)
 }
 
 func (ph *FleetPhase) perSecond() float64 {
@@ -249,24 +269,24 @@ func printFleet(w io.Writer, r *FleetResult) {
 	}
 	fmt.Fprintln(w, "purchases while the stock lasts (200 = queued); CPU-seconds per 1,000 purchase requests, until the consumer stored the orders:")
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintf(tw, "edges\t200/s\t%s\tanswers\tother\ts\tp50 ms\tp99 ms\tedges cpu-s/1k\t%s\tredis cpu-s/1k\tbench cpu-s/1k\tattempts/call\tmachine %%\t\n", base, base)
+	fmt.Fprintf(tw, "edges\t200/s\t%s\tanswers\tother\ts\tp50 ms\tp99 ms\tedges cpu-s/1k\t%s\tredis cpu-s/1k\tbench cpu-s/1k\tattempts/call\tcpu %% edges/redis/bench/machine\t\n", base, base)
 	for _, p := range r.Points {
 		ph := p.Purchase
-		fmt.Fprintf(tw, "%d\t%.0f\t%.2f\t%d\t%d\t%.1f\t%.2f\t%.2f\t%.3f\t%.2f\t%.3f\t%.3f\t%.1f\t%.0f\t\n", p.Edges, ph.PerSecond, p.Ratio.Purchases,
-			ph.Requests, ph.Other, ph.Seconds, ph.P50, ph.P99, ph.EdgesPer1k, p.Ratio.PurchaseEdges, ph.RedisPer1k, ph.BenchPer1k, ph.AttemptsPerCall, ph.MachineBusyPct)
+		fmt.Fprintf(tw, "%d\t%.0f\t%.2f\t%d\t%d\t%.1f\t%.2f\t%.2f\t%.3f\t%.2f\t%.3f\t%.3f\t%.1f\t%s\t\n", p.Edges, ph.PerSecond, p.Ratio.Purchases,
+			ph.Requests, ph.Other, ph.Seconds, ph.P50, ph.P99, ph.EdgesPer1k, p.Ratio.PurchaseEdges, ph.RedisPer1k, ph.BenchPer1k, ph.AttemptsPerCall, ph.cpuPcts())
 	}
 	tw.Flush()
 	fmt.Fprintln(w, "\nsold out (410 from the edges' memory), the same load:")
 	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintf(tw, "edges\t410/s\t%s\tanswers\tother\ts\tp50 ms\tp99 ms\tedges cpu-s/1k\t%s\tredis cpu-s/1k\tbench cpu-s/1k\tmachine %%\t\n", base, base)
+	fmt.Fprintf(tw, "edges\t410/s\t%s\tanswers\tother\ts\tp50 ms\tp99 ms\tedges cpu-s/1k\t%s\tredis cpu-s/1k\tbench cpu-s/1k\tcpu %% edges/redis/bench/machine\t\n", base, base)
 	for _, p := range r.Points {
 		ph := p.SoldOut
 		if ph == nil {
 			fmt.Fprintf(tw, "%d\t-\t-\t-\t-\t-\t-\t-\t-\t-\t-\t-\t-\t\n", p.Edges)
 			continue
 		}
-		fmt.Fprintf(tw, "%d\t%.0f\t%.2f\t%d\t%d\t%.1f\t%.2f\t%.2f\t%.3f\t%.2f\t%.3f\t%.3f\t%.0f\t\n", p.Edges, ph.PerSecond, p.Ratio.SoldOut,
-			ph.Requests, ph.Other, ph.Seconds, ph.P50, ph.P99, ph.EdgesPer1k, p.Ratio.SoldOutEdges, ph.RedisPer1k, ph.BenchPer1k, ph.MachineBusyPct)
+		fmt.Fprintf(tw, "%d\t%.0f\t%.2f\t%d\t%d\t%.1f\t%.2f\t%.2f\t%.3f\t%.2f\t%.3f\t%.3f\t%s\t\n", p.Edges, ph.PerSecond, p.Ratio.SoldOut,
+			ph.Requests, ph.Other, ph.Seconds, ph.P50, ph.P99, ph.EdgesPer1k, p.Ratio.SoldOutEdges, ph.RedisPer1k, ph.BenchPer1k, ph.cpuPcts())
 	}
 	tw.Flush()
 	fmt.Fprintln(w)
