@@ -332,47 +332,11 @@ func runFailover(ctx context.Context, root string, sc *Scenario, f runFlags, std
 
 	// The order consumer runs in the first edge (or on its own with
 	// -consumer separate): one order store, which reconcile reads.
-	separate := f.consumer == "separate"
-	var edges []*Proc
-	var addrs, admins []string
-	var consumerConfig string
-	if separate {
-		path, _, admin, err := env.writeConfig(spec, "orders", fo.Edges+1, true)
-		if err != nil {
-			return nil, err
-		}
-		if env.Orders, err = env.procs.Start("orders", -1, []string{"GOMAXPROCS=1"}, env.bins["proxy"], "-c", path); err != nil {
-			return nil, err
-		}
-		if err := env.waitEdge(ctx, env.Orders, admin, "", ""); err != nil {
-			return nil, err
-		}
-		consumerConfig, env.OrdersAdmin = path, admin
+	set, err := env.StartEdges(ctx, spec, fo.Edges, f.consumer == "separate", f.gomaxprocs)
+	if err != nil {
+		return nil, err
 	}
-	var goMaxProcs []string
-	if f.gomaxprocs > 0 {
-		goMaxProcs = []string{"GOMAXPROCS=" + strconv.Itoa(f.gomaxprocs)}
-	}
-	for i := range fo.Edges {
-		name := fmt.Sprintf("edge%d", i+1)
-		consumer := !separate && i == 0
-		path, addr, admin, err := env.writeConfig(spec, name, i+1, consumer)
-		if err != nil {
-			return nil, err
-		}
-		p, err := env.procs.Start(name, -1, goMaxProcs, env.bins["proxy"], "-c", path)
-		if err != nil {
-			return nil, err
-		}
-		if err := env.waitEdge(ctx, p, admin, addr, productID(0)); err != nil {
-			return nil, err
-		}
-		if consumer {
-			consumerConfig, env.OrdersAdmin = path, admin
-		}
-		edges, addrs, admins = append(edges, p), append(addrs, addr), append(admins, admin)
-	}
-	env.Edge, env.EdgeAddr, env.AdminAddr = edges[0], addrs[0], admins[0]
+	edges, addrs, admins, consumerConfig := set.Procs, set.Addrs, set.Admins, set.ConsumerConfig
 	res.Target = fmt.Sprintf("%d edges started by bench on a Redis Cluster", fo.Edges)
 	fmt.Fprintf(progress, "bench: %d edges %s (GOMAXPROCS=%d) ready after %.1fs; cluster %s; kafka %s\n",
 		fo.Edges, strings.Join(addrs, " "), f.gomaxprocs, time.Since(t0).Seconds(), spec.RedisAddr, env.Brokers)

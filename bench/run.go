@@ -44,13 +44,15 @@ type runFlags struct {
 	quietWait  time.Duration
 	// waitReplicas > 0 sets redis.wait_replicas in the edges' config.
 	waitReplicas int
+	// edges lists the fleet scenario's points ("1,2,3"), over fleet.edges.
+	edges string
 }
 
 func cmdRun(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("bench run", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	var f runFlags
-	fs.StringVar(&f.scenario, "s", "", "scenario: a name in bench/scenarios (normal, burst, oversell, fault, failover) or a YAML path")
+	fs.StringVar(&f.scenario, "s", "", "scenario: a name in bench/scenarios (normal, burst, oversell, fault, failover, fleet) or a YAML path")
 	fs.Var(&f.sets, "set", "override a scenario key, e.g. -set rate=500 -set faults.redis.latency=2ms (repeatable)")
 	fs.StringVar(&f.out, "out", "", "directory for result.json and report.html (default bench/results/SCENARIO-TIME)")
 	fs.IntVar(&f.gomaxprocs, "gomaxprocs", 1, "GOMAXPROCS of the edge (0: Go's default)")
@@ -68,6 +70,7 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 	fs.IntVar(&f.quietPct, "quiet-pct", 15, "before the load, wait until the machine is at most this % busy (0: do not wait)...")
 	fs.DurationVar(&f.quietWait, "quiet-wait", 60*time.Second, "...for at most this long")
 	fs.IntVar(&f.waitReplicas, "wait-replicas", 0, "set redis.wait_replicas: N in the edges' config (each deduction waits for N replicas; for -s failover); 0 leaves it out")
+	fs.StringVar(&f.edges, "edges", "", "-s fleet: the points, edges per point, e.g. 1,2,3 (default the scenario's fleet.edges); with -target, the edges are the targets")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -108,6 +111,9 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 	}
 	ctx, stop := signalContext()
 	defer stop()
+	if sc.Fleet != nil || f.edges != "" {
+		return cmdFleet(ctx, root, sc, f, stdout, stderr)
+	}
 	run := runScenario
 	if sc.Failover != nil {
 		run = runFailover

@@ -55,6 +55,10 @@ type Scenario struct {
 	// fails the hot product's master over mid-run (failover.go).
 	Failover *Failover `yaml:"failover"`
 
+	// Fleet measures the same load on 1, 2, 3 … edges, each on a fresh
+	// sale on a Redis Cluster (fleet.go).
+	Fleet *Fleet `yaml:"fleet"`
+
 	// Edge is YAML merged over the edge config bench writes (maps merge,
 	// lists replace), e.g. to change a filter or redis.max_flush_delay.
 	Edge map[string]any `yaml:"edge"`
@@ -339,6 +343,7 @@ func (sc *Scenario) validate() field.Errors {
 			errs.Add(f.name+".stall_for", "must be shorter than stall_every")
 		}
 	}
+	sc.validateFleet(&errs)
 	return errs
 }
 

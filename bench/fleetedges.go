@@ -1,0 +1,66 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+)
+
+// EdgeSet is the edges (cmd/proxy) bench started on one Redis, sharing one
+// broker and one order store: the failover and fleet scenarios.
+type EdgeSet struct {
+	Procs          []*Proc
+	Addrs, Admins  []string
+	ConsumerConfig string // the config of the process holding the order store: `proxy reconcile -c` reads it
+}
+
+// StartEdges starts n edges on spec, each ready and answering the status
+// of spec's first product, and the order consumer: in the first edge, or
+// with separate in a cmd/proxy of its own ("orders", whose listeners get no
+// load), so there is one order store, which reconcile reads. The edges run
+// with GOMAXPROCS=goMaxProcs (0: Go's default).
+func (e *Env) StartEdges(ctx context.Context, spec EdgeSpec, n int, separate bool, goMaxProcs int) (*EdgeSet, error) {
+	if n < 1 || len(spec.Products) == 0 {
+		return nil, errors.New("StartEdges: want at least one edge and one product")
+	}
+	set := &EdgeSet{}
+	if separate {
+		path, _, admin, err := e.writeConfig(spec, "orders", n+1, true)
+		if err != nil {
+			return nil, err
+		}
+		if e.Orders, err = e.procs.Start("orders", -1, []string{"GOMAXPROCS=1"}, e.bins["proxy"], "-c", path); err != nil {
+			return nil, err
+		}
+		if err := e.waitEdge(ctx, e.Orders, admin, "", ""); err != nil {
+			return nil, err
+		}
+		set.ConsumerConfig, e.OrdersAdmin = path, admin
+	}
+	var env []string
+	if goMaxProcs > 0 {
+		env = []string{"GOMAXPROCS=" + strconv.Itoa(goMaxProcs)}
+	}
+	for i := range n {
+		name := fmt.Sprintf("edge%d", i+1)
+		consumer := !separate && i == 0
+		path, addr, admin, err := e.writeConfig(spec, name, i+1, consumer)
+		if err != nil {
+			return nil, err
+		}
+		p, err := e.procs.Start(name, -1, env, e.bins["proxy"], "-c", path)
+		if err != nil {
+			return nil, err
+		}
+		if err := e.waitEdge(ctx, p, admin, addr, spec.Products[0].ID); err != nil {
+			return nil, err
+		}
+		if consumer {
+			set.ConsumerConfig, e.OrdersAdmin = path, admin
+		}
+		set.Procs, set.Addrs, set.Admins = append(set.Procs, p), append(set.Addrs, addr), append(set.Admins, admin)
+	}
+	e.Edge, e.EdgeAddr, e.AdminAddr = set.Procs[0], set.Addrs[0], set.Admins[0]
+	return set, nil
+}
