@@ -10,7 +10,10 @@
     loginForm: $('login-form'), userId: $('user-id'), loginBtn: $('login-btn'), loginError: $('login-error'),
     user: $('user'), logout: $('logout-btn'),
     qty: $('qty'), buy: $('buy'), limitNote: $('limit-note'),
-    message: $('message'), orderLine: $('order-line'), orderId: $('order-id')
+    message: $('message'), orderLine: $('order-line'), orderId: $('order-id'),
+    signinTitle: $('signin-title'), buyRow: $('buy-row'),
+    room: $('room'), roomLine: $('room-line'), roomMeter: $('room-meter'), roomBar: $('room-bar'),
+    join: $('join'), roomNote: $('room-note'), roomLive: $('room-live')
   };
 
   // Same rule as static.ValidProductID on the server.
@@ -22,6 +25,14 @@
   var DEFAULT_MAX_QTY = 5;    // when the sale sets no per-shopper limit
   var RESULT_GIVE_UP_MS = 5 * 60 * 1000;
   var EVENTS_QUIET_MS = 10000; // an event stream that says nothing (a buffering proxy) falls back to polling
+  // The waiting room's poll: 1-2 s while the place moves, jittered so that
+  // ten thousand tabs opened at the same second do not ask at the same
+  // millisecond; slower where nothing can change but a close.
+  var QUEUE_POLL_MS = 1000, QUEUE_JITTER_MS = 1000;
+  var QUEUE_SLOW_MS = 5000;       // in the pre-queue, and while it is the shopper's turn
+  var QUEUE_MAX_BACKOFF_MS = 15000;
+  var QUEUE_ANNOUNCE_MS = 30000;  // a screen reader hears the moving place at most this often
+  var POW_GIVE_UP_MS = 120000;    // a browser check that takes longer has gone wrong
 
   var NETWORK = 'Network problem — check your connection.';
   var GENERIC = 'Something went wrong — please try again.';
@@ -38,7 +49,11 @@
     FORBIDDEN: 'Sorry, this purchase isn\u2019t allowed from your account or network.',
     BAD_REQUEST: 'Something about that request was wrong — please reload the page and try again.',
     TOO_LARGE: 'That request was too large — please reload the page and try again.',
-    released: 'It was cancelled, and the item went back on sale.'
+    released: 'It was cancelled, and the item went back on sale.',
+    NOT_ADMITTED: 'It\u2019s not your turn yet — the Buy button turns on when it is.',
+    NOT_JOINED: 'Please join the queue first.',
+    BAD_TICKET: 'Your place in the queue could not be confirmed on this device — please join again.',
+    BAD_CHALLENGE: 'The browser check did not go through — please press Join again.'
   };
   var STATUS_TEXT = { upcoming: 'Coming soon', active: 'On sale now', soldout: 'Sold out', ended: 'Sale ended' };
 
@@ -56,8 +71,26 @@
     msgKey: '',
     pollTimer: 0,
     pollFailures: 0,
-    polling: false
+    polling: false,
+    room: newRoom()
   };
+
+  // newRoom is what the page knows of this shopper's place in the sale's
+  // waiting room. It is per signed-in user: the ticket is bound to one.
+  function newRoom() {
+    return {
+      checked: false,  // asked the server whether this shopper already has a place
+      q: null,         // last queue answer {status, position, etaMs, admittedUntilMs, soldOut, ...}
+      qAt: 0,          // browser ms when it arrived
+      firstPosition: 0,
+      step: '',        // '' | 'checking' (the browser check runs) | 'joining'
+      timer: 0,
+      failures: 0,
+      polling: false,
+      worker: null,
+      live: '', liveAt: 0, liveKind: ''
+    };
+  }
 
   // ---- helpers ----
 
@@ -189,6 +222,7 @@
   }
 
   function signIn(id) {
+    resetRoom();
     state.user = id;
     state.limitReached = false;
     state.bought = 0;
@@ -197,10 +231,12 @@
     if (state.msgKey === 'auth') setMessage('');
     renderUser();
     render();
-    (el.buy.disabled ? el.name : el.buy).focus();
+    if (roomOn()) checkQueue();
+    (!el.join.hidden && !el.join.disabled ? el.join : el.buy.disabled || el.buyRow.hidden ? el.name : el.buy).focus();
   }
 
   function signOut(reason) {
+    resetRoom();
     state.user = '';
     saveUser('');
     renderUser();
@@ -303,11 +339,12 @@
     if (state.polling) return;
     state.polling = true;
     var sentAt = Date.now(), t0 = performance.now();
-    var next = document.hidden ? POLL_HIDDEN_MS : POLL_MS;
+    var next = document.hidden || inLine() ? POLL_HIDDEN_MS : POLL_MS;
     request('GET', '/api/seckill/status?productId=' + encodeURIComponent(state.productId), null, 5000).then(function (r) {
       if (r.ok && r.data && typeof r.data.status === 'string') {
         if (typeof r.data.serverTimeMs === 'number') addClockSample(r.data.serverTimeMs, sentAt, r.at - t0);
         applyStatus(r.data);
+        if (roomOn() && state.user && !state.room.checked) checkQueue();
         state.pollFailures = 0;
         show(el.conn, false);
       } else if (r.code === 'UNKNOWN_PRODUCT') {
@@ -373,6 +410,8 @@
       else setMessage('');
     }
 
+    var room = renderRoom(st, now);
+
     var text, enabled = false;
     if (state.unknown) text = 'Unavailable';
     else if (!st) text = 'Loading…';
@@ -381,6 +420,7 @@
     else if (st === 'upcoming') text = p.startMs ? 'Starts in ' + formatDuration(p.startMs - now) : 'Not started';
     else if (st !== 'active') text = 'Unavailable';
     else if (!state.user) text = 'Sign in to buy';
+    else if (room && !room.admitted) text = 'Wait for your turn';
     else if (state.busy) text = 'Processing…';
     else if (state.limitReached) text = 'Limit reached';
     else if (wait > 0) text = 'Try again in ' + wait + 's';
@@ -405,6 +445,7 @@
     setMessage('Reserving your item…', 'info');
     render();
     request('POST', '/api/seckill/token', { productId: pid }, 8000).then(function (r) {
+      if (r.data && typeof r.data.admittedUntilMs === 'number' && state.room.q) state.room.q.admittedUntilMs = r.data.admittedUntilMs;
       if (!r.ok || !r.data || typeof r.data.token !== 'string') return refused(r);
       return request('POST', '/api/seckill/do', { productId: pid, token: r.data.token, quantity: qty }, 10000).then(function (r) {
         if (!r.data || r.data.orderId == null) return refused(r);
@@ -464,6 +505,13 @@
       case 'RECOVERING':
         setMessage(messageFor(r), 'info');
         return;
+      case 'NOT_ADMITTED':
+        notAdmitted(r.data);
+        break;
+      case 'NOT_JOINED':
+      case 'BAD_TICKET':
+        lostPlace();
+        break;
     }
     setMessage(r.ok ? GENERIC : messageFor(r), 'bad');
   }
@@ -541,6 +589,362 @@
       es.onerror = function () { if (!done) fallBack(); };
       timer = setTimeout(function () { if (!done) fallBack(); }, EVENTS_QUIET_MS);
     });
+  }
+
+  // ---- waiting room ----
+
+  // When the sale has a waiting room (the status answer's waitingRoom), the
+  // page is the room until it is the shopper's turn: Join (after a browser
+  // check when the sale asks for one), the place in line as the queue poll
+  // says, then a limited time to buy. The server decides everything; the
+  // page only shows it and asks again.
+
+  var numberFormat = typeof Intl === 'object' ? new Intl.NumberFormat(document.documentElement.lang || 'en') : null;
+  function formatNumber(n) { return numberFormat ? numberFormat.format(n) : String(n); }
+
+  // formatClock is a short countdown: "0:42", "5:00", "1:02:03".
+  function formatClock(ms) {
+    var total = Math.max(0, Math.ceil(ms / 1000));
+    var h = Math.floor(total / 3600), m = Math.floor(total / 60) % 60, s = total % 60;
+    return (h ? h + ':' + pad(m) : String(m)) + ':' + pad(s);
+  }
+
+  function formatWait(ms) {
+    if (!(ms > 0)) return 'any moment now';
+    if (ms < 60000) return 'less than a minute';
+    var min = Math.round(ms / 60000);
+    if (min < 90) return 'about ' + min + (min === 1 ? ' minute' : ' minutes');
+    var h = Math.round(ms / 3600000);
+    return 'about ' + h + (h === 1 ? ' hour' : ' hours');
+  }
+
+  function roomConfig() {
+    var w = state.product && state.product.waitingRoom;
+    return w && w.enabled ? w : null;
+  }
+  function roomOn() { return !!roomConfig() && !state.unknown; }
+
+  // inLine: the shopper holds a place that is not (yet) a turn to buy.
+  function inLine() {
+    var q = state.room.q;
+    return roomOn() && !!q && (q.status === 'prequeue' || q.status === 'waiting');
+  }
+
+  function resetRoom() {
+    var rm = state.room;
+    clearTimeout(rm.timer);
+    if (rm.worker) rm.worker.terminate();
+    state.room = newRoom();
+  }
+
+  function scheduleQueuePoll(ms) {
+    clearTimeout(state.room.timer);
+    state.room.timer = setTimeout(pollQueue, ms);
+  }
+
+  function jitter(ms) { return ms + Math.floor(Math.random() * QUEUE_JITTER_MS); }
+
+  // nextQueuePoll says when to ask again after a good answer.
+  function nextQueuePoll(q) {
+    var w = roomConfig(), st = effectiveStatus();
+    // Nothing more can happen to the place: no more asking.
+    if (!q || q.status === 'closed' || q.status === 'expired' || st === 'soldout' || st === 'ended') return -1;
+    if (q.status === 'prequeue') {
+      // The draw is at the opening: ask right after it (spread over a
+      // second), and now and then before, for a close.
+      var toOpen = w && w.startMs ? w.startMs - serverNow() : 0;
+      if (toOpen > 0 && toOpen < QUEUE_SLOW_MS) return toOpen + Math.floor(Math.random() * QUEUE_JITTER_MS);
+      return jitter(QUEUE_SLOW_MS);
+    }
+    if (document.hidden || q.status === 'admitted') return jitter(QUEUE_SLOW_MS);
+    return jitter(QUEUE_POLL_MS);
+  }
+
+  // applyQueue takes a queue answer (join, poll, or a token refusal).
+  function applyQueue(d) {
+    var rm = state.room;
+    var q = {
+      status: typeof d.status === 'string' ? d.status : (d.admitted ? 'admitted' : 'waiting'),
+      position: typeof d.position === 'number' ? d.position : 0,
+      etaMs: typeof d.etaMs === 'number' ? d.etaMs : -1,
+      admittedUntilMs: typeof d.admittedUntilMs === 'number' ? d.admittedUntilMs : (rm.q ? rm.q.admittedUntilMs : 0),
+      soldOut: !!d.soldOut
+    };
+    if (d.admitted === true && q.status === 'waiting') q.status = 'admitted';
+    if (q.status === 'waiting' && q.position > rm.firstPosition) rm.firstPosition = q.position;
+    if (q.soldOut && state.product) state.product.status = 'soldout';
+    rm.q = q;
+    rm.qAt = Date.now();
+    rm.checked = true;
+  }
+
+  // checkQueue asks once whether this shopper already has a place (a
+  // reload, a second tab): the ticket cookie says so.
+  function checkQueue() {
+    var rm = state.room;
+    if (rm.checked || rm.polling || !state.user) return;
+    pollQueue();
+  }
+
+  function pollQueue() {
+    var rm = state.room;
+    if (rm.polling || !state.user || !roomOn()) return;
+    rm.polling = true;
+    var next = -1;
+    request('GET', '/api/seckill/queue?productId=' + encodeURIComponent(state.productId), null, 5000).then(function (r) {
+      if (rm !== state.room) return;  // signed out meanwhile
+      if (r.ok && r.data) {
+        rm.failures = 0;
+        applyQueue(r.data);
+        next = nextQueuePoll(rm.q);
+      } else if (r.code === 'NOT_JOINED' || r.code === 'BAD_TICKET' || (r.status === 404 && r.code !== 'UNKNOWN_PRODUCT')) {
+        // No place (or a ticket of another user): the Join button shows.
+        if (rm.q) {
+          lostPlace();
+          setMessage(MESSAGES.BAD_TICKET, 'bad');
+        }
+        rm.checked = true;
+      } else if (r.status === 401) {
+        signOut(MESSAGES.UNAUTHENTICATED);
+      } else if (r.code === 'UNKNOWN_PRODUCT') {
+        productUnknown();
+      } else {
+        next = r.retryAfter ? r.retryAfter * 1000 : queueFailed();
+      }
+    }, function () {
+      if (rm === state.room) next = queueFailed();
+    }).finally(function () {
+      rm.polling = false;
+      if (rm !== state.room) return;
+      render();
+      if (next >= 0) scheduleQueuePoll(next);
+    });
+
+    function queueFailed() {
+      rm.failures++;
+      show(el.conn, true);
+      return jitter(Math.min(QUEUE_MAX_BACKOFF_MS, QUEUE_POLL_MS * Math.pow(2, rm.failures)));
+    }
+  }
+
+  // lostPlace: the server no longer knows the shopper's place (its ticket
+  // is gone or not for this user): back to Join.
+  function lostPlace() {
+    var rm = state.room;
+    clearTimeout(rm.timer);
+    rm.q = null;
+    rm.checked = true;
+    rm.firstPosition = 0;
+  }
+
+  function notAdmitted(d) {
+    var rm = state.room;
+    if (d && (typeof d.position === 'number' || typeof d.etaMs === 'number')) {
+      applyQueue({ status: 'waiting', position: d.position, etaMs: d.etaMs });
+    }
+    scheduleQueuePoll(0);
+  }
+
+  el.join.addEventListener('click', join);
+
+  function join() {
+    var w = roomConfig(), rm = state.room;
+    if (el.join.disabled || !w || rm.step || !state.user) return;
+    var pid = state.productId;
+    setMessage('');
+    if (w.difficulty > 0) {
+      rm.step = 'checking';
+      render();
+      request('GET', '/api/seckill/challenge?productId=' + encodeURIComponent(pid), null, 8000).then(function (r) {
+        if (rm !== state.room) return;
+        if (!r.ok || !r.data || typeof r.data.challenge !== 'string') return joinRefused(r);
+        return solve(r.data.challenge, r.data.difficulty || w.difficulty).then(function (nonce) {
+          if (rm !== state.room) return;
+          return post({ productId: pid, challenge: r.data.challenge, nonce: nonce });
+        }, function () {
+          setMessage('Your browser could not finish the check — please reload the page and press Join again.', 'bad');
+        });
+      }).then(null, function () {
+        setMessage(NETWORK, 'bad');
+      }).finally(done);
+    } else {
+      post({ productId: pid }).then(null, function () {
+        setMessage(NETWORK, 'bad');
+      }).finally(done);
+    }
+
+    function post(body) {
+      rm.step = 'joining';
+      render();
+      return request('POST', '/api/seckill/queue', body, 8000).then(function (r) {
+        if (rm !== state.room) return;
+        if (!r.ok || !r.data) return joinRefused(r);
+        applyQueue(r.data);
+        var next = nextQueuePoll(rm.q);
+        if (next >= 0) scheduleQueuePoll(next);
+      });
+    }
+    function done() {
+      if (rm !== state.room) return;
+      rm.step = '';
+      render();
+    }
+  }
+
+  function joinRefused(r) {
+    switch (r.code) {
+      case 'UNAUTHENTICATED':
+        signOut(MESSAGES.UNAUTHENTICATED);
+        el.userId.focus();
+        return;
+      case 'RATE_LIMITED':
+        state.cooldownUntil = Date.now() + r.retryAfter * 1000;
+        setMessage(messageFor(r), 'bad', 'rate');
+        return;
+      case 'UNKNOWN_PRODUCT':
+        productUnknown();
+        return;
+      case 'SOLD_OUT':
+        if (state.product) state.product.status = 'soldout';
+        break;
+      case 'ENDED':
+        if (state.product) state.product.status = 'ended';
+        break;
+    }
+    setMessage(r.ok ? GENERIC : messageFor(r), 'bad');
+  }
+
+  // solve runs the sale's proof of work in a Web Worker, so the page stays
+  // responsive while the browser hashes; it resolves with the nonce.
+  function solve(challenge, difficulty) {
+    var rm = state.room;
+    return new Promise(function (resolve, reject) {
+      var w, timer;
+      try {
+        w = new Worker(document.body.getAttribute('data-pow') || '/seckill/_static/pow.js');
+      } catch (e) {
+        return reject(e);
+      }
+      rm.worker = w;
+      function end() { clearTimeout(timer); w.terminate(); if (rm.worker === w) rm.worker = null; }
+      timer = setTimeout(function () { end(); reject(new Error('timeout')); }, POW_GIVE_UP_MS);
+      w.onmessage = function (ev) {
+        var d = ev.data || {};
+        end();
+        if (d.nonce == null) return reject(new Error('no nonce'));
+        resolve(String(d.nonce));
+      };
+      w.onerror = function (ev) { if (ev && ev.preventDefault) ev.preventDefault(); end(); reject(new Error('worker')); };
+      w.postMessage({ challenge: challenge, difficulty: difficulty });
+    });
+  }
+
+  // announce puts a sentence in the screen readers' live region: a change
+  // of state at once, the moving place at most every QUEUE_ANNOUNCE_MS.
+  function announce(kind, text) {
+    var rm = state.room, now = Date.now();
+    if (text === rm.live) return;
+    if (kind === rm.liveKind && kind === 'place' && now - rm.liveAt < QUEUE_ANNOUNCE_MS) return;
+    rm.live = text;
+    rm.liveAt = now;
+    rm.liveKind = kind;
+    setText(el.roomLive, text);
+  }
+
+  // renderRoom shows the room (or hides it for a sale without one) and
+  // returns {admitted} for the Buy button, null when there is no room.
+  function renderRoom(st, now) {
+    var w = roomOn() ? roomConfig() : null;
+    show(el.room, !!w);
+    setText(el.signinTitle, w ? 'Sign in to join the queue' : 'Sign in to buy');
+    if (!w) {
+      show(el.buyRow, true);
+      return null;
+    }
+    var rm = state.room, q = rm.q;
+    var line = '', note = '', joinText = '', joinOn = false, live = '', kind = 'state', meter = -1;
+    var admitted = false;
+    var status = q ? q.status : '';
+    if (status === 'admitted' && q.admittedUntilMs && now >= q.admittedUntilMs) status = 'expired';
+    var over = st === 'soldout' || st === 'ended' || status === 'closed';
+
+    if (st === 'soldout' || (status === 'closed' && q.soldOut)) {
+      line = 'Sold out — every item has been claimed, so the queue is closed.';
+      note = 'Thank you for waiting.';
+    } else if (st === 'ended') {
+      line = 'The sale has ended, so the queue is closed.';
+    } else if (status === 'closed') {
+      line = 'The queue has been closed — nobody else is being let in.';
+    } else if (!state.user) {
+      line = now < w.opensMs ? 'The queue opens in ' + formatClock(w.opensMs - now) + '. Sign in to join it.' :
+        'The queue is open. Sign in to join it.';
+      live = now < w.opensMs ? 'The queue is not open yet. Sign in to join it.' : line;
+      joinText = 'Sign in to join';
+    } else if (rm.step === 'checking') {
+      line = 'Checking your browser…';
+      note = 'This takes a few seconds and happens only once.';
+      joinText = 'Checking your browser…';
+    } else if (rm.step === 'joining') {
+      line = 'Joining the queue…';
+      joinText = 'Joining…';
+    } else if (!q) {
+      if (!rm.checked) {
+        line = 'Looking for your place…';
+        joinText = 'Join the queue';
+      } else if (now < w.opensMs) {
+        line = 'The queue opens in ' + formatClock(w.opensMs - now) + '. Keep this page open — the Join button turns on by itself.';
+        live = 'The queue is not open yet. The Join button turns on when it opens.';
+        joinText = 'Queue opens in ' + formatClock(w.opensMs - now);
+      } else {
+        line = now < w.startMs ?
+          'The queue is open. Everyone who joins before the sale opens in ' + formatClock(w.startMs - now) +
+            ' gets a place drawn at random, so there is no need to rush.' :
+          'The sale is on. Join the queue to buy: places go in the order people join.';
+        live = now < w.startMs ? 'The queue is open. Everyone who joins before the sale opens gets a place drawn at random.' : line;
+        var wait = Math.ceil((state.cooldownUntil - Date.now()) / 1000);
+        joinText = wait > 0 ? 'Try again in ' + wait + 's' : 'Join the queue';
+        joinOn = wait <= 0;
+      }
+    } else if (status === 'prequeue') {
+      line = now < w.startMs ?
+        'You\u2019re in the queue. Places are drawn at random when the sale opens in ' + formatClock(w.startMs - now) + '.' :
+        'You\u2019re in the queue. Places are being drawn…';
+      note = 'Keep this page open. Your place is kept if you reload.';
+      live = 'You\u2019re in the queue. Places are drawn at random when the sale opens.';
+    } else if (status === 'waiting') {
+      if (q.position > 0) {
+        var eta = q.etaMs >= 0 ? q.etaMs - (Date.now() - rm.qAt) : -1;
+        line = 'You are number ' + formatNumber(q.position) + ' in line' + (q.etaMs >= 0 ? ' — ' + formatWait(eta) : '') + '.';
+        kind = 'place';
+        if (rm.firstPosition > 1) meter = 1 - (q.position - 1) / rm.firstPosition;
+      } else {
+        line = 'You\u2019re in the queue. Your place is being worked out…';
+      }
+      note = 'Keep this page open. Your place is kept if you reload.';
+    } else if (status === 'admitted') {
+      admitted = true;
+      var left = q.admittedUntilMs ? q.admittedUntilMs - now : 0;
+      line = 'It\u2019s your turn — you have ' + (left > 0 ? formatClock(left) : 'a few minutes') + ' to buy.';
+      live = 'It\u2019s your turn to buy.';
+      meter = 1;
+    } else if (status === 'expired') {
+      line = state.bought > 0 ? 'Your turn is over. Thank you for shopping.' :
+        'Your time to buy has run out, so your turn is over.';
+    }
+    announce(kind, live || line);
+
+    setText(el.roomLine, line);
+    el.room.setAttribute('data-state', over ? 'over' : status || (rm.step ? 'joining' : 'out'));
+    setText(el.roomNote, note);
+    show(el.roomNote, !!note);
+    show(el.roomMeter, meter >= 0);
+    if (meter >= 0) el.roomBar.style.width = Math.round(Math.max(0.02, Math.min(1, meter)) * 100) + '%';
+    show(el.join, !!joinText && !over);
+    setText(el.join, joinText);
+    if (el.join.disabled === joinOn) el.join.disabled = !joinOn;
+    // Buy shows once it can be used: during the shopper's turn.
+    show(el.buyRow, admitted && !over);
+    return { admitted: admitted };
   }
 
   // ---- start ----
