@@ -618,9 +618,15 @@
     return 'about ' + h + (h === 1 ? ' hour' : ' hours');
   }
 
+  // roomConfig is the status answer's waitingRoom {opensMs, order,
+  // difficulty, sessionMs}, with the sale's start (when the draw is and
+  // admission begins) beside it; null for a sale without a room.
   function roomConfig() {
-    var w = state.product && state.product.waitingRoom;
-    return w && w.enabled ? w : null;
+    var p = state.product, w = p && p.waitingRoom;
+    if (!w || typeof w !== 'object' || w.enabled === false) return null;
+    if (w.startMs == null) w.startMs = p.startMs;
+    if (w.opensMs == null) w.opensMs = 0;
+    return w;
   }
   function roomOn() { return !!roomConfig() && !state.unknown; }
 
@@ -868,7 +874,9 @@
     if (status === 'admitted' && q.admittedUntilMs && now >= q.admittedUntilMs) status = 'expired';
     var over = st === 'soldout' || st === 'ended' || status === 'closed';
 
-    if (st === 'soldout' || (status === 'closed' && q.soldOut)) {
+    if ((st === 'soldout' || (status === 'closed' && q.soldOut)) && state.bought > 0) {
+      line = 'You got yours — the sale is now sold out. Thank you for waiting.';
+    } else if (st === 'soldout' || (status === 'closed' && q.soldOut)) {
       line = 'Sold out — every item has been claimed, so the queue is closed.';
       note = 'Thank you for waiting.';
     } else if (st === 'ended') {
@@ -896,21 +904,25 @@
         live = 'The queue is not open yet. The Join button turns on when it opens.';
         joinText = 'Queue opens in ' + formatClock(w.opensMs - now);
       } else {
-        line = now < w.startMs ?
+        line = now >= w.startMs ? 'The sale is on. Join the queue to buy: places go in the order people join.' :
+          w.order === 'fifo' ? 'The queue is open. The sale opens in ' + formatClock(w.startMs - now) +
+            '; places go in the order people join.' :
           'The queue is open. Everyone who joins before the sale opens in ' + formatClock(w.startMs - now) +
-            ' gets a place drawn at random, so there is no need to rush.' :
-          'The sale is on. Join the queue to buy: places go in the order people join.';
-        live = now < w.startMs ? 'The queue is open. Everyone who joins before the sale opens gets a place drawn at random.' : line;
+            ' gets a place drawn at random, so there is no need to rush.';
+        live = now >= w.startMs ? line : w.order === 'fifo' ? 'The queue is open. Places go in the order people join.' :
+          'The queue is open. Everyone who joins before the sale opens gets a place drawn at random.';
         var wait = Math.ceil((state.cooldownUntil - Date.now()) / 1000);
         joinText = wait > 0 ? 'Try again in ' + wait + 's' : 'Join the queue';
         joinOn = wait <= 0;
       }
     } else if (status === 'prequeue') {
-      line = now < w.startMs ?
-        'You\u2019re in the queue. Places are drawn at random when the sale opens in ' + formatClock(w.startMs - now) + '.' :
-        'You\u2019re in the queue. Places are being drawn…';
+      var fifo = w.order === 'fifo';
+      line = now >= w.startMs ? 'You\u2019re in the queue. ' + (fifo ? 'Your place is being worked out…' : 'Places are being drawn…') :
+        fifo ? 'You\u2019re in the queue. Your place is kept in the order you joined; the sale opens in ' + formatClock(w.startMs - now) + '.' :
+        'You\u2019re in the queue. Places are drawn at random when the sale opens in ' + formatClock(w.startMs - now) + '.';
       note = 'Keep this page open. Your place is kept if you reload.';
-      live = 'You\u2019re in the queue. Places are drawn at random when the sale opens.';
+      live = fifo ? 'You\u2019re in the queue. Your place is kept in the order you joined.' :
+        'You\u2019re in the queue. Places are drawn at random when the sale opens.';
     } else if (status === 'waiting') {
       if (q.position > 0) {
         var eta = q.etaMs >= 0 ? q.etaMs - (Date.now() - rm.qAt) : -1;
@@ -921,6 +933,9 @@
         line = 'You\u2019re in the queue. Your place is being worked out…';
       }
       note = 'Keep this page open. Your place is kept if you reload.';
+    } else if (status === 'admitted' && state.limitReached) {
+      line = 'You\u2019ve bought all this sale allows — thank you for waiting.';
+      meter = 1;
     } else if (status === 'admitted') {
       admitted = true;
       var left = q.admittedUntilMs ? q.admittedUntilMs - now : 0;
@@ -943,7 +958,7 @@
     setText(el.join, joinText);
     if (el.join.disabled === joinOn) el.join.disabled = !joinOn;
     // Buy shows once it can be used: during the shopper's turn.
-    show(el.buyRow, admitted && !over);
+    show(el.buyRow, (admitted || state.busy) && !over);
     return { admitted: admitted };
   }
 
