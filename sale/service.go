@@ -29,12 +29,12 @@ import (
 // Settings are the reloadable parts of the sale, compiled with the config
 // snapshot.
 type Settings struct {
-	Sessions     *session.Codec
-	Tokens       *ptoken.Minter
+	Sessions *session.Codec
+	Tokens   *ptoken.Minter
 	// Tickets sign the waiting rooms' tickets and Challenges their proofs
 	// of work (both keyed from sale.token_secret: every edge must share it).
-	Tickets    *waitroom.Tickets
-	Challenges *waitroom.Challenger
+	Tickets      *waitroom.Tickets
+	Challenges   *waitroom.Challenger
 	DemoLogin    bool
 	CookieSecure bool
 	SessionTTL   time.Duration

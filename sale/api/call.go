@@ -83,17 +83,17 @@ func (c *Call) SetUser(id []byte) { c.userBuf, c.UserID = id, id }
 type Endpoint uint8
 
 const (
-	EndpointNone   Endpoint = iota // not the sale API
-	EndpointStatus                 // GET /api/seckill/status
-	EndpointLogin                  // POST /api/login
-	EndpointLottery                // GET /api/seckill/queue/lottery (public)
-	EndpointToken                  // POST /api/seckill/token
-	EndpointDo                     // POST /api/seckill/do
-	EndpointResult                 // GET /api/seckill/result
-	EndpointEvents                 // GET /api/seckill/events
-	EndpointChallenge              // GET /api/seckill/challenge
-	EndpointJoin                   // POST /api/seckill/queue
-	EndpointQueue                  // GET /api/seckill/queue
+	EndpointNone      Endpoint = iota // not the sale API
+	EndpointStatus                    // GET /api/seckill/status
+	EndpointLogin                     // POST /api/login
+	EndpointLottery                   // GET /api/seckill/queue/lottery (public)
+	EndpointToken                     // POST /api/seckill/token
+	EndpointDo                        // POST /api/seckill/do
+	EndpointResult                    // GET /api/seckill/result
+	EndpointEvents                    // GET /api/seckill/events
+	EndpointChallenge                 // GET /api/seckill/challenge
+	EndpointJoin                      // POST /api/seckill/queue
+	EndpointQueue                     // GET /api/seckill/queue
 )
 
 // NeedsUser reports whether the endpoint needs a signed-in shopper.
