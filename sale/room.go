@@ -314,6 +314,7 @@ type roomAnswer struct {
 	status          string
 	place, etaMs    int64
 	admittedUntilMs int64
+	ahead           int64 // places before this one the line has still to let in: the number the page shows moving
 	soldOut         bool
 	// id and reissue: the ticket to give (a new one when its place changed).
 	id      waitroom.ID
@@ -338,6 +339,7 @@ func roomAnswerOf(room *waitroom.Room, p *stock.RoomPlace, vs *waitroom.State, n
 	default:
 		a.status = roomWaiting
 		a.etaMs = vs.ETA(p.Place, nowMs)
+		a.ahead = max(p.Place-1-vs.Frontier(nowMs), 0)
 		if a.etaMs == 0 {
 			a.etaMs = -1 // the line passed the place, max_active holds it back: no estimate
 		}
@@ -345,7 +347,7 @@ func roomAnswerOf(room *waitroom.Room, p *stock.RoomPlace, vs *waitroom.State, n
 	return a
 }
 
-// answerRoom writes {productId, status, position, admitted, etaMs, opensMs,
+// answerRoom writes {productId, status, position, ahead, admitted, etaMs, opensMs,
 // admittedUntilMs, soldOut, ticket} and, with a.reissue, the ticket cookie.
 func (s *Service) answerRoom(r *api.Call, st *Settings, a roomAnswer) {
 	e := r.Activity
@@ -355,6 +357,8 @@ func (s *Service) answerRoom(r *api.Call, st *Settings, a roomAnswer) {
 	b = append(b, a.status...)
 	b = append(b, `","position":`...)
 	b = strconv.AppendInt(b, a.place, 10)
+	b = append(b, `,"ahead":`...)
+	b = strconv.AppendInt(b, a.ahead, 10)
 	b = append(b, `,"admitted":`...)
 	b = strconv.AppendBool(b, a.status == roomAdmitted)
 	b = append(b, `,"etaMs":`...)
