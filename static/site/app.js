@@ -506,7 +506,7 @@
         setMessage(messageFor(r), 'info');
         return;
       case 'NOT_ADMITTED':
-        notAdmitted(r.data);
+        notAdmitted();
         break;
       case 'NOT_JOINED':
       case 'BAD_TICKET':
@@ -672,12 +672,16 @@
     var q = {
       status: typeof d.status === 'string' ? d.status : (d.admitted ? 'admitted' : 'waiting'),
       position: typeof d.position === 'number' ? d.position : 0,
+      // position is the shopper's place for good; ahead moves as the line
+      // lets people in, so the page counts "number ahead+1 in line".
+      ahead: typeof d.ahead === 'number' ? d.ahead : -1,
       etaMs: typeof d.etaMs === 'number' ? d.etaMs : -1,
       admittedUntilMs: typeof d.admittedUntilMs === 'number' ? d.admittedUntilMs : (rm.q ? rm.q.admittedUntilMs : 0),
       soldOut: !!d.soldOut
     };
     if (d.admitted === true && q.status === 'waiting') q.status = 'admitted';
-    if (q.status === 'waiting' && q.position > rm.firstPosition) rm.firstPosition = q.position;
+    q.number = q.position > 0 ? (q.ahead >= 0 ? q.ahead + 1 : q.position) : 0;
+    if (q.status === 'waiting' && q.number > rm.firstPosition) rm.firstPosition = q.number;
     if (q.soldOut && state.product) state.product.status = 'soldout';
     rm.q = q;
     rm.qAt = Date.now();
@@ -743,11 +747,11 @@
     rm.firstPosition = 0;
   }
 
-  function notAdmitted(d) {
+  // notAdmitted: the token call says it is not (or no longer) the
+  // shopper's turn; the queue poll says where they stand.
+  function notAdmitted() {
     var rm = state.room;
-    if (d && (typeof d.position === 'number' || typeof d.etaMs === 'number')) {
-      applyQueue({ status: 'waiting', position: d.position, etaMs: d.etaMs });
-    }
+    if (rm.q && rm.q.status === 'admitted') rm.q.status = 'waiting';
     scheduleQueuePoll(0);
   }
 
@@ -924,11 +928,11 @@
       live = fifo ? 'You\u2019re in the queue. Your place is kept in the order you joined.' :
         'You\u2019re in the queue. Places are drawn at random when the sale opens.';
     } else if (status === 'waiting') {
-      if (q.position > 0) {
+      if (q.number > 0) {
         var eta = q.etaMs >= 0 ? q.etaMs - (Date.now() - rm.qAt) : -1;
-        line = 'You are number ' + formatNumber(q.position) + ' in line' + (q.etaMs >= 0 ? ' — ' + formatWait(eta) : '') + '.';
+        line = 'You are number ' + formatNumber(q.number) + ' in line' + (q.etaMs >= 0 ? ' — ' + formatWait(eta) : '') + '.';
         kind = 'place';
-        if (rm.firstPosition > 1) meter = 1 - (q.position - 1) / rm.firstPosition;
+        if (rm.firstPosition > 1) meter = (rm.firstPosition - q.number) / rm.firstPosition;
       } else {
         line = 'You\u2019re in the queue. Your place is being worked out…';
       }
