@@ -71,8 +71,6 @@ const (
 	// (about 2^20 hashes, a few seconds in Chromium here, see README) many
 	// times over, short enough that a stock of solved challenges goes stale.
 	ChallengeTTL = 2 * time.Minute
-	// ChallengeMinSecretLen is the shortest secret NewChallenger accepts.
-	ChallengeMinSecretLen = 32
 	// ChallengeIDLen is the length of ChallengeID's answer (base64url characters).
 	ChallengeIDLen = 16
 	// MaxChallengeNonceLen bounds the nonce: up to 20 decimal digits (any uint64).
@@ -131,10 +129,12 @@ type challengeState struct {
 
 var challengeColon = []byte{':'}
 
-// NewChallenger returns a Challenger whose challenges live ChallengeTTL. The
-// secret (at least ChallengeMinSecretLen bytes; the caller's config validation says
-// so by field) is not kept: only the key derived from it. A shorter secret
-// is a programming error and panics.
+// NewChallenger returns a Challenger whose challenges live ChallengeTTL.
+// The secret is not kept, only the key derived from it. Its strength is the
+// caller's to check, with the field's name: the edge passes
+// sale.token_secret, which its config validation holds to at least 32 bytes
+// (the purchase tokens' minimum). NewChallenger itself never fails, so that
+// a config that is refused anyway cannot crash the edge here.
 func NewChallenger(secret []byte) *Challenger {
 	return newChallenger(secret, ChallengeTTL)
 }
@@ -153,9 +153,6 @@ func newChallenger(secret []byte, ttl time.Duration) *Challenger {
 	c := &Challenger{ttl: ttl}
 	if secret == nil {
 		return c
-	}
-	if len(secret) < ChallengeMinSecretLen {
-		panic(fmt.Sprintf("waitroom: challenge secret is %d bytes, need at least %d", len(secret), ChallengeMinSecretLen))
 	}
 	kdf := hmac.New(sha256.New, secret)
 	kdf.Write(challengeKDFLabel)
@@ -185,16 +182,16 @@ func CheckChallengeDifficulty(d int) error {
 // Issue returns a challenge for user and product asking for difficulty
 // leading zero bits, accepted until nowMs + TTL (Unix milliseconds,
 // exclusive). The string is printable (base64url) and needs no escaping in
-// JSON, a URL or a header. user and product are the verified session's
-// subject and a known product id; an invalid one, or a difficulty outside
-// 0..MaxChallengeDifficulty, is a programming error and panics. Its one allocation is
-// the string.
+// JSON, a URL or a header. Its one allocation is the string.
+//
+// user and product are the verified session's subject and a known product
+// id, and the difficulty comes from a validated config; should one be
+// invalid all the same (a difficulty outside 0..MaxChallengeDifficulty), the
+// answer is "", which no Verify accepts: a refused join, not a panic in a
+// request handler.
 func (c *Challenger) Issue(user, product []byte, difficulty int, nowMs int64) string {
-	if err := CheckChallengeDifficulty(difficulty); err != nil {
-		panic(err)
-	}
-	if !order.ValidUserID(user) || !order.ValidProductID(product) {
-		panic("waitroom: Issue needs a valid user id and product id")
+	if CheckChallengeDifficulty(difficulty) != nil || !order.ValidUserID(user) || !order.ValidProductID(product) {
+		return ""
 	}
 	st := c.pool.Get().(*challengeState)
 	defer c.pool.Put(st)
