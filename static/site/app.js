@@ -697,8 +697,9 @@
   }
 
   function pollQueue() {
-    var rm = state.room;
-    if (rm.polling || !state.user || !roomOn()) return;
+    var rm = state.room, st = effectiveStatus();
+    // Sold out or over (the status poll may hear it first): nothing to ask.
+    if (rm.polling || !state.user || !roomOn() || st === 'soldout' || st === 'ended') return;
     rm.polling = true;
     var next = -1;
     request('GET', '/api/seckill/queue?productId=' + encodeURIComponent(state.productId), null, 5000).then(function (r) {
