@@ -360,3 +360,62 @@ func leadingZeroBits(h [32]byte) int {
 	}
 	return z
 }
+
+// TestWaitingRoomTurnEndsAndQueueCloses: a sale with a room but no browser
+// check, a cap of one shopper at a time and a 6-second turn. The first
+// shopper (pre-queue) gets the turn at the opening. The second, who joins
+// after the opening, waits behind the cap; when the operator closes the
+// queue, their page says so. The first lets the turn run out: the page says
+// so and Buy goes away.
+func TestWaitingRoomTurnEndsAndQueueCloses(t *testing.T) {
+	t.Parallel()
+	first, second := newTab(t, "first"), newTab(t, "second")
+	first.initScript(roomRecorder)
+	second.initScript(roomRecorder)
+	e := startEdge(t, activities("  - {product_id: p3, name: \"Waiting-room Lamp\", price: \"9.00\", stock: 5, limit: 1,"+
+		" start: \"+4s\", end: \"+1h\", waiting_room: {enabled: true, prequeue_opens: 1h, admit_per_minute: 6000,"+
+		" max_active: 1, session: 6s}}\n"))
+
+	first.open(e.page("p3"))
+	first.signIn("lamp-1")
+	mark := first.mark()
+	first.waitJS(5*time.Second, "Join on", `!document.getElementById('join').disabled`)
+	first.do(chromedp.Click(chromedp.ID("join")))
+	first.waitText(5*time.Second, "room-line", regexp.MustCompile(`^You’re in the queue\. Places are drawn at random`))
+	if n := first.countReqs(mark, "/api/seckill/challenge"); n != 0 {
+		t.Errorf("a sale without a browser check: the page asked for a challenge %d times", n)
+	}
+	turn := regexp.MustCompile(`^It’s your turn — you have 0:0[1-6] to buy\.$`)
+	first.waitText(8*time.Second, "room-line", turn)
+	first.waitBuy(2*time.Second, `^Buy now$`, true)
+
+	// The second shopper joins behind the first, and the cap holds them.
+	second.open(e.page("p3"))
+	second.signIn("lamp-2")
+	second.waitJS(5*time.Second, "Join on", `!document.getElementById('join').disabled`)
+	second.do(chromedp.Click(chromedp.ID("join")))
+	second.waitText(5*time.Second, "room-line", regexp.MustCompile(`^You are number 1 in line`))
+
+	// The operator closes the queue while the first still has the turn:
+	// the second shopper hears it.
+	e.adminPost("/admin/waitroom", map[string]any{"productId": "p3", "action": "close"})
+	if got := first.text("room-line"); !turn.MatchString(got) {
+		t.Fatalf("the first shopper's turn ended before the queue was closed (%q): machine too slow for this test", got)
+	}
+	second.waitText(5*time.Second, "room-line", regexp.MustCompile(`^The queue has been closed — nobody else is being let in\.$`))
+	if vis := eval[bool](second, `document.getElementById('buy-row').offsetParent !== null`); vis {
+		t.Error("closed: the second shopper's Buy row shows")
+	}
+	if seen := roomLines(second); slices.ContainsFunc(seen, func(s string) bool { return strings.HasPrefix(s, "It’s your turn") }) {
+		t.Errorf("the second shopper was given a turn while the first held the only one: %q", seen)
+	}
+	roomShots(t, second, "closed")
+
+	// The first shopper's turn runs out (closing the queue does not take a
+	// turn already given).
+	first.waitText(8*time.Second, "room-line", regexp.MustCompile(`^Your time to buy has run out, so your turn is over\.$`))
+	first.waitBuyHidden()
+	roomShots(t, first, "turn-over")
+	noJSONInMessages(t, first)
+	noJSONInMessages(t, second)
+}
