@@ -76,9 +76,9 @@ const (
 	// At 20 bits (2^20 hashes on average) headless Chromium on a 2-core
 	// server takes about 0.6 s (1.5-2 million hashes a second,
 	// test/browser/pow_test.go); a phone ten times slower needs 6 s on
-	// average and, the tries being geometric, 6 s times k with probability
-	// e^-k: two minutes is ample, and short enough that a stock of solved
-	// challenges goes stale.
+	// average and, the tries being geometric, more than k times that with
+	// probability e^-k: two minutes is ample, and short enough that a stock
+	// of solved challenges goes stale.
 	ChallengeTTL = 2 * time.Minute
 	// ChallengeIDLen is the length of ChallengeID's answer (base64url characters).
 	ChallengeIDLen = 16
