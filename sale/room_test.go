@@ -514,3 +514,54 @@ func TestRoomRefusalFromMemory(t *testing.T) {
 		t.Fatalf("the refusal allocates %.1f times", allocs)
 	}
 }
+
+// TestRoomSoldOutAndWindow: the queue opens prequeue_opens before the
+// start (403 NOT_STARTED before); sold out closes it for everyone in line
+// and for new joins (status closed, soldOut), and the token call says sold
+// out.
+func TestRoomSoldOutAndWindow(t *testing.T) {
+	addr := redistest.Start(t)
+	r := newRoomRig(t, addr, 2, conf.WaitingRoomConfig{PrequeueOpens: 20 * time.Second})
+	if a := r.call(0, api.EndpointJoin, "d1", roomProduct, "", nil); a.code != 403 || a.str("code") != "NOT_STARTED" {
+		t.Fatalf("join before the queue opens: %s", a.raw)
+	}
+	r.nowMs.Store(r.start - 10_000)
+	held := r.join(0, "d1").cookie
+	r.nowMs.Store(r.start + 5_000)
+	r.tend()
+	for _, e := range r.edges {
+		e.d.Activities.StateOf(roomProduct).SetSoldOut(true) // as the broadcast sets it
+	}
+	if a := r.call(1, api.EndpointQueue, "d1", roomProduct, held, nil); a.code != 200 || a.str("status") != "closed" || a.body["soldOut"] != true {
+		t.Fatalf("poll after sold out: %s", a.raw)
+	}
+	if a := r.call(0, api.EndpointJoin, "d2", roomProduct, "", nil); a.code != 200 || a.str("status") != "closed" || a.body["soldOut"] != true || a.cookie != "" {
+		t.Fatalf("join after sold out: %s", a.raw)
+	}
+	if a := r.call(0, api.EndpointToken, "d1", roomProduct, held, nil); a.code != 410 {
+		t.Fatalf("token after sold out: %s", a.raw)
+	}
+}
+
+// TestRoomConfigJSON: the admin API's activity carries waiting_room with
+// durations as strings, and a bad one names its field.
+func TestRoomConfigJSON(t *testing.T) {
+	var c conf.ActivityConfig
+	js := `{"productId":"p9","waiting_room":{"enabled":true,"prequeue_opens":"10m","admit_per_minute":600,"session":"5m","order":"fifo","challenge":{"difficulty":12}}}`
+	if err := json.Unmarshal([]byte(js), &c); err != nil {
+		t.Fatal(err)
+	}
+	w := c.WaitingRoom
+	if !w.Enabled || w.PrequeueOpens != 10*time.Minute || w.Session != 5*time.Minute || w.Order != "fifo" || w.Challenge.Difficulty != 12 {
+		t.Fatalf("%+v", w)
+	}
+	out, _ := json.Marshal(c)
+	var back conf.ActivityConfig
+	if err := json.Unmarshal(out, &back); err != nil || back.WaitingRoom != w {
+		t.Fatalf("round trip: %s %v", out, err)
+	}
+	err := json.Unmarshal([]byte(`{"waiting_room":{"enabled":true,"session":"five"}}`), &c)
+	if err == nil || !strings.Contains(err.Error(), "waiting_room.session") {
+		t.Fatalf("bad duration: %v", err)
+	}
+}
