@@ -31,7 +31,7 @@ import (
 // clock the test moves, driven through Handle as the chain leaves calls
 // (the user signed in).
 type roomRig struct {
-	t     *testing.T
+	t     testing.TB
 	st    *stock.Store
 	edges []*Service
 	nowMs atomic.Int64
@@ -41,7 +41,7 @@ type roomRig struct {
 
 const roomProduct = "wr1"
 
-func newRoomRig(t *testing.T, addr string, edges int, wr conf.WaitingRoomConfig) *roomRig {
+func newRoomRig(t testing.TB, addr string, edges int, wr conf.WaitingRoomConfig) *roomRig {
 	t.Helper()
 	r := &roomRig{t: t}
 	base := time.Now().Truncate(time.Second)
@@ -563,5 +563,44 @@ func TestRoomConfigJSON(t *testing.T) {
 	err := json.Unmarshal([]byte(`{"waiting_room":{"enabled":true,"session":"five"}}`), &c)
 	if err == nil || !strings.Contains(err.Error(), "waiting_room.session") {
 		t.Fatalf("bad duration: %v", err)
+	}
+}
+
+// BenchmarkRoomToken: the token call of a shopper not admitted, refused
+// from the edge's memory (the line has not reached the ticket's place) and
+// by the script (the line has, max_active has no room).
+//
+//	go test -run '^$' -bench BenchmarkRoomToken -benchmem ./sale/
+func BenchmarkRoomToken(b *testing.B) {
+	for _, c := range []struct {
+		name string
+		cfg  conf.WaitingRoomConfig
+	}{
+		{"memory", conf.WaitingRoomConfig{AdmitPerMinute: 1, Order: "fifo"}},
+		{"redis", conf.WaitingRoomConfig{AdmitPerMinute: 10_000_000, Order: "fifo", MaxActive: 1}},
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			r := newRoomRig(b, redistest.Start(b), 1, c.cfg)
+			r.nowMs.Store(r.start + 1000)
+			r.tend()
+			// "first" takes the one seat max_active has (redis case).
+			if a := r.call(0, api.EndpointToken, "first", roomProduct, r.join(0, "first").cookie, nil); c.cfg.MaxActive == 1 && a.code != 200 {
+				b.Fatalf("first: %s", a.raw)
+			}
+			last := r.join(0, "z")
+			ctx := new(fasthttp.RequestCtx)
+			ctx.Request.Header.SetCookie(waitroom.CookiePref+roomProduct, last.cookie)
+			call := &api.Call{Ctx: ctx, Endpoint: api.EndpointToken, UserID: []byte("z"), ProductID: []byte(roomProduct), Scratch: make([]byte, 0, 512)}
+			b.ReportAllocs()
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				call.NowNano, call.Checked, call.Activity = r.nowMs.Load()*1e6, 0, activity.Entry{}
+				r.edges[0].Handle(call)
+			}
+			b.StopTimer()
+			if ctx.Response.StatusCode() != 403 {
+				b.Fatalf("%d %s", ctx.Response.StatusCode(), ctx.Response.Body())
+			}
+		})
 	}
 }
