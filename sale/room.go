@@ -370,7 +370,11 @@ func (s *Service) answerRoom(r *api.Call, st *Settings, a roomAnswer) {
 	b = append(b, `,"soldOut":`...)
 	b = strconv.AppendBool(b, a.soldOut)
 	if a.status != roomClosed || a.place > 0 {
-		b = append(b, `,"ticket":"`...)
+		// The ticket id is what the lottery ranks: with it a shopper
+		// checks their own place against the published key.
+		b = append(b, `,"ticketId":"`...)
+		b = a.id.AppendHex(b)
+		b = append(b, `","ticket":"`...)
 		from := len(b)
 		if a.reissue {
 			b = st.Tickets.Append(b, r.UserID, r.ProductID, a.id, a.place, e.EndMs+roomGrace.Milliseconds())

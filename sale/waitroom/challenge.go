@@ -27,10 +27,11 @@ import (
 // and no allocation. Any edge checks a challenge another edge issued, given
 // the same secret.
 //
-// Layout, base64url without padding (MinChallengeLen..MaxChallengeLen characters):
+// Layout, base64url without padding (MinChallengeLen..MaxChallengeLen
+// characters):
 //
-//	version (1) | difficulty (1) | len(product) (1) | id (12) | expiresMs (8, big-endian) |
-//	product | len(user) (1) | user | tag (16)
+//	version (1) | difficulty (1) | len(product) (1) | id (12) |
+//	expiresMs (8, big-endian) | product | len(user) (1) | user | tag (16)
 //	tag = HMAC-SHA256(key, everything before it)[:16]
 //	key = HMAC-SHA256(secret, "flashgate waitroom challenge v1")
 //
@@ -38,38 +39,46 @@ import (
 // tokens: no challenge can ever be mistaken for a token, or the other way
 // round. The user and product travel in the challenge (to that same user), so
 // that a genuine challenge presented by another user or for another sale is
-// told apart from a forged one (ErrChallengeWrongUser, ErrChallengeWrongProduct instead of
-// ErrChallengeForged). The difficulty is signed too: the work a challenge asks for is
-// fixed when it is issued, and a change of the sale's difficulty applies to
-// the challenges issued after it (at most one TTL later, every challenge
-// asks for the new one).
+// told apart from a forged one (ErrChallengeWrongUser,
+// ErrChallengeWrongProduct instead of ErrChallengeForged). The difficulty is
+// signed too: the work a challenge asks for is fixed when it is issued, and a
+// change of the sale's difficulty applies to the challenges issued after it
+// (at most one TTL later, every challenge asks for the new one).
 //
 // # Replay: the contract with the join script
 //
 // Verify is stateless: it accepts a solved challenge any number of times
 // until it expires. A challenge is spent by the join it was sent with: the
-// join script, in the same round trip as the join, must
+// join script (orders/stock/lua/wr_join.lua), in the same round trip as the
+// join, must
 //
-//	SET <the sale's key prefix>:pow:<ChallengeID(challenge)> 1 NX PXAT <ChallengeExpiresMs(challenge)>
+//	SET sk:{<product>}:wr:c:<ChallengeID(challenge)> 1 NX PXAT <ChallengeExpiresMs(challenge)>
 //
 // and refuse the join (403 BAD_CHALLENGE, nothing else written) when the key
-// already exists. A challenge is bound to one user and one sale, and that
-// user's second join returns the place it already has without looking at a
-// challenge; so "replayed" means a challenge already spent by a join that is
-// presented for a new one (for example after the shopper's place was given
-// up): it is refused and the page asks for a fresh challenge. The key lives
-// until the challenge expires and no longer: after that Verify refuses the
-// challenge as ErrChallengeExpired by itself. Ids are 96 bits from crypto/rand, unique
-// across edges without coordination.
+// already exists. A challenge is bound to one user and one sale, and the
+// script answers a shopper who already has a place with that place before it
+// looks at the challenge (a retried join whose first answer was lost gets
+// its place, not a refusal). So "replayed" means: a challenge already spent
+// by a join, presented again for a join that would create a place (another
+// shopper cannot present it at all: ErrChallengeWrongUser). It is refused,
+// and the page asks for a fresh challenge. The key lives until the challenge
+// expires and no longer: after that Verify refuses the challenge as
+// ErrChallengeExpired by itself, so the keys never outnumber the joins of one
+// TTL. Ids are 96 bits from crypto/rand, unique across edges without
+// coordination.
 
 const (
-	// MaxChallengeDifficulty is the most leading zero bits a challenge may ask for: 2^32
-	// hashes is hours in a phone's browser, so more is never a setting.
+	// MaxChallengeDifficulty is the most leading zero bits a challenge may
+	// ask for: 2^32 hashes is about an hour in a desktop browser, so more is
+	// never a setting.
 	MaxChallengeDifficulty = 32
-	// ChallengeTTL is how long a challenge is accepted after it was issued:
-	// time for the slowest phone to solve the highest sensible difficulty
-	// (about 2^20 hashes, a few seconds in Chromium here, see README) many
-	// times over, short enough that a stock of solved challenges goes stale.
+	// ChallengeTTL is how long a challenge is accepted after it was issued.
+	// At 20 bits (2^20 hashes on average) headless Chromium on a 2-core
+	// server takes about 0.6 s (1.5-2 million hashes a second,
+	// test/browser/pow_test.go); a phone ten times slower needs 6 s on
+	// average and, the tries being geometric, more than k times that with
+	// probability e^-k: two minutes is ample, and short enough that a stock
+	// of solved challenges goes stale.
 	ChallengeTTL = 2 * time.Minute
 	// ChallengeIDLen is the length of ChallengeID's answer (base64url characters).
 	ChallengeIDLen = 16
