@@ -618,14 +618,15 @@
     return 'about ' + h + (h === 1 ? ' hour' : ' hours');
   }
 
-  // roomConfig is the status answer's waitingRoom {opensMs, order,
+  // roomConfig is the status answer's waitingRoom {queueOpensMs, order,
   // difficulty, sessionMs}, with the sale's start (when the draw is and
-  // admission begins) beside it; null for a sale without a room.
+  // admission begins) beside it as startMs, and the queue's opening as
+  // opensMs; null for a sale without a room.
   function roomConfig() {
     var p = state.product, w = p && p.waitingRoom;
     if (!w || typeof w !== 'object' || w.enabled === false) return null;
     if (w.startMs == null) w.startMs = p.startMs;
-    if (w.opensMs == null) w.opensMs = 0;
+    if (w.opensMs == null) w.opensMs = typeof w.queueOpensMs === 'number' ? w.queueOpensMs : 0;
     return w;
   }
   function roomOn() { return !!roomConfig() && !state.unknown; }
