@@ -362,8 +362,10 @@ func leadingZeroBits(h [32]byte) int {
 }
 
 // TestWaitingRoomTurnEndsAndQueueCloses: a sale with a room but no browser
-// check, a cap of one shopper at a time and a 6-second turn. The first
-// shopper (pre-queue) gets the turn at the opening. The second, who joins
+// check, a cap of one shopper at a time and a 6-second turn, whose queue
+// opens 3 s after the edge starts. The first shopper sees the countdown to
+// the queue's opening and Join turn on by itself, joins the pre-queue, and
+// gets the turn at the opening. The second, who joins
 // after the opening, waits behind the cap; when the operator closes the
 // queue, their page says so. The first lets the turn run out: the page says
 // so and Buy goes away.
@@ -373,13 +375,28 @@ func TestWaitingRoomTurnEndsAndQueueCloses(t *testing.T) {
 	first.initScript(roomRecorder)
 	second.initScript(roomRecorder)
 	e := startEdge(t, activities("  - {product_id: p3, name: \"Waiting-room Lamp\", price: \"9.00\", stock: 5, limit: 1,"+
-		" start: \"+4s\", end: \"+1h\", waiting_room: {enabled: true, prequeue_opens: 1h, admit_per_minute: 6000,"+
+		" start: \"+7s\", end: \"+1h\", waiting_room: {enabled: true, prequeue_opens: 4s, admit_per_minute: 6000,"+
 		" max_active: 1, session: 6s}}\n"))
 
+	wr, _ := e.status("p3")["waitingRoom"].(map[string]any)
+	opensMs, _ := wr["queueOpensMs"].(float64)
+	opens := time.UnixMilli(int64(opensMs))
 	first.open(e.page("p3"))
 	first.signIn("lamp-1")
+	line := first.waitText(3*time.Second, "room-line", regexp.MustCompile(`^The queue opens in \d:\d\d\. Keep this page open — the Join button turns on by itself\.$`))
+	join := eval[joinState](first, joinStateJS)
+	if !time.Now().Before(opens) {
+		t.Fatalf("setting up took too long: the queue opened before the page was checked")
+	}
+	if !join.Visible || join.Enabled || !strings.HasPrefix(join.Text, "Queue opens in ") {
+		t.Errorf("before the queue opens: Join is %+v, want shown and off, 'Queue opens in …'", join)
+	}
+	if secs := clockSeconds(strings.TrimSuffix(strings.TrimPrefix(line, "The queue opens in "), ". Keep this page open — the Join button turns on by itself.")); float64(secs) < time.Until(opens).Seconds()-1 || float64(secs) > time.Until(opens).Seconds()+1.5 {
+		t.Errorf("%q, the queue opens in %v", line, time.Until(opens).Round(time.Millisecond))
+	}
+	roomShots(t, first, "queue-not-open")
 	mark := first.mark()
-	first.waitJS(5*time.Second, "Join on", `!document.getElementById('join').disabled`)
+	first.waitJS(time.Until(opens)+3*time.Second, "Join on by itself", `!document.getElementById('join').disabled`)
 	first.do(chromedp.Click(chromedp.ID("join")))
 	first.waitText(5*time.Second, "room-line", regexp.MustCompile(`^You’re in the queue\. Places are drawn at random`))
 	if n := first.countReqs(mark, "/api/seckill/challenge"); n != 0 {
