@@ -507,6 +507,12 @@
         return;
       case 'NOT_ADMITTED':
         notAdmitted();
+        // Without a place in the answer it is the turn that ended, not one
+        // still to come.
+        if (!r.data || typeof r.data.position !== 'number') {
+          setMessage('Your time to buy has run out, so your turn is over.', 'bad');
+          return;
+        }
         break;
       case 'NOT_JOINED':
       case 'BAD_TICKET':
