@@ -667,6 +667,8 @@
       // second), and now and then before, for a close.
       var toOpen = w && w.startMs ? w.startMs - serverNow() : 0;
       if (toOpen > 0 && toOpen < QUEUE_SLOW_MS) return toOpen + Math.floor(Math.random() * QUEUE_JITTER_MS);
+      // Past the opening and the draw not in yet: it is a moment away.
+      if (toOpen <= 0) return jitter(QUEUE_POLL_MS);
       return jitter(QUEUE_SLOW_MS);
     }
     if (document.hidden || q.status === 'admitted') return jitter(QUEUE_SLOW_MS);
