@@ -196,7 +196,7 @@ func (s *Service) join(r *api.Call, st *Settings) {
 		s.answerRoom(r, st, roomAnswer{status: roomClosed, soldOut: true})
 		return
 	}
-	j := stock.Join{User: string(r.UserID), NowMs: nowMs, Lottery: room.Lottery()}
+	j := stock.Join{User: string(r.UserID), NowMs: nowMs, Lottery: room.Lottery(), MaxActive: room.MaxActive, SessionMs: room.SessionMs}
 	if room.Difficulty > 0 {
 		if len(r.Challenge) == 0 || st.Challenges.Verify(r.Challenge, r.Nonce, r.UserID, r.ProductID, nowMs) != nil {
 			rv.joins[joinBadChallenge].Inc()
@@ -241,7 +241,7 @@ func (s *Service) join(r *api.Call, st *Settings) {
 		api.Busy.Write(r.Ctx)
 		return
 	}
-	s.place(r, st, room, rv, tid, -1, true)
+	s.answerPlace(r, st, room, rv, tid, ans.Place, -1, true)
 }
 
 // queue answers the ticket holder's place (the page's poll).
@@ -286,6 +286,12 @@ func (s *Service) place(r *api.Call, st *Settings, room *waitroom.Room, rv *room
 		api.Busy.Write(r.Ctx)
 		return
 	}
+	s.answerPlace(r, st, room, rv, id, p, held, joined)
+}
+
+// answerPlace answers the place p read for ticket id.
+func (s *Service) answerPlace(r *api.Call, st *Settings, room *waitroom.Room, rv *roomView, id waitroom.ID, p stock.RoomPlace, held int64, joined bool) {
+	nowMs := r.NowNano / 1e6
 	switch {
 	case !p.Found && joined:
 		api.Busy.Write(r.Ctx) // the join's ticket vanished in between: Redis lost it
