@@ -270,7 +270,17 @@ func (s *Service) queue(r *api.Call, st *Settings) {
 		s.answerRoom(r, st, roomAnswer{status: roomClosed, soldOut: true})
 		return
 	}
-	s.place(r, st, room, s.rooms.ensure(r.Activity.ProductID), id, held, false)
+	rv := s.rooms.ensure(r.Activity.ProductID)
+	if held > 0 {
+		// A place the line has not reached: answered from the edge's
+		// memory, as the token call refuses it, so the polls of a long
+		// queue cost Redis nothing until their turn comes near.
+		if vs := rv.state.Load(); vs != nil && vs.Frozen && !vs.Closed && held > vs.Frontier(nowMs) {
+			s.answerRoom(r, st, roomAnswer{status: roomWaiting, place: held, etaMs: vs.ETA(held, nowMs), id: id})
+			return
+		}
+	}
+	s.place(r, st, room, rv, id, held, false)
 }
 
 // place reads (and admits) the shopper's place and answers it; held is the

@@ -514,6 +514,15 @@ func TestRoomRefusalFromMemory(t *testing.T) {
 	if allocs != 0 {
 		t.Fatalf("the refusal allocates %.1f times", allocs)
 	}
+	// The poll of the same shopper: answered from memory too.
+	from = processed()
+	a := r.call(0, api.EndpointQueue, "c9", roomProduct, last.cookie, nil)
+	if a.code != 200 || a.num("position") != 6 || a.str("status") != "waiting" || a.num("etaMs") <= 0 || a.str("ticket") != last.cookie {
+		t.Fatalf("poll: %s", a.raw)
+	}
+	if n := processed() - from; n != 1 {
+		t.Fatalf("the poll sent %d Redis commands", n-1)
+	}
 }
 
 // TestRoomSoldOutAndWindow: the queue opens prequeue_opens before the
