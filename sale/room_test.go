@@ -523,6 +523,10 @@ func TestRoomRefusalFromMemory(t *testing.T) {
 	if n := processed() - from; n != 1 {
 		t.Fatalf("the poll sent %d Redis commands", n-1)
 	}
+	call.Endpoint = api.EndpointQueue
+	if allocs := testing.AllocsPerRun(200, run); allocs != 0 || ctx.Response.StatusCode() != 200 {
+		t.Fatalf("the poll from memory allocates %.1f times (%d)", allocs, ctx.Response.StatusCode())
+	}
 }
 
 // TestRoomSoldOutAndWindow: the queue opens prequeue_opens before the
