@@ -18,6 +18,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"flashgate/conf"
+	"flashgate/internal/await"
 	"flashgate/internal/redistest"
 	"flashgate/orders/orderid"
 	"flashgate/orders/stock"
@@ -74,7 +75,7 @@ func newRoomRig(t testing.TB, addr string, edges int, wr conf.WaitingRoomConfig)
 	r.st = st
 	for i := 0; i < edges; i++ {
 		ids, _ := orderid.NewGenerator(i+1, func() int64 { return time.Now().UnixMilli() })
-		svc := New(Deps{Store: st, Activities: activity.NewRegistry(), IDs: ids, Node: i + 1,
+		svc := New(Deps{Store: st, Activities: activity.NewRegistry(), IDs: ids, Node: i + 1, Breakers: NewBreakers(5, time.Second, nil, nil),
 			Log: slog.New(slog.DiscardHandler), Now: func() int64 { return r.nowMs.Load() * 1e6 }})
 		if err := svc.Apply(context.Background(), r.set); err != nil {
 			t.Fatal(err)
@@ -513,6 +514,19 @@ func TestRoomRefusalFromMemory(t *testing.T) {
 	if allocs != 0 {
 		t.Fatalf("the refusal allocates %.1f times", allocs)
 	}
+	// The poll of the same shopper: answered from memory too.
+	from = processed()
+	a := r.call(0, api.EndpointQueue, "c9", roomProduct, last.cookie, nil)
+	if a.code != 200 || a.num("position") != 6 || a.str("status") != "waiting" || a.num("etaMs") <= 0 || a.str("ticket") != last.cookie {
+		t.Fatalf("poll: %s", a.raw)
+	}
+	if n := processed() - from; n != 1 {
+		t.Fatalf("the poll sent %d Redis commands", n-1)
+	}
+	call.Endpoint = api.EndpointQueue
+	if allocs := testing.AllocsPerRun(200, run); allocs != 0 || ctx.Response.StatusCode() != 200 {
+		t.Fatalf("the poll from memory allocates %.1f times (%d)", allocs, ctx.Response.StatusCode())
+	}
 }
 
 // TestRoomSoldOutAndWindow: the queue opens prequeue_opens before the
@@ -603,4 +617,33 @@ func BenchmarkRoomToken(b *testing.B) {
 			}
 		})
 	}
+}
+
+// TestRoomBuyFreesSeat: an admitted shopper buys with the token the
+// admission came with (do as for any sale), and with max_active the buyer's
+// seat goes to the next in line.
+func TestRoomBuyFreesSeat(t *testing.T) {
+	addr := redistest.Start(t)
+	r := newRoomRig(t, addr, 1, conf.WaitingRoomConfig{AdmitPerMinute: 6000, Order: "fifo", MaxActive: 1})
+	r.nowMs.Store(r.start + 1)
+	r.tend()
+	t1, t2 := r.join(0, "e1").cookie, r.join(0, "e2").cookie
+	r.nowMs.Add(60_000)
+	tok := r.call(0, api.EndpointToken, "e1", roomProduct, t1, nil)
+	if tok.code != 200 {
+		t.Fatalf("e1's token: %s", tok.raw)
+	}
+	if a := r.call(0, api.EndpointToken, "e2", roomProduct, t2, nil); a.code != 403 {
+		t.Fatalf("e2 while e1 holds the one seat: %s", a.raw)
+	}
+	ctx := new(fasthttp.RequestCtx)
+	do := &api.Call{Ctx: ctx, NowNano: r.nowMs.Load() * 1e6, Endpoint: api.EndpointDo, UserID: []byte("e1"),
+		ProductID: []byte(roomProduct), Token: []byte(tok.str("token")), Qty: 1}
+	r.edges[0].Handle(do)
+	if ctx.Response.StatusCode() != 200 {
+		t.Fatalf("e1 buys: %d %s", ctx.Response.StatusCode(), ctx.Response.Body())
+	}
+	await.Until(t, 5*time.Second, "e2 gets the seat e1's purchase freed", func() bool {
+		return r.call(0, api.EndpointToken, "e2", roomProduct, t2, nil).code == 200
+	})
 }
