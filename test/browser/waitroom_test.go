@@ -191,6 +191,16 @@ func waitingRoomRun(t *testing.T) (drawnFirst bool) {
 	if len(positions) < 2 || !slices.IsSortedFunc(positions, func(a, b int) int { return b - a }) {
 		t.Errorf("places shown %v: want the place to come down, in at least two steps", positions)
 	}
+	// One place every 2 s, a poll every 1-2 s: the number comes down a
+	// place or two at a time, to 1, never in a jump.
+	for i := 1; i < len(positions); i++ {
+		if positions[i-1]-positions[i] > 2 {
+			t.Errorf("places shown %v: a jump from %d to %d", positions, positions[i-1], positions[i])
+		}
+	}
+	if positions[len(positions)-1] > 2 {
+		t.Errorf("places shown %v: the turn came while %d places were still ahead", positions, positions[len(positions)-1]-1)
+	}
 	b.waitBuy(3*time.Second, `^Buy now$`, true)
 	b.waitJS(3*time.Second, "the turn to count down", `(function () {
   var m = /you have (\d+:\d\d) to buy/.exec(document.getElementById('room-line').textContent);
