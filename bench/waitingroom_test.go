@@ -3,6 +3,7 @@ package main
 import (
 	"crypto/hmac"
 	"crypto/sha256"
+	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
@@ -173,7 +174,7 @@ func TestCheckLotteryAgainstAStandInEdge(t *testing.T) {
 		json.NewEncoder(w).Encode(map[string]any{"commit": hex.EncodeToString(commit[:]), "key": hex.EncodeToString(key), "members": 50})
 	})
 	mux.HandleFunc("/admin/waitroom/lottery", func(w http.ResponseWriter, r *http.Request) {
-		json.NewEncoder(w).Encode(map[string]any{"productId": "p1", "tickets": served})
+		json.NewEncoder(w).Encode(map[string]any{"productId": "p1", "ranking": served})
 	})
 	srv := &http.Server{Handler: mux}
 	go srv.Serve(ln)
@@ -190,5 +191,16 @@ func TestCheckLotteryAgainstAStandInEdge(t *testing.T) {
 	served[3], served[4] = served[4], served[3]
 	if l := r.checkLottery(); l.Reproduced || l.OrderOK || !l.CommitOK {
 		t.Errorf("two tickets swapped: %+v, want the order refused", l)
+	}
+}
+
+func TestTicketIDReadsTheIDOfATicket(t *testing.T) {
+	raw := []byte{1, 0xde, 0xad, 0xbe, 0xef, 0, 1, 2, 3}
+	raw = append(raw, make([]byte, 8+8+16)...)
+	if got := ticketID(base64.RawURLEncoding.EncodeToString(raw)); got != "deadbeef00010203" {
+		t.Errorf("ticketID = %q, want deadbeef00010203", got)
+	}
+	if got := ticketID("not a ticket!"); got != "" {
+		t.Errorf("ticketID of junk = %q, want empty", got)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/hmac"
 	"crypto/sha256"
+	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -120,6 +121,7 @@ type AdmitSample struct {
 	Admitted int64   `json:"admitted"`
 	Waiting  int64   `json:"waiting"`
 	Active   int64   `json:"active"`
+	Frontier int64   `json:"frontier"` // N(t), the highest place let in
 	Status   string  `json:"status"`
 }
 
@@ -410,7 +412,8 @@ func (r *wrRun) journey(ctx context.Context, s *wrShopper) {
 		return
 	}
 	r.joined.Add(1)
-	s.ticket, s.ticketID, s.joinStatus = a.Ticket, a.TicketID, a.Status
+	s.ticket, s.joinStatus = a.Ticket, a.Status
+	s.ticketID = orDefault(a.TicketID, ticketID(a.Ticket))
 	if s.early && !a.Admitted {
 		// Before her turn: the token call must refuse (403 NOT_ADMITTED);
 		// a token here is a purchase out of turn, and so is an order.
@@ -467,6 +470,9 @@ func (r *wrRun) journey(ctx context.Context, s *wrShopper) {
 // seen books what a room answer said: the first position after the
 // opening, and the admission.
 func (r *wrRun) seen(s *wrShopper, a wrAnswer, now time.Time) {
+	if a.Ticket != "" {
+		s.ticket = a.Ticket // reissued with her place, as a browser's cookie is
+	}
 	if a.Position > 0 {
 		s.lastPosition = a.Position
 		if s.position == 0 && a.Status != "prequeue" {
@@ -552,6 +558,7 @@ type adminRoom struct {
 		Waiting        int64  `json:"waiting"`
 		Admitted       int64  `json:"admitted"`
 		Active         int64  `json:"active"`
+		Frontier       int64  `json:"frontier"`
 		AdmitPerMinute int64  `json:"admitPerMinute"`
 		Commit         string `json:"commit"`
 	} `json:"sales"`
@@ -583,7 +590,7 @@ func (r *wrRun) sampleAdmin(ctx context.Context, admin string, interval time.Dur
 		}
 		for _, s := range room.Sales {
 			if s.ProductID == r.product {
-				out = append(out, AdmitSample{T: at.Sub(r.opens).Seconds(), Admitted: s.Admitted, Waiting: s.Waiting, Active: s.Active, Status: s.Status})
+				out = append(out, AdmitSample{T: at.Sub(r.opens).Seconds(), Admitted: s.Admitted, Waiting: s.Waiting, Active: s.Active, Frontier: s.Frontier, Status: s.Status})
 			}
 		}
 	}
@@ -719,13 +726,13 @@ func (r *wrRun) checkLottery() Lottery {
 	}
 	l.Commit, l.Key, l.Members = pub.Commit, pub.Key, pub.Members
 	var list struct {
-		Tickets []string `json:"tickets"`
+		Ranking []string `json:"ranking"`
 	}
 	if err := getJSON(c, "http://"+r.admins[0]+"/admin/waitroom/lottery?productId="+r.product, &list); err != nil {
 		l.Err = err.Error()
 		return l
 	}
-	l.Listed = len(list.Tickets)
+	l.Listed = len(list.Ranking)
 	key := lotteryKey(pub.Key)
 	sum := sha256.Sum256(key)
 	l.CommitOK = pub.Key != "" && hex.EncodeToString(sum[:]) == strings.ToLower(pub.Commit)
@@ -733,8 +740,8 @@ func (r *wrRun) checkLottery() Lottery {
 		id  string
 		mac []byte
 	}
-	rs := make([]ranked, len(list.Tickets))
-	for i, id := range list.Tickets {
+	rs := make([]ranked, len(list.Ranking))
+	for i, id := range list.Ranking {
 		m := hmac.New(sha256.New, key)
 		m.Write([]byte(id))
 		rs[i] = ranked{id, m.Sum(nil)}
@@ -743,7 +750,7 @@ func (r *wrRun) checkLottery() Lottery {
 	l.OrderOK = len(rs) > 0 && len(rs) == pub.Members
 	rank := map[string]int64{}
 	for i := range rs {
-		if rs[i].id != list.Tickets[i] {
+		if rs[i].id != list.Ranking[i] {
 			l.OrderOK = false
 		}
 		rank[rs[i].id] = int64(i + 1)
@@ -761,6 +768,17 @@ func (r *wrRun) checkLottery() Lottery {
 	}
 	l.Reproduced = l.CommitOK && l.OrderOK && l.PositionsBad == 0
 	return l
+}
+
+// ticketID is the id inside a ticket (base64url of version | 8-byte id |
+// place | expiry | tag), as hex: its form in the published lottery; "" if
+// it is not one.
+func ticketID(t string) string {
+	b, err := base64.RawURLEncoding.DecodeString(t)
+	if err != nil || len(b) < 9 {
+		return ""
+	}
+	return hex.EncodeToString(b[1:9])
 }
 
 // lotteryKey is the key's bytes: the published key is hex.

@@ -646,8 +646,8 @@
   el.wrResult = $('waitroom-result');
 
   var QUEUE = {
-    prequeue: ['pre-queue', 'info'], open: ['admitting', 'ok'], admitting: ['admitting', 'ok'],
-    waiting: ['admitting', 'ok'], upcoming: ['not open yet', 'none'], ended: ['ended', 'none']
+    prequeue: ['pre-queue', 'info'], open: ['admitting', 'ok'], upcoming: ['not open yet', 'none'],
+    paused: ['PAUSED', 'warn'], closed: ['CLOSED', 'bad'], soldout: ['sold out', 'bad'], ended: ['ended', 'none']
   };
   function queueState(r) {
     if (r.closed) return [r.soldOut ? 'CLOSED: sold out' : 'CLOSED', 'bad'];
