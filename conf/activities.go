@@ -1,6 +1,12 @@
 package conf
 
-import "flashgate/conf/field"
+import (
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"flashgate/conf/field"
+)
 
 // ActivityConfig is one entry of `activities:` (a sale), and the body of
 // the admin API's create/update call. activity.Build turns it into the
@@ -17,6 +23,9 @@ type ActivityConfig struct {
 	// start ("+30s"), which keeps demo configs valid whenever they run.
 	Start string `yaml:"start" json:"start"`
 	End   string `yaml:"end" json:"end"`
+	// WaitingRoom, when enabled, puts shoppers in a queue before they may
+	// buy (sale/waitroom).
+	WaitingRoom WaitingRoomConfig `yaml:"waiting_room" json:"waiting_room"`
 }
 
 // validateActivities checks what only the list as a whole can tell; each
@@ -30,4 +39,76 @@ func validateActivities(errs *field.Errors, list []ActivityConfig) {
 		}
 		seen[a.ProductID] = i
 	}
+}
+
+// WaitingRoomConfig is an activity's `waiting_room:`: shoppers join a queue
+// and are let in to buy at a set rate (package sale/waitroom). Zero values
+// take the defaults of waitroom.Build.
+type WaitingRoomConfig struct {
+	Enabled bool `yaml:"enabled"`
+	// PrequeueOpens is how long before the sale's start the queue opens;
+	// who joins before the start is placed by the lottery at the start.
+	PrequeueOpens time.Duration `yaml:"prequeue_opens"`
+	// AdmitPerMinute is how many shoppers are let in per minute.
+	AdmitPerMinute int `yaml:"admit_per_minute"`
+	// MaxActive caps the shoppers admitted and not finished (0: no cap).
+	MaxActive int `yaml:"max_active"`
+	// Session is how long an admitted shopper may buy.
+	Session time.Duration `yaml:"session"`
+	// Order is lottery_then_fifo (default) or fifo.
+	Order     string               `yaml:"order"`
+	Challenge WaitingRoomChallenge `yaml:"challenge"`
+}
+
+// WaitingRoomChallenge is the proof of work asked at joining.
+type WaitingRoomChallenge struct {
+	// Difficulty is the leading zero bits of SHA-256 (0: no challenge).
+	Difficulty int `yaml:"difficulty" json:"difficulty"`
+}
+
+// waitingRoomJSON is the admin API's form: durations as strings ("10m").
+type waitingRoomJSON struct {
+	Enabled        bool                 `json:"enabled"`
+	PrequeueOpens  string               `json:"prequeue_opens,omitempty"`
+	AdmitPerMinute int                  `json:"admit_per_minute"`
+	MaxActive      int                  `json:"max_active"`
+	Session        string               `json:"session,omitempty"`
+	Order          string               `json:"order,omitempty"`
+	Challenge      WaitingRoomChallenge `json:"challenge"`
+}
+
+// MarshalJSON writes the durations as Go duration strings.
+func (w WaitingRoomConfig) MarshalJSON() ([]byte, error) {
+	j := waitingRoomJSON{Enabled: w.Enabled, AdmitPerMinute: w.AdmitPerMinute, MaxActive: w.MaxActive,
+		Order: w.Order, Challenge: w.Challenge}
+	if w.PrequeueOpens != 0 {
+		j.PrequeueOpens = w.PrequeueOpens.String()
+	}
+	if w.Session != 0 {
+		j.Session = w.Session.String()
+	}
+	return json.Marshal(j)
+}
+
+// UnmarshalJSON reads durations as strings such as "10m"; an error names
+// the field.
+func (w *WaitingRoomConfig) UnmarshalJSON(b []byte) error {
+	var j waitingRoomJSON
+	if err := json.Unmarshal(b, &j); err != nil {
+		return err
+	}
+	*w = WaitingRoomConfig{Enabled: j.Enabled, AdmitPerMinute: j.AdmitPerMinute, MaxActive: j.MaxActive,
+		Order: j.Order, Challenge: j.Challenge}
+	var err error
+	if j.PrequeueOpens != "" {
+		if w.PrequeueOpens, err = time.ParseDuration(j.PrequeueOpens); err != nil {
+			return fmt.Errorf("waiting_room.prequeue_opens: %q is not a duration such as 10m", j.PrequeueOpens)
+		}
+	}
+	if j.Session != "" {
+		if w.Session, err = time.ParseDuration(j.Session); err != nil {
+			return fmt.Errorf("waiting_room.session: %q is not a duration such as 5m", j.Session)
+		}
+	}
+	return nil
 }

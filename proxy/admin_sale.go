@@ -11,6 +11,7 @@ import (
 	"flashgate/conf"
 	"flashgate/orders/order"
 	"flashgate/orders/stock"
+	"flashgate/sale"
 	"flashgate/sale/activity"
 	"flashgate/sale/api"
 )
@@ -24,6 +25,19 @@ func (s *Server) handleAdminSale(ctx *fasthttp.RequestCtx, path string) bool {
 	actx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	switch path {
+	case "/admin/waitroom":
+		s.adminWaitroom(ctx, actx)
+	case "/admin/waitroom/lottery":
+		if !ctx.IsGet() {
+			api.MethodNotAllowed.Write(ctx)
+			return true
+		}
+		l, err := s.sale.RoomLottery(actx, string(ctx.QueryArgs().Peek("productId")))
+		if err != nil {
+			roomError(ctx, err)
+			return true
+		}
+		writeJSON(ctx, l)
 	case "/admin/activities":
 		if ctx.IsGet() {
 			s.listActivities(ctx)
@@ -169,4 +183,59 @@ func decodeAdmin(ctx *fasthttp.RequestCtx, v any) bool {
 		return false
 	}
 	return true
+}
+
+// adminWaitroom: GET lists the sales' waiting rooms; POST {"productId",
+// "action": pause|resume|close|open|rate, "admitPerMinute"} changes one,
+// live on every edge.
+func (s *Server) adminWaitroom(ctx *fasthttp.RequestCtx, actx context.Context) {
+	if ctx.IsGet() {
+		rows, err := s.sale.Rooms(actx)
+		if err != nil {
+			api.AdminUnavailable.WithMessage(err.Error()).Write(ctx)
+			return
+		}
+		if rows == nil {
+			rows = []sale.RoomRow{}
+		}
+		writeJSON(ctx, map[string]any{"sales": rows})
+		return
+	}
+	if !s.requirePost(ctx) {
+		return
+	}
+	var req struct {
+		ProductID      string `json:"productId"`
+		Action         string `json:"action"`
+		AdmitPerMinute int64  `json:"admitPerMinute"`
+	}
+	if !decodeAdmin(ctx, &req) {
+		return
+	}
+	switch req.Action {
+	case "pause", "resume", "close", "open":
+	case "rate":
+		if req.AdmitPerMinute < 1 || req.AdmitPerMinute > 10_000_000 {
+			api.AdminWaitroomUsage.Write(ctx)
+			return
+		}
+	default:
+		api.AdminWaitroomUsage.Write(ctx)
+		return
+	}
+	s.audit(ctx, "waitroom", "product", req.ProductID, "action", req.Action, "admit_per_minute", req.AdmitPerMinute)
+	row, err := s.sale.RoomAction(actx, req.ProductID, req.Action, req.AdmitPerMinute)
+	if err != nil {
+		roomError(ctx, err)
+		return
+	}
+	writeJSON(ctx, map[string]any{"ok": true, "sale": row})
+}
+
+func roomError(ctx *fasthttp.RequestCtx, err error) {
+	if errors.Is(err, sale.ErrNoRoom) || errors.Is(err, stock.ErrInvalid) {
+		api.NotFound.WithMessage(err.Error()).Write(ctx)
+		return
+	}
+	api.AdminUnavailable.WithMessage(err.Error()).Write(ctx)
 }

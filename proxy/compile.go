@@ -14,6 +14,7 @@ import (
 	"flashgate/sale/activity"
 	"flashgate/sale/ptoken"
 	"flashgate/sale/session"
+	"flashgate/sale/waitroom"
 	"flashgate/static"
 	"flashgate/upstream"
 )
@@ -192,6 +193,12 @@ func compileSale(cfg *conf.Config, env *Env) (*sale.Settings, field.Errors) {
 		if st.Tokens, err = ptoken.New(tsec); err != nil {
 			errs.Add("sale.token_secret", "%v", err)
 		}
+		// The waiting rooms' tickets and challenges are signed under keys
+		// derived from the same secret, each for its one use.
+		if st.Tickets, err = waitroom.NewTickets(waitroom.DeriveSecret(tsec, "ticket")); err != nil {
+			errs.Add("sale.token_secret", "%v", err)
+		}
+		st.Challenges = waitroom.NewChallenger(tsec)
 	}
 	start := env.Start
 	if start.IsZero() {

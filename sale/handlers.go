@@ -60,6 +60,14 @@ func (s *Service) Handle(r *api.Call) {
 		s.result(r)
 	case api.EndpointEvents:
 		s.events(r)
+	case api.EndpointChallenge:
+		s.challenge(r, st)
+	case api.EndpointJoin:
+		s.join(r, st)
+	case api.EndpointQueue:
+		s.queue(r, st)
+	case api.EndpointLottery:
+		s.lottery(r)
 	}
 }
 
@@ -139,10 +147,24 @@ func (s *Service) token(r *api.Call, st *Settings) {
 	}
 	s.hit(r.Activity, r.NowNano/1e6, st)
 	exp := r.NowNano/1e6 + st.TokenTTL.Milliseconds()
+	var until int64
+	if room := r.Activity.Room; room != nil {
+		// The waiting room's gate: only an admitted shopper gets a token,
+		// valid no longer than their turn, so do needs nothing more.
+		ok := false
+		if until, ok = s.gate(r, st, room); !ok {
+			return
+		}
+		exp = min(exp, until)
+	}
 	b := append(r.Scratch[:0], `{"token":"`...)
 	b = st.Tokens.Mint(b, r.UserID, r.ProductID, exp)
 	b = append(b, `","expiresMs":`...)
 	b = strconv.AppendInt(b, exp, 10)
+	if until > 0 {
+		b = append(b, `,"admittedUntilMs":`...)
+		b = strconv.AppendInt(b, until, 10)
+	}
 	b = append(b, '}')
 	r.Scratch = b
 	writeJSON(r.Ctx, b)
@@ -288,6 +310,7 @@ func (s *Service) bought(r *api.Call, e activity.Entry, a *stock.Attempt, out st
 	if out.Remaining == 0 {
 		s.markSoldOut(e)
 	}
+	s.finishRoom(e, r.UserID)
 	s.answerOrder(r, a.ID, e.ProductID, s.publish(a, out.OutboxID), statusPending)
 }
 

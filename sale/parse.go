@@ -16,6 +16,10 @@ var (
 	pathResult = []byte("/api/seckill/result")
 	pathEvents = []byte("/api/seckill/events")
 	pathLogin  = []byte("/api/login")
+	// The waiting room's calls (room.go).
+	pathChallenge = []byte("/api/seckill/challenge")
+	pathQueue     = []byte("/api/seckill/queue")
+	pathLottery   = []byte("/api/seckill/queue/lottery")
 )
 
 // Parse identifies the call and reads its parameters into r, before the
@@ -38,23 +42,33 @@ func Parse(r *api.Call, maxBody int) *api.Rejection {
 		r.Endpoint = api.EndpointEvents
 	case bytes.Equal(path, pathLogin):
 		r.Endpoint = api.EndpointLogin
+	case bytes.Equal(path, pathChallenge):
+		r.Endpoint = api.EndpointChallenge
+	case bytes.Equal(path, pathQueue):
+		r.Endpoint = api.EndpointQueue
+		if !get {
+			r.Endpoint = api.EndpointJoin
+		}
+	case bytes.Equal(path, pathLottery):
+		r.Endpoint = api.EndpointLottery
 	default:
 		return api.NoSuchCall
 	}
 	switch r.Endpoint {
-	case api.EndpointStatus, api.EndpointResult, api.EndpointEvents:
+	case api.EndpointStatus, api.EndpointResult, api.EndpointEvents, api.EndpointChallenge, api.EndpointQueue, api.EndpointLottery:
 		if !get {
 			return api.MethodNotAllowed
 		}
 		args := ctx.QueryArgs()
 		r.ProductID = args.Peek("productId")
+		byProduct := r.Endpoint != api.EndpointResult && r.Endpoint != api.EndpointEvents
 		if !order.ValidProductID(r.ProductID) {
-			if r.Endpoint == api.EndpointStatus {
+			if byProduct {
 				return api.BadProductID
 			}
 			return api.BadOrderRef
 		}
-		if r.Endpoint != api.EndpointStatus {
+		if !byProduct {
 			id, ok := orderid.Parse(args.Peek("orderId"))
 			if !ok || id <= 0 {
 				return api.BadOrderRef
@@ -85,6 +99,9 @@ func Parse(r *api.Call, maxBody int) *api.Rejection {
 		return api.BadProductID
 	}
 	r.ProductID = b.productID
+	if r.Endpoint == api.EndpointJoin {
+		r.Challenge, r.Nonce = b.challenge, b.nonce
+	}
 	if r.Endpoint == api.EndpointDo {
 		if !b.hasToken || len(b.token) == 0 {
 			return api.NoToken
@@ -104,6 +121,7 @@ func Parse(r *api.Call, maxBody int) *api.Rejection {
 // callBody is the union of the sale API's request bodies.
 type callBody struct {
 	productID, token, userID     []byte
+	challenge, nonce             []byte
 	qty                          int64
 	hasProduct, hasToken, hasQty bool
 	hasUser                      bool
@@ -145,6 +163,10 @@ func (b *callBody) parse(in []byte) bool {
 		case "userId":
 			b.userID, ok = p.str()
 			b.hasUser = true
+		case "challenge":
+			b.challenge, ok = p.str()
+		case "nonce":
+			b.nonce, ok = p.str()
 		case "quantity":
 			b.qty, ok = p.integer()
 			b.hasQty = true

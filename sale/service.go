@@ -23,13 +23,18 @@ import (
 	"flashgate/sale/ptoken"
 	"flashgate/sale/push"
 	"flashgate/sale/session"
+	"flashgate/sale/waitroom"
 )
 
 // Settings are the reloadable parts of the sale, compiled with the config
 // snapshot.
 type Settings struct {
-	Sessions     *session.Codec
-	Tokens       *ptoken.Minter
+	Sessions *session.Codec
+	Tokens   *ptoken.Minter
+	// Tickets sign the waiting rooms' tickets and Challenges their proofs
+	// of work (both keyed from sale.token_secret: every edge must share it).
+	Tickets      *waitroom.Tickets
+	Challenges   *waitroom.Challenger
 	DemoLogin    bool
 	CookieSecure bool
 	SessionTTL   time.Duration
@@ -118,6 +123,8 @@ type Service struct {
 	interval time.Duration // the refresh loop's
 
 	unknown unknowns // purchases of unknown outcome to settle (unknown.go)
+
+	rooms roomViews // the waiting rooms as this edge last read them (room.go)
 }
 
 // outcome indexes the attempt counters.
@@ -221,9 +228,14 @@ func (s *Service) Start(interval time.Duration) {
 			}
 		}
 	}()
+	roomDone := make(chan struct{})
+	go func() {
+		defer close(roomDone)
+		s.roomLoop(ctx)
+	}()
 	go func() {
 		defer close(s.loopDone)
-		defer func() { <-hbDone }()
+		defer func() { <-hbDone; <-roomDone }()
 		t := time.NewTicker(interval)
 		defer t.Stop()
 		for {
@@ -642,6 +654,7 @@ func (s *Service) RegisterMetrics(reg *metrics.Registry) {
 		}
 	})
 	s.registerUnknownMetrics(reg)
+	s.registerRoomMetrics(reg)
 	reg.Register("flashgate_redis_waits_total", "WAITs after deduction script calls (redis.wait_replicas): all, and those that returned before enough replicas acknowledged.", "counter", func(w *metrics.Writer) {
 		waits, short := s.d.Store.WaitStats()
 		w.Value(float64(waits), metrics.Label{Name: "result", Value: "all"})

@@ -53,7 +53,7 @@ func saveSnapshot(m *miniredis.Miniredis, dir string, clean bool) error {
 	now := time.Now()
 	snap := snapshot{Version: 1, SavedMs: now.UnixMilli(), Clean: clean, Keys: []snapshotKey{}}
 	for _, k := range m.Keys() {
-		if !strings.HasPrefix(k, "sk:") || strings.HasPrefix(k, rateKeyPrefix) {
+		if !strings.HasPrefix(k, "sk:") || strings.HasPrefix(k, rateKeyPrefix) || isRoomKey(k) {
 			continue
 		}
 		sk := snapshotKey{Key: k, Type: m.Type(k)}

@@ -9,6 +9,7 @@ import (
 
 	"flashgate/conf/field"
 	"flashgate/orders/order"
+	"flashgate/sale/waitroom"
 )
 
 // Activity is one sale: immutable once built; replace it to change it.
@@ -22,6 +23,9 @@ type Activity struct {
 	Limit   int
 	StartMs int64
 	EndMs   int64
+	// Room is the sale's waiting room (nil: none): shoppers join its queue
+	// and buy when admitted.
+	Room *waitroom.Room
 }
 
 // Phase is where a sale stands at an instant.

@@ -5,6 +5,7 @@ import (
 
 	"flashgate/conf"
 	"flashgate/conf/field"
+	"flashgate/sale/waitroom"
 )
 
 // Build validates c and returns the activity; base anchors relative times.
@@ -29,5 +30,8 @@ func Build(c conf.ActivityConfig, base time.Time) (*Activity, field.Errors) {
 		return nil, errs
 	}
 	errs = a.Validate()
+	room, rerrs := waitroom.Build(c.WaitingRoom, a.StartMs)
+	errs = append(errs, rerrs...)
+	a.Room = room
 	return a, errs
 }

@@ -33,6 +33,19 @@ func (e Entry) AppendStatus(dst []byte, nowMs int64) []byte {
 		dst = append(dst, `,"remaining":`...)
 		dst = strconv.AppendInt(dst, r, 10)
 	}
+	if room := a.Room; room != nil {
+		// The page becomes the waiting room: when the queue opens, and
+		// whether joining asks a proof of work.
+		dst = append(dst, `,"waitingRoom":{"opensMs":`...)
+		dst = strconv.AppendInt(dst, room.OpensMs, 10)
+		dst = append(dst, `,"order":"`...)
+		dst = append(dst, room.Order.String()...)
+		dst = append(dst, `","difficulty":`...)
+		dst = strconv.AppendInt(dst, int64(room.Difficulty), 10)
+		dst = append(dst, `,"sessionMs":`...)
+		dst = strconv.AppendInt(dst, room.SessionMs, 10)
+		dst = append(dst, '}')
+	}
 	return append(dst, '}')
 }
 

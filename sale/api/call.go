@@ -37,6 +37,10 @@ type Call struct {
 	TokenExpiresMs int64
 	// Checked is the purchase rules already decided for the call (rules.go).
 	Checked Rules
+	// The waiting room's: the proof of work of a join (Challenge, Nonce)
+	// and the ticket the shopper holds (cookie or header), views of the
+	// request.
+	Challenge, Nonce, Ticket []byte
 
 	// Scratch is a buffer handlers may build an answer in; it keeps its
 	// capacity across requests.
@@ -63,6 +67,7 @@ func (c *Call) Reset() {
 	c.TokenNonce = [12]byte{}
 	c.TokenExpiresMs = 0
 	c.Checked = 0
+	c.Challenge, c.Nonce, c.Ticket = nil, nil, nil
 	c.Scratch = c.Scratch[:0]
 }
 
@@ -78,13 +83,17 @@ func (c *Call) SetUser(id []byte) { c.userBuf, c.UserID = id, id }
 type Endpoint uint8
 
 const (
-	EndpointNone   Endpoint = iota // not the sale API
-	EndpointStatus                 // GET /api/seckill/status
-	EndpointLogin                  // POST /api/login
-	EndpointToken                  // POST /api/seckill/token
-	EndpointDo                     // POST /api/seckill/do
-	EndpointResult                 // GET /api/seckill/result
-	EndpointEvents                 // GET /api/seckill/events
+	EndpointNone      Endpoint = iota // not the sale API
+	EndpointStatus                    // GET /api/seckill/status
+	EndpointLogin                     // POST /api/login
+	EndpointLottery                   // GET /api/seckill/queue/lottery (public)
+	EndpointToken                     // POST /api/seckill/token
+	EndpointDo                        // POST /api/seckill/do
+	EndpointResult                    // GET /api/seckill/result
+	EndpointEvents                    // GET /api/seckill/events
+	EndpointChallenge                 // GET /api/seckill/challenge
+	EndpointJoin                      // POST /api/seckill/queue
+	EndpointQueue                     // GET /api/seckill/queue
 )
 
 // NeedsUser reports whether the endpoint needs a signed-in shopper.

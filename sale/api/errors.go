@@ -70,6 +70,20 @@ var (
 	OutcomeUnknown = newRejection(503, "DEGRADED", "the sale is busy; your purchase may have gone through, check its result")
 )
 
+// The waiting room (package sale/waitroom). NotAdmitted's answer also
+// carries the shopper's position and etaMs (AppendOpen).
+var (
+	NotAdmitted  = newRejection(403, "NOT_ADMITTED", "it is not your turn yet: join the queue and wait for your turn")
+	BadTicket    = newRejection(403, "BAD_TICKET", "invalid or expired queue ticket")
+	BadChallenge = newRejection(403, "BAD_CHALLENGE", "invalid, expired or used challenge")
+	NotJoined    = newRejection(404, "NOT_JOINED", "you have not joined the queue for this sale")
+	NoRoom       = newRejection(404, "NOT_FOUND", "this sale has no waiting room")
+	NoChallenge  = newRejection(404, "NOT_FOUND", "this sale asks no challenge")
+	QueueNotOpen = newRejection(403, "NOT_STARTED", "the queue for this sale has not opened yet")
+	// TurnOver: the shopper's admitted session ended.
+	TurnOver = newRejection(403, "NOT_ADMITTED", "your turn to buy has ended")
+)
+
 // Event streams (package push). 429 is the API's "slow down": the page
 // then polls.
 var (
@@ -95,6 +109,7 @@ var (
 	AdminRestockUsage      = newRejection(400, "BAD_REQUEST", "productId must be a valid id and add a whole number from 1 to 1000000000")
 	AdminDegradeUsage      = newRejection(400, "BAD_REQUEST", `send {"productId": "p1" or "" for all, "on": true|false}`)
 	AdminCancelUsage       = newRejection(400, "BAD_REQUEST", `send {"productId": "p1", "orderId": "<id>"}`)
+	AdminWaitroomUsage     = newRejection(400, "BAD_REQUEST", `send {"productId": "p3", "action": "pause"|"resume"|"close"|"open"|"rate", "admitPerMinute": 1..10000000 with rate}`)
 	AdminNoReleasableOrder = newRejection(404, "NOT_FOUND", "no order with that id that can be released (unknown, expired, or failed)")
 	// Internal: the edge failed to build an answer (the dashboard's
 	// snapshot); sent WithMessage, carrying the cause, to the operator only.

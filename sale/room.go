@@ -1,0 +1,833 @@
+package sale
+
+import (
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/valyala/fasthttp"
+
+	"flashgate/metrics"
+	"flashgate/orders/order"
+	"flashgate/orders/stock"
+	"flashgate/sale/activity"
+	"flashgate/sale/api"
+	"flashgate/sale/waitroom"
+)
+
+// The waiting room's shopper API (sale/waitroom decides the arithmetic,
+// orders/stock keeps the queue):
+//
+//	GET  /api/seckill/challenge      a proof-of-work challenge to join with
+//	POST /api/seckill/queue          join: one ticket per shopper per sale
+//	GET  /api/seckill/queue          the holder's place (the page's poll)
+//	GET  /api/seckill/queue/lottery  the lottery's commit, and its key once drawn
+//
+// and the gate of the purchase-token call (token): a sale with a room mints
+// tokens only for admitted shoppers, valid until their session ends, so
+// `do` needs nothing more.
+
+// roomGrace is how long a room's keys outlive the sale's end.
+const roomGrace = 24 * time.Hour
+
+// roomTick is how often the edge looks after its rooms (the pre-queue's
+// key, the opening's lottery, the admission state it refuses from): well
+// under a poll's interval, so the opening is drawn in time for the first
+// polls after it.
+const roomTick = 250 * time.Millisecond
+
+// The shopper's status in the room.
+const (
+	roomPrequeue = "prequeue"
+	roomWaiting  = "waiting"
+	roomAdmitted = "admitted"
+	roomExpired  = "expired"
+	roomClosed   = "closed"
+)
+
+// roomView is what this edge keeps of one sale's room: the admission state
+// it last read (refusals far from their turn are decided from it, without
+// Redis), whether the pre-queue's key and the lottery are done, counters.
+type roomView struct {
+	state  atomic.Pointer[waitroom.State]
+	keyed  atomic.Bool
+	ranked atomic.Bool
+	active atomic.Int64
+	joins  [numJoinResults]metrics.Counter
+}
+
+type joinResult int
+
+const (
+	joinNew joinResult = iota
+	joinAgain
+	joinClosed
+	joinBadChallenge
+	joinError
+	numJoinResults
+)
+
+var joinResultNames = [numJoinResults]string{"joined", "again", "closed", "bad_challenge", "error"}
+
+// roomViews maps product ids to views, copied on write (the hot path reads it
+// without a lock).
+type roomViews struct {
+	mu sync.Mutex
+	m  atomic.Pointer[map[string]*roomView]
+}
+
+func (rs *roomViews) get(product []byte) *roomView {
+	m := rs.m.Load()
+	if m == nil {
+		return nil
+	}
+	return (*m)[string(product)]
+}
+
+func (rs *roomViews) ensure(product string) *roomView {
+	if v := rs.get([]byte(product)); v != nil {
+		return v
+	}
+	rs.mu.Lock()
+	defer rs.mu.Unlock()
+	cur := rs.m.Load()
+	if cur != nil {
+		if v := (*cur)[product]; v != nil {
+			return v
+		}
+	}
+	next := map[string]*roomView{}
+	if cur != nil {
+		for k, v := range *cur {
+			next[k] = v
+		}
+	}
+	v := &roomView{}
+	next[product] = v
+	rs.m.Store(&next)
+	return v
+}
+
+func roomSaleOf(a *activity.Activity) stock.RoomSale {
+	return stock.RoomSale{Product: a.ProductID, StartMs: a.StartMs, RatePerMinute: a.Room.AdmitPerMinute,
+		ExpireAtMs: a.EndMs + roomGrace.Milliseconds()}
+}
+
+// roomOf finds the call's sale and its room, or the refusal.
+func (s *Service) roomOf(r *api.Call) (*waitroom.Room, *api.Rejection) {
+	if rej := r.CheckProduct(s.d.Activities); rej != nil {
+		return nil, rej
+	}
+	if r.Activity.Room == nil {
+		return nil, api.NoRoom
+	}
+	return r.Activity.Room, nil
+}
+
+// ticketOf is the ticket the shopper sent: the sale's cookie, or the
+// header for clients without cookies.
+func ticketOf(r *api.Call) []byte {
+	var name [len(waitroom.CookiePref) + order.MaxProductIDLen]byte
+	n := append(name[:0], waitroom.CookiePref...)
+	n = append(n, r.ProductID...)
+	if t := r.Ctx.Request.Header.CookieBytes(n); len(t) > 0 {
+		return t
+	}
+	return r.Ctx.Request.Header.Peek(waitroom.Header)
+}
+
+func (s *Service) challenge(r *api.Call, st *Settings) {
+	if rej := r.CheckSignedIn(); rej != nil {
+		rej.Write(r.Ctx)
+		return
+	}
+	room, rej := s.roomOf(r)
+	if rej != nil {
+		rej.Write(r.Ctx)
+		return
+	}
+	if room.Difficulty == 0 {
+		api.NoChallenge.Write(r.Ctx)
+		return
+	}
+	nowMs := r.NowNano / 1e6
+	c := st.Challenges.Issue(r.UserID, r.ProductID, room.Difficulty, nowMs)
+	exp, _ := waitroom.ChallengeExpiresMs([]byte(c))
+	b := append(r.Scratch[:0], `{"challenge":"`...)
+	b = append(b, c...)
+	b = append(b, `","difficulty":`...)
+	b = strconv.AppendInt(b, int64(room.Difficulty), 10)
+	b = append(b, `,"expiresMs":`...)
+	b = strconv.AppendInt(b, exp, 10)
+	b = append(b, '}')
+	r.Scratch = b
+	writeJSON(r.Ctx, b)
+}
+
+// join gives the shopper their one ticket of the sale's queue (the one they
+// have, if they joined before) and answers their place.
+func (s *Service) join(r *api.Call, st *Settings) {
+	if rej := r.CheckSignedIn(); rej != nil {
+		rej.Write(r.Ctx)
+		return
+	}
+	room, rej := s.roomOf(r)
+	if rej != nil {
+		rej.Write(r.Ctx)
+		return
+	}
+	e := r.Activity
+	nowMs := r.NowNano / 1e6
+	rv := s.rooms.ensure(e.ProductID)
+	switch {
+	case nowMs < room.OpensMs:
+		api.QueueNotOpen.Write(r.Ctx)
+		return
+	case nowMs >= e.EndMs:
+		api.Ended.Write(r.Ctx)
+		return
+	case e.SoldOut():
+		rv.joins[joinClosed].Inc()
+		s.answerRoom(r, st, roomAnswer{status: roomClosed, soldOut: true})
+		return
+	}
+	j := stock.Join{User: string(r.UserID), NowMs: nowMs, Lottery: room.Lottery()}
+	if room.Difficulty > 0 {
+		if len(r.Challenge) == 0 || st.Challenges.Verify(r.Challenge, r.Nonce, r.UserID, r.ProductID, nowMs) != nil {
+			rv.joins[joinBadChallenge].Inc()
+			api.BadChallenge.Write(r.Ctx)
+			return
+		}
+		j.ChallengeID = string(waitroom.ChallengeID(r.Challenge))
+		j.ChallengeExpiresMs, _ = waitroom.ChallengeExpiresMs(r.Challenge)
+	}
+	var id waitroom.ID
+	rand.Read(id[:])
+	j.ID = string(id.AppendHex(nil))
+	if room.Lottery() && nowMs < room.StartMs {
+		// Kept only if the room has no key yet (the first join, or no edge
+		// looked after the pre-queue's opening yet).
+		j.Key, j.Commit = waitroom.NewKey()
+	}
+	rs := roomSaleOf(e.Activity)
+	ans, err := s.d.Store.RoomJoin(context.Background(), rs, j)
+	if err != nil {
+		rv.joins[joinError].Inc()
+		s.d.Log.Warn("queue join failed", "product", e.ProductID, "err", err)
+		api.Busy.Write(r.Ctx)
+		return
+	}
+	switch ans.Result {
+	case stock.RoomClosed:
+		rv.joins[joinClosed].Inc()
+		s.answerRoom(r, st, roomAnswer{status: roomClosed})
+		return
+	case stock.ChallengeUsed:
+		rv.joins[joinBadChallenge].Inc()
+		api.BadChallenge.Write(r.Ctx)
+		return
+	case stock.JoinedBefore:
+		rv.joins[joinAgain].Inc()
+	default:
+		rv.joins[joinNew].Inc()
+	}
+	tid, ok := waitroom.ParseID(ans.ID)
+	if !ok {
+		api.Busy.Write(r.Ctx)
+		return
+	}
+	s.place(r, st, room, rv, tid, -1, true)
+}
+
+// queue answers the ticket holder's place (the page's poll).
+func (s *Service) queue(r *api.Call, st *Settings) {
+	if rej := r.CheckSignedIn(); rej != nil {
+		rej.Write(r.Ctx)
+		return
+	}
+	room, rej := s.roomOf(r)
+	if rej != nil {
+		rej.Write(r.Ctx)
+		return
+	}
+	t := ticketOf(r)
+	if len(t) == 0 {
+		api.NotJoined.Write(r.Ctx)
+		return
+	}
+	nowMs := r.NowNano / 1e6
+	id, held, err := st.Tickets.Check(t, r.UserID, r.ProductID, nowMs)
+	if err != nil {
+		api.BadTicket.Write(r.Ctx)
+		return
+	}
+	if r.Activity.SoldOut() {
+		s.answerRoom(r, st, roomAnswer{status: roomClosed, soldOut: true})
+		return
+	}
+	s.place(r, st, room, s.rooms.ensure(r.Activity.ProductID), id, held, false)
+}
+
+// place reads (and admits) the shopper's place and answers it; held is the
+// place the presented ticket carries (-1: none), a new ticket is given when
+// the place is no longer the ticket's.
+func (s *Service) place(r *api.Call, st *Settings, room *waitroom.Room, rv *roomView, id waitroom.ID, held int64, joined bool) {
+	nowMs := r.NowNano / 1e6
+	var idHex [2 * waitroom.IDLen]byte
+	p, err := s.d.Store.RoomPlace(context.Background(), roomSaleOf(r.Activity.Activity), stock.PlaceAsk{
+		User: view(r.UserID), ID: view(id.AppendHex(idHex[:0])), NowMs: nowMs, MaxActive: room.MaxActive, SessionMs: room.SessionMs})
+	if err != nil {
+		s.d.Log.Warn("queue place failed", "product", r.Activity.ProductID, "err", err)
+		api.Busy.Write(r.Ctx)
+		return
+	}
+	switch {
+	case !p.Found && joined:
+		api.Busy.Write(r.Ctx) // the join's ticket vanished in between: Redis lost it
+		return
+	case !p.Found:
+		api.NotJoined.Write(r.Ctx)
+		return
+	case p.Mismatch:
+		api.BadTicket.Write(r.Ctx)
+		return
+	}
+	vs := stateOf(&p.State)
+	rv.state.Store(&vs)
+	a := roomAnswerOf(room, &p, &vs, nowMs)
+	a.id, a.place, a.reissue = id, p.Place, joined || p.Place != held
+	s.answerRoom(r, st, a)
+}
+
+func stateOf(rs *stock.RoomState) waitroom.State {
+	return waitroom.State{Frozen: rs.Frozen, Ranked: rs.Ranked, Members: rs.Members, Joined: rs.Joined,
+		Base: rs.Base, BaseMs: rs.BaseMs, Rate: rs.Rate, Paused: rs.Paused, Closed: rs.Closed, Admitted: rs.Admitted}
+}
+
+// roomAnswer is the body of the queue calls.
+type roomAnswer struct {
+	status          string
+	place, etaMs    int64
+	admittedUntilMs int64
+	soldOut         bool
+	// id and reissue: the ticket to give (a new one when its place changed).
+	id      waitroom.ID
+	reissue bool
+}
+
+func roomAnswerOf(room *waitroom.Room, p *stock.RoomPlace, vs *waitroom.State, nowMs int64) roomAnswer {
+	a := roomAnswer{place: p.Place, etaMs: -1}
+	switch {
+	case p.UntilMs > nowMs:
+		a.status, a.admittedUntilMs, a.etaMs = roomAdmitted, p.UntilMs, 0
+	case p.UntilMs > 0:
+		a.status, a.admittedUntilMs = roomExpired, p.UntilMs
+	case vs.Closed:
+		a.status = roomClosed
+	case p.Place == 0 && p.Seq == 0:
+		a.status = roomPrequeue
+		a.etaMs = max(room.StartMs-nowMs, 0)
+	case p.Place == 0:
+		a.status = roomWaiting // after the opening, before the lottery's ranks
+		a.etaMs = max(room.StartMs-nowMs, 0)
+	default:
+		a.status = roomWaiting
+		a.etaMs = vs.ETA(p.Place, nowMs)
+		if a.etaMs == 0 {
+			a.etaMs = -1 // the line passed the place, max_active holds it back: no estimate
+		}
+	}
+	return a
+}
+
+// answerRoom writes {productId, status, position, admitted, etaMs, opensMs,
+// admittedUntilMs, soldOut, ticket} and, with a.reissue, the ticket cookie.
+func (s *Service) answerRoom(r *api.Call, st *Settings, a roomAnswer) {
+	e := r.Activity
+	b := append(r.Scratch[:0], `{"productId":"`...)
+	b = append(b, e.ProductID...)
+	b = append(b, `","status":"`...)
+	b = append(b, a.status...)
+	b = append(b, `","position":`...)
+	b = strconv.AppendInt(b, a.place, 10)
+	b = append(b, `,"admitted":`...)
+	b = strconv.AppendBool(b, a.status == roomAdmitted)
+	b = append(b, `,"etaMs":`...)
+	b = strconv.AppendInt(b, a.etaMs, 10)
+	b = append(b, `,"opensMs":`...)
+	b = strconv.AppendInt(b, e.StartMs, 10)
+	b = append(b, `,"admittedUntilMs":`...)
+	b = strconv.AppendInt(b, a.admittedUntilMs, 10)
+	b = append(b, `,"soldOut":`...)
+	b = strconv.AppendBool(b, a.soldOut)
+	if a.status != roomClosed || a.place > 0 {
+		b = append(b, `,"ticket":"`...)
+		from := len(b)
+		if a.reissue {
+			b = st.Tickets.Append(b, r.UserID, r.ProductID, a.id, a.place, e.EndMs+roomGrace.Milliseconds())
+		} else {
+			b = append(b, ticketOf(r)...)
+		}
+		ticket := b[from:]
+		b = append(b, '"')
+		if a.reissue {
+			s.setTicketCookie(r, st, ticket)
+		}
+	}
+	b = append(b, '}')
+	r.Scratch = b
+	writeJSON(r.Ctx, b)
+}
+
+func (s *Service) setTicketCookie(r *api.Call, st *Settings, ticket []byte) {
+	var name [len(waitroom.CookiePref) + order.MaxProductIDLen]byte
+	n := append(name[:0], waitroom.CookiePref...)
+	n = append(n, r.ProductID...)
+	c := fasthttp.AcquireCookie()
+	defer fasthttp.ReleaseCookie(c)
+	c.SetKeyBytes(n)
+	c.SetValueBytes(ticket)
+	c.SetPath("/api/seckill")
+	c.SetHTTPOnly(true)
+	c.SetSameSite(fasthttp.CookieSameSiteStrictMode)
+	c.SetSecure(st.CookieSecure)
+	if left := r.Activity.EndMs - r.NowNano/1e6; left > 0 {
+		c.SetMaxAge(int(left/1000) + 1)
+	}
+	r.Ctx.Response.Header.SetCookie(c)
+}
+
+// gate is the token call's admission check for a sale with a room: the
+// admitted session's end, or false when it answered the refusal. A
+// shopper whose ticket carries a place the line is known not to have
+// reached is refused from the edge's memory (no Redis, no allocation);
+// anyone else costs one script call, which also admits them if it is their
+// turn.
+func (s *Service) gate(r *api.Call, st *Settings, room *waitroom.Room) (untilMs int64, ok bool) {
+	t := ticketOf(r)
+	if len(t) == 0 {
+		s.notAdmitted(r, 0, -1)
+		return 0, false
+	}
+	nowMs := r.NowNano / 1e6
+	id, held, err := st.Tickets.Check(t, r.UserID, r.ProductID, nowMs)
+	if err != nil {
+		api.BadTicket.Write(r.Ctx)
+		return 0, false
+	}
+	rv := s.rooms.get(r.ProductID)
+	if rv != nil && held > 0 {
+		if vs := rv.state.Load(); vs != nil && vs.Frozen && held > vs.Frontier(nowMs) {
+			s.notAdmitted(r, held, vs.ETA(held, nowMs))
+			return 0, false
+		}
+	}
+	if rv == nil {
+		rv = s.rooms.ensure(r.Activity.ProductID)
+	}
+	var idHex [2 * waitroom.IDLen]byte
+	p, err := s.d.Store.RoomPlace(context.Background(), roomSaleOf(r.Activity.Activity), stock.PlaceAsk{
+		User: view(r.UserID), ID: view(id.AppendHex(idHex[:0])), NowMs: nowMs, MaxActive: room.MaxActive, SessionMs: room.SessionMs})
+	if err != nil {
+		api.Busy.Write(r.Ctx)
+		return 0, false
+	}
+	switch {
+	case !p.Found:
+		s.notAdmitted(r, 0, -1)
+		return 0, false
+	case p.Mismatch:
+		api.BadTicket.Write(r.Ctx)
+		return 0, false
+	}
+	vs := stateOf(&p.State)
+	rv.state.Store(&vs)
+	if p.UntilMs > nowMs {
+		return p.UntilMs, true
+	}
+	if p.UntilMs > 0 {
+		api.TurnOver.Write(r.Ctx)
+		return 0, false
+	}
+	a := roomAnswerOf(room, &p, &vs, nowMs)
+	s.notAdmitted(r, p.Place, a.etaMs)
+	return 0, false
+}
+
+// notAdmitted answers 403 NOT_ADMITTED with the place and the estimate.
+func (s *Service) notAdmitted(r *api.Call, place, etaMs int64) {
+	b := api.NotAdmitted.AppendOpen(r.Scratch[:0])
+	b = append(b, `,"position":`...)
+	b = strconv.AppendInt(b, place, 10)
+	b = append(b, `,"etaMs":`...)
+	b = strconv.AppendInt(b, etaMs, 10)
+	b = append(b, '}')
+	r.Scratch = b
+	writeJSON(r.Ctx, b)
+	r.Ctx.SetStatusCode(api.NotAdmitted.Status)
+}
+
+// lottery answers the public record of the sale's lottery: the commit from
+// the pre-queue's opening, the key from the opening on.
+func (s *Service) lottery(r *api.Call) {
+	room, rej := s.roomOf(r)
+	if rej != nil {
+		rej.Write(r.Ctx)
+		return
+	}
+	info, err := s.roomLottery(context.Background(), r.Activity, room, r.NowNano/1e6)
+	if err != nil {
+		api.Busy.Write(r.Ctx)
+		return
+	}
+	b := append(r.Scratch[:0], `{"productId":"`...)
+	b = append(b, r.Activity.ProductID...)
+	b = append(b, `","order":"`...)
+	b = append(b, room.Order.String()...)
+	b = append(b, `","commit":"`...)
+	b = append(b, info.Commit...)
+	b = append(b, '"')
+	if info.Key != "" {
+		b = append(b, `,"key":"`...)
+		b = append(b, info.Key...)
+		b = append(b, '"')
+	}
+	b = append(b, `,"members":`...)
+	b = strconv.AppendInt(b, info.Members, 10)
+	b = append(b, `,"ranked":`...)
+	b = strconv.AppendBool(b, info.Ranked)
+	b = append(b, '}')
+	r.Scratch = b
+	writeJSON(r.Ctx, b)
+}
+
+// Lottery is a sale's lottery as it can be published: Key is empty before
+// the opening; Ranking (the admin's only) is the ticket ids by place.
+type Lottery struct {
+	ProductID string   `json:"productId"`
+	Order     string   `json:"order"`
+	Commit    string   `json:"commit"`
+	Key       string   `json:"key,omitempty"`
+	Members   int64    `json:"members"`
+	Ranked    bool     `json:"ranked"`
+	Ranking   []string `json:"ranking,omitempty"`
+}
+
+func (s *Service) roomLottery(ctx context.Context, e activity.Entry, room *waitroom.Room, nowMs int64) (Lottery, error) {
+	info, _, err := s.d.Store.RoomInfo(ctx, e.ProductID, nowMs)
+	if err != nil {
+		return Lottery{}, err
+	}
+	if info.Commit == "" && room.Lottery() && nowMs >= room.OpensMs {
+		// The pre-queue is open and no edge drew its key yet.
+		key, commit := waitroom.NewKey()
+		if info.Commit, err = s.d.Store.RoomOpenPrequeue(ctx, roomSaleOf(e.Activity), key, commit); err != nil {
+			return Lottery{}, err
+		}
+	}
+	l := Lottery{ProductID: e.ProductID, Order: room.Order.String(), Commit: info.Commit, Ranked: info.Ranked}
+	if info.Frozen {
+		l.Key, l.Members = info.Key, info.Members
+	} else if room.Lottery() {
+		l.Members = info.Joined // before the opening, the tickets so far
+	}
+	return l, nil
+}
+
+// RoomLottery is the lottery with its full ranking, for the operator's
+// audit (GET /admin/waitroom/lottery).
+func (s *Service) RoomLottery(ctx context.Context, productID string) (Lottery, error) {
+	e, ok := s.d.Activities.GetString(productID)
+	if !ok || e.Room == nil {
+		return Lottery{}, ErrNoRoom
+	}
+	l, err := s.roomLottery(ctx, e, e.Room, s.d.Now()/1e6)
+	if err != nil {
+		return Lottery{}, err
+	}
+	if l.Ranked && l.Members > 0 {
+		if l.Ranking, err = s.d.Store.RoomRanking(ctx, productID); err != nil {
+			return Lottery{}, err
+		}
+	}
+	return l, nil
+}
+
+// ErrNoRoom: the product is unknown or has no waiting room.
+var ErrNoRoom = errors.New("no such sale with a waiting room")
+
+// RoomRow is one sale's room for the operator (GET /admin/waitroom).
+type RoomRow struct {
+	ProductID      string `json:"productId"`
+	Enabled        bool   `json:"enabled"`
+	Status         string `json:"status"`
+	Order          string `json:"order"`
+	Joined         int64  `json:"joined"`
+	Waiting        int64  `json:"waiting"`
+	Admitted       int64  `json:"admitted"`
+	Active         int64  `json:"active"`
+	MaxActive      int64  `json:"maxActive"`
+	AdmitPerMinute int64  `json:"admitPerMinute"`
+	// Frontier is N(t), the highest place let in.
+	Frontier int64 `json:"frontier"`
+	// EtaMs is the wait of the last shopper in line (-1: paused).
+	EtaMs    int64  `json:"etaMs"`
+	Paused   bool   `json:"paused"`
+	Closed   bool   `json:"closed"`
+	SoldOut  bool   `json:"soldOut"`
+	OpensMs  int64  `json:"opensMs"`
+	StartMs  int64  `json:"startMs"`
+	Commit   string `json:"commit"`
+	Members  int64  `json:"members"`
+	Ranked   bool   `json:"ranked"`
+	Sessions int64  `json:"sessionMs"`
+}
+
+// Rooms is every room of the sales this edge knows, from Redis.
+func (s *Service) Rooms(ctx context.Context) ([]RoomRow, error) {
+	nowMs := s.d.Now() / 1e6
+	var rows []RoomRow
+	for _, e := range s.d.Activities.List() {
+		if e.Room == nil {
+			continue
+		}
+		row, err := s.roomRow(ctx, e, nowMs)
+		if err != nil {
+			return nil, err
+		}
+		rows = append(rows, row)
+	}
+	return rows, nil
+}
+
+func (s *Service) roomRow(ctx context.Context, e activity.Entry, nowMs int64) (RoomRow, error) {
+	info, _, err := s.d.Store.RoomInfo(ctx, e.ProductID, nowMs)
+	if err != nil {
+		return RoomRow{}, err
+	}
+	room := e.Room
+	if info.Rate < 0 {
+		info.Rate = room.AdmitPerMinute
+	}
+	if info.BaseMs < 0 {
+		info.BaseMs = room.StartMs
+	}
+	vs := stateOf(&info)
+	row := RoomRow{ProductID: e.ProductID, Enabled: true, Order: room.Order.String(), Joined: info.Joined,
+		Waiting: vs.Waiting(nowMs), Admitted: info.Admitted, Active: info.Active, MaxActive: room.MaxActive,
+		AdmitPerMinute: info.Rate, Paused: info.Paused, Closed: info.Closed, SoldOut: e.SoldOut(),
+		OpensMs: room.OpensMs, StartMs: room.StartMs, Commit: info.Commit, Members: info.Members,
+		Ranked: info.Ranked, Sessions: room.SessionMs}
+	if info.Frozen {
+		row.Frontier = min(vs.Frontier(nowMs), info.Joined)
+	}
+	row.EtaMs = vs.ETA(info.Joined, nowMs)
+	switch {
+	case nowMs >= e.EndMs:
+		row.Status = "ended"
+	case e.SoldOut():
+		row.Status = "soldout"
+	case info.Closed:
+		row.Status = "closed"
+	case nowMs < room.OpensMs:
+		row.Status = "upcoming"
+	case nowMs < room.StartMs:
+		row.Status = "prequeue"
+	case info.Paused:
+		row.Status = "paused"
+	default:
+		row.Status = "open"
+	}
+	return row, nil
+}
+
+// RoomAction applies an operator's action to a sale's room: pause,
+// resume, close, open (undo close) or rate (admitPerMinute), live on every
+// edge (they read the line from Redis).
+func (s *Service) RoomAction(ctx context.Context, productID, action string, rate int64) (RoomRow, error) {
+	e, ok := s.d.Activities.GetString(productID)
+	if !ok || e.Room == nil {
+		return RoomRow{}, ErrNoRoom
+	}
+	nowMs := s.d.Now() / 1e6
+	if _, err := s.d.Store.RoomAdmin(ctx, roomSaleOf(e.Activity), stock.RoomAction(action), rate, nowMs); err != nil {
+		return RoomRow{}, err
+	}
+	// This edge follows at once; the others at their next tick.
+	if err := s.refreshRoom(ctx, e, nowMs); err != nil {
+		return RoomRow{}, err
+	}
+	return s.roomRow(ctx, e, nowMs)
+}
+
+// roomLoop looks after the rooms until ctx ends.
+func (s *Service) roomLoop(ctx context.Context) {
+	t := time.NewTicker(roomTick)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			s.TendRooms(ctx)
+		}
+	}
+}
+
+// TendRooms does, for every room, what its moment asks: draws the
+// pre-queue's key once it opens, closes the pre-queue and draws the
+// lottery at the opening, and reads the admission state the edge refuses
+// from. Any edge may do each; the first one's result is kept (Redis).
+func (s *Service) TendRooms(ctx context.Context) {
+	nowMs := s.d.Now() / 1e6
+	for _, e := range s.d.Activities.List() {
+		if e.Room == nil || nowMs < e.Room.OpensMs || nowMs >= e.EndMs+roomGrace.Milliseconds() {
+			continue
+		}
+		if err := s.tendRoom(ctx, e, nowMs); err != nil && ctx.Err() == nil {
+			s.d.Log.Warn("waiting room upkeep failed", "product", e.ProductID, "err", err)
+		}
+	}
+}
+
+func (s *Service) tendRoom(ctx context.Context, e activity.Entry, nowMs int64) error {
+	room, view, rs := e.Room, s.rooms.ensure(e.ProductID), roomSaleOf(e.Activity)
+	if !view.keyed.Load() && room.Lottery() {
+		key, commit := waitroom.NewKey()
+		if _, err := s.d.Store.RoomOpenPrequeue(ctx, rs, key, commit); err != nil {
+			return err
+		}
+		view.keyed.Store(true)
+	}
+	if nowMs >= room.StartMs && !view.ranked.Load() {
+		if err := s.drawLottery(ctx, e, rs); err != nil {
+			return err
+		}
+	}
+	return s.refreshRoom(ctx, e, nowMs)
+}
+
+// drawLottery closes the pre-queue and writes its ranks, under a lock so
+// that one edge does the work; another edge that raced it writes the same
+// ranks (they are a function of the key and the members).
+func (s *Service) drawLottery(ctx context.Context, e activity.Entry, rs stock.RoomSale) error {
+	view := s.rooms.ensure(e.ProductID)
+	key, commit := waitroom.NewKey()
+	o, err := s.d.Store.RoomFreeze(ctx, rs, key, commit)
+	if err != nil {
+		return err
+	}
+	if o.Ranked {
+		view.ranked.Store(true)
+		return nil
+	}
+	owner := fmt.Sprintf("node-%d", s.d.Node)
+	got, err := s.d.Store.RoomLockRanks(ctx, e.ProductID, owner, 30*time.Second)
+	if err != nil || !got {
+		return err // another edge draws it; the next tick sees its result
+	}
+	ids, err := s.d.Store.RoomPrequeue(ctx, e.ProductID)
+	if err != nil {
+		return err
+	}
+	ranked, err := waitroom.Rank(o.Key, ids)
+	if err != nil {
+		return fmt.Errorf("lottery key: %w", err)
+	}
+	if err := s.d.Store.RoomWriteRanks(ctx, rs, ranked); err != nil {
+		return err
+	}
+	view.ranked.Store(true)
+	s.d.Log.Info("waiting room opened: lottery drawn", "product", e.ProductID, "members", len(ranked),
+		"commit", waitroom.Commit(o.Key))
+	return nil
+}
+
+// refreshRoom reads the admission state into the edge's view.
+func (s *Service) refreshRoom(ctx context.Context, e activity.Entry, nowMs int64) error {
+	info, _, err := s.d.Store.RoomInfo(ctx, e.ProductID, nowMs)
+	if err != nil {
+		return err
+	}
+	if info.Rate < 0 {
+		info.Rate = e.Room.AdmitPerMinute
+	}
+	if info.BaseMs < 0 {
+		info.BaseMs = e.Room.StartMs
+	}
+	vs := stateOf(&info)
+	view := s.rooms.ensure(e.ProductID)
+	view.state.Store(&vs)
+	if info.Ranked {
+		view.ranked.Store(true)
+	}
+	view.active.Store(info.Active)
+	return nil
+}
+
+// finishRoom takes a buyer out of the active shoppers (max_active), off the
+// request path.
+func (s *Service) finishRoom(e activity.Entry, user []byte) {
+	if e.Room == nil || e.Room.MaxActive == 0 {
+		return
+	}
+	p, u := e.ProductID, string(user)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		if err := s.d.Store.RoomFinish(ctx, p, u); err != nil {
+			s.d.Log.Warn("waiting room: buyer not taken out of the active shoppers; their session ends by itself", "product", p, "err", err)
+		}
+	}()
+}
+
+func (s *Service) registerRoomMetrics(reg *metrics.Registry) {
+	each := func(f func(w *metrics.Writer, e activity.Entry, v *roomView, vs *waitroom.State, nowMs int64)) func(w *metrics.Writer) {
+		return func(w *metrics.Writer) {
+			nowMs := s.d.Now() / 1e6
+			for _, e := range s.d.Activities.List() {
+				if e.Room == nil {
+					continue
+				}
+				v := s.rooms.ensure(e.ProductID)
+				vs := v.state.Load()
+				if vs == nil {
+					vs = &waitroom.State{Rate: e.Room.AdmitPerMinute, BaseMs: e.Room.StartMs}
+				}
+				f(w, e, v, vs, nowMs)
+			}
+		}
+	}
+	label := func(e activity.Entry) metrics.Label { return metrics.Label{Name: "product", Value: e.ProductID} }
+	reg.Register("flashgate_waitroom_waiting", "Shoppers in a sale's queue not yet let in, as this edge last read it.", "gauge",
+		each(func(w *metrics.Writer, e activity.Entry, _ *roomView, vs *waitroom.State, nowMs int64) {
+			w.Value(float64(vs.Waiting(nowMs)), label(e))
+		}))
+	reg.Register("flashgate_waitroom_admitted", "Shoppers let in so far.", "gauge",
+		each(func(w *metrics.Writer, e activity.Entry, _ *roomView, vs *waitroom.State, _ int64) {
+			w.Value(float64(vs.Admitted), label(e))
+		}))
+	reg.Register("flashgate_waitroom_active", "Shoppers let in whose session runs and who have not bought.", "gauge",
+		each(func(w *metrics.Writer, e activity.Entry, v *roomView, _ *waitroom.State, _ int64) {
+			w.Value(float64(v.active.Load()), label(e))
+		}))
+	reg.Register("flashgate_waitroom_admit_per_minute", "The admission rate in force (0 while paused).", "gauge",
+		each(func(w *metrics.Writer, e activity.Entry, _ *roomView, vs *waitroom.State, _ int64) {
+			r := vs.Rate
+			if vs.Paused {
+				r = 0
+			}
+			w.Value(float64(r), label(e))
+		}))
+	reg.Register("flashgate_waitroom_joins_total", "Queue joins on this edge by result.", "counter",
+		each(func(w *metrics.Writer, e activity.Entry, v *roomView, _ *waitroom.State, _ int64) {
+			for i := range v.joins {
+				w.Value(float64(v.joins[i].Value()), label(e), metrics.Label{Name: "result", Value: joinResultNames[i]})
+			}
+		}))
+}
