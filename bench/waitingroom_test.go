@@ -116,7 +116,10 @@ func TestWaitingRoomFigures(t *testing.T) {
 	r.figures(wr, samples[:])
 	near(t, "edge 1 admission deviation", wr.AdminRate[0].DevPct, 0, 0.01)
 	near(t, "edge 2 admission deviation", wr.AdminRate[1].DevPct, -5, 0.01)
-	near(t, "worst deviation", wr.MaxDevPct, 5, 0.01)
+	if wr.MaxDevPct == nil {
+		t.Fatal("no worst deviation")
+	}
+	near(t, "worst deviation", *wr.MaxDevPct, 5, 0.01)
 	if wr.AheadOfSchedule != 1 || wr.EarlySucceeded != 1 || wr.OutOfTurn != 2 || wr.EarlyTries != 20 || wr.EarlyAnswers["NOT_ADMITTED"] != 19 {
 		t.Errorf("out of turn %+v: want 1 ahead of schedule + 1 early success, 19 early refusals", wr)
 	}
@@ -132,6 +135,9 @@ func TestWaitingRoomFigures(t *testing.T) {
 	if wr.Joined != 1000 || wr.Admitted != 1000 || wr.Outcomes["bought"] != 1000 {
 		t.Errorf("counts: joined %d admitted %d outcomes %v", wr.Joined, wr.Admitted, wr.Outcomes)
 	}
+	if _, err := json.Marshal(wr); err != nil {
+		t.Errorf("result.json: %v", err)
+	}
 	// A FIFO pre-queue fails the fairness test.
 	for i := range r.shoppers {
 		r.shoppers[i].position = int64(i + 1)
@@ -142,7 +148,12 @@ func TestWaitingRoomFigures(t *testing.T) {
 	}
 	// Readings missing around the window's end: no figure, said so.
 	r.figures(wr, [][]AdmitSample{samples[0][:10], samples[1]})
-	if wr.AdminRate[0].Err == "" || !math.IsNaN(wr.MaxDevPct) {
+	r.shoppers = r.shoppers[:50] // too few for the fairness test: said, and still JSON
+	r.figures(wr, [][]AdmitSample{samples[0][:10], samples[1]})
+	if _, err := json.Marshal(wr); err != nil || wr.Fairness.Err == "" {
+		t.Errorf("50 shoppers: fairness %+v, json error %v: want the test refused in words", wr.Fairness, err)
+	}
+	if wr.AdminRate[0].Err == "" || wr.MaxDevPct != nil {
 		t.Errorf("missing readings: %+v max dev %v, want an error and no figure", wr.AdminRate[0], wr.MaxDevPct)
 	}
 }

@@ -43,8 +43,13 @@ func (r *Result) waitRoomLine() string {
 			devs = append(devs, fmt.Sprintf("%+.1f", er.DevPct))
 		}
 	}
-	fmt.Fprintf(&b, " admit_dev_pct=%s out_of_turn=%d sold=%d stock=%d spearman=%.4f chi2=%.1f chi2_df=%d chi2_p=%.3f lottery_reproduced=%v errors=%d oversold=%s lost=%s duplicated=%s",
-		strings.Join(devs, ","), wr.OutOfTurn, wr.Sold, wr.Stock, wr.Fairness.Spearman, wr.Fairness.ChiSq, wr.Fairness.DF, wr.Fairness.P,
+	fa := wr.Fairness
+	fair := fmt.Sprintf("spearman=%.4f chi2=%.1f chi2_df=%d chi2_p=%.3f", fa.Spearman, fa.ChiSq, fa.DF, fa.P)
+	if fa.Err != "" {
+		fair = "spearman=NA chi2=NA chi2_df=NA chi2_p=NA"
+	}
+	fmt.Fprintf(&b, " admit_dev_pct=%s out_of_turn=%d sold=%d stock=%d %s lottery_reproduced=%v errors=%d oversold=%s lost=%s duplicated=%s",
+		strings.Join(devs, ","), wr.OutOfTurn, wr.Sold, wr.Stock, fair,
 		wr.Lottery.Reproduced, r.Errors(), na(rc.Oversold), na(rc.Lost), na(rc.Duplicated))
 	return b.String()
 }

@@ -90,7 +90,7 @@ type WaitRoomResult struct {
 	AdminRate   []EdgeRate      `json:"admin_rate"`
 	FrontRate   []EdgeRate      `json:"front_rate"`
 	Samples     [][]AdmitSample `json:"admin_samples"` // per edge
-	MaxDevPct   float64         `json:"max_dev_pct"`   // the worst of AdminRate's deviations
+	MaxDevPct   *float64        `json:"max_dev_pct"`   // the worst of AdminRate's deviations (nil: an edge had no readings)
 
 	// Out of turn: purchases before one's admission. Early attempts must be
 	// refused 403 NOT_ADMITTED; an admission ahead of the configured
@@ -225,6 +225,7 @@ func runWaitingRoom(ctx context.Context, root string, sc *Scenario, f runFlags, 
 	if err := env.StartOrigin(ctx); err != nil {
 		return nil, err
 	}
+	waitQuiet(progress, f.quietPct, f.quietWait)
 	// The sale's times are fixed in the edges' config: the opening is
 	// startup + pre_over from now, the pre-queue already open (it opened
 	// a few seconds before the first join).
@@ -600,7 +601,8 @@ func (r *wrRun) sampleAdmin(ctx context.Context, admin string, interval time.Dur
 // admin samples.
 func (r *wrRun) figures(wr *WaitRoomResult, samples [][]AdmitSample) {
 	w := r.w
-	wr.Samples, wr.AdminRate, wr.FrontRate, wr.MaxDevPct = samples, nil, nil, 0
+	wr.Samples, wr.AdminRate, wr.FrontRate, wr.MaxDevPct = samples, nil, nil, nil
+	worst, known := 0.0, len(samples) > 0
 	wr.Joined, wr.Admitted, wr.AheadOfSchedule, wr.EarlyTries, wr.EarlySucceeded = 0, 0, 0, 0, 0
 	wr.JoinStatuses, wr.Outcomes, wr.EarlyAnswers = map[string]int{}, map[string]int{}, map[string]int{}
 	wr.Fairness = Fairness{}
@@ -611,23 +613,21 @@ func (r *wrRun) figures(wr *WaitRoomResult, samples [][]AdmitSample) {
 		er := EdgeRate{Edge: i + 1}
 		a, okA := sampleAt(ss, from)
 		b, okB := sampleAt(ss, to)
-		if !okA || !okB {
+		if !okA || !okB || b.T <= a.T {
 			er.Err = fmt.Sprintf("no GET /admin/waitroom readings around %.0fs and %.0fs after the opening", from, to)
 		} else {
 			er.Admitted = b.Admitted - a.Admitted
 			er.PerMinute = float64(er.Admitted) / (b.T - a.T) * 60
 			er.DevPct = 100 * (er.PerMinute/want - 1)
-			wr.MaxDevPct = math.Max(wr.MaxDevPct, math.Abs(er.DevPct))
+			worst = math.Max(worst, math.Abs(er.DevPct))
+		}
+		if er.Err != "" {
+			known = false
 		}
 		wr.AdminRate = append(wr.AdminRate, er)
 	}
-	if len(samples) == 0 {
-		wr.MaxDevPct = math.NaN()
-	}
-	for _, er := range wr.AdminRate {
-		if er.Err != "" {
-			wr.MaxDevPct = math.NaN()
-		}
+	if known {
+		wr.MaxDevPct = &worst
 	}
 	// The admission front each edge's shoppers saw: the highest position
 	// admitted by t. It trails N(t) by a poll (1-2 s), alike at both ends
@@ -674,14 +674,18 @@ func (r *wrRun) figures(wr *WaitRoomResult, samples [][]AdmitSample) {
 	fa := &wr.Fairness
 	fa.N = len(arrival)
 	if fa.N < 100 {
-		fa.Err = fmt.Sprintf("only %d pre-queue shoppers saw a position after the opening: too few for the test", fa.N)
-		fa.Spearman, fa.P, fa.ChiSq = math.NaN(), math.NaN(), math.NaN()
+		fa.Err = fmt.Sprintf("only %d pre-queue shoppers saw a position after the opening: too few for the test (100 at least)", fa.N)
 		return
 	}
 	fa.Spearman = spearman(arrival, position)
 	fa.Table = decileTable(arrival, position)
 	fa.ChiSq, fa.DF = chiSquare(tableRows(fa.Table))
 	fa.P = chiSquareP(fa.ChiSq, fa.DF)
+	if math.IsNaN(fa.Spearman) || math.IsNaN(fa.P) {
+		// JSON has no NaN: a degenerate sample (every position alike)
+		// is said in words.
+		*fa = Fairness{N: fa.N, Table: fa.Table, Err: "every pre-queue shopper saw the same position: no ranks to compare"}
+	}
 }
 
 // sampleAt is the reading nearest to t (seconds after the opening),
