@@ -112,6 +112,10 @@ func TestWaitingRoomFigures(t *testing.T) {
 		r.shoppers = append(r.shoppers, s)
 	}
 	r.shoppers[3].earlyAnswer, r.shoppers[3].earlyBought = "OK", true
+	// 20 after the opening, FIFO places after the pre-queue, not admitted.
+	for k := range 20 {
+		r.shoppers = append(r.shoppers, wrShopper{idx: 1000 + k, edge: k % 2, joinStatus: "waiting", position: int64(1001 + k), outcome: "closed"})
+	}
 	wr := &WaitRoomResult{JoinStatuses: map[string]int{}, Outcomes: map[string]int{}, EarlyAnswers: map[string]int{}}
 	r.figures(wr, samples[:])
 	near(t, "edge 1 admission deviation", wr.AdminRate[0].DevPct, 0, 0.01)
@@ -132,14 +136,17 @@ func TestWaitingRoomFigures(t *testing.T) {
 	if fa := wr.Fairness; fa.N != 1000 || fa.DF != 81 || math.IsNaN(fa.Spearman) || math.IsNaN(fa.P) || fa.Err != "" {
 		t.Errorf("fairness %+v: want 1,000 pre-queue positions, df 81, figures", fa)
 	}
-	if wr.Joined != 1000 || wr.Admitted != 1000 || wr.Outcomes["bought"] != 1000 {
+	if wr.Fairness.PostN != 20 || wr.Fairness.PostSpearman != 1 {
+		t.Errorf("after the opening: %d shoppers, spearman %v; want 20 in FIFO order (1)", wr.Fairness.PostN, wr.Fairness.PostSpearman)
+	}
+	if wr.Joined != 1020 || wr.Admitted != 1000 || wr.Outcomes["bought"] != 1000 {
 		t.Errorf("counts: joined %d admitted %d outcomes %v", wr.Joined, wr.Admitted, wr.Outcomes)
 	}
 	if _, err := json.Marshal(wr); err != nil {
 		t.Errorf("result.json: %v", err)
 	}
 	// A FIFO pre-queue fails the fairness test.
-	for i := range r.shoppers {
+	for i := range 1000 {
 		r.shoppers[i].position = int64(i + 1)
 	}
 	r.figures(wr, samples[:])

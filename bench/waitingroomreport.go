@@ -90,6 +90,9 @@ func printWaitRoom(w io.Writer, r *Result) {
 		fmt.Fprintf(w, "  fairness of the pre-queue (%d shoppers): Spearman rank correlation of arrival and position %.4f; chi-square over deciles %.1f, df %d, p = %.3f\n",
 			fa.N, fa.Spearman, fa.ChiSq, fa.DF, fa.P)
 	}
+	if fa.PostN > 0 {
+		fmt.Fprintf(w, "  after the opening (%d shoppers, FIFO): Spearman rank correlation of arrival and position %.4f\n", fa.PostN, fa.PostSpearman)
+	}
 	l := wr.Lottery
 	if l.Err != "" {
 		fmt.Fprintf(w, "  lottery: %s\n", l.Err)

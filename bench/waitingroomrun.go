@@ -133,7 +133,11 @@ type Fairness struct {
 	DF       int         `json:"df"`
 	P        float64     `json:"p_value"`
 	Table    [10][10]int `json:"deciles"` // arrival decile × position decile
-	Err      string      `json:"error,omitempty"`
+	// PostSpearman is the same correlation for those who joined after the
+	// opening: FIFO places, so near 1 (0 when too few).
+	PostSpearman float64 `json:"post_spearman"`
+	PostN        int     `json:"post_n"`
+	Err          string  `json:"error,omitempty"`
 }
 
 // Lottery is the check that the published key reproduces the order.
@@ -642,7 +646,7 @@ func (r *wrRun) figures(wr *WaitRoomResult, samples [][]AdmitSample) {
 	}
 
 	slack := float64(w.AdmitPerMinute) / 60 // a second's worth of admissions
-	var arrival, position []float64
+	var arrival, position, postArrival, postPosition []float64
 	for i := range r.shoppers {
 		s := &r.shoppers[i]
 		wr.Outcomes[s.outcome]++
@@ -668,11 +672,20 @@ func (r *wrRun) figures(wr *WaitRoomResult, samples [][]AdmitSample) {
 			arrival = append(arrival, float64(s.idx))
 			position = append(position, float64(s.position))
 		}
+		if !s.pre && s.position > 0 {
+			postArrival = append(postArrival, float64(s.idx))
+			postPosition = append(postPosition, float64(s.position))
+		}
 	}
 	wr.OutOfTurn = wr.EarlySucceeded + wr.AheadOfSchedule
 	wr.Sold = r.bought.Load()
 	fa := &wr.Fairness
 	fa.N = len(arrival)
+	if fa.PostN = len(postArrival); fa.PostN >= 10 {
+		if rho := spearman(postArrival, postPosition); !math.IsNaN(rho) {
+			fa.PostSpearman = rho
+		}
+	}
 	if fa.N < 100 {
 		fa.Err = fmt.Sprintf("only %d pre-queue shoppers saw a position after the opening: too few for the test (100 at least)", fa.N)
 		return
