@@ -6,5 +6,7 @@
 // unknown), and reads order results. It also keeps the edge's picture of
 // the sales current: warm-up, a background refresh from Redis, the
 // sold-out broadcast, the circuit breakers (one per product) and the
-// degrade switch.
+// degrade switch. A sale with a waiting room (room.go, decisions in
+// sale/waitroom) is bought through its queue: join, poll, the lottery's
+// record, and the token call minting only for an admitted shopper.
 package sale

@@ -196,7 +196,7 @@ func (s *Service) join(r *api.Call, st *Settings) {
 		s.answerRoom(r, st, roomAnswer{status: roomClosed, soldOut: true})
 		return
 	}
-	j := stock.Join{User: string(r.UserID), NowMs: nowMs, Lottery: room.Lottery()}
+	j := stock.Join{User: string(r.UserID), NowMs: nowMs, Lottery: room.Lottery(), MaxActive: room.MaxActive, SessionMs: room.SessionMs}
 	if room.Difficulty > 0 {
 		if len(r.Challenge) == 0 || st.Challenges.Verify(r.Challenge, r.Nonce, r.UserID, r.ProductID, nowMs) != nil {
 			rv.joins[joinBadChallenge].Inc()
@@ -241,7 +241,7 @@ func (s *Service) join(r *api.Call, st *Settings) {
 		api.Busy.Write(r.Ctx)
 		return
 	}
-	s.place(r, st, room, rv, tid, -1, true)
+	s.answerPlace(r, st, room, rv, tid, ans.Place, -1, true)
 }
 
 // queue answers the ticket holder's place (the page's poll).
@@ -270,7 +270,17 @@ func (s *Service) queue(r *api.Call, st *Settings) {
 		s.answerRoom(r, st, roomAnswer{status: roomClosed, soldOut: true})
 		return
 	}
-	s.place(r, st, room, s.rooms.ensure(r.Activity.ProductID), id, held, false)
+	rv := s.rooms.ensure(r.Activity.ProductID)
+	if held > 0 {
+		// A place the line has not reached: answered from the edge's
+		// memory, as the token call refuses it, so the polls of a long
+		// queue cost Redis nothing until their turn comes near.
+		if vs := rv.state.Load(); vs != nil && vs.Frozen && !vs.Closed && held > vs.Frontier(nowMs) {
+			s.answerRoom(r, st, roomAnswer{status: roomWaiting, place: held, etaMs: vs.ETA(held, nowMs), id: id})
+			return
+		}
+	}
+	s.place(r, st, room, rv, id, held, false)
 }
 
 // place reads (and admits) the shopper's place and answers it; held is the
@@ -286,6 +296,12 @@ func (s *Service) place(r *api.Call, st *Settings, room *waitroom.Room, rv *room
 		api.Busy.Write(r.Ctx)
 		return
 	}
+	s.answerPlace(r, st, room, rv, id, p, held, joined)
+}
+
+// answerPlace answers the place p read for ticket id.
+func (s *Service) answerPlace(r *api.Call, st *Settings, room *waitroom.Room, rv *roomView, id waitroom.ID, p stock.RoomPlace, held int64, joined bool) {
+	nowMs := r.NowNano / 1e6
 	switch {
 	case !p.Found && joined:
 		api.Busy.Write(r.Ctx) // the join's ticket vanished in between: Redis lost it
@@ -366,7 +382,11 @@ func (s *Service) answerRoom(r *api.Call, st *Settings, a roomAnswer) {
 	b = append(b, `,"soldOut":`...)
 	b = strconv.AppendBool(b, a.soldOut)
 	if a.status != roomClosed || a.place > 0 {
-		b = append(b, `,"ticket":"`...)
+		// The ticket id is what the lottery ranks: with it a shopper
+		// checks their own place against the published key.
+		b = append(b, `,"ticketId":"`...)
+		b = a.id.AppendHex(b)
+		b = append(b, `","ticket":"`...)
 		from := len(b)
 		if a.reissue {
 			b = st.Tickets.Append(b, r.UserID, r.ProductID, a.id, a.place, e.EndMs+roomGrace.Milliseconds())

@@ -18,6 +18,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"flashgate/conf"
+	"flashgate/internal/await"
 	"flashgate/internal/redistest"
 	"flashgate/orders/orderid"
 	"flashgate/orders/stock"
@@ -31,7 +32,7 @@ import (
 // clock the test moves, driven through Handle as the chain leaves calls
 // (the user signed in).
 type roomRig struct {
-	t     *testing.T
+	t     testing.TB
 	st    *stock.Store
 	edges []*Service
 	nowMs atomic.Int64
@@ -41,7 +42,7 @@ type roomRig struct {
 
 const roomProduct = "wr1"
 
-func newRoomRig(t *testing.T, addr string, edges int, wr conf.WaitingRoomConfig) *roomRig {
+func newRoomRig(t testing.TB, addr string, edges int, wr conf.WaitingRoomConfig) *roomRig {
 	t.Helper()
 	r := &roomRig{t: t}
 	base := time.Now().Truncate(time.Second)
@@ -74,7 +75,7 @@ func newRoomRig(t *testing.T, addr string, edges int, wr conf.WaitingRoomConfig)
 	r.st = st
 	for i := 0; i < edges; i++ {
 		ids, _ := orderid.NewGenerator(i+1, func() int64 { return time.Now().UnixMilli() })
-		svc := New(Deps{Store: st, Activities: activity.NewRegistry(), IDs: ids, Node: i + 1,
+		svc := New(Deps{Store: st, Activities: activity.NewRegistry(), IDs: ids, Node: i + 1, Breakers: NewBreakers(5, time.Second, nil, nil),
 			Log: slog.New(slog.DiscardHandler), Now: func() int64 { return r.nowMs.Load() * 1e6 }})
 		if err := svc.Apply(context.Background(), r.set); err != nil {
 			t.Fatal(err)
@@ -148,6 +149,9 @@ func (r *roomRig) tend() {
 // snapshot is every room key's content, to prove a refused call changed
 // nothing.
 func (r *roomRig) snapshot(addr string) string {
+	if addr == "embedded" {
+		return "" // no client reaches the in-process server
+	}
 	c := r.client(addr)
 	var b strings.Builder
 	for _, k := range []string{"wr", "wr:pre", "wr:rank", "wr:active"} {
@@ -180,6 +184,7 @@ func (r *roomRig) client(addr string) rueidis.Client {
 
 // servers runs f on a standalone Redis and on a Cluster.
 func servers(t *testing.T, f func(t *testing.T, addr string)) {
+	t.Run("embedded", func(t *testing.T) { f(t, "embedded") })
 	t.Run("standalone", func(t *testing.T) { f(t, redistest.Start(t)) })
 	t.Run("cluster", func(t *testing.T) {
 		c := redistest.NewCluster(t)
@@ -509,4 +514,136 @@ func TestRoomRefusalFromMemory(t *testing.T) {
 	if allocs != 0 {
 		t.Fatalf("the refusal allocates %.1f times", allocs)
 	}
+	// The poll of the same shopper: answered from memory too.
+	from = processed()
+	a := r.call(0, api.EndpointQueue, "c9", roomProduct, last.cookie, nil)
+	if a.code != 200 || a.num("position") != 6 || a.str("status") != "waiting" || a.num("etaMs") <= 0 || a.str("ticket") != last.cookie {
+		t.Fatalf("poll: %s", a.raw)
+	}
+	if n := processed() - from; n != 1 {
+		t.Fatalf("the poll sent %d Redis commands", n-1)
+	}
+	call.Endpoint = api.EndpointQueue
+	if allocs := testing.AllocsPerRun(200, run); allocs != 0 || ctx.Response.StatusCode() != 200 {
+		t.Fatalf("the poll from memory allocates %.1f times (%d)", allocs, ctx.Response.StatusCode())
+	}
+}
+
+// TestRoomSoldOutAndWindow: the queue opens prequeue_opens before the
+// start (403 NOT_STARTED before); sold out closes it for everyone in line
+// and for new joins (status closed, soldOut), and the token call says sold
+// out.
+func TestRoomSoldOutAndWindow(t *testing.T) {
+	addr := redistest.Start(t)
+	r := newRoomRig(t, addr, 2, conf.WaitingRoomConfig{PrequeueOpens: 20 * time.Second})
+	if a := r.call(0, api.EndpointJoin, "d1", roomProduct, "", nil); a.code != 403 || a.str("code") != "NOT_STARTED" {
+		t.Fatalf("join before the queue opens: %s", a.raw)
+	}
+	r.nowMs.Store(r.start - 10_000)
+	held := r.join(0, "d1").cookie
+	r.nowMs.Store(r.start + 5_000)
+	r.tend()
+	for _, e := range r.edges {
+		e.d.Activities.StateOf(roomProduct).SetSoldOut(true) // as the broadcast sets it
+	}
+	if a := r.call(1, api.EndpointQueue, "d1", roomProduct, held, nil); a.code != 200 || a.str("status") != "closed" || a.body["soldOut"] != true {
+		t.Fatalf("poll after sold out: %s", a.raw)
+	}
+	if a := r.call(0, api.EndpointJoin, "d2", roomProduct, "", nil); a.code != 200 || a.str("status") != "closed" || a.body["soldOut"] != true || a.cookie != "" {
+		t.Fatalf("join after sold out: %s", a.raw)
+	}
+	if a := r.call(0, api.EndpointToken, "d1", roomProduct, held, nil); a.code != 410 {
+		t.Fatalf("token after sold out: %s", a.raw)
+	}
+}
+
+// TestRoomConfigJSON: the admin API's activity carries waiting_room with
+// durations as strings, and a bad one names its field.
+func TestRoomConfigJSON(t *testing.T) {
+	var c conf.ActivityConfig
+	js := `{"productId":"p9","waiting_room":{"enabled":true,"prequeue_opens":"10m","admit_per_minute":600,"session":"5m","order":"fifo","challenge":{"difficulty":12}}}`
+	if err := json.Unmarshal([]byte(js), &c); err != nil {
+		t.Fatal(err)
+	}
+	w := c.WaitingRoom
+	if !w.Enabled || w.PrequeueOpens != 10*time.Minute || w.Session != 5*time.Minute || w.Order != "fifo" || w.Challenge.Difficulty != 12 {
+		t.Fatalf("%+v", w)
+	}
+	out, _ := json.Marshal(c)
+	var back conf.ActivityConfig
+	if err := json.Unmarshal(out, &back); err != nil || back.WaitingRoom != w {
+		t.Fatalf("round trip: %s %v", out, err)
+	}
+	err := json.Unmarshal([]byte(`{"waiting_room":{"enabled":true,"session":"five"}}`), &c)
+	if err == nil || !strings.Contains(err.Error(), "waiting_room.session") {
+		t.Fatalf("bad duration: %v", err)
+	}
+}
+
+// BenchmarkRoomToken: the token call of a shopper not admitted, refused
+// from the edge's memory (the line has not reached the ticket's place) and
+// by the script (the line has, max_active has no room).
+//
+//	go test -run '^$' -bench BenchmarkRoomToken -benchmem ./sale/
+func BenchmarkRoomToken(b *testing.B) {
+	for _, c := range []struct {
+		name string
+		cfg  conf.WaitingRoomConfig
+	}{
+		{"memory", conf.WaitingRoomConfig{AdmitPerMinute: 1, Order: "fifo"}},
+		{"redis", conf.WaitingRoomConfig{AdmitPerMinute: 10_000_000, Order: "fifo", MaxActive: 1}},
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			r := newRoomRig(b, redistest.Start(b), 1, c.cfg)
+			r.nowMs.Store(r.start + 1000)
+			r.tend()
+			// "first" takes the one seat max_active has (redis case).
+			if a := r.call(0, api.EndpointToken, "first", roomProduct, r.join(0, "first").cookie, nil); c.cfg.MaxActive == 1 && a.code != 200 {
+				b.Fatalf("first: %s", a.raw)
+			}
+			last := r.join(0, "z")
+			ctx := new(fasthttp.RequestCtx)
+			ctx.Request.Header.SetCookie(waitroom.CookiePref+roomProduct, last.cookie)
+			call := &api.Call{Ctx: ctx, Endpoint: api.EndpointToken, UserID: []byte("z"), ProductID: []byte(roomProduct), Scratch: make([]byte, 0, 512)}
+			b.ReportAllocs()
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				call.NowNano, call.Checked, call.Activity = r.nowMs.Load()*1e6, 0, activity.Entry{}
+				r.edges[0].Handle(call)
+			}
+			b.StopTimer()
+			if ctx.Response.StatusCode() != 403 {
+				b.Fatalf("%d %s", ctx.Response.StatusCode(), ctx.Response.Body())
+			}
+		})
+	}
+}
+
+// TestRoomBuyFreesSeat: an admitted shopper buys with the token the
+// admission came with (do as for any sale), and with max_active the buyer's
+// seat goes to the next in line.
+func TestRoomBuyFreesSeat(t *testing.T) {
+	addr := redistest.Start(t)
+	r := newRoomRig(t, addr, 1, conf.WaitingRoomConfig{AdmitPerMinute: 6000, Order: "fifo", MaxActive: 1})
+	r.nowMs.Store(r.start + 1)
+	r.tend()
+	t1, t2 := r.join(0, "e1").cookie, r.join(0, "e2").cookie
+	r.nowMs.Add(60_000)
+	tok := r.call(0, api.EndpointToken, "e1", roomProduct, t1, nil)
+	if tok.code != 200 {
+		t.Fatalf("e1's token: %s", tok.raw)
+	}
+	if a := r.call(0, api.EndpointToken, "e2", roomProduct, t2, nil); a.code != 403 {
+		t.Fatalf("e2 while e1 holds the one seat: %s", a.raw)
+	}
+	ctx := new(fasthttp.RequestCtx)
+	do := &api.Call{Ctx: ctx, NowNano: r.nowMs.Load() * 1e6, Endpoint: api.EndpointDo, UserID: []byte("e1"),
+		ProductID: []byte(roomProduct), Token: []byte(tok.str("token")), Qty: 1}
+	r.edges[0].Handle(do)
+	if ctx.Response.StatusCode() != 200 {
+		t.Fatalf("e1 buys: %d %s", ctx.Response.StatusCode(), ctx.Response.Body())
+	}
+	await.Until(t, 5*time.Second, "e2 gets the seat e1's purchase freed", func() bool {
+		return r.call(0, api.EndpointToken, "e2", roomProduct, t2, nil).code == 200
+	})
 }

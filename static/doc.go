@@ -1,6 +1,7 @@
 // Package static serves the flash-sale page: one HTML page, its script, style
-// sheet and icon, embedded in the binary (or read from a directory while the
-// page is being designed).
+// sheet and icon, and the waiting room's proof-of-work worker (pow.js),
+// embedded in the binary (or read from a directory while the page is being
+// designed).
 //
 // Every response is prepared when the Handler is built — content type, a
 // strong ETag from the content's hash, a gzip copy at the best compression —

@@ -170,7 +170,7 @@ func TestNewRejectsInvalidConfig(t *testing.T) {
 
 func TestNames(t *testing.T) {
 	h := newHandler(t, conf.Defaults().Static)
-	if got := strings.Join(h.Names(), " "); got != "app.css app.js favicon.svg" {
+	if got := strings.Join(h.Names(), " "); got != "app.css app.js favicon.svg pow.js" {
 		t.Fatalf("Names() = %q", got)
 	}
 }

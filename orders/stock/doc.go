@@ -3,7 +3,9 @@
 // sold-out and order-outcome broadcasts, the admin catalog and the degrade
 // switch (the copies every edge reads of the durable catalogue that package
 // orderstore keeps; catalog.go, degrade.go), and the rate limits every edge
-// shares (the filters' policy redis; ratelimit.go). It owns every Redis key,
+// shares (the filters' policy redis; ratelimit.go), and the sales' waiting
+// rooms (waitroom.go: tickets, the pre-queue, the lottery's ranks, the
+// admission line, one script per call). It owns every Redis key,
 // channel and script (keys.go); other packages call its methods and never
 // talk to Redis themselves.
 //

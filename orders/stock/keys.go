@@ -26,6 +26,7 @@ import (
 //	sk:catalog:ver      hash: product id -> the entry's version (catalog.go)
 //	sk:degrade          hash: product id -> "<version>:<0|1>" (degrade.go)
 //	sk:degrade:all      "<version>:<0|1>": the degrade switch of every product
+//	sk:{p}:wr, sk:{p}:wr:*  the sale's waiting room (waitroom.go has their layout)
 //	sk:rl:{<client>}:<zone>  "<excess>:<last ms>": one client's limit_req state in
 //	                    one zone, shared by every edge; TTL until idle (ratelimit.go)
 //

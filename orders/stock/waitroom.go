@@ -32,6 +32,10 @@ import (
 // All of them expire with the sale (RoomKeys.ExpireAtMs). They are not part
 // of the embedded server's snapshot: a restarted demo forgets its queue.
 var (
+	// place() of wr_place_fn.lua is prepended to the two scripts that
+	// answer a place, so the rule is written once.
+	//go:embed lua/wr_place_fn.lua
+	wrPlaceFnLua string
 	//go:embed lua/wr_join.lua
 	wrJoinLua string
 	//go:embed lua/wr_place.lua
@@ -45,8 +49,8 @@ var (
 	//go:embed lua/wr_finish.lua
 	wrFinishLua string
 
-	wrJoinScript   = rueidis.NewLuaScript(wrJoinLua)
-	wrPlaceScript  = rueidis.NewLuaScript(wrPlaceLua)
+	wrJoinScript   = rueidis.NewLuaScript(wrPlaceFnLua + wrJoinLua)
+	wrPlaceScript  = rueidis.NewLuaScript(wrPlaceFnLua + wrPlaceLua)
 	wrFreezeScript = rueidis.NewLuaScript(wrFreezeLua)
 	wrKeyScript    = rueidis.NewLuaScript(wrKeyLua)
 	wrAdminScript  = rueidis.NewLuaScript(wrAdminLua)
@@ -109,18 +113,22 @@ type Join struct {
 	ChallengeExpiresMs int64
 	NowMs              int64
 	Lottery            bool
+	// MaxActive and SessionMs admit the shopper at once if the line has
+	// reached their place (as RoomPlace).
+	MaxActive, SessionMs int64
 }
 
-// JoinAnswer is what Join returns: the shopper's ticket id and sequence
-// (0: the pre-queue; else the FIFO sequence after it).
+// JoinAnswer is what Join returns: the shopper's ticket id and their place
+// (Place.Seq 0: the pre-queue; else the FIFO sequence after it).
 type JoinAnswer struct {
 	Result JoinResult
 	ID     string
-	Seq    int64
+	Place  RoomPlace
 }
 
 // RoomJoin gives the shopper their one ticket of the sale's room, or the one
-// they have (JoinedBefore: nothing changed), in one script call.
+// they have (JoinedBefore: nothing changed), and their place, in one script
+// call.
 func (s *Store) RoomJoin(ctx context.Context, r RoomSale, j Join) (JoinAnswer, error) {
 	if err := r.check(); err != nil {
 		return JoinAnswer{}, err
@@ -142,21 +150,24 @@ func (s *Store) RoomJoin(ctx context.Context, r RoomSale, j Join) (JoinAnswer, e
 	cctx, cancel := s.call(ctx)
 	defer cancel()
 	vals, err := wrJoinScript.Exec(cctx, s.c,
-		[]string{roomKey(r.Product), roomUserKey(r.Product, j.User), roomSub(r.Product, "pre"), chalKey},
-		[]string{i64(j.NowMs), i64(r.StartMs), j.ID, j.Key, j.Commit, i64(r.ExpireAtMs), chal, lot, i64(j.ChallengeExpiresMs)}).ToArray()
-	if err == nil && len(vals) != 3 {
-		err = errors.New("unexpected reply")
-	}
+		[]string{roomKey(r.Product), roomUserKey(r.Product, j.User), roomSub(r.Product, "pre"), chalKey,
+			roomSub(r.Product, "rank"), roomSub(r.Product, "active")},
+		[]string{i64(j.NowMs), i64(r.StartMs), j.ID, j.Key, j.Commit, i64(r.ExpireAtMs), chal, lot, i64(j.ChallengeExpiresMs),
+			i64(j.MaxActive), i64(j.SessionMs), i64(r.RatePerMinute)}).ToArray()
 	var a JoinAnswer
 	var res int64
+	if err == nil && len(vals) == 0 {
+		err = errors.New("unexpected reply")
+	}
 	if err == nil {
 		res, err = vals[0].AsInt64()
 	}
-	if err == nil {
-		a.ID, err = vals[1].ToString()
-	}
-	if err == nil {
-		a.Seq, err = vals[2].AsInt64()
+	if err == nil && (res == 0 || res == 1) {
+		if len(vals) < 2 {
+			err = errors.New("unexpected reply")
+		} else if a.ID, err = vals[1].ToString(); err == nil {
+			a.Place, err = placeOf(vals[2:])
+		}
 	}
 	if err != nil {
 		return JoinAnswer{}, fmt.Errorf("stock: room join: %w", err)
@@ -214,12 +225,22 @@ func (s *Store) RoomPlace(ctx context.Context, r RoomSale, q PlaceAsk) (RoomPlac
 	if err != nil {
 		return RoomPlace{}, fmt.Errorf("stock: room place: %w", err)
 	}
+	p, err := placeOf(vals)
+	if err != nil {
+		return RoomPlace{}, fmt.Errorf("stock: room place: %w", err)
+	}
+	return p, nil
+}
+
+// placeOf reads place()'s answer (lua/wr_place_fn.lua).
+func placeOf(vals []rueidis.RedisMessage) (RoomPlace, error) {
 	var n [14]int64
+	var err error
 	for i := 0; i < len(vals) && i < len(n) && err == nil; i++ {
 		n[i], err = vals[i].AsInt64()
 	}
 	if err != nil || (len(vals) != 1 && len(vals) != len(n)) {
-		return RoomPlace{}, fmt.Errorf("stock: room place: unexpected reply (%v)", err)
+		return RoomPlace{}, fmt.Errorf("unexpected reply (%d values, %v)", len(vals), err)
 	}
 	switch n[0] {
 	case -1:

@@ -36,7 +36,7 @@ func (e Entry) AppendStatus(dst []byte, nowMs int64) []byte {
 	if room := a.Room; room != nil {
 		// The page becomes the waiting room: when the queue opens, and
 		// whether joining asks a proof of work.
-		dst = append(dst, `,"waitingRoom":{"opensMs":`...)
+		dst = append(dst, `,"waitingRoom":{"queueOpensMs":`...)
 		dst = strconv.AppendInt(dst, room.OpensMs, 10)
 		dst = append(dst, `,"order":"`...)
 		dst = append(dst, room.Order.String()...)

@@ -1,0 +1,5 @@
+//go:build !race
+
+package waitroom
+
+const challengeRaceEnabled = false
