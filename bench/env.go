@@ -240,6 +240,8 @@ type Activity struct {
 	Limit      int
 	Price      string
 	Start, End time.Time
+	// WaitingRoom is the sale's waiting_room: section (nil: none).
+	WaitingRoom map[string]any
 }
 
 // edgeBase is the edge bench runs: loopback listeners, the whole sale
@@ -333,10 +335,14 @@ func (e *Env) writeConfig(spec EdgeSpec, name string, node int, consumer bool) (
 	}
 	var acts []any
 	for _, a := range spec.Products {
-		acts = append(acts, map[string]any{
+		act := map[string]any{
 			"product_id": a.ID, "name": "Bench " + a.ID, "price": a.Price, "stock": a.Stock, "limit": a.Limit,
 			"start": a.Start.UTC().Format(time.RFC3339Nano), "end": a.End.UTC().Format(time.RFC3339Nano),
-		})
+		}
+		if a.WaitingRoom != nil {
+			act["waiting_room"] = a.WaitingRoom
+		}
+		acts = append(acts, act)
 	}
 	set := map[string]any{
 		"node_id":    node,

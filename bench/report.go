@@ -49,6 +49,7 @@ type Result struct {
 	Profile        string             `json:"pprof_top,omitempty"`
 	ServerLatency  []RouteLatency     `json:"server_latency,omitempty"`
 	Failover       *FailoverResult    `json:"failover,omitempty"`
+	WaitingRoom    *WaitRoomResult    `json:"waiting_room,omitempty"`
 	ResultLine     string             `json:"result_line"`
 	OutDir         string             `json:"-"`
 }
@@ -92,10 +93,16 @@ func (r *Result) Passed() bool {
 			return false
 		}
 	}
+	if wr := r.WaitingRoom; wr != nil && (wr.OutOfTurn > 0 || wr.Sold > int64(wr.Stock)) {
+		return false
+	}
 	return true
 }
 
 func (r *Result) resultLine() string {
+	if r.WaitingRoom != nil {
+		return r.waitRoomLine()
+	}
 	rc := r.Reconcile
 	na := func(v int64) string {
 		if !rc.Ran || rc.Err != "" && rc.Products == 0 {
@@ -202,6 +209,9 @@ func printReport(w io.Writer, r *Result) {
 	fmt.Fprintln(w)
 	if r.Failover != nil {
 		printFailover(w, r.Failover)
+	}
+	if r.WaitingRoom != nil {
+		printWaitRoom(w, r)
 	}
 	if r.Reconcile.Text != "" {
 		fmt.Fprint(w, r.Reconcile.Text)

@@ -46,6 +46,8 @@ type runFlags struct {
 	waitReplicas int
 	// edges lists the fleet scenario's points ("1,2,3"), over fleet.edges.
 	edges string
+	// quick applies the scenario's quick: overrides (a short run).
+	quick bool
 }
 
 func cmdRun(args []string, stdout, stderr io.Writer) int {
@@ -71,6 +73,7 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 	fs.DurationVar(&f.quietWait, "quiet-wait", 60*time.Second, "...for at most this long")
 	fs.IntVar(&f.waitReplicas, "wait-replicas", 0, "set redis.wait_replicas: N in the edges' config (each deduction waits for N replicas; for -s failover); 0 leaves it out")
 	fs.StringVar(&f.edges, "edges", "", "-s fleet: the points, edges per point, e.g. 1,2,3 (default the scenario's fleet.edges); with -target, the edges are the targets")
+	fs.BoolVar(&f.quick, "quick", false, "a short run: apply the scenario's quick: overrides (before any -set)")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -102,6 +105,16 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 		}
 		return 2
 	}
+	if f.quick {
+		if len(sc.Quick) == 0 {
+			fmt.Fprintf(stderr, "bench run: -quick: scenario %s has no quick: section\n", sc.Name)
+			return 2
+		}
+		if sc, err = loadScenario(resolveScenario(root, f.scenario), append(sc.quickSets(), f.sets...)); err != nil {
+			fmt.Fprintln(stderr, "bench:", err)
+			return 2
+		}
+	}
 	if f.waitReplicas < 0 {
 		fmt.Fprintf(stderr, "bench run: -wait-replicas %d: want 0 or more\n", f.waitReplicas)
 		return 2
@@ -117,6 +130,9 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 	run := runScenario
 	if sc.Failover != nil {
 		run = runFailover
+	}
+	if sc.WaitingRoom != nil {
+		run = runWaitingRoom
 	}
 	res, err := run(ctx, root, sc, f, stderr)
 	if err != nil {

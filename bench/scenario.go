@@ -59,6 +59,15 @@ type Scenario struct {
 	// sale on a Redis Cluster (fleet.go).
 	Fleet *Fleet `yaml:"fleet"`
 
+	// WaitingRoom runs one sale behind the edge's waiting room on several
+	// edges (waitingroom.go); its shoppers' steps are fixed (join, poll,
+	// token, do), so steps is not read.
+	WaitingRoom *WaitingRoom `yaml:"waiting_room"`
+
+	// Quick is the -quick run's overrides, as -set key=value pairs
+	// (applied before any -set).
+	Quick map[string]string `yaml:"quick"`
+
 	// Edge is YAML merged over the edge config bench writes (maps merge,
 	// lists replace), e.g. to change a filter or redis.max_flush_delay.
 	Edge map[string]any `yaml:"edge"`
@@ -177,6 +186,25 @@ func parseScenario(data []byte, source string, overrides []string) (*Scenario, e
 	return &sc, nil
 }
 
+// quickSets are the scenario's quick: overrides as -set arguments, in
+// key order.
+func (sc *Scenario) quickSets() []string {
+	var out []string
+	for _, k := range sortedStrings(sc.Quick) {
+		out = append(out, k+"="+sc.Quick[k])
+	}
+	return out
+}
+
+func sortedStrings(m map[string]string) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}
+
 func lineErrors(root *yaml.Node, errs field.Errors) field.Errors {
 	for i := range errs {
 		if errs[i].Line == 0 {
@@ -210,7 +238,7 @@ func (sc *Scenario) validate() field.Errors {
 	var errs field.Errors
 	switch sc.Mode {
 	case "open":
-		if sc.Rate <= 0 && sc.Burst <= 0 {
+		if sc.Rate <= 0 && sc.Burst <= 0 && sc.WaitingRoom == nil {
 			errs.Add("rate", "open mode needs rate > 0 or burst > 0")
 		}
 		if sc.Rate < 0 {
@@ -282,7 +310,7 @@ func (sc *Scenario) validate() field.Errors {
 			errs.Add("faults.redis", "not with failover (the edges talk to the cluster directly)")
 		}
 	}
-	if len(sc.Steps) == 0 {
+	if len(sc.Steps) == 0 && sc.WaitingRoom == nil {
 		errs.Add("steps", "at least one step")
 	}
 	for i := range sc.Steps {
@@ -344,6 +372,7 @@ func (sc *Scenario) validate() field.Errors {
 		}
 	}
 	sc.validateFleet(&errs)
+	sc.validateWaitingRoom(&errs)
 	return errs
 }
 

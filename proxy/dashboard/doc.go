@@ -4,6 +4,10 @@
 // the order pipeline (outbox, Kafka lag, stored, dead-lettered) and the
 // edge's state (breaker, degrade switch, last reload), and that drives the
 // admin calls (activities, restock, degrade, cancel, reload) from forms.
+// Sales with a waiting room get a panel of their own (waiting, admitted,
+// active, rate, ETA, paused or closed), which the page reads from the
+// admin listener's GET /admin/waitroom and whose pause, resume, rate and
+// close buttons post to POST /admin/waitroom.
 //
 // The package knows nothing about how those numbers are produced: the edge
 // hands New a function that fills a Snapshot, called once per JSON request

@@ -7,7 +7,9 @@
 // cannot send an Authorization header, so with a token the page polls the
 // JSON every second instead, and it falls back to polling whenever the
 // stream fails. Rates are computed here from the counters of successive
-// snapshots, over the last few seconds of server time.
+// snapshots, over the last few seconds of server time. The waiting rooms
+// come from GET /admin/waitroom, polled every 2 s beside it; their buttons
+// post to POST /admin/waitroom as the other actions post.
 'use strict';
 (function () {
   var $ = function (id) { return document.getElementById(id); };
@@ -629,6 +631,154 @@
     return 'Config reloaded: now version ' + d.version + '.';
   });
 
+  // ---- waiting rooms ----
+
+  // GET /admin/waitroom, polled on its own every 2 s: it reads the rooms'
+  // state in Redis, so it is not part of the snapshot the stream pushes
+  // every second. The panel shows only when a sale has a room.
+  var WR_URL = '/admin/waitroom';
+  var WR_POLL_MS = 2000;
+  var WR_IDLE_MS = 10000;  // no room, or an edge without the call: look again now and then
+  var CONFIRM_MS = 5000;   // "Confirm close" waits this long for the second press
+  var wr = { timer: 0, rows: {}, busy: false };
+  el.waitroom = $('waitroom');
+  el.waitrooms = $('waitrooms');
+  el.wrResult = $('waitroom-result');
+
+  var QUEUE = {
+    prequeue: ['pre-queue', 'info'], open: ['admitting', 'ok'], upcoming: ['not open yet', 'none'],
+    paused: ['PAUSED', 'warn'], closed: ['CLOSED', 'bad'], soldout: ['sold out', 'bad'], ended: ['ended', 'none']
+  };
+  function queueState(r) {
+    if (r.closed) return [r.soldOut ? 'CLOSED: sold out' : 'CLOSED', 'bad'];
+    if (r.paused) return ['PAUSED', 'warn'];
+    return QUEUE[r.status] || [r.status || 'unknown', 'none'];
+  }
+  function fmtEta(ms) {
+    if (typeof ms !== 'number' || !isFinite(ms) || ms < 0) return '—';
+    var s = Math.round(ms / 1000);
+    if (s < 60) return s + ' s';
+    if (s < 3600) return Math.floor(s / 60) + ' min ' + pad(s % 60) + ' s';
+    return Math.floor(s / 3600) + ' h ' + pad(Math.floor(s % 3600 / 60)) + ' min';
+  }
+
+  function renderWaitrooms(list) {
+    var rooms = list.filter(function (r) { return r && r.enabled !== false; });
+    el.waitroom.hidden = rooms.length === 0;
+    keyed(el.waitrooms, wr.rows, rooms, function (r) { return r.productId; }, 'data-product',
+      function () {
+        var tr = document.createElement('tr');
+        cells(tr, [['th', 'pid'], ['td', 'queue'], ['td', 'num big waiting'], ['td', 'num admitted'], ['td', 'num active'],
+          ['td', 'num rate'], ['td', 'num eta'], ['td', 'controls']]);
+        tr.firstChild.innerHTML = '<span class="id"></span>';
+        tr.querySelector('.controls').innerHTML = '<div class="row-actions">' +
+          '<button type="button" data-action="pause">Pause</button>' +
+          '<input type="number" name="admitPerMinute" min="1" step="1" inputmode="numeric" aria-label="New admission rate, shoppers per minute">' +
+          '<button type="button" data-action="rate">Set rate</button>' +
+          '<button type="button" class="danger" data-action="close">Close queue</button></div>';
+        return tr;
+      },
+      function (tr, r) {
+        var q = function (c) { return tr.querySelector('.' + c); };
+        text(q('id'), r.productId);
+        var st = queueState(r), qc = q('queue');
+        if (!qc.firstChild) { var b = document.createElement('span'); b.className = 'badge'; qc.appendChild(b); }
+        badge(qc.firstChild, st[0], st[1]);
+        qc.title = r.opensMs ? 'Opens ' + new Date(r.opensMs).toString() : '';
+        ['waiting', 'admitted', 'active'].forEach(function (k) {
+          text(q(k), fmtCount(r[k]));
+          attr(q(k), 'data-value', String(r[k]));
+        });
+        text(q('rate'), fmt(r.admitPerMinute));
+        attr(q('rate'), 'data-value', String(r.admitPerMinute));
+        text(q('eta'), r.closed ? '—' : r.paused ? 'paused' : fmtEta(r.etaMs));
+        attr(q('eta'), 'data-value', String(r.etaMs));
+        var pause = tr.querySelector('[data-action=pause]');
+        var want = r.paused ? 'resume' : 'pause';
+        if (pause.getAttribute('data-do') !== want) {
+          pause.setAttribute('data-do', want);
+          pause.textContent = r.paused ? 'Resume' : 'Pause';
+        }
+        var input = tr.querySelector('input');
+        input.placeholder = String(r.admitPerMinute || '');
+        input.disabled = !!r.closed;
+        if (!wr.busy) tr.querySelectorAll('button').forEach(function (b) { b.disabled = !!r.closed; });
+      }, 'No waiting rooms.', 8);
+  }
+
+  function wrShow(ok, msg) {
+    el.wrResult.textContent = msg;
+    el.wrResult.setAttribute('data-ok', ok);
+  }
+
+  function wrPoll() {
+    clearTimeout(wr.timer);
+    fetch(WR_URL, { cache: 'no-store', credentials: 'same-origin', headers: headers(false) }).then(function (r) {
+      if (!r.ok) { var e = new Error('HTTP ' + r.status); e.status = r.status; throw e; }
+      return r.json();
+    }).then(function (d) {
+      var list = (d && d.sales) || [];
+      renderWaitrooms(list);
+      wr.timer = setTimeout(wrPoll, !list.length ? WR_IDLE_MS : document.hidden ? POLL_HIDDEN_MS : WR_POLL_MS);
+    }, function (err) {
+      // 404: an edge without waiting rooms. 401/403: the token notice is
+      // the main loop's; try again once a token is given (or later).
+      if (err.status === 404) el.waitroom.hidden = true;
+      wr.timer = setTimeout(wrPoll, WR_IDLE_MS);
+    });
+  }
+
+  var WR_DONE = {
+    pause: function (id) { return 'Paused admission to ' + id + ': shoppers in line keep their places.'; },
+    resume: function (id) { return 'Admission to ' + id + ' resumed.'; },
+    rate: function (id, b) { return id + ' now admits ' + fmt(b.admitPerMinute) + ' shoppers per minute.'; },
+    close: function (id) { return 'The queue of ' + id + ' is closed: everyone still in line is told.'; }
+  };
+
+  el.waitrooms.addEventListener('click', function (e) {
+    var btn = e.target.closest ? e.target.closest('button[data-action]') : null;
+    if (!btn || btn.disabled) return;
+    var tr = btn.closest('tr'), id = tr.getAttribute('data-product');
+    var body = { productId: id, action: btn.getAttribute('data-action') };
+    if (body.action === 'pause') body.action = btn.getAttribute('data-do') || 'pause';
+    if (body.action === 'rate') {
+      var v = tr.querySelector('input').value.trim();
+      var n = v === '' ? NaN : Number(v);
+      if (!Number.isInteger(n) || n < 1) {
+        wrShow('false', 'The rate must be a whole number of shoppers per minute, at least 1.');
+        return;
+      }
+      body.admitPerMinute = n;
+    }
+    if (body.action === 'close' && btn.getAttribute('data-armed') !== 'true') {
+      btn.setAttribute('data-armed', 'true');
+      btn.textContent = 'Confirm close';
+      wrShow('busy', 'Press "Confirm close" to close the queue of ' + id + ' for everyone in line.');
+      setTimeout(function () { btn.removeAttribute('data-armed'); btn.textContent = 'Close queue'; }, CONFIRM_MS);
+      return;
+    }
+    var buttons = tr.querySelectorAll('button');
+    wr.busy = true;
+    buttons.forEach(function (b) { b.disabled = true; });
+    wrShow('busy', 'Sending…');
+    post(WR_URL, body).then(function (res) {
+      if (res.ok) {
+        wrShow('true', WR_DONE[body.action](id, body));
+        if (body.action === 'rate') tr.querySelector('input').value = '';
+      } else {
+        wrShow('false', failure(res));
+      }
+    }, function (err) {
+      wrShow('false', 'Could not reach the edge: ' + err.message);
+    }).then(function () {
+      wr.busy = false;
+      buttons.forEach(function (b) { b.disabled = false; });
+      btn.removeAttribute('data-armed');
+      if (body.action === 'close') btn.textContent = 'Close queue';
+      wrPoll();
+    });
+  });
+
   // ---- token form ----
 
   el.token.value = getToken();
@@ -636,6 +786,7 @@
     e.preventDefault();
     setToken(el.token.value.trim());
     start();
+    wrPoll();
   });
 
   // ---- ticking ----
@@ -647,4 +798,5 @@
   });
 
   start();
+  wrPoll();
 })();
