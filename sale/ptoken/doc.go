@@ -6,7 +6,9 @@
 // it without shared state, and a bot cannot buy without first going through
 // the token endpoint (and its limits) for that very user and product.
 //
-// Layout, base64url without padding (TokenLen = 50 characters):
+// The signed form is an Envelope (envelope.go), which the waiting room's
+// queue tickets use too with their own payload and secret. A purchase
+// token's layout, base64url without padding (TokenLen = 50 characters):
 //
 //	version (1) | nonce (12) | expiresMs (8, big-endian) | tag (16)
 //	tag = HMAC-SHA256(secret, version | nonce | expiresMs |

@@ -3,12 +3,10 @@ package waitroom
 import (
 	"crypto/hmac"
 	"crypto/sha256"
-	"encoding/base64"
 	"encoding/binary"
 	"errors"
+	"flashgate/sale/ptoken"
 	"fmt"
-	"hash"
-	"sync"
 )
 
 // The refusals of Tickets.Check; the shopper hears BAD_TICKET for each.
@@ -18,11 +16,10 @@ var (
 	ErrExpired   = errors.New("waitroom: ticket expired")
 )
 
-// A ticket is base64url(version | id | place | expiry | tag): the tag is
-// HMAC-SHA256 over the rest, the user id and the product id, truncated to
-// 16 bytes. It proves the edge gave it to this shopper for this sale; the
-// queue itself (the id's place, the admission) is in Redis, which also
-// checks that the id is the shopper's.
+// A ticket is a ptoken.Envelope whose payload is id | place: it proves the
+// edge gave it to this shopper for this sale until its expiry; the queue
+// itself (the id's place, the admission) is in Redis, which also checks
+// that the id is the shopper's.
 const (
 	IDLen      = 8
 	TicketLen  = (ticketRaw*8 + 5) / 6
@@ -31,11 +28,8 @@ const (
 	Header = "X-Queue-Ticket"
 
 	ticketVersion = 1
-	offPlace      = 1 + IDLen
-	offTExp       = offPlace + 8
-	offTTag       = offTExp + 8
-	tTagLen       = 16
-	ticketRaw     = offTTag + tTagLen
+	payloadLen    = IDLen + 8
+	ticketRaw     = 1 + payloadLen + 8 + 16
 )
 
 // ID is a ticket id: random, given at the join, ranked by the lottery.
@@ -78,30 +72,19 @@ func unhex(c byte) (byte, bool) {
 	return 0, false
 }
 
-var tb64 = base64.RawURLEncoding.Strict()
-
 // Tickets signs and checks tickets; safe for concurrent use.
 type Tickets struct {
-	pool sync.Pool // of *ticketState
-}
-
-type ticketState struct {
-	mac  hash.Hash
-	raw  [ticketRaw]byte
-	lens [4]byte
-	sum  [sha256.Size]byte
+	env *ptoken.Envelope
 }
 
 // NewTickets returns a signer under secret (at least 32 bytes; every edge
 // must share it).
 func NewTickets(secret []byte) (*Tickets, error) {
-	if len(secret) < 32 {
-		return nil, fmt.Errorf("waitroom: ticket secret is %d bytes, need at least 32", len(secret))
+	env, err := ptoken.NewEnvelope(secret, ticketVersion, payloadLen)
+	if err != nil {
+		return nil, fmt.Errorf("waitroom: ticket secret: %w", err)
 	}
-	s := append([]byte(nil), secret...)
-	t := &Tickets{}
-	t.pool.New = func() any { return &ticketState{mac: hmac.New(sha256.New, s)} }
-	return t, nil
+	return &Tickets{env: env}, nil
 }
 
 // DeriveSecret is the secret of one use ("ticket", "challenge") from the
@@ -116,57 +99,28 @@ func DeriveSecret(tokenSecret []byte, use string) []byte {
 // Append appends the ticket for (user, product, id) at place (0: not known
 // yet), valid until expiresMs.
 func (t *Tickets) Append(dst, user, product []byte, id ID, place, expiresMs int64) []byte {
-	st := t.pool.Get().(*ticketState)
-	st.raw[0] = ticketVersion
-	copy(st.raw[1:offPlace], id[:])
-	binary.BigEndian.PutUint64(st.raw[offPlace:offTExp], uint64(place))
-	binary.BigEndian.PutUint64(st.raw[offTExp:offTTag], uint64(expiresMs))
-	st.tag(user, product)
-	copy(st.raw[offTTag:], st.sum[:tTagLen])
-	dst = tb64.AppendEncode(dst, st.raw[:])
-	t.pool.Put(st)
-	return dst
+	var payload [payloadLen]byte
+	copy(payload[:IDLen], id[:])
+	binary.BigEndian.PutUint64(payload[IDLen:], uint64(place))
+	return t.env.Seal(dst, payload[:], user, product, expiresMs)
 }
 
 // Check verifies a ticket for (user, product) at nowMs and returns its id
 // and place. It allocates nothing.
 func (t *Tickets) Check(ticket, user, product []byte, nowMs int64) (id ID, place int64, err error) {
-	if len(ticket) != TicketLen {
-		return id, 0, ErrMalformed
-	}
-	for _, c := range ticket {
-		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '-' || c == '_') {
-			return id, 0, ErrMalformed
-		}
-	}
-	st := t.pool.Get().(*ticketState)
-	defer t.pool.Put(st)
-	if n, err := tb64.Decode(st.raw[:], ticket); err != nil || n != ticketRaw || st.raw[0] != ticketVersion {
-		return id, 0, ErrMalformed
-	}
-	st.tag(user, product)
-	if !hmac.Equal(st.sum[:tTagLen], st.raw[offTTag:]) {
+	var payload [payloadLen]byte
+	switch _, err := t.env.Open(ticket, user, product, nowMs, payload[:]); {
+	case errors.Is(err, ptoken.ErrForged):
 		return id, 0, ErrForged
-	}
-	if int64(binary.BigEndian.Uint64(st.raw[offTExp:offTTag])) <= nowMs {
+	case errors.Is(err, ptoken.ErrExpired):
 		return id, 0, ErrExpired
+	case err != nil:
+		return id, 0, ErrMalformed
 	}
-	copy(id[:], st.raw[1:offPlace])
-	place = int64(binary.BigEndian.Uint64(st.raw[offPlace:offTExp]))
+	copy(id[:], payload[:IDLen])
+	place = int64(binary.BigEndian.Uint64(payload[IDLen:]))
 	if place < 0 {
 		return ID{}, 0, ErrMalformed
 	}
 	return id, place, nil
-}
-
-func (st *ticketState) tag(user, product []byte) {
-	st.mac.Reset()
-	st.mac.Write(st.raw[:offTTag])
-	binary.BigEndian.PutUint32(st.lens[:], uint32(len(user)))
-	st.mac.Write(st.lens[:])
-	st.mac.Write(user)
-	binary.BigEndian.PutUint32(st.lens[:], uint32(len(product)))
-	st.mac.Write(st.lens[:])
-	st.mac.Write(product)
-	st.mac.Sum(st.sum[:0])
 }
