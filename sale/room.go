@@ -129,6 +129,15 @@ func (s *Service) roomOf(r *api.Call) (*waitroom.Room, *api.Rejection) {
 	return r.Activity.Room, nil
 }
 
+// shopperRoom is roomOf for the calls a signed-in shopper makes (the
+// challenge, the join, the poll).
+func (s *Service) shopperRoom(r *api.Call) (*waitroom.Room, *api.Rejection) {
+	if rej := r.CheckSignedIn(); rej != nil {
+		return nil, rej
+	}
+	return s.roomOf(r)
+}
+
 // ticketOf is the ticket the shopper sent: the sale's cookie, or the
 // header for clients without cookies.
 func ticketOf(r *api.Call) []byte {
@@ -142,11 +151,7 @@ func ticketOf(r *api.Call) []byte {
 }
 
 func (s *Service) challenge(r *api.Call, st *Settings) {
-	if rej := r.CheckSignedIn(); rej != nil {
-		rej.Write(r.Ctx)
-		return
-	}
-	room, rej := s.roomOf(r)
+	room, rej := s.shopperRoom(r)
 	if rej != nil {
 		rej.Write(r.Ctx)
 		return
@@ -172,11 +177,7 @@ func (s *Service) challenge(r *api.Call, st *Settings) {
 // join gives the shopper their one ticket of the sale's queue (the one they
 // have, if they joined before) and answers their place.
 func (s *Service) join(r *api.Call, st *Settings) {
-	if rej := r.CheckSignedIn(); rej != nil {
-		rej.Write(r.Ctx)
-		return
-	}
-	room, rej := s.roomOf(r)
+	room, rej := s.shopperRoom(r)
 	if rej != nil {
 		rej.Write(r.Ctx)
 		return
@@ -246,11 +247,7 @@ func (s *Service) join(r *api.Call, st *Settings) {
 
 // queue answers the ticket holder's place (the page's poll).
 func (s *Service) queue(r *api.Call, st *Settings) {
-	if rej := r.CheckSignedIn(); rej != nil {
-		rej.Write(r.Ctx)
-		return
-	}
-	room, rej := s.roomOf(r)
+	room, rej := s.shopperRoom(r)
 	if rej != nil {
 		rej.Write(r.Ctx)
 		return
