@@ -227,10 +227,7 @@ func runFleet(ctx context.Context, root string, sc *Scenario, f runFlags, stderr
 	}
 	fmt.Fprintf(progress, "bench: %d sessions signed in %.1fs, before any clock starts\n", sc.Users, time.Since(t0).Seconds())
 
-	out := f.out
-	if out == "" {
-		out = filepath.Join(root, "bench", "results", sc.Name+"-"+res.Started.Format("20060102-150405"))
-	}
+	out := outDir(root, f, sc, res.Started)
 	for i, n := range sc.Fleet.Edges {
 		var pt *FleetPoint
 		if targets != nil {
@@ -325,11 +322,7 @@ func fleetPoint(ctx context.Context, root string, sc *Scenario, f runFlags, n in
 	}
 	fmt.Fprintln(progress, "bench: proxy reconcile (waits for the order pipeline to drain)")
 	pt.Reconcile = proxyReconcile(ctx, env.bins["proxy"], set.ConsumerConfig)
-	for _, p := range append(set.Procs, env.Orders) {
-		if ok, err := p.Exited(); ok {
-			pt.Notes = append(pt.Notes, fmt.Sprintf("%s exited during the run (%v); its log ends: %s", p.Name, err, p.Tail()))
-		}
-	}
+	pt.Notes = append(pt.Notes, exitNotes(append(set.Procs, env.Orders)...)...)
 	env.Close() // the edges before the cluster
 	return pt, nil
 }

@@ -119,6 +119,27 @@ func (r *Result) resultLine() string {
 	return line
 }
 
+// outDir is where a run's result files go: -out, or a new folder under
+// bench/results named by the scenario and the run's start.
+func outDir(root string, f runFlags, sc *Scenario, started time.Time) string {
+	if f.out != "" {
+		return f.out
+	}
+	return filepath.Join(root, "bench", "results", sc.Name+"-"+started.Format("20060102-150405"))
+}
+
+// exitNotes says, for each process that exited during the run, how and how
+// its log ends.
+func exitNotes(procs ...*Proc) []string {
+	var notes []string
+	for _, p := range procs {
+		if ok, err := p.Exited(); ok {
+			notes = append(notes, fmt.Sprintf("%s exited during the run (%v); its log ends: %s", p.Name, err, p.Tail()))
+		}
+	}
+	return notes
+}
+
 func (r *Result) write(dir string) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err

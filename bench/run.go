@@ -390,10 +390,7 @@ func runScenario(ctx context.Context, root string, sc *Scenario, f runFlags, std
 	}
 	env.Close()
 
-	out := f.out
-	if out == "" {
-		out = filepath.Join(root, "bench", "results", sc.Name+"-"+res.Started.Format("20060102-150405"))
-	}
+	out := outDir(root, f, sc, res.Started)
 	if len(prof) > 0 {
 		res.Profile = saveProfile(out, env.bins["proxy"], prof)
 	}

@@ -14,7 +14,6 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"os"
-	"path/filepath"
 	"runtime"
 	"sort"
 	"strings"
@@ -333,16 +332,9 @@ func runWaitingRoom(ctx context.Context, root string, sc *Scenario, f runFlags, 
 
 	fmt.Fprintln(progress, "bench: proxy reconcile (waits for the order pipeline to drain)")
 	res.Reconcile = proxyReconcile(ctx, env.bins["proxy"], set.ConsumerConfig)
-	for _, p := range set.Procs {
-		if ok, err := p.Exited(); ok {
-			res.Notes = append(res.Notes, fmt.Sprintf("%s exited during the run (%v); its log ends: %s", p.Name, err, p.Tail()))
-		}
-	}
+	res.Notes = append(res.Notes, exitNotes(set.Procs...)...)
 	env.Close()
-	out := f.out
-	if out == "" {
-		out = filepath.Join(root, "bench", "results", sc.Name+"-"+res.Started.Format("20060102-150405"))
-	}
+	out := outDir(root, f, sc, res.Started)
 	if err := res.write(out); err != nil {
 		return nil, err
 	}
