@@ -29,6 +29,7 @@ func (g *Gauge) Value() int64 { return g.v.Load() }
 // wants base units). Observe is lock-free.
 type Histogram struct {
 	bounds  []float64 // upper bounds in seconds, ascending
+	les     []string  // the same bounds as the le label writes them
 	nanos   []int64   // the same bounds in nanoseconds, for comparison
 	counts  []atomic.Uint64
 	sumNano atomic.Int64
@@ -40,9 +41,10 @@ var LatencyBuckets = []float64{0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.
 
 // NewHistogram returns a histogram with the given upper bounds in seconds.
 func NewHistogram(bounds []float64) *Histogram {
-	h := &Histogram{bounds: bounds, nanos: make([]int64, len(bounds)), counts: make([]atomic.Uint64, len(bounds)+1)}
+	h := &Histogram{bounds: bounds, les: make([]string, len(bounds)), nanos: make([]int64, len(bounds)), counts: make([]atomic.Uint64, len(bounds)+1)}
 	for i, b := range bounds {
 		h.nanos[i] = int64(b * 1e9)
+		h.les[i] = strconv.FormatFloat(b, 'g', -1, 64)
 	}
 	return h
 }
@@ -62,32 +64,36 @@ func (h *Histogram) Count() uint64 { return h.count.Load() }
 // Label is one name="value" pair.
 type Label struct{ Name, Value string }
 
-// Writer writes samples of one family; collect functions get one.
+// Writer writes samples of one family; collect functions get one. Writing
+// a sample allocates nothing: numbers are formatted into num.
 type Writer struct {
 	w    *bufio.Writer
 	name string
+	num  [32]byte
 }
 
 // Value writes `name{labels} v`.
 func (w *Writer) Value(v float64, labels ...Label) {
-	w.sample(w.name, "", v, labels)
+	w.sample("", "", v, labels)
 }
 
 // Histogram writes the _bucket/_sum/_count series of h.
 func (w *Writer) Histogram(h *Histogram, labels ...Label) {
 	var cum uint64
-	for i, b := range h.bounds {
+	for i, le := range h.les {
 		cum += h.counts[i].Load()
-		w.sample(w.name+"_bucket", strconv.FormatFloat(b, 'g', -1, 64), float64(cum), labels)
+		w.sample("_bucket", le, float64(cum), labels)
 	}
 	cum += h.counts[len(h.bounds)].Load()
-	w.sample(w.name+"_bucket", "+Inf", float64(cum), labels)
-	w.sample(w.name+"_sum", "", float64(h.sumNano.Load())/1e9, labels)
-	w.sample(w.name+"_count", "", float64(h.count.Load()), labels)
+	w.sample("_bucket", "+Inf", float64(cum), labels)
+	w.sample("_sum", "", float64(h.sumNano.Load())/1e9, labels)
+	w.sample("_count", "", float64(h.count.Load()), labels)
 }
 
-func (w *Writer) sample(name, le string, v float64, labels []Label) {
-	w.w.WriteString(name)
+// sample writes one line: the family's name and suffix (_bucket, ...).
+func (w *Writer) sample(suffix, le string, v float64, labels []Label) {
+	w.w.WriteString(w.name)
+	w.w.WriteString(suffix)
 	if len(labels) > 0 || le != "" {
 		w.w.WriteByte('{')
 		for i, l := range labels {
@@ -114,9 +120,9 @@ func (w *Writer) sample(name, le string, v float64, labels []Label) {
 	case math.IsInf(v, 1):
 		w.w.WriteString("+Inf")
 	case v == math.Trunc(v) && math.Abs(v) < 1e15:
-		w.w.WriteString(strconv.FormatInt(int64(v), 10))
+		w.w.Write(strconv.AppendInt(w.num[:0], int64(v), 10))
 	default:
-		w.w.WriteString(strconv.FormatFloat(v, 'g', -1, 64))
+		w.w.Write(strconv.AppendFloat(w.num[:0], v, 'g', -1, 64))
 	}
 	w.w.WriteByte('\n')
 }
@@ -167,10 +173,13 @@ func (r *Registry) WriteTo(out io.Writer) (int64, error) {
 	sort.Slice(fams, func(i, j int) bool { return fams[i].name < fams[j].name })
 	cw := &countingWriter{w: out}
 	bw := bufio.NewWriter(cw)
+	w := &Writer{w: bw}
 	for _, f := range fams {
-		bw.WriteString("# HELP " + f.name + " " + f.help + "\n")
-		bw.WriteString("# TYPE " + f.name + " " + f.typ + "\n")
-		f.collect(&Writer{w: bw, name: f.name})
+		for _, part := range [...]string{"# HELP ", f.name, " ", f.help, "\n# TYPE ", f.name, " ", f.typ, "\n"} {
+			bw.WriteString(part)
+		}
+		w.name = f.name
+		f.collect(w)
 	}
 	err := bw.Flush()
 	return cw.n, err

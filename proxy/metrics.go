@@ -52,8 +52,12 @@ type poolMetrics struct {
 	codes   [600]metrics.Counter
 }
 
-func newServerMetrics(zones *filters.Zones, ups *upstream.Manager) *serverMetrics {
+// newServerMetrics makes the edge's families, the Go runtime's and the
+// process's among them (go_*, process_*, flashgate_build_info; version is
+// the one the binary was built with, see metrics.ReadBuild).
+func newServerMetrics(zones *filters.Zones, ups *upstream.Manager, version string) *serverMetrics {
 	m := &serverMetrics{}
+	metrics.RegisterRuntime(&m.reg, metrics.ReadBuild(version))
 	for i := range m.latency {
 		m.latency[i] = metrics.NewHistogram(metrics.LatencyBuckets)
 	}

@@ -118,7 +118,7 @@ func New(doc *conf.Document, opts Options) (*Server, error) {
 		FallbackSessionSecret: randomBytes(32),
 		FallbackTokenSecret:   randomBytes(32),
 	}
-	s.m = newServerMetrics(s.env.Zones, s.env.Upstreams)
+	s.m = newServerMetrics(s.env.Zones, s.env.Upstreams, opts.Version)
 	s.env.Upstreams.OnResponse = s.m.observeUpstream
 	// The whole document is checked before anything connects; the snapshot
 	// served is compiled by assemble once the Redis store is open (filters
