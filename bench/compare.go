@@ -46,6 +46,7 @@ type compareFlags struct {
 	consumer         string
 	pprof            bool
 	edgeYAML         string
+	edgeB            string // a second edge build for A/B rounds (compare_cpu.go)
 }
 
 // Goals of issue #5: flashgate / peer, per round, median over rounds.
@@ -92,6 +93,8 @@ type CompareResult struct {
 	Comparisons []*Comparison `json:"comparisons"`
 	Reconcile   Reconciled    `json:"reconcile"`
 	ResultLine  string        `json:"result_line"`
+	// CPUPerPurchase is the purchase targets' CPU per purchase by process.
+	CPUPerPurchase []CPURow `json:"cpu_per_purchase"`
 }
 
 func cmdCompare(args []string, stdout, stderr io.Writer) int {
@@ -117,6 +120,7 @@ func cmdCompare(args []string, stdout, stderr io.Writer) int {
 	fs.IntVar(&f.redo, "redo", 1, "redo a dirty round at most this many times")
 	fs.BoolVar(&f.pprof, "pprof", false, "run the edge with -pprof and save a CPU profile of its first round of each target (pprof-TARGET.pprof, -top.txt)")
 	fs.StringVar(&f.edgeYAML, "edge", "", "a YAML file merged over the edge config bench writes (maps merge, lists replace), to compare a config change")
+	fs.StringVar(&f.edgeB, "edge-b", "", "a second cmd/proxy binary: A/B rounds against the edge (ab-TARGET comparisons, alternating A B, B A; ratios B/A)")
 	fs.StringVar(&f.consumer, "consumer", "separate", `order consumer: "separate" (a second cmd/proxy, off the edge's CPU) or "edge"`)
 	if err := fs.Parse(args); err != nil {
 		return 2
@@ -173,6 +177,8 @@ type comparer struct {
 	target      string             // the comparison being measured (profile names)
 	profiled    map[string]bool
 	setup       []string
+	edgeB       *Proc // -edge-b: the B build of the edge (compare_cpu.go)
+	edgeBAddr   string
 }
 
 func (c *comparer) logf(format string, args ...any) { fmt.Fprintf(c.log, format+"\n", args...) }
@@ -260,12 +266,15 @@ func runCompare(ctx context.Context, root string, f compareFlags, stdout, stderr
 			}
 		}
 		cmp := &Comparison{Name: t.name, What: t.what, A: t.a, B: t.b, Goal: t.goal}
+		if what, ok := abTargetInfo(name); ok {
+			cmp.Name, cmp.What, cmp.A, cmp.B, cmp.Goal = name, what, "flashgate-b", "flashgate", 0
+		}
 		res.Comparisons = append(res.Comparisons, cmp)
 		if s, ok := skip[name]; ok {
 			cmp.Skipped = s
 			return nil
 		}
-		fmt.Fprintf(stderr, "\n-- %s: %s\n", name, t.what)
+		fmt.Fprintf(stderr, "\n-- %s: %s\n", name, cmp.What)
 		c.target = name
 		if err := fn(cmp); err != nil {
 			return err
@@ -311,10 +320,14 @@ func runCompare(ctx context.Context, root string, f compareFlags, stdout, stderr
 			return nil, err
 		}
 	}
+	if err := c.abTargets(ctx, want, run); err != nil {
+		return nil, err
+	}
 	fmt.Fprintln(stderr, "\nbench compare: reconciling (GET /admin/reconcile)")
 	res.Reconcile = reconcileVia(env.OrdersAdmin, "")
 	env.Close()
 
+	res.CPUPerPurchase = sortedRows(cpuTable(res.Comparisons))
 	printCompare(stdout, res)
 	out := c.out
 	if err := os.MkdirAll(out, 0o755); err != nil {
@@ -381,6 +394,9 @@ func (c *comparer) start(ctx context.Context, root string, skip map[string]strin
 
 	// Sell "so" out: one purchase, then the edge's flag answers 410.
 	if err := c.sellOut(); err != nil {
+		return err
+	}
+	if err := c.startEdgeB(ctx, spec); err != nil {
 		return err
 	}
 
@@ -881,11 +897,17 @@ func (c *comparer) wrkPairURLs(cmp *Comparison, aURL, bURL, script string, expec
 	return nil
 }
 
-func (c *comparer) soldout(cmp *Comparison) error {
+// soldOutScript writes wrk's script of sold-out purchase attempts.
+func (c *comparer) soldOutScript() (string, error) {
 	script := filepath.Join(c.dir, "soldout.lua")
 	lua := fmt.Sprintf("wrk.method = \"POST\"\nwrk.headers[\"Content-Type\"] = \"application/json\"\nwrk.headers[\"Authorization\"] = \"Bearer %s\"\nwrk.body = '%s'\n",
 		c.users.Session(2), c.soldOutBody())
-	if err := os.WriteFile(script, []byte(lua), 0o644); err != nil {
+	return script, os.WriteFile(script, []byte(lua), 0o644)
+}
+
+func (c *comparer) soldout(cmp *Comparison) error {
+	script, err := c.soldOutScript()
+	if err != nil {
 		return err
 	}
 	if err := c.wrkPairAt(cmp, "/api/seckill/do", script, 410, c.env.EdgeAddr, c.bareAdr, c.barePids); err != nil {
@@ -1253,16 +1275,19 @@ func printCompare(w io.Writer, res *CompareResult) {
 				rounds = append(rounds, x)
 			}
 		}
-		verdict := "met"
+		verdict, goal := "met", fmt.Sprintf(">= %.1f", cmp.Goal)
 		if !cmp.Met {
 			verdict = "MISSED"
+		}
+		if cmp.Goal == 0 {
+			verdict, goal = "A/B", "-" // ab-*: B/A, no goal
 		}
 		cpu := "-"
 		if cmp.CPUMedian > 0 {
 			cpu = fmt.Sprintf("%.2f", cmp.CPUMedian)
 		}
-		fmt.Fprintf(tw, "%s\t%.0f\t%s\t%.0f\t%.2f\t%s\t>= %.1f\t%s\t%s\n", cmp.Name, cmp.medianRPS(0), cmp.B, cmp.medianRPS(1), cmp.Median,
-			strings.Join(rounds, " "), cmp.Goal, verdict, cpu)
+		fmt.Fprintf(tw, "%s\t%.0f\t%s\t%.0f\t%.2f\t%s\t%s\t%s\t%s\n", cmp.Name, cmp.medianRPS(0), cmp.B, cmp.medianRPS(1), cmp.Median,
+			strings.Join(rounds, " "), goal, verdict, cpu)
 	}
 	tw.Flush()
 	for _, cmp := range res.Comparisons {
@@ -1270,6 +1295,7 @@ func printCompare(w io.Writer, res *CompareResult) {
 			fmt.Fprintf(w, "skipped %s: %s\n", cmp.Name, cmp.Skipped)
 		}
 	}
+	printCPUTable(w, res.CPUPerPurchase)
 	fmt.Fprintln(w, "(requests/s: medians over rounds; ratio: flashgate/peer per round, median of the clean ones; (x): a round with other load above -dirty-pct, left out; CPU/req: the server processes' CPU per request, flashgate/peer, lower is better; the burst P999 target comes from `bench run -s burst`)")
 	fmt.Fprintln(w)
 	if res.Reconcile.Text != "" {
