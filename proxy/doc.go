@@ -6,8 +6,9 @@
 // origin pools), the admin listener, and the holder of the current
 // configuration snapshot, which reloads swap atomically. Neither listener
 // lets fasthttp log what a client sent (fastlog.go); the admin listener
-// refuses what a web page could send it (admin_guard.go) and shows the
-// config with its secrets redacted by structure (admin.go).
+// refuses what a web page could send it (admin_guard.go), shows the
+// config with its secrets redacted by structure (admin.go) and serves the
+// Go profiler behind the same rules (admin_debug.go).
 //
 // Compile (compile.go) turns a loaded conf.Document into that Snapshot. It
 // never starts anything: upstream health checks are activated and old state
