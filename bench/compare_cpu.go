@@ -240,7 +240,7 @@ func (c *comparer) abTargets(ctx context.Context, want map[string]bool, run func
 	if c.edgeB == nil {
 		return nil
 	}
-	wrk := []struct{ target, path, script string }{{"soldout", "/api/seckill/do", ""}, {"page", "/seckill/p1", ""}, {"proxy", "/items/p1", ""}}
+	wrk := []struct{ target, path string }{{"soldout", "/api/seckill/do"}, {"page", "/seckill/p1"}, {"proxy", "/items/p1"}}
 	for _, t := range wrk {
 		if !want[t.target] {
 			continue
