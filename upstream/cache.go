@@ -258,7 +258,9 @@ func (c *Cache) lookup(ctx *fasthttp.RequestCtx, st *ristretto.Cache[[]byte, *en
 		}
 		if ctx.IsHead() {
 			pool.Serve(ctx, clientIP, proxies)
-			c.staleOnError(ctx, stale, now)
+			if !c.staleOnError(ctx, stale, now) {
+				c.mark(ctx, xMiss)
+			}
 			return
 		}
 		res, xc, led := c.fetch(ctx, kb.b, primary, stale, now, pool, clientIP, proxies)
@@ -268,8 +270,9 @@ func (c *Cache) lookup(ctx *fasthttp.RequestCtx, st *ristretto.Cache[[]byte, *en
 		if res == nil {
 			// Not shareable, or the wait timed out with nothing stale.
 			pool.Serve(ctx, clientIP, proxies)
-			c.staleOnError(ctx, stale, now)
-			c.mark(ctx, xMiss)
+			if !c.staleOnError(ctx, stale, now) {
+				c.mark(ctx, xMiss)
+			}
 			return
 		}
 		if len(res.vary) > 0 && !bytes.Equal(res.key, appendVary(kb.b[:primary], res.vary, ctx)) {
@@ -368,11 +371,13 @@ func (c *Cache) mark(ctx *fasthttp.RequestCtx, xc []byte) {
 }
 
 // staleOnError replaces an origin failure in ctx.Response with stale when
-// stale_if_error allows.
-func (c *Cache) staleOnError(ctx *fasthttp.RequestCtx, stale *entry, now int64) {
+// stale_if_error allows, and reports whether it did.
+func (c *Cache) staleOnError(ctx *fasthttp.RequestCtx, stale *entry, now int64) bool {
 	if stale != nil && ctx.Response.StatusCode() >= 500 && now < stale.errorUntil {
 		c.write(ctx, stale, now, xStale)
+		return true
 	}
+	return false
 }
 
 // fetch is the miss path: the first request for key becomes the leader, goes
