@@ -65,6 +65,8 @@ type Cache struct {
 
 	mu      sync.Mutex
 	flights map[string]*flight
+	// waiting counts the requests waiting for a flight (tests await it).
+	waiting atomic.Int64
 }
 
 // X-Cache values; answers that do not touch the cache say BYPASS.
@@ -404,6 +406,8 @@ func (c *Cache) fetch(ctx *fasthttp.RequestCtx, key []byte, primary int, stale *
 	}
 	c.mu.Unlock()
 
+	c.waiting.Add(1)
+	defer c.waiting.Add(-1)
 	t := time.NewTimer(c.cfg.LockTimeout)
 	defer t.Stop()
 	select {
