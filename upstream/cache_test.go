@@ -627,3 +627,22 @@ func TestCacheWaiters(t *testing.T) {
 		}
 	})
 }
+
+// BenchmarkEdgeCachedGET is BenchmarkEdgeGET with the route cached: client
+// -> edge (Route + a hit) on loopback, the origin asked once.
+func BenchmarkEdgeCachedGET(b *testing.B) {
+	origin, n := countingOrigin(b, nil)
+	e, _, _ := cachedRoute(b, conf.CacheConfig{TTL: time.Hour}, origin)
+	req, resp := fasthttp.AcquireRequest(), fasthttp.AcquireResponse()
+	req.SetRequestURI("/api/items")
+	req.Header.SetHost("shop.example")
+	b.ReportAllocs()
+	for b.Loop() {
+		if err := e.c.Do(req, resp); err != nil || resp.StatusCode() != 200 {
+			b.Fatal(err, resp.StatusCode())
+		}
+	}
+	if n.Load() != 1 {
+		b.Fatalf("the origin saw %d requests, want 1", n.Load())
+	}
+}
