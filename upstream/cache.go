@@ -62,6 +62,10 @@ type Cache struct {
 	now func() int64
 
 	store atomic.Pointer[ristretto.Cache[[]byte, *entry]]
+	// users counts the requests and background refreshes inside the cache:
+	// ristretto's Close must not run beside a Get or Set (it closes the
+	// channel a Set sends on), so a retired store is closed only at 0.
+	users atomic.Int64
 
 	mu      sync.Mutex
 	flights map[string]*flight
@@ -214,16 +218,29 @@ func (c *Cache) start() {
 	c.store.Store(st)
 }
 
-func (c *Cache) close() {
-	if st := c.store.Load(); st != nil {
-		st.Close()
+// retire takes the store out of use, then closes it once no request or
+// refresh is inside; wg waits for that.
+func (c *Cache) retire(wg *sync.WaitGroup) {
+	st := c.store.Swap(nil)
+	if st == nil {
+		return
 	}
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for c.users.Load() > 0 {
+			time.Sleep(10 * time.Millisecond)
+		}
+		st.Close()
+	}()
 }
 
 // serve answers ctx from the cache, or through pool and stores the answer.
 func (c *Cache) serve(ctx *fasthttp.RequestCtx, pool *Pool, clientIP netip.Addr, proxies TrustedProxies) {
+	c.users.Add(1)
 	st := c.store.Load()
 	if st == nil || !c.eligible(ctx) {
+		c.users.Add(-1)
 		pool.Serve(ctx, clientIP, proxies)
 		c.mark(ctx, xBypass)
 		return
@@ -232,6 +249,7 @@ func (c *Cache) serve(ctx *fasthttp.RequestCtx, pool *Pool, clientIP netip.Addr,
 	kb.b = c.appendKey(kb.b[:0], ctx)
 	c.lookup(ctx, st, kb, pool, clientIP, proxies)
 	keyBufPool.Put(kb)
+	c.users.Add(-1)
 }
 
 func (c *Cache) lookup(ctx *fasthttp.RequestCtx, st *ristretto.Cache[[]byte, *entry], kb *keyBuf, pool *Pool, clientIP netip.Addr, proxies TrustedProxies) {
@@ -448,7 +466,9 @@ func (c *Cache) refresh(ctx *fasthttp.RequestCtx, key []byte, primary int, stale
 	req := new(fasthttp.Request)
 	ctx.Request.CopyTo(req)
 	remote := ctx.RemoteAddr()
+	c.users.Add(1)
 	go func() {
+		defer c.users.Add(-1)
 		var bg fasthttp.RequestCtx
 		bg.Init(req, remote, nil)
 		pool.Serve(&bg, clientIP, proxies)

@@ -646,3 +646,53 @@ func BenchmarkEdgeCachedGET(b *testing.B) {
 		b.Fatalf("the origin saw %d requests, want 1", n.Load())
 	}
 }
+
+// TestCacheRetiredWhileServing: a reload drops a cache while requests are
+// inside it (hits and stores, on four goroutines): they all still answer,
+// and the old Set's requests from then on bypass it. (The store is closed
+// only once no request is inside, since ristretto's Close beside a Set
+// would panic; the window is too narrow for this test to hit reliably
+// without that, so it is a stress test for -race, not a proof.)
+func TestCacheRetiredWhileServing(t *testing.T) {
+	origin, _ := countingOrigin(t, nil)
+	m, _ := newTestManager(t)
+	c := onePool("p", origin)
+	c.Routes[0].Cache = &conf.CacheConfig{TTL: time.Minute}
+	old := mustBuild(t, m, c)
+	r := old.Route([]byte("shop.example"), []byte("/"))
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	var served atomic.Int64
+	for g := range 4 {
+		wg.Go(func() {
+			for i := 0; ; i++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				// A new key every other request: stores as well as hits.
+				ctx := serveCtxWith("/k"+strconv.Itoa(g)+"-"+strconv.Itoa(i/2), "")
+				r.Serve(ctx, testClientIP, nil)
+				if ctx.Response.StatusCode() != 200 {
+					t.Errorf("status %d", ctx.Response.StatusCode())
+					return
+				}
+				served.Add(1)
+			}
+		})
+	}
+	await.Until(t, 5*time.Second, "requests served", func() bool { return served.Load() > 100 })
+	c.Routes[0].Cache = &conf.CacheConfig{TTL: 2 * time.Minute}
+	mustBuild(t, m, c) // the old cache is retired
+	await.Until(t, 5*time.Second, "the old cache out of use", func() bool { return r.cache.store.Load() == nil })
+	at := served.Load()
+	await.Until(t, 5*time.Second, "requests after the retirement", func() bool { return served.Load() > at+100 })
+	close(stop)
+	wg.Wait()
+	ctx := serveCtxWith("/k0-0", "")
+	r.Serve(ctx, testClientIP, nil)
+	if xc := string(ctx.Response.Header.Peek("X-Cache")); xc != "BYPASS" {
+		t.Fatalf("the retired cache answered X-Cache %q, want BYPASS", xc)
+	}
+}

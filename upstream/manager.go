@@ -39,7 +39,7 @@ type Manager struct {
 	caches map[cacheID]*Cache
 	active *Set
 	closed bool
-	wg     sync.WaitGroup // health-check goroutines
+	wg     sync.WaitGroup // health-check goroutines, and the closers of retired caches
 }
 
 // cacheID names a route's cache across reloads.
@@ -225,7 +225,7 @@ func (m *Manager) Activate(s *Set) {
 	}
 	for id, old := range m.caches {
 		if caches[id] != old {
-			old.close()
+			old.retire(&m.wg)
 		}
 	}
 	m.states, m.servers, m.caches, m.active = states, servers, caches, s
@@ -244,7 +244,7 @@ func (m *Manager) Close() {
 		srv.hc.CloseIdleConnections()
 	}
 	for id, c := range m.caches {
-		c.close()
+		c.retire(&m.wg)
 		delete(m.caches, id)
 	}
 	m.mu.Unlock()
