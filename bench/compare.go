@@ -63,6 +63,8 @@ var compareTargets = []struct {
 	// same certificate. Go's handshake and record layer against OpenSSL's.
 	{"tls-handshake", "full TLS handshakes/s: GET /seckill/p1 over HTTPS, a new connection and a full handshake each (Connection: close), vs nginx with the same certificate", "flashgate", "nginx", 0.8},
 	{"tls-keepalive", "the sale page GET /seckill/p1 over HTTPS on kept-alive connections vs nginx with the same certificate", "flashgate", "nginx", 0.9},
+	// Issue #17: a route's microcache against nginx proxy_cache (compare_cache.go).
+	{"cache", "a cached path GET /cached/page (route cache, ttl 1s) vs nginx proxy_cache with the same settings on the same origin", "flashgate", "nginx", 1.0},
 }
 
 // Comparison is one target's rounds and verdict.
@@ -109,7 +111,7 @@ func cmdCompare(args []string, stdout, stderr io.Writer) int {
 	fs.IntVar(&f.attemptConns, "attempt-conns", 512, "connections of bench's closed-loop generator for purchase attempts (both servers)")
 	fs.IntVar(&f.rbClients, "rb-clients", 50, "redis-benchmark -c")
 	fs.BoolVar(&f.pin, "pin", true, "pin servers under test to CPU 1, load generators and the origin to CPU 0 (Redis, Kafka float)")
-	fs.StringVar(&f.targets, "targets", "soldout,page,proxy,tls,attempts", "which comparisons (soldout, page, proxy, tls, attempts)")
+	fs.StringVar(&f.targets, "targets", "soldout,page,proxy,tls,cache,attempts", "which comparisons (soldout, page, proxy, tls, cache, attempts)")
 	fs.StringVar(&f.out, "out", "", "directory for compare.json (default bench/results/compare-TIME)")
 	fs.BoolVar(&f.keep, "keep", false, "keep the run directory (configs, logs)")
 	fs.StringVar(&f.proxyRev, "proxy-rev", "", "build cmd/proxy from this git revision (e.g. HEAD) instead of the working tree")
@@ -188,11 +190,11 @@ func runCompare(ctx context.Context, root string, f compareFlags, stdout, stderr
 	for _, t := range strings.Split(f.targets, ",") {
 		t = strings.TrimSpace(t)
 		switch t {
-		case "soldout", "attempts", "page", "proxy", "tls":
+		case "soldout", "attempts", "page", "proxy", "tls", "cache":
 			want[t] = true
 		case "":
 		default:
-			return nil, fmt.Errorf("-targets: unknown %q (soldout, attempts, page, proxy, tls)", t)
+			return nil, fmt.Errorf("-targets: unknown %q (soldout, attempts, page, proxy, tls, cache)", t)
 		}
 	}
 	if err := need("bench compare", toolRedis, toolWrk); err != nil {
@@ -233,7 +235,7 @@ func runCompare(ctx context.Context, root string, f compareFlags, stdout, stderr
 	skip := map[string]string{}
 	if err := need("the nginx peer", toolNginx); err != nil {
 		skip["page"], skip["proxy"] = err.Error(), err.Error()
-		skip["tls-handshake"], skip["tls-keepalive"] = err.Error(), err.Error()
+		skip["tls-handshake"], skip["tls-keepalive"], skip["cache"] = err.Error(), err.Error(), err.Error()
 	}
 	if err := need("the OpenResty peer", toolNginx, toolNginxNDK, toolNginxLua, toolLuaRedis); err != nil {
 		skip["attempts-openresty"] = err.Error()
@@ -304,6 +306,12 @@ func runCompare(ctx context.Context, root string, f compareFlags, stdout, stderr
 		if err := run("tls-keepalive", func(cmp *Comparison) error {
 			return c.wrkPairURLs(cmp, "https://"+c.tlsAddr+"/seckill/p1", "https://"+c.tlsNgAddr+"/seckill/p1", "", 200, c.tlsEdgePids, c.tlsNgPids, false)
 		}); err != nil {
+			return nil, err
+		}
+	}
+
+	if want["cache"] {
+		if err := run("cache", func(cmp *Comparison) error { return c.cache(ctx, root, cmp) }); err != nil {
 			return nil, err
 		}
 	}

@@ -75,7 +75,61 @@ type RouteConfig struct {
 	// host always wins over host-less routes, like an nginx server block.
 	Host string `yaml:"host"`
 	Pool string `yaml:"pool"`
+	// Cache, when set, answers the route's GET and HEAD requests from a
+	// microcache in front of the pool (upstream/cache.go says what is
+	// stored and for how long).
+	Cache *CacheConfig `yaml:"cache"`
 }
+
+// CacheConfig is a route's microcache: nginx proxy_cache with
+// proxy_cache_lock and proxy_cache_use_stale updating error timeout, Varnish's
+// grace. Only TTL is required.
+type CacheConfig struct {
+	// TTL is how long an answer stays fresh. An origin's max-age or
+	// s-maxage may shorten it, never lengthen it.
+	TTL time.Duration `yaml:"ttl"`
+	// StaleWhileRevalidate: for this long after TTL a request is answered
+	// from the stale copy while one background request refreshes it.
+	StaleWhileRevalidate time.Duration `yaml:"stale_while_revalidate"`
+	// StaleIfError: for this long after TTL an origin failure (5xx, timeout,
+	// connection refused) is answered from the stale copy instead.
+	StaleIfError time.Duration `yaml:"stale_if_error"`
+	// MaxBytes bounds the memory of the route's stored answers (bodies,
+	// headers and keys); admission decides which answers earn a place.
+	MaxBytes int64 `yaml:"max_bytes"`
+	// Key lists the request parts an answer is stored under: method, host,
+	// path, query, header:NAME, cookie:NAME.
+	Key []string `yaml:"key"`
+	// LockTimeout bounds how long a request waits for the one request to
+	// the origin for its key (proxy_cache_lock_timeout); then it is
+	// answered stale if it can be, else it goes to the origin itself.
+	LockTimeout time.Duration `yaml:"lock_timeout"`
+	// WithAuthorization caches requests that carry Authorization too;
+	// off, they bypass the cache (their answer may be the user's own).
+	WithAuthorization bool `yaml:"with_authorization"`
+	// XCache adds X-Cache: HIT, MISS, STALE, UPDATING or BYPASS to the
+	// answers. A pointer so that an explicit false differs from "not set"
+	// (default true).
+	XCache *bool `yaml:"x_cache"`
+}
+
+// Cache key parts (CacheConfig.Key); header: and cookie: take a name.
+const (
+	KeyMethod       = "method"
+	KeyHost         = "host"
+	KeyPath         = "path"
+	KeyQuery        = "query"
+	KeyHeaderPrefix = "header:"
+	KeyCookiePrefix = "cookie:"
+)
+
+// MaxCacheKeyParts bounds cache.key, which keeps the key's parts in a fixed
+// array at serve time.
+const MaxCacheKeyParts = 16
+
+// MinCacheBytes is the smallest cache.max_bytes: below it admission has
+// nothing to choose between.
+const MinCacheBytes = 64 << 10
 
 // Balancing algorithms (PoolConfig.Balance).
 const (
@@ -113,6 +167,16 @@ func (c *UpstreamsConfig) fill() {
 	}
 	for i := range c.Routes {
 		orDefault(&c.Routes[i].Prefix, "/")
+		if cc := c.Routes[i].Cache; cc != nil {
+			orDefault(&cc.MaxBytes, 64<<20)
+			orDefault(&cc.LockTimeout, 5*time.Second)
+			if len(cc.Key) == 0 {
+				cc.Key = []string{KeyMethod, KeyHost, KeyPath, KeyQuery}
+			}
+			if cc.XCache == nil {
+				cc.XCache = boolPtr(true)
+			}
+		}
 	}
 }
 
@@ -121,11 +185,20 @@ func (c *UpstreamsConfig) fill() {
 func (c UpstreamsConfig) WithDefaults() UpstreamsConfig {
 	c.Pools = slices.Clone(c.Pools)
 	c.Routes = slices.Clone(c.Routes)
+	for i := range c.Routes {
+		if cc := c.Routes[i].Cache; cc != nil {
+			cp := *cc
+			cp.Key = slices.Clone(cc.Key)
+			c.Routes[i].Cache = &cp
+		}
+	}
 	c.fill()
 	return c
 }
 
 func intPtr(n int) *int { return &n }
+
+func boolPtr(b bool) *bool { return &b }
 
 // Validate reports every problem with paths relative to the section, e.g.
 // "pools[0].servers[1]". Settings left at zero are errors: Parse (or
@@ -214,6 +287,9 @@ func (c *UpstreamsConfig) Validate() field.Errors {
 				errs.Add(field.Join(at, "pool"), "unknown pool %q", r.Pool)
 			}
 		}
+		if r.Cache != nil {
+			validateCache(&errs, field.Join(at, "cache"), r.Cache)
+		}
 		k := routeKey{host, r.Prefix}
 		if j, dup := routes[k]; dup {
 			errs.Add(at, "duplicate route (same host and prefix as routes[%d])", j)
@@ -222,6 +298,63 @@ func (c *UpstreamsConfig) Validate() field.Errors {
 		}
 	}
 	return errs
+}
+
+func validateCache(errs *field.Errors, at string, c *CacheConfig) {
+	mustBePositive(errs, field.Join(at, "ttl"), c.TTL)
+	if c.StaleWhileRevalidate < 0 {
+		errs.Add(field.Join(at, "stale_while_revalidate"), "must not be negative")
+	}
+	if c.StaleIfError < 0 {
+		errs.Add(field.Join(at, "stale_if_error"), "must not be negative")
+	}
+	if c.MaxBytes < MinCacheBytes {
+		errs.Add(field.Join(at, "max_bytes"), "must be at least %d", MinCacheBytes)
+	}
+	mustBePositive(errs, field.Join(at, "lock_timeout"), c.LockTimeout)
+	if len(c.Key) == 0 || len(c.Key) > MaxCacheKeyParts {
+		errs.Add(field.Join(at, "key"), "want 1 to %d parts", MaxCacheKeyParts)
+	}
+	seen := make(map[string]int, len(c.Key))
+	for i, part := range c.Key {
+		pat := field.Join(at, field.Index("key", i))
+		if msg := checkKeyPart(part); msg != "" {
+			errs.Add(pat, "%s", msg)
+			continue
+		}
+		norm := strings.ToLower(part)
+		if j, dup := seen[norm]; dup {
+			errs.Add(pat, "duplicate part %q (also key[%d])", part, j)
+		}
+		seen[norm] = i
+	}
+	if c.XCache == nil {
+		errs.Add(field.Join(at, "x_cache"), "required (Parse fills it)")
+	}
+}
+
+// checkKeyPart returns why part is not a cache key part, or "".
+func checkKeyPart(part string) string {
+	switch part {
+	case KeyMethod, KeyHost, KeyPath, KeyQuery:
+		return ""
+	}
+	name, ok := strings.CutPrefix(part, KeyHeaderPrefix)
+	if !ok {
+		name, ok = strings.CutPrefix(part, KeyCookiePrefix)
+	}
+	if !ok {
+		return "unknown part " + strconv.Quote(part) + " (want method, host, path, query, header:NAME or cookie:NAME)"
+	}
+	if name == "" {
+		return "a name is required after \":\""
+	}
+	for _, c := range []byte(name) {
+		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '-' || c == '_') {
+			return "name " + strconv.Quote(name) + " may hold only letters, digits, '-' and '_'"
+		}
+	}
+	return ""
 }
 
 func mustBePositive(errs *field.Errors, path string, d time.Duration) {

@@ -126,3 +126,94 @@ func TestUpstreamsValidate(t *testing.T) {
 		})
 	}
 }
+
+func TestRouteCacheDefaults(t *testing.T) {
+	c := UpstreamsConfig{
+		Pools: []PoolConfig{{Name: "a", Servers: []string{"127.0.0.1:1"}}},
+		Routes: []RouteConfig{
+			{Pool: "a", Cache: &CacheConfig{TTL: time.Second}},
+			{Prefix: "/x/", Pool: "a", Cache: &CacheConfig{TTL: time.Second, Key: []string{"path"}, XCache: boolPtr(false)}},
+			{Prefix: "/y/", Pool: "a"},
+		},
+	}
+	d := c.WithDefaults()
+	if c.Routes[0].Cache.MaxBytes != 0 {
+		t.Fatal("WithDefaults changed the caller's cache config")
+	}
+	a, b := d.Routes[0].Cache, d.Routes[1].Cache
+	if a.MaxBytes != 64<<20 || a.LockTimeout != 5*time.Second || !*a.XCache ||
+		strings.Join(a.Key, ",") != "method,host,path,query" || a.StaleIfError != 0 || a.StaleWhileRevalidate != 0 {
+		t.Errorf("defaults: %+v", *a)
+	}
+	if strings.Join(b.Key, ",") != "path" || *b.XCache {
+		t.Errorf("explicit key and x_cache not kept: %+v", *b)
+	}
+	if d.Routes[2].Cache != nil {
+		t.Error("a route without cache got one")
+	}
+	if errs := d.Validate(); len(errs) > 0 {
+		t.Fatal(errs)
+	}
+}
+
+func TestRouteCacheValidate(t *testing.T) {
+	tests := []struct {
+		name string
+		c    CacheConfig
+		want []string
+	}{
+		{"no ttl", CacheConfig{}, []string{"routes[0].cache.ttl: must be positive"}},
+		{"negative windows", CacheConfig{TTL: time.Second, StaleWhileRevalidate: -1, StaleIfError: -1},
+			[]string{"routes[0].cache.stale_while_revalidate: must not be negative", "routes[0].cache.stale_if_error: must not be negative"}},
+		{"tiny max_bytes", CacheConfig{TTL: time.Second, MaxBytes: 100}, []string{"routes[0].cache.max_bytes: must be at least"}},
+		{"unknown key part", CacheConfig{TTL: time.Second, Key: []string{"path", "scheme"}}, []string{`routes[0].cache.key[1]: unknown part "scheme"`}},
+		{"header without name", CacheConfig{TTL: time.Second, Key: []string{"header:"}}, []string{"routes[0].cache.key[0]: a name is required"}},
+		{"cookie with a bad name", CacheConfig{TTL: time.Second, Key: []string{"cookie:a b"}}, []string{`routes[0].cache.key[0]: name "a b"`}},
+		{"duplicate part", CacheConfig{TTL: time.Second, Key: []string{"path", "header:X-A", "header:x-a"}},
+			[]string{`routes[0].cache.key[2]: duplicate part "header:x-a" (also key[1])`}},
+		{"named parts are fine", CacheConfig{TTL: time.Second, Key: []string{"method", "host", "path", "query", "header:Accept-Language", "cookie:currency"}}, nil},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			cc := tc.c
+			c := UpstreamsConfig{
+				Pools:  []PoolConfig{{Name: "a", Servers: []string{"127.0.0.1:1"}}},
+				Routes: []RouteConfig{{Pool: "a", Cache: &cc}},
+			}
+			c.fill()
+			var got []string
+			for _, e := range c.Validate() {
+				got = append(got, e.Path+": "+e.Msg)
+			}
+			if len(got) != len(tc.want) {
+				t.Fatalf("got %q, want %q", got, tc.want)
+			}
+			for i, w := range tc.want {
+				if !strings.HasPrefix(got[i], w) {
+					t.Errorf("error %d = %q, want prefix %q", i, got[i], w)
+				}
+			}
+		})
+	}
+}
+
+// TestRouteCacheParse: the YAML form, and the strict decoder naming an
+// unknown cache field.
+func TestRouteCacheParse(t *testing.T) {
+	const doc = "upstreams:\n  pools:\n    - name: web\n      servers: [\"127.0.0.1:9000\"]\n  routes:\n" +
+		"    - prefix: /products/\n      pool: web\n      cache:\n        ttl: 1s\n        stale_while_revalidate: 10s\n" +
+		"        stale_if_error: 5m\n        max_bytes: 1048576\n        key: [method, host, path, query, \"header:Accept-Language\"]\n"
+	d, err := Parse([]byte(doc), "t.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cc := d.Config.Upstreams.Routes[0].Cache
+	if cc == nil || cc.TTL != time.Second || cc.StaleWhileRevalidate != 10*time.Second || cc.StaleIfError != 5*time.Minute ||
+		cc.MaxBytes != 1<<20 || len(cc.Key) != 5 || cc.Key[4] != "header:Accept-Language" || cc.LockTimeout != 5*time.Second {
+		t.Fatalf("parsed %+v", cc)
+	}
+	_, err = Parse([]byte(strings.Replace(doc, "ttl: 1s", "ttl: 1s\n        tll: 2s", 1)), "t.yaml")
+	if err == nil || !strings.Contains(err.Error(), "tll") {
+		t.Fatalf("an unknown field: %v", err)
+	}
+}

@@ -361,12 +361,12 @@ func (s *Server) dispatch(ctx *fasthttp.RequestCtx, snap *Snapshot, r *filters.R
 		}
 		snap.Static.ServePage(ctx)
 	default:
-		pool := snap.Upstreams.Match(ctx.Host(), path)
-		if pool == nil {
+		up := snap.Upstreams.Route(ctx.Host(), path)
+		if up == nil {
 			api.NotFound.Write(ctx)
 			return routeNotFound
 		}
-		pool.Serve(ctx, r.ClientIP, snap.RealIP)
+		up.Serve(ctx, r.ClientIP, snap.RealIP)
 	}
 	return rt
 }

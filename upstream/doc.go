@@ -24,5 +24,13 @@
 // forwarding headers written by the edge alone unless the peer is a trusted
 // proxy; TRACE, CONNECT and malformed methods are refused (Pool.Serve).
 //
-// Manager.Snapshot and Manager.OnResponse feed the admin listener and metrics.
+// A route may have a microcache (cache.go, Set.Route and Route.Serve): GET
+// and HEAD answered from memory, one origin request per key at a time,
+// stale answers while one renews or while the origin fails, the memory
+// bounded by ristretto with TinyLFU admission. A hit allocates nothing. The
+// caches outlive a reload whose route and cache settings are unchanged.
+//
+// Manager.Snapshot and Manager.OnResponse feed the admin listener and
+// metrics; OnResponse sees the requests that went to the origin, not the
+// hits.
 package upstream

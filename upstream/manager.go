@@ -27,15 +27,23 @@ type Manager struct {
 	log *slog.Logger
 	// now is the clock of passive ejection, swapped in tests.
 	now func() time.Time
+	// cacheNow is the caches' freshness clock (unix ns), swapped in tests.
+	cacheNow func() int64
 
 	mu       sync.Mutex
 	states   map[serverKey]*serverState // servers of the active set
 	servers  map[serverKey]*server      // the active set's servers, for reuse of their clients
 	checkers map[serverKey]*checker
-	active   *Set
-	closed   bool
-	wg       sync.WaitGroup // health-check goroutines
+	// caches are the active set's route caches: a reload with the same
+	// route and cache config keeps the stored answers.
+	caches map[cacheID]*Cache
+	active *Set
+	closed bool
+	wg     sync.WaitGroup // health-check goroutines, and the closers of retired caches
 }
+
+// cacheID names a route's cache across reloads.
+type cacheID struct{ host, prefix, pool string }
 
 // serverKey names a server across reloads: the same address in two pools
 // is two servers, each with its own health and limits.
@@ -85,9 +93,11 @@ func NewManager(logger *slog.Logger) *Manager {
 	return &Manager{
 		log:      logger,
 		now:      time.Now,
+		cacheNow: func() int64 { return time.Now().UnixNano() },
 		states:   map[serverKey]*serverState{},
 		servers:  map[serverKey]*server{},
 		checkers: map[serverKey]*checker{},
+		caches:   map[cacheID]*Cache{},
 	}
 }
 
@@ -141,7 +151,17 @@ func (m *Manager) Build(c conf.UpstreamsConfig) (*Set, error) {
 	}
 	for _, rc := range c.Routes {
 		host := rc.HostKey()
-		r := route{prefix: []byte(rc.Prefix), pool: s.byName[rc.Pool]}
+		r := route{prefix: []byte(rc.Prefix), Route: Route{pool: s.byName[rc.Pool]}}
+		if rc.Cache != nil {
+			id := cacheID{host, rc.Prefix, rc.Pool}
+			if old := m.caches[id]; old != nil && old.sameConfig(*rc.Cache) {
+				r.cache = old
+			} else {
+				r.cache = newCache(*rc.Cache)
+				r.cache.now = m.cacheNow
+			}
+			s.caches = append(s.caches, cacheOf{id, r.cache})
+		}
 		if host == "" {
 			s.anyHost = append(s.anyHost, r)
 		} else {
@@ -198,7 +218,17 @@ func (m *Manager) Activate(s *Set) {
 			old.hc.CloseIdleConnections()
 		}
 	}
-	m.states, m.servers, m.active = states, servers, s
+	caches := make(map[cacheID]*Cache, len(s.caches))
+	for _, rc := range s.caches {
+		rc.cache.start()
+		caches[rc.id] = rc.cache
+	}
+	for id, old := range m.caches {
+		if caches[id] != old {
+			old.retire(&m.wg)
+		}
+	}
+	m.states, m.servers, m.caches, m.active = states, servers, caches, s
 }
 
 // Close stops every health check and waits for them, then closes idle
@@ -212,6 +242,10 @@ func (m *Manager) Close() {
 	}
 	for _, srv := range m.servers {
 		srv.hc.CloseIdleConnections()
+	}
+	for id, c := range m.caches {
+		c.retire(&m.wg)
+		delete(m.caches, id)
 	}
 	m.mu.Unlock()
 	m.wg.Wait()

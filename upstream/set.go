@@ -2,7 +2,10 @@ package upstream
 
 import (
 	"bytes"
+	"net/netip"
 	"sort"
+
+	"github.com/valyala/fasthttp"
 )
 
 // Set is one compiled, immutable upstream configuration: its pools and the
@@ -15,11 +18,38 @@ type Set struct {
 	// ones; both sorted longest prefix first so the first hit is the answer.
 	hosts   map[string][]route
 	anyHost []route
+	// caches are the routes' caches, which Activate starts.
+	caches []cacheOf
+}
+
+type cacheOf struct {
+	id    cacheID
+	cache *Cache
 }
 
 type route struct {
 	prefix []byte
-	pool   *Pool
+	Route
+}
+
+// Route is what a request was routed to: a pool, and the route's cache if
+// it has one.
+type Route struct {
+	pool  *Pool
+	cache *Cache
+}
+
+// Pool is the route's pool.
+func (r *Route) Pool() *Pool { return r.pool }
+
+// Serve answers the request: from the route's cache when it has one and
+// the request may be cached (Cache), else through the pool (Pool.Serve).
+func (r *Route) Serve(ctx *fasthttp.RequestCtx, clientIP netip.Addr, proxies TrustedProxies) {
+	if r.cache == nil {
+		r.pool.Serve(ctx, clientIP, proxies)
+		return
+	}
+	r.cache.serve(ctx, r.pool, clientIP, proxies)
 }
 
 // maxHostLen bounds the stack buffer Match lowercases the host into; DNS
@@ -32,6 +62,15 @@ const maxHostLen = 256
 // Routes for the request's host are tried first, longest prefix first;
 // host-less routes only when none of them matches. It does not allocate.
 func (s *Set) Match(host, path []byte) *Pool {
+	if r := s.Route(host, path); r != nil {
+		return r.pool
+	}
+	return nil
+}
+
+// Route is Match's route: the pool with the route's cache. It does not
+// allocate.
+func (s *Set) Route(host, path []byte) *Route {
 	if s == nil {
 		return nil
 	}
@@ -40,18 +79,18 @@ func (s *Set) Match(host, path []byte) *Pool {
 		if key, ok := hostKey(&buf, host); ok {
 			// The compiler turns a map index with string(bytes) into a
 			// lookup without a conversion allocation.
-			if p := longest(s.hosts[string(key)], path); p != nil {
-				return p
+			if r := longest(s.hosts[string(key)], path); r != nil {
+				return r
 			}
 		}
 	}
 	return longest(s.anyHost, path)
 }
 
-func longest(routes []route, path []byte) *Pool {
+func longest(routes []route, path []byte) *Route {
 	for i := range routes {
 		if bytes.HasPrefix(path, routes[i].prefix) {
-			return routes[i].pool
+			return &routes[i].Route
 		}
 	}
 	return nil

@@ -1,0 +1,537 @@
+package upstream
+
+import (
+	"bytes"
+	"hash/maphash"
+	"net/netip"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/dgraph-io/ristretto/v2"
+	"github.com/valyala/fasthttp"
+
+	"flashgate/conf"
+)
+
+// Cache is one route's microcache in front of its pool: nginx proxy_cache
+// with proxy_cache_lock and proxy_cache_use_stale updating error timeout.
+//
+// What is stored: the answer to a GET without Authorization (unless
+// with_authorization), Range or a body, whose status is one of
+// cacheableStatus, without Set-Cookie, whose Cache-Control has none of
+// no-store, no-cache, private, and whose Vary is not "*". max-age (s-maxage
+// first) shortens the route's ttl, never lengthens it; 0 stores nothing.
+// must-revalidate and proxy-revalidate forbid the stale answers. Expires and
+// the request's own Cache-Control are not read: a client's no-cache must not
+// let a flood through to the origin. The headers a Vary response lists
+// become part of its key: the route's key then holds a marker naming them,
+// and each variant is stored under the key plus their values.
+//
+// A HEAD is answered from the GET's answer; a HEAD that misses goes to the
+// origin and is not stored.
+//
+// One request per key at a time goes to the origin; the others wait for its
+// answer, at most lock_timeout, then they are answered stale if a stale copy
+// is within its window, else they go to the origin themselves (uncached).
+// Waiters share the answer when it could be shared at all: anything stored,
+// and also an origin error or a status not stored (500, 302) — a dead origin
+// costs one request per key, not one per waiting shopper. An answer private
+// to its request (Set-Cookie, private, no-store, no-cache, Vary: *) is not
+// shared: each waiter then asks the origin.
+//
+// Within stale_while_revalidate after ttl, a request is answered from the
+// stale copy and one background request refreshes it. Within stale_if_error
+// after ttl, an origin failure (a 5xx of its own, or the edge's 502/504 for a
+// refused connection or a timeout) is answered from the stale copy.
+//
+// Memory: ristretto (TinyLFU admission, sampled LFU eviction) bounds the
+// bytes of bodies, headers and keys to max_bytes; an answer larger than an
+// eighth of it is not stored. Admission may refuse a new key when the cache
+// is full of more popular ones: that request's key stays a miss.
+//
+// A hit allocates nothing: the stored header is copied into the response's
+// own buffers and the stored body is set without a copy.
+type Cache struct {
+	cfg  conf.CacheConfig
+	key  []keyPart
+	life time.Duration // ttl + the longer stale window: how long ristretto keeps an answer
+	// now is the freshness clock (unix ns), swapped in tests. ristretto's
+	// own expiry runs on the wall clock, but only after life.
+	now func() int64
+
+	store atomic.Pointer[ristretto.Cache[[]byte, *entry]]
+	// users counts the requests and background refreshes inside the cache:
+	// ristretto's Close must not run beside a Get or Set (it closes the
+	// channel a Set sends on), so a retired store is closed only at 0.
+	users atomic.Int64
+
+	mu      sync.Mutex
+	flights map[string]*flight
+	// waiting counts the requests waiting for a flight (tests await it).
+	waiting atomic.Int64
+}
+
+// X-Cache values; answers that do not touch the cache say BYPASS.
+var (
+	headerXCache = []byte("X-Cache")
+	headerAge    = []byte("Age")
+	xHit         = []byte("HIT")
+	xMiss        = []byte("MISS")
+	xStale       = []byte("STALE")
+	xUpdating    = []byte("UPDATING")
+	xBypass      = []byte("BYPASS")
+)
+
+// cacheableStatus are the statuses stored (RFC 9110 §15.1's heuristically
+// cacheable ones that a page or API answers with): 200, 203, 204, 300, 301,
+// 308, 404, 410. 302, 307 and every 5xx are not: they are usually the
+// answer of a moment.
+func cacheableStatus(code int) bool {
+	switch code {
+	case 200, 203, 204, 300, 301, 308, 404, 410:
+		return true
+	}
+	return false
+}
+
+// entry is one stored answer, immutable once built: hits from any number of
+// goroutines read it.
+type entry struct {
+	key    []byte
+	header fasthttp.ResponseHeader
+	body   []byte
+	// vary, on a marker entry (stored under the route's key), lists the
+	// request headers the variants are keyed by; the marker has no answer.
+	vary   [][]byte
+	marker bool
+
+	stored          int64 // unix ns, the base of Age
+	freshUntil      int64
+	revalidateUntil int64 // freshUntil + stale_while_revalidate
+	errorUntil      int64 // freshUntil + stale_if_error
+}
+
+// flight is the one origin request for a key; waiters block on done and
+// then read result (nil: go to the origin yourself) and how it was answered.
+type flight struct {
+	done   chan struct{}
+	result *entry
+	xc     []byte
+}
+
+type keyKind uint8
+
+const (
+	partMethod keyKind = iota
+	partHost
+	partPath
+	partQuery
+	partHeader
+	partCookie
+)
+
+type keyPart struct {
+	kind keyKind
+	name string
+}
+
+// keyBuf is the per-request scratch a key is built in.
+type keyBuf struct{ b []byte }
+
+var keyBufPool = sync.Pool{New: func() any { return &keyBuf{b: make([]byte, 0, 256)} }}
+
+var hashSeeds = [2]maphash.Seed{maphash.MakeSeed(), maphash.MakeSeed()}
+
+// newCache compiles a route's cache config (validated by conf). It starts
+// nothing: start does, when its Set is activated.
+func newCache(cfg conf.CacheConfig) *Cache {
+	c := &Cache{
+		cfg:     cfg,
+		life:    cfg.TTL + max(cfg.StaleWhileRevalidate, cfg.StaleIfError),
+		now:     func() int64 { return time.Now().UnixNano() },
+		flights: map[string]*flight{},
+	}
+	c.cfg.Key = append([]string(nil), cfg.Key...)
+	for _, p := range cfg.Key {
+		switch {
+		case p == conf.KeyMethod:
+			c.key = append(c.key, keyPart{kind: partMethod})
+		case p == conf.KeyHost:
+			c.key = append(c.key, keyPart{kind: partHost})
+		case p == conf.KeyPath:
+			c.key = append(c.key, keyPart{kind: partPath})
+		case p == conf.KeyQuery:
+			c.key = append(c.key, keyPart{kind: partQuery})
+		case len(p) > len(conf.KeyHeaderPrefix) && p[:len(conf.KeyHeaderPrefix)] == conf.KeyHeaderPrefix:
+			c.key = append(c.key, keyPart{kind: partHeader, name: p[len(conf.KeyHeaderPrefix):]})
+		default:
+			c.key = append(c.key, keyPart{kind: partCookie, name: p[len(conf.KeyCookiePrefix):]})
+		}
+	}
+	return c
+}
+
+// sameConfig: a reload with an equal cache config keeps the stored answers.
+func (c *Cache) sameConfig(cfg conf.CacheConfig) bool {
+	a, b := c.cfg, cfg
+	if len(a.Key) != len(b.Key) {
+		return false
+	}
+	for i := range a.Key {
+		if a.Key[i] != b.Key[i] {
+			return false
+		}
+	}
+	return a.TTL == b.TTL && a.StaleWhileRevalidate == b.StaleWhileRevalidate &&
+		a.StaleIfError == b.StaleIfError && a.MaxBytes == b.MaxBytes &&
+		a.LockTimeout == b.LockTimeout && a.WithAuthorization == b.WithAuthorization &&
+		*a.XCache == *b.XCache
+}
+
+// start creates the store. ristretto runs a goroutine per cache, so it
+// starts only when a Set goes live (Build starts nothing).
+func (c *Cache) start() {
+	if c.store.Load() != nil {
+		return
+	}
+	// ristretto wants ten counters per item it may hold; items are guessed
+	// at 1 KiB.
+	counters := min(max(c.cfg.MaxBytes/1024*10, 10_000), 10_000_000)
+	st, err := ristretto.NewCache(&ristretto.Config[[]byte, *entry]{
+		NumCounters: counters,
+		MaxCost:     c.cfg.MaxBytes,
+		BufferItems: 64,
+		// The key is a []byte: hashing it ourselves avoids ristretto's
+		// conversion to an interface, which would allocate on every hit.
+		KeyToHash: func(k []byte) (uint64, uint64) {
+			return maphash.Bytes(hashSeeds[0], k), maphash.Bytes(hashSeeds[1], k)
+		},
+		IgnoreInternalCost: true,
+	})
+	if err != nil {
+		// Only a config ristretto rejects (counters or cost not positive),
+		// which conf's validation rules out.
+		panic("upstream: cache: " + err.Error())
+	}
+	c.store.Store(st)
+}
+
+// retire takes the store out of use, then closes it once no request or
+// refresh is inside; wg waits for that.
+func (c *Cache) retire(wg *sync.WaitGroup) {
+	st := c.store.Swap(nil)
+	if st == nil {
+		return
+	}
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for c.users.Load() > 0 {
+			time.Sleep(10 * time.Millisecond)
+		}
+		st.Close()
+	}()
+}
+
+// serve answers ctx from the cache, or through pool and stores the answer.
+func (c *Cache) serve(ctx *fasthttp.RequestCtx, pool *Pool, clientIP netip.Addr, proxies TrustedProxies) {
+	c.users.Add(1)
+	st := c.store.Load()
+	if st == nil || !c.eligible(ctx) {
+		c.users.Add(-1)
+		pool.Serve(ctx, clientIP, proxies)
+		c.mark(ctx, xBypass)
+		return
+	}
+	kb := keyBufPool.Get().(*keyBuf)
+	kb.b = c.appendKey(kb.b[:0], ctx)
+	c.lookup(ctx, st, kb, pool, clientIP, proxies)
+	keyBufPool.Put(kb)
+	c.users.Add(-1)
+}
+
+func (c *Cache) lookup(ctx *fasthttp.RequestCtx, st *ristretto.Cache[[]byte, *entry], kb *keyBuf, pool *Pool, clientIP netip.Addr, proxies TrustedProxies) {
+	primary := len(kb.b)
+	now := c.now()
+	// A second round only when a shared answer turned out to vary on a
+	// header this request differs in.
+	for round := 0; round < 2; round++ {
+		e := c.get(st, kb.b)
+		if e != nil && e.marker {
+			kb.b = appendVary(kb.b[:primary], e.vary, ctx)
+			e = c.get(st, kb.b)
+		}
+		var stale *entry
+		if e != nil {
+			switch {
+			case now < e.freshUntil:
+				c.write(ctx, e, now, xHit)
+				return
+			case now < e.revalidateUntil:
+				c.write(ctx, e, now, xUpdating)
+				c.refresh(ctx, kb.b, primary, e, pool, clientIP, proxies)
+				return
+			}
+			stale = e
+		}
+		if ctx.IsHead() {
+			pool.Serve(ctx, clientIP, proxies)
+			if !c.staleOnError(ctx, stale, now) {
+				c.mark(ctx, xMiss)
+			}
+			return
+		}
+		res, xc, led := c.fetch(ctx, kb.b, primary, stale, now, pool, clientIP, proxies)
+		if led {
+			return
+		}
+		if res == nil {
+			// Not shareable, or the wait timed out with nothing stale.
+			pool.Serve(ctx, clientIP, proxies)
+			if !c.staleOnError(ctx, stale, now) {
+				c.mark(ctx, xMiss)
+			}
+			return
+		}
+		if len(res.vary) > 0 && !bytes.Equal(res.key, appendVary(kb.b[:primary], res.vary, ctx)) {
+			kb.b = kb.b[:primary]
+			continue
+		}
+		c.write(ctx, res, now, xc)
+		return
+	}
+	pool.Serve(ctx, clientIP, proxies)
+	c.mark(ctx, xMiss)
+}
+
+// get returns the entry stored under key, nil if none; the stored key is
+// compared too, so two keys whose hashes collide are both misses.
+func (c *Cache) get(st *ristretto.Cache[[]byte, *entry], key []byte) *entry {
+	e, ok := st.Get(key)
+	if !ok || !bytes.Equal(e.key, key) {
+		return nil
+	}
+	return e
+}
+
+// eligible: GET or HEAD, no body, no Range, no Authorization unless
+// configured.
+func (c *Cache) eligible(ctx *fasthttp.RequestCtx) bool {
+	h := &ctx.Request.Header
+	if !h.IsGet() && !h.IsHead() {
+		return false
+	}
+	if len(ctx.Request.Body()) > 0 || len(h.Peek(fasthttp.HeaderRange)) > 0 {
+		return false
+	}
+	return c.cfg.WithAuthorization || len(h.Peek(fasthttp.HeaderAuthorization)) == 0
+}
+
+// appendKey writes the request's key: each part followed by a 0 byte, which
+// no header value holds, so parts cannot run into each other. HEAD is keyed
+// as GET: it is answered from the GET's answer.
+func (c *Cache) appendKey(b []byte, ctx *fasthttp.RequestCtx) []byte {
+	for _, p := range c.key {
+		switch p.kind {
+		case partMethod:
+			b = append(b, "GET"...)
+		case partHost:
+			for _, ch := range ctx.Host() {
+				if 'A' <= ch && ch <= 'Z' {
+					ch += 'a' - 'A'
+				}
+				b = append(b, ch)
+			}
+		case partPath:
+			b = append(b, ctx.URI().PathOriginal()...)
+		case partQuery:
+			b = append(b, ctx.URI().QueryString()...)
+		case partHeader:
+			b = append(b, ctx.Request.Header.Peek(p.name)...)
+		case partCookie:
+			b = append(b, ctx.Request.Header.Cookie(p.name)...)
+		}
+		b = append(b, 0)
+	}
+	return b
+}
+
+// appendVary adds the values of the headers a Vary answer named, after a 1
+// byte that marks a variant key.
+func appendVary(b []byte, names [][]byte, ctx *fasthttp.RequestCtx) []byte {
+	return appendVaryHeader(b, names, &ctx.Request.Header)
+}
+
+func appendVaryHeader(b []byte, names [][]byte, h *fasthttp.RequestHeader) []byte {
+	b = append(b, 1)
+	for _, n := range names {
+		b = append(b, h.PeekBytes(n)...)
+		b = append(b, 0)
+	}
+	return b
+}
+
+// write answers ctx with e: the stored header copied into the response's
+// own buffers, the body without a copy. No allocation.
+func (c *Cache) write(ctx *fasthttp.RequestCtx, e *entry, now int64, xc []byte) {
+	e.header.CopyTo(&ctx.Response.Header)
+	ctx.Response.SetBodyRaw(e.body)
+	age := max(now-e.stored, 0) / int64(time.Second)
+	var buf [20]byte
+	ctx.Response.Header.SetCanonical(headerAge, strconv.AppendInt(buf[:0], age, 10))
+	c.mark(ctx, xc)
+}
+
+func (c *Cache) mark(ctx *fasthttp.RequestCtx, xc []byte) {
+	if *c.cfg.XCache {
+		ctx.Response.Header.SetCanonical(headerXCache, xc)
+	}
+}
+
+// staleOnError replaces an origin failure in ctx.Response with stale when
+// stale_if_error allows, and reports whether it did.
+func (c *Cache) staleOnError(ctx *fasthttp.RequestCtx, stale *entry, now int64) bool {
+	if stale != nil && ctx.Response.StatusCode() >= 500 && now < stale.errorUntil {
+		c.write(ctx, stale, now, xStale)
+		return true
+	}
+	return false
+}
+
+// fetch is the miss path: the first request for key becomes the leader, goes
+// to the origin through pool with ctx, answers ctx and stores; led reports
+// that ctx is answered. The others wait for the leader and get its result.
+func (c *Cache) fetch(ctx *fasthttp.RequestCtx, key []byte, primary int, stale *entry, now int64, pool *Pool, clientIP netip.Addr, proxies TrustedProxies) (res *entry, xc []byte, led bool) {
+	c.mu.Lock()
+	f := c.flights[string(key)]
+	if f == nil {
+		f = &flight{done: make(chan struct{})}
+		k := string(key)
+		c.flights[k] = f
+		c.mu.Unlock()
+
+		pool.Serve(ctx, clientIP, proxies)
+		res, xc = c.settle(&ctx.Request.Header, &ctx.Response, key, primary, stale)
+		if res != nil && res == stale {
+			c.write(ctx, res, c.now(), xc)
+		} else {
+			c.mark(ctx, xMiss)
+		}
+		c.finish(k, f, res, xc)
+		return nil, nil, true
+	}
+	c.mu.Unlock()
+
+	c.waiting.Add(1)
+	defer c.waiting.Add(-1)
+	t := time.NewTimer(c.cfg.LockTimeout)
+	defer t.Stop()
+	select {
+	case <-f.done:
+		return f.result, f.xc, false
+	case <-t.C:
+		if stale != nil && now < max(stale.errorUntil, stale.revalidateUntil) {
+			return stale, xStale, false
+		}
+		return nil, nil, false
+	}
+}
+
+// finish hands the flight's result to its waiters. It runs after the answer
+// is stored, so a request arriving after the flight is gone finds it.
+func (c *Cache) finish(k string, f *flight, res *entry, xc []byte) {
+	f.result, f.xc = res, xc
+	c.mu.Lock()
+	delete(c.flights, k)
+	c.mu.Unlock()
+	close(f.done)
+}
+
+// refresh starts the one background request that renews a stale answer,
+// unless one is under way for key. The request is copied: ctx is not ours
+// once the handler returns.
+func (c *Cache) refresh(ctx *fasthttp.RequestCtx, key []byte, primary int, stale *entry, pool *Pool, clientIP netip.Addr, proxies TrustedProxies) {
+	c.mu.Lock()
+	if c.flights[string(key)] != nil {
+		c.mu.Unlock()
+		return
+	}
+	f := &flight{done: make(chan struct{})}
+	k := string(key)
+	c.flights[k] = f
+	c.mu.Unlock()
+
+	req := new(fasthttp.Request)
+	ctx.Request.CopyTo(req)
+	remote := ctx.RemoteAddr()
+	c.users.Add(1)
+	go func() {
+		defer c.users.Add(-1)
+		var bg fasthttp.RequestCtx
+		bg.Init(req, remote, nil)
+		pool.Serve(&bg, clientIP, proxies)
+		res, xc := c.settle(&bg.Request.Header, &bg.Response, []byte(k), primary, stale)
+		c.finish(k, f, res, xc)
+	}()
+}
+
+// settle judges the origin's answer resp to the request with header req
+// and key: stores it when it may be, and returns what the flight's waiters
+// get and how they are answered: the stored answer (HIT), a shareable one
+// not stored (MISS), the stale one on an origin failure within
+// stale_if_error (STALE), or nil when the answer is private to its request.
+func (c *Cache) settle(req *fasthttp.RequestHeader, resp *fasthttp.Response, key []byte, primary int, stale *entry) (*entry, []byte) {
+	now := c.now()
+	status := resp.StatusCode()
+	if status >= 500 && stale != nil && now < stale.errorUntil {
+		return stale, xStale
+	}
+	j := judge(&resp.Header)
+	if !j.shareable {
+		return nil, nil
+	}
+	ttl := c.cfg.TTL
+	if j.maxAge >= 0 && j.maxAge < ttl {
+		ttl = j.maxAge
+	}
+	e := &entry{stored: now, freshUntil: now + int64(ttl)}
+	e.revalidateUntil, e.errorUntil = e.freshUntil, e.freshUntil
+	if !j.noStale {
+		e.revalidateUntil += int64(c.cfg.StaleWhileRevalidate)
+		e.errorUntil += int64(c.cfg.StaleIfError)
+	}
+	resp.Header.CopyTo(&e.header)
+	e.body = append([]byte(nil), resp.Body()...)
+	e.vary = j.vary
+	if len(j.vary) > 0 {
+		// Stored under the route's key plus the values of the headers it
+		// varies on, as the leader's request had them.
+		e.key = appendVaryHeader(append([]byte(nil), key[:primary]...), j.vary, req)
+	} else {
+		e.key = append([]byte(nil), key[:primary]...)
+	}
+
+	cost := int64(len(e.body)+2*len(e.key)+e.header.Len()*64) + 512
+	if !cacheableStatus(status) || ttl <= 0 || cost > c.cfg.MaxBytes/8 {
+		return e, xMiss
+	}
+	st := c.store.Load()
+	if st == nil {
+		return e, xMiss
+	}
+	life := time.Duration(max(e.revalidateUntil, e.errorUntil) - now)
+	if len(e.vary) > 0 {
+		m := &entry{key: e.key[:primary], vary: e.vary, marker: true}
+		st.SetWithTTL(m.key, m, int64(primary)+256, life)
+	}
+	stored := st.SetWithTTL(e.key, e, cost, life)
+	// Sets are applied by ristretto's goroutine: wait, so that the request
+	// after this flight ends finds the answer instead of flying again.
+	st.Wait()
+	if !stored {
+		return e, xMiss
+	}
+	return e, xHit
+}
