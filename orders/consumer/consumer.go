@@ -114,8 +114,8 @@ type Consumer struct {
 	window   time.Duration      // the next batch's time (Run's goroutine only)
 
 	messages, batches, stored, paid, released, dups, dead atomic.Uint64
-	insertErrs, commitErrs, markErrs                atomic.Uint64
-	markPending                                     atomic.Int64
+	insertErrs, commitErrs, markErrs                      atomic.Uint64
+	markPending                                           atomic.Int64
 }
 
 // maxUnmarked bounds the MarkSuccess retry backlog: beyond it the oldest
