@@ -90,7 +90,7 @@ func (p *pipeline) watch(ctx context.Context, st *stock.Store, products func() [
 			}
 			if p.store != nil {
 				if t, err := p.store.Totals(ctx, id); err == nil {
-					pp.stored = t.Orders
+					pp.stored = t.HeldOrders()
 				}
 			}
 			per[id] = pp

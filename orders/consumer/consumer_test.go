@@ -134,7 +134,7 @@ func TestRedeliveredEventIsOneRow(t *testing.T) {
 		t.Fatal(err)
 	}
 	tot, err := s.Totals(context.Background(), "p")
-	if err != nil || tot != (orderstore.Totals{Orders: 1, Units: 1, MaxUser: "u", MaxUserUnits: 1}) {
+	if err != nil || tot != (orderstore.Totals{UnpaidOrders: 1, UnpaidUnits: 1, MaxUser: "u", MaxUserUnits: 1}) {
 		t.Fatalf("totals %+v %v", tot, err)
 	}
 }
@@ -164,11 +164,11 @@ func TestReleaseAfterOrder(t *testing.T) {
 		t.Fatal(err)
 	}
 	r, ok, err := s.Get(context.Background(), e.ProductID, e.ID)
-	if err != nil || !ok || r.Status != orderstore.StatusReleased {
+	if err != nil || !ok || r.Status != orderstore.StatusCancelled {
 		t.Fatalf("row %+v %v %v, want status 2", r, ok, err)
 	}
 	tot, _ := s.Totals(context.Background(), "r1")
-	if tot.Orders != 2 || tot.ReleasedOrders != 1 || tot.ReleasedUnits != 1 {
+	if tot.HeldOrders() != 2 || tot.ReleasedOrders() != 1 || tot.ReleasedUnits() != 1 {
 		t.Fatalf("totals %+v: want 2 orders, 1 release counted once", tot)
 	}
 	if o, _, _ := st.OrderState(context.Background(), e.ProductID, e.ID); o.State != stock.StateReleased {
@@ -234,8 +234,8 @@ func TestMalformedGoesToDLQ(t *testing.T) {
 	if err := c.Drained(ctxT(t, 20*time.Second)); err != nil {
 		t.Fatal(err)
 	}
-	if tot, _ := s.Totals(context.Background(), "m"); tot.Orders != 2 {
-		t.Fatalf("orders %d, want the 2 good ones", tot.Orders)
+	if tot, _ := s.Totals(context.Background(), "m"); tot.HeldOrders() != 2 {
+		t.Fatalf("orders %d, want the 2 good ones", tot.HeldOrders())
 	}
 	if got := c.Stats().DeadLettered; got != 2 {
 		t.Fatalf("dead-lettered %d, want 2", got)
@@ -269,8 +269,8 @@ func TestMalformedGoesToDLQ(t *testing.T) {
 	if err := c.Drained(ctxT(t, 20*time.Second)); err != nil {
 		t.Fatal(err)
 	}
-	if tot, _ := s.Totals(context.Background(), "m"); tot.Orders != 3 {
-		t.Fatalf("orders %d after the dead letters, want 3", tot.Orders)
+	if tot, _ := s.Totals(context.Background(), "m"); tot.HeldOrders() != 3 {
+		t.Fatalf("orders %d after the dead letters, want 3", tot.HeldOrders())
 	}
 }
 
@@ -303,8 +303,8 @@ func TestLagAndDrained(t *testing.T) {
 	if err := c.Drained(ctxT(t, 20*time.Second)); err != nil {
 		t.Fatal(err)
 	}
-	if tot, _ := s.Totals(context.Background(), "l"); tot.Orders != 100 {
-		t.Fatalf("orders %d after Drained, want 100", tot.Orders)
+	if tot, _ := s.Totals(context.Background(), "l"); tot.HeldOrders() != 100 {
+		t.Fatalf("orders %d after Drained, want 100", tot.HeldOrders())
 	}
 	if lag, err := c.Lag(context.Background()); lag != 0 || err != nil {
 		t.Fatalf("lag %d %v", lag, err)
@@ -350,8 +350,8 @@ func TestInsertFailureCommitsNothing(t *testing.T) {
 	if err := c.Drained(ctxT(t, 20*time.Second)); err != nil {
 		t.Fatal(err)
 	}
-	if tot, _ := fs.Totals(context.Background(), "f"); tot.Orders != 1 {
-		t.Fatalf("orders %d, want 1", tot.Orders)
+	if tot, _ := fs.Totals(context.Background(), "f"); tot.HeldOrders() != 1 {
+		t.Fatalf("orders %d, want 1", tot.HeldOrders())
 	}
 	if got := c.Stats().InsertErrors; got != 4 {
 		t.Fatalf("insert errors %d, want 4", got)
@@ -387,4 +387,53 @@ func TestTwoConsumersRebalance(t *testing.T) {
 		t.Errorf("one member consumed nothing: the partitions were not split")
 	}
 	reconcileClean(t, st, s, a, products)
+}
+
+// TestPaidAndExpiredEvents: a paid event and an expiry replace their
+// orders' rows whatever the delivery order (re-sent, the order after
+// them), keep their kind and times, and move nothing in Redis: only order
+// events mark success.
+func TestPaidAndExpiredEvents(t *testing.T) {
+	brokers, _ := startKafka(t)
+	st := openStock(t)
+	s := openCH(t, ch.Addr())
+	evs := sell(t, st, map[string]int64{"pe": 3})
+	c := start(t, Config{Brokers: brokers, Store: s, Stock: st})
+	w := newWriter(brokers, testTopic)
+	defer w.Close()
+	publish(t, w, evs)
+	if err := c.Drained(ctxT(t, 20*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	paid, err := st.Pay(ctx, "pe", evs[0].ID, "", 0)
+	if err != nil || paid.Info.State != stock.StatePaid {
+		t.Fatalf("pay: %+v %v", paid, err)
+	}
+	// An expiry as the sweep publishes it (these orders have no deadline,
+	// so Redis would never make one: the ledger takes what Kafka says).
+	exp := evs[1]
+	exp.Type, exp.Reason, exp.ReleasedMs = order.TypeRelease, order.ReasonExpired, time.Now().UnixMilli()
+	publish(t, w, []order.Event{paid.Event(), exp, paid.Event(), evs[0], evs[1]})
+	if err := c.Drained(ctxT(t, 20*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	r, ok, err := s.Get(ctx, "pe", evs[0].ID)
+	if err != nil || !ok || r.Status != orderstore.StatusPaid || r.PaidMs/1000 != paid.Info.PaidMs/1000 || r.PaidMs == 0 {
+		t.Fatalf("paid row %+v %v %v", r, ok, err)
+	}
+	r, ok, err = s.Get(ctx, "pe", evs[1].ID)
+	if err != nil || !ok || r.Status != orderstore.StatusCancelled || !r.Expired {
+		t.Fatalf("expired row %+v %v %v", r, ok, err)
+	}
+	tot, err := s.Totals(ctx, "pe")
+	if err != nil || tot.PaidOrders != 1 || tot.ExpiredOrders != 1 || tot.UnpaidOrders != 1 || tot.CancelledOrders != 0 {
+		t.Fatalf("totals %+v %v", tot, err)
+	}
+	if o, _, _ := st.OrderState(ctx, "pe", evs[0].ID); o.State != stock.StatePaid {
+		t.Fatalf("Redis state %q: a re-sent order event must not touch a paid order", o.State)
+	}
+	if got := c.Stats(); got.Paid == 0 || got.Released == 0 {
+		t.Fatalf("stats %+v: paid and released rows counted", got)
+	}
 }

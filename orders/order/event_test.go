@@ -36,6 +36,12 @@ func TestEventWireFormat(t *testing.T) {
 		{func(*Event) {}, `{"v":1,"type":"order","orderId":"120850008860790784","productId":"p1","userId":"alice","quantity":1,"priceCents":9900,"createdMs":1796038487397,"edge":1}`},
 		{func(e *Event) { e.Type, e.ReleasedMs = TypeRelease, 1796038490000 },
 			`{"v":1,"type":"release","orderId":"120850008860790784","productId":"p1","userId":"alice","quantity":1,"priceCents":9900,"createdMs":1796038487397,"edge":1,"releasedMs":1796038490000}`},
+		{func(e *Event) {
+			e.Type, e.ReleasedMs, e.Reason, e.PayByMs = TypeRelease, 1796038490000, ReasonExpired, 1796038488397
+		},
+			`{"v":1,"type":"release","orderId":"120850008860790784","productId":"p1","userId":"alice","quantity":1,"priceCents":9900,"createdMs":1796038487397,"edge":1,"payByMs":1796038488397,"releasedMs":1796038490000,"reason":"expired"}`},
+		{func(e *Event) { e.Type, e.PaidMs, e.PayByMs = TypePaid, 1796038488000, 1796038488397 },
+			`{"v":1,"type":"paid","orderId":"120850008860790784","productId":"p1","userId":"alice","quantity":1,"priceCents":9900,"createdMs":1796038487397,"edge":1,"payByMs":1796038488397,"paidMs":1796038488000}`},
 		{func(e *Event) { e.Order = Order{ID: 7, ProductID: "p", UserID: "u", Qty: 1, CreatedMs: 1} },
 			`{"v":1,"type":"order","orderId":"7","productId":"p","userId":"u","quantity":1,"priceCents":0,"createdMs":1,"edge":0}`},
 	} {
@@ -59,10 +65,38 @@ func TestDecodeRejects(t *testing.T) {
 		`{"v":1,"type":"order","orderId":"1","productId":"","userId":"u","quantity":1,"createdMs":1}`,
 		`{"v":1,"type":"order","orderId":"1","productId":"p","userId":"u","quantity":0,"createdMs":1}`,
 		`{"v":1,"type":"order","orderId":1,"productId":"p","userId":"u","quantity":1,"createdMs":1}`,
+		`{"v":1,"type":"order","orderId":"1","productId":"p","userId":"u","quantity":1,"createdMs":5,"payByMs":5}`,
+		`{"v":1,"type":"order","orderId":"1","productId":"p","userId":"u","quantity":1,"createdMs":1,"reason":"expired"}`,
+		`{"v":1,"type":"paid","orderId":"1","productId":"p","userId":"u","quantity":1,"createdMs":1,"reason":"cancelled"}`,
+		`{"v":1,"type":"release","orderId":"1","productId":"p","userId":"u","quantity":1,"createdMs":1,"reason":"refunded"}`,
+		`{"v":1,"type":"paid","orderId":"1","productId":"p","userId":"u","quantity":1,"createdMs":1,"paidMs":-3}`,
 	} {
 		if _, err := Decode([]byte(in)); !errors.Is(err, ErrMalformed) {
 			t.Errorf("Decode(%s) = %v, want ErrMalformed", in, err)
 		}
+	}
+}
+
+// TestStoreVersion: a settlement always outranks the order it settles, even
+// when the settling edge's clock is behind the one that took the order.
+func TestStoreVersion(t *testing.T) {
+	o := Order{ID: 1, ProductID: "p", UserID: "u", Qty: 1, CreatedMs: 1000}
+	for _, tc := range []struct {
+		e    Event
+		want int64
+	}{
+		{Event{Type: TypeOrder, Order: o}, 1000},
+		{Event{Type: TypePaid, Order: o, PaidMs: 1500}, 1500},
+		{Event{Type: TypePaid, Order: o, PaidMs: 900}, 1001},
+		{Event{Type: TypeRelease, Order: o, ReleasedMs: 2000, Reason: ReasonExpired}, 2000},
+		{Event{Type: TypeRelease, Order: o}, 1001},
+	} {
+		if got := tc.e.StoreVersion(); got != tc.want {
+			t.Errorf("%s %+v: version %d, want %d", tc.e.Type, tc.e, got, tc.want)
+		}
+	}
+	if !(&Event{Type: TypeRelease, Reason: ReasonExpired}).Expired() || (&Event{Type: TypeRelease}).Expired() {
+		t.Error("Expired() wrong")
 	}
 }
 

@@ -31,6 +31,9 @@ type Order struct {
 	PriceCents int64  `json:"priceCents"` // unit price
 	CreatedMs  int64  `json:"createdMs"`  // the edge's clock at the deduction, unix ms
 	Edge       int    `json:"edge"`       // the node id of the edge that took it
+	// PayByMs is the pay deadline, unix ms (CreatedMs + the sale's pay
+	// timeout); 0 = none: the order stays held until it is cancelled.
+	PayByMs int64 `json:"payByMs,omitempty"`
 }
 
 // ErrInvalid is wrapped by every error of Validate.
@@ -54,6 +57,8 @@ func (o *Order) Validate() error {
 		return fmt.Errorf("%w: order %d: created %d", ErrInvalid, o.ID, o.CreatedMs)
 	case o.Edge < 0 || o.Edge > orderid.MaxNode:
 		return fmt.Errorf("%w: order %d: edge %d not in 0..%d", ErrInvalid, o.ID, o.Edge, orderid.MaxNode)
+	case o.PayByMs != 0 && o.PayByMs <= o.CreatedMs:
+		return fmt.Errorf("%w: order %d: pay deadline %d not after created %d", ErrInvalid, o.ID, o.PayByMs, o.CreatedMs)
 	}
 	return nil
 }

@@ -30,6 +30,9 @@ func TestValidate(t *testing.T) {
 		{"no created time", func(o *Order) { o.CreatedMs = 0 }},
 		{"negative edge", func(o *Order) { o.Edge = -1 }},
 		{"edge beyond the node ids", func(o *Order) { o.Edge = 1024 }},
+		{"pay deadline at creation", func(o *Order) { o.PayByMs = o.CreatedMs }},
+		{"pay deadline before creation", func(o *Order) { o.PayByMs = o.CreatedMs - 1 }},
+		{"negative pay deadline", func(o *Order) { o.PayByMs = -1 }},
 	} {
 		o := good
 		tc.mod(&o)
@@ -42,6 +45,10 @@ func TestValidate(t *testing.T) {
 	edge.Qty, edge.PriceCents, edge.Edge = MaxQty, 0, 1023
 	if err := edge.Validate(); err != nil {
 		t.Errorf("limits themselves refused: %v", err)
+	}
+	edge.PayByMs = edge.CreatedMs + 1
+	if err := edge.Validate(); err != nil {
+		t.Errorf("a deadline 1 ms after creation refused: %v", err)
 	}
 }
 

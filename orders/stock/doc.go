@@ -13,8 +13,14 @@
 //
 //   - Never oversold. Stock moves only inside Lua scripts: the deduction
 //     (lua/deduct.lua), warm-up (SET NX, never raising a live sale), restock
-//     (explicit, only on a live sale) and release (guarded by the order's
-//     state, so at most once).
+//     (explicit, only on a live sale) and the settle script (lua/release.lua:
+//     cancel, the pay deadline and the payment, guarded by the order's
+//     state, so each order is released or paid at most once, never both).
+//   - Pay deadlines (settle.go). An order with PayByMs enters the due set
+//     when it is stored (MarkSuccess); every edge sweeps it (ExpireDue),
+//     and Redis' clock decides in the script whether a payment or the
+//     deadline came first. Each settlement writes its event (release with
+//     its reason, or paid) to the outbox in the same script.
 //   - The outbox entry is written by the same script as the deduction, with
 //     the buyer count, the used token and the pending order: a crash cannot
 //     separate them.
@@ -28,11 +34,15 @@
 //     from the order ledger with Store.Rebuild (package sale computes it):
 //     order states, then every buyer's count, then the stock key, each step
 //     a script guarded by the missing stock key, so no purchase ever sees
-//     the stock without the counts.
+//     the stock without the counts. The unpaid orders' deadlines go back
+//     into the due set with their hashes (lua/fix_orders.lua), overdue ones
+//     too: the first sweep after the reopening releases them. A Redis back
+//     from an old snapshot has its stock lowered to the ledger's, or raised
+//     by no more than what was released or restocked since (lua/reopen.lua).
 //
 // What a loss costs. After a loss the sale holds initial + restocked minus
-// the units the ledger says shoppers hold: stored orders (status 1; released
-// ones are status 2 and already back), events Kafka acknowledged but the
+// the units the ledger says shoppers hold: stored orders (status 0 unpaid
+// and 1 paid; cancelled and expired ones are status 2 and already back), events Kafka acknowledged but the
 // consumer had not stored yet (warm-up waits for the drain), and outbox
 // entries that survived (the embedded server's snapshot; the ledger is
 // asked which of them are stored). One kind of order is not counted: one
@@ -67,7 +77,7 @@
 //
 // The embedded server (Open with addr "" or "embedded") is miniredis, for a
 // zero-setup demo only: ~15x slower. Its optional DataDir snapshot keeps
-// strings, hashes and stream entries (not stream consumer groups): exactly
+// strings, hashes, sorted sets and stream entries (not stream consumer groups): exactly
 // across a clean Close/Open; after a crash the last periodic save (every
 // Options.SaveEvery) is loaded without its stock and buyer keys, and the
 // sales go through the same ledger rebuild as after a real Redis lost its

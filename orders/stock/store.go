@@ -130,6 +130,7 @@ var (
 	ErrUnknown   = errors.New("stock: outcome unknown")
 	ErrNotSent   = errors.New("stock: budget spent before the attempt was sent")
 	ErrNotWarmed = errors.New("stock: sale not warmed")
+	// ErrUnknownOrder and ErrRecovering: see settle.go.
 )
 
 // Store is the Redis side of the sale. It is safe for concurrent use.
@@ -157,6 +158,10 @@ type Store struct {
 	nWaits, nWaitsShort atomic.Uint64
 	rate                rateCalls
 
+	// Redis' clock as the settle script last answered it (settle.go).
+	clockOffsetMs atomic.Int64
+	clockKnown    atomic.Bool
+
 	closed atomic.Bool
 }
 
@@ -166,7 +171,7 @@ type Store struct {
 // process: the zero-setup demo. It runs the same Lua but is ~15x slower than
 // redis-server, has no persistence of its own, and only counts TTLs down
 // while the Store is open. With Options.DataDir set, its sk:* keys (strings,
-// hashes, streams, with their TTLs) are written to DataDir/stock.json
+// hashes, sorted sets, streams, with their TTLs) are written to DataDir/stock.json
 // (atomically: temp file, fsync, rename) on Close and every
 // Options.SaveEvery, and loaded on Open.
 //
