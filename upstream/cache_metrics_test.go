@@ -47,7 +47,13 @@ func TestCacheStatsCountEachAnswer(t *testing.T) {
 	if _, _, xc := e.get(t, "/p"); xc != "UPDATING" {
 		t.Fatalf("past the TTL: X-Cache %s, want UPDATING", xc)
 	}
-	await.Until(t, 5*time.Second, "the background refresh", func() bool { return n.Load() == 2 })
+	// The refresh is done when its flight is: after its answer is stored.
+	c := m.active.caches[0].cache
+	await.Until(t, 5*time.Second, "the background refresh", func() bool {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		return n.Load() == 2 && len(c.flights) == 0
+	})
 	if _, _, xc := e.get(t, "/p", "Authorization", "Bearer x"); xc != "BYPASS" {
 		t.Fatalf("with Authorization: X-Cache %s, want BYPASS", xc)
 	}
