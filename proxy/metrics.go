@@ -119,6 +119,7 @@ func newServerMetrics(zones *filters.Zones, ups *upstream.Manager, version strin
 			w.Value(v, metrics.Label{Name: "pool", Value: st.Pool}, metrics.Label{Name: "server", Value: st.Addr})
 		}
 	})
+	registerCacheMetrics(&m.reg, ups)
 	m.reg.Register("flashgate_config_reloads_total", "Configuration reload attempts by result.", "counter", func(w *metrics.Writer) {
 		w.Value(float64(m.reloadOK.Value()), metrics.Label{Name: "result", Value: "success"})
 		w.Value(float64(m.reloadFailed.Value()), metrics.Label{Name: "result", Value: "failure"})
@@ -174,4 +175,39 @@ func (m *serverMetrics) addPool(name string) *poolMetrics {
 	next[name] = pm
 	m.pools.Store(&next)
 	return pm
+}
+
+// registerCacheMetrics writes the route microcaches' figures
+// (upstream.CacheStats), labelled by route: its host and prefix.
+func registerCacheMetrics(reg *metrics.Registry, ups *upstream.Manager) {
+	family := func(name, help, typ string, value func(w *metrics.Writer, route metrics.Label, s *upstream.CacheStats)) {
+		reg.Register(name, help, typ, func(w *metrics.Writer) {
+			ups.EachCache(func(s upstream.CacheStats) {
+				value(w, metrics.Label{Name: "route", Value: s.Route}, &s)
+			})
+		})
+	}
+	family("flashgate_cache_requests_total", "Requests through a route's cache by how they were answered (the X-Cache values).", "counter", func(w *metrics.Writer, route metrics.Label, s *upstream.CacheStats) {
+		for i, n := range s.Requests {
+			w.Value(float64(n), route, metrics.Label{Name: "result", Value: upstream.CacheResults[i]})
+		}
+	})
+	family("flashgate_cache_origin_requests_total", "Requests a route's cache sent to the origin (misses, refreshes; not bypassing requests).", "counter", func(w *metrics.Writer, route metrics.Label, s *upstream.CacheStats) {
+		w.Value(float64(s.OriginRequests), route)
+	})
+	family("flashgate_cache_evictions_total", "Stored answers evicted to make room for others (not expired ones).", "counter", func(w *metrics.Writer, route metrics.Label, s *upstream.CacheStats) {
+		w.Value(float64(s.Evictions), route)
+	})
+	family("flashgate_cache_rejected_total", "Storable answers the cache did not take: admission preferred what it holds, or its write buffer was full.", "counter", func(w *metrics.Writer, route metrics.Label, s *upstream.CacheStats) {
+		w.Value(float64(s.Rejected), route)
+	})
+	family("flashgate_cache_entries", "Answers (and Vary markers) a route's cache holds.", "gauge", func(w *metrics.Writer, route metrics.Label, s *upstream.CacheStats) {
+		w.Value(float64(s.Entries), route)
+	})
+	family("flashgate_cache_bytes", "Memory a route's cache holds, as cache.max_bytes counts it.", "gauge", func(w *metrics.Writer, route metrics.Label, s *upstream.CacheStats) {
+		w.Value(float64(s.Bytes), route)
+	})
+	family("flashgate_cache_max_bytes", "A route's cache.max_bytes.", "gauge", func(w *metrics.Writer, route metrics.Label, s *upstream.CacheStats) {
+		w.Value(float64(s.MaxBytes), route)
+	})
 }

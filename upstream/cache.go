@@ -53,6 +53,11 @@ import (
 //
 // A hit allocates nothing: the stored header is copied into the response's
 // own buffers and the stored body is set without a copy.
+//
+// Every request is counted once by how it was answered, and every request
+// the cache sends to the origin; ristretto's callbacks count evictions,
+// refusals and what the store holds (cacheStats, read by
+// Manager.EachCache for /metrics).
 type Cache struct {
 	cfg  conf.CacheConfig
 	key  []keyPart
@@ -71,18 +76,45 @@ type Cache struct {
 	flights map[string]*flight
 	// waiting counts the requests waiting for a flight (tests await it).
 	waiting atomic.Int64
+
+	stats cacheStats
 }
 
-// X-Cache values; answers that do not touch the cache say BYPASS.
+// cacheStats are a route cache's counters for /metrics (Manager.EachCache).
+// Each is an atomic add where it happens: no lock, no allocation, on the
+// hit path one add.
+type cacheStats struct {
+	requests [numCacheResults]atomic.Uint64 // by how they were answered (mark)
+	origin   atomic.Uint64                  // requests the cache sent to the origin (toOrigin)
+	evicted  atomic.Uint64                  // answers ristretto evicted to make room for another
+	rejected atomic.Uint64                  // storable answers not stored: admission refused them, or ristretto's set buffer was full
+	entries  atomic.Int64                   // answers and Vary markers in the store
+}
+
 var (
 	headerXCache = []byte("X-Cache")
 	headerAge    = []byte("Age")
-	xHit         = []byte("HIT")
-	xMiss        = []byte("MISS")
-	xStale       = []byte("STALE")
-	xUpdating    = []byte("UPDATING")
-	xBypass      = []byte("BYPASS")
 )
+
+// cacheResult is how the cache answered a request: its X-Cache value and
+// the result label of flashgate_cache_requests_total. Answers that do not
+// touch the cache (not GET/HEAD, a body, Range, Authorization) are bypass.
+type cacheResult uint8
+
+const (
+	resultHit cacheResult = iota
+	resultMiss
+	resultStale
+	resultUpdating
+	resultBypass
+	numCacheResults
+)
+
+var xCacheValues = [numCacheResults][]byte{[]byte("HIT"), []byte("MISS"), []byte("STALE"), []byte("UPDATING"), []byte("BYPASS")}
+
+// CacheResults are the result label values, in the order of
+// CacheStats.Requests.
+var CacheResults = [numCacheResults]string{"hit", "miss", "stale", "updating", "bypass"}
 
 // cacheableStatus are the statuses stored (RFC 9110 §15.1's heuristically
 // cacheable ones that a page or API answers with): 200, 203, 204, 300, 301,
@@ -106,6 +138,9 @@ type entry struct {
 	// request headers the variants are keyed by; the marker has no answer.
 	vary   [][]byte
 	marker bool
+	// live: counted in the cache's entries; the one way out of the count
+	// (Cache.left) clears it, so an entry leaves the count once.
+	live atomic.Bool
 
 	stored          int64 // unix ns, the base of Age
 	freshUntil      int64
@@ -118,7 +153,7 @@ type entry struct {
 type flight struct {
 	done   chan struct{}
 	result *entry
-	xc     []byte
+	xc     cacheResult
 }
 
 type keyKind uint8
@@ -209,6 +244,17 @@ func (c *Cache) start() {
 			return maphash.Bytes(hashSeeds[0], k), maphash.Bytes(hashSeeds[1], k)
 		},
 		IgnoreInternalCost: true,
+		// Every way out of the store (admission refused, evicted,
+		// expired, replaced by a newer answer) ends in OnExit. Evictions
+		// for room are told from expiry by the expiration time: a victim
+		// of admission carries none, an expired entry one in the past.
+		OnEvict: func(it *ristretto.Item[*entry]) {
+			if it.Expiration.IsZero() || it.Expiration.After(time.Now()) {
+				c.stats.evicted.Add(1)
+			}
+		},
+		OnReject: func(*ristretto.Item[*entry]) { c.stats.rejected.Add(1) },
+		OnExit:   c.left,
 	})
 	if err != nil {
 		// Only a config ristretto rejects (counters or cost not positive),
@@ -242,7 +288,7 @@ func (c *Cache) serve(ctx *fasthttp.RequestCtx, pool *Pool, clientIP netip.Addr,
 	if st == nil || !c.eligible(ctx) {
 		c.users.Add(-1)
 		pool.Serve(ctx, clientIP, proxies)
-		c.mark(ctx, xBypass)
+		c.mark(ctx, resultBypass)
 		return
 	}
 	kb := keyBufPool.Get().(*keyBuf)
@@ -267,19 +313,19 @@ func (c *Cache) lookup(ctx *fasthttp.RequestCtx, st *ristretto.Cache[[]byte, *en
 		if e != nil {
 			switch {
 			case now < e.freshUntil:
-				c.write(ctx, e, now, xHit)
+				c.write(ctx, e, now, resultHit)
 				return
 			case now < e.revalidateUntil:
-				c.write(ctx, e, now, xUpdating)
+				c.write(ctx, e, now, resultUpdating)
 				c.refresh(ctx, kb.b, primary, e, pool, clientIP, proxies)
 				return
 			}
 			stale = e
 		}
 		if ctx.IsHead() {
-			pool.Serve(ctx, clientIP, proxies)
+			c.toOrigin(ctx, pool, clientIP, proxies)
 			if !c.staleOnError(ctx, stale, now) {
-				c.mark(ctx, xMiss)
+				c.mark(ctx, resultMiss)
 			}
 			return
 		}
@@ -289,9 +335,9 @@ func (c *Cache) lookup(ctx *fasthttp.RequestCtx, st *ristretto.Cache[[]byte, *en
 		}
 		if res == nil {
 			// Not shareable, or the wait timed out with nothing stale.
-			pool.Serve(ctx, clientIP, proxies)
+			c.toOrigin(ctx, pool, clientIP, proxies)
 			if !c.staleOnError(ctx, stale, now) {
-				c.mark(ctx, xMiss)
+				c.mark(ctx, resultMiss)
 			}
 			return
 		}
@@ -302,8 +348,8 @@ func (c *Cache) lookup(ctx *fasthttp.RequestCtx, st *ristretto.Cache[[]byte, *en
 		c.write(ctx, res, now, xc)
 		return
 	}
-	pool.Serve(ctx, clientIP, proxies)
-	c.mark(ctx, xMiss)
+	c.toOrigin(ctx, pool, clientIP, proxies)
+	c.mark(ctx, resultMiss)
 }
 
 // get returns the entry stored under key, nil if none; the stored key is
@@ -375,7 +421,7 @@ func appendVaryHeader(b []byte, names [][]byte, h *fasthttp.RequestHeader) []byt
 
 // write answers ctx with e: the stored header copied into the response's
 // own buffers, the body without a copy. No allocation.
-func (c *Cache) write(ctx *fasthttp.RequestCtx, e *entry, now int64, xc []byte) {
+func (c *Cache) write(ctx *fasthttp.RequestCtx, e *entry, now int64, xc cacheResult) {
 	e.header.CopyTo(&ctx.Response.Header)
 	ctx.Response.SetBodyRaw(e.body)
 	age := max(now-e.stored, 0) / int64(time.Second)
@@ -384,9 +430,12 @@ func (c *Cache) write(ctx *fasthttp.RequestCtx, e *entry, now int64, xc []byte) 
 	c.mark(ctx, xc)
 }
 
-func (c *Cache) mark(ctx *fasthttp.RequestCtx, xc []byte) {
+// mark records how ctx was answered: every request through the cache is
+// marked exactly once, so the counts add up to the requests.
+func (c *Cache) mark(ctx *fasthttp.RequestCtx, xc cacheResult) {
+	c.stats.requests[xc].Add(1)
 	if *c.cfg.XCache {
-		ctx.Response.Header.SetCanonical(headerXCache, xc)
+		ctx.Response.Header.SetCanonical(headerXCache, xCacheValues[xc])
 	}
 }
 
@@ -394,7 +443,7 @@ func (c *Cache) mark(ctx *fasthttp.RequestCtx, xc []byte) {
 // stale_if_error allows, and reports whether it did.
 func (c *Cache) staleOnError(ctx *fasthttp.RequestCtx, stale *entry, now int64) bool {
 	if stale != nil && ctx.Response.StatusCode() >= 500 && now < stale.errorUntil {
-		c.write(ctx, stale, now, xStale)
+		c.write(ctx, stale, now, resultStale)
 		return true
 	}
 	return false
@@ -403,7 +452,7 @@ func (c *Cache) staleOnError(ctx *fasthttp.RequestCtx, stale *entry, now int64) 
 // fetch is the miss path: the first request for key becomes the leader, goes
 // to the origin through pool with ctx, answers ctx and stores; led reports
 // that ctx is answered. The others wait for the leader and get its result.
-func (c *Cache) fetch(ctx *fasthttp.RequestCtx, key []byte, primary int, stale *entry, now int64, pool *Pool, clientIP netip.Addr, proxies TrustedProxies) (res *entry, xc []byte, led bool) {
+func (c *Cache) fetch(ctx *fasthttp.RequestCtx, key []byte, primary int, stale *entry, now int64, pool *Pool, clientIP netip.Addr, proxies TrustedProxies) (res *entry, xc cacheResult, led bool) {
 	c.mu.Lock()
 	f := c.flights[string(key)]
 	if f == nil {
@@ -412,15 +461,15 @@ func (c *Cache) fetch(ctx *fasthttp.RequestCtx, key []byte, primary int, stale *
 		c.flights[k] = f
 		c.mu.Unlock()
 
-		pool.Serve(ctx, clientIP, proxies)
+		c.toOrigin(ctx, pool, clientIP, proxies)
 		res, xc = c.settle(&ctx.Request.Header, &ctx.Response, key, primary, stale)
 		if res != nil && res == stale {
 			c.write(ctx, res, c.now(), xc)
 		} else {
-			c.mark(ctx, xMiss)
+			c.mark(ctx, resultMiss)
 		}
 		c.finish(k, f, res, xc)
-		return nil, nil, true
+		return nil, resultMiss, true
 	}
 	c.mu.Unlock()
 
@@ -433,15 +482,15 @@ func (c *Cache) fetch(ctx *fasthttp.RequestCtx, key []byte, primary int, stale *
 		return f.result, f.xc, false
 	case <-t.C:
 		if stale != nil && now < max(stale.errorUntil, stale.revalidateUntil) {
-			return stale, xStale, false
+			return stale, resultStale, false
 		}
-		return nil, nil, false
+		return nil, resultMiss, false
 	}
 }
 
 // finish hands the flight's result to its waiters. It runs after the answer
 // is stored, so a request arriving after the flight is gone finds it.
-func (c *Cache) finish(k string, f *flight, res *entry, xc []byte) {
+func (c *Cache) finish(k string, f *flight, res *entry, xc cacheResult) {
 	f.result, f.xc = res, xc
 	c.mu.Lock()
 	delete(c.flights, k)
@@ -471,7 +520,7 @@ func (c *Cache) refresh(ctx *fasthttp.RequestCtx, key []byte, primary int, stale
 		defer c.users.Add(-1)
 		var bg fasthttp.RequestCtx
 		bg.Init(req, remote, nil)
-		pool.Serve(&bg, clientIP, proxies)
+		c.toOrigin(&bg, pool, clientIP, proxies)
 		res, xc := c.settle(&bg.Request.Header, &bg.Response, []byte(k), primary, stale)
 		c.finish(k, f, res, xc)
 	}()
@@ -482,15 +531,15 @@ func (c *Cache) refresh(ctx *fasthttp.RequestCtx, key []byte, primary int, stale
 // get and how they are answered: the stored answer (HIT), a shareable one
 // not stored (MISS), the stale one on an origin failure within
 // stale_if_error (STALE), or nil when the answer is private to its request.
-func (c *Cache) settle(req *fasthttp.RequestHeader, resp *fasthttp.Response, key []byte, primary int, stale *entry) (*entry, []byte) {
+func (c *Cache) settle(req *fasthttp.RequestHeader, resp *fasthttp.Response, key []byte, primary int, stale *entry) (*entry, cacheResult) {
 	now := c.now()
 	status := resp.StatusCode()
 	if status >= 500 && stale != nil && now < stale.errorUntil {
-		return stale, xStale
+		return stale, resultStale
 	}
 	j := judge(&resp.Header)
 	if !j.shareable {
-		return nil, nil
+		return nil, resultMiss
 	}
 	ttl := c.cfg.TTL
 	if j.maxAge >= 0 && j.maxAge < ttl {
@@ -515,23 +564,113 @@ func (c *Cache) settle(req *fasthttp.RequestHeader, resp *fasthttp.Response, key
 
 	cost := int64(len(e.body)+2*len(e.key)+e.header.Len()*64) + 512
 	if !cacheableStatus(status) || ttl <= 0 || cost > c.cfg.MaxBytes/8 {
-		return e, xMiss
+		return e, resultMiss
 	}
 	st := c.store.Load()
 	if st == nil {
-		return e, xMiss
+		return e, resultMiss
 	}
 	life := time.Duration(max(e.revalidateUntil, e.errorUntil) - now)
 	if len(e.vary) > 0 {
 		m := &entry{key: e.key[:primary], vary: e.vary, marker: true}
-		st.SetWithTTL(m.key, m, int64(primary)+256, life)
+		c.set(st, m, int64(primary)+256, life)
 	}
-	stored := st.SetWithTTL(e.key, e, cost, life)
+	stored := c.set(st, e, cost, life)
 	// Sets are applied by ristretto's goroutine: wait, so that the request
 	// after this flight ends finds the answer instead of flying again.
 	st.Wait()
 	if !stored {
-		return e, xMiss
+		return e, resultMiss
 	}
-	return e, xHit
+	return e, resultHit
+}
+
+// toOrigin sends ctx to the origin on the cache's behalf: a miss, a
+// refresh, a waiter that gave up waiting (not a bypass: that request never
+// was the cache's).
+func (c *Cache) toOrigin(ctx *fasthttp.RequestCtx, pool *Pool, clientIP netip.Addr, proxies TrustedProxies) {
+	c.stats.origin.Add(1)
+	pool.Serve(ctx, clientIP, proxies)
+}
+
+// set stores e under its key. It is counted in entries before the Set:
+// ristretto may refuse or replace it from its own goroutine at any time
+// after, and that ends in OnExit (left), which must find it counted. A Set
+// ristretto drops at once (its buffer full) is taken out here.
+func (c *Cache) set(st *ristretto.Cache[[]byte, *entry], e *entry, cost int64, life time.Duration) bool {
+	e.live.Store(true)
+	c.stats.entries.Add(1)
+	if st.SetWithTTL(e.key, e, cost, life) {
+		return true
+	}
+	c.stats.rejected.Add(1)
+	c.left(e)
+	return false
+}
+
+// left takes e out of the entries count, once (ristretto's OnExit).
+func (c *Cache) left(e *entry) {
+	if e != nil && e.live.CompareAndSwap(true, false) {
+		c.stats.entries.Add(-1)
+	}
+}
+
+// CacheStats are one route cache's figures at one moment (flashgate_cache_*
+// on /metrics).
+type CacheStats struct {
+	// Route is the route's host and prefix: "shop.example/products/", or
+	// "/products/" for a route of any host.
+	Route string
+	// Requests counts the requests by how they were answered, in the
+	// order of CacheResults; each request is counted once.
+	Requests [numCacheResults]uint64
+	// OriginRequests counts the requests the cache sent to the origin:
+	// the one per key on a miss, background refreshes, HEAD misses, and
+	// those that stopped waiting or got an answer private to another
+	// request. Bypassing requests are not among them.
+	OriginRequests uint64
+	// Evictions counts answers evicted for room (not those that expired),
+	// Rejected storable answers ristretto did not take (admission, or its
+	// set buffer full).
+	Evictions, Rejected uint64
+	// Entries are the stored answers and Vary markers (expired ones
+	// until ristretto's sweep removes them), Bytes their cost as
+	// max_bytes counts it, MaxBytes the bound.
+	Entries, Bytes, MaxBytes int64
+}
+
+// EachCache calls f with the figures of every cached route of the active
+// set, in config order. The counts start at 0 when a route's cache is
+// made anew (a reload that changed its settings), as its answers do.
+func (m *Manager) EachCache(f func(CacheStats)) {
+	m.mu.Lock()
+	s := m.active
+	m.mu.Unlock()
+	if s == nil {
+		return
+	}
+	for _, rc := range s.caches {
+		f(rc.cache.snapshot(rc.id.host + rc.id.prefix))
+	}
+}
+
+func (c *Cache) snapshot(route string) CacheStats {
+	s := CacheStats{
+		Route:          route,
+		OriginRequests: c.stats.origin.Load(),
+		Evictions:      c.stats.evicted.Load(),
+		Rejected:       c.stats.rejected.Load(),
+		Entries:        c.stats.entries.Load(),
+		MaxBytes:       c.cfg.MaxBytes,
+	}
+	for i := range s.Requests {
+		s.Requests[i] = c.stats.requests[i].Load()
+	}
+	// The store is closed only once no user is inside (retire).
+	c.users.Add(1)
+	if st := c.store.Load(); st != nil {
+		s.Bytes = st.MaxCost() - st.RemainingCost()
+	}
+	c.users.Add(-1)
+	return s
 }
