@@ -202,8 +202,10 @@ func testStaleSnapshotDeadlines(t *testing.T, kind string) {
 // Redis comes back from a snapshot taken before two orders without a pay
 // deadline were settled: one cancelled, one paid (both stored). Neither is
 // in the due set or the outbox, so only the ledger knows their hashes are
-// stale. After the rebuild a cancel of either finds it final and returns no
-// unit: a unit released twice would be sold twice.
+// stale. A third, with a deadline, was published (its outbox entry gone)
+// but not yet stored when the snapshot was taken: pending there, not due
+// yet, and paid since. After the rebuild a cancel of any of them finds it
+// final and returns no unit: a unit released twice would be sold twice.
 func TestStaleSnapshotSettledWithoutDeadline(t *testing.T) {
 	for _, kind := range []string{"file", "clickhouse"} {
 		t.Run(kind, func(t *testing.T) { testStaleSettledWithoutDeadline(t, kind) })
@@ -245,9 +247,22 @@ func testStaleSettledWithoutDeadline(t *testing.T, kind string) {
 		}
 		return true
 	})
+	r.stopConsumer() // the next order reaches Kafka, not the store, before the snapshot
+	unstored := newAttempt(p, "unstored", 1, limit)
+	unstored.PayByMs = unstored.CreatedMs + time.Hour.Milliseconds()
+	if out, err := r.st.Deduct(ctx, unstored); err != nil || out.Code != stock.OK {
+		t.Fatalf("deduct: %+v %v", out, err)
+	} else if err := r.pub.PublishAndAck(ctx, order.Event{V: order.Version, Type: order.TypeOrder, Order: unstored.Order}, out.OutboxID); err != nil {
+		t.Fatal(err)
+	}
 	if err := srv.Save(); err != nil {
 		t.Fatal(err)
 	}
+	r.startConsumer()
+	await.Until(t, 30*time.Second, "stored and marked success", func() bool {
+		o, _, _ := r.st.OrderState(ctx, p, unstored.ID)
+		return o.State == stock.StateSuccess
+	})
 
 	// After the snapshot: settled, published, stored.
 	set, err := r.st.Cancel(ctx, p, cancelled.ID)
@@ -257,11 +272,13 @@ func testStaleSettledWithoutDeadline(t *testing.T, kind string) {
 	if err := r.pub.PublishAndAck(ctx, set.Event(), set.OutboxID); err != nil {
 		t.Fatal(err)
 	}
-	if set, err = r.st.Pay(ctx, p, paid.ID, "", 0); err != nil || set.Info.State != stock.StatePaid {
-		t.Fatalf("Pay = %+v, %v", set, err)
-	}
-	if err := r.pub.PublishAndAck(ctx, set.Event(), set.OutboxID); err != nil {
-		t.Fatal(err)
+	for _, a := range []stock.Attempt{paid, unstored} {
+		if set, err = r.st.Pay(ctx, p, a.ID, "", 0); err != nil || set.Info.State != stock.StatePaid {
+			t.Fatalf("Pay = %+v, %v", set, err)
+		}
+		if err := r.pub.PublishAndAck(ctx, set.Event(), set.OutboxID); err != nil {
+			t.Fatal(err)
+		}
 	}
 	if err := r.drain(ctx); err != nil {
 		t.Fatal(err)
@@ -273,10 +290,16 @@ func testStaleSettledWithoutDeadline(t *testing.T, kind string) {
 	st2 := open()
 	r.useStock(st2)
 	r.startConsumer()
-	for _, a := range []stock.Attempt{cancelled, paid} {
-		if o, _, _ := st2.OrderState(ctx, p, a.ID); o.State != stock.StateSuccess {
-			t.Fatalf("order %s after the restart: %s (the snapshot is not stale)", a.UserID, o.State)
+	for a, s := range map[stock.Attempt]string{cancelled: stock.StateSuccess, paid: stock.StateSuccess, unstored: stock.StatePending} {
+		if o, _, _ := st2.OrderState(ctx, p, a.ID); o.State != s {
+			t.Fatalf("order %s after the restart: %s, want %s (the snapshot is not stale)", a.UserID, o.State, s)
 		}
+	}
+	if evs, err := st2.OutboxEvents(ctx, p); err != nil || len(evs) != 0 {
+		t.Fatalf("outbox after the restart: %+v %v", evs, err)
+	}
+	if _, total, err := st2.NextDeadlines(ctx, p, 1); err != nil || total != 0 {
+		t.Fatalf("due after the restart: %d %v", total, err)
 	}
 	// The stale server is found out by the first settle call: it fences
 	// the sale and changes nothing; the edge rebuilds it.
@@ -294,18 +317,18 @@ func testStaleSettledWithoutDeadline(t *testing.T, kind string) {
 		return nil
 	})
 
-	want := map[int64]string{cancelled.ID: stock.StateReleased, paid.ID: stock.StatePaid, kept.ID: stock.StateSuccess}
+	want := map[int64]string{cancelled.ID: stock.StateReleased, paid.ID: stock.StatePaid, unstored.ID: stock.StatePaid, kept.ID: stock.StateSuccess}
 	for id, s := range want {
 		if o, ok, _ := st2.OrderState(ctx, p, id); !ok || o.State != s {
 			t.Errorf("order %d (%s): %s %v, want %s", id, o.UserID, o.State, ok, s)
 		}
 	}
-	// Held: paid and kept.
-	if info := r.info(p); info.Remaining != 10-2 || info.Released != 1 || info.Paid != 1 {
+	// Held: paid, unstored and kept.
+	if info := r.info(p); info.Remaining != 10-3 || info.Released != 1 || info.Paid != 2 {
 		t.Fatalf("rebuilt as %+v", info)
 	}
 	// A second cancel of either returns no unit.
-	for _, a := range []stock.Attempt{cancelled, paid} {
+	for _, a := range []stock.Attempt{cancelled, paid, unstored} {
 		if set, err := st2.Cancel(ctx, p, a.ID); set.Changed {
 			t.Errorf("cancel of %s after the rebuild released it again: %+v, %v", a.UserID, set, err)
 		}
@@ -313,7 +336,7 @@ func testStaleSettledWithoutDeadline(t *testing.T, kind string) {
 	if set, err := st2.Pay(ctx, p, cancelled.ID, "", 0); err != nil || set.Changed || set.Info.State != stock.StateReleased {
 		t.Errorf("Pay of the cancelled order = %+v, %v", set, err)
 	}
-	if info := r.info(p); info.Remaining != 10-2 || info.Released != 1 {
+	if info := r.info(p); info.Remaining != 10-3 || info.Released != 1 {
 		t.Fatalf("after the repeated cancels: %+v", info)
 	}
 	// The unpaid one still cancels, once.
@@ -324,7 +347,7 @@ func testStaleSettledWithoutDeadline(t *testing.T, kind string) {
 	if err := r.pub.PublishAndAck(ctx, set.Event(), set.OutboxID); err != nil {
 		t.Fatal(err)
 	}
-	if info := r.info(p); info.Remaining != 10-1 || info.Released != 2 {
+	if info := r.info(p); info.Remaining != 10-2 || info.Released != 2 {
 		t.Fatalf("after the cancel of the unpaid order: %+v", info)
 	}
 	r.reconcileClean(p)
