@@ -27,7 +27,14 @@ type Ledger interface {
 	// hashes): the state says which of them are stored, consistently with
 	// its counts.
 	Rebuild(ctx context.Context, productID string, orderIDs []int64) (orderstore.LedgerState, error)
+	// Settled is one page of the product's settled orders (paid,
+	// cancelled, expired) by order id, above afterID, at most limit;
+	// read after Rebuild, without another drain.
+	Settled(ctx context.Context, productID string, afterID int64, limit int) ([]orderstore.Row, error)
 }
+
+// settledPage bounds the rows of one ledger read of the settled orders.
+const settledPage = 5000
 
 // rebuilder is the Service's memory of fenced sales (see stock.Store.Fence).
 type rebuilder struct {
@@ -335,8 +342,11 @@ func (s *Service) openSale(ctx context.Context, a *activity.Activity, fence stri
 // unpaid order with a deadline gets its hash (made again if lost) and its
 // place in the due set back — an overdue one too, so that the first sweep
 // after the reopening releases it — and the orders the old Redis may hold
-// stale states of (surviving hashes, the due set's members) take the
-// ledger's, so that nothing the ledger knows is paid or released twice.
+// stale states of (surviving hashes, the due set's members, and every
+// order the ledger knows as settled, read page by page while the rebuild
+// writes: an order without a deadline is in neither the due set nor the
+// outbox) take the ledger's, so that nothing the ledger knows is paid or
+// released twice.
 func (s *Service) plan(ctx context.Context, a *activity.Activity, meta stock.Sale, known bool) (stock.Rebuild, int64, error) {
 	p := a.ProductID
 	events, err := s.d.Store.OutboxEvents(ctx, p)
@@ -489,29 +499,49 @@ func (s *Service) plan(ctx context.Context, a *activity.Activity, meta stock.Sal
 		return stock.Rebuild{}, 0, err
 	}
 	for _, id := range rest {
-		info, ok := have[id]
-		if !ok {
-			continue
+		if info, ok := have[id]; ok {
+			fix = append(fix, ledgerInfo(info, st.Statuses[id]))
 		}
-		status := st.Statuses[id]
-		info.PayByMs = status.PayByMs
-		switch status.Status {
-		case orderstore.StatusUnpaid:
-			info.State, info.PaidMs, info.ClosedMs = stock.StateSuccess, 0, 0
-		case orderstore.StatusPaid:
-			info.State = stock.StatePaid
-			if status.PaidMs > 0 {
-				info.PaidMs, info.ClosedMs = status.PaidMs, status.PaidMs
-			}
-		default:
-			info.State = stock.StateReleased
-			if status.Expired {
-				info.State = stock.StateExpired
-			}
-		}
-		fix = append(fix, info)
 	}
-	return stock.Rebuild{Sale: sale, Buyers: buyers, Orders: fix}, pending, nil
+	// Every settled order of the ledger, for the hashes a stale Redis still
+	// holds as unpaid (Rebuild.Settled). The sale is fenced: nothing is
+	// settled in Redis meanwhile, and the ledger only gains settlements
+	// that the outbox holds too (settling, written after these).
+	ledger := s.d.Ledger
+	settled := func(ctx context.Context, after int64) ([]stock.OrderInfo, error) {
+		rows, err := ledger.Settled(ctx, p, after, settledPage)
+		if err != nil {
+			return nil, err
+		}
+		out := make([]stock.OrderInfo, 0, len(rows))
+		for _, r := range rows {
+			info := stock.OrderInfo{Order: r.Order}
+			info.ProductID = p
+			out = append(out, ledgerInfo(info, orderstore.OrderStatus{Status: r.Status, Expired: r.Expired, PayByMs: r.PayByMs, PaidMs: r.PaidMs}))
+		}
+		return out, nil
+	}
+	return stock.Rebuild{Sale: sale, Buyers: buyers, Orders: fix, Settled: settled}, pending, nil
+}
+
+// ledgerInfo is the order with the state the ledger gives it.
+func ledgerInfo(info stock.OrderInfo, status orderstore.OrderStatus) stock.OrderInfo {
+	info.PayByMs = status.PayByMs
+	switch status.Status {
+	case orderstore.StatusUnpaid:
+		info.State, info.PaidMs, info.ClosedMs = stock.StateSuccess, 0, 0
+	case orderstore.StatusPaid:
+		info.State = stock.StatePaid
+		if status.PaidMs > 0 {
+			info.PaidMs, info.ClosedMs = status.PaidMs, status.PaidMs
+		}
+	default:
+		info.State = stock.StateReleased
+		if status.Expired {
+			info.State = stock.StateExpired
+		}
+	}
+	return info
 }
 
 // settledInfo is the order state a settlement event records.

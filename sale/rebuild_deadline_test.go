@@ -198,3 +198,157 @@ func testStaleSnapshotDeadlines(t *testing.T, kind string) {
 	}
 	r.reconcileClean(p)
 }
+
+// Redis comes back from a snapshot taken before two orders without a pay
+// deadline were settled: one cancelled, one paid (both stored). Neither is
+// in the due set or the outbox, so only the ledger knows their hashes are
+// stale. A third, with a deadline, was published (its outbox entry gone)
+// but not yet stored when the snapshot was taken: pending there, not due
+// yet, and paid since. After the rebuild a cancel of any of them finds it
+// final and returns no unit: a unit released twice would be sold twice.
+func TestStaleSnapshotSettledWithoutDeadline(t *testing.T) {
+	for _, kind := range []string{"file", "clickhouse"} {
+		t.Run(kind, func(t *testing.T) { testStaleSettledWithoutDeadline(t, kind) })
+	}
+}
+
+func testStaleSettledWithoutDeadline(t *testing.T, kind string) {
+	ctx := context.Background()
+	srv := redistest.NewPersistent(t)
+	open := func() *stock.Store {
+		st, err := stock.Open(ctx, srv.Addr(), stock.Options{
+			Timeout: 10 * time.Second, QueueTimeout: 10 * time.Second, OrderTTL: edge.Sale.OrderTTL,
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { st.Close() })
+		return st
+	}
+	r := newRig(t, open(), openStoreKind(t, kind))
+	r.mark = true
+	r.startConsumer()
+	const p, limit = "nd", 1
+	r.acts = []*activity.Activity{newActivity(p, 10, limit)}
+	if err := r.apply(); err != nil {
+		t.Fatal(err)
+	}
+	cancelled, _ := r.buy(p, "cancelled", 1, limit)
+	paid, _ := r.buy(p, "paid", 1, limit)
+	kept, code := r.buy(p, "kept", 1, limit)
+	if code != stock.OK {
+		t.Fatalf("buy: %v", code)
+	}
+	await.Until(t, 30*time.Second, "stored and marked success", func() bool {
+		for _, a := range []stock.Attempt{cancelled, paid, kept} {
+			if o, _, _ := r.st.OrderState(ctx, p, a.ID); o.State != stock.StateSuccess || o.PayByMs != 0 {
+				return false
+			}
+		}
+		return true
+	})
+	r.stopConsumer() // the next order reaches Kafka, not the store, before the snapshot
+	unstored := newAttempt(p, "unstored", 1, limit)
+	unstored.PayByMs = unstored.CreatedMs + time.Hour.Milliseconds()
+	if out, err := r.st.Deduct(ctx, unstored); err != nil || out.Code != stock.OK {
+		t.Fatalf("deduct: %+v %v", out, err)
+	} else if err := r.pub.PublishAndAck(ctx, order.Event{V: order.Version, Type: order.TypeOrder, Order: unstored.Order}, out.OutboxID); err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.Save(); err != nil {
+		t.Fatal(err)
+	}
+	r.startConsumer()
+	await.Until(t, 30*time.Second, "stored and marked success", func() bool {
+		o, _, _ := r.st.OrderState(ctx, p, unstored.ID)
+		return o.State == stock.StateSuccess
+	})
+
+	// After the snapshot: settled, published, stored.
+	set, err := r.st.Cancel(ctx, p, cancelled.ID)
+	if err != nil || !set.Changed {
+		t.Fatalf("Cancel = %+v, %v", set, err)
+	}
+	if err := r.pub.PublishAndAck(ctx, set.Event(), set.OutboxID); err != nil {
+		t.Fatal(err)
+	}
+	for _, a := range []stock.Attempt{paid, unstored} {
+		if set, err = r.st.Pay(ctx, p, a.ID, "", 0); err != nil || set.Info.State != stock.StatePaid {
+			t.Fatalf("Pay = %+v, %v", set, err)
+		}
+		if err := r.pub.PublishAndAck(ctx, set.Event(), set.OutboxID); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := r.drain(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	r.stopConsumer()
+	srv.Stop()
+	srv.Start()
+	st2 := open()
+	r.useStock(st2)
+	r.startConsumer()
+	for a, s := range map[stock.Attempt]string{cancelled: stock.StateSuccess, paid: stock.StateSuccess, unstored: stock.StatePending} {
+		if o, _, _ := st2.OrderState(ctx, p, a.ID); o.State != s {
+			t.Fatalf("order %s after the restart: %s, want %s (the snapshot is not stale)", a.UserID, o.State, s)
+		}
+	}
+	if evs, err := st2.OutboxEvents(ctx, p); err != nil || len(evs) != 0 {
+		t.Fatalf("outbox after the restart: %+v %v", evs, err)
+	}
+	if _, total, err := st2.NextDeadlines(ctx, p, 1); err != nil || total != 0 {
+		t.Fatalf("due after the restart: %d %v", total, err)
+	}
+	// The stale server is found out by the first settle call: it fences
+	// the sale and changes nothing; the edge rebuilds it.
+	if set, err := st2.Cancel(ctx, p, cancelled.ID); err == nil {
+		t.Fatalf("a cancel on the stale server went through: %+v", set)
+	}
+	if err := r.apply(); err != nil {
+		t.Fatal(err)
+	}
+	await.NoError(t, 30*time.Second, "reopened", func() error {
+		r.svc.Refresh(ctx, false)
+		if info, ok, err := st2.SaleInfo(ctx, p); err != nil || !ok || info.Fence != "" {
+			return fmt.Errorf("still closed: %+v %v %v", info, ok, err)
+		}
+		return nil
+	})
+
+	want := map[int64]string{cancelled.ID: stock.StateReleased, paid.ID: stock.StatePaid, unstored.ID: stock.StatePaid, kept.ID: stock.StateSuccess}
+	for id, s := range want {
+		if o, ok, _ := st2.OrderState(ctx, p, id); !ok || o.State != s {
+			t.Errorf("order %d (%s): %s %v, want %s", id, o.UserID, o.State, ok, s)
+		}
+	}
+	// Held: paid, unstored and kept.
+	if info := r.info(p); info.Remaining != 10-3 || info.Released != 1 || info.Paid != 2 {
+		t.Fatalf("rebuilt as %+v", info)
+	}
+	// A second cancel of either returns no unit.
+	for _, a := range []stock.Attempt{cancelled, paid, unstored} {
+		if set, err := st2.Cancel(ctx, p, a.ID); set.Changed {
+			t.Errorf("cancel of %s after the rebuild released it again: %+v, %v", a.UserID, set, err)
+		}
+	}
+	if set, err := st2.Pay(ctx, p, cancelled.ID, "", 0); err != nil || set.Changed || set.Info.State != stock.StateReleased {
+		t.Errorf("Pay of the cancelled order = %+v, %v", set, err)
+	}
+	if info := r.info(p); info.Remaining != 10-3 || info.Released != 1 {
+		t.Fatalf("after the repeated cancels: %+v", info)
+	}
+	// The unpaid one still cancels, once.
+	set, err = st2.Cancel(ctx, p, kept.ID)
+	if err != nil || !set.Changed {
+		t.Fatalf("Cancel of the unpaid order = %+v, %v", set, err)
+	}
+	if err := r.pub.PublishAndAck(ctx, set.Event(), set.OutboxID); err != nil {
+		t.Fatal(err)
+	}
+	if info := r.info(p); info.Remaining != 10-2 || info.Released != 2 {
+		t.Fatalf("after the cancel of the unpaid order: %+v", info)
+	}
+	r.reconcileClean(p)
+}

@@ -862,6 +862,39 @@ func (s *ClickHouse) Deadlines(ctx context.Context, productID string) ([]Row, er
 	return out, nil
 }
 
+// Settled lists a page of the settled rows, by order id, after FINAL. The
+// status filter may run before the rows are merged (ClickHouse moves it to
+// PREWHERE): still right, since a settled row always outranks the order's
+// unpaid row (FromEvent's versions) and only unpaid rows are filtered out.
+func (s *ClickHouse) Settled(ctx context.Context, productID string, afterID int64, limit int) ([]Row, error) {
+	if limit < 1 || afterID < 0 {
+		return nil, fmt.Errorf("orderstore: settled %s: after %d limit %d", productID, afterID, limit)
+	}
+	ctx, cancel := context.WithTimeout(ctx, s.timeout)
+	defer cancel()
+	// Numbers only in the text: LIMIT takes no placeholder on every
+	// server version.
+	rows, err := s.conn.Query(ctx, "SELECT "+colsList+" FROM "+s.table+
+		" FINAL WHERE product_id = ? AND order_id > "+strconv.FormatInt(afterID, 10)+
+		" AND status IN (1, 2) ORDER BY order_id LIMIT "+strconv.Itoa(limit), productID)
+	if err != nil {
+		return nil, fmt.Errorf("orderstore: settled %s: %w", productID, err)
+	}
+	defer rows.Close()
+	out := []Row{}
+	for rows.Next() {
+		r, err := scanRow(rows)
+		if err != nil {
+			return nil, fmt.Errorf("orderstore: settled %s: %w", productID, err)
+		}
+		out = append(out, r)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("orderstore: settled %s: %w", productID, err)
+	}
+	return out, nil
+}
+
 // Totals counts one product's orders after FINAL.
 func (s *ClickHouse) Totals(ctx context.Context, productID string) (Totals, error) {
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)

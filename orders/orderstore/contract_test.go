@@ -214,6 +214,77 @@ func contract(t *testing.T, open func(t *testing.T) (s Store, reopen func() Stor
 		}
 	})
 
+	t.Run("SettledPages", func(t *testing.T) {
+		s, reopen := open(t)
+		ev := func(id int64, p string, payBy int64) order.Event {
+			return order.Event{V: 1, Type: order.TypeOrder, Order: order.Order{
+				ID: id, ProductID: p, UserID: "u" + fmt.Sprint(id), Qty: int(id), PriceCents: 100, CreatedMs: base, Edge: 1, PayByMs: payBy}}
+		}
+		settled := func(e order.Event, typ, reason string) Row {
+			e.Type, e.Reason = typ, reason
+			if typ == order.TypePaid {
+				e.PaidMs = base + 2_000
+			} else {
+				e.ReleasedMs = base + 3_000
+			}
+			return FromEvent(&e)
+		}
+		o := make([]order.Event, 8)
+		for id := int64(1); id < 8; id++ {
+			o[id] = ev(id, "ps", 0)
+		}
+		o[4].PayByMs, o[7].ProductID = base+5_000, "px"
+		rows := []Row{FromEvent(&o[1]), settled(o[2], order.TypePaid, ""), settled(o[3], order.TypeRelease, ""),
+			settled(o[4], order.TypeRelease, order.ReasonExpired), settled(o[5], order.TypePaid, ""),
+			settled(o[6], order.TypeRelease, ""), settled(o[7], order.TypePaid, "")}
+		// The settlements first; the orders re-sent after them lose.
+		if err := s.Insert(ctx, rows); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Insert(ctx, []Row{FromEvent(&o[2]), FromEvent(&o[6]), FromEvent(&o[3])}); err != nil {
+			t.Fatal(err)
+		}
+		check := func(s Store) {
+			t.Helper()
+			var ids []int64
+			pages := 0
+			for after := int64(0); ; pages++ {
+				page, err := s.Settled(ctx, "ps", after, 2)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if len(page) > 2 {
+					t.Fatalf("page of %d rows, limit 2", len(page))
+				}
+				for _, r := range page {
+					ids = append(ids, r.ID)
+					want := rows[r.ID-1]
+					if r.Status != want.Status || r.Expired != want.Expired || r.PaidMs/1000 != want.PaidMs/1000 ||
+						r.PayByMs != want.PayByMs || r.UserID != want.UserID || r.Qty != want.Qty {
+						t.Errorf("settled row %+v, want %+v", r, want)
+					}
+				}
+				if len(page) < 2 {
+					break
+				}
+				after = page[len(page)-1].ID
+			}
+			if !reflect.DeepEqual(ids, []int64{2, 3, 4, 5, 6}) || pages != 2 {
+				t.Errorf("settled ids %v in %d full pages, want 2..6 (order 1 unpaid, 7 another product's) in 2", ids, pages)
+			}
+			if page, err := s.Settled(ctx, "nope", 0, 10); err != nil || len(page) != 0 {
+				t.Errorf("settled of an unknown product %+v %v", page, err)
+			}
+			if _, err := s.Settled(ctx, "ps", 0, 0); err == nil {
+				t.Error("a page of 0 rows was accepted")
+			}
+		}
+		check(s)
+		if reopen != nil {
+			check(reopen())
+		}
+	})
+
 	t.Run("BuyersAndStatuses", func(t *testing.T) {
 		s, reopen := open(t)
 		e := order.Event{V: 1, Type: order.TypeOrder, Order: order.Order{

@@ -45,9 +45,10 @@
 // Ledger is the read side for warm-up: after Redis lost a sale it waits
 // until no event of the sale can still be on its way (InFlight, Drain) and
 // reads the units held (unpaid and paid), released and held per buyer
-// (Buyers), and the unpaid orders' deadlines (Deadlines), so that the sale
-// reopens with exactly what is left, nobody can buy beyond the limit, and
-// every unpaid order still expires.
+// (Buyers), the unpaid orders' deadlines (Deadlines) and, page by page, the
+// settled orders (Settled), so that the sale reopens with exactly what is
+// left, nobody can buy beyond the limit, every unpaid order still expires,
+// and no order settled in the ledger is settled again in Redis.
 //
 // Catalog (catalog.go) is the durable sale catalogue beside the ledger:
 // the activities created through the admin API, their restocks and the

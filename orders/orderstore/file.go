@@ -243,6 +243,23 @@ func (s *File) Deadlines(_ context.Context, productID string) ([]Row, error) {
 	return out, nil
 }
 
+// Settled lists a page of the settled rows, by order id.
+func (s *File) Settled(_ context.Context, productID string, afterID int64, limit int) ([]Row, error) {
+	if limit < 1 {
+		return nil, fmt.Errorf("orderstore: settled %s: limit %d", productID, limit)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := []Row{}
+	for id := range s.products[productID] {
+		if r := s.rows[fileKey{productID, id}]; id > afterID && r.Status != StatusUnpaid {
+			out = append(out, r)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
+	return out[:min(limit, len(out))], nil
+}
+
 // Products lists the products with at least one row.
 func (s *File) Products(context.Context) ([]string, error) {
 	s.mu.Lock()

@@ -103,6 +103,13 @@ func (l Ledger) read(ctx context.Context, productID string, orderIDs []int64) (s
 		Paid: t1.PaidUnits, Expired: t1.ExpiredUnits, Buyers: buyers, Statuses: s1, Deadlines: due}, true, nil
 }
 
+// Settled is one page of the product's settled rows (Store.Settled), read
+// without another drain: a rebuild reads them after Rebuild drained, while
+// the sale is fenced and nothing can be settled in Redis.
+func (l Ledger) Settled(ctx context.Context, productID string, afterID int64, limit int) ([]Row, error) {
+	return l.Store.Settled(ctx, productID, afterID, limit)
+}
+
 func (l Ledger) drain(ctx context.Context, productID string) error {
 	if l.Drain != nil {
 		if err := l.Drain(ctx); err != nil {

@@ -96,6 +96,13 @@ type Store interface {
 	// deadline, sorted by deadline then order id: warm-up re-creates their
 	// deadlines in Redis (overdue ones too: the sweep releases them).
 	Deadlines(ctx context.Context, productID string) ([]Row, error)
+	// Settled is one page of the product's settled rows (status 1 paid and
+	// 2 cancelled or expired), by order id: those above afterID, at most
+	// limit (> 0). A rebuild pages through them (afterID = the last id of
+	// the page before, 0 first; a short page is the last) to give every
+	// order hash a Redis restored from an old snapshot may still hold as
+	// unpaid the ledger's final state.
+	Settled(ctx context.Context, productID string, afterID int64, limit int) ([]Row, error)
 	// Catalog is the durable sale catalogue beside the ledger (catalog.go).
 	Catalog
 	Close() error

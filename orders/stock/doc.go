@@ -36,9 +36,13 @@
 //     a script guarded by the missing stock key, so no purchase ever sees
 //     the stock without the counts. The unpaid orders' deadlines go back
 //     into the due set with their hashes (lua/fix_orders.lua), overdue ones
-//     too: the first sweep after the reopening releases them. A Redis back
-//     from an old snapshot has its stock lowered to the ledger's, or raised
-//     by no more than what was released or restocked since (lua/reopen.lua).
+//     too: the first sweep after the reopening releases them. Every hash
+//     that survived of an order the ledger knows as settled (paid,
+//     cancelled, expired; read page by page, Rebuild.Settled) takes its
+//     final state, so that a snapshot's "success" is never settled twice.
+//     A Redis back from an old snapshot has its stock lowered to the
+//     ledger's, or raised by no more than what was released or restocked
+//     since (lua/reopen.lua).
 //
 // What a loss costs. After a loss the sale holds initial + restocked minus
 // the units the ledger says shoppers hold: stored orders (status 0 unpaid

@@ -176,6 +176,17 @@ type Rebuild struct {
 	// sale gives every stored order young enough to have a hash and every
 	// unpaid one with a deadline; orders it leaves out are left alone.
 	Orders []OrderInfo
+	// Settled, if set, pages through every order the ledger knows as
+	// settled (StatePaid, StateReleased, StateExpired), by id: after is the
+	// last id of the page before (0 first), and an empty page ends it. A
+	// Redis restored from an old snapshot may hold any of them as pending
+	// or success — also one without a deadline, which neither the due set
+	// nor the outbox names — and a cancel or a sweep would then release it
+	// a second time. Each of their hashes that exists takes the ledger's
+	// state and leaves the due set; one that is gone stays gone (a settle
+	// call finds no order). They are written before Orders, which may know
+	// newer settlements (the outbox's).
+	Settled func(ctx context.Context, after int64) ([]OrderInfo, error)
 	// TokensFromMs refuses purchase tokens expiring at or before it: the
 	// marks of tokens used in the lost window may be gone.
 	TokensFromMs int64
@@ -193,9 +204,10 @@ type Reopened struct {
 // Rebuild reopens a fenced sale from the ledger. The writes go in this
 // order, each call guarded by the fence (r.Fence):
 //
-//  1. order hashes take their ledger state, lost ones are made again, and
-//     the unpaid orders' deadlines go back into the due set
-//     (lua/fix_orders.lua, in chunks);
+//  1. the surviving hashes of the settled orders (r.Settled, page by page)
+//     take their ledger state, then r.Orders' hashes theirs, lost ones
+//     made again, and the unpaid orders' deadlines go back into the due
+//     set (lua/fix_orders.lua, in chunks);
 //  2. every buyer's count is raised to what the ledger says, with the TTL
 //     the deduction gives it (lua/restore_buyers.lua, in chunks);
 //  3. the stock is lowered to the ledger's (or created), the meta's figures
@@ -227,12 +239,36 @@ func (s *Store) Rebuild(ctx context.Context, r Rebuild) (res Reopened, reopened 
 		now = time.Now().UnixMilli()
 	}
 
-	// 1. Order states and deadlines. An order older than OrderTTL would
+	// 1. Order states and deadlines: the ledger's settled orders first,
+	// every surviving hash of them whatever its age (a hash made again by
+	// an earlier rebuild may outlive its order's OrderTTL).
+	for after := int64(0); r.Settled != nil; {
+		page, err := r.Settled(ctx, after)
+		if err != nil {
+			return res, false, wrapRebuild(p, "settled orders", err)
+		}
+		if len(page) == 0 {
+			break
+		}
+		for _, o := range page {
+			if err := checkRebuildOrder(p, o); err != nil {
+				return res, false, err
+			}
+			if o.State != StatePaid && o.State != StateReleased && o.State != StateExpired || o.ID <= after {
+				return res, false, fmt.Errorf("%w: rebuild %s: settled order %+v after %d", ErrInvalid, p, o, after)
+			}
+			after = o.ID
+		}
+		if lifted, err := s.fixOrders(ctx, r.Fence, p, page, true); err != nil || lifted {
+			return res, false, wrapRebuild(p, "settled order states", err)
+		}
+	}
+	// Then the orders the sale gives. An order older than OrderTTL would
 	// have no hash any more, unless it still waits for its deadline.
 	orders := make([]OrderInfo, 0, len(r.Orders))
 	for _, o := range r.Orders {
-		if o.ProductID != p || o.ID <= 0 || !order.ValidUserID(o.UserID) || !validState(o.State) {
-			return res, false, fmt.Errorf("%w: rebuild %s: order %+v", ErrInvalid, p, o)
+		if err := checkRebuildOrder(p, o); err != nil {
+			return res, false, err
 		}
 		held := o.State == StatePending || o.State == StateSuccess
 		if o.CreatedMs+s.opts.OrderTTL.Milliseconds() > now || held && o.PayByMs > 0 {
@@ -240,18 +276,8 @@ func (s *Store) Rebuild(ctx context.Context, r Rebuild) (res Reopened, reopened 
 		}
 	}
 	slices.SortFunc(orders, func(a, b OrderInfo) int { return cmp.Compare(a.ID, b.ID) })
-	due := DueKey(p)
-	for lo := 0; lo < len(orders); lo += rebuildChunk {
-		chunk := orders[lo:min(lo+rebuildChunk, len(orders))]
-		keys, args := []string{metaKey, due}, []string{r.Fence, i64(s.opts.OrderTTL.Milliseconds())}
-		for _, o := range chunk {
-			keys = append(keys, OrderKey(p, o.ID))
-			args = append(args, i64(o.ID), o.State, o.UserID, strconv.Itoa(o.Qty), i64(o.PriceCents),
-				i64(o.CreatedMs), strconv.Itoa(o.Edge), i64(o.PayByMs), i64(o.PaidMs), i64(o.ClosedMs))
-		}
-		if lifted, err := s.guarded(ctx, fixOrdersScript, keys, args); err != nil || lifted {
-			return res, false, wrapRebuild(p, "order states", err)
-		}
+	if lifted, err := s.fixOrders(ctx, r.Fence, p, orders, false); err != nil || lifted {
+		return res, false, wrapRebuild(p, "order states", err)
 	}
 
 	// 2. Buyers.
@@ -293,6 +319,39 @@ func (s *Store) Rebuild(ctx context.Context, r Rebuild) (res Reopened, reopened 
 		return res, false, nil
 	}
 	return Reopened{Before: out[0], After: out[1]}, true, nil
+}
+
+func checkRebuildOrder(p string, o OrderInfo) error {
+	if o.ProductID != p || o.ID <= 0 || !order.ValidUserID(o.UserID) || !validState(o.State) {
+		return fmt.Errorf("%w: rebuild %s: order %+v", ErrInvalid, p, o)
+	}
+	return nil
+}
+
+// fixOrders writes the orders' states (lua/fix_orders.lua) in chunks;
+// existing: only to hashes that exist. lifted: see guarded.
+func (s *Store) fixOrders(ctx context.Context, fence, p string, orders []OrderInfo, existing bool) (lifted bool, err error) {
+	mode := "0"
+	if existing {
+		mode = "1"
+	}
+	metaKey, due := MetaKey(p), DueKey(p)
+	for lo := 0; lo < len(orders); lo += rebuildChunk {
+		chunk := orders[lo:min(lo+rebuildChunk, len(orders))]
+		keys := make([]string, 0, 2+len(chunk))
+		args := make([]string, 0, 3+10*len(chunk))
+		keys = append(keys, metaKey, due)
+		args = append(args, fence, i64(s.opts.OrderTTL.Milliseconds()), mode)
+		for _, o := range chunk {
+			keys = append(keys, OrderKey(p, o.ID))
+			args = append(args, i64(o.ID), o.State, o.UserID, strconv.Itoa(o.Qty), i64(o.PriceCents),
+				i64(o.CreatedMs), strconv.Itoa(o.Edge), i64(o.PayByMs), i64(o.PaidMs), i64(o.ClosedMs))
+		}
+		if lifted, err := s.guarded(ctx, fixOrdersScript, keys, args); err != nil || lifted {
+			return lifted, err
+		}
+	}
+	return false, nil
 }
 
 // guarded runs one of the rebuild's scripts; lifted reports that the fence

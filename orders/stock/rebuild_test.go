@@ -6,6 +6,8 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"slices"
+	"strconv"
 	"testing"
 	"time"
 
@@ -520,5 +522,126 @@ func TestRebuildAcceptsStockBelowZero(t *testing.T) {
 	}
 	if r := remaining(t, s, "neg"); r != 1 {
 		t.Fatalf("remaining %d", r)
+	}
+}
+
+// Redis went back in time to when many orders without a deadline (and one
+// with) were unpaid; the ledger has settled them all since. Neither the due
+// set nor the outbox names them: only the rebuild's settled pages do. Every
+// surviving hash takes the ledger's state, across pages and script chunks; a
+// hash that is gone is not made again; no cancel returns a unit after.
+func TestRebuildSettledPagesCorrectStaleHashes(t *testing.T) {
+	for _, kind := range []string{"standalone", "cluster"} {
+		t.Run(kind, func(t *testing.T) {
+			var s *Store
+			if kind == "cluster" {
+				s, _ = openCluster(t, Options{})
+			} else {
+				s, _ = openReal(t, Options{})
+			}
+			testRebuildSettledPages(t, s)
+		})
+	}
+}
+
+func testRebuildSettledPages(t *testing.T, s *Store) {
+	ctx := context.Background()
+	const p, n = "sp", 2*rebuildChunk + 100
+	warm(t, s, p, n+100, 5)
+	var settled []OrderInfo
+	now := time.Now().UnixMilli()
+	paid := 0
+	for i := range n {
+		a := stored(t, s, p, "u"+strconv.Itoa(i), 1, 0)
+		info := OrderInfo{Order: a.Order, State: StateReleased, ClosedMs: now}
+		if i%2 == 1 {
+			info.State, info.PaidMs, info.ClosedMs = StatePaid, now, now
+			paid++
+		}
+		settled = append(settled, info)
+	}
+	dl := stored(t, s, p, "dl", 1, time.Hour)
+	settled = append(settled, OrderInfo{Order: dl.Order, State: StateExpired, ClosedMs: now})
+	gone := attempt(p, "gone", 1, 5) // settled, its hash gone with its TTL
+	settled = append(settled, OrderInfo{Order: gone.Order, State: StatePaid, PaidMs: now, ClosedMs: now})
+	if _, total, _ := s.NextDeadlines(ctx, p, 1); total != 1 {
+		t.Fatalf("due before the rebuild: %d", total)
+	}
+
+	fence := fenceNow(t, s, p)
+	info := saleInfo(t, s, p)
+	const page = 250
+	var afters []int64
+	pager := func(_ context.Context, after int64) ([]OrderInfo, error) {
+		afters = append(afters, after)
+		var out []OrderInfo
+		for _, o := range settled {
+			if o.ID > after && len(out) < page {
+				out = append(out, o)
+			}
+		}
+		return out, nil
+	}
+	buyers := map[string]int64{}
+	for _, o := range settled {
+		if o.State == StatePaid && o.UserID != "gone" {
+			buyers[o.UserID] = 1
+		}
+	}
+	r := Rebuild{
+		Sale: Sale{ProductID: p, Stock: int64(n + 100 - paid), Initial: n + 100, Released: int64(n - paid + 1),
+			Paid: int64(paid), Expired: 1, Limit: 5, Price: 1999, EndMs: info.EndMs},
+		Fence: fence, Buyers: buyers, Settled: pager,
+	}
+
+	// A page the ledger fails to give, or one that is not settled, stops
+	// the rebuild: the sale stays fenced.
+	bad := r
+	bad.Settled = func(context.Context, int64) ([]OrderInfo, error) { return nil, errors.New("ledger away") }
+	if _, reopened, err := s.Rebuild(ctx, bad); err == nil || reopened {
+		t.Fatalf("Rebuild with a failing ledger = %v, %v", reopened, err)
+	}
+	bad.Settled = func(context.Context, int64) ([]OrderInfo, error) {
+		return []OrderInfo{{Order: dl.Order, State: StateSuccess}}, nil
+	}
+	if _, _, err := s.Rebuild(ctx, bad); !errors.Is(err, ErrInvalid) {
+		t.Fatalf("Rebuild with an unsettled page = %v", err)
+	}
+	if f := saleInfo(t, s, p).Fence; f != fence {
+		t.Fatalf("fence after the failed rebuilds %q, want %q", f, fence)
+	}
+
+	res, reopened, err := s.Rebuild(ctx, r)
+	if err != nil || !reopened || res.After != r.Stock {
+		t.Fatalf("Rebuild = %+v %v %v", res, reopened, err)
+	}
+	want := []int64{0}
+	for k := page; k < len(settled); k += page {
+		want = append(want, settled[k-1].ID)
+	}
+	if want = append(want, settled[len(settled)-1].ID); !slices.Equal(afters, want) {
+		t.Errorf("pages asked after %v, want %v", afters, want)
+	}
+	for _, o := range settled[:len(settled)-1] {
+		if got, ok, _ := s.OrderState(ctx, p, o.ID); !ok || got.State != o.State {
+			t.Fatalf("order %d (%s): %+v %v, want %s", o.ID, o.UserID, got, ok, o.State)
+		}
+	}
+	if got, ok, err := s.OrderState(ctx, p, gone.ID); ok || err != nil {
+		t.Fatalf("a gone hash was made again: %+v %v", got, err)
+	}
+	if _, total, _ := s.NextDeadlines(ctx, p, 1); total != 0 {
+		t.Fatalf("due after the rebuild: %d, want 0 (the expired order left it)", total)
+	}
+	for _, o := range settled {
+		if set, err := s.Cancel(ctx, p, o.ID); set.Changed || err != nil && !errors.Is(err, ErrUnknownOrder) {
+			t.Fatalf("Cancel of settled order %d (%s) = %+v, %v", o.ID, o.UserID, set, err)
+		}
+	}
+	if got, err := s.ExpireDue(ctx, p, 10); err != nil || len(got) != 0 {
+		t.Fatalf("ExpireDue = %+v, %v", got, err)
+	}
+	if after := saleInfo(t, s, p); after.Remaining != r.Stock || after.Released != r.Released {
+		t.Fatalf("after the cancels %+v, want remaining %d released %d", after, r.Stock, r.Released)
 	}
 }
