@@ -168,6 +168,7 @@ func compileSale(cfg *conf.Config, env *Env) (*sale.Settings, field.Errors) {
 		TokenTTL:     cfg.Sale.TokenTTL,
 		MaxBody:      cfg.Sale.MaxBody,
 		Hotspot:      cfg.Sale.HotspotThreshold,
+		PayTimeoutMs: cfg.Orders.PayTimeout.Milliseconds(),
 	}
 	// An edge that terminates TLS serves nothing over plain HTTP: its
 	// session cookie is always Secure.

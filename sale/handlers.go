@@ -184,7 +184,7 @@ func (s *Service) do(r *api.Call, st *Settings) {
 	if !ok {
 		return
 	}
-	a := s.attemptFor(r, e)
+	a := s.attemptFor(r, e, st)
 	// From the deduction until its event is published (or not): what a
 	// recovery waits for before it trusts the ledger.
 	defer s.d.Flights.Enter().Leave()
@@ -230,13 +230,19 @@ func (s *Service) admit(r *api.Call, brk *Breaker) (ok, probe bool) {
 }
 
 // attemptFor is the deduction r asks for. UserID is a view of the call's
-// buffer: Deduct copies what it keeps.
-func (s *Service) attemptFor(r *api.Call, e activity.Entry) stock.Attempt {
+// buffer: Deduct copies what it keeps. The pay deadline is fixed here, on
+// the edge's clock, from the sale's pay timeout (0: none).
+func (s *Service) attemptFor(r *api.Call, e activity.Entry, st *Settings) stock.Attempt {
 	var nonceHex [2 * ptoken.NonceLen]byte
 	ptoken.NonceHex(nonceHex[:0], r.TokenNonce)
+	created := r.NowNano / 1e6
+	var payBy int64
+	if pt := e.PayTimeout(st.PayTimeoutMs); pt > 0 {
+		payBy = created + pt
+	}
 	return stock.Attempt{
 		Order: order.Order{ID: s.d.IDs.Next(), ProductID: e.ProductID, UserID: view(r.UserID), Qty: r.Qty,
-			PriceCents: e.PriceCents, CreatedMs: r.NowNano / 1e6, Edge: s.d.Node},
+			PriceCents: e.PriceCents, CreatedMs: created, PayByMs: payBy, Edge: s.d.Node},
 		Limit: e.Limit, TokenNonceHex: view(nonceHex[:]), TokenExpiresMs: r.TokenExpiresMs,
 	}
 }
