@@ -39,10 +39,10 @@ type Sale struct {
 	// Paid is the units paid in time, Expired the units of Released that
 	// the pay deadline gave back (the settle script counts both; a rebuild
 	// raises them to the ledger's). Warm does not write them.
-	Paid, Expired int64
-	Limit                        int
-	Price                        int64 // cents
-	StartMs, EndMs               int64
+	Paid, Expired  int64
+	Limit          int
+	Price          int64 // cents
+	StartMs, EndMs int64
 }
 
 // SaleInfo is a sale's meta as stored, with its remaining stock.
