@@ -122,8 +122,8 @@ func TestDuplicateEventOneRow(t *testing.T) {
 	}
 	t.Logf("4 events of order %d: %d physical rows before the merge, one after FINAL and after OPTIMIZE", id, raw)
 	rows := env.rows()
-	if r := rows[id]; r.user != "alice" || r.product != "d" || r.qty != 1 || r.status != 1 || int64(r.updateMs) != ev.CreatedMs {
-		t.Errorf("row %+v, want alice/d qty 1 status 1 version %d", r, ev.CreatedMs)
+	if r := rows[id]; r.user != "alice" || r.product != "d" || r.qty != 1 || r.status != 0 || int64(r.updateMs) != ev.CreatedMs {
+		t.Errorf("row %+v, want alice/d qty 1 status 0 (unpaid) version %d", r, ev.CreatedMs)
 	}
 	if s, _ := env.orderStates([]ordID{{"d", id}}); s[0] != stock.StateSuccess {
 		t.Errorf("order state %q after the duplicates, want success", s[0])
@@ -211,8 +211,8 @@ func TestReleaseTwiceReturnsStockOnce(t *testing.T) {
 	}
 	env.awaitStates([]ordID{{product, a3}}, stock.StateSuccess, 15*time.Second)
 	env.awaitRows(4, 15*time.Second)
-	if n, err := env.rowCount("status = 1"); err != nil || n != 3 {
-		t.Errorf("%d status-1 rows (%v), want 3 (a2, b1, a3)", n, err)
+	if n, err := env.rowCount("status = 0"); err != nil || n != 3 {
+		t.Errorf("%d status-0 (unpaid) rows (%v), want 3 (a2, b1, a3)", n, err)
 	}
 	checkReconcile(t, e1.admin, 1)
 }
