@@ -31,6 +31,7 @@ func TestPayDeadlineExpires(t *testing.T) {
 	b.clickBuy()
 	msg := b.waitText(10*time.Second, "message", payLine)
 	id := payLine.FindStringSubmatch(msg)[1]
+	b.keepShot("pay")
 	if got := b.text("order-id"); got != id {
 		t.Errorf("#order-id = %q, the message names order %s", got, id)
 	}
@@ -49,6 +50,7 @@ func TestPayDeadlineExpires(t *testing.T) {
 	b.waitJS(3*time.Second, "the order line after the reload", `document.getElementById('order-id').textContent === `+jsString(id))
 
 	b.waitText(10*time.Second, "message", regexp.MustCompile(`^Expired — the item went back on sale\.$`))
+	b.keepShot("expired")
 	msgs, _ := b.history()
 	var left []string
 	for _, m := range msgs {
