@@ -129,6 +129,7 @@ func TestDashboardPayments(t *testing.T) {
 	e.mustBuy("ops-c", "d2", 1)
 	b.waitJS(10*time.Second, "d1: 3 units unpaid, 2 orders due in about an hour",
 		cell("d1", "unpaid")+` === '3' && `+cell("d1", "due")+` === '2' && /^(59:\d\d|1:00:00), (59:\d\d|1:00:00)$/.test(`+cell("d1", "deadlines")+`)`)
+	b.keepShot("payments")
 	e.adminPost("/admin/orders/paid", map[string]any{"productId": "d1", "orderId": paid})
 	b.waitJS(10*time.Second, "d1: 1 paid, 2 unpaid, 1 due", cell("d1", "paid")+` === '1' && `+cell("d1", "unpaid")+` === '2' && `+cell("d1", "due")+` === '1'`)
 	b.waitJS(15*time.Second, "d2's unit expired and nothing due", cell("d2", "expired")+` === '1' && `+cell("d2", "unpaid")+` === '0' && `+cell("d2", "deadlines")+` === 'none'`)
