@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -9,7 +10,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kmsg"
+
 	"flashgate/internal/await"
+	"flashgate/internal/kafkatest"
 	"flashgate/internal/redistest"
 	"flashgate/orders/order"
 	"flashgate/orders/stock"
@@ -248,5 +252,52 @@ func TestAdminActivityPayTimeout(t *testing.T) {
 	}
 	if doc := entry["p9"].Activity; !strings.Contains(doc, `"PayTimeoutMs":90000`) {
 		t.Errorf("the catalogue's record of p9 lacks its pay timeout: %s", doc)
+	}
+}
+
+// TestPaidWhileKafkaIsDown: Redis decides the payment; Kafka refusing the
+// paid event makes the answer 503 saying so (the order stays paid, a
+// cancel is refused), and the retry once Kafka is back answers paid.
+func TestPaidWhileKafkaIsDown(t *testing.T) {
+	brokers, c := kafkatest.Start(t)
+	var down atomic.Bool
+	c.ControlKey(int16(kmsg.Produce), func(kmsg.Request) (kmsg.Response, error, bool) {
+		c.KeepControl()
+		if down.Load() {
+			return nil, errors.New("kafka is down (the test)"), true
+		}
+		return nil, nil, false
+	})
+	redis := redistest.Start(t)
+	cfg := fmt.Sprintf(baseConfig, "1000r/s", 1000, startOrigin(t)) + fmt.Sprintf(`
+redis:
+  addr: "%s"
+kafka:
+  brokers: [%q]
+  timeout: 500ms
+orders:
+  consumer: false
+  relay_min_age: 1m
+activities:
+  - {product_id: p1, name: "One", price: "1.00", stock: 10, limit: 5, start: "+0s", end: "+1h"}
+`, redis, brokers[0])
+	e := startEdge(t, cfg)
+	id := placeOrder(t, e, "p1", time.Hour)
+
+	down.Store(true)
+	code, body := post(t, e.adminBase+"/admin/orders/paid", orderBody("p1", id))
+	if code != 503 || !strings.Contains(body, "retrying is safe") {
+		t.Fatalf("paid with Kafka down: %d %s, want 503 saying a retry is safe", code, body)
+	}
+	if info, _, _ := e.srv.Store().OrderState(context.Background(), "p1", mustInt(t, id)); info.State != stock.StatePaid {
+		t.Fatalf("Redis decided nothing: %s", info.State)
+	}
+	if code, body := post(t, e.adminBase+"/admin/orders/cancel", orderBody("p1", id)); code != 409 {
+		t.Fatalf("cancel of the order paid while Kafka was down: %d %s", code, body)
+	}
+	down.Store(false)
+	code, body = post(t, e.adminBase+"/admin/orders/paid", orderBody("p1", id))
+	if code != 200 || !strings.Contains(body, `"already":true`) {
+		t.Fatalf("retry once Kafka is back: %d %s", code, body)
 	}
 }
