@@ -95,8 +95,20 @@ func (s *Server) paymentWebhook(ctx *fasthttp.RequestCtx, snap *Snapshot) {
 // keeps one row per order whatever arrives twice).
 func (s *Server) PayOrder(ctx context.Context, productID string, orderID int64, replayID string, replayTTL time.Duration) (stock.Settlement, error) {
 	set, err := s.store.Pay(ctx, productID, orderID, replayID, replayTTL)
-	if err != nil || set.Replayed {
+	if err != nil {
 		return set, err
+	}
+	if set.Replayed {
+		// The provider's retry of a call whose answer it did not get (or
+		// a 503): the answer stays REPLAYED, but the paid event goes out
+		// again, so that a publish that failed the first time is not left
+		// to the relay alone.
+		if set.Info.State == stock.StatePaid {
+			if err := s.orders.pub.Publish(ctx, set.Event()); err != nil {
+				s.log.Warn("paid event of a replayed webhook not acknowledged; left to the outbox relay", "product", productID, "order", orderID, "err", err)
+			}
+		}
+		return set, nil
 	}
 	switch {
 	case set.Info.State == stock.StatePaid:
