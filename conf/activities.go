@@ -26,14 +26,59 @@ type ActivityConfig struct {
 	// WaitingRoom, when enabled, puts shoppers in a queue before they may
 	// buy (sale/waitroom).
 	WaitingRoom WaitingRoomConfig `yaml:"waiting_room" json:"waiting_room"`
+	// PayTimeout is this sale's time to pay (orders.pay_timeout when
+	// absent; 0 = no deadline for this sale). The admin API takes it as
+	// "payTimeout": "15m".
+	PayTimeout *time.Duration `yaml:"pay_timeout" json:"-"`
+}
+
+// activityPlain is ActivityConfig without its JSON methods.
+type activityPlain ActivityConfig
+
+// MarshalJSON writes payTimeout as a duration string ("15m"), absent when
+// the sale takes the global one.
+func (a ActivityConfig) MarshalJSON() ([]byte, error) {
+	j := struct {
+		activityPlain
+		PayTimeout *string `json:"payTimeout,omitempty"`
+	}{activityPlain: activityPlain(a)}
+	if a.PayTimeout != nil {
+		s := a.PayTimeout.String()
+		j.PayTimeout = &s
+	}
+	return json.Marshal(j)
+}
+
+// UnmarshalJSON reads payTimeout as a duration string; an error names the
+// field.
+func (a *ActivityConfig) UnmarshalJSON(b []byte) error {
+	var j struct {
+		activityPlain
+		PayTimeout *string `json:"payTimeout"`
+	}
+	if err := json.Unmarshal(b, &j); err != nil {
+		return err
+	}
+	*a = ActivityConfig(j.activityPlain)
+	if j.PayTimeout != nil {
+		d, err := time.ParseDuration(*j.PayTimeout)
+		if err != nil {
+			return fmt.Errorf("payTimeout: %q is not a duration such as 15m (0 = no deadline)", *j.PayTimeout)
+		}
+		a.PayTimeout = &d
+	}
+	return nil
 }
 
 // validateActivities checks what only the list as a whole can tell; each
 // entry is checked when the sale builds it (activity.Build), since its
 // times are relative to the edge's start.
-func validateActivities(errs *field.Errors, list []ActivityConfig) {
+func validateActivities(errs *field.Errors, list []ActivityConfig, orderTTL time.Duration) {
 	seen := map[string]int{}
 	for i, a := range list {
+		if a.PayTimeout != nil {
+			checkPayTimeout(errs, field.Index("activities", i)+".pay_timeout", *a.PayTimeout, orderTTL)
+		}
 		if j, dup := seen[a.ProductID]; dup {
 			errs.Add(field.Index("activities", i)+".product_id", "%q is already declared by activities[%d]", a.ProductID, j)
 		}

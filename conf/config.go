@@ -31,6 +31,7 @@ type Config struct {
 	Auth       AuthConfig       `yaml:"auth"`
 	Sale       SaleConfig       `yaml:"sale"`
 	Events     EventsConfig     `yaml:"events"`
+	Payments   PaymentsConfig   `yaml:"payments"`
 	Activities []ActivityConfig `yaml:"activities"`
 }
 

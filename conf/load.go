@@ -126,6 +126,7 @@ func (c *Config) fill() {
 	c.Kafka.fill()
 	c.Orders.fill()
 	c.ClickHouse.fill()
+	c.Payments.fill()
 }
 
 // orDefault sets *v to def when *v is the zero value.
@@ -201,7 +202,8 @@ func (c *Config) Validate() field.Errors {
 	errs.Nest("events", c.Events.Validate())
 	c.validateOrders(&errs)
 	c.validateDemoLogin(&errs)
-	validateActivities(&errs, c.Activities)
+	errs.Nest("payments", c.Payments.Validate())
+	validateActivities(&errs, c.Activities, c.Sale.OrderTTL)
 	return errs
 }
 

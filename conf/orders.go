@@ -53,6 +53,62 @@ type OrdersConfig struct {
 	// to batch_time when the stream pauses): fewer, larger inserts, so
 	// that ClickHouse's merges stay cheap. batch_time keeps it fixed.
 	BatchTimeMax time.Duration `yaml:"batch_time_max"`
+	// PayTimeout is how long a shopper has to pay for an order (from its
+	// deduction); past it the order is released and its units go back on
+	// sale. 0 = no deadline (the order stays until cancelled). An
+	// activity's own pay_timeout overrides it.
+	PayTimeout time.Duration `yaml:"pay_timeout"`
+}
+
+// PaymentsConfig is the `payments:` section: how the payment system tells
+// the edge that an order was paid, besides POST /admin/orders/paid.
+type PaymentsConfig struct {
+	// WebhookSecret signs the payment provider's calls of
+	// POST /api/payments/webhook (HMAC-SHA256; >= 32 bytes, "env:NAME"
+	// allowed). Empty: the webhook is off (404).
+	WebhookSecret string `yaml:"webhook_secret" secret:"true"`
+	// WebhookTolerance is how far a call's timestamp may be from the
+	// edge's clock; its event ids are remembered (replays refused) for
+	// twice as long.
+	WebhookTolerance time.Duration `yaml:"webhook_tolerance"`
+}
+
+// fill gives the settings left out or written as zero their defaults.
+func (p *PaymentsConfig) fill() {
+	orDefault(&p.WebhookTolerance, 5*time.Minute)
+}
+
+// WebhookSecretBytes resolves the webhook secret; nil when the webhook is
+// off.
+func (p *PaymentsConfig) WebhookSecretBytes() ([]byte, error) {
+	return secret(p.WebhookSecret)
+}
+
+// Validate checks the section; paths are relative to `payments`.
+func (p *PaymentsConfig) Validate() field.Errors {
+	var errs field.Errors
+	if _, err := p.WebhookSecretBytes(); err != nil {
+		errs.Add("webhook_secret", "%v", err)
+	}
+	if p.WebhookTolerance < time.Second || p.WebhookTolerance > time.Hour {
+		errs.Add("webhook_tolerance", "must be between 1s and 1h, got %v", p.WebhookTolerance)
+	}
+	return errs
+}
+
+// checkPayTimeout checks a pay timeout (the global or an activity's):
+// 0 is off; otherwise at least 1s (the deadlines are swept every 100ms,
+// and a shorter one is no time to pay) and below the order states' life
+// in Redis, which must outlive the deadline it guards.
+func checkPayTimeout(errs *field.Errors, path string, d, orderTTL time.Duration) {
+	switch {
+	case d < 0:
+		errs.Add(path, "must not be negative (0 = no deadline), got %v", d)
+	case d > 0 && d < time.Second:
+		errs.Add(path, "must be 0 (no deadline) or at least 1s, got %v", d)
+	case d > 0 && d >= orderTTL:
+		errs.Add(path, "must be below sale.order_ttl (%v): the order's state must outlive its deadline, got %v", orderTTL, d)
+	}
 }
 
 // ClickHouseConfig is the `clickhouse:` section: the order store.
@@ -196,5 +252,6 @@ func (c *Config) validateOrders(errs *field.Errors) {
 	if o.BatchTimeMax < o.BatchTime || o.BatchTimeMax > time.Minute {
 		errs.Add("orders.batch_time_max", "must be between orders.batch_time (%v) and 1m, got %v", o.BatchTime, o.BatchTimeMax)
 	}
+	checkPayTimeout(errs, "orders.pay_timeout", o.PayTimeout, c.Sale.OrderTTL)
 	c.ClickHouse.validate(errs)
 }

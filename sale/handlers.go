@@ -184,7 +184,7 @@ func (s *Service) do(r *api.Call, st *Settings) {
 	if !ok {
 		return
 	}
-	a := s.attemptFor(r, e)
+	a := s.attemptFor(r, e, st)
 	// From the deduction until its event is published (or not): what a
 	// recovery waits for before it trusts the ledger.
 	defer s.d.Flights.Enter().Leave()
@@ -230,13 +230,19 @@ func (s *Service) admit(r *api.Call, brk *Breaker) (ok, probe bool) {
 }
 
 // attemptFor is the deduction r asks for. UserID is a view of the call's
-// buffer: Deduct copies what it keeps.
-func (s *Service) attemptFor(r *api.Call, e activity.Entry) stock.Attempt {
+// buffer: Deduct copies what it keeps. The pay deadline is fixed here, on
+// the edge's clock, from the sale's pay timeout (0: none).
+func (s *Service) attemptFor(r *api.Call, e activity.Entry, st *Settings) stock.Attempt {
 	var nonceHex [2 * ptoken.NonceLen]byte
 	ptoken.NonceHex(nonceHex[:0], r.TokenNonce)
+	created := r.NowNano / 1e6
+	var payBy int64
+	if pt := e.PayTimeout(st.PayTimeoutMs); pt > 0 {
+		payBy = created + pt
+	}
 	return stock.Attempt{
 		Order: order.Order{ID: s.d.IDs.Next(), ProductID: e.ProductID, UserID: view(r.UserID), Qty: r.Qty,
-			PriceCents: e.PriceCents, CreatedMs: r.NowNano / 1e6, Edge: s.d.Node},
+			PriceCents: e.PriceCents, CreatedMs: created, PayByMs: payBy, Edge: s.d.Node},
 		Limit: e.Limit, TokenNonceHex: view(nonceHex[:]), TokenExpiresMs: r.TokenExpiresMs,
 	}
 }
@@ -418,7 +424,12 @@ func (s *Service) result(r *api.Call) {
 		}
 		if found {
 			o, ok = stock.OrderInfo{Order: row.Order, State: stock.StateSuccess}, true
-			if row.Status == orderstore.StatusCancelled {
+			switch {
+			case row.Status == orderstore.StatusPaid:
+				o.State, o.PaidMs = stock.StatePaid, row.PaidMs
+			case row.Status == orderstore.StatusCancelled && row.Expired:
+				o.State = stock.StateExpired
+			case row.Status == orderstore.StatusCancelled:
 				o.State = stock.StateReleased
 			}
 		}
@@ -432,23 +443,29 @@ func (s *Service) result(r *api.Call) {
 	writeJSON(r.Ctx, r.Scratch)
 }
 
-// AppendResult renders {status, order} for result polls and pushes.
-// Released and failed orders are "failed" to the shopper, with a reason.
-func AppendResult(b []byte, o stock.OrderInfo) []byte {
-	status, reason := o.State, ""
-	switch o.State {
-	case stock.StateReleased:
-		status, reason = "failed", "released"
-	case stock.StateFailed:
-		status, reason = "failed", "failed"
+// ShopperStatus is the status a Redis order state is shown to the shopper
+// (and the payment system) as: pending, success (stored, unpaid), paid,
+// expired (released by the pay deadline), cancelled (released by a
+// cancel) or failed.
+func ShopperStatus(state string) string {
+	if state == stock.StateReleased {
+		return statusCancelled
 	}
+	return state
+}
+
+const statusCancelled = "cancelled"
+
+// AppendResult renders {status, payByMs?, order} for result polls and
+// pushes; payByMs (the deadline, unix ms on the edges' clock) only while
+// the order waits to be paid.
+func AppendResult(b []byte, o stock.OrderInfo) []byte {
 	b = append(b, `{"status":"`...)
-	b = append(b, status...)
+	b = append(b, ShopperStatus(o.State)...)
 	b = append(b, '"')
-	if reason != "" {
-		b = append(b, `,"reason":"`...)
-		b = append(b, reason...)
-		b = append(b, '"')
+	if o.State == stock.StateSuccess && o.PayByMs > 0 {
+		b = append(b, `,"payByMs":`...)
+		b = strconv.AppendInt(b, o.PayByMs, 10)
 	}
 	b = append(b, `,"order":{"orderId":"`...)
 	b = orderid.AppendDecimal(b, o.ID)
@@ -460,5 +477,13 @@ func AppendResult(b []byte, o stock.OrderInfo) []byte {
 	b = activity.AppendPrice(b, o.PriceCents)
 	b = append(b, `","createdMs":`...)
 	b = strconv.AppendInt(b, o.CreatedMs, 10)
+	if o.PayByMs > 0 {
+		b = append(b, `,"payByMs":`...)
+		b = strconv.AppendInt(b, o.PayByMs, 10)
+	}
+	if o.PaidMs > 0 {
+		b = append(b, `,"paidMs":`...)
+		b = strconv.AppendInt(b, o.PaidMs, 10)
+	}
 	return append(b, `}}`...)
 }

@@ -41,6 +41,9 @@ type Settings struct {
 	TokenTTL     time.Duration
 	MaxBody      int
 	Hotspot      int64
+	// PayTimeoutMs is orders.pay_timeout (0: no deadline), for the sales
+	// without their own.
+	PayTimeoutMs int64
 	// Catalog is the activities declared in the config file.
 	Catalog []*activity.Activity
 }

@@ -26,6 +26,20 @@ type Activity struct {
 	// Room is the sale's waiting room (nil: none): shoppers join its queue
 	// and buy when admitted.
 	Room *waitroom.Room
+	// OwnPayTimeout says the sale has its own time to pay, PayTimeoutMs
+	// (0: no deadline); otherwise it takes orders.pay_timeout. A sale
+	// stored before deadlines existed has neither, and takes the global.
+	OwnPayTimeout bool  `json:",omitempty"`
+	PayTimeoutMs  int64 `json:",omitempty"`
+}
+
+// PayTimeout is the sale's time to pay in ms (0: no deadline), given the
+// global orders.pay_timeout.
+func (a *Activity) PayTimeout(globalMs int64) int64 {
+	if a.OwnPayTimeout {
+		return a.PayTimeoutMs
+	}
+	return globalMs
 }
 
 // Phase is where a sale stands at an instant.
@@ -77,6 +91,11 @@ func (a *Activity) Validate() field.Errors {
 	}
 	if a.EndMs <= a.StartMs {
 		errs.Add("end", "must be after start")
+	}
+	if a.PayTimeoutMs < 0 {
+		errs.Add("pay_timeout", "must not be negative (0 = no deadline), got %dms", a.PayTimeoutMs)
+	} else if a.PayTimeoutMs > 0 && a.PayTimeoutMs < 1000 {
+		errs.Add("pay_timeout", "must be 0 (no deadline) or at least 1s, got %dms", a.PayTimeoutMs)
 	}
 	if len(a.Image) > 500 || strings.ContainsAny(a.Image, "\"<>\\ \n") {
 		errs.Add("image", "must be a plain URL or path of at most 500 characters")

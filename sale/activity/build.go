@@ -13,6 +13,12 @@ import (
 func Build(c conf.ActivityConfig, base time.Time) (*Activity, field.Errors) {
 	var errs field.Errors
 	a := &Activity{ProductID: c.ProductID, Name: c.Name, Image: c.Image, Stock: c.Stock, Limit: c.Limit}
+	if c.PayTimeout != nil {
+		a.OwnPayTimeout, a.PayTimeoutMs = true, c.PayTimeout.Milliseconds()
+		if *c.PayTimeout > 0 && a.PayTimeoutMs == 0 {
+			a.PayTimeoutMs = 1 // below 1ms: refused by Validate as below 1s, not taken as "none"
+		}
+	}
 	if c.Limit == 0 {
 		a.Limit = 1
 	}

@@ -108,12 +108,31 @@ var (
 	AdminUnavailable       = newRejection(503, "DEGRADED", "the store is unavailable")
 	AdminRestockUsage      = newRejection(400, "BAD_REQUEST", "productId must be a valid id and add a whole number from 1 to 1000000000")
 	AdminDegradeUsage      = newRejection(400, "BAD_REQUEST", `send {"productId": "p1" or "" for all, "on": true|false}`)
-	AdminCancelUsage       = newRejection(400, "BAD_REQUEST", `send {"productId": "p1", "orderId": "<id>"}`)
+	AdminCancelUsage       = newRejection(400, "BAD_REQUEST", `send {"productId": "p1", "orderId": "<id>"}`) // cancel and paid
 	AdminWaitroomUsage     = newRejection(400, "BAD_REQUEST", `send {"productId": "p3", "action": "pause"|"resume"|"close"|"open"|"rate", "admitPerMinute": 1..10000000 with rate}`)
 	AdminNoReleasableOrder = newRejection(404, "NOT_FOUND", "no order with that id that can be released (unknown, expired, or failed)")
 	// Internal: the edge failed to build an answer (the dashboard's
 	// snapshot); sent WithMessage, carrying the cause, to the operator only.
 	Internal = newRejection(500, "INTERNAL", "internal error")
+)
+
+// Payments: POST /admin/orders/paid and the signed webhook
+// POST /api/payments/webhook. TooLate's answer also carries the order's
+// state (AppendOpen): expired, cancelled or failed.
+var (
+	TooLate = newRejection(409, "TOO_LATE", "the order can no longer be paid")
+	// OrderPaid: a cancel of a paid order; paid is final.
+	OrderPaid          = newRejection(409, "ORDER_PAID", "the order is paid: paid is final, it cannot be cancelled")
+	UnknownPayOrder    = newRejection(404, "NOT_FOUND", "no such order for this product")
+	PaidUnconfirmed    = newRejection(503, "DEGRADED", "the payment is recorded but its event is not confirmed yet: retrying is safe")
+	ReleaseUnpublished = newRejection(503, "DEGRADED", "the order is released but its event is not confirmed yet: retrying is safe")
+	WebhookOff         = newRejection(404, "NOT_FOUND", "payment webhooks are off (payments.webhook_secret)")
+	BadSignature       = newRejection(401, "BAD_SIGNATURE", "missing or invalid Flashgate-Signature")
+	BadTimestamp       = newRejection(400, "BAD_TIMESTAMP", "Flashgate-Timestamp must be unix seconds")
+	OldTimestamp       = newRejection(400, "BAD_TIMESTAMP", "Flashgate-Timestamp is too old (outside payments.webhook_tolerance)")
+	FutureTimestamp    = newRejection(400, "BAD_TIMESTAMP", "Flashgate-Timestamp is in the future (outside payments.webhook_tolerance)")
+	Replayed           = newRejection(409, "REPLAYED", "this webhook event id was already received")
+	BadWebhookEvent    = newRejection(400, "BAD_REQUEST", `send {"id": "1-64 of A-Z a-z 0-9 _ -", "type": "payment.succeeded", "productId": "p1", "orderId": "<id>"}`)
 )
 
 // The origin pools (package upstream). Generic on purpose: the detail goes

@@ -33,6 +33,14 @@
   var QUEUE_MAX_BACKOFF_MS = 15000;
   var QUEUE_ANNOUNCE_MS = 30000;  // a screen reader hears the moving place at most this often
   var POW_GIVE_UP_MS = 120000;    // a browser check that takes longer has gone wrong
+  // An order waiting to be paid: its result is asked every few seconds and
+  // just after its deadline (the edges release it within a fraction of a
+  // second of it). The last order per shopper and sale is remembered in
+  // localStorage, so that a reload shows it again instead of Buy.
+  var PAY_POLL_MS = 5000;
+  var PAY_AFTER_DEADLINE_MS = 500;
+  var ORDER_KEY = 'flashgate.order.';
+  var ORDER_ID = /^[0-9]{1,20}$/;
 
   var NETWORK = 'Network problem — check your connection.';
   var GENERIC = 'Something went wrong — please try again.';
@@ -72,6 +80,8 @@
     pollTimer: 0,
     pollFailures: 0,
     polling: false,
+    pay: null,           // the order to pay {id, qty, payByMs}, while it is unpaid
+    payTimer: 0,
     room: newRoom()
   };
 
@@ -109,6 +119,21 @@
     try {
       if (id) sessionStorage.setItem(SESSION_KEY, id); else sessionStorage.removeItem(SESSION_KEY);
     } catch (e) { /* private mode: the page still works for this visit */ }
+  }
+
+  // The shopper's last order for this sale {id, qty}, per user and product.
+  function orderKey() { return ORDER_KEY + state.user + '.' + state.productId; }
+  function rememberOrder(id, qty) {
+    try { localStorage.setItem(orderKey(), JSON.stringify({ id: id, qty: qty })); } catch (e) { /* private mode */ }
+  }
+  function forgetOrder() {
+    try { localStorage.removeItem(orderKey()); } catch (e) { /* private mode */ }
+  }
+  function recalledOrder() {
+    var o;
+    try { o = JSON.parse(localStorage.getItem(orderKey()) || 'null'); } catch (e) { return null; }
+    if (!o || typeof o.id !== 'string' || !ORDER_ID.test(o.id)) return null;
+    return { id: o.id, qty: o.qty > 0 ? Math.floor(o.qty) : 1 };
   }
 
   // Writing only on change keeps layout work and screen-reader chatter down:
@@ -232,11 +257,13 @@
     renderUser();
     render();
     if (roomOn()) checkQueue();
+    restoreOrder();
     (!el.join.hidden && !el.join.disabled ? el.join : el.buy.disabled || el.buyRow.hidden ? el.name : el.buy).focus();
   }
 
   function signOut(reason) {
     resetRoom();
+    stopPay();
     state.user = '';
     saveUser('');
     renderUser();
@@ -323,6 +350,7 @@
       el.qty.textContent = '';
       for (var i = 1; i <= max; i++) el.qty.appendChild(new Option(String(i), String(i), false, i === keep));
     }
+    if (d.limit > 0 && state.bought >= d.limit) state.limitReached = true;
     show(el.limitNote, d.limit > 0);
     setText(el.limitNote, d.limit > 0 ? 'Limit ' + d.limit + ' per shopper.' : '');
   }
@@ -410,6 +438,8 @@
       else setMessage('');
     }
 
+    if (state.msgKey === 'pay' && state.pay) setText(el.message, payText(now));
+
     var room = renderRoom(st, now);
 
     var text, enabled = false;
@@ -441,6 +471,7 @@
     var qty = parseInt(el.qty.value, 10) || 1;
     var pid = state.productId;
     state.busy = true;
+    stopPay();
     showOrder('');
     setMessage('Reserving your item…', 'info');
     render();
@@ -451,6 +482,7 @@
         if (!r.data || r.data.orderId == null) return refused(r);
         var id = String(r.data.orderId);
         showOrder(id);
+        rememberOrder(id, qty);
         // A 503 that names an order: the purchase went through but is not
         // confirmed yet (status "pending"), or the sale could not tell
         // whether it did (status "unknown"). Either way the order's result
@@ -523,9 +555,27 @@
   }
 
   function settle(id, d) {
-    if (d.status === 'success') {
+    var qty = d.order && d.order.quantity > 0 ? d.order.quantity : 1;
+    if (d.status === 'success' && d.payByMs > 0) {
+      state.pay = { id: id, qty: qty, payByMs: d.payByMs };
+      setMessage(payText(serverNow()), 'info', 'pay');
+      schedulePay();
+    } else if (d.status === 'success') {
       setMessage('Success! Order ' + id + ' confirmed.', 'ok');
+    } else if (d.status === 'paid') {
+      stopPay();
+      setMessage('Paid — thank you. Order ' + id + ' is yours.', 'ok');
+    } else if (d.status === 'expired' || d.status === 'cancelled') {
+      stopPay();
+      forgetOrder();
+      // The units went back on sale: the shopper may buy again while stock lasts.
+      state.bought = Math.max(0, state.bought - qty);
+      state.limitReached = false;
+      setMessage(d.status === 'expired' ? 'Expired — the item went back on sale.' :
+        'Sorry — order ' + id + ' was cancelled, and the item went back on sale.', 'bad');
+      schedulePoll(0);
     } else if (d.status === 'failed') {
+      forgetOrder();
       var code = d.reason || (d.order && (d.order.code || d.order.reason));
       var why = code && MESSAGES[code] ? ' ' + MESSAGES[code] : '';
       setMessage('Sorry — order ' + id + ' could not be completed.' + why, 'bad');
@@ -552,7 +602,7 @@
         settle(id, d);
         resolve();
       }
-      function terminal(d) { return d && (d.status === 'success' || d.status === 'failed'); }
+      function terminal(d) { return d && typeof d.status === 'string' && d.status !== 'pending'; }
 
       function poll() {
         if (done) return;
@@ -596,6 +646,104 @@
       timer = setTimeout(function () { if (!done) fallBack(); }, EVENTS_QUIET_MS);
     });
   }
+
+  // ---- paying ----
+
+  // "Pay by 12:34 (14:59 left)": the deadline in the shopper's local time
+  // (the server's deadline moved onto this device's clock) and the time
+  // left on the server's clock.
+  function payText(now) {
+    var p = state.pay;
+    var left = p.payByMs - now;
+    if (left <= 0) return 'Order ' + p.id + ': the time to pay is over — checking…';
+    var at = new Date(p.payByMs - state.offset);
+    return 'Order ' + p.id + ' is reserved. Pay by ' + pad(at.getHours()) + ':' + pad(at.getMinutes()) +
+      ' (' + formatClock(left) + ' left).';
+  }
+
+  function stopPay() {
+    clearTimeout(state.payTimer);
+    state.payTimer = 0;
+    state.pay = null;
+  }
+
+  // schedulePay asks the order's result every few seconds and just after
+  // its deadline, until it is paid or released.
+  function schedulePay() {
+    clearTimeout(state.payTimer);
+    var p = state.pay;
+    if (!p) return;
+    var left = p.payByMs - serverNow();
+    var wait = left > 0 ? Math.min(document.hidden ? PAY_POLL_MS * 3 : PAY_POLL_MS, left + PAY_AFTER_DEADLINE_MS) : 1000;
+    state.payTimer = setTimeout(checkPay, wait);
+  }
+
+  function checkPay() {
+    var p = state.pay;
+    if (!p) return;
+    var q = encodeURIComponent(p.id) + '&productId=' + encodeURIComponent(state.productId);
+    request('GET', '/api/seckill/result?orderId=' + q, null, 5000).then(function (r) {
+      if (state.pay !== p) return;
+      if (r.ok && r.data && typeof r.data.status === 'string' && r.data.status !== 'success' && r.data.status !== 'pending') {
+        settle(p.id, r.data);
+        return;
+      }
+      if (r.status === 401) {
+        signOut('Please sign in again to see how order ' + p.id + ' went.');
+        return;
+      }
+      if (r.status === 404) {
+        // Gone from the sale (long ago, or another shopper's device): forget it.
+        stopPay();
+        forgetOrder();
+        return;
+      }
+      schedulePay();
+    }, function () {
+      if (state.pay === p) schedulePay();
+    });
+  }
+
+  // restoreOrder shows the shopper's remembered order after a reload (or a
+  // sign-in on this device): its state now, and follows it from there.
+  function restoreOrder() {
+    if (!state.user || !state.productId || state.busy) return;
+    var o = recalledOrder();
+    if (!o) return;
+    var q = encodeURIComponent(o.id) + '&productId=' + encodeURIComponent(state.productId);
+    request('GET', '/api/seckill/result?orderId=' + q, null, 5000).then(function (r) {
+      if (r.status === 404) { forgetOrder(); return; }
+      if (!r.ok || !r.data || typeof r.data.status !== 'string' || state.busy) return;
+      showOrder(o.id);
+      var d = r.data;
+      if (d.status === 'pending' || d.status === 'success' || d.status === 'paid') {
+        state.bought = Math.max(state.bought, o.qty);
+        if (state.product && state.product.limit > 0 && state.bought >= state.product.limit) state.limitReached = true;
+      }
+      if (d.status === 'pending') {
+        setMessage('Queued — order ' + o.id + ' is being confirmed…', 'info');
+        state.busy = true;
+        render();
+        waitForOutcome(o.id).then(function () { state.busy = false; render(); });
+        return;
+      }
+      if (d.status === 'expired' || d.status === 'cancelled') {
+        // Already released before this visit: say so once, nothing to give back.
+        state.bought = 0;
+        forgetOrder();
+        setMessage(d.status === 'expired' ? 'Expired — the item went back on sale.' :
+          'Sorry — order ' + o.id + ' was cancelled, and the item went back on sale.', 'bad');
+        render();
+        return;
+      }
+      settle(o.id, d);
+      render();
+    }, function () { /* the page still works; the order shows on the next visit */ });
+  }
+
+  document.addEventListener('visibilitychange', function () {
+    if (!document.hidden && state.pay) schedulePay();
+  });
 
   // ---- waiting room ----
 
@@ -986,5 +1134,6 @@
   }
   render();
   pollStatus();
+  restoreOrder();
   setInterval(render, 200);
 })();

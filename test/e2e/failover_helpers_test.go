@@ -570,7 +570,7 @@ func (r *foRig) verify(l *foLoad, answers []foAnswer, x foExpect) {
 			}
 			continue
 		}
-		if row.product != a.product || row.user != a.user || row.status != 1 || row.qty != 1 {
+		if row.product != a.product || row.user != a.user || row.status != 0 || row.qty != 1 {
 			t.Errorf("order %d answered 200 to %s for %s is stored as %+v", a.order, a.user, a.product, row)
 		}
 	}
@@ -582,7 +582,7 @@ func (r *foRig) verify(l *foLoad, answers []foAnswer, x foExpect) {
 	units := map[string]int64{}
 	perBuyer := map[[2]string]int64{}
 	for _, row := range rows {
-		if row.status != 1 {
+		if row.status == 2 { // released: not held (0 unpaid and 1 paid are)
 			continue
 		}
 		units[row.product] += int64(row.qty)

@@ -277,7 +277,7 @@ func (f *fleet) verifySale(x saleCheck) {
 			fromVictim++
 		}
 		r, found := rows[a.order]
-		if !found || r.status != 1 || r.product != p.product || r.user != p.user || r.qty != 1 {
+		if !found || r.status != 0 || r.product != p.product || r.user != p.user || r.qty != 1 {
 			t.Errorf("order %d answered 200 to %s for %s is stored as %+v (found %v)", a.order, p.user, p.product, r, found)
 		}
 	}
@@ -341,7 +341,7 @@ func (f *fleet) verifySale(x saleCheck) {
 		t.Error("the killed edge left nothing in its outbox: nothing for the relay to prove")
 	}
 	for _, o := range x.orphans {
-		if r, found := rows[o.id]; !found || r.status != 1 || r.product != o.product {
+		if r, found := rows[o.id]; !found || r.status != 0 || r.product != o.product {
 			t.Errorf("order %v left in the killed edge's outbox is not stored: %+v (found %v)", o, r, found)
 		}
 	}

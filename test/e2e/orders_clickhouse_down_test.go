@@ -104,7 +104,7 @@ func TestClickHouseDown10s(t *testing.T) {
 	env.awaitStates(ok, stock.StateSuccess, 30*time.Second)
 	rows := env.rows()
 	for _, o := range ok {
-		if r, found := rows[o.id]; !found || r.status != 1 || r.product != o.product {
+		if r, found := rows[o.id]; !found || r.status != 0 || r.product != o.product {
 			t.Errorf("order %v: row %+v (found %v)", o, r, found)
 		}
 	}

@@ -57,15 +57,15 @@ func TestTenThousandOrdersEndToEnd(t *testing.T) {
 	lastStored := watch.last()
 
 	// Every row is an answered order, with the buyer and product the
-	// shopper used, stored as an order (status 1).
+	// shopper used, stored as an unpaid order (status 0).
 	rows := env.rows()
 	for id, r := range rows {
 		p, found := owner[id]
 		switch {
 		case !found:
 			t.Errorf("row for order %d that no shopper was told about", id)
-		case r.product != p.product || r.user != p.user || r.qty != 1 || r.status != 1:
-			t.Errorf("order %d stored as %+v, want %s/%s qty 1 status 1", id, r, p.product, p.user)
+		case r.product != p.product || r.user != p.user || r.qty != 1 || r.status != 0:
+			t.Errorf("order %d stored as %+v, want %s/%s qty 1 status 0", id, r, p.product, p.user)
 		}
 	}
 	for _, p := range products {

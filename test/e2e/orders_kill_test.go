@@ -111,7 +111,7 @@ func TestEdgeKilledMidRun(t *testing.T) {
 	t.Logf("%d rows (= units deducted) %v after the load ended", deducted, took.Round(time.Millisecond))
 	rows := env.rows()
 	for _, o := range ok {
-		if r, found := rows[o.id]; !found || r.status != 1 || r.product != o.product {
+		if r, found := rows[o.id]; !found || r.status != 0 || r.product != o.product {
 			t.Errorf("order %v answered 200 is not stored: %+v (found %v)", o, r, found)
 		}
 	}

@@ -122,8 +122,8 @@ func TestDuplicateEventOneRow(t *testing.T) {
 	}
 	t.Logf("4 events of order %d: %d physical rows before the merge, one after FINAL and after OPTIMIZE", id, raw)
 	rows := env.rows()
-	if r := rows[id]; r.user != "alice" || r.product != "d" || r.qty != 1 || r.status != 1 || int64(r.updateMs) != ev.CreatedMs {
-		t.Errorf("row %+v, want alice/d qty 1 status 1 version %d", r, ev.CreatedMs)
+	if r := rows[id]; r.user != "alice" || r.product != "d" || r.qty != 1 || r.status != 0 || int64(r.updateMs) != ev.CreatedMs {
+		t.Errorf("row %+v, want alice/d qty 1 status 0 (unpaid) version %d", r, ev.CreatedMs)
 	}
 	if s, _ := env.orderStates([]ordID{{"d", id}}); s[0] != stock.StateSuccess {
 		t.Errorf("order state %q after the duplicates, want success", s[0])
@@ -136,7 +136,7 @@ func TestDuplicateEventOneRow(t *testing.T) {
 // alice buys 2 (a1, a2), bob 1: sold out on both edges. Cancelling a1 twice
 // (once on each edge's admin listener) returns its unit once: stock exactly
 // 1, alice's count exactly 1, the sale's released counter 1; the second
-// cancel is a 404. One status-2 row; the result says failed/released. The
+// cancel is a 404. One status-2 row; the result says cancelled. The
 // second edge's sold-out flag is cleared by the broadcast; alice buys again
 // there exactly once, and nothing more is sellable.
 func TestReleaseTwiceReturnsStockOnce(t *testing.T) {
@@ -195,8 +195,8 @@ func TestReleaseTwiceReturnsStockOnce(t *testing.T) {
 		t.Errorf("row of a1 %+v, want alice status 2", r)
 	}
 	q := "/api/seckill/result?orderId=" + strconv.FormatInt(a1, 10) + "&productId=" + product
-	if r := e2.must("GET", q, env.j.get("alice"), nil); r.status != 200 || jsonStr(r.body, "status") != "failed" || jsonStr(r.body, "reason") != "released" {
-		t.Errorf("result of the released order: %v, want failed/released", r)
+	if r := e2.must("GET", q, env.j.get("alice"), nil); r.status != 200 || jsonStr(r.body, "status") != "cancelled" {
+		t.Errorf("result of the released order: %v, want cancelled", r)
 	}
 
 	// alice buys again on the second edge, exactly once.
@@ -211,8 +211,8 @@ func TestReleaseTwiceReturnsStockOnce(t *testing.T) {
 	}
 	env.awaitStates([]ordID{{product, a3}}, stock.StateSuccess, 15*time.Second)
 	env.awaitRows(4, 15*time.Second)
-	if n, err := env.rowCount("status = 1"); err != nil || n != 3 {
-		t.Errorf("%d status-1 rows (%v), want 3 (a2, b1, a3)", n, err)
+	if n, err := env.rowCount("status = 0"); err != nil || n != 3 {
+		t.Errorf("%d status-0 (unpaid) rows (%v), want 3 (a2, b1, a3)", n, err)
 	}
 	checkReconcile(t, e1.admin, 1)
 }

@@ -28,7 +28,7 @@
   var el = {
     node: $('node'), version: $('version'), serverTime: $('server-time'),
     breaker: $('breaker'), degradedAll: $('degraded-all'), reload: $('reload'), updated: $('updated'),
-    notice: $('notice'), products: $('products'), filters: $('filters'), pipeline: $('pipeline'),
+    notice: $('notice'), products: $('products'), payments: $('payments'), filters: $('filters'), pipeline: $('pipeline'),
     productIds: $('product-ids'), tokenForm: $('token-form'), token: $('token')
   };
 
@@ -41,7 +41,7 @@
     last: null,      // last snapshot
     lastAt: 0,       // browser time it arrived
     history: [],     // [{t, node, a: {productId: attempts}, r: {filter: rejected}}], oldest first
-    rows: { products: {}, filters: {} }
+    rows: { products: {}, payments: {}, filters: {} }
   };
 
   // ---- token ----
@@ -151,6 +151,7 @@
 
     renderReload(s.reload || {}, s.serverTimeMs);
     renderProducts(s.products || []);
+    renderPayments(s.products || []);
     renderFilters(s.filters || []);
     renderPipeline(s.pipeline || {});
     renderUpdated();
@@ -316,6 +317,39 @@
         el.productIds.appendChild(o);
       });
     }
+  }
+
+  function renderPayments(list) {
+    keyed(el.payments, state.rows.payments, list, function (p) { return p.productId; }, 'data-product',
+      function () {
+        var tr = document.createElement('tr');
+        cells(tr, [['th', 'pid'], ['td', 'num unpaid'], ['td', 'num paid'], ['td', 'num expired'], ['td', 'num due'], ['td', 'deadlines']]);
+        return tr;
+      },
+      function (tr, p) {
+        var q = function (c) { return tr.querySelector('.' + c); };
+        text(q('pid'), p.productId);
+        text(q('unpaid'), fmtCount(p.unpaid));
+        text(q('paid'), fmtCount(p.paid));
+        text(q('expired'), fmtCount(p.expired));
+        text(q('due'), fmtCount(p.due));
+        text(q('deadlines'), fmtDeadlines(p));
+      }, 'No sales on this edge.', 6);
+  }
+
+  // fmtDeadlines: "0:42, 1:10, 2:30, …" — time left on the edge's
+  // clock (the snapshot's), "overdue" for one the sweep has not released yet.
+  function fmtDeadlines(p) {
+    if (typeof p.due !== 'number' || p.due < 0) return 'unknown';
+    if (p.due === 0) return 'none';
+    var now = state.last ? state.last.serverTimeMs : Date.now();
+    var parts = (p.deadlines || []).slice(0, 5).map(function (d) {
+      var left = Math.ceil((d.payByMs - now) / 1000);
+      if (left <= 0) return 'overdue';
+      var h = Math.floor(left / 3600), m = Math.floor(left / 60) % 60, s = left % 60;
+      return (h ? h + ':' + (m < 10 ? '0' : '') + m : String(m)) + ':' + (s < 10 ? '0' : '') + s;
+    });
+    return parts.join(', ') + (p.due > parts.length ? ', …' : '');
   }
 
   function renderFilters(list) {
