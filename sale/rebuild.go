@@ -400,7 +400,7 @@ func (s *Service) plan(ctx context.Context, a *activity.Activity, meta stock.Sal
 	}
 	sale.Stock = sale.Initial + sale.Restocked - held
 	sale.Released = st.Released
-	fix := map[int64]string{}
+	var fix []stock.OrderInfo
 	for id, state := range hashes {
 		status, stored := st.Statuses[id]
 		if !stored {
@@ -411,7 +411,14 @@ func (s *Service) plan(ctx context.Context, a *activity.Activity, meta stock.Sal
 			want = stock.StateReleased
 		}
 		if state != want {
-			fix[id] = want
+			info, ok, err := s.d.Store.OrderState(ctx, p, id)
+			if err != nil {
+				return stock.Rebuild{}, 0, err
+			}
+			if ok {
+				info.State = want
+				fix = append(fix, info)
+			}
 		}
 	}
 	return stock.Rebuild{Sale: sale, Buyers: buyers, Orders: fix}, pending, nil

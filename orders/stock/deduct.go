@@ -163,8 +163,8 @@ type span struct{ lo, hi int32 }
 var batchPool = sync.Pool{New: func() any { return new(batch) }}
 
 // spansPerAttempt: buyer, order and token keys, then user qty limit orderId
-// price now tokenTTL node.
-const spansPerAttempt = 11
+// price now tokenTTL node payBy.
+const spansPerAttempt = 12
 
 // Deduct runs one attempt through the product's group commit: while a
 // script call for the product is in flight (inFlightPerProduct), further
@@ -447,13 +447,14 @@ func (b *batch) build(p *product, s *Store) {
 		b.num("", "", a.CreatedMs)
 		b.num("", "", a.TokenExpiresMs-a.CreatedMs)
 		b.num("", "", int64(a.Edge))
+		b.num("", "", a.PayByMs)
 	}
 	b.keys = append(b.keys[:0], p.stockKey, p.outboxKey, p.metaKey)
 	b.args = append(b.args[:0], p.id, s.graceMs, s.orderTTLMs, s.fenceArg())
 	for i := range b.send {
 		sp := b.spans[i*spansPerAttempt : (i+1)*spansPerAttempt]
 		b.keys = append(b.keys, b.s(sp[0]), b.s(sp[1]), b.s(sp[2]))
-		b.args = append(b.args, b.s(sp[3]), b.s(sp[4]), b.s(sp[5]), b.s(sp[6]), b.s(sp[7]), b.s(sp[8]), b.s(sp[9]), b.s(sp[10]))
+		b.args = append(b.args, b.s(sp[3]), b.s(sp[4]), b.s(sp[5]), b.s(sp[6]), b.s(sp[7]), b.s(sp[8]), b.s(sp[9]), b.s(sp[10]), b.s(sp[11]))
 	}
 }
 

@@ -13,8 +13,14 @@
 //
 //   - Never oversold. Stock moves only inside Lua scripts: the deduction
 //     (lua/deduct.lua), warm-up (SET NX, never raising a live sale), restock
-//     (explicit, only on a live sale) and release (guarded by the order's
-//     state, so at most once).
+//     (explicit, only on a live sale) and the settle script (lua/release.lua:
+//     cancel, the pay deadline and the payment, guarded by the order's
+//     state, so each order is released or paid at most once, never both).
+//   - Pay deadlines (settle.go). An order with PayByMs enters the due set
+//     when it is stored (MarkSuccess); every edge sweeps it (ExpireDue),
+//     and Redis' clock decides in the script whether a payment or the
+//     deadline came first. Each settlement writes its event (release with
+//     its reason, or paid) to the outbox in the same script.
 //   - The outbox entry is written by the same script as the deduction, with
 //     the buyer count, the used token and the pending order: a crash cannot
 //     separate them.

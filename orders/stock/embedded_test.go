@@ -105,8 +105,8 @@ func TestEmbeddedDataDirSurvivesRestart(t *testing.T) {
 	if r := remaining(t, s2, "pd"); r != 6 {
 		t.Errorf("remaining %d after restart, want 6", r)
 	}
-	if n, _ := s2.OutboxLen(ctx, "pd"); n != 3 {
-		t.Errorf("outbox %d entries, want 3", n)
+	if n, _ := s2.OutboxLen(ctx, "pd"); n != 4 {
+		t.Errorf("outbox %d entries, want 4 (three orders, one release)", n)
 	}
 	for i, want := range []string{StatePending, StateSuccess, StateReleased} {
 		info, ok, err := s2.OrderState(ctx, "pd", orders[i].ID)

@@ -2,22 +2,29 @@ package stock
 
 import (
 	"errors"
-	"flashgate/orders/order"
 	"fmt"
 	"strconv"
+	"strings"
+
+	"flashgate/orders/order"
 )
 
 // Key layout. Every key of a product carries the product's hash tag {p} so
 // that one script touches one slot and runs unchanged on Redis Cluster.
 //
 //	sk:{p}:stock        remaining units (string integer); absent = not warmed
-//	sk:{p}:meta         hash: initial restocked released limit price start end
-//	                    runid (the server the sale was verified on), tokens
+//	sk:{p}:meta         hash: initial restocked released paid expired limit price
+//	                    start end runid (the server the sale was verified on), tokens
 //	                    (tokens expiring by then are refused), recovering
 //	                    (the fence, see fence.go), quiet:<node>
 //	sk:{p}:recover      the lock of the edge rebuilding a fenced sale
 //	sk:{p}:u:<userId>   units bought by the user; TTL until sale end + BuyerGrace
-//	sk:{p}:o:<orderId>  hash: state user qty price created node; TTL OrderTTL
+//	sk:{p}:o:<orderId>  hash: state user qty price created node payby, and paid
+//	                    closed once settled (settle.go); TTL OrderTTL
+//	sk:{p}:due          sorted set of the pay deadlines: score payby (unix ms),
+//	                    member "<orderId>:<userId>" (settle.go)
+//	sk:{p}:wh:<id>      a payment webhook's event id already seen; TTL the
+//	                    webhook's replay window (Pay)
 //	sk:{p}:t:<nonce>    a used one-time purchase token; TTL until it expires
 //	sk:{p}:outbox       stream of order events (see the field* constants)
 //	sk:{p}:relays       hash: outbox relay consumer -> unix ms it last read the outbox (outbox.go)
@@ -71,16 +78,21 @@ func SoldOutChannelOf(product string) string { return prefix(product) + soldOutS
 // Cluster.
 func SettledChannelOf(product string) string { return prefix(product) + settledSuffix }
 
-// Outbox entry fields, written by the deduction script and parsed by
-// OutboxEntry.Order.
+// Outbox entry fields, written by the deduction and settle scripts and
+// parsed by OutboxEntry.Order and OutboxEntry.Event.
 const (
-	fieldOrder   = "order"   // order id, decimal
-	fieldProduct = "product" // product id
-	fieldUser    = "user"    // user id
-	fieldQty     = "qty"     // units
-	fieldPrice   = "price"   // unit price in cents
-	fieldCreated = "created" // edge clock, unix ms
-	fieldNode    = "node"    // edge node id
+	fieldType     = "type"     // the event type; absent = order.TypeOrder
+	fieldReason   = "reason"   // a release's reason (order.Reason*)
+	fieldReleased = "released" // a release's time, Redis clock, unix ms
+	fieldPaid     = "paid"     // a payment's time, Redis clock, unix ms
+	fieldPayBy    = "payby"    // the pay deadline, unix ms; absent or 0 = none
+	fieldOrder    = "order"    // order id, decimal
+	fieldProduct  = "product"  // product id
+	fieldUser     = "user"     // user id
+	fieldQty      = "qty"      // units
+	fieldPrice    = "price"    // unit price in cents
+	fieldCreated  = "created"  // edge clock, unix ms
+	fieldNode     = "node"     // edge node id
 )
 
 func prefix(product string) string { return keyPrefix + product + "}:" }
@@ -100,6 +112,47 @@ func BuyerKey(product, user string) string { return prefix(product) + "u:" + use
 // OrderKey is sk:{p}:o:<orderId>.
 func OrderKey(product string, orderID int64) string {
 	return prefix(product) + "o:" + strconv.FormatInt(orderID, 10)
+}
+
+// DueKey is sk:{p}:due, the product's pay deadlines.
+func DueKey(product string) string { return prefix(product) + "due" }
+
+// dueMember is the member of an order in DueKey: the order id and its
+// buyer, so that a sweep can declare the order's and the buyer's keys
+// without reading the order first (':' is outside the user alphabet).
+func dueMember(orderID int64, user string) string {
+	return strconv.FormatInt(orderID, 10) + ":" + user
+}
+
+// parseDueMember splits a DueKey member; ok is false when it is not one.
+func parseDueMember(m string) (orderID int64, user string, ok bool) {
+	idText, user, found := strings.Cut(m, ":")
+	id, err := strconv.ParseInt(idText, 10, 64)
+	if !found || err != nil || id <= 0 || !order.ValidUserID(user) {
+		return 0, "", false
+	}
+	return id, user, true
+}
+
+// ReplayKey is sk:{p}:wh:<id>, a payment webhook event id already seen.
+// The id's alphabet ([A-Za-z0-9_-], ValidReplayID) has no brace.
+func ReplayKey(product, id string) string { return prefix(product) + "wh:" + id }
+
+// MaxReplayIDLen bounds a webhook event id.
+const MaxReplayIDLen = 64
+
+// ValidReplayID reports whether id is a webhook event id: [A-Za-z0-9_-]{1,64}.
+func ValidReplayID(id string) bool {
+	if id == "" || len(id) > MaxReplayIDLen {
+		return false
+	}
+	for i := 0; i < len(id); i++ {
+		c := id[i]
+		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '_' || c == '-') {
+			return false
+		}
+	}
+	return true
 }
 
 // TokenKey is sk:{p}:t:<nonceHex>.

@@ -198,10 +198,54 @@ func (e *OutboxEntry) Order() (order.Order, error) {
 		CreatedMs:  num(fieldCreated),
 		Edge:       int(num(fieldNode)),
 	}
+	if _, ok := f[fieldPayBy]; ok {
+		// Absent in entries written before deadlines existed: none.
+		o.PayByMs = num(fieldPayBy)
+	}
 	if err := o.Validate(); err != nil {
 		return order.Order{}, fmt.Errorf("outbox entry %v: %w", f, err)
 	}
 	return o, nil
+}
+
+// Type is the type of the event the entry records: order.TypeOrder (the
+// deduction's entries carry none), order.TypeRelease or order.TypePaid
+// (the settle script's).
+func (e *OutboxEntry) Type() string {
+	if t, ok := e.Fields[fieldType]; ok {
+		return t
+	}
+	return order.TypeOrder
+}
+
+// Event is the event the entry records, whatever its type: the order event
+// of a deduction, or the release or paid event of a settlement, exactly as
+// the edge that wrote it publishes it (Settlement.Event), so that a re-send
+// is a true duplicate. An error wraps order.ErrInvalid or
+// order.ErrMalformed: the entry cannot become an event.
+func (e *OutboxEntry) Event() (order.Event, error) {
+	o, err := e.Order()
+	if err != nil {
+		return order.Event{}, err
+	}
+	ev := order.Event{V: order.Version, Type: e.Type(), Order: o}
+	num := func(name string) int64 {
+		n, err := strconv.ParseInt(e.Fields[name], 10, 64)
+		if err != nil {
+			return -1 // fails Validate below
+		}
+		return n
+	}
+	switch ev.Type {
+	case order.TypeRelease:
+		ev.Reason, ev.ReleasedMs = e.Fields[fieldReason], num(fieldReleased)
+	case order.TypePaid:
+		ev.PaidMs = num(fieldPaid)
+	}
+	if err := ev.Validate(); err != nil {
+		return order.Event{}, fmt.Errorf("outbox entry %v: %w", e.Fields, err)
+	}
+	return ev, nil
 }
 
 // ClaimOutbox takes over up to count entries that sat in any consumer's

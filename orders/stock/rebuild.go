@@ -1,9 +1,11 @@
 package stock
 
 import (
+	"cmp"
 	"context"
 	_ "embed"
 	"fmt"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -68,8 +70,8 @@ func (s *Store) Meta(ctx context.Context, productID string) (Sale, bool, error) 
 	num := func(k string) int64 { n, _ := strconv.ParseInt(m[k], 10, 64); return n }
 	return Sale{
 		ProductID: productID, Initial: num("initial"), Restocked: num("restocked"),
-		Released: num("released"), Limit: int(num("limit")), Price: num("price"),
-		StartMs: num("start"), EndMs: num("end"),
+		Released: num("released"), Paid: num("paid"), Expired: num("expired"),
+		Limit: int(num("limit")), Price: num("price"), StartMs: num("start"), EndMs: num("end"),
 	}, true, nil
 }
 
@@ -77,13 +79,32 @@ func (s *Store) Meta(ctx context.Context, productID string) (Sale, bool, error) 
 // and maybe or maybe not in Kafka yet. After a real Redis lost its memory
 // there are none (the stream died with it); the embedded server restores
 // its streams from the snapshot. Entries that do not make a valid order
-// (OutboxEntry.Order) are skipped: the relay dead-letters them.
+// (OutboxEntry.Order) are skipped: the relay dead-letters them. The
+// settlements' entries (release, paid) are not orders: OutboxEvents has
+// them.
 func (s *Store) OutboxOrders(ctx context.Context, productID string) ([]order.Order, error) {
+	evs, err := s.OutboxEvents(ctx, productID)
+	if err != nil {
+		return nil, err
+	}
+	var out []order.Order
+	for _, e := range evs {
+		if e.Type == order.TypeOrder {
+			out = append(out, e.Order)
+		}
+	}
+	return out, nil
+}
+
+// OutboxEvents lists the events in the product's outbox stream, oldest
+// first, of every type (OutboxEntry.Event); entries that make none are
+// skipped.
+func (s *Store) OutboxEvents(ctx context.Context, productID string) ([]order.Event, error) {
 	if err := checkProduct(productID); err != nil {
 		return nil, err
 	}
 	key := OutboxKey(productID)
-	var out []order.Order
+	var out []order.Event
 	for start := "-"; ; {
 		cctx, cancel := s.call(ctx)
 		entries, err := s.c.Do(cctx, s.c.B().Xrange().Key(key).Start(start).End("+").Count(1000).Build()).AsXRange()
@@ -92,8 +113,8 @@ func (s *Store) OutboxOrders(ctx context.Context, productID string) ([]order.Ord
 			return nil, fmt.Errorf("stock: outbox %s: %w", key, err)
 		}
 		for _, e := range entries {
-			if o, err := (&OutboxEntry{ID: e.ID, Fields: e.FieldValues}).Order(); err == nil {
-				out = append(out, o)
+			if ev, err := (&OutboxEntry{ID: e.ID, Fields: e.FieldValues}).Event(); err == nil {
+				out = append(out, ev)
 			}
 		}
 		if len(entries) < 1000 {
@@ -135,9 +156,11 @@ func (s *Store) SurvivingOrders(ctx context.Context, productID string) (map[int6
 
 // Rebuild is what the ledger says a fenced sale must reopen with.
 type Rebuild struct {
-	// Sale: Stock is what is left (Initial + Restocked - units held), and
-	// Initial, Restocked and Released are written to the meta for
-	// reconcile, as computed (Initial is not defaulted to Stock here).
+	// Sale: Stock is what is left (Initial + Restocked - units held; below
+	// 0 while overdue unpaid orders are counted as held, see
+	// lua/reopen.lua), and Initial, Restocked, Released, Paid and Expired
+	// are raised in the meta for reconcile, as computed (Initial is not
+	// defaulted to Stock here).
 	Sale
 	// Fence is the fence the rebuild lifts (see Fence): every write is
 	// guarded by it.
@@ -145,8 +168,14 @@ type Rebuild struct {
 	// Buyers is the units each user holds: their stored orders plus their
 	// orders still on the way (outbox).
 	Buyers map[string]int64
-	// Orders corrects surviving order hashes: order id -> state.
-	Orders map[int64]string
+	// Orders are the orders whose hash the rebuild writes: each takes the
+	// ledger's state (State, PaidMs, ClosedMs, PayByMs) if it survived, and
+	// is made again whole if it was lost (living OrderTTL from the rebuild).
+	// An order in StateSuccess (or StatePending) with PayByMs > 0 enters the
+	// due set, also when its deadline passed; any other leaves it. The
+	// sale gives every stored order young enough to have a hash and every
+	// unpaid one with a deadline; orders it leaves out are left alone.
+	Orders []OrderInfo
 	// TokensFromMs refuses purchase tokens expiring at or before it: the
 	// marks of tokens used in the lost window may be gone.
 	TokensFromMs int64
@@ -163,7 +192,9 @@ type Reopened struct {
 // Rebuild reopens a fenced sale from the ledger. The writes go in this
 // order, each call guarded by the fence (r.Fence):
 //
-//  1. surviving order hashes take their ledger state (lua/fix_orders.lua);
+//  1. order hashes take their ledger state, lost ones are made again, and
+//     the unpaid orders' deadlines go back into the due set
+//     (lua/fix_orders.lua, in chunks);
 //  2. every buyer's count is raised to what the ledger says, with the TTL
 //     the deduction gives it (lua/restore_buyers.lua, in chunks);
 //  3. the stock is lowered to the ledger's (or created), the meta's figures
@@ -177,8 +208,9 @@ type Reopened struct {
 // was written before that is the same ledger's view.
 func (s *Store) Rebuild(ctx context.Context, r Rebuild) (res Reopened, reopened bool, err error) {
 	sale := r.Sale
-	if !order.ValidProductID(sale.ProductID) || sale.Stock < 0 || sale.Limit < 1 || sale.Price < 0 ||
-		sale.Initial < 0 || sale.Restocked < 0 || sale.Released < 0 || r.Fence == "" {
+	// Stock may be below 0: see lua/reopen.lua.
+	if !order.ValidProductID(sale.ProductID) || sale.Limit < 1 || sale.Price < 0 ||
+		sale.Initial < 0 || sale.Restocked < 0 || sale.Released < 0 || sale.Paid < 0 || sale.Expired < 0 || r.Fence == "" {
 		return res, false, fmt.Errorf("%w: rebuild %+v fence %q", ErrInvalid, sale, r.Fence)
 	}
 	p := sale.ProductID
@@ -189,18 +221,22 @@ func (s *Store) Rebuild(ctx context.Context, r Rebuild) (res Reopened, reopened 
 		}
 	}
 
-	// 1. Order states.
-	ids := make([]int64, 0, len(r.Orders))
-	for id := range r.Orders {
-		ids = append(ids, id)
+	// 1. Order states and deadlines.
+	orders := slices.Clone(r.Orders)
+	slices.SortFunc(orders, func(a, b OrderInfo) int { return cmp.Compare(a.ID, b.ID) })
+	for _, o := range orders {
+		if o.ProductID != p || o.ID <= 0 || !order.ValidUserID(o.UserID) || !validState(o.State) {
+			return res, false, fmt.Errorf("%w: rebuild %s: order %+v", ErrInvalid, p, o)
+		}
 	}
-	sort.Slice(ids, func(i, j int) bool { return ids[i] < ids[j] })
-	for lo := 0; lo < len(ids); lo += rebuildChunk {
-		chunk := ids[lo:min(lo+rebuildChunk, len(ids))]
-		keys, args := []string{metaKey}, []string{r.Fence}
-		for _, id := range chunk {
-			keys = append(keys, OrderKey(p, id))
-			args = append(args, r.Orders[id])
+	due := DueKey(p)
+	for lo := 0; lo < len(orders); lo += rebuildChunk {
+		chunk := orders[lo:min(lo+rebuildChunk, len(orders))]
+		keys, args := []string{metaKey, due}, []string{r.Fence, i64(s.opts.OrderTTL.Milliseconds())}
+		for _, o := range chunk {
+			keys = append(keys, OrderKey(p, o.ID))
+			args = append(args, i64(o.ID), o.State, o.UserID, strconv.Itoa(o.Qty), i64(o.PriceCents),
+				i64(o.CreatedMs), strconv.Itoa(o.Edge), i64(o.PayByMs), i64(o.PaidMs), i64(o.ClosedMs))
 		}
 		if lifted, err := s.guarded(ctx, fixOrdersScript, keys, args); err != nil || lifted {
 			return res, false, wrapRebuild(p, "order states", err)
@@ -238,7 +274,7 @@ func (s *Store) Rebuild(ctx context.Context, r Rebuild) (res Reopened, reopened 
 	out, err := reopenScript.Exec(cctx, s.c, []string{StockKey(p), metaKey},
 		[]string{r.Fence, i64(sale.Stock), i64(sale.Initial), i64(sale.Restocked), i64(sale.Released),
 			strconv.Itoa(sale.Limit), i64(sale.Price), i64(sale.StartMs), i64(sale.EndMs),
-			i64(r.TokensFromMs), s.fenceArg()},
+			i64(r.TokensFromMs), s.fenceArg(), i64(sale.Paid), i64(sale.Expired)},
 	).AsIntSlice()
 	if err != nil {
 		return res, false, wrapRebuild(p, "open", err)
@@ -262,6 +298,14 @@ func (s *Store) guarded(ctx context.Context, script *rueidis.Lua, keys, args []s
 		return false, err
 	}
 	return n == -1, nil
+}
+
+func validState(st string) bool {
+	switch st {
+	case StatePending, StateSuccess, StatePaid, StateExpired, StateReleased, StateFailed:
+		return true
+	}
+	return false
 }
 
 func wrapRebuild(p, step string, err error) error {

@@ -155,11 +155,11 @@ func TestRebuildWithSurvivors(t *testing.T) {
 			// the ledger but 2 survived: kept.
 			fence := fenceNow(t, s, "sv")
 			// Fenced: a cancel waits for the rebuild.
-			if _, err := s.Release(ctx, "sv", a.ID); !errors.Is(err, ErrNotWarmed) {
+			if _, err := s.Release(ctx, "sv", a.ID); !errors.Is(err, ErrRecovering) {
 				t.Errorf("release while fenced = %v", err)
 			}
 			_, reopened, err := s.Rebuild(ctx, Rebuild{Sale: Sale{ProductID: "sv", Stock: 9, Initial: 10, Released: 2, Limit: 5}, Fence: fence,
-				Buyers: map[string]int64{"u": 1, "v": 1, "w": 4}, Orders: map[int64]string{a.ID: StateReleased, 999: StateSuccess}})
+				Buyers: map[string]int64{"u": 1, "v": 1, "w": 4}, Orders: []OrderInfo{{Order: order.Order{ID: a.ID, ProductID: "sv", UserID: a.UserID, Qty: a.Qty, CreatedMs: a.CreatedMs}, State: StateReleased}}})
 			if err != nil || !reopened {
 				t.Fatalf("Rebuild = %v, %v", reopened, err)
 			}

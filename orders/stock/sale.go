@@ -16,14 +16,11 @@ var (
 	warmLua string
 	//go:embed lua/restock.lua
 	restockLua string
-	//go:embed lua/release.lua
-	releaseLua string
 	//go:embed lua/mark_success.lua
 	markSuccessLua string
 
 	warmScript        = rueidis.NewLuaScript(warmLua)
 	restockScript     = rueidis.NewLuaScript(restockLua)
-	releaseScript     = rueidis.NewLuaScript(releaseLua)
 	markSuccessScript = rueidis.NewLuaScript(markSuccessLua)
 )
 
@@ -36,11 +33,16 @@ type Sale struct {
 	Stock int64
 	// Initial, Restocked and Released are the reconciliation counters
 	// (Initial 0 means Stock). They are only written when the stock key
-	// is created.
+	// is created. Released counts every unit a cancel or the pay deadline
+	// gave back.
 	Initial, Restocked, Released int64
-	Limit                        int
-	Price                        int64 // cents
-	StartMs, EndMs               int64
+	// Paid is the units paid in time, Expired the units of Released that
+	// the pay deadline gave back (the settle script counts both; a rebuild
+	// raises them to the ledger's). Warm does not write them.
+	Paid, Expired  int64
+	Limit          int
+	Price          int64 // cents
+	StartMs, EndMs int64
 }
 
 // SaleInfo is a sale's meta as stored, with its remaining stock.
@@ -106,57 +108,38 @@ func (s *Store) Restock(ctx context.Context, productID string, add int64) (newSt
 	return n, nil
 }
 
-// Release returns a pending or successful order's units to stock and to
-// the buyer's allowance, and marks it released — at most once: a released,
-// failed or unknown order is left alone and released is false. Redelivered
-// failure events are therefore harmless.
-func (s *Store) Release(ctx context.Context, productID string, orderID int64) (released bool, err error) {
-	if !order.ValidProductID(productID) || orderID <= 0 {
-		return false, fmt.Errorf("%w: release %q/%d", ErrInvalid, productID, orderID)
-	}
-	ctx, cancel := s.call(ctx)
-	defer cancel()
-	okey := OrderKey(productID, orderID)
-	// The buyer key must be declared in KEYS (cluster), so its user is read
-	// first; the script re-checks it under atomicity.
-	user, err := s.c.Do(ctx, s.c.B().Hget().Key(okey).Field("user").Build()).ToString()
-	if rueidis.IsRedisNil(err) {
-		return false, nil
-	}
-	if err != nil {
-		return false, fmt.Errorf("stock: release %s: %w", okey, err)
-	}
-	n, err := releaseScript.Exec(ctx, s.c,
-		[]string{StockKey(productID), MetaKey(productID), okey, BuyerKey(productID, user)},
-		[]string{user}).AsInt64()
-	if err != nil {
-		return false, fmt.Errorf("stock: release %s: %w", okey, err)
-	}
-	switch n {
-	case 1:
-		return true, nil
-	case 0:
-		return false, nil
-	case -1:
-		return false, fmt.Errorf("stock: release %s: %w", okey, ErrNotWarmed)
-	default:
-		return false, fmt.Errorf("stock: release %s: order's user changed (%d)", okey, n)
-	}
-}
-
-// Order states.
+// Order states. pending and success hold the order's units; the others
+// are final (settle.go moves an order out of pending or success once).
 const (
-	StatePending  = "pending"
-	StateSuccess  = "success"
-	StateReleased = "released"
-	StateFailed   = "failed"
+	StatePending  = "pending"  // deducted; its event on the way to the store
+	StateSuccess  = "success"  // stored; unpaid (its deadline, if any, in the due set)
+	StatePaid     = "paid"     // paid in time: kept for good
+	StateExpired  = "expired"  // released by the pay deadline
+	StateReleased = "released" // released by a cancel
+	StateFailed   = "failed"   // the deduction never happened (SettleUnknown)
 )
 
-// OrderInfo is an order hash as the deduction script wrote it: the order
-// and its state (State*).
+// OrderInfo is an order hash as the scripts wrote it: the order, its state
+// (State*) and, once settled, when (Redis' clock, unix ms).
 type OrderInfo struct {
 	order.Order
-	State string
+	State    string
+	PaidMs   int64 // when it was paid; 0 unless StatePaid
+	ClosedMs int64 // when it was paid, expired or released; 0 while it holds units
+}
+
+// orderInfo reads an order hash's fields (HGETALL as a map).
+func orderInfo(productID string, orderID int64, m map[string]string) OrderInfo {
+	num := func(k string) int64 { n, _ := strconv.ParseInt(m[k], 10, 64); return n }
+	o := OrderInfo{Order: order.Order{ID: orderID, ProductID: productID, UserID: m["user"]}, State: m["state"]}
+	o.Qty = int(num("qty"))
+	o.PriceCents = num("price")
+	o.CreatedMs = num("created")
+	o.Edge = int(num("node"))
+	o.PayByMs = num("payby")
+	o.PaidMs = num("paid")
+	o.ClosedMs = num("closed")
+	return o
 }
 
 // OrderState reads an order; ok is false when it does not exist (never
@@ -174,12 +157,7 @@ func (s *Store) OrderState(ctx context.Context, productID string, orderID int64)
 	if len(m) == 0 {
 		return OrderInfo{}, false, nil
 	}
-	o := OrderInfo{Order: order.Order{ID: orderID, ProductID: productID, UserID: m["user"]}, State: m["state"]}
-	o.Qty, _ = strconv.Atoi(m["qty"])
-	o.PriceCents, _ = strconv.ParseInt(m["price"], 10, 64)
-	o.CreatedMs, _ = strconv.ParseInt(m["created"], 10, 64)
-	o.Edge, _ = strconv.Atoi(m["node"])
-	return o, true, nil
+	return orderInfo(productID, orderID, m), true, nil
 }
 
 // OrderRef names one order.
@@ -205,7 +183,9 @@ func (s *Store) OrderStates(ctx context.Context, refs []OrderRef, dst []string) 
 
 // MarkSuccess moves orders of one product from pending to success (the
 // consumer stored them). Other states are left alone, so it is idempotent
-// and never resurrects a released order. It returns how many changed.
+// and never resurrects a released order. An order with a pay deadline
+// enters the due set (DueKey) as it becomes success: its deadline is swept
+// from then on (ExpireDue). It returns how many changed.
 func (s *Store) MarkSuccess(ctx context.Context, productID string, orderIDs ...int64) (int, error) {
 	if err := checkProduct(productID); err != nil {
 		return 0, err
@@ -213,18 +193,30 @@ func (s *Store) MarkSuccess(ctx context.Context, productID string, orderIDs ...i
 	if len(orderIDs) == 0 {
 		return 0, nil
 	}
-	keys := make([]string, len(orderIDs))
-	for i, id := range orderIDs {
-		keys[i] = OrderKey(productID, id)
+	total := 0
+	for lo := 0; lo < len(orderIDs); lo += markSuccessChunk {
+		chunk := orderIDs[lo:min(lo+markSuccessChunk, len(orderIDs))]
+		keys := make([]string, 1, len(chunk)+1)
+		keys[0] = DueKey(productID)
+		args := make([]string, 0, len(chunk))
+		for _, id := range chunk {
+			keys = append(keys, OrderKey(productID, id))
+			args = append(args, i64(id))
+		}
+		cctx, cancel := s.call(ctx)
+		n, err := markSuccessScript.Exec(cctx, s.c, keys, args).AsInt64()
+		cancel()
+		if err != nil {
+			return total, fmt.Errorf("stock: mark success %s: %w", productID, err)
+		}
+		total += int(n)
 	}
-	ctx, cancel := s.call(ctx)
-	defer cancel()
-	n, err := markSuccessScript.Exec(ctx, s.c, keys, nil).AsInt64()
-	if err != nil {
-		return 0, fmt.Errorf("stock: mark success %s: %w", productID, err)
-	}
-	return int(n), nil
+	return total, nil
 }
+
+// markSuccessChunk bounds the orders of one mark_success.lua call: its one
+// ZADD unpacks two arguments per order onto Lua's stack (8,000 slots).
+const markSuccessChunk = 1000
 
 // Remaining is the product's stock; ok is false when the sale is not warmed.
 func (s *Store) Remaining(ctx context.Context, productID string) (n int64, ok bool, err error) {
@@ -300,8 +292,8 @@ func (s *Store) SaleInfo(ctx context.Context, productID string) (SaleInfo, bool,
 	num := func(k string) int64 { n, _ := strconv.ParseInt(m[k], 10, 64); return n }
 	info := SaleInfo{Remaining: rem, Fence: m[fieldFence], Sale: Sale{
 		ProductID: productID, Stock: rem, Initial: num("initial"), Restocked: num("restocked"),
-		Released: num("released"), Limit: int(num("limit")), Price: num("price"),
-		StartMs: num("start"), EndMs: num("end"),
+		Released: num("released"), Paid: num("paid"), Expired: num("expired"),
+		Limit: int(num("limit")), Price: num("price"), StartMs: num("start"), EndMs: num("end"),
 	}}
 	return info, true, nil
 }

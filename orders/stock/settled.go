@@ -16,18 +16,41 @@ import (
 // SettledChannelOf: the edges' event streams (package sale/push) wait for
 // them. The calls below are bounded by ctx alone.
 
-// Message kinds: the outcome every order of the message had.
+// SettledKind is the outcome every order of a message had; its value is
+// the message's first byte.
+type SettledKind byte
+
+// Message kinds.
 const (
-	kindStored   = 'S' // stored by the consumer: "success"
-	kindReleased = 'R' // released (cancelled): "failed"
+	KindStored    SettledKind = 'S' // stored by the consumer: StateSuccess
+	KindCancelled SettledKind = 'R' // released by a cancel: StateReleased
+	KindExpired   SettledKind = 'E' // released by the pay deadline: StateExpired
+	KindPaid      SettledKind = 'P' // paid in time: StatePaid
 )
+
+// State is the order state the kind reports (State*).
+func (k SettledKind) State() string {
+	switch k {
+	case KindStored:
+		return StateSuccess
+	case KindCancelled:
+		return StateReleased
+	case KindExpired:
+		return StateExpired
+	case KindPaid:
+		return StatePaid
+	}
+	return ""
+}
+
+func (k SettledKind) valid() bool { return k.State() != "" }
 
 // Settled is one outcome message: orders of one product that reached their
 // outcome.
 type Settled struct {
 	ProductID string  // a view of the message
 	OrderIDs  []int64 // ascending; reused once the callback returned
-	Released  bool    // released ("failed" to the shopper); else stored ("success")
+	Kind      SettledKind
 }
 
 // PublishStored tells every edge that the orders were stored (and marked
@@ -48,23 +71,33 @@ func (s *Store) PublishStored(ctx context.Context, products map[string][]int64) 
 		if err := checkProduct(p); err != nil {
 			return err
 		}
-		b = appendSettled(b[:0], kindStored, p, ids)
+		b = appendSettled(b[:0], KindStored, p, ids)
 		cmds = append(cmds, s.publishCmd(settledKind, p, string(b)))
 	}
 	return s.publishSettled(ctx, cmds)
 }
 
-// PublishReleased tells every edge that orders of one product were released
-// (an operator cancelled them): their streams end with "failed".
-func (s *Store) PublishReleased(ctx context.Context, productID string, orderIDs ...int64) error {
+// PublishSettled tells every edge that orders of one product reached the
+// outcome kind (cancelled, expired or paid: settle.go; stored goes with
+// PublishStored), so that their streams end with it.
+func (s *Store) PublishSettled(ctx context.Context, productID string, kind SettledKind, orderIDs ...int64) error {
+	if !kind.valid() {
+		return fmt.Errorf("%w: settled kind %q", ErrInvalid, byte(kind))
+	}
 	if len(orderIDs) == 0 {
 		return nil
 	}
 	if err := checkProduct(productID); err != nil {
 		return err
 	}
-	msg := string(appendSettled(nil, kindReleased, productID, orderIDs))
+	msg := string(appendSettled(nil, kind, productID, orderIDs))
 	return s.publishSettled(ctx, rueidis.Commands{s.publishCmd(settledKind, productID, msg)})
+}
+
+// PublishReleased is PublishSettled of KindCancelled: an operator
+// cancelled the orders.
+func (s *Store) PublishReleased(ctx context.Context, productID string, orderIDs ...int64) error {
+	return s.PublishSettled(ctx, productID, KindCancelled, orderIDs...)
 }
 
 func (s *Store) publishSettled(ctx context.Context, cmds rueidis.Commands) error {
@@ -112,10 +145,10 @@ func (s *Store) SubscribeSettled(ctx context.Context, fol Follow, fn func(Settle
 // bits, so a delta is a digit or two where a full id is 19 digits. Text,
 // so that `redis-cli subscribe sk:stored` (on a cluster `redis-cli -c
 // ssubscribe 'sk:{p}:stored'`) stays readable.
-func appendSettled(b []byte, kind byte, product string, ids []int64) []byte {
+func appendSettled(b []byte, kind SettledKind, product string, ids []int64) []byte {
 	ids = slices.Clone(ids) // the caller's slice is not ours to reorder
 	slices.Sort(ids)
-	b = append(b, kind)
+	b = append(b, byte(kind))
 	b = append(b, product...)
 	b = append(b, ' ')
 	prev := int64(0)
@@ -134,7 +167,7 @@ func appendSettled(b []byte, kind byte, product string, ids []int64) []byte {
 // reuse). Anything malformed is refused whole.
 func parseSettled(msg string, ids []int64) (st Settled, ok bool) {
 	out := ids[:0]
-	if len(msg) < 4 || (msg[0] != kindStored && msg[0] != kindReleased) {
+	if len(msg) < 4 || !SettledKind(msg[0]).valid() {
 		return Settled{OrderIDs: out}, false
 	}
 	sp := 1
@@ -176,7 +209,7 @@ func parseSettled(msg string, ids []int64) (st Settled, ok bool) {
 	if len(out) == 0 {
 		return Settled{OrderIDs: out}, false
 	}
-	return Settled{ProductID: product, OrderIDs: out, Released: msg[0] == kindReleased}, true
+	return Settled{ProductID: product, OrderIDs: out, Kind: SettledKind(msg[0])}, true
 }
 
 const maxID = int64(^uint64(0) >> 1)

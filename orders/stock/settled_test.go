@@ -10,13 +10,15 @@ func TestSettledRoundTrip(t *testing.T) {
 	base := int64(7_340_032_123_456_789_012 >> 1)
 	for _, tc := range []struct {
 		name string
-		kind byte
+		kind SettledKind
 		ids  []int64
 	}{
-		{"one", kindStored, []int64{base}},
-		{"batch unsorted", kindStored, []int64{base + 9, base, base + 3, base + 1}},
-		{"duplicates", kindReleased, []int64{base, base, base + 1}},
-		{"small and large", kindStored, []int64{1, maxID}},
+		{"one", KindStored, []int64{base}},
+		{"batch unsorted", KindStored, []int64{base + 9, base, base + 3, base + 1}},
+		{"duplicates", KindCancelled, []int64{base, base, base + 1}},
+		{"small and large", KindStored, []int64{1, maxID}},
+		{"expired", KindExpired, []int64{base, base + 2}},
+		{"paid", KindPaid, []int64{base}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			orig := slices.Clone(tc.ids)
@@ -26,7 +28,7 @@ func TestSettledRoundTrip(t *testing.T) {
 			}
 			st, ok := parseSettled(msg, nil)
 			want := slices.Sorted(slices.Values(tc.ids))
-			if !ok || st.Released != (tc.kind == kindReleased) || st.ProductID != "p-1_x" || !slices.Equal(st.OrderIDs, want) {
+			if !ok || st.Kind != tc.kind || st.ProductID != "p-1_x" || !slices.Equal(st.OrderIDs, want) {
 				t.Fatalf("parse(%q) = %+v %v, want %c p-1_x %v", msg, st, ok, tc.kind, want)
 			}
 		})
@@ -40,7 +42,7 @@ func TestSettledIsCompact(t *testing.T) {
 	for i := range ids {
 		ids[i] = (int64(123456789+i/200) << 22) | 5<<12 | int64(i%200)
 	}
-	msg := appendSettled(nil, kindStored, "hot", ids)
+	msg := appendSettled(nil, KindStored, "hot", ids)
 	if perOrder := float64(len(msg)) / float64(len(ids)); perOrder > 4 {
 		t.Fatalf("%d bytes for %d orders (%.1f per order), want at most 4 per order", len(msg), len(ids), perOrder)
 	}
@@ -65,7 +67,7 @@ func TestSettledParseDoesNotAllocate(t *testing.T) {
 	for i := range ids {
 		ids[i] = int64(5000 + i)
 	}
-	msg := string(appendSettled(nil, kindStored, "p1", ids))
+	msg := string(appendSettled(nil, KindStored, "p1", ids))
 	buf := make([]int64, 0, len(ids))
 	if a := testing.AllocsPerRun(50, func() {
 		st, ok := parseSettled(msg, buf)
@@ -94,13 +96,9 @@ func FuzzParseSettled(f *testing.F) {
 			}
 		}
 		// What parses re-encodes to something that parses the same.
-		kind := byte(kindStored)
-		if st.Released {
-			kind = kindReleased
-		}
-		again := string(appendSettled(nil, kind, st.ProductID, ids))
+		again := string(appendSettled(nil, st.Kind, st.ProductID, ids))
 		st2, ok2 := parseSettled(again, nil)
-		if !ok2 || st2.Released != st.Released || st2.ProductID != st.ProductID || !slices.Equal(ids, st2.OrderIDs) {
+		if !ok2 || st2.Kind != st.Kind || st2.ProductID != st.ProductID || !slices.Equal(ids, st2.OrderIDs) {
 			t.Fatalf("parse(%q) = %v; re-encoded %q parses to %v", msg, ids, again, st2.OrderIDs)
 		}
 	})

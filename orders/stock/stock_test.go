@@ -152,6 +152,7 @@ func TestOutboxEntryFields(t *testing.T) {
 	s, _ := openReal(t, Options{})
 	warm(t, s, "ob", 5, 5)
 	a := attempt("ob", "alice", 2, 5)
+	a.PayByMs = a.CreatedMs + 900_000
 	if out := mustDeduct(t, s, a); out.Code != OK || out.Remaining != 3 {
 		t.Fatalf("outcome %+v", out)
 	}
@@ -163,6 +164,7 @@ func TestOutboxEntryFields(t *testing.T) {
 	want := map[string]string{
 		fieldOrder: strconv.FormatInt(a.ID, 10), fieldProduct: "ob", fieldUser: "alice", fieldQty: "2",
 		fieldPrice: "1999", fieldCreated: strconv.FormatInt(a.CreatedMs, 10), fieldNode: "7",
+		fieldPayBy: strconv.FormatInt(a.PayByMs, 10),
 	}
 	if fmt.Sprint(entries[0].FieldValues) != fmt.Sprint(want) {
 		t.Errorf("outbox entry %v, want %v", entries[0].FieldValues, want)

@@ -130,6 +130,7 @@ var (
 	ErrUnknown   = errors.New("stock: outcome unknown")
 	ErrNotSent   = errors.New("stock: budget spent before the attempt was sent")
 	ErrNotWarmed = errors.New("stock: sale not warmed")
+	// ErrUnknownOrder and ErrRecovering: see settle.go.
 )
 
 // Store is the Redis side of the sale. It is safe for concurrent use.
@@ -156,6 +157,10 @@ type Store struct {
 	nCalls, nAttempts   atomic.Uint64
 	nWaits, nWaitsShort atomic.Uint64
 	rate                rateCalls
+
+	// Redis' clock as the settle script last answered it (settle.go).
+	clockOffsetMs atomic.Int64
+	clockKnown    atomic.Bool
 
 	closed atomic.Bool
 }

@@ -456,7 +456,7 @@ func (h *Hub) onSettled(m stock.Settled) {
 	h.dispMu.Lock()
 	defer h.dispMu.Unlock()
 	st := stateSuccess
-	if m.Released {
+	if m.Kind == stock.KindCancelled || m.Kind == stock.KindExpired {
 		st = stateReleased
 	}
 	list := h.dispList[:0]

@@ -9,7 +9,9 @@
 -- ARGV[1] product   ARGV[2] buyer grace ms (after the sale end)   ARGV[3] order TTL ms
 -- ARGV[4] "1": fence the sale when this server is not the one its meta was
 -- verified on (real Redis; "0" for the embedded server, which has no run id)
--- then per attempt: ARGV[5+8i..12+8i] = user qty limit orderId price nowMs tokenTTLms node
+-- then per attempt: ARGV[5+9i..13+9i] = user qty limit orderId price nowMs tokenTTLms node payByMs
+-- (payByMs 0: no pay deadline; recorded in the order hash and the outbox entry,
+-- the deadline itself starts to count once the order is stored: mark_success.lua)
 --
 -- Returns {remaining, r_1, ..., r_N}; remaining is the stock after the
 -- whole batch, -1 when the sale is not warmed, -2 when it is fenced (closed
@@ -66,7 +68,7 @@ local taken = 0
 -- Redis time is the cost here (~1 µs per redis.call): a successful attempt
 -- makes 6 calls, a rejected one at most 3, a sold-out one none.
 for i = 0, n - 1 do
-  local k, a = 4 + 3 * i, 5 + 8 * i
+  local k, a = 4 + 3 * i, 5 + 9 * i
   local qty = tonumber(ARGV[a + 1])
   local code = 0
   if stock < qty then
@@ -91,10 +93,10 @@ for i = 0, n - 1 do
       -- Value and TTL in one call: no buyer key without a TTL.
       redis.call('SET', KEYS[k], bought, 'PXAT', math.max(saleEnd, now) + grace)
       redis.call('HSET', KEYS[k + 1], 'state', 'pending', 'user', user, 'qty', ARGV[a + 1],
-        'price', ARGV[a + 4], 'created', ARGV[a + 5], 'node', ARGV[a + 7])
+        'price', ARGV[a + 4], 'created', ARGV[a + 5], 'node', ARGV[a + 7], 'payby', ARGV[a + 8])
       redis.call('PEXPIRE', KEYS[k + 1], ottl)
       code = redis.call('XADD', KEYS[2], '*', 'order', ARGV[a + 3], 'product', product, 'user', user,
-        'qty', ARGV[a + 1], 'price', ARGV[a + 4], 'created', ARGV[a + 5], 'node', ARGV[a + 7])
+        'qty', ARGV[a + 1], 'price', ARGV[a + 4], 'created', ARGV[a + 5], 'node', ARGV[a + 7], 'payby', ARGV[a + 8])
     end
   end
   res[i + 2] = code

@@ -1,19 +1,43 @@
--- Ledger rebuild, step 1: order hashes that outlived the loss (the embedded
--- Redis restores them from a snapshot older than the crash) take the state
--- the ledger knows. A hash left "pending" although its order was released
--- after the snapshot would let a cancel release it twice. Guarded like
--- restore_buyers.lua: the release script refuses while the sale is fenced,
--- so no release can race this.
+-- Ledger rebuild, step 1: the order hashes and the pay deadlines take what
+-- the ledger knows. A hash that outlived the loss (a snapshot older than the
+-- crash, a replica that lagged) takes the ledger's state: left "success"
+-- although its order was paid, released or expired after the snapshot, it
+-- would let a cancel or a sweep release it twice, or a payment pay an
+-- expired order. A hash that was lost is made again, so that the order can
+-- still be paid, cancelled or expired. Every unpaid order with a deadline
+-- enters the due set again (also an overdue one: the first sweep after the
+-- reopening releases it); a settled one leaves it. Guarded like
+-- restore_buyers.lua: the settle script refuses while the sale is fenced,
+-- so no settlement can race this.
 --
--- KEYS[1] sk:{p}:meta   KEYS[2..n] sk:{p}:o:<orderId>
--- ARGV[1] the fence   ARGV[2..n] the state for KEYS[i]
--- Returns -1 when the fence is not ARGV[1] (nothing written), else the hashes set.
+-- KEYS[1] sk:{p}:meta   KEYS[2] sk:{p}:due   KEYS[3..n] sk:{p}:o:<orderId>
+-- ARGV[1] the fence   ARGV[2] the TTL of a hash made again, ms
+-- then per order (KEYS[3+i]): ARGV[3+10i..12+10i] = orderId state user qty
+-- price created node payby paid closed
+-- Returns -1 when the fence is not ARGV[1] (nothing written), else the
+-- hashes made again.
 if redis.call('HGET', KEYS[1], 'recovering') ~= ARGV[1] then return -1 end
-local n = 0
-for i = 2, #KEYS do
-  if redis.call('EXISTS', KEYS[i]) == 1 then
-    redis.call('HSET', KEYS[i], 'state', ARGV[i]) -- keeps the hash's TTL
-    n = n + 1
+local made = 0
+for i = 0, #KEYS - 3 do
+  local k, a = KEYS[3 + i], 3 + 10 * i
+  local state, user, payby = ARGV[a + 1], ARGV[a + 2], ARGV[a + 7]
+  if redis.call('EXISTS', k) == 1 then
+    redis.call('HSET', k, 'state', state) -- keeps the hash's TTL
+    if payby ~= '0' then redis.call('HSET', k, 'payby', payby) end
+    if ARGV[a + 8] ~= '0' then redis.call('HSET', k, 'paid', ARGV[a + 8]) end
+    if ARGV[a + 9] ~= '0' then redis.call('HSET', k, 'closed', ARGV[a + 9]) end
+  else
+    redis.call('HSET', k, 'state', state, 'user', user, 'qty', ARGV[a + 3], 'price', ARGV[a + 4],
+      'created', ARGV[a + 5], 'node', ARGV[a + 6], 'payby', payby, 'paid', ARGV[a + 8], 'closed', ARGV[a + 9])
+    redis.call('PEXPIRE', k, ARGV[2])
+    made = made + 1
+  end
+  local member = ARGV[a] .. ':' .. user
+  if payby == '0' then payby = redis.call('HGET', k, 'payby') or '0' end
+  if (state == 'success' or state == 'pending') and tonumber(payby) > 0 then
+    redis.call('ZADD', KEYS[2], payby, member)
+  else
+    redis.call('ZREM', KEYS[2], member)
   end
 end
-return n
+return made

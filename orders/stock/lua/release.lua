@@ -1,25 +1,137 @@
--- Returns an order's units to stock, at most once. The order's state is the
--- guard: a redelivered failure event finds "released" and does nothing, so
--- stock can never be returned twice (the classic rollback oversell).
+-- Settles orders of one product: the one script that ends an order's hold
+-- on its units, for a cancel, the pay deadline and a payment alike. The
+-- order's state is the guard: only a pending or successful order changes,
+-- so a redelivered cancel, a second edge's sweep of the same deadline or a
+-- payment that arrives as the deadline fires finds the final state and
+-- changes nothing. Stock is never returned twice (the classic rollback
+-- oversell), and paid and expired never both happen to one order.
 --
--- KEYS[1] sk:{p}:stock   KEYS[2] sk:{p}:meta   KEYS[3] sk:{p}:o:<orderId>   KEYS[4] sk:{p}:u:<user>
--- ARGV[1] user (as read from the order; the buyer key must be declared in KEYS)
--- Returns 1 released, 0 nothing to do (released, failed or missing order),
--- -1 sale not warmed or fenced, -2 the order's user is not ARGV[1].
-local o = redis.call('HMGET', KEYS[3], 'state', 'user', 'qty')
-if o[1] ~= 'pending' and o[1] ~= 'success' then return 0 end
-if o[2] ~= ARGV[1] then return -2 end
+-- KEYS[1] sk:{p}:stock   KEYS[2] sk:{p}:meta   KEYS[3] sk:{p}:outbox   KEYS[4] sk:{p}:due
+-- then per order i = 0..N-1: KEYS[5+2i] sk:{p}:o:<orderId>   KEYS[6+2i] sk:{p}:u:<user>
+-- op pay only: KEYS[7] sk:{p}:wh:<replay id>, when the call carries one
+-- ARGV[1] op: "cancel" (one order), "expire" (a batch), "pay" (one order)
+-- ARGV[2] product   ARGV[3] "1": fence the sale when this server is not the
+-- one its meta was verified on (see deduct.lua; "0" for the embedded server)
+-- ARGV[4] the fence to set then   ARGV[5] the replay id's lifetime, ms (pay)
+-- then per order: ARGV[6+2i] user (the buyer key's, checked against the
+-- order's)   ARGV[7+2i] order id
+--
+-- Returns {status, now} then per order {code, outbox id or "", HGETALL of
+-- the order after the call}. status: 0 done, -1 sale not warmed, -2 fenced
+-- (nothing changed in either case, and no order entries follow), -4 the
+-- replay id was seen before (nothing changed; the order entry follows).
+-- now is Redis' clock (TIME), unix ms: the deadline is decided by it alone.
+-- code: 1 the order changed (released, expired or paid: see its state), 0 it
+-- did not (already final, or expire: not due yet), -3 no such order, -5 the
+-- order's user is not the one given (nothing changed).
+--
+-- A release (cancel, or the deadline: expire, or a pay that came too late):
+-- stock += qty, the buyer's count -= qty, meta released += qty (and expired
+-- for the deadline), the order leaves the due set, state "released" or
+-- "expired", closed = now, and an outbox entry of the release event. A
+-- payment: state "paid", paid = closed = now, meta paid += qty, the order
+-- leaves the due set, and an outbox entry of the paid event.
+local op, product = ARGV[1], ARGV[2]
 -- INCRBY on a missing key would create a sale with only this order's units;
 -- a fenced sale is being rebuilt from the ledger, which this would race.
-if redis.call('EXISTS', KEYS[1]) == 0 or redis.call('HEXISTS', KEYS[2], 'recovering') == 1 then return -1 end
-local qty = tonumber(o[3])
-redis.call('INCRBY', KEYS[1], qty)
-local bought = tonumber(redis.call('GET', KEYS[4]) or '0')
-if bought > qty then
-  redis.call('DECRBY', KEYS[4], qty) -- keeps the key's TTL
-elseif bought > 0 then
-  redis.call('DEL', KEYS[4]) -- never below 0
+if redis.call('EXISTS', KEYS[1]) == 0 then
+  if redis.call('HEXISTS', KEYS[2], 'recovering') == 1 then return {-2, 0} end
+  return {-1, 0}
 end
-redis.call('HSET', KEYS[3], 'state', 'released')
-redis.call('HINCRBY', KEYS[2], 'released', qty)
-return 1
+local meta = redis.call('HMGET', KEYS[2], 'recovering', 'runid')
+if meta[1] then return {-2, 0} end
+if ARGV[3] == '1' then
+  -- Went back in time? The due set and the order states of an old snapshot
+  -- would expire orders paid since; fence the sale as the deduction does.
+  local id = string.match(redis.call('INFO', 'server'), 'run_id:(%x+)')
+  if id ~= meta[2] then
+    redis.call('HSET', KEYS[2], 'recovering', ARGV[4])
+    return {-2, 0}
+  end
+end
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local res = {0, now}
+local released, expired, paid = 0, 0, 0
+
+local function entry(okey, code, xid)
+  res[#res + 1] = {code, xid, redis.call('HGETALL', okey)}
+end
+
+-- o = {state, user, qty, price, created, node, payby}
+local function release(okey, bkey, id, o, reason)
+  local qty = tonumber(o[3])
+  redis.call('INCRBY', KEYS[1], qty)
+  local bought = tonumber(redis.call('GET', bkey) or '0')
+  if bought > qty then
+    redis.call('DECRBY', bkey, qty) -- keeps the key's TTL
+  elseif bought > 0 then
+    redis.call('DEL', bkey) -- never below 0
+  end
+  local state = 'released'
+  if reason == 'expired' then
+    state = 'expired'
+    expired = expired + qty
+  end
+  released = released + qty
+  redis.call('HSET', okey, 'state', state, 'closed', now) -- keeps the hash's TTL
+  redis.call('ZREM', KEYS[4], id .. ':' .. o[2])
+  return redis.call('XADD', KEYS[3], '*', 'type', 'release', 'reason', reason, 'released', now,
+    'order', id, 'product', product, 'user', o[2], 'qty', o[3], 'price', o[4], 'created', o[5],
+    'node', o[6], 'payby', o[7] or '0')
+end
+
+local function pay(okey, id, o)
+  paid = paid + tonumber(o[3])
+  redis.call('HSET', okey, 'state', 'paid', 'paid', now, 'closed', now)
+  redis.call('ZREM', KEYS[4], id .. ':' .. o[2])
+  return redis.call('XADD', KEYS[3], '*', 'type', 'paid', 'paid', now,
+    'order', id, 'product', product, 'user', o[2], 'qty', o[3], 'price', o[4], 'created', o[5],
+    'node', o[6], 'payby', o[7] or '0')
+end
+
+local n = (#KEYS - 4) / 2
+if op == 'pay' then n = 1 end
+for i = 0, n - 1 do
+  local okey, bkey = KEYS[5 + 2 * i], KEYS[6 + 2 * i]
+  local user, id = ARGV[6 + 2 * i], ARGV[7 + 2 * i]
+  local o = redis.call('HMGET', okey, 'state', 'user', 'qty', 'price', 'created', 'node', 'payby')
+  local open = o[1] == 'pending' or o[1] == 'success'
+  local payby = tonumber(o[7] or '0') or 0
+  if not o[1] then
+    -- Gone (its TTL, or never made): a deadline left behind is dropped.
+    if op == 'expire' then redis.call('ZREM', KEYS[4], id .. ':' .. user) end
+    res[#res + 1] = {-3, '', {}}
+  elseif o[2] ~= user then
+    if op == 'expire' then redis.call('ZREM', KEYS[4], id .. ':' .. user) end -- not this order's member
+    entry(okey, -5, '')
+  elseif op == 'cancel' then
+    if open then entry(okey, 1, release(okey, bkey, id, o, 'cancelled')) else entry(okey, 0, '') end
+  elseif op == 'expire' then
+    if open and payby > 0 and payby <= now then
+      entry(okey, 1, release(okey, bkey, id, o, 'expired'))
+    elseif open and payby > now then
+      entry(okey, 0, '') -- not due on Redis' clock yet: left for a later sweep
+    else
+      redis.call('ZREM', KEYS[4], id .. ':' .. user) -- settled already, or no deadline
+      entry(okey, 0, '')
+    end
+  else -- pay
+    if #KEYS == 7 and not redis.call('SET', KEYS[7], '1', 'NX', 'PX', ARGV[5]) then
+      res[1] = -4
+      entry(okey, 0, '')
+    elseif not open then
+      entry(okey, 0, '') -- paid already, or too late: the state says which
+    elseif payby == 0 or now < payby then
+      entry(okey, 1, pay(okey, id, o))
+    else
+      -- The deadline passed and no sweep has run yet: the deadline wins,
+      -- here, exactly as the sweep would have decided.
+      entry(okey, 1, release(okey, bkey, id, o, 'expired'))
+    end
+  end
+end
+if released > 0 then redis.call('HINCRBY', KEYS[2], 'released', released) end
+if expired > 0 then redis.call('HINCRBY', KEYS[2], 'expired', expired) end
+if paid > 0 then redis.call('HINCRBY', KEYS[2], 'paid', paid) end
+return res

@@ -3,6 +3,10 @@
 -- key): a Redis that went back in time holds more than is left, never less
 -- than the ledger knows, except for deductions whose outcome nobody knows,
 -- which keep the lower value. The reconciliation figures are only raised.
+-- The ledger's stock may be below 0: unpaid orders whose deadline passed
+-- while the sale was fenced are counted as held until the first sweep after
+-- the reopening releases them (their deadlines are back in the due set,
+-- fix_orders.lua); the deduction reads stock <= 0 as sold out meanwhile.
 -- Guarded by the fence: another rebuild that already reopened (or a new
 -- fence) makes this a no-op.
 --
@@ -11,6 +15,7 @@
 -- ARGV[5] released   ARGV[6] limit   ARGV[7] price   ARGV[8] startMs   ARGV[9] endMs
 -- ARGV[10] tokens: purchase tokens expiring at or before this (unix ms) are refused
 -- ARGV[11] "1": record the server's run id (see deduct.lua)
+-- ARGV[12] paid   ARGV[13] expired (units, the ledger's)
 -- Returns {stock before (-1: missing), stock after}, or {-2, 0} when the
 -- fence is not ARGV[1] (nothing written).
 if redis.call('HGET', KEYS[2], 'recovering') ~= ARGV[1] then return {-2, 0} end
@@ -32,6 +37,8 @@ raise('initial', ARGV[3])
 raise('restocked', ARGV[4])
 raise('released', ARGV[5])
 raise('tokens', ARGV[10])
+raise('paid', ARGV[12])
+raise('expired', ARGV[13])
 redis.call('HSET', KEYS[2], 'limit', ARGV[6], 'price', ARGV[7], 'start', ARGV[8], 'end', ARGV[9])
 if ARGV[11] == '1' then
   redis.call('HSET', KEYS[2], 'runid', string.match(redis.call('INFO', 'server'), 'run_id:(%x+)'))
