@@ -441,14 +441,12 @@ func (run *pfRun) meta(field string) int64 {
 	return n
 }
 
-func pfDueKey(p string) string { return "sk:{" + p + "}:due" }
-
 // dueCount is ZCARD of the product's deadlines.
 func (run *pfRun) dueCount() int64 {
 	c := run.env.rd.c
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
-	n, _ := c.Do(ctx, c.B().Zcard().Key(pfDueKey(pfProduct)).Build()).AsInt64()
+	n, _ := c.Do(ctx, c.B().Zcard().Key(stock.DueKey(pfProduct)).Build()).AsInt64()
 	return n
 }
 
