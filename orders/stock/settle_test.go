@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -307,6 +308,32 @@ func TestSettleRefusesAFencedOrColdSale(t *testing.T) {
 	}
 }
 
+// A server the sale was not verified on (a restart from an old snapshot, a
+// promoted replica) holds old order states and an old due set: the first
+// settle call fences the sale, as the deduction would, and changes nothing.
+func TestSettleFencesAServerThatWentBackInTime(t *testing.T) {
+	s, _ := openReal(t, Options{})
+	ctx := context.Background()
+	warm(t, s, "bt", 10, 10)
+	a := stored(t, s, "bt", "u", 1, time.Millisecond)
+	time.Sleep(5 * time.Millisecond)
+	c := s.c
+	c.Do(ctx, c.B().Hset().Key(MetaKey("bt")).FieldValue().FieldValue("runid", "0123abcd").Build())
+	if _, err := s.ExpireDue(ctx, "bt", 10); !errors.Is(err, ErrRecovering) {
+		t.Fatalf("ExpireDue on another server = %v", err)
+	}
+	info := saleInfo(t, s, "bt")
+	if !strings.HasSuffix(info.Fence, ":runid") {
+		t.Fatalf("fence %q", info.Fence)
+	}
+	if o, _, _ := s.OrderState(ctx, "bt", a.ID); o.State != StateSuccess || info.Remaining != 9 {
+		t.Fatalf("order %s, remaining %d", o.State, info.Remaining)
+	}
+	if out := mustDeduct(t, s, attempt("bt", "w", 1, 10)); out.Code != Recovering {
+		t.Fatalf("deduction after the fence: %v", out.Code)
+	}
+}
+
 // scanState renders every key of the product with its value, to compare.
 func scanState(t testing.TB, s *Store, product string) string {
 	t.Helper()
@@ -334,4 +361,35 @@ func scanState(t testing.TB, s *Store, product string) string {
 		out += k + " " + typ + " " + v + "\n"
 	}
 	return out
+}
+
+// The embedded server runs the same script: its TIME, its sorted sets.
+func TestSettleOnEmbedded(t *testing.T) {
+	s := openEmbedded(t, Options{})
+	ctx := context.Background()
+	warm(t, s, "em", 10, 10)
+	p := stored(t, s, "em", "payer", 1, time.Minute)
+	e := stored(t, s, "em", "late", 2, time.Millisecond)
+	c := stored(t, s, "em", "gone", 3, time.Minute)
+	time.Sleep(5 * time.Millisecond)
+	if st, err := s.Pay(ctx, "em", p.ID, "evt", time.Minute); err != nil || st.Info.State != StatePaid {
+		t.Fatalf("Pay = %+v, %v", st, err)
+	}
+	if st, err := s.Pay(ctx, "em", p.ID, "evt", time.Minute); err != nil || !st.Replayed {
+		t.Fatalf("replayed Pay = %+v, %v", st, err)
+	}
+	got, err := s.ExpireDue(ctx, "em", 10)
+	if err != nil || len(got) != 1 || got[0].Info.ID != e.ID || got[0].Info.State != StateExpired {
+		t.Fatalf("ExpireDue = %+v, %v", got, err)
+	}
+	outboxEvent(t, s, "em", got[0])
+	if st, err := s.Cancel(ctx, "em", c.ID); err != nil || !st.Changed {
+		t.Fatalf("Cancel = %+v, %v", st, err)
+	}
+	if info := saleInfo(t, s, "em"); info.Remaining != 9 || info.Paid != 1 || info.Expired != 2 || info.Released != 5 {
+		t.Fatalf("meta %+v", info)
+	}
+	if _, n, _ := s.NextDeadlines(ctx, "em", 10); n != 0 {
+		t.Fatalf("due %d", n)
+	}
 }
