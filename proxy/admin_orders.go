@@ -36,17 +36,29 @@ func (s *Server) handleAdminOrders(ctx *fasthttp.RequestCtx, path string) bool {
 		s.audit(ctx, "cancel_order", "product", req.ProductID, "order", req.OrderID)
 		actx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
-		res, err := s.CancelOrder(actx, req.ProductID, req.OrderID)
-		if err != nil {
-			api.AdminUnavailable.WithMessage(err.Error()).Write(ctx)
-			return true
-		}
-		if res == cancelNotFound {
+		set, err := s.CancelOrder(actx, req.ProductID, req.OrderID)
+		switch {
+		case errors.Is(err, stock.ErrUnknownOrder):
 			api.AdminNoReleasableOrder.Write(ctx)
-			return true
+		case errors.Is(err, stock.ErrRecovering):
+			api.Recovering.Write(ctx)
+		case err != nil && set.Info.State == stock.StateReleased:
+			// Stock is back already; the store learns of the release
+			// when the operator retries (which publishes it again) or
+			// from the outbox relay.
+			api.ReleaseUnpublished.WithMessage(err.Error()).Write(ctx)
+		case err != nil:
+			api.AdminUnavailable.WithMessage(err.Error()).Write(ctx)
+		case set.Info.State == stock.StatePaid:
+			api.OrderPaid.Write(ctx)
+		case set.Info.State != stock.StateReleased:
+			api.AdminNoReleasableOrder.Write(ctx)
+		default:
+			// Cancelling is idempotent: a repeat answers 200 and returns no stock.
+			writeJSON(ctx, map[string]any{"ok": true, "released": true, "alreadyReleased": !set.Changed})
 		}
-		// Cancelling is idempotent: a repeat answers 200 and returns no stock.
-		writeJSON(ctx, map[string]any{"ok": true, "released": true, "alreadyReleased": res == cancelAlready})
+	case "/admin/orders/paid":
+		s.handleAdminPaid(ctx)
 	case "/admin/reconcile":
 		actx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 		defer cancel()
@@ -65,60 +77,65 @@ func (s *Server) handleAdminOrders(ctx *fasthttp.RequestCtx, path string) bool {
 	return true
 }
 
-// CancelOrder releases an order that will not be fulfilled: one idempotent
-// script returns its units to stock and to the buyer's allowance (pending
-// or success -> released; released -> nothing), then the release event
-// goes to Kafka so the order store marks it released, and every edge hears
-// that the product has stock again. A release delivered twice returns
-// stock once: the script is guarded by the order's state.
-func (s *Server) CancelOrder(ctx context.Context, productID string, orderID int64) (cancelResult, error) {
-	info, found, err := s.store.OrderState(ctx, productID, orderID)
-	if err != nil || !found {
-		return cancelNotFound, err
+// CancelOrder releases an order that will not be fulfilled: one
+// state-guarded script returns its units to stock and to the buyer's
+// allowance (pending or success -> released; anything final -> nothing),
+// then the release event goes to Kafka so the order store marks it
+// cancelled, and every edge hears that the product has stock again. A
+// cancel delivered twice returns stock once; a paid order is never
+// released (its state answers paid). A cancel of an order already
+// cancelled publishes its release event again: if the first cancel's
+// publish failed, its retry must not be a dead end.
+func (s *Server) CancelOrder(ctx context.Context, productID string, orderID int64) (stock.Settlement, error) {
+	set, err := s.store.Cancel(ctx, productID, orderID)
+	if err != nil || set.Info.State != stock.StateReleased {
+		return set, err
 	}
-	released, err := s.store.Release(ctx, productID, orderID)
-	if err != nil {
-		return cancelNotFound, err
+	return set, s.settled(ctx, productID, set)
+}
+
+// settled finishes a settlement Redis made (or found made, for a retry):
+// a release clears the edge (ReleasedOnEdge, with the broadcast), the
+// event goes to Kafka (acknowledging its outbox entry when this call wrote
+// it) and the streams waiting on the order hear its outcome.
+func (s *Server) settled(ctx context.Context, productID string, set stock.Settlement) error {
+	kind := stock.KindPaid
+	switch set.Info.State {
+	case stock.StateReleased:
+		kind = stock.KindCancelled
+	case stock.StateExpired:
+		kind = stock.KindExpired
 	}
-	res := cancelReleased
-	if !released {
-		if info.State != stock.StateReleased {
-			return cancelNotFound, nil
-		}
-		res = cancelAlready
+	if kind != stock.KindPaid && set.Changed {
+		s.ReleasedOnEdge(ctx, productID, true)
 	}
-	// Shoppers waiting on the order's event stream learn it failed.
-	if err := s.store.PublishReleased(ctx, productID, orderID); err != nil {
-		s.log.Warn("release not pushed; the order's streams end at their deadline", "order", orderID, "err", err)
+	if err := s.store.PublishSettled(ctx, productID, kind, set.Info.ID); err != nil {
+		s.log.Warn("settlement not pushed; the order's streams end at their deadline", "order", set.Info.ID, "err", err)
 	}
-	// A cancel of an order already released publishes its release event
-	// again: if the first cancel's publish failed, its retry must not be
-	// a dead end (the consumer keeps one row per order whatever arrives).
-	ev := order.Event{V: order.Version, Type: order.TypeRelease, Order: info.Order, ReleasedMs: s.opts.Now() / 1e6}
-	if err := s.orders.pub.Publish(ctx, ev); err != nil {
-		// Stock is back already; the store learns of the release when the
-		// operator retries (which publishes the event again).
-		return res, err
+	ev := set.Event()
+	if set.Changed {
+		return s.orders.pub.PublishAndAck(ctx, ev, set.OutboxID)
 	}
-	if res == cancelAlready {
-		return res, nil
-	}
+	return s.orders.pub.Publish(ctx, ev)
+}
+
+// ReleasedOnEdge is the one place that clears what this edge knows about a
+// product after units went back to stock (a cancel, a payment too late,
+// the deadline sweep): the sold-out flag, and the "at the limit" answers
+// of the bought cache (by the product's generation); broadcast tells the
+// other edges, which do the same on hearing it (the sweep broadcasts
+// itself, so it passes false).
+func (s *Server) ReleasedOnEdge(ctx context.Context, productID string, broadcast bool) {
 	st := s.env.Activities.StateOf(productID)
 	st.SetSoldOut(false)
 	st.BumpGeneration()
+	if !broadcast {
+		return
+	}
 	if err := s.store.PublishSoldOut(ctx, productID, false); err != nil {
 		s.log.Warn("sold-out clear broadcast failed; other edges catch up on refresh", "product", productID, "err", err)
 	}
-	return res, nil
 }
-
-type cancelResult uint8
-
-const (
-	cancelNotFound cancelResult = iota // no order that can be released
-	cancelReleased                     // released now: its units are back
-	cancelAlready                      // released before: nothing changed (its event was sent again)
-)
 
 // Reconcile checks this edge's sales against the order store after the
 // pipeline drained (see package reconcile for the definitions).

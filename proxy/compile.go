@@ -12,6 +12,7 @@ import (
 	"flashgate/proxy/tlsterm"
 	"flashgate/sale"
 	"flashgate/sale/activity"
+	"flashgate/sale/payhook"
 	"flashgate/sale/ptoken"
 	"flashgate/sale/session"
 	"flashgate/sale/waitroom"
@@ -69,6 +70,9 @@ type Snapshot struct {
 	HSTS []byte
 
 	AdminToken string
+	// Payhook checks the payment provider's webhook calls (nil: the
+	// webhook is off, payments.webhook_secret is empty).
+	Payhook *payhook.Verifier
 	// AccessSampleEvery logs one request in N (0 = none).
 	AccessSampleEvery uint64
 }
@@ -142,6 +146,11 @@ func Compile(doc *conf.Document, env *Env, version uint64) (*Snapshot, error) {
 		errs.Add("admin.token", "%v", err)
 	}
 	s.AdminToken = tok
+	if sec, err := cfg.Payments.WebhookSecretBytes(); err != nil {
+		errs.Add("payments.webhook_secret", "%v", err)
+	} else if sec != nil {
+		s.Payhook = payhook.New(sec, cfg.Payments.WebhookTolerance)
+	}
 	if cfg.Log.AccessSample > 0 {
 		s.AccessSampleEvery = uint64(1/cfg.Log.AccessSample + 0.5)
 	}

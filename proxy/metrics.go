@@ -20,10 +20,11 @@ const (
 	routeAPI
 	routeOrigin
 	routeNotFound
+	routeWebhook // the payment provider's webhook
 	numRoutes
 )
 
-var routeNames = [numRoutes]string{"page", "asset", "api", "origin", "not_found"}
+var routeNames = [numRoutes]string{"page", "asset", "api", "origin", "not_found", "webhook"}
 
 // serverMetrics are the edge's own counters. Per-request recording is a few
 // atomic adds on preallocated cells.
@@ -41,6 +42,11 @@ type serverMetrics struct {
 	// run on this edge (-1: never run).
 	reconcileMismatch metrics.Gauge
 	reconcileUnix     metrics.Gauge
+
+	// Payments on this edge: orders it paid, orders its pay calls found
+	// past their deadline and expired (the sweep counts its own), webhook
+	// calls refused for their signature or timestamp.
+	ordersPaid, ordersExpired, webhookRefused metrics.Counter
 
 	upMu   sync.Mutex
 	pools  atomic.Pointer[map[string]*poolMetrics]
@@ -62,6 +68,12 @@ func newServerMetrics(zones *filters.Zones, ups *upstream.Manager) *serverMetric
 	m.reconcileMismatch.Set(-1)
 	m.reg.Register("flashgate_reconcile_mismatch", "Oversold + lost + duplicated units found by the last reconcile run on this edge (-1: never run).", "gauge", func(w *metrics.Writer) {
 		w.Value(float64(m.reconcileMismatch.Value()))
+	})
+	m.reg.Register("flashgate_orders_paid_total", "Orders this edge recorded as paid (POST /admin/orders/paid and the payment webhook).", "counter", func(w *metrics.Writer) {
+		w.Value(float64(m.ordersPaid.Value()))
+	})
+	m.reg.Register("flashgate_payment_webhooks_refused_total", "Payment webhook calls refused for their signature or timestamp.", "counter", func(w *metrics.Writer) {
+		w.Value(float64(m.webhookRefused.Value()))
 	})
 	m.reg.Register("flashgate_reconcile_last_run_timestamp_seconds", "Unix time of the last reconcile run on this edge.", "gauge", func(w *metrics.Writer) {
 		w.Value(float64(m.reconcileUnix.Value()))

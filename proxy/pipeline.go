@@ -3,7 +3,10 @@ package proxy
 import (
 	"context"
 	"errors"
+	"maps"
 	"os"
+	"slices"
+	"strconv"
 	"sync/atomic"
 	"time"
 
@@ -35,8 +38,18 @@ type pipeline struct {
 	watchDone   chan struct{}
 }
 
-// productPipe is one product's backlog as last sampled.
-type productPipe struct{ outbox, stored int64 }
+// productPipe is one product's backlog and payment figures as last
+// sampled (-1: unknown).
+type productPipe struct {
+	outbox, stored        int64
+	unpaid, paid, expired int64
+	due                   int64
+	deadlines             []stock.Deadline
+}
+
+// deadlinesShown is how many of a sale's next pay deadlines the dashboard
+// lists.
+const deadlinesShown = 5
 
 // close stops the pipeline in dependency order: nothing new to relay, the
 // consumer, the publisher (flushing queued outbox acks), the store, then the
@@ -79,7 +92,7 @@ func (p *pipeline) watch(ctx context.Context, st *stock.Store, products func() [
 		var outbox int64
 		per := map[string]productPipe{}
 		for _, id := range products() {
-			pp := productPipe{outbox: -1, stored: -1}
+			pp := productPipe{outbox: -1, stored: -1, unpaid: -1, paid: -1, expired: -1, due: -1}
 			if n, err := st.OutboxLen(ctx, id); err == nil {
 				pp.outbox = n
 				if outbox >= 0 {
@@ -92,6 +105,15 @@ func (p *pipeline) watch(ctx context.Context, st *stock.Store, products func() [
 				if t, err := p.store.Totals(ctx, id); err == nil {
 					pp.stored = t.Orders
 				}
+			}
+			if info, ok, err := st.SaleInfo(ctx, id); err == nil && ok {
+				// initial + restocked = paid + unpaid + remaining: what the
+				// held orders keep is what is neither paid nor left.
+				pp.paid, pp.expired = info.Paid, info.Expired
+				pp.unpaid = max(0, info.Initial+info.Restocked-info.Paid-info.Remaining)
+			}
+			if list, total, err := st.NextDeadlines(ctx, id, deadlinesShown); err == nil {
+				pp.deadlines, pp.due = list, total
 			}
 			per[id] = pp
 		}
@@ -118,7 +140,12 @@ func (p *pipeline) fillDashboard(d *dashboard.Snapshot) {
 	if per := p.perProduct.Load(); per != nil {
 		for i := range d.Products {
 			if pp, ok := (*per)[d.Products[i].ProductID]; ok {
-				d.Products[i].OutboxPending, d.Products[i].Stored = pp.outbox, pp.stored
+				dp := &d.Products[i]
+				dp.OutboxPending, dp.Stored = pp.outbox, pp.stored
+				dp.Unpaid, dp.Paid, dp.Expired, dp.Due = pp.unpaid, pp.paid, pp.expired, pp.due
+				for _, dl := range pp.deadlines {
+					dp.Deadlines = append(dp.Deadlines, dashboard.Deadline{OrderID: strconv.FormatInt(dl.OrderID, 10), PayByMs: dl.PayByMs})
+				}
 			}
 		}
 	}
@@ -135,6 +162,29 @@ func (p *pipeline) registerMetrics(reg *metrics.Registry) {
 		st := p.pub.Stats()
 		w.Value(float64(st.Published))
 	})
+	// The sales' payment figures, in units, from their meta in Redis
+	// (sampled every 2s): the same on every edge.
+	for _, f := range []struct {
+		name, help string
+		get        func(productPipe) int64
+	}{
+		{"flashgate_orders_unpaid", "Units held by orders not paid yet, per sale (sampled every 2s).", func(pp productPipe) int64 { return pp.unpaid }},
+		{"flashgate_orders_paid", "Units paid for, per sale (sampled every 2s).", func(pp productPipe) int64 { return pp.paid }},
+		{"flashgate_orders_expired", "Units released by the pay deadline, per sale (sampled every 2s).", func(pp productPipe) int64 { return pp.expired }},
+	} {
+		get := f.get
+		reg.Register(f.name, f.help, "gauge", func(w *metrics.Writer) {
+			per := p.perProduct.Load()
+			if per == nil {
+				return
+			}
+			for _, id := range slices.Sorted(maps.Keys(*per)) {
+				if v := get((*per)[id]); v >= 0 {
+					w.Value(float64(v), metrics.Label{Name: "product", Value: id})
+				}
+			}
+		})
+	}
 	reg.Register("flashgate_outbox_pending", "Outbox entries not yet removed (sampled every 2s; -1 unknown).", "gauge", func(w *metrics.Writer) {
 		w.Value(float64(p.outbox.Load()))
 	})

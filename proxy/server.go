@@ -284,6 +284,7 @@ var (
 	pathLogin    = []byte("/api/login")
 	prefixSale   = []byte("/seckill/")
 	prefixAssets = []byte("/seckill/_static/")
+	pathWebhook  = []byte("/api/payments/webhook")
 )
 
 func classify(path []byte) route {
@@ -294,6 +295,8 @@ func classify(path []byte) route {
 		return routeAsset
 	case bytes.HasPrefix(path, prefixSale):
 		return routePage
+	case bytes.Equal(path, pathWebhook):
+		return routeWebhook
 	}
 	return routeOrigin
 }
@@ -350,6 +353,8 @@ func (s *Server) dispatch(ctx *fasthttp.RequestCtx, snap *Snapshot, r *filters.R
 	switch rt {
 	case routeAPI:
 		s.sale.Handle(&r.Call)
+	case routeWebhook:
+		s.paymentWebhook(ctx, snap)
 	case routeAsset:
 		snap.Static.ServeAsset(ctx, path[len(prefixAssets):])
 	case routePage:

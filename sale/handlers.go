@@ -438,23 +438,29 @@ func (s *Service) result(r *api.Call) {
 	writeJSON(r.Ctx, r.Scratch)
 }
 
-// AppendResult renders {status, order} for result polls and pushes.
-// Released and failed orders are "failed" to the shopper, with a reason.
-func AppendResult(b []byte, o stock.OrderInfo) []byte {
-	status, reason := o.State, ""
-	switch o.State {
-	case stock.StateReleased:
-		status, reason = "failed", "released"
-	case stock.StateFailed:
-		status, reason = "failed", "failed"
+// ShopperStatus is the status a Redis order state is shown to the shopper
+// (and the payment system) as: pending, success (stored, unpaid), paid,
+// expired (released by the pay deadline), cancelled (released by a
+// cancel) or failed.
+func ShopperStatus(state string) string {
+	if state == stock.StateReleased {
+		return statusCancelled
 	}
+	return state
+}
+
+const statusCancelled = "cancelled"
+
+// AppendResult renders {status, payByMs?, order} for result polls and
+// pushes; payByMs (the deadline, unix ms on the edges' clock) only while
+// the order waits to be paid.
+func AppendResult(b []byte, o stock.OrderInfo) []byte {
 	b = append(b, `{"status":"`...)
-	b = append(b, status...)
+	b = append(b, ShopperStatus(o.State)...)
 	b = append(b, '"')
-	if reason != "" {
-		b = append(b, `,"reason":"`...)
-		b = append(b, reason...)
-		b = append(b, '"')
+	if o.State == stock.StateSuccess && o.PayByMs > 0 {
+		b = append(b, `,"payByMs":`...)
+		b = strconv.AppendInt(b, o.PayByMs, 10)
 	}
 	b = append(b, `,"order":{"orderId":"`...)
 	b = orderid.AppendDecimal(b, o.ID)
@@ -466,5 +472,13 @@ func AppendResult(b []byte, o stock.OrderInfo) []byte {
 	b = activity.AppendPrice(b, o.PriceCents)
 	b = append(b, `","createdMs":`...)
 	b = strconv.AppendInt(b, o.CreatedMs, 10)
+	if o.PayByMs > 0 {
+		b = append(b, `,"payByMs":`...)
+		b = strconv.AppendInt(b, o.PayByMs, 10)
+	}
+	if o.PaidMs > 0 {
+		b = append(b, `,"paidMs":`...)
+		b = strconv.AppendInt(b, o.PaidMs, 10)
+	}
 	return append(b, `}}`...)
 }

@@ -53,6 +53,23 @@ type Product struct {
 	Recoveries    int64  `json:"recoveries"`    // ledger rebuilds of it this edge ran
 	OutboxPending int64  `json:"outboxPending"` // entries not yet acknowledged by Kafka
 	Stored        int64  `json:"stored"`        // orders in the order store; Unknown if it cannot be asked
+	// Units held by orders not paid yet, paid, and released by the pay
+	// deadline (from the sale's figures in Redis, sampled); Unknown if
+	// they cannot be read.
+	Unpaid  int64 `json:"unpaid"`
+	Paid    int64 `json:"paid"`
+	Expired int64 `json:"expired"`
+	// Deadlines are the earliest pay deadlines of unpaid orders, soonest
+	// first; Due is how many orders wait for theirs (Unknown if it cannot
+	// be read).
+	Deadlines []Deadline `json:"deadlines"`
+	Due       int64      `json:"due"`
+}
+
+// Deadline is one unpaid order's pay deadline.
+type Deadline struct {
+	OrderID string `json:"orderId"`
+	PayByMs int64  `json:"payByMs"`
 }
 
 // Filter is one filter of the chain, in chain order.

@@ -455,10 +455,7 @@ func (h *Hub) onMalformed(msg string) {
 func (h *Hub) onSettled(m stock.Settled) {
 	h.dispMu.Lock()
 	defer h.dispMu.Unlock()
-	st := stateSuccess
-	if m.Kind == stock.KindCancelled || m.Kind == stock.KindExpired {
-		st = stateReleased
-	}
+	st := parseState(m.Kind.State())
 	list := h.dispList[:0]
 	for _, id := range m.OrderIDs {
 		sh := h.shard(id)

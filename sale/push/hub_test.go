@@ -56,18 +56,28 @@ func TestStreamGetsItsOutcome(t *testing.T) {
 	}
 }
 
-// A released order ends its stream with "failed" (and the reason).
-func TestReleasedOrderFails(t *testing.T) {
+// A released order ends its stream with how it was released: cancelled,
+// expired by its pay deadline; a paid one with paid.
+func TestSettledOrderEndsWithItsKind(t *testing.T) {
 	e := newEnv(t, envOpts{})
-	id := nextID()
-	e.order("p1", id, "alice", stock.StatePending)
-	s := open(t, e.addr, "p1", id, "alice")
-	s.mustNext()
-	if err := e.st.PublishReleased(context.Background(), "p1", id); err != nil {
-		t.Fatal(err)
+	for _, c := range []struct {
+		kind stock.SettledKind
+		want string
+	}{
+		{stock.KindCancelled, `"status":"cancelled"`},
+		{stock.KindExpired, `"status":"expired"`},
+		{stock.KindPaid, `"status":"paid"`},
+	} {
+		id := nextID()
+		e.order("p1", id, "alice", stock.StatePending)
+		s := open(t, e.addr, "p1", id, "alice")
+		s.mustNext()
+		if err := e.st.PublishSettled(context.Background(), "p1", c.kind, id); err != nil {
+			t.Fatal(err)
+		}
+		mustContain(t, s.mustNext(), c.want)
+		s.end()
 	}
-	mustContain(t, s.mustNext(), `"status":"failed"`, `"reason":"released"`)
-	s.end()
 }
 
 // An order already decided is one event in a plain response: nothing is

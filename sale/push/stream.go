@@ -21,9 +21,11 @@ const (
 	stateSuccess
 	stateReleased
 	stateFailed
+	statePaid
+	stateExpired
 )
 
-var stateNames = [...]string{stock.StatePending, stock.StateSuccess, stock.StateReleased, stock.StateFailed}
+var stateNames = [...]string{stock.StatePending, stock.StateSuccess, stock.StateReleased, stock.StateFailed, stock.StatePaid, stock.StateExpired}
 
 // parseState maps a Redis order state; anything unknown is pending (it
 // may still change, and the deadline ends the wait anyway).
@@ -35,6 +37,10 @@ func parseState(s string) state {
 		return stateReleased
 	case stock.StateFailed:
 		return stateFailed
+	case stock.StatePaid:
+		return statePaid
+	case stock.StateExpired:
+		return stateExpired
 	}
 	return statePending
 }
@@ -84,6 +90,7 @@ type Stream struct {
 	qty     int32
 	price   int64
 	created int64
+	payBy   int64 // the pay deadline, unix ms (0: none)
 	beatAt  int64
 	conn    net.Conn
 	rc      syscall.RawConn // non-blocking access to conn, when it has one
@@ -98,7 +105,7 @@ type Stream struct {
 // s afterwards.
 func (s *Stream) Serve(ctx *fasthttp.RequestCtx, o stock.OrderInfo) {
 	s.mu.Lock()
-	s.qty, s.price, s.created = int32(o.Qty), o.PriceCents, o.CreatedMs
+	s.qty, s.price, s.created, s.payBy = int32(o.Qty), o.PriceCents, o.CreatedMs, o.PayByMs
 	if s.state == statePending {
 		// Unless a message decided it while the order was being read.
 		s.state = parseState(o.State)
@@ -333,7 +340,7 @@ func (s *Stream) closeLocked() {
 func (s *Stream) appendEvent(b []byte) []byte {
 	b = append(b, "data: "...)
 	b = s.h.cfg.Render(b, stock.OrderInfo{Order: order.Order{
-		ID: s.order, ProductID: s.product, UserID: s.user, Qty: int(s.qty), PriceCents: s.price, CreatedMs: s.created,
+		ID: s.order, ProductID: s.product, UserID: s.user, Qty: int(s.qty), PriceCents: s.price, CreatedMs: s.created, PayByMs: s.payBy,
 	}, State: stateNames[s.state]})
 	return append(b, "\n\n"...)
 }

@@ -249,7 +249,8 @@
       function () {
         var tr = document.createElement('tr');
         cells(tr, [['th', 'pid'], ['td', 'status'], ['td', 'num big remaining'], ['td', 'stock'], ['td', 'num sold'],
-          ['td', 'num big aps'], ['td', 'soldout'], ['td', 'hot'], ['td', 'degraded'], ['td', 'breaker'], ['td', 'num outbox'], ['td', 'num stored']]);
+          ['td', 'num big aps'], ['td', 'soldout'], ['td', 'hot'], ['td', 'degraded'], ['td', 'breaker'], ['td', 'num outbox'], ['td', 'num stored'],
+          ['td', 'num unpaid'], ['td', 'num paid'], ['td', 'num expired'], ['td', 'deadlines']]);
         var pid = tr.firstChild;
         pid.innerHTML = '<span class="id"></span><span class="name"></span>';
         var stock = tr.querySelector('.stock');
@@ -303,7 +304,11 @@
         }
         text(q('outbox'), fmtCount(p.outboxPending));
         text(q('stored'), fmtCount(p.stored));
-      }, 'No sales on this edge.', 12);
+        text(q('unpaid'), fmtCount(p.unpaid));
+        text(q('paid'), fmtCount(p.paid));
+        text(q('expired'), fmtCount(p.expired));
+        text(q('deadlines'), fmtDeadlines(p));
+      }, 'No sales on this edge.', 16);
     // The action forms offer the ids seen here.
     var ids = list.map(function (p) { return p.productId; }).join('\n');
     if (el.productIds.getAttribute('data-ids') !== ids) {
@@ -316,6 +321,21 @@
         el.productIds.appendChild(o);
       });
     }
+  }
+
+  // fmtDeadlines: "0:42, 1:10, 2:30 · 57 due" — time left on the edge's
+  // clock (the snapshot's), "overdue" for one the sweep has not released yet.
+  function fmtDeadlines(p) {
+    if (typeof p.due !== 'number' || p.due < 0) return 'unknown';
+    if (p.due === 0) return '—';
+    var now = state.last ? state.last.serverTimeMs : Date.now();
+    var parts = (p.deadlines || []).slice(0, 3).map(function (d) {
+      var left = Math.ceil((d.payByMs - now) / 1000);
+      if (left <= 0) return 'overdue';
+      var h = Math.floor(left / 3600), m = Math.floor(left / 60) % 60, s = left % 60;
+      return (h ? h + ':' + (m < 10 ? '0' : '') + m : String(m)) + ':' + (s < 10 ? '0' : '') + s;
+    });
+    return parts.join(', ') + ' · ' + fmt(p.due) + ' due';
   }
 
   function renderFilters(list) {

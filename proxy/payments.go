@@ -1,0 +1,185 @@
+package proxy
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"time"
+
+	"github.com/valyala/fasthttp"
+
+	"flashgate/orders/order"
+	"flashgate/orders/orderid"
+	"flashgate/orders/stock"
+	"flashgate/sale"
+	"flashgate/sale/api"
+	"flashgate/sale/payhook"
+)
+
+// Payment confirmation: the payment system tells the edge an order was
+// paid, through the admin API (POST /admin/orders/paid, behind the admin
+// token) or a payment provider's signed webhook on the shopper listener
+// (POST /api/payments/webhook). Both end in PayOrder: one script call in
+// Redis decides between the payment and the pay deadline, so exactly one
+// of them wins, and the caller is told which.
+
+// payTimeout bounds a payment call: one script call and one publish.
+const payTimeout = 10 * time.Second
+
+// handleAdminPaid serves POST /admin/orders/paid {"productId","orderId"}.
+func (s *Server) handleAdminPaid(ctx *fasthttp.RequestCtx) {
+	if !s.requirePost(ctx) {
+		return
+	}
+	var req struct {
+		ProductID string `json:"productId"`
+		OrderID   int64  `json:"orderId,string"`
+	}
+	if !decodeAdmin(ctx, &req) {
+		return
+	}
+	if !order.ValidProductID(req.ProductID) || req.OrderID <= 0 {
+		api.AdminCancelUsage.Write(ctx)
+		return
+	}
+	s.audit(ctx, "order_paid", "product", req.ProductID, "order", req.OrderID)
+	actx, cancel := context.WithTimeout(context.Background(), payTimeout)
+	defer cancel()
+	set, err := s.PayOrder(actx, req.ProductID, req.OrderID, "", 0)
+	s.answerPaid(ctx, req.ProductID, req.OrderID, set, err, true)
+}
+
+// paymentWebhook serves the payment provider's POST /api/payments/webhook:
+// the signature and timestamp are checked before the body is believed, and
+// the body is never logged.
+func (s *Server) paymentWebhook(ctx *fasthttp.RequestCtx, snap *Snapshot) {
+	v := snap.Payhook
+	if v == nil {
+		api.WebhookOff.Write(ctx)
+		return
+	}
+	if !ctx.IsPost() {
+		api.MethodNotAllowed.Write(ctx)
+		return
+	}
+	body := ctx.PostBody()
+	if rej := v.Verify(ctx.Request.Header.Peek(payhook.HeaderTimestamp), ctx.Request.Header.Peek(payhook.HeaderSignature), body, time.Unix(0, s.opts.Now())); rej != nil {
+		s.m.webhookRefused.Inc()
+		rej.Write(ctx)
+		return
+	}
+	ev, rej := payhook.ParseEvent(body)
+	if rej != nil {
+		rej.Write(ctx)
+		return
+	}
+	if !ev.Pays() {
+		// Another kind of event: acknowledged, so the provider does not
+		// send it again and again.
+		writeJSON(ctx, map[string]any{"status": "ignored", "type": ev.Type})
+		return
+	}
+	actx, cancel := context.WithTimeout(context.Background(), payTimeout)
+	defer cancel()
+	set, err := s.PayOrder(actx, ev.ProductID, ev.OrderID, ev.ID, v.ReplayTTL())
+	s.answerPaid(ctx, ev.ProductID, ev.OrderID, set, err, false)
+}
+
+// PayOrder records the payment of an order. Paid (now, or before: a
+// retry) publishes the paid event and waits for Kafka's acknowledgement;
+// a payment at or after the deadline expires the order in the same script
+// call, and then the release is published and the edge cleared here, as
+// the sweep would have. A repeat of a paid order publishes its event
+// again, so a retry after a failed publish is not a dead end (the store
+// keeps one row per order whatever arrives twice).
+func (s *Server) PayOrder(ctx context.Context, productID string, orderID int64, replayID string, replayTTL time.Duration) (stock.Settlement, error) {
+	set, err := s.store.Pay(ctx, productID, orderID, replayID, replayTTL)
+	if err != nil || set.Replayed {
+		return set, err
+	}
+	switch {
+	case set.Info.State == stock.StatePaid:
+		s.m.ordersPaid.Add(boolCount(set.Changed))
+		return set, s.settled(ctx, productID, set)
+	case set.Info.State == stock.StateExpired && set.Changed:
+		// Too late: this call fired the deadline.
+		s.m.ordersExpired.Inc()
+		if err := s.settled(ctx, productID, set); err != nil {
+			s.log.Warn("expiry event not acknowledged; left to the outbox relay", "product", productID, "order", orderID, "err", err)
+		}
+	}
+	return set, nil
+}
+
+func boolCount(b bool) uint64 {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// answerPaid writes the answer of a payment call. admin: the operator's
+// listener, which is told the store's error; the webhook's caller is not.
+func (s *Server) answerPaid(ctx *fasthttp.RequestCtx, productID string, orderID int64, set stock.Settlement, err error, admin bool) {
+	switch {
+	case errors.Is(err, stock.ErrUnknownOrder):
+		api.UnknownPayOrder.Write(ctx)
+		return
+	case errors.Is(err, stock.ErrRecovering):
+		api.Recovering.Write(ctx)
+		return
+	case err != nil && set.Info.State == stock.StatePaid:
+		// Redis decided; Kafka did not acknowledge the event. The outbox
+		// relay delivers it, and a retry publishes it again.
+		s.log.Warn("paid event not acknowledged; left to the outbox relay", "product", productID, "order", orderID, "err", err)
+		api.PaidUnconfirmed.Write(ctx)
+		return
+	case err != nil:
+		if !admin {
+			s.log.Warn("payment webhook: the store failed", "product", productID, "order", orderID, "err", err)
+			api.Busy.Write(ctx)
+			return
+		}
+		rej := api.AdminUnavailable
+		if errors.Is(err, stock.ErrNotWarmed) {
+			rej = api.UnknownPayOrder
+		}
+		rej.WithMessage(err.Error()).Write(ctx)
+		return
+	case set.Replayed:
+		api.Replayed.Write(ctx)
+		return
+	}
+	b := make([]byte, 0, 160)
+	switch set.Info.State {
+	case stock.StatePaid:
+		b = append(b, `{"status":"paid","productId":"`...)
+	case stock.StateExpired, stock.StateReleased, stock.StateFailed:
+		b = api.TooLate.AppendOpen(b)
+		b = append(b, `,"status":"`...)
+		b = append(b, sale.ShopperStatus(set.Info.State)...)
+		b = append(b, `","productId":"`...)
+	default:
+		// Not a state a pay call leaves; nothing to promise.
+		s.log.Warn("payment left the order unsettled", "product", productID, "order", orderID, "state", set.Info.State)
+		api.Busy.Write(ctx)
+		return
+	}
+	b = append(b, productID...)
+	b = append(b, `","orderId":"`...)
+	b = orderid.AppendDecimal(b, orderID)
+	b = append(b, '"')
+	if set.Info.State == stock.StatePaid {
+		b = append(b, `,"already":`...)
+		b = strconv.AppendBool(b, !set.Changed)
+		b = append(b, `,"paidMs":`...)
+		b = strconv.AppendInt(b, set.Info.PaidMs, 10)
+	}
+	b = append(b, '}')
+	ctx.Response.Header.SetContentType("application/json")
+	ctx.Response.Header.Set(fasthttp.HeaderCacheControl, "no-store")
+	if set.Info.State != stock.StatePaid {
+		ctx.SetStatusCode(api.TooLate.Status)
+	}
+	ctx.SetBody(b)
+}
