@@ -103,7 +103,7 @@ func (p *pipeline) watch(ctx context.Context, st *stock.Store, products func() [
 			}
 			if p.store != nil {
 				if t, err := p.store.Totals(ctx, id); err == nil {
-					pp.stored = t.Orders
+					pp.stored = t.HeldOrders()
 				}
 			}
 			if info, ok, err := st.SaleInfo(ctx, id); err == nil && ok {

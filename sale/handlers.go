@@ -424,7 +424,7 @@ func (s *Service) result(r *api.Call) {
 		}
 		if found {
 			o, ok = stock.OrderInfo{Order: row.Order, State: stock.StateSuccess}, true
-			if row.Status == orderstore.StatusReleased {
+			if row.Status == orderstore.StatusCancelled {
 				o.State = stock.StateReleased
 			}
 		}

@@ -407,7 +407,7 @@ func (s *Service) plan(ctx context.Context, a *activity.Activity, meta stock.Sal
 			continue // pending (outbox) or never stored: left alone
 		}
 		want := stock.StateSuccess
-		if status == orderstore.StatusReleased {
+		if status.Status == orderstore.StatusCancelled {
 			want = stock.StateReleased
 		}
 		if state != want {

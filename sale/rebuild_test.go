@@ -376,7 +376,7 @@ func testRedisLoss(t *testing.T, kind string) {
 		t.Fatal(err)
 	}
 	tot, err := r.store.Totals(ctx, "lp")
-	if err != nil || tot.Units != 30 || tot.MaxUserUnits > limit {
+	if err != nil || tot.HeldUnits() != 30 || tot.MaxUserUnits > limit {
 		t.Fatalf("ledger %+v %v", tot, err)
 	}
 	r.reconcileClean("lp", "rp")
@@ -494,7 +494,7 @@ func TestEmbeddedCrashRebuildsFromLedger(t *testing.T) {
 		t.Fatal(err)
 	}
 	tot, _ := fs.Totals(ctx, "ep")
-	if tot.Units != 20 || tot.MaxUserUnits > limit {
+	if tot.HeldUnits() != 20 || tot.MaxUserUnits > limit {
 		t.Fatalf("ledger %+v", tot)
 	}
 	r.reconcileClean("ep")

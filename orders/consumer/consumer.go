@@ -43,7 +43,7 @@ type Config struct {
 	// Stock, if set, gets MarkSuccess for every stored order.
 	Stock *stock.Store
 	// OnStored, if set, is called after each batch with the order ids
-	// stored with status 1, by product (after MarkSuccess was tried). It
+	// of the order events it stored (status 0), by product (after MarkSuccess was tried). It
 	// runs on the consumer's goroutine: hand work off, don't block.
 	OnStored func(products map[string][]int64)
 
@@ -90,8 +90,9 @@ func (c *Config) check() error {
 type Stats struct {
 	Messages     uint64 // fetched
 	Batches      uint64 // committed
-	Stored       uint64 // rows inserted with status 1 (after in-batch dedupe)
-	Released     uint64 // rows inserted with status 2
+	Stored       uint64 // order rows inserted (status 0, unpaid; after in-batch dedupe)
+	Paid         uint64 // paid rows inserted (status 1)
+	Released     uint64 // release rows inserted (status 2: cancelled or expired)
 	Duplicates   uint64 // events dropped in a batch as older copies of an order
 	DeadLettered uint64
 	InsertErrors uint64 // failed insert attempts (each was retried)
@@ -112,9 +113,9 @@ type Consumer struct {
 	unmarked map[string][]int64 // stored orders whose MarkSuccess failed
 	window   time.Duration      // the next batch's time (Run's goroutine only)
 
-	messages, batches, stored, released, dups, dead atomic.Uint64
-	insertErrs, commitErrs, markErrs                atomic.Uint64
-	markPending                                     atomic.Int64
+	messages, batches, stored, paid, released, dups, dead atomic.Uint64
+	insertErrs, commitErrs, markErrs                      atomic.Uint64
+	markPending                                           atomic.Int64
 }
 
 // maxUnmarked bounds the MarkSuccess retry backlog: beyond it the oldest
@@ -148,7 +149,7 @@ func New(cfg Config) (*Consumer, error) {
 // Stats returns the counters.
 func (c *Consumer) Stats() Stats {
 	return Stats{
-		Messages: c.messages.Load(), Batches: c.batches.Load(), Stored: c.stored.Load(),
+		Messages: c.messages.Load(), Batches: c.batches.Load(), Stored: c.stored.Load(), Paid: c.paid.Load(),
 		Released: c.released.Load(), Duplicates: c.dups.Load(), DeadLettered: c.dead.Load(),
 		InsertErrors: c.insertErrs.Load(), CommitErrors: c.commitErrs.Load(),
 		MarkErrors: c.markErrs.Load(), MarkPending: c.markPending.Load(),
@@ -303,10 +304,17 @@ func (c *Consumer) process(ctx context.Context, r *kafka.Reader, batch []kafka.M
 	}
 	stored := map[string][]int64{}
 	for i := range rows {
-		if rows[i].Status == orderstore.StatusStored {
+		// Only an order event moves its order to success: a paid or a
+		// release row is a settlement Redis made itself (and a settlement
+		// that replaced its order in this batch means Redis is past
+		// success already).
+		switch rows[i].Status {
+		case orderstore.StatusUnpaid:
 			stored[rows[i].ProductID] = append(stored[rows[i].ProductID], rows[i].ID)
 			c.stored.Add(1)
-		} else {
+		case orderstore.StatusPaid:
+			c.paid.Add(1)
+		default:
 			c.released.Add(1)
 		}
 	}

@@ -11,12 +11,13 @@
 //     bytes and a "reason" header (orders.HeaderReason), is logged and counted, and the group
 //     moves on past it;
 //  3. keep one row per (product, order id): the newest, by the store's rule
-//     (a release beats its order, whatever the delivery order), since
-//     kafka-go has no idempotent producer and re-sends arrive;
+//     (a settlement — paid or release — beats its order, whatever the
+//     delivery order), since kafka-go has no idempotent producer and
+//     re-sends arrive;
 //  4. insert the rows into the store, retrying with exponential backoff
 //     (capped, default 2 s) for as long as it fails — nothing is committed
 //     meanwhile, so ClickHouse being down only delays the batch;
-//  5. mark the stored orders "success" in Redis (stock.Store.MarkSuccess,
+//  5. mark the orders of the order events "success" in Redis (stock.Store.MarkSuccess,
 //     per product; only pending -> success, so marking twice is harmless);
 //     a failure is logged and retried with the next batch — it only delays
 //     the shopper's answer;

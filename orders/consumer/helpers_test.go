@@ -228,7 +228,7 @@ func storedRows(s orderstore.Store, products []string) (int64, error) {
 		if err != nil {
 			return 0, err
 		}
-		n += tot.Orders + tot.ReleasedOrders + tot.Duplicates
+		n += tot.HeldOrders() + tot.ReleasedOrders() + tot.Duplicates
 	}
 	return n, nil
 }

@@ -1,6 +1,7 @@
 package orderstore
 
 import (
+	"cmp"
 	"context"
 	"crypto/tls"
 	"database/sql"
@@ -46,6 +47,11 @@ type tableSpec struct {
 	partitionBy string
 	// shardBy is the Distributed table's sharding key on a cluster.
 	shardBy string
+	// added are the columns that came after the table's first release:
+	// a table without them is migrated (ALTER TABLE ADD COLUMN, which
+	// 18.16 does in metadata only; the old rows read the type's default,
+	// 0) rather than refused.
+	added []string
 }
 
 // orderTable is seckill_order: one row per order, the newest (update_ms)
@@ -71,7 +77,13 @@ var orderTable = tableSpec{
 		{"create_time", "DateTime"},
 		{"update_ms", "UInt64"},
 		{"edge", "UInt16"},
+		// Added with pay deadlines; OpenClickHouse adds them to a table
+		// created before (added).
+		{"pay_time", "DateTime"}, // 0 = not paid
+		{"expired", "UInt8"},     // 1: status 2 by the pay deadline
+		{"pay_by_ms", "UInt64"},  // 0 = no deadline
 	},
+	added:       []string{"pay_time", "expired", "pay_by_ms"},
 	version:     "update_ms",
 	orderBy:     "product_id, order_id",
 	partitionBy: "toYYYYMM(create_time)",
@@ -106,7 +118,7 @@ var catalogTable = tableSpec{
 }
 
 const (
-	colsList    = "order_id, product_id, user_id, quantity, price, status, create_time, update_ms, edge"
+	colsList    = "order_id, product_id, user_id, quantity, price, status, create_time, update_ms, edge, pay_time, expired, pay_by_ms"
 	catColsList = "product_id, kind, entry_id, activity, units, degraded, version, update_time"
 )
 
@@ -385,20 +397,20 @@ func (s *ClickHouse) setup(ctx context.Context) error {
 		}
 		// Every edge opens the store at every start: an ON CLUSTER
 		// statement goes through ZooKeeper's DDL queue to every member,
-		// so it is sent only when a table is missing somewhere.
-		missing := false
+		// so it is sent only when a table or a column is missing somewhere.
+		fix := false
 		for _, t := range []*tableSpec{&orderTable, &catalogTable} {
 			err := s.checkSchema(ctx, t)
 			var se *SchemaError
 			switch {
 			case err == nil:
-			case errors.As(err, &se) && onlyMissing(se):
-				missing = true
+			case errors.As(err, &se) && onlyMissing(t, se):
+				fix = true
 			default:
 				return err
 			}
 		}
-		if !missing {
+		if !fix {
 			return nil
 		}
 		ctx = ddlCtx(ctx, s.timeout)
@@ -412,24 +424,118 @@ func (s *ClickHouse) setup(ctx context.Context) error {
 				return fmt.Errorf("create %s: %w", t.name, err)
 			}
 		}
-		if err := s.checkSchema(ctx, t); err != nil {
+		err := s.checkSchema(ctx, t)
+		var se *SchemaError
+		if errors.As(err, &se) && onlyMissing(t, se) && len(t.added) > 0 {
+			if err := s.migrate(ctx, t); err != nil {
+				return err
+			}
+			err = s.checkSchema(ctx, t)
+		}
+		if err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-// onlyMissing reports a schema refusal that lists only missing tables.
-func onlyMissing(se *SchemaError) bool {
-	for _, p := range se.Problems {
-		if !strings.HasSuffix(p, tableMissing) {
-			return false
+// migrate adds t's added columns to a table created before them, on the
+// server alone or on every member of a cluster (its local table and its
+// Distributed table), each table getting the ones it lacks. 18.16 has no
+// ADD COLUMN IF NOT EXISTS, so a member's columns are read right before
+// its ALTER and again after a failed one: another edge opening the store
+// at the same time, or a replica of the shard (an ALTER of a replicated
+// table reaches every replica through ZooKeeper), may have added them
+// meanwhile, which is success. ADD COLUMN changes metadata only; rows
+// already stored read the default, 0 (no deadline, not paid, not expired).
+func (s *ClickHouse) migrate(ctx context.Context, t *tableSpec) error {
+	type target struct {
+		conn   driver.Conn
+		from   string // "" = the pool's server
+		tables []string
+	}
+	targets := []target{{conn: s.conn, tables: []string{t.name}}}
+	if s.lay.cluster != "" {
+		targets = targets[:0]
+		for _, m := range s.members {
+			c, err := s.memberConn(m)
+			if err != nil {
+				return err
+			}
+			targets = append(targets, target{conn: c, from: m.addr, tables: []string{t.name + LocalSuffix, t.name}})
 		}
+	}
+	for _, tg := range targets {
+		for _, name := range tg.tables {
+			lacks := func() ([]string, error) {
+				info, err := s.readTable(ctx, tg.from, name)
+				if err != nil {
+					return nil, fmt.Errorf("migrate %s: %w", name, err)
+				}
+				var out []string
+				for _, c := range t.added {
+					if _, ok := info.cols[c]; !ok {
+						out = append(out, c)
+					}
+				}
+				return out, nil
+			}
+			missing, err := lacks()
+			if err != nil || len(missing) == 0 {
+				if err != nil {
+					return err
+				}
+				continue
+			}
+			add := make([]string, len(missing))
+			for i, c := range missing {
+				add[i] = "ADD COLUMN " + c + " " + t.col(c).typ
+			}
+			err = tg.conn.Exec(ctx, "ALTER TABLE `"+s.db+"`."+name+" "+strings.Join(add, ", "))
+			if err != nil {
+				if still, rerr := lacks(); rerr == nil && len(still) == 0 {
+					err = nil
+				}
+			}
+			if err != nil {
+				return fmt.Errorf("migrate %s on %s (add %s): %w", name, cmp.Or(tg.from, "the server"), strings.Join(missing, ", "), err)
+			}
+			s.opts.Log.Info("clickhouse table migrated: columns added", "table", s.db+"."+name, "member", tg.from, "columns", strings.Join(missing, ", "))
+		}
+	}
+	return nil
+}
+
+func (t *tableSpec) col(name string) column {
+	for _, c := range t.cols {
+		if c.name == name {
+			return c
+		}
+	}
+	panic("orderstore: no column " + name + " in " + t.name)
+}
+
+// onlyMissing reports a schema refusal that lists only what setup adds:
+// missing tables, or the missing columns of t that migrate adds.
+func onlyMissing(t *tableSpec, se *SchemaError) bool {
+next:
+	for _, p := range se.Problems {
+		if strings.HasSuffix(p, tableMissing) {
+			continue
+		}
+		for _, name := range t.added {
+			if strings.HasSuffix(p, missingColumn(t.col(name))) {
+				continue next
+			}
+		}
+		return false
 	}
 	return true
 }
 
 const tableMissing = "table is missing"
+
+func missingColumn(c column) string { return "column " + c.name + " is missing (want " + c.typ + ")" }
 
 // ddlCtx bounds an ON CLUSTER statement, which waits for every member, by
 // the call's timeout rather than the server's 180 s.
@@ -588,7 +694,7 @@ func (s *ClickHouse) problems(t *tableSpec, info tableInfo, local bool, where st
 		typ, ok := info.cols[c.name]
 		switch {
 		case !ok:
-			problems = append(problems, where+"column "+c.name+" is missing (want "+c.typ+")")
+			problems = append(problems, where+missingColumn(c))
 		case strings.ReplaceAll(typ, " ", "") != strings.ReplaceAll(c.typ, " ", ""):
 			problems = append(problems, where+"column "+c.name+" is "+typ+", want "+c.typ)
 		}
@@ -675,7 +781,7 @@ func (s *ClickHouse) Insert(ctx context.Context, rows []Row) error {
 		r := &rows[i]
 		if err := b.Append(uint64(r.ID), r.ProductID, r.UserID, uint32(r.Qty),
 			decimal.New(r.PriceCents, -2), r.Status, time.UnixMilli(r.CreatedMs).Truncate(time.Second),
-			uint64(r.UpdatedMs), uint16(r.Edge)); err != nil {
+			uint64(r.UpdatedMs), uint16(r.Edge), time.Unix(r.PaidMs/1000, 0), b2u(r.Expired), uint64(r.PayByMs)); err != nil {
 			return fmt.Errorf("orderstore: insert: %w", err)
 		}
 	}
@@ -698,20 +804,62 @@ func (s *ClickHouse) Get(ctx context.Context, productID string, orderID int64) (
 	if !rows.Next() {
 		return Row{}, false, rows.Err()
 	}
-	var (
-		id, upd uint64
-		qty     uint32
-		price   decimal.Decimal
-		created time.Time
-		edge    uint16
-		r       Row
-	)
-	if err := rows.Scan(&id, &r.ProductID, &r.UserID, &qty, &price, &r.Status, &created, &upd, &edge); err != nil {
+	r, err := scanRow(rows)
+	if err != nil {
 		return Row{}, false, fmt.Errorf("orderstore: get %s/%d: %w", productID, orderID, err)
+	}
+	return r, true, nil
+}
+
+// scanRow reads one row of colsList.
+func scanRow(rows driver.Rows) (Row, error) {
+	var (
+		id, upd, payBy uint64
+		qty            uint32
+		price          decimal.Decimal
+		created, paid  time.Time
+		edge           uint16
+		expired        uint8
+		r              Row
+	)
+	if err := rows.Scan(&id, &r.ProductID, &r.UserID, &qty, &price, &r.Status, &created, &upd, &edge, &paid, &expired, &payBy); err != nil {
+		return Row{}, err
 	}
 	r.ID, r.Qty, r.PriceCents = int64(id), int(qty), price.Shift(2).IntPart()
 	r.CreatedMs, r.UpdatedMs, r.Edge = created.UnixMilli(), int64(upd), int(edge)
-	return r, true, nil
+	r.PaidMs, r.Expired, r.PayByMs = paid.Unix()*1000, expired == 1, int64(payBy)
+	return r, nil
+}
+
+func b2u(b bool) uint8 {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// Deadlines lists the unpaid rows with a pay deadline, after FINAL.
+func (s *ClickHouse) Deadlines(ctx context.Context, productID string) ([]Row, error) {
+	ctx, cancel := context.WithTimeout(ctx, s.timeout)
+	defer cancel()
+	rows, err := s.conn.Query(ctx, "SELECT "+colsList+" FROM "+s.table+
+		" FINAL WHERE product_id = ? AND status = 0 AND pay_by_ms > 0 ORDER BY pay_by_ms, order_id", productID)
+	if err != nil {
+		return nil, fmt.Errorf("orderstore: deadlines %s: %w", productID, err)
+	}
+	defer rows.Close()
+	out := []Row{}
+	for rows.Next() {
+		r, err := scanRow(rows)
+		if err != nil {
+			return nil, fmt.Errorf("orderstore: deadlines %s: %w", productID, err)
+		}
+		out = append(out, r)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("orderstore: deadlines %s: %w", productID, err)
+	}
+	return out, nil
 }
 
 // Totals counts one product's orders after FINAL.
@@ -721,18 +869,22 @@ func (s *ClickHouse) Totals(ctx context.Context, productID string) (Totals, erro
 	var t Totals
 	// toInt64 everywhere: the driver scans only into the exact Go type,
 	// and count()/sum() types differ between versions.
-	err := s.conn.QueryRow(ctx, "SELECT toInt64(countIf(status = 1)), toInt64(sumIf(quantity, status = 1)), "+
-		"toInt64(countIf(status = 2)), toInt64(sumIf(quantity, status = 2)), toInt64(count()) - toInt64(uniqExact(order_id)) "+
+	err := s.conn.QueryRow(ctx, "SELECT toInt64(countIf(status = 0)), toInt64(sumIf(quantity, status = 0)), "+
+		"toInt64(countIf(status = 1)), toInt64(sumIf(quantity, status = 1)), "+
+		"toInt64(countIf(status = 2 AND expired = 0)), toInt64(sumIf(quantity, status = 2 AND expired = 0)), "+
+		"toInt64(countIf(status = 2 AND expired = 1)), toInt64(sumIf(quantity, status = 2 AND expired = 1)), "+
+		"toInt64(count()) - toInt64(uniqExact(order_id)) "+
 		"FROM "+s.table+" FINAL WHERE product_id = ?", productID).
-		Scan(&t.Orders, &t.Units, &t.ReleasedOrders, &t.ReleasedUnits, &t.Duplicates)
+		Scan(&t.UnpaidOrders, &t.UnpaidUnits, &t.PaidOrders, &t.PaidUnits, &t.CancelledOrders, &t.CancelledUnits,
+			&t.ExpiredOrders, &t.ExpiredUnits, &t.Duplicates)
 	if err != nil {
 		return Totals{}, fmt.Errorf("orderstore: totals %s: %w", productID, err)
 	}
-	if t.Orders == 0 {
+	if t.HeldOrders() == 0 {
 		return t, nil
 	}
 	rows, err := s.conn.Query(ctx, "SELECT user_id, toInt64(sum(quantity)) AS u FROM "+s.table+
-		" FINAL WHERE product_id = ? AND status = 1 GROUP BY user_id ORDER BY u DESC, user_id LIMIT 1", productID)
+		" FINAL WHERE product_id = ? AND status IN (0, 1) GROUP BY user_id ORDER BY u DESC, user_id LIMIT 1", productID)
 	if err != nil {
 		return Totals{}, fmt.Errorf("orderstore: totals %s: %w", productID, err)
 	}
@@ -745,12 +897,13 @@ func (s *ClickHouse) Totals(ctx context.Context, productID string) (Totals, erro
 	return t, rows.Err()
 }
 
-// Buyers is the status-1 units per user of one product, after FINAL.
+// Buyers is the held (status 0 and 1) units per user of one product,
+// after FINAL.
 func (s *ClickHouse) Buyers(ctx context.Context, productID string) (map[string]int64, error) {
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
 	rows, err := s.conn.Query(ctx, "SELECT user_id, toInt64(sum(quantity)) FROM "+s.table+
-		" FINAL WHERE product_id = ? AND status = 1 GROUP BY user_id", productID)
+		" FINAL WHERE product_id = ? AND status IN (0, 1) GROUP BY user_id", productID)
 	if err != nil {
 		return nil, fmt.Errorf("orderstore: buyers %s: %w", productID, err)
 	}
@@ -775,8 +928,8 @@ func (s *ClickHouse) Buyers(ctx context.Context, productID string) (map[string]i
 const statusesChunk = 5000
 
 // Statuses reads the status of the stored ones of orderIDs, after FINAL.
-func (s *ClickHouse) Statuses(ctx context.Context, productID string, orderIDs []int64) (map[int64]uint8, error) {
-	out := make(map[int64]uint8, len(orderIDs))
+func (s *ClickHouse) Statuses(ctx context.Context, productID string, orderIDs []int64) (map[int64]OrderStatus, error) {
+	out := make(map[int64]OrderStatus, len(orderIDs))
 	for lo := 0; lo < len(orderIDs); lo += statusesChunk {
 		if err := s.statuses(ctx, productID, orderIDs[lo:min(lo+statusesChunk, len(orderIDs))], out); err != nil {
 			return nil, err
@@ -785,7 +938,7 @@ func (s *ClickHouse) Statuses(ctx context.Context, productID string, orderIDs []
 	return out, nil
 }
 
-func (s *ClickHouse) statuses(ctx context.Context, productID string, ids []int64, out map[int64]uint8) error {
+func (s *ClickHouse) statuses(ctx context.Context, productID string, ids []int64, out map[int64]OrderStatus) error {
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
 	// Numbers only: formatting them into the text is safe, and binding a
@@ -797,19 +950,22 @@ func (s *ClickHouse) statuses(ctx context.Context, productID string, ids []int64
 		}
 		in = strconv.AppendUint(in, uint64(id), 10)
 	}
-	rows, err := s.conn.Query(ctx, "SELECT order_id, status FROM "+s.table+
+	rows, err := s.conn.Query(ctx, "SELECT order_id, status, expired, pay_by_ms, pay_time FROM "+s.table+
 		" FINAL WHERE product_id = ? AND order_id IN ("+string(in)+")", productID)
 	if err != nil {
 		return fmt.Errorf("orderstore: statuses %s: %w", productID, err)
 	}
 	defer rows.Close()
 	for rows.Next() {
-		var id uint64
-		var st uint8
-		if err := rows.Scan(&id, &st); err != nil {
+		var (
+			id, payBy   uint64
+			st, expired uint8
+			paid        time.Time
+		)
+		if err := rows.Scan(&id, &st, &expired, &payBy, &paid); err != nil {
 			return fmt.Errorf("orderstore: statuses %s: %w", productID, err)
 		}
-		out[int64(id)] = st
+		out[int64(id)] = OrderStatus{Status: st, Expired: expired == 1, PayByMs: int64(payBy), PaidMs: paid.Unix() * 1000}
 	}
 	if err := rows.Err(); err != nil {
 		return fmt.Errorf("orderstore: statuses %s: %w", productID, err)

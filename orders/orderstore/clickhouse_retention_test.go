@@ -38,7 +38,7 @@ func agedRow(id int64, p, user, day string) Row {
 		panic(err)
 	}
 	ms := at.Add(time.Hour).UnixMilli()
-	return Row{Status: StatusStored, UpdatedMs: ms, Order: order.Order{
+	return Row{Status: StatusUnpaid, UpdatedMs: ms, Order: order.Order{
 		ID: id, ProductID: p, UserID: user, Qty: 1, PriceCents: 100, CreatedMs: ms}}
 }
 
@@ -46,7 +46,7 @@ func agedRow(id int64, p, user, day string) Row {
 // 2026-12-15 with three months kept (cutoff 2026-09-01).
 func retentionRows() []Row {
 	released := agedRow(50, "p-rel", "u5", "2026-05-01")
-	released.Status, released.UpdatedMs = StatusReleased, time.Date(2026, 11, 2, 0, 0, 0, 0, time.UTC).UnixMilli()
+	released.Status, released.UpdatedMs = StatusCancelled, time.Date(2026, 11, 2, 0, 0, 0, 0, time.UTC).UnixMilli()
 	return []Row{
 		agedRow(10, "p-old", "u1", "2026-01-10"), agedRow(11, "p-old", "u2", "2026-02-03"), // gone: nothing recent
 		agedRow(20, "p-mixed", "u3", "2026-03-05"), agedRow(21, "p-mixed", "u3", "2026-11-01"), // kept: sold recently
@@ -76,18 +76,18 @@ func TestClickHouseRetentionDropsOnlyOldMonthsOutOfUse(t *testing.T) {
 	defer s.Close()
 	await.Until(t, 10*time.Second, "retention dropped p-old's months", func() bool {
 		got, err := s.Totals(ctx, "p-old")
-		return err == nil && got.Orders == 0
+		return err == nil && got.HeldOrders() == 0
 	})
 	want := map[string]Totals{
 		"p-old": {}, "p-edge": {},
-		"p-mixed": {Orders: 2, Units: 2, MaxUser: "u3", MaxUserUnits: 2},
-		"p-live":  {Orders: 1, Units: 1, MaxUser: "u4", MaxUserUnits: 1},
-		"p-rel":   {ReleasedOrders: 1, ReleasedUnits: 1},
-		"p-new":   {Orders: 1, Units: 1, MaxUser: "u7", MaxUserUnits: 1},
+		"p-mixed": {UnpaidOrders: 2, UnpaidUnits: 2, MaxUser: "u3", MaxUserUnits: 2},
+		"p-live":  {UnpaidOrders: 1, UnpaidUnits: 1, MaxUser: "u4", MaxUserUnits: 1},
+		"p-rel":   {CancelledOrders: 1, CancelledUnits: 1},
+		"p-new":   {UnpaidOrders: 1, UnpaidUnits: 1, MaxUser: "u7", MaxUserUnits: 1},
 	}
 	await.Until(t, 10*time.Second, "p-edge's month dropped", func() bool {
 		got, err := s.Totals(ctx, "p-edge")
-		return err == nil && got.Orders == 0
+		return err == nil && got.HeldOrders() == 0
 	})
 	for p, w := range want {
 		got, err := s.Totals(ctx, p)

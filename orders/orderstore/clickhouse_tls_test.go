@@ -35,7 +35,7 @@ func TestClickHouseTLS(t *testing.T) {
 	if err := s.Insert(ctx, []Row{agedRow(1, "p1", "u1", "2026-11-11")}); err != nil {
 		t.Fatal(err)
 	}
-	if got, err := s.Totals(ctx, "p1"); err != nil || got.Orders != 1 {
+	if got, err := s.Totals(ctx, "p1"); err != nil || got.HeldOrders() != 1 {
 		t.Fatalf("totals over TLS: %+v, %v", got, err)
 	}
 

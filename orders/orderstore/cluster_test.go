@@ -98,7 +98,7 @@ func TestClickHouseCluster(t *testing.T) {
 		base := time.Date(2026, 11, 11, 0, 0, 0, 0, time.UTC).UnixMilli()
 		var rows []Row
 		for i := range 200 {
-			rows = append(rows, Row{Status: StatusStored, UpdatedMs: base + int64(i), Order: order.Order{
+			rows = append(rows, Row{Status: StatusUnpaid, UpdatedMs: base + int64(i), Order: order.Order{
 				ID: int64(1000 + i), ProductID: "p1", UserID: fmt.Sprintf("u%d", i%50), Qty: 1, PriceCents: 100, CreatedMs: base + int64(i)}})
 		}
 		if err := s.Insert(ctx, rows); err != nil {
@@ -108,7 +108,7 @@ func TestClickHouseCluster(t *testing.T) {
 		// first ten released.
 		again := append([]Row(nil), rows...)
 		for i := range 10 {
-			again[i].Status, again[i].UpdatedMs = StatusReleased, base+10_000
+			again[i].Status, again[i].UpdatedMs = StatusCancelled, base+10_000
 		}
 		if err := s.Insert(ctx, again); err != nil {
 			t.Fatal(err)
@@ -134,7 +134,7 @@ func TestClickHouseCluster(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			want := Totals{Orders: 190, Units: 190, ReleasedOrders: 10, ReleasedUnits: 10, MaxUser: got.MaxUser, MaxUserUnits: 4}
+			want := Totals{UnpaidOrders: 190, UnpaidUnits: 190, CancelledOrders: 10, CancelledUnits: 10, MaxUser: got.MaxUser, MaxUserUnits: 4}
 			if got != want {
 				t.Errorf("totals via %s: %+v, want %+v", a, got, want)
 			}
@@ -142,7 +142,7 @@ func TestClickHouseCluster(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if st.Sold != 190 || st.Released != 10 || len(st.Buyers) != 50 || len(st.Statuses) != 3 || st.Statuses[1000] != StatusReleased {
+			if st.Sold != 190 || st.Released != 10 || len(st.Buyers) != 50 || len(st.Statuses) != 3 || st.Statuses[1000].Status != StatusCancelled {
 				t.Errorf("ledger via %s: sold %d released %d buyers %d statuses %v", a, st.Sold, st.Released, len(st.Buyers), st.Statuses)
 			}
 		}
@@ -214,11 +214,11 @@ func TestClickHouseCluster(t *testing.T) {
 			return true
 		})
 		got, err := s.Totals(ctx, "p-mixed")
-		if err != nil || got.Orders != 2 {
+		if err != nil || got.HeldOrders() != 2 {
 			t.Fatalf("p-mixed after retention: %+v, %v", got, err)
 		}
 		for _, p := range []string{"p-live", "p-new"} {
-			if got, err := s.Totals(ctx, p); err != nil || got.Orders != 1 {
+			if got, err := s.Totals(ctx, p); err != nil || got.HeldOrders() != 1 {
 				t.Fatalf("%s after retention: %+v, %v", p, got, err)
 			}
 		}
@@ -244,6 +244,8 @@ func TestClickHouseCluster(t *testing.T) {
 			t.Fatalf("the Distributed table counts %d rows right after Insert, want 1", n)
 		}
 	})
+
+	t.Run("MigratesEarlierLayout", func(t *testing.T) { migrateEarlierLayout(t, c) })
 
 	t.Run("UnknownCluster", func(t *testing.T) {
 		_, err := OpenClickHouse(ctx, c.Addr(), freshDB(), ClickHouseOptions{Cluster: "nosuch"})
@@ -287,7 +289,7 @@ func TestClickHouseReplicasLedgerIsExact(t *testing.T) {
 		batch := make([]Row, 10)
 		for j := range batch {
 			id := int64(i*10 + j + 1)
-			batch[j] = Row{Status: StatusStored, UpdatedMs: base + id, Order: order.Order{
+			batch[j] = Row{Status: StatusUnpaid, UpdatedMs: base + id, Order: order.Order{
 				ID: id, ProductID: "p1", UserID: fmt.Sprintf("u%d", id), Qty: 1, PriceCents: 100, CreatedMs: base + id}}
 		}
 		if err := w.Insert(ctx, batch); err != nil {
@@ -315,6 +317,8 @@ func TestClickHouseReplicasLedgerIsExact(t *testing.T) {
 			t.Fatalf("catalogue read through the other replica after version %d: %+v", v, recs)
 		}
 	}
+	// An earlier layout is migrated on both replicas of the shard.
+	t.Run("MigratesEarlierLayout", func(t *testing.T) { migrateEarlierLayout(t, c) })
 	// A replica that is down is skipped: the Distributed table reads the
 	// one that answers.
 	c.Stop(0)
@@ -325,5 +329,73 @@ func TestClickHouseReplicasLedgerIsExact(t *testing.T) {
 	}()
 	if sold, err := l.Sold(ctx, "p1"); err != nil || sold != 200 {
 		t.Fatalf("with the first replica down: sold %d, %v; want 200", sold, err)
+	}
+}
+
+// migrateEarlierLayout creates the cluster layout of a release before pay
+// deadlines (no pay columns), stores two rows through it, and opens the
+// store through two members at once: every member's tables get the
+// columns, the old rows keep their meaning, new rows go in, and the next
+// open queues no DDL.
+func migrateEarlierLayout(t *testing.T, c *chtest.Cluster) {
+	ctx := context.Background()
+	db := freshDB()
+	n := dial(t, c.Addrs()[0])
+	zk := strings.NewReplacer("{database}", db, "{table}", "seckill_order_local").Replace(DefaultZooKeeperPath)
+	cols := "(order_id UInt64, product_id String, user_id String, quantity UInt32, price Decimal(10,2), status UInt8, create_time DateTime, update_ms UInt64, edge UInt16)"
+	dctx := ddlCtx(ctx, 20*time.Second)
+	for _, q := range []string{
+		"CREATE DATABASE " + db + " ON CLUSTER " + c.Name(),
+		"CREATE TABLE " + db + ".seckill_order_local ON CLUSTER " + c.Name() + " " + cols +
+			" ENGINE = ReplicatedReplacingMergeTree('" + zk + "', '{replica}', update_ms) PARTITION BY toYYYYMM(create_time) ORDER BY (product_id, order_id)",
+		"CREATE TABLE " + db + ".seckill_order ON CLUSTER " + c.Name() + " " + cols +
+			" ENGINE = Distributed(" + c.Name() + ", " + db + ", seckill_order_local, cityHash64(user_id))",
+	} {
+		if err := n.Exec(dctx, q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	insertLegacy(t, n, db+".seckill_order")
+	errs := make(chan error, 2)
+	for _, a := range c.Addrs()[:2] {
+		go func() {
+			s, err := OpenClickHouse(ctx, a, db, ClickHouseOptions{Cluster: c.Name(), Timeout: 20 * time.Second})
+			if err == nil {
+				s.Close()
+			}
+			errs <- err
+		}()
+	}
+	for range 2 {
+		if err := <-errs; err != nil {
+			t.Fatalf("open of the earlier layout: %v", err)
+		}
+	}
+	for i, a := range c.Addrs() {
+		for _, table := range []string{"seckill_order_local", "seckill_order"} {
+			if got := count(t, dial(t, a), "SELECT count() FROM system.columns WHERE database = ? AND table = ? AND name IN ('pay_time', 'expired', 'pay_by_ms')", db, table); got != 3 {
+				t.Errorf("member %d: %s has %d of the 3 pay columns", i, table, got)
+			}
+		}
+	}
+	queue := "SELECT count() FROM system.zookeeper WHERE path = '/clickhouse/task_queue/ddl'"
+	before := count(t, n, queue)
+	s := openCluster(t, c, c.Addr(), db)
+	if after := count(t, n, queue); after != before {
+		t.Errorf("opening the migrated layout queued %d DDL statements", after-before)
+	}
+	if old, ok, err := s.Get(ctx, "p", 1); err != nil || !ok || old.Status != StatusPaid || old.PaidMs != 0 {
+		t.Fatalf("an old stored order reads %+v %v %v, want paid", old, ok, err)
+	}
+	created := time.Date(2026, 11, 11, 0, 0, 0, 0, time.UTC).UnixMilli()
+	e := order.Event{V: 1, Type: order.TypeOrder, Order: order.Order{ID: 3, ProductID: "p", UserID: "cid", Qty: 1, CreatedMs: created, PayByMs: created + 60_000}}
+	paid := e
+	paid.Type, paid.PaidMs = order.TypePaid, created+30_000
+	if err := s.Insert(ctx, []Row{FromEvent(&e), FromEvent(&paid)}); err != nil {
+		t.Fatal(err)
+	}
+	tot, err := s.Totals(ctx, "p")
+	if want := (Totals{PaidOrders: 2, PaidUnits: 3, CancelledOrders: 1, CancelledUnits: 1, MaxUser: "ann", MaxUserUnits: 2}); err != nil || tot != want {
+		t.Fatalf("totals %+v %v, want %+v", tot, err, want)
 	}
 }

@@ -17,7 +17,7 @@ func contract(t *testing.T, open func(t *testing.T) (s Store, reopen func() Stor
 	ctx := context.Background()
 	base := time.Date(2026, 11, 11, 0, 0, 0, 0, time.UTC).UnixMilli() + 123
 	row := func(id int64, p, u string, qty int) Row {
-		return Row{Status: StatusStored, UpdatedMs: base + id, Order: order.Order{
+		return Row{Status: StatusUnpaid, UpdatedMs: base + id, Order: order.Order{
 			ID: id, ProductID: p, UserID: u, Qty: qty, PriceCents: 9900, CreatedMs: base + id, Edge: 3,
 		}}
 	}
@@ -62,8 +62,8 @@ func contract(t *testing.T, open func(t *testing.T) (s Store, reopen func() Stor
 		if _, ok, err := s.Get(ctx, "p2", 1); ok || err != nil {
 			t.Fatalf("order 1 is p1's, not p2's: %v %v", ok, err)
 		}
-		totals(t, s, "p1", Totals{Orders: 3, Units: 5, MaxUser: "alice", MaxUserUnits: 3})
-		totals(t, s, "p2", Totals{Orders: 1, Units: 1, MaxUser: "carol", MaxUserUnits: 1})
+		totals(t, s, "p1", Totals{UnpaidOrders: 3, UnpaidUnits: 5, MaxUser: "alice", MaxUserUnits: 3})
+		totals(t, s, "p2", Totals{UnpaidOrders: 1, UnpaidUnits: 1, MaxUser: "carol", MaxUserUnits: 1})
 		totals(t, s, "nope", Totals{})
 		ps, err := s.Products(ctx)
 		if err != nil || !reflect.DeepEqual(ps, []string{"p1", "p2"}) {
@@ -81,7 +81,7 @@ func contract(t *testing.T, open func(t *testing.T) (s Store, reopen func() Stor
 		if err := s.Insert(ctx, []Row{r}); err != nil {
 			t.Fatal(err)
 		}
-		totals(t, s, "p1", Totals{Orders: 1, Units: 1, MaxUser: "u", MaxUserUnits: 1})
+		totals(t, s, "p1", Totals{UnpaidOrders: 1, UnpaidUnits: 1, MaxUser: "u", MaxUserUnits: 1})
 	})
 
 	t.Run("ReleaseReplacesOrderOnce", func(t *testing.T) {
@@ -92,7 +92,7 @@ func contract(t *testing.T, open func(t *testing.T) (s Store, reopen func() Stor
 		placed := FromEvent(&e)
 		e.Type, e.ReleasedMs = order.TypeRelease, base+5000
 		rel := FromEvent(&e)
-		if rel.Status != StatusReleased || rel.UpdatedMs != base+5000 {
+		if rel.Status != StatusCancelled || rel.UpdatedMs != base+5000 {
 			t.Fatalf("release row %+v", rel)
 		}
 		for _, batch := range [][]Row{{placed}, {rel}, {rel}, {placed}} { // the order re-sent after its release
@@ -101,10 +101,10 @@ func contract(t *testing.T, open func(t *testing.T) (s Store, reopen func() Stor
 			}
 		}
 		got, ok, err := s.Get(ctx, "p1", 20)
-		if err != nil || !ok || got.Status != StatusReleased {
+		if err != nil || !ok || got.Status != StatusCancelled {
 			t.Fatalf("get: %+v %v %v", got, ok, err)
 		}
-		totals(t, s, "p1", Totals{ReleasedOrders: 1, ReleasedUnits: 2})
+		totals(t, s, "p1", Totals{CancelledOrders: 1, CancelledUnits: 2})
 
 		// A release without releasedMs still beats its order.
 		e.ID, e.ReleasedMs = 21, 0
@@ -113,7 +113,7 @@ func contract(t *testing.T, open func(t *testing.T) (s Store, reopen func() Stor
 		if err := s.Insert(ctx, []Row{rel, FromEvent(&e)}); err != nil {
 			t.Fatal(err)
 		}
-		totals(t, s, "p1", Totals{ReleasedOrders: 2, ReleasedUnits: 4})
+		totals(t, s, "p1", Totals{CancelledOrders: 2, CancelledUnits: 4})
 	})
 
 	t.Run("InvalidRowsAreRefused", func(t *testing.T) {
@@ -124,6 +124,11 @@ func contract(t *testing.T, open func(t *testing.T) (s Store, reopen func() Stor
 			func(r *Row) { r.Status = 3 },
 			func(r *Row) { r.Edge = 70000 },
 			func(r *Row) { r.ProductID = "" },
+			func(r *Row) { r.Expired = true },                            // expired but not released
+			func(r *Row) { r.PaidMs = r.CreatedMs },                      // a pay time on an unpaid row
+			func(r *Row) { r.Status, r.PaidMs = StatusPaid, -1000 },      // before 1970
+			func(r *Row) { r.PayByMs = r.CreatedMs },                     // the deadline at creation
+			func(r *Row) { r.Status, r.PaidMs = StatusPaid, 1<<33*1000 }, // beyond DateTime
 		} {
 			r := row(30, "p1", "u", 1)
 			mut(&r)
@@ -132,6 +137,81 @@ func contract(t *testing.T, open func(t *testing.T) (s Store, reopen func() Stor
 			}
 		}
 		totals(t, s, "p1", Totals{}) // nothing of a refused batch is stored
+	})
+
+	t.Run("PayLifecycle", func(t *testing.T) {
+		s, reopen := open(t)
+		ev := func(id int64, u string, qty int, payBy int64) order.Event {
+			return order.Event{V: 1, Type: order.TypeOrder, Order: order.Order{
+				ID: id, ProductID: "pp", UserID: u, Qty: qty, PriceCents: 100, CreatedMs: base, Edge: 2, PayByMs: payBy}}
+		}
+		settle := func(e order.Event, typ, reason string, at int64) Row {
+			e.Type, e.Reason = typ, reason
+			if typ == order.TypePaid {
+				e.PaidMs = at
+			} else {
+				e.ReleasedMs = at
+			}
+			return FromEvent(&e)
+		}
+		o1, o2, o3 := ev(1, "ann", 1, base+60_000), ev(2, "bob", 2, base+60_000), ev(3, "cid", 3, base+5_000)
+		o4, o5, o6 := ev(4, "dan", 1, base+60_000), ev(5, "ann", 2, 0), ev(6, "eve", 1, base+30_000)
+		paid := settle(o2, order.TypePaid, "", base+4_321)
+		if paid.Status != StatusPaid || paid.PaidMs != base+4_321 || paid.PayByMs != base+60_000 {
+			t.Fatalf("paid row %+v", paid)
+		}
+		expired := settle(o3, order.TypeRelease, order.ReasonExpired, base+5_010)
+		cancelled := settle(o4, order.TypeRelease, "", base+100) // a release from before reasons: a cancel
+		if !expired.Expired || expired.Status != StatusCancelled || cancelled.Expired {
+			t.Fatalf("release rows %+v %+v", expired, cancelled)
+		}
+		// The settlements first, their orders re-sent after them: the
+		// settlements still win.
+		for _, batch := range [][]Row{{paid, expired}, {cancelled, FromEvent(&o1)}, {FromEvent(&o2), FromEvent(&o3), FromEvent(&o4)},
+			{FromEvent(&o5), FromEvent(&o6), paid}} {
+			if err := s.Insert(ctx, batch); err != nil {
+				t.Fatal(err)
+			}
+		}
+		check := func(s Store) {
+			t.Helper()
+			totals(t, s, "pp", Totals{UnpaidOrders: 3, UnpaidUnits: 4, PaidOrders: 1, PaidUnits: 2, CancelledOrders: 1, CancelledUnits: 1,
+				ExpiredOrders: 1, ExpiredUnits: 3, MaxUser: "ann", MaxUserUnits: 3})
+			got, ok, err := s.Get(ctx, "pp", 2)
+			if err != nil || !ok || got.Status != StatusPaid || got.PaidMs/1000 != (base+4_321)/1000 || got.PayByMs != base+60_000 {
+				t.Errorf("paid order: %+v %v %v", got, ok, err)
+			}
+			got, ok, err = s.Get(ctx, "pp", 3)
+			if err != nil || !ok || got.Status != StatusCancelled || !got.Expired || got.PaidMs != 0 {
+				t.Errorf("expired order: %+v %v %v", got, ok, err)
+			}
+			due, err := s.Deadlines(ctx, "pp")
+			if err != nil || len(due) != 2 || due[0].ID != 6 || due[1].ID != 1 || due[0].PayByMs != base+30_000 || due[1].UserID != "ann" {
+				t.Errorf("deadlines %+v %v, want orders 6 then 1", due, err)
+			}
+			if due, err := s.Deadlines(ctx, "nope"); err != nil || len(due) != 0 {
+				t.Errorf("deadlines of an unknown product %+v %v", due, err)
+			}
+			st, err := s.Statuses(ctx, "pp", []int64{1, 2, 3, 4, 5, 99})
+			want := map[int64]OrderStatus{
+				1: {Status: StatusUnpaid, PayByMs: base + 60_000},
+				2: {Status: StatusPaid, PayByMs: base + 60_000, PaidMs: st[2].PaidMs},
+				3: {Status: StatusCancelled, Expired: true, PayByMs: base + 5_000},
+				4: {Status: StatusCancelled, PayByMs: base + 60_000},
+				5: {Status: StatusUnpaid},
+			}
+			if err != nil || !reflect.DeepEqual(st, want) || st[2].PaidMs/1000 != (base+4_321)/1000 {
+				t.Errorf("statuses\n got %+v %v\nwant %+v", st, err, want)
+			}
+			b, err := s.Buyers(ctx, "pp")
+			if err != nil || !reflect.DeepEqual(b, map[string]int64{"ann": 3, "bob": 2, "eve": 1}) {
+				t.Errorf("buyers (unpaid and paid) %v %v", b, err)
+			}
+		}
+		check(s)
+		if reopen != nil {
+			check(reopen())
+		}
 	})
 
 	t.Run("BuyersAndStatuses", func(t *testing.T) {
@@ -145,7 +225,7 @@ func contract(t *testing.T, open func(t *testing.T) (s Store, reopen func() Stor
 			placed, FromEvent(&e), // bob's second order, released
 			row(44, "p1", "carol", 3), row(45, "p2", "alice", 5), row(41, "p1", "alice", 2)}
 		rel := row(44, "p1", "carol", 3) // carol's only order, released: she holds nothing
-		rel.Status, rel.UpdatedMs = StatusReleased, rel.UpdatedMs+1
+		rel.Status, rel.UpdatedMs = StatusCancelled, rel.UpdatedMs+1
 		if err := s.Insert(ctx, rows); err != nil {
 			t.Fatal(err)
 		}
@@ -162,7 +242,7 @@ func contract(t *testing.T, open func(t *testing.T) (s Store, reopen func() Stor
 				t.Errorf("buyers of an unknown product %v %v", b, err)
 			}
 			st, err := s.Statuses(ctx, "p1", []int64{40, 43, 44, 45, 99})
-			want := map[int64]uint8{40: StatusStored, 43: StatusReleased, 44: StatusReleased}
+			want := map[int64]OrderStatus{40: {Status: StatusUnpaid}, 43: {Status: StatusCancelled}, 44: {Status: StatusCancelled}}
 			if err != nil || !reflect.DeepEqual(st, want) { // 45 is p2's, 99 unknown
 				t.Errorf("statuses %v %v, want %v", st, err, want)
 			}
@@ -206,7 +286,7 @@ func contract(t *testing.T, open func(t *testing.T) (s Store, reopen func() Stor
 				t.Fatal(err)
 			}
 		}
-		want := Totals{Orders: 5000, Units: 7500, MaxUser: "u1", MaxUserUnits: 100}
+		want := Totals{UnpaidOrders: 5000, UnpaidUnits: 7500, MaxUser: "u1", MaxUserUnits: 100}
 		totals(t, s, "p3", want)
 		if reopen != nil {
 			s = reopen()

@@ -32,16 +32,23 @@ type fileRow struct {
 	CreatedMs  int64  `json:"t"`
 	UpdatedMs  int64  `json:"v"`
 	Edge       int    `json:"e"`
+	// Absent in lines written before pay deadlines: no deadline, not
+	// paid, not expired.
+	PayByMs int64 `json:"b,omitempty"`
+	PaidMs  int64 `json:"pt,omitempty"`
+	Expired bool  `json:"x,omitempty"`
 }
 
 func fileRowOf(r *Row) fileRow {
 	return fileRow{OrderID: r.ID, ProductID: r.ProductID, UserID: r.UserID, Qty: r.Qty, PriceCents: r.PriceCents,
-		Status: r.Status, CreatedMs: r.CreatedMs, UpdatedMs: r.UpdatedMs, Edge: r.Edge}
+		Status: r.Status, CreatedMs: r.CreatedMs, UpdatedMs: r.UpdatedMs, Edge: r.Edge,
+		PayByMs: r.PayByMs, PaidMs: r.PaidMs, Expired: r.Expired}
 }
 
 func (fr *fileRow) row() Row {
 	return Row{Order: order.Order{ID: fr.OrderID, ProductID: fr.ProductID, UserID: fr.UserID, Qty: fr.Qty,
-		PriceCents: fr.PriceCents, CreatedMs: fr.CreatedMs, Edge: fr.Edge}, Status: fr.Status, UpdatedMs: fr.UpdatedMs}
+		PriceCents: fr.PriceCents, CreatedMs: fr.CreatedMs, Edge: fr.Edge, PayByMs: fr.PayByMs},
+		Status: fr.Status, UpdatedMs: fr.UpdatedMs, PaidMs: fr.PaidMs, Expired: fr.Expired}
 }
 
 type fileKey struct {
@@ -170,14 +177,22 @@ func (s *File) Totals(_ context.Context, productID string) (Totals, error) {
 	users := map[string]int64{}
 	for id := range s.products[productID] {
 		r := s.rows[fileKey{productID, id}]
-		switch r.Status {
-		case StatusStored:
-			t.Orders++
-			t.Units += int64(r.Qty)
-			users[r.UserID] += int64(r.Qty)
-		case StatusReleased:
-			t.ReleasedOrders++
-			t.ReleasedUnits += int64(r.Qty)
+		q := int64(r.Qty)
+		switch {
+		case r.Status == StatusUnpaid:
+			t.UnpaidOrders++
+			t.UnpaidUnits += q
+			users[r.UserID] += q
+		case r.Status == StatusPaid:
+			t.PaidOrders++
+			t.PaidUnits += q
+			users[r.UserID] += q
+		case r.Expired:
+			t.ExpiredOrders++
+			t.ExpiredUnits += q
+		default:
+			t.CancelledOrders++
+			t.CancelledUnits += q
 		}
 	}
 	for u, n := range users {
@@ -188,13 +203,13 @@ func (s *File) Totals(_ context.Context, productID string) (Totals, error) {
 	return t, nil
 }
 
-// Buyers is the status-1 units per user of one product.
+// Buyers is the held (status 0 and 1) units per user of one product.
 func (s *File) Buyers(_ context.Context, productID string) (map[string]int64, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	out := map[string]int64{}
 	for id := range s.products[productID] {
-		if r := s.rows[fileKey{productID, id}]; r.Status == StatusStored {
+		if r := s.rows[fileKey{productID, id}]; r.Status != StatusCancelled {
 			out[r.UserID] += int64(r.Qty)
 		}
 	}
@@ -202,15 +217,29 @@ func (s *File) Buyers(_ context.Context, productID string) (map[string]int64, er
 }
 
 // Statuses reads the status of the stored ones of orderIDs.
-func (s *File) Statuses(_ context.Context, productID string, orderIDs []int64) (map[int64]uint8, error) {
+func (s *File) Statuses(_ context.Context, productID string, orderIDs []int64) (map[int64]OrderStatus, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	out := make(map[int64]uint8, len(orderIDs))
+	out := make(map[int64]OrderStatus, len(orderIDs))
 	for _, id := range orderIDs {
 		if r, ok := s.rows[fileKey{productID, id}]; ok {
-			out[id] = r.Status
+			out[id] = r.orderStatus()
 		}
 	}
+	return out, nil
+}
+
+// Deadlines lists the unpaid rows with a pay deadline, by deadline.
+func (s *File) Deadlines(_ context.Context, productID string) ([]Row, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := []Row{}
+	for id := range s.products[productID] {
+		if r := s.rows[fileKey{productID, id}]; r.Status == StatusUnpaid && r.PayByMs > 0 {
+			out = append(out, r)
+		}
+	}
+	sortDeadlines(out)
 	return out, nil
 }
 

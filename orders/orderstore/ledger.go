@@ -28,13 +28,18 @@ type Ledger struct {
 
 // LedgerState is one product's ledger as Rebuild read it.
 type LedgerState struct {
-	Sold     int64            // units of status-1 rows
-	Released int64            // units of status-2 rows
-	Orders   int64            // status-1 rows
-	Buyers   map[string]int64 // status-1 units per user
+	Sold     int64            // units held: status-0 and -1 rows (unpaid and paid)
+	Released int64            // units of status-2 rows (cancelled and expired)
+	Orders   int64            // status-0 and -1 rows
+	Paid     int64            // units of status-1 rows
+	Expired  int64            // units of status-2 rows released by the deadline
+	Buyers   map[string]int64 // held units per user
 	// Statuses holds the stored ones of the order ids given to Rebuild,
 	// as of the same read as the counts above.
-	Statuses map[int64]uint8
+	Statuses map[int64]OrderStatus
+	// Deadlines is every unpaid row with a pay deadline (Store.Deadlines),
+	// of the same read.
+	Deadlines []Row
 }
 
 // rebuildTries bounds the reads Rebuild repeats while the ledger moves
@@ -75,6 +80,10 @@ func (l Ledger) read(ctx context.Context, productID string, orderIDs []int64) (s
 	if err != nil {
 		return st, false, err
 	}
+	due, err := l.Store.Deadlines(ctx, productID)
+	if err != nil {
+		return st, false, err
+	}
 	s1, err := l.Store.Statuses(ctx, productID, orderIDs)
 	if err != nil {
 		return st, false, err
@@ -87,10 +96,11 @@ func (l Ledger) read(ctx context.Context, productID string, orderIDs []int64) (s
 	for _, n := range buyers {
 		sum += n
 	}
-	if t0 != t1 || !maps.Equal(s0, s1) || sum != t1.Units {
+	if t0 != t1 || !maps.Equal(s0, s1) || sum != t1.HeldUnits() || int64(len(due)) > t1.UnpaidOrders {
 		return st, false, nil
 	}
-	return LedgerState{Sold: t1.Units, Released: t1.ReleasedUnits, Orders: t1.Orders, Buyers: buyers, Statuses: s1}, true, nil
+	return LedgerState{Sold: t1.HeldUnits(), Released: t1.ReleasedUnits(), Orders: t1.HeldOrders(),
+		Paid: t1.PaidUnits, Expired: t1.ExpiredUnits, Buyers: buyers, Statuses: s1, Deadlines: due}, true, nil
 }
 
 func (l Ledger) drain(ctx context.Context, productID string) error {
@@ -109,7 +119,8 @@ func (l Ledger) drain(ctx context.Context, productID string) error {
 	return nil
 }
 
-// Sold is the units stored with status 1 for the product, after Drain.
+// Sold is the units held (stored with status 0 or 1) for the product,
+// after Drain.
 func (l Ledger) Sold(ctx context.Context, productID string) (int64, error) {
 	if err := l.drain(ctx, productID); err != nil {
 		return 0, err
@@ -118,7 +129,7 @@ func (l Ledger) Sold(ctx context.Context, productID string) (int64, error) {
 	if err != nil {
 		return 0, err
 	}
-	return t.Units, nil
+	return t.HeldUnits(), nil
 }
 
 // Released is the units stored with status 2 for the product.
@@ -132,5 +143,5 @@ func (l Ledger) Released(ctx context.Context, productID string) (int64, error) {
 	if err != nil {
 		return 0, err
 	}
-	return t.ReleasedUnits, nil
+	return t.ReleasedUnits(), nil
 }

@@ -25,8 +25,8 @@ func TestLedgerRebuild(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer fs.Close()
-	if err := fs.Insert(ctx, []Row{ledgerRow(1, "a", 2, StatusStored), ledgerRow(2, "b", 1, StatusStored),
-		ledgerRow(3, "b", 3, StatusReleased)}); err != nil {
+	if err := fs.Insert(ctx, []Row{ledgerRow(1, "a", 2, StatusUnpaid), ledgerRow(2, "b", 1, StatusUnpaid),
+		ledgerRow(3, "b", 3, StatusCancelled)}); err != nil {
 		t.Fatal(err)
 	}
 
@@ -35,7 +35,7 @@ func TestLedgerRebuild(t *testing.T) {
 		l := Ledger{Store: fs, Drain: func(context.Context) error {
 			// An event that was in Kafka lands before the drain returns.
 			if drained.Add(1) == 1 {
-				return fs.Insert(ctx, []Row{ledgerRow(4, "c", 1, StatusStored)})
+				return fs.Insert(ctx, []Row{ledgerRow(4, "c", 1, StatusUnpaid)})
 			}
 			return nil
 		}}
@@ -44,7 +44,7 @@ func TestLedgerRebuild(t *testing.T) {
 			t.Fatal(err)
 		}
 		want := LedgerState{Sold: 4, Released: 3, Orders: 3, Buyers: map[string]int64{"a": 2, "b": 1, "c": 1},
-			Statuses: map[int64]uint8{4: StatusStored}}
+			Statuses: map[int64]OrderStatus{4: {Status: StatusUnpaid}}, Deadlines: []Row{}}
 		if !reflect.DeepEqual(st, want) {
 			t.Fatalf("state\n got %+v\nwant %+v", st, want)
 		}
@@ -69,7 +69,7 @@ func TestLedgerRebuild(t *testing.T) {
 		if m.reads.Load() < 2 {
 			t.Fatal("the read was not repeated")
 		}
-		if st.Statuses[6] != StatusStored || st.Buyers["m"] != 1 {
+		if st.Statuses[6].Status != StatusUnpaid || st.Buyers["m"] != 1 {
 			t.Fatalf("order 6 stored but not counted consistently: %+v", st)
 		}
 	})
@@ -88,7 +88,7 @@ func (m *movingStore) Buyers(ctx context.Context, p string) (map[string]int64, e
 		if err != nil {
 			return nil, err
 		}
-		return b, m.Store.Insert(ctx, []Row{ledgerRow(m.id, "m", 1, StatusStored)})
+		return b, m.Store.Insert(ctx, []Row{ledgerRow(m.id, "m", 1, StatusUnpaid)})
 	}
 	return m.Store.Buyers(ctx, p)
 }

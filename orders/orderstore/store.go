@@ -4,37 +4,73 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sort"
 
 	"flashgate/orders/order"
 )
 
-// Row statuses.
+// Row statuses: the seed's meaning of the order table's status column.
+//
+// Rows written before orders had a pay deadline carry status 1: an order
+// was final once stored, which is what paid means now (kept for good).
 const (
-	StatusStored   uint8 = 1 // the order is stored: the shopper's purchase succeeded
-	StatusReleased uint8 = 2 // the order's units went back to stock
+	StatusUnpaid    uint8 = 0 // stored, the unit held until it is paid, cancelled or its deadline passes
+	StatusPaid      uint8 = 1 // paid: kept for good
+	StatusCancelled uint8 = 2 // released (Expired says whether by the deadline): the units went back to stock
 )
 
 // Row is one order as stored: the order (ClickHouse keeps its CreatedMs
-// in seconds, create_time DateTime), its status and its version.
+// in seconds, create_time DateTime; PayByMs in milliseconds, pay_by_ms),
+// its status and its version.
 type Row struct {
 	order.Order
-	Status    uint8
+	Status uint8
+	// PaidMs is when the payment was accepted (status 1; 0 for rows that
+	// predate payments). ClickHouse keeps it to the second (pay_time).
+	PaidMs int64
+	// Expired marks a status-2 row released by the pay deadline rather
+	// than by a cancel.
+	Expired   bool
 	UpdatedMs int64 // the version: the newest row of an order wins
 }
 
 // Totals are one product's counts after FINAL (one row per order).
 type Totals struct {
-	Orders, Units                 int64 // status 1
-	ReleasedOrders, ReleasedUnits int64 // status 2
+	UnpaidOrders, UnpaidUnits       int64 // status 0
+	PaidOrders, PaidUnits           int64 // status 1
+	CancelledOrders, CancelledUnits int64 // status 2 released by a cancel
+	ExpiredOrders, ExpiredUnits     int64 // status 2 released by the deadline
 	// Duplicates is the number of rows beyond one per order id; the
 	// table's key makes it 0 unless the table is broken. Reconcile
 	// reports it.
 	Duplicates int64
-	// MaxUser is the user with the most units in status-1 rows and
-	// MaxUserUnits those units ("" and 0 without orders); reconcile
+	// MaxUser is the user with the most units held (status 0 and 1 rows)
+	// and MaxUserUnits those units ("" and 0 without orders); reconcile
 	// compares them with the sale's per-user limit.
 	MaxUser      string
 	MaxUserUnits int64
+}
+
+// HeldOrders and HeldUnits are the orders and units that keep stock:
+// unpaid and paid.
+func (t *Totals) HeldOrders() int64 { return t.UnpaidOrders + t.PaidOrders }
+func (t *Totals) HeldUnits() int64  { return t.UnpaidUnits + t.PaidUnits }
+
+// ReleasedOrders and ReleasedUnits are the orders and units that went
+// back to stock: cancelled and expired.
+func (t *Totals) ReleasedOrders() int64 { return t.CancelledOrders + t.ExpiredOrders }
+func (t *Totals) ReleasedUnits() int64  { return t.CancelledUnits + t.ExpiredUnits }
+
+// OrderStatus is what the ledger says of one stored order.
+type OrderStatus struct {
+	Status  uint8
+	Expired bool  // status 2 by the deadline
+	PayByMs int64 // the pay deadline, 0 = none
+	PaidMs  int64 // status 1: when it was paid (to the second in ClickHouse)
+}
+
+func (r *Row) orderStatus() OrderStatus {
+	return OrderStatus{Status: r.Status, Expired: r.Expired, PayByMs: r.PayByMs, PaidMs: r.PaidMs}
 }
 
 // Store is the order ledger. Implementations are safe for concurrent use.
@@ -49,13 +85,17 @@ type Store interface {
 	Totals(ctx context.Context, productID string) (Totals, error)
 	// Products lists the products with at least one row, sorted.
 	Products(ctx context.Context) ([]string, error)
-	// Buyers is, per user, the units of the product's status-1 rows (after
-	// FINAL; users whose orders were all released are absent). Warm-up
-	// restores the buyers' counts from it after Redis lost them.
+	// Buyers is, per user, the units of the product's status-0 and -1 rows
+	// (after FINAL; users whose orders were all released are absent).
+	// Warm-up restores the buyers' counts from it after Redis lost them.
 	Buyers(ctx context.Context, productID string) (map[string]int64, error)
 	// Statuses is the status of each of the given orders of the product
 	// that is stored; orders without a row are absent from the map.
-	Statuses(ctx context.Context, productID string, orderIDs []int64) (map[int64]uint8, error)
+	Statuses(ctx context.Context, productID string, orderIDs []int64) (map[int64]OrderStatus, error)
+	// Deadlines is every unpaid (status 0) row of the product with a pay
+	// deadline, sorted by deadline then order id: warm-up re-creates their
+	// deadlines in Redis (overdue ones too: the sweep releases them).
+	Deadlines(ctx context.Context, productID string) ([]Row, error)
 	// Catalog is the durable sale catalogue beside the ledger (catalog.go).
 	Catalog
 	Close() error
@@ -77,25 +117,43 @@ func (r *Row) Validate() error {
 	switch {
 	case r.PriceCents >= maxPriceCents:
 		return fmt.Errorf("%w: order %d: price %d cents does not fit Decimal(10,2)", ErrInvalidRow, r.ID, r.PriceCents)
-	case r.Status != StatusStored && r.Status != StatusReleased:
+	case r.Status > StatusCancelled:
 		return fmt.Errorf("%w: order %d: status %d", ErrInvalidRow, r.ID, r.Status)
-	case r.CreatedMs/1000 > 1<<32-1 || r.UpdatedMs < 0:
-		return fmt.Errorf("%w: order %d: times %d/%d", ErrInvalidRow, r.ID, r.CreatedMs, r.UpdatedMs)
+	case r.Expired && r.Status != StatusCancelled:
+		return fmt.Errorf("%w: order %d: expired with status %d", ErrInvalidRow, r.ID, r.Status)
+	case r.PaidMs != 0 && r.Status != StatusPaid:
+		return fmt.Errorf("%w: order %d: pay time with status %d", ErrInvalidRow, r.ID, r.Status)
+	case r.CreatedMs/1000 > 1<<32-1 || r.UpdatedMs < 0 || r.PaidMs < 0 || r.PaidMs/1000 > 1<<32-1:
+		return fmt.Errorf("%w: order %d: times %d/%d/%d", ErrInvalidRow, r.ID, r.CreatedMs, r.UpdatedMs, r.PaidMs)
 	}
 	return nil
 }
 
-// FromEvent is the row an event stores. An order's version is its
-// creation time; a release's is its release time, and always above the
-// order's, so that the release wins even when the order is delivered
-// again after it (an outbox re-send).
+// FromEvent is the row an event stores, versioned by
+// order.Event.StoreVersion: an order's version is its creation time, a
+// settlement's (paid, release) its time and always above the order's, so
+// that the settlement wins even when the order is delivered again after it
+// (an outbox re-send). Redis never lets one order be both paid and
+// released, so the two settlements never compete.
 func FromEvent(e *order.Event) Row {
-	r := Row{Order: e.Order, Status: StatusStored, UpdatedMs: e.CreatedMs}
-	if e.Type == order.TypeRelease {
-		r.Status = StatusReleased
-		r.UpdatedMs = max(e.ReleasedMs, e.CreatedMs+1)
+	r := Row{Order: e.Order, Status: StatusUnpaid, UpdatedMs: e.StoreVersion()}
+	switch e.Type {
+	case order.TypePaid:
+		r.Status, r.PaidMs = StatusPaid, e.PaidMs
+	case order.TypeRelease:
+		r.Status, r.Expired = StatusCancelled, e.Expired()
 	}
 	return r
+}
+
+// sortDeadlines orders rows by deadline, then order id (Deadlines' order).
+func sortDeadlines(rows []Row) {
+	sort.Slice(rows, func(i, j int) bool {
+		if rows[i].PayByMs != rows[j].PayByMs {
+			return rows[i].PayByMs < rows[j].PayByMs
+		}
+		return rows[i].ID < rows[j].ID
+	})
 }
 
 // Newer reports whether a replaces b under ReplacingMergeTree's rule: the

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/ClickHouse/clickhouse-go/v2"
+	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
+	"github.com/shopspring/decimal"
 
 	"flashgate/orders/order"
 )
@@ -56,10 +58,10 @@ func TestClickHouseWrongSchema(t *testing.T) {
 		want      []string
 	}{
 		{"MissingAndMistyped",
-			"(order_id UInt64, product_id String, user_id String, quantity UInt32, price Float64, status UInt8, create_time DateTime, update_ms UInt64) ENGINE = ReplacingMergeTree(update_ms) ORDER BY (product_id, order_id)",
+			"(order_id UInt64, product_id String, user_id String, quantity UInt32, price Float64, status UInt8, create_time DateTime, update_ms UInt64, pay_time DateTime, expired UInt8, pay_by_ms UInt64) ENGINE = ReplacingMergeTree(update_ms) ORDER BY (product_id, order_id)",
 			[]string{"2 problem(s)", "column price is Float64, want Decimal(10, 2)", "column edge is missing"}},
 		{"PlainMergeTree",
-			"(order_id UInt64, product_id String, user_id String, quantity UInt32, price Decimal(10,2), status UInt8, create_time DateTime, update_ms UInt64, edge UInt16) ENGINE = MergeTree ORDER BY (product_id, order_id)",
+			"(order_id UInt64, product_id String, user_id String, quantity UInt32, price Decimal(10,2), status UInt8, create_time DateTime, update_ms UInt64, edge UInt16, pay_time DateTime, expired UInt8, pay_by_ms UInt64) ENGINE = MergeTree ORDER BY (product_id, order_id)",
 			[]string{"1 problem(s)", "engine is MergeTree"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -158,8 +160,8 @@ func TestFileTornTailIsCut(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	if tot, _ := s.Totals(context.Background(), "p"); tot.Orders != 2 {
-		t.Fatalf("orders %d, want 2", tot.Orders)
+	if tot, _ := s.Totals(context.Background(), "p"); tot.HeldOrders() != 2 {
+		t.Fatalf("orders %d, want 2", tot.HeldOrders())
 	}
 }
 
@@ -179,8 +181,8 @@ func TestLedgerSold(t *testing.T) {
 	defer s.Close()
 	ctx := context.Background()
 	s.Insert(ctx, []Row{
-		{Order: order.Order{ID: 1, ProductID: "p", UserID: "u", Qty: 2, CreatedMs: 1}, Status: StatusStored, UpdatedMs: 1},
-		{Order: order.Order{ID: 2, ProductID: "p", UserID: "u", Qty: 3, CreatedMs: 1}, Status: StatusReleased, UpdatedMs: 2},
+		{Order: order.Order{ID: 1, ProductID: "p", UserID: "u", Qty: 2, CreatedMs: 1}, Status: StatusUnpaid, UpdatedMs: 1},
+		{Order: order.Order{ID: 2, ProductID: "p", UserID: "u", Qty: 3, CreatedMs: 1}, Status: StatusCancelled, UpdatedMs: 2},
 	})
 	if n, err := (Ledger{Store: s}).Sold(ctx, "p"); n != 2 || err != nil {
 		t.Fatalf("sold %d %v", n, err)
@@ -209,4 +211,107 @@ func TestFileIsLocked(t *testing.T) {
 		t.Fatalf("open after close: %v", err)
 	}
 	s.Close()
+}
+
+// legacyLedger is seckill_order as releases before pay deadlines created
+// it: no pay_time, expired, pay_by_ms.
+const legacyLedger = "(order_id UInt64, product_id String, user_id String, quantity UInt32, price Decimal(10,2), status UInt8, " +
+	"create_time DateTime, update_ms UInt64, edge UInt16) ENGINE = ReplacingMergeTree(update_ms) PARTITION BY toYYYYMM(create_time) ORDER BY (product_id, order_id)"
+
+// TestClickHouseMigratesLedgerWithoutPayColumns: a ledger of an earlier
+// release gets the pay columns at open (two edges opening it at once), its
+// rows keep their meaning (status 1, final once stored, reads as paid) and
+// new rows go in beside them.
+func TestClickHouseMigratesLedgerWithoutPayColumns(t *testing.T) {
+	ctx := context.Background()
+	db := freshDB()
+	conn := dial(t, ch.Addr())
+	for _, q := range []string{"CREATE DATABASE " + db, "CREATE TABLE " + db + ".seckill_order " + legacyLedger} {
+		if err := conn.Exec(ctx, q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	insertLegacy(t, conn, db+".seckill_order")
+	errs := make(chan error, 2)
+	stores := make(chan *ClickHouse, 2)
+	for range 2 {
+		go func() {
+			s, err := OpenClickHouse(ctx, ch.Addr(), db, ClickHouseOptions{})
+			errs <- err
+			stores <- s
+		}()
+	}
+	for range 2 {
+		if err := <-errs; err != nil {
+			t.Fatalf("open of a ledger without the pay columns: %v", err)
+		}
+		if s := <-stores; s != nil {
+			s.Close()
+		}
+	}
+	s := openCH(t, db)
+	cols := count(t, conn, "SELECT count() FROM system.columns WHERE database = ? AND table = 'seckill_order' AND name IN ('pay_time', 'expired', 'pay_by_ms')", db)
+	if cols != 3 {
+		t.Fatalf("%d of the 3 pay columns added", cols)
+	}
+	old, ok, err := s.Get(ctx, "p", 1)
+	if err != nil || !ok || old.Status != StatusPaid || old.PaidMs != 0 || old.PayByMs != 0 || old.Expired {
+		t.Fatalf("an old stored order reads %+v %v %v, want paid without a pay time", old, ok, err)
+	}
+	created := time.Date(2026, 11, 11, 0, 0, 0, 0, time.UTC).UnixMilli()
+	e := order.Event{V: 1, Type: order.TypeOrder, Order: order.Order{ID: 3, ProductID: "p", UserID: "cid", Qty: 1, CreatedMs: created, PayByMs: created + 900_000}}
+	if err := s.Insert(ctx, []Row{FromEvent(&e)}); err != nil {
+		t.Fatal(err)
+	}
+	tot, err := s.Totals(ctx, "p")
+	if want := (Totals{UnpaidOrders: 1, UnpaidUnits: 1, PaidOrders: 1, PaidUnits: 2, CancelledOrders: 1, CancelledUnits: 1, MaxUser: "ann", MaxUserUnits: 2}); err != nil || tot != want {
+		t.Fatalf("totals %+v %v, want %+v", tot, err, want)
+	}
+	if due, err := s.Deadlines(ctx, "p"); err != nil || len(due) != 1 || due[0].PayByMs != created+900_000 {
+		t.Fatalf("deadlines %+v %v", due, err)
+	}
+}
+
+// insertLegacy stores two rows the way an earlier release did: ann's order
+// (status 1) and bob's released one.
+func insertLegacy(t *testing.T, conn driver.Conn, table string) {
+	t.Helper()
+	b, err := conn.PrepareBatch(context.Background(), "INSERT INTO "+table+" (order_id, product_id, user_id, quantity, price, status, create_time, update_ms, edge)")
+	if err != nil {
+		t.Fatal(err)
+	}
+	created := time.Date(2026, 11, 11, 0, 0, 0, 0, time.UTC)
+	for _, r := range []struct {
+		id     uint64
+		user   string
+		qty    uint32
+		status uint8
+	}{{1, "ann", 2, 1}, {2, "bob", 1, 2}} {
+		if err := b.Append(r.id, "p", r.user, r.qty, decimal.New(9900, -2), r.status, created, uint64(created.UnixMilli())+r.id, uint16(1)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := b.Send(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestClickHouseMigrationKeepsOtherProblems: a table that lacks the pay
+// columns and has another fault is refused, and nothing is added to it.
+func TestClickHouseMigrationKeepsOtherProblems(t *testing.T) {
+	ctx := context.Background()
+	db := freshDB()
+	conn := dial(t, ch.Addr())
+	for _, q := range []string{"CREATE DATABASE " + db, "CREATE TABLE " + db + ".seckill_order " + strings.Replace(legacyLedger, "edge UInt16", "edge UInt32", 1)} {
+		if err := conn.Exec(ctx, q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	_, err := OpenClickHouse(ctx, ch.Addr(), db, ClickHouseOptions{})
+	if !IsSchemaError(err) || !strings.Contains(err.Error(), "column edge is UInt32, want UInt16") || !strings.Contains(err.Error(), "column pay_time is missing") {
+		t.Fatalf("err = %v, want a *SchemaError naming edge and the pay columns", err)
+	}
+	if n := count(t, conn, "SELECT count() FROM system.columns WHERE database = ? AND table = 'seckill_order'", db); n != 9 {
+		t.Fatalf("the refused table has %d columns now, want its 9", n)
+	}
 }

@@ -186,8 +186,8 @@ func check(ctx context.Context, st *stock.Store, store orderstore.Store, p strin
 	if err != nil {
 		return pr, err
 	}
-	pr.StoredOrders, pr.StoredUnits = tot.Orders, tot.Units
-	pr.ReleasedOrders, pr.ReleasedUnits = tot.ReleasedOrders, tot.ReleasedUnits
+	pr.StoredOrders, pr.StoredUnits = tot.HeldOrders(), tot.HeldUnits()
+	pr.ReleasedOrders, pr.ReleasedUnits = tot.ReleasedOrders(), tot.ReleasedUnits()
 	pr.DuplicateRows, pr.MaxUser, pr.MaxUserUnits = tot.Duplicates, tot.MaxUser, tot.MaxUserUnits
 
 	info, ok, err := st.SaleInfo(ctx, p)
@@ -203,7 +203,7 @@ func check(ctx context.Context, st *stock.Store, store orderstore.Store, p strin
 	pr.Duplicated = pr.DuplicateRows
 	pr.Fence = info.Fence
 	if !ok {
-		pr.Missing = tot.Orders+tot.ReleasedOrders > 0
+		pr.Missing = tot.HeldOrders()+tot.ReleasedOrders() > 0
 		return pr, nil
 	}
 	pr.Warmed = true

@@ -82,7 +82,7 @@ func (f *fixture) buy(p, user string, qty int) orderstore.Row {
 	if err != nil || out.Code != stock.OK {
 		f.t.Fatalf("deduct: %v %v", out, err)
 	}
-	return orderstore.Row{Status: orderstore.StatusStored, UpdatedMs: now, Order: order.Order{
+	return orderstore.Row{Status: orderstore.StatusUnpaid, UpdatedMs: now, Order: order.Order{
 		ID: id, ProductID: p, UserID: user, Qty: qty, PriceCents: 100, CreatedMs: now, Edge: 1,
 	}}
 }
@@ -181,7 +181,7 @@ func TestLostRelease(t *testing.T) {
 	if rep, _, err := f.run(nil); err == nil || rep.Lost != 2 {
 		t.Fatalf("report %+v, err %v: want lost=2 (the release)", rep, err)
 	}
-	r.Status, r.UpdatedMs = orderstore.StatusReleased, r.UpdatedMs+1
+	r.Status, r.UpdatedMs = orderstore.StatusCancelled, r.UpdatedMs+1
 	f.insert(r)
 	if _, _, err := f.run(nil); err != nil {
 		t.Fatalf("after the release is stored: %v", err)

@@ -73,7 +73,7 @@
 //
 // The embedded server (Open with addr "" or "embedded") is miniredis, for a
 // zero-setup demo only: ~15x slower. Its optional DataDir snapshot keeps
-// strings, hashes and stream entries (not stream consumer groups): exactly
+// strings, hashes, sorted sets and stream entries (not stream consumer groups): exactly
 // across a clean Close/Open; after a crash the last periodic save (every
 // Options.SaveEvery) is loaded without its stock and buyer keys, and the
 // sales go through the same ledger rebuild as after a real Redis lost its

@@ -32,12 +32,13 @@ type snapshot struct {
 
 type snapshotKey struct {
 	Key  string `json:"key"`
-	Type string `json:"type"` // string, hash or stream
+	Type string `json:"type"` // string, hash, stream or zset
 	// ExpireAtMs is absolute so that time spent stopped counts against TTLs.
 	ExpireAtMs int64             `json:"expireAtMs,omitempty"`
 	Value      string            `json:"value,omitempty"`
 	Hash       map[string]string `json:"hash,omitempty"`
 	Stream     []streamEntry     `json:"stream,omitempty"`
+	Zset       map[string]int64  `json:"zset,omitempty"` // member -> score (the due set's are unix ms)
 }
 
 type streamEntry struct {
@@ -95,6 +96,20 @@ func saveSnapshot(m *miniredis.Miniredis, dir string, clean bool) error {
 			sk.Stream = make([]streamEntry, len(entries))
 			for i, e := range entries {
 				sk.Stream[i] = streamEntry{ID: e.ID, Values: e.Values}
+			}
+		case "zset":
+			members, err := m.ZMembers(k)
+			if errors.Is(err, miniredis.ErrKeyNotFound) {
+				continue
+			}
+			if err != nil {
+				return fmt.Errorf("stock: snapshot %s: %w", k, err)
+			}
+			sk.Zset = make(map[string]int64, len(members))
+			for _, mb := range members {
+				if score, err := m.ZScore(k, mb); err == nil {
+					sk.Zset[mb] = int64(score)
+				}
 			}
 		default:
 			// The stock package writes no other types; refusing is better
@@ -190,6 +205,12 @@ func loadSnapshot(m *miniredis.Miniredis, dir string) (lost int, err error) {
 					break
 				}
 			}
+		case "zset":
+			for mb, score := range k.Zset {
+				if _, err = m.ZAdd(k.Key, float64(score), mb); err != nil {
+					break
+				}
+			}
 		default:
 			err = fmt.Errorf("unsupported type %q", k.Type)
 		}
@@ -207,7 +228,8 @@ func loadSnapshot(m *miniredis.Miniredis, dir string) (lost int, err error) {
 // with: "stock" for sk:{p}:stock (stale high: sales since the save are
 // forgotten), "buyer" for sk:{p}:u:<user> (stale low), "" for the rest.
 // Everything else is kept: the meta (initial, restocked — what the rebuild
-// starts from), the catalog, order hashes (corrected by the rebuild), the
+// starts from), the catalog, order hashes and the due set (corrected by the
+// rebuild), the
 // outbox streams (events that may not have reached Kafka: the relay sends
 // them again, the consumer drops duplicates, the rebuild counts them), and
 // used tokens.

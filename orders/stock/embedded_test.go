@@ -85,6 +85,11 @@ func TestEmbeddedDataDirSurvivesRestart(t *testing.T) {
 		mustDeduct(t, s, a)
 		orders = append(orders, a)
 	}
+	// An order with a deadline, stored: its deadline survives the restart.
+	due := attempt("pd", "due", 1, 5)
+	due.PayByMs = due.CreatedMs + 3_600_000
+	mustDeduct(t, s, due)
+	s.MarkSuccess(ctx, "pd", due.ID)
 	if ok, _ := s.Release(ctx, "pd", orders[2].ID); !ok {
 		t.Fatal("release")
 	}
@@ -102,11 +107,14 @@ func TestEmbeddedDataDirSurvivesRestart(t *testing.T) {
 	}
 
 	s2 := openEmbedded(t, Options{DataDir: dir})
-	if r := remaining(t, s2, "pd"); r != 6 {
-		t.Errorf("remaining %d after restart, want 6", r)
+	if r := remaining(t, s2, "pd"); r != 5 {
+		t.Errorf("remaining %d after restart, want 5", r)
 	}
-	if n, _ := s2.OutboxLen(ctx, "pd"); n != 4 {
-		t.Errorf("outbox %d entries, want 4 (three orders, one release)", n)
+	if n, _ := s2.OutboxLen(ctx, "pd"); n != 5 {
+		t.Errorf("outbox %d entries, want 5 (four orders, one release)", n)
+	}
+	if ds, n, err := s2.NextDeadlines(ctx, "pd", 5); err != nil || n != 1 || ds[0].OrderID != due.ID || ds[0].PayByMs != due.PayByMs {
+		t.Errorf("deadlines after restart %+v %d %v", ds, n, err)
 	}
 	for i, want := range []string{StatePending, StateSuccess, StateReleased} {
 		info, ok, err := s2.OrderState(ctx, "pd", orders[i].ID)
@@ -133,7 +141,7 @@ func TestEmbeddedDataDirSurvivesRestart(t *testing.T) {
 	if created, _ := s2.Warm(ctx, Sale{ProductID: "pd", Stock: 10, Limit: 5}); created {
 		t.Error("warm after restart recreated the sale")
 	}
-	if out := mustDeduct(t, s2, attempt("pd", "new", 1, 5)); out.Code != OK || out.Remaining != 5 {
+	if out := mustDeduct(t, s2, attempt("pd", "new", 1, 5)); out.Code != OK || out.Remaining != 4 {
 		t.Errorf("deduct after restart: %+v", out)
 	}
 	if v, _ := s2.c.Do(ctx, s2.c.B().Exists().Key("other").Build()).AsInt64(); v != 0 {

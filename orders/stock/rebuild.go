@@ -179,7 +179,8 @@ type Rebuild struct {
 	// TokensFromMs refuses purchase tokens expiring at or before it: the
 	// marks of tokens used in the lost window may be gone.
 	TokensFromMs int64
-	// NowMs is the clock for the buyers' expiry (default: now).
+	// NowMs is the clock for the buyers' expiry and the orders' age
+	// (default: now).
 	NowMs int64
 }
 
@@ -221,14 +222,24 @@ func (s *Store) Rebuild(ctx context.Context, r Rebuild) (res Reopened, reopened 
 		}
 	}
 
-	// 1. Order states and deadlines.
-	orders := slices.Clone(r.Orders)
-	slices.SortFunc(orders, func(a, b OrderInfo) int { return cmp.Compare(a.ID, b.ID) })
-	for _, o := range orders {
+	now := r.NowMs
+	if now == 0 {
+		now = time.Now().UnixMilli()
+	}
+
+	// 1. Order states and deadlines. An order older than OrderTTL would
+	// have no hash any more, unless it still waits for its deadline.
+	orders := make([]OrderInfo, 0, len(r.Orders))
+	for _, o := range r.Orders {
 		if o.ProductID != p || o.ID <= 0 || !order.ValidUserID(o.UserID) || !validState(o.State) {
 			return res, false, fmt.Errorf("%w: rebuild %s: order %+v", ErrInvalid, p, o)
 		}
+		held := o.State == StatePending || o.State == StateSuccess
+		if o.CreatedMs+s.opts.OrderTTL.Milliseconds() > now || held && o.PayByMs > 0 {
+			orders = append(orders, o)
+		}
 	}
+	slices.SortFunc(orders, func(a, b OrderInfo) int { return cmp.Compare(a.ID, b.ID) })
 	due := DueKey(p)
 	for lo := 0; lo < len(orders); lo += rebuildChunk {
 		chunk := orders[lo:min(lo+rebuildChunk, len(orders))]
@@ -244,10 +255,6 @@ func (s *Store) Rebuild(ctx context.Context, r Rebuild) (res Reopened, reopened 
 	}
 
 	// 2. Buyers.
-	now := r.NowMs
-	if now == 0 {
-		now = time.Now().UnixMilli()
-	}
 	expireAt := i64(max(sale.EndMs, now) + s.opts.BuyerGrace.Milliseconds())
 	users := make([]string, 0, len(r.Buyers))
 	for u, n := range r.Buyers {

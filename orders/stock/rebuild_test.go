@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"flashgate/internal/await"
+	"flashgate/internal/redistest"
 	"flashgate/orders/order"
 )
 
@@ -389,5 +391,134 @@ func TestFenceOnAnotherServer(t *testing.T) {
 	}
 	if out := mustDeduct(t, s, attempt("fx", "erin", 1, 2)); out.Code != LimitReached && out.Code != BadToken {
 		t.Fatalf("erin over her limit after the rebuild: %v", out.Code)
+	}
+}
+
+// Redis comes back from a snapshot taken before some deadlines fired and
+// some payments arrived: its order states and due set are stale. The
+// settle calls fence the sale (nothing changes); the rebuild gives every
+// order the ledger's state, makes the lost hash again, puts the unpaid
+// orders' deadlines back (an overdue one too) and drops the settled ones,
+// so that nothing the ledger knows is paid or released twice.
+func TestRebuildRestoresDeadlinesAfterAStaleSnapshot(t *testing.T) {
+	ctx := context.Background()
+	srv := redistest.NewPersistent(t)
+	s, err := Open(ctx, srv.Addr(), testOptions(Options{}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { s.Close() }()
+	warm(t, s, "sn", 10, 5)
+	paid := stored(t, s, "sn", "paid", 1, time.Hour)         // paid after the snapshot
+	exp := stored(t, s, "sn", "exp", 1, 50*time.Millisecond) // expired after it
+	open := stored(t, s, "sn", "open", 1, time.Hour)         // still unpaid
+	over := stored(t, s, "sn", "over", 1, 50*time.Millisecond)
+	if err := srv.Save(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Pay(ctx, "sn", paid.ID, "", 0); err != nil {
+		t.Fatal(err)
+	}
+	late := stored(t, s, "sn", "late", 1, time.Hour) // made after the snapshot: its hash is lost
+	var expiredNow []Settlement
+	await.Until(t, 5*time.Second, "the first deadline swept", func() bool {
+		got, err := s.ExpireDue(ctx, "sn", 1)
+		expiredNow = append(expiredNow, got...)
+		return err == nil && len(expiredNow) == 1
+	})
+	if expiredNow[0].Info.ID != exp.ID && expiredNow[0].Info.ID != over.ID {
+		t.Fatalf("expired %+v", expiredNow[0])
+	}
+	// Which of the two 50 ms orders the sweep took first is the ledger's
+	// "expired"; the other one is overdue and unpaid.
+	if expiredNow[0].Info.ID == over.ID {
+		exp, over = over, exp
+	}
+
+	srv.Stop()
+	srv.Start()
+	s.Close()
+	if s, err = Open(ctx, srv.Addr(), testOptions(Options{})); err != nil {
+		t.Fatal(err)
+	}
+	// The stale server still says paid is unpaid, exp due: a settle call
+	// must not believe it.
+	if _, err := s.Pay(ctx, "sn", paid.ID, "", 0); !errors.Is(err, ErrRecovering) {
+		t.Fatalf("Pay on the stale server = %v", err)
+	}
+	if o, _, _ := s.OrderState(ctx, "sn", paid.ID); o.State != StateSuccess {
+		t.Fatalf("stale paid order %s (the snapshot is not stale?)", o.State)
+	}
+	info := saleInfo(t, s, "sn")
+	now := time.Now().UnixMilli()
+	ledger := func(a Attempt, state string, paidMs, closedMs int64) OrderInfo {
+		return OrderInfo{Order: a.Order, State: state, PaidMs: paidMs, ClosedMs: closedMs}
+	}
+	r := Rebuild{
+		Sale:   Sale{ProductID: "sn", Stock: 10 - 4, Initial: 10, Released: 1, Paid: 1, Expired: 1, Limit: 5, Price: 1999, EndMs: info.EndMs},
+		Fence:  info.Fence,
+		Buyers: map[string]int64{"paid": 1, "open": 1, "over": 1, "late": 1},
+		Orders: []OrderInfo{
+			ledger(paid, StatePaid, now-1, now-1), ledger(exp, StateExpired, 0, now-1),
+			ledger(open, StateSuccess, 0, 0), ledger(over, StateSuccess, 0, 0), ledger(late, StateSuccess, 0, 0),
+		},
+	}
+	res, reopened, err := s.Rebuild(ctx, r)
+	if err != nil || !reopened || res.After != 6 {
+		t.Fatalf("Rebuild = %+v %v %v", res, reopened, err)
+	}
+	want := map[int64]string{paid.ID: StatePaid, exp.ID: StateExpired, open.ID: StateSuccess, over.ID: StateSuccess, late.ID: StateSuccess}
+	for id, st := range want {
+		if o, ok, _ := s.OrderState(ctx, "sn", id); !ok || o.State != st || o.PayByMs == 0 {
+			t.Errorf("order %d: %+v %v, want %s", id, o, ok, st)
+		}
+	}
+	if ttl := pttl(t, s, OrderKey("sn", late.ID)); ttl <= 0 {
+		t.Errorf("remade hash PTTL %d", ttl)
+	}
+	ds, total, _ := s.NextDeadlines(ctx, "sn", 10)
+	if total != 3 {
+		t.Fatalf("due after the rebuild %+v", ds)
+	}
+	// The first sweep releases the overdue one, and only it.
+	got, err := s.ExpireDue(ctx, "sn", 10)
+	if err != nil || len(got) != 1 || got[0].Info.ID != over.ID {
+		t.Fatalf("ExpireDue after the rebuild = %+v, %v", got, err)
+	}
+	if st, err := s.Pay(ctx, "sn", paid.ID, "", 0); err != nil || st.Changed || st.Info.State != StatePaid {
+		t.Fatalf("Pay of the paid order = %+v, %v", st, err)
+	}
+	if st, err := s.Cancel(ctx, "sn", exp.ID); err != nil || st.Changed {
+		t.Fatalf("Cancel of the expired order = %+v, %v", st, err)
+	}
+	if info := saleInfo(t, s, "sn"); info.Remaining != 7 || info.Paid != 1 || info.Expired != 2 || info.Released != 2 {
+		t.Fatalf("after the sweep %+v", info)
+	}
+}
+
+// The ledger may count overdue unpaid orders as held beyond what is left:
+// the rebuild writes the stock below 0, the sale answers sold out, and the
+// first sweep brings it back.
+func TestRebuildAcceptsStockBelowZero(t *testing.T) {
+	ctx := context.Background()
+	s, _ := openReal(t, Options{})
+	warm(t, s, "neg", 2, 5)
+	a := stored(t, s, "neg", "u", 2, time.Millisecond)
+	fence := fenceNow(t, s, "neg")
+	info := saleInfo(t, s, "neg")
+	o, _, _ := s.OrderState(ctx, "neg", a.ID)
+	_, reopened, err := s.Rebuild(ctx, Rebuild{Sale: Sale{ProductID: "neg", Stock: -1, Initial: 2, Restocked: 0, Limit: 5, EndMs: info.EndMs},
+		Fence: fence, Buyers: map[string]int64{"u": 2}, Orders: []OrderInfo{o}})
+	if err != nil || !reopened {
+		t.Fatalf("Rebuild = %v, %v", reopened, err)
+	}
+	if out := mustDeduct(t, s, attempt("neg", "w", 1, 5)); out.Code != SoldOut || out.Remaining != -1 {
+		t.Fatalf("deduct at -1: %+v", out)
+	}
+	if got, err := s.ExpireDue(ctx, "neg", 10); err != nil || len(got) != 1 {
+		t.Fatalf("ExpireDue = %+v, %v", got, err)
+	}
+	if r := remaining(t, s, "neg"); r != 1 {
+		t.Fatalf("remaining %d", r)
 	}
 }

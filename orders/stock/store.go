@@ -171,7 +171,7 @@ type Store struct {
 // process: the zero-setup demo. It runs the same Lua but is ~15x slower than
 // redis-server, has no persistence of its own, and only counts TTLs down
 // while the Store is open. With Options.DataDir set, its sk:* keys (strings,
-// hashes, streams, with their TTLs) are written to DataDir/stock.json
+// hashes, sorted sets, streams, with their TTLs) are written to DataDir/stock.json
 // (atomically: temp file, fsync, rename) on Close and every
 // Options.SaveEvery, and loaded on Open.
 //
