@@ -29,6 +29,7 @@ func (s *Server) dashboardSnapshot() dashboard.Snapshot {
 			Stock: e.Stock, Remaining: remaining, Attempts: e.Attempts(),
 			SoldOut: e.SoldOut(), Hot: e.Hot(), Degraded: s.sale.Degraded([]byte(e.ProductID)),
 			Breaker: s.sale.ProductBreakerState(e.ProductID).String(), OutboxPending: dashboard.Unknown, Stored: dashboard.Unknown,
+			Unpaid: dashboard.Unknown, Paid: dashboard.Unknown, Expired: dashboard.Unknown, Due: dashboard.Unknown,
 		}
 		if remaining >= 0 {
 			p.Sold = e.Stock - remaining

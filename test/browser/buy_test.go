@@ -15,8 +15,9 @@ import (
 
 // TestBuyFlow is a shopper's whole purchase: the page renders the product,
 // price and countdown, the shopper signs in, presses Buy, sees "Queued"
-// with the order id, then "success"; a second Buy for the same product is
-// refused in plain words and the button says so.
+// with the order id, then "success"; a reload shows the order again; a
+// second Buy for the same product is refused in plain words and the button
+// says so.
 func TestBuyFlow(t *testing.T) {
 	t.Parallel()
 	b := newTab(t, "shopper")
@@ -70,8 +71,17 @@ func TestBuyFlow(t *testing.T) {
 	// Limit 1: the purchase used the whole allowance, so Buy turns off at
 	// once instead of inviting a refusal.
 	b.waitBuy(3*time.Second, `^Limit reached$`, false)
-	// A reloaded page no longer knows: a second Buy is refused, in words,
-	// and the button stops.
+	// A reloaded page remembers the order (this device's storage): the order
+	// and its outcome are back, and Buy stays off.
+	b.open(e.page("p1"))
+	b.waitText(5*time.Second, "message", regexp.MustCompile(`^Success! Order `+apiID+` confirmed\.$`))
+	if got := b.text("order-id"); got != apiID {
+		t.Errorf("after a reload #order-id = %q, want %s", got, apiID)
+	}
+	b.waitBuy(3*time.Second, `^Limit reached$`, false)
+	// A page that does not know (another device): a second Buy is refused,
+	// in words, and the button stops.
+	eval[bool](b, `(localStorage.clear(), true)`)
 	b.open(e.page("p1"))
 	b.waitBuy(5*time.Second, `^Buy now$`, true)
 	b.clickBuy()

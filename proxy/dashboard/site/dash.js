@@ -28,7 +28,7 @@
   var el = {
     node: $('node'), version: $('version'), serverTime: $('server-time'),
     breaker: $('breaker'), degradedAll: $('degraded-all'), reload: $('reload'), updated: $('updated'),
-    notice: $('notice'), products: $('products'), filters: $('filters'), pipeline: $('pipeline'),
+    notice: $('notice'), products: $('products'), payments: $('payments'), filters: $('filters'), pipeline: $('pipeline'),
     productIds: $('product-ids'), tokenForm: $('token-form'), token: $('token')
   };
 
@@ -41,7 +41,7 @@
     last: null,      // last snapshot
     lastAt: 0,       // browser time it arrived
     history: [],     // [{t, node, a: {productId: attempts}, r: {filter: rejected}}], oldest first
-    rows: { products: {}, filters: {} }
+    rows: { products: {}, payments: {}, filters: {} }
   };
 
   // ---- token ----
@@ -151,6 +151,7 @@
 
     renderReload(s.reload || {}, s.serverTimeMs);
     renderProducts(s.products || []);
+    renderPayments(s.products || []);
     renderFilters(s.filters || []);
     renderPipeline(s.pipeline || {});
     renderUpdated();
@@ -249,8 +250,7 @@
       function () {
         var tr = document.createElement('tr');
         cells(tr, [['th', 'pid'], ['td', 'status'], ['td', 'num big remaining'], ['td', 'stock'], ['td', 'num sold'],
-          ['td', 'num big aps'], ['td', 'soldout'], ['td', 'hot'], ['td', 'degraded'], ['td', 'breaker'], ['td', 'num outbox'], ['td', 'num stored'],
-          ['td', 'num unpaid'], ['td', 'num paid'], ['td', 'num expired'], ['td', 'deadlines']]);
+          ['td', 'num big aps'], ['td', 'soldout'], ['td', 'hot'], ['td', 'degraded'], ['td', 'breaker'], ['td', 'num outbox'], ['td', 'num stored']]);
         var pid = tr.firstChild;
         pid.innerHTML = '<span class="id"></span><span class="name"></span>';
         var stock = tr.querySelector('.stock');
@@ -304,11 +304,7 @@
         }
         text(q('outbox'), fmtCount(p.outboxPending));
         text(q('stored'), fmtCount(p.stored));
-        text(q('unpaid'), fmtCount(p.unpaid));
-        text(q('paid'), fmtCount(p.paid));
-        text(q('expired'), fmtCount(p.expired));
-        text(q('deadlines'), fmtDeadlines(p));
-      }, 'No sales on this edge.', 16);
+      }, 'No sales on this edge.', 12);
     // The action forms offer the ids seen here.
     var ids = list.map(function (p) { return p.productId; }).join('\n');
     if (el.productIds.getAttribute('data-ids') !== ids) {
@@ -323,19 +319,37 @@
     }
   }
 
-  // fmtDeadlines: "0:42, 1:10, 2:30 · 57 due" — time left on the edge's
+  function renderPayments(list) {
+    keyed(el.payments, state.rows.payments, list, function (p) { return p.productId; }, 'data-product',
+      function () {
+        var tr = document.createElement('tr');
+        cells(tr, [['th', 'pid'], ['td', 'num unpaid'], ['td', 'num paid'], ['td', 'num expired'], ['td', 'num due'], ['td', 'deadlines']]);
+        return tr;
+      },
+      function (tr, p) {
+        var q = function (c) { return tr.querySelector('.' + c); };
+        text(q('pid'), p.productId);
+        text(q('unpaid'), fmtCount(p.unpaid));
+        text(q('paid'), fmtCount(p.paid));
+        text(q('expired'), fmtCount(p.expired));
+        text(q('due'), fmtCount(p.due));
+        text(q('deadlines'), fmtDeadlines(p));
+      }, 'No sales on this edge.', 6);
+  }
+
+  // fmtDeadlines: "0:42, 1:10, 2:30, …" — time left on the edge's
   // clock (the snapshot's), "overdue" for one the sweep has not released yet.
   function fmtDeadlines(p) {
     if (typeof p.due !== 'number' || p.due < 0) return 'unknown';
-    if (p.due === 0) return '—';
+    if (p.due === 0) return 'none';
     var now = state.last ? state.last.serverTimeMs : Date.now();
-    var parts = (p.deadlines || []).slice(0, 3).map(function (d) {
+    var parts = (p.deadlines || []).slice(0, 5).map(function (d) {
       var left = Math.ceil((d.payByMs - now) / 1000);
       if (left <= 0) return 'overdue';
       var h = Math.floor(left / 3600), m = Math.floor(left / 60) % 60, s = left % 60;
       return (h ? h + ':' + (m < 10 ? '0' : '') + m : String(m)) + ':' + (s < 10 ? '0' : '') + s;
     });
-    return parts.join(', ') + ' · ' + fmt(p.due) + ' due';
+    return parts.join(', ') + (p.due > parts.length ? ', …' : '');
   }
 
   function renderFilters(list) {
