@@ -51,6 +51,11 @@ func (s *Server) handleAdminSale(ctx *fasthttp.RequestCtx, path string) bool {
 			return true
 		}
 		a, errs := activity.Build(c, time.Unix(0, s.opts.Now()))
+		if ttl := s.snap.Load().Doc.Config.Sale.OrderTTL; a != nil && a.PayTimeoutMs >= ttl.Milliseconds() {
+			// The order's state must outlive the deadline it guards (conf
+			// checks the same for the file's sales).
+			errs.Add("pay_timeout", "must be below sale.order_ttl (%v), got %v", ttl, time.Duration(a.PayTimeoutMs)*time.Millisecond)
+		}
 		if len(errs) > 0 {
 			api.BadRequest.WithMessage(errs.Error()).Write(ctx)
 			return true

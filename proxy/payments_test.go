@@ -200,3 +200,37 @@ func TestPaymentWebhook(t *testing.T) {
 		t.Fatalf("bad event id: %d %s", code, got)
 	}
 }
+
+// TestAdminActivityPayTimeout: an admin-created sale keeps its own pay
+// timeout (in the durable catalogue's record of it too); a bad one is
+// refused naming the field.
+func TestAdminActivityPayTimeout(t *testing.T) {
+	e := payEdge(t)
+	for _, c := range []struct{ body, want string }{
+		{`{"productId":"p9","name":"X","price":"1.00","stock":5,"limit":1,"start":"+0s","end":"+1h","payTimeout":"-1s"}`, "pay_timeout"},
+		{`{"productId":"p9","name":"X","price":"1.00","stock":5,"limit":1,"start":"+0s","end":"+1h","payTimeout":"10ms"}`, "pay_timeout"},
+		{`{"productId":"p9","name":"X","price":"1.00","stock":5,"limit":1,"start":"+0s","end":"+1h","payTimeout":"10000h"}`, "order_ttl"},
+		{`{"productId":"p9","name":"X","price":"1.00","stock":5,"limit":1,"start":"+0s","end":"+1h","payTimeout":"soon"}`, "payTimeout"},
+	} {
+		if code, body := post(t, e.adminBase+"/admin/activities", c.body); code != 400 || !strings.Contains(body, c.want) {
+			t.Errorf("%s: %d %s, want 400 naming %s", c.body, code, body, c.want)
+		}
+	}
+	if _, ok := e.srv.env.Activities.GetString("p9"); ok {
+		t.Fatal("a refused sale was created")
+	}
+	if code, body := post(t, e.adminBase+"/admin/activities", `{"productId":"p9","name":"X","price":"1.00","stock":5,"limit":1,"start":"+0s","end":"+1h","payTimeout":"90s"}`); code != 200 {
+		t.Fatalf("create: %d %s", code, body)
+	}
+	a, ok := e.srv.env.Activities.GetString("p9")
+	if !ok || a.PayTimeout(0) != 90_000 {
+		t.Fatalf("p9's pay timeout: %v %+v, want 90s", ok, a.Activity)
+	}
+	entry, err := e.srv.Store().Catalog(context.Background())
+	if err != nil {
+		t.Fatalf("catalog: %v", err)
+	}
+	if doc := entry["p9"].Activity; !strings.Contains(doc, `"PayTimeoutMs":90000`) {
+		t.Errorf("the catalogue's record of p9 lacks its pay timeout: %s", doc)
+	}
+}
