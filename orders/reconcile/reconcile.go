@@ -16,46 +16,74 @@ import (
 // Product is one product's line of the report (see the package doc for
 // the definitions).
 type Product struct {
-	ProductID string
-	Warmed    bool // false: no stock key in Redis, nothing compared
+	ProductID string `json:"productId"`
+	Warmed    bool   `json:"warmed"` // false: no stock key in Redis, nothing compared
 	// Missing: not warmed although the ledger has rows for the product —
 	// Redis lost the sale and nothing rebuilt it. An error.
-	Missing bool
+	Missing bool `json:"missing,omitempty"`
 	// Fence is set when the sale is fenced (stock.SaleInfo.Fence): Redis
 	// lost it or went back in time and no edge has rebuilt it yet, so its
 	// Redis figures are not to be trusted. An error.
-	Fence string
+	Fence string `json:"fence,omitempty"`
 
-	Initial, Restocked, ReleasedMeta, Remaining int64
-	Limit                                       int
-	Deducted, Net                               int64
+	// From Redis' meta: I, R, Rm (released: cancelled and expired), Pm
+	// (paid), Em (expired, part of Rm) and Rem.
+	Initial      int64 `json:"initial"`
+	Restocked    int64 `json:"restocked"`
+	ReleasedMeta int64 `json:"releasedMeta"`
+	PaidMeta     int64 `json:"paidMeta"`
+	ExpiredMeta  int64 `json:"expiredMeta"`
+	Remaining    int64 `json:"remaining"`
+	Limit        int   `json:"limit"`
+	Deducted     int64 `json:"deducted"`
+	Net          int64 `json:"net"`
 
-	StoredOrders, StoredUnits     int64 // status 1
-	ReleasedOrders, ReleasedUnits int64 // status 2
-	DuplicateRows                 int64
-	MaxUser                       string
-	MaxUserUnits                  int64
+	// From the ledger: orders and units by status.
+	UnpaidOrders    int64  `json:"unpaidOrders"` // status 0
+	UnpaidUnits     int64  `json:"unpaidUnits"`
+	PaidOrders      int64  `json:"paidOrders"` // status 1
+	PaidUnits       int64  `json:"paidUnits"`
+	CancelledOrders int64  `json:"cancelledOrders"` // status 2 by a cancel
+	CancelledUnits  int64  `json:"cancelledUnits"`
+	ExpiredOrders   int64  `json:"expiredOrders"` // status 2 by the pay deadline
+	ExpiredUnits    int64  `json:"expiredUnits"`
+	DuplicateRows   int64  `json:"duplicateRows"`
+	MaxUser         string `json:"maxUser,omitempty"`
+	MaxUserUnits    int64  `json:"maxUserUnits"`
 
-	OutboxEntries int64 // XLEN sk:{p}:outbox
-	PendingUnits  int64 // P
+	OutboxEntries int64 `json:"outboxEntries"` // XLEN sk:{p}:outbox
+	PendingUnits  int64 `json:"pendingUnits"`  // P
 
-	Oversold, Lost, Duplicated int64
+	Oversold   int64 `json:"oversold"`
+	Lost       int64 `json:"lost"`
+	Duplicated int64 `json:"duplicated"`
+}
+
+// HeldUnits are the ledger's units that keep stock (S: unpaid and paid),
+// ReleasedUnits those that went back (X: cancelled and expired).
+func (p *Product) HeldUnits() int64     { return p.UnpaidUnits + p.PaidUnits }
+func (p *Product) ReleasedUnits() int64 { return p.CancelledUnits + p.ExpiredUnits }
+func (p *Product) heldOrders() int64    { return p.UnpaidOrders + p.PaidOrders }
+func (p *Product) releasedOrders() int64 {
+	return p.CancelledOrders + p.ExpiredOrders
 }
 
 // Report is the outcome of Run.
 type Report struct {
-	Products                   []Product
-	Oversold, Lost, Duplicated int64
+	Products   []Product `json:"products"`
+	Oversold   int64     `json:"oversold"`
+	Lost       int64     `json:"lost"`
+	Duplicated int64     `json:"duplicated"`
 	// Missing lists the products the ledger has rows for and Redis has no
 	// stock key for (Product.Missing).
-	Missing []string
+	Missing []string `json:"missing,omitempty"`
 	// Fenced lists the products still fenced (Product.Fence).
-	Fenced []string
+	Fenced []string `json:"fenced,omitempty"`
 	// Drained is false when WithDrain's wait failed: lost is then an
 	// upper bound (events may still be in Kafka).
-	Drained  bool
-	DrainErr error
-	Took     time.Duration
+	Drained  bool          `json:"drained"`
+	DrainErr error         `json:"-"`
+	Took     time.Duration `json:"tookNs"`
 }
 
 // Clean reports whether all totals are zero, no product the ledger knows is
@@ -186,8 +214,8 @@ func check(ctx context.Context, st *stock.Store, store orderstore.Store, p strin
 	if err != nil {
 		return pr, err
 	}
-	pr.StoredOrders, pr.StoredUnits = tot.HeldOrders(), tot.HeldUnits()
-	pr.ReleasedOrders, pr.ReleasedUnits = tot.ReleasedOrders(), tot.ReleasedUnits()
+	pr.UnpaidOrders, pr.UnpaidUnits, pr.PaidOrders, pr.PaidUnits = tot.UnpaidOrders, tot.UnpaidUnits, tot.PaidOrders, tot.PaidUnits
+	pr.CancelledOrders, pr.CancelledUnits, pr.ExpiredOrders, pr.ExpiredUnits = tot.CancelledOrders, tot.CancelledUnits, tot.ExpiredOrders, tot.ExpiredUnits
 	pr.DuplicateRows, pr.MaxUser, pr.MaxUserUnits = tot.Duplicates, tot.MaxUser, tot.MaxUserUnits
 
 	info, ok, err := st.SaleInfo(ctx, p)
@@ -203,23 +231,30 @@ func check(ctx context.Context, st *stock.Store, store orderstore.Store, p strin
 	pr.Duplicated = pr.DuplicateRows
 	pr.Fence = info.Fence
 	if !ok {
-		pr.Missing = tot.HeldOrders()+tot.ReleasedOrders() > 0
+		pr.Missing = pr.heldOrders()+pr.releasedOrders() > 0
 		return pr, nil
 	}
 	pr.Warmed = true
 	pr.Initial, pr.Restocked, pr.ReleasedMeta, pr.Remaining = info.Initial, info.Restocked, info.Released, info.Remaining
+	pr.PaidMeta, pr.ExpiredMeta = info.Paid, info.Expired
 	pr.Limit = info.Limit
 	pr.Deducted = pr.Initial + pr.Restocked + pr.ReleasedMeta - pr.Remaining
 	pr.Net = pr.Deducted - pr.ReleasedMeta
-	f := max(0, pr.ReleasedMeta-pr.ReleasedUnits)
-	held := pr.StoredUnits + pr.PendingUnits - f
+	x := pr.ReleasedUnits()
+	f := max(0, pr.ReleasedMeta-x)
+	held := pr.HeldUnits() + pr.PendingUnits - f
 
 	pr.Oversold = max(0, -pr.Remaining) + max(0, held-(pr.Initial+pr.Restocked))
 	if pr.Limit > 0 {
 		pr.Oversold += max(0, pr.MaxUserUnits-int64(pr.Limit))
 	}
-	pr.Lost = max(0, pr.Net-held) + f
-	pr.Duplicated += max(0, held-pr.Net)
+	// Settlements Redis made that the ledger does not show: releases of
+	// either reason (counted per reason, so an expiry stored as a cancel
+	// shows too) and payments.
+	cancelledMeta := pr.ReleasedMeta - pr.ExpiredMeta
+	settled := max(0, pr.ExpiredMeta-pr.ExpiredUnits) + max(0, cancelledMeta-pr.CancelledUnits) + max(0, pr.PaidMeta-pr.PaidUnits)
+	pr.Lost = max(0, pr.Net-held) + max(f, settled)
+	pr.Duplicated += max(0, held-pr.Net) + max(0, x-pr.ReleasedMeta)
 	return pr, nil
 }
 
@@ -258,23 +293,24 @@ func OutboxPending(st *stock.Store, store orderstore.Store) PendingFunc {
 // RECONCILE products=N oversold=X lost=Y duplicated=Z
 func (r Report) Print(w io.Writer) {
 	tw := tabwriter.NewWriter(w, 0, 0, 1, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "product\tinitial\trestocked\treleased\tremaining\tdeducted\torders\tunits\trel.orders\trel.units\toutbox\tpending\tmax/user\tlimit\toversold\tlost\tduplicated\t")
+	fmt.Fprintln(tw, "product\tinitial\trestocked\treleased\tpaid\texpired\tremaining\tdeducted\t"+
+		"unpaid\tpaid.units\tcancelled.units\texpired.units\toutbox\tpending\tmax/user\tlimit\toversold\tlost\tduplicated\t")
 	for _, p := range r.Products {
 		if !p.Warmed {
-			fmt.Fprintf(tw, "%s\t-\t-\t-\tnot warmed\t-\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t-\t-\t-\t%d\t\n", p.ProductID,
-				p.StoredOrders, p.StoredUnits, p.ReleasedOrders, p.ReleasedUnits, p.OutboxEntries, p.PendingUnits, p.MaxUserUnits, p.Duplicated)
+			fmt.Fprintf(tw, "%s\t-\t-\t-\t-\t-\tnot warmed\t-\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t-\t-\t-\t%d\t\n", p.ProductID,
+				p.UnpaidUnits, p.PaidUnits, p.CancelledUnits, p.ExpiredUnits, p.OutboxEntries, p.PendingUnits, p.MaxUserUnits, p.Duplicated)
 			continue
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t\n", p.ProductID,
-			p.Initial, p.Restocked, p.ReleasedMeta, p.Remaining, p.Deducted, p.StoredOrders, p.StoredUnits,
-			p.ReleasedOrders, p.ReleasedUnits, p.OutboxEntries, p.PendingUnits, p.MaxUserUnits, p.Limit,
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t\n", p.ProductID,
+			p.Initial, p.Restocked, p.ReleasedMeta, p.PaidMeta, p.ExpiredMeta, p.Remaining, p.Deducted,
+			p.UnpaidUnits, p.PaidUnits, p.CancelledUnits, p.ExpiredUnits, p.OutboxEntries, p.PendingUnits, p.MaxUserUnits, p.Limit,
 			p.Oversold, p.Lost, p.Duplicated)
 	}
 	tw.Flush()
 	for _, p := range r.Products {
 		if p.Missing {
 			fmt.Fprintf(w, "ERROR: product %s: the ledger holds %d order(s) (%d released) but Redis has no stock key %s: the sale was lost and not rebuilt\n",
-				p.ProductID, p.StoredOrders, p.ReleasedOrders, stock.StockKey(p.ProductID))
+				p.ProductID, p.heldOrders()+p.releasedOrders(), p.releasedOrders(), stock.StockKey(p.ProductID))
 		}
 	}
 	for _, p := range r.Products {

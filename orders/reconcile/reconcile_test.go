@@ -133,7 +133,7 @@ func TestClean(t *testing.T) {
 		t.Fatalf("last line %q", got)
 	}
 	p := rep.Products[0]
-	if p.Deducted != 10 || p.StoredUnits != 10 || p.Remaining != 0 || p.MaxUserUnits != 2 {
+	if p.Deducted != 10 || p.HeldUnits() != 10 || p.Remaining != 0 || p.MaxUserUnits != 2 {
 		t.Fatalf("%+v", p)
 	}
 }
@@ -335,5 +335,83 @@ func TestFencedProductFails(t *testing.T) {
 	}
 	if !strings.Contains(out, "ERROR: product fz: fenced ("+fence+")") {
 		t.Fatalf("no ERROR line for the fenced product:\n%s", out)
+	}
+}
+
+// TestPaidUnpaidCancelledExpired: an order paid, one cancelled, one
+// released by its deadline and one still unpaid reconcile clean once
+// their events are stored, each counted by its status; a missing paid
+// event, or an expiry stored as a cancel, is lost.
+func TestPaidUnpaidCancelledExpired(t *testing.T) {
+	f := newFixture(t)
+	ctx := context.Background()
+	f.warm("d", 10, 5)
+	buy := func(user string, qty int, payIn time.Duration) orderstore.Row {
+		t.Helper()
+		id := seq.Add(1)
+		now := time.Now().UnixMilli()
+		o := order.Order{ProductID: "d", UserID: user, Qty: qty, ID: id, PriceCents: 100, CreatedMs: now, Edge: 1,
+			PayByMs: now + payIn.Milliseconds()}
+		out, err := f.st.Deduct(ctx, stock.Attempt{Order: o, Limit: 1000, TokenNonceHex: strconv.FormatInt(id, 16), TokenExpiresMs: now + 60_000})
+		if err != nil || out.Code != stock.OK {
+			t.Fatalf("deduct: %v %v", out, err)
+		}
+		if _, err := f.st.MarkSuccess(ctx, "d", id); err != nil {
+			t.Fatal(err)
+		}
+		e := order.Event{V: 1, Type: order.TypeOrder, Order: o}
+		return orderstore.FromEvent(&e)
+	}
+	paid, unpaid, cancelled := buy("pa", 1, time.Hour), buy("un", 2, time.Hour), buy("ca", 1, time.Hour)
+	expired := buy("ex", 3, 200*time.Millisecond)
+	f.insert(paid, unpaid, cancelled, expired)
+	p, err := f.st.Pay(ctx, "d", paid.ID, "", 0)
+	if err != nil || p.Info.State != stock.StatePaid {
+		t.Fatalf("pay: %+v %v", p, err)
+	}
+	c, err := f.st.Cancel(ctx, "d", cancelled.ID)
+	if err != nil || !c.Changed {
+		t.Fatalf("cancel: %+v %v", c, err)
+	}
+	var gone []stock.Settlement
+	await.Until(t, 10*time.Second, "the deadline released the order", func() bool {
+		s, err := f.st.ExpireDue(ctx, "d", 10)
+		gone = append(gone, s...)
+		return err == nil && len(gone) > 0
+	})
+	if len(gone) != 1 || gone[0].Info.ID != expired.ID {
+		t.Fatalf("expired %+v", gone)
+	}
+	f.clearOutbox("d")
+	row := func(s stock.Settlement) orderstore.Row { e := s.Event(); return orderstore.FromEvent(&e) }
+
+	// The paid event never stored, the expiry stored as a cancel: lost.
+	wrong := row(gone[0])
+	wrong.Expired = false
+	f.insert(row(c), wrong)
+	rep, _, err := f.run([]string{"d"})
+	if err == nil || rep.Lost != 4 || rep.Oversold != 0 || rep.Duplicated != 0 {
+		t.Fatalf("report %+v, %v: want lost=4 (1 paid, 3 expired stored as cancelled)", rep, err)
+	}
+
+	f.insert(row(p), row(gone[0]))
+	rep, out, err := f.run([]string{"d"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := Product{ProductID: "d", Warmed: true, Initial: 10, ReleasedMeta: 4, PaidMeta: 1, ExpiredMeta: 3, Remaining: 7,
+		Limit: 5, Deducted: 7, Net: 3, UnpaidOrders: 1, UnpaidUnits: 2, PaidOrders: 1, PaidUnits: 1, CancelledOrders: 1,
+		CancelledUnits: 1, ExpiredOrders: 1, ExpiredUnits: 3, MaxUser: "un", MaxUserUnits: 2}
+	if got := rep.Products[0]; got != want {
+		t.Fatalf("product\n got %+v\nwant %+v", got, want)
+	}
+	// I + R = paid + unpaid + remaining.
+	if want.Initial != want.PaidUnits+want.UnpaidUnits+want.Remaining {
+		t.Fatal("the identity does not hold")
+	}
+	for _, col := range []string{"paid", "expired", "unpaid", "paid.units", "cancelled.units", "expired.units"} {
+		if !strings.Contains(strings.SplitN(out, "\n", 2)[0], col) {
+			t.Errorf("the report's header does not name %q", col)
+		}
 	}
 }
