@@ -424,7 +424,12 @@ func (s *Service) result(r *api.Call) {
 		}
 		if found {
 			o, ok = stock.OrderInfo{Order: row.Order, State: stock.StateSuccess}, true
-			if row.Status == orderstore.StatusCancelled {
+			switch {
+			case row.Status == orderstore.StatusPaid:
+				o.State, o.PaidMs = stock.StatePaid, row.PaidMs
+			case row.Status == orderstore.StatusCancelled && row.Expired:
+				o.State = stock.StateExpired
+			case row.Status == orderstore.StatusCancelled:
 				o.State = stock.StateReleased
 			}
 		}
