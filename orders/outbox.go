@@ -1,6 +1,7 @@
 package orders
 
 import (
+	"errors"
 	"fmt"
 
 	"flashgate/orders/order"
@@ -15,12 +16,15 @@ func OrderEvent(o *order.Order) order.Event {
 	return order.Event{V: order.Version, Type: order.TypeOrder, Order: *o}
 }
 
-// EventFromOutbox builds the order event from an outbox entry. An error
-// wraps order.ErrMalformed: such an entry goes to the dead-letter topic.
+// EventFromOutbox builds the event an outbox entry records, whatever its
+// type: the order event of a deduction, or the release or paid event of a
+// settlement (stock.OutboxEntry.Event), the same event its writer
+// publishes. An error wraps order.ErrMalformed: such an entry goes to the
+// dead-letter topic.
 func EventFromOutbox(e *stock.OutboxEntry) (order.Event, error) {
-	o, err := e.Order()
-	if err != nil {
-		return order.Event{}, fmt.Errorf("%w: %w", order.ErrMalformed, err)
+	ev, err := e.Event()
+	if err != nil && !errors.Is(err, order.ErrMalformed) {
+		err = fmt.Errorf("%w: %w", order.ErrMalformed, err)
 	}
-	return OrderEvent(&o), nil
+	return ev, err
 }

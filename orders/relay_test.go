@@ -2,6 +2,7 @@ package orders
 
 import (
 	"context"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -412,5 +413,69 @@ func TestRelayForgetAfterChecked(t *testing.T) {
 	cfg.MinAge, cfg.ForgetAfter = 10*time.Second, -1
 	if _, err := NewRelay(cfg); err != nil {
 		t.Errorf("negative ForgetAfter (never remove): %v", err)
+	}
+}
+
+// TestRelaySettlementEvents: the settle script's outbox entries (a payment,
+// a cancel, an expiry) whose events were never published are re-sent by
+// the relay as those very events, once each, and leave the outbox.
+func TestRelaySettlementEvents(t *testing.T) {
+	s := openStore(t, "real")
+	brokers, _ := startKafka(t)
+	pub := newPublisher(t, PublisherConfig{Brokers: brokers, Outbox: s})
+	warm(t, s, "ps", 100)
+	ctx := context.Background()
+	var ids []int64
+	for _, payIn := range []time.Duration{time.Hour, time.Hour, 300 * time.Millisecond} {
+		id := orderSeq.Add(1)
+		now := time.Now().UnixMilli()
+		a := stock.Attempt{Order: order.Order{ProductID: "ps", UserID: "u" + strconv.FormatInt(id, 10), Qty: 1, ID: id, PriceCents: 990,
+			CreatedMs: now, Edge: 3, PayByMs: now + payIn.Milliseconds()}, Limit: 1000, TokenNonceHex: strconv.FormatInt(id, 16), TokenExpiresMs: now + 60_000}
+		out, err := s.Deduct(ctx, a)
+		if err != nil || out.Code != stock.OK {
+			t.Fatalf("Deduct: %+v %v", out, err)
+		}
+		if err := pub.PublishAndAck(ctx, OrderEvent(&a.Order), out.OutboxID); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.MarkSuccess(ctx, "ps", id); err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, id)
+	}
+	paid, err := s.Pay(ctx, "ps", ids[0], "", 0)
+	if err != nil || !paid.Changed {
+		t.Fatalf("pay %+v %v", paid, err)
+	}
+	cancelled, err := s.Cancel(ctx, "ps", ids[1])
+	if err != nil || !cancelled.Changed {
+		t.Fatalf("cancel %+v %v", cancelled, err)
+	}
+	var expired []stock.Settlement
+	await.Until(t, 10*time.Second, "the deadline", func() bool {
+		got, err := s.ExpireDue(ctx, "ps", 10)
+		expired = append(expired, got...)
+		return err == nil && len(expired) > 0
+	})
+	if n := outboxLen(t, s, "ps"); n != 3 {
+		t.Fatalf("outbox holds %d entries, want the 3 settlements", n)
+	}
+	r := newRelay(t, RelayConfig{Store: s, Publisher: pub, Products: func() []string { return []string{"ps"} }, MinAge: 10 * time.Millisecond, Node: 3})
+	r.Start()
+	await.Until(t, 20*time.Second, "the relay to empty the outbox", func() bool {
+		return outboxLen(t, s, "ps") == 0 && r.Stats().Relayed >= 3
+	})
+	got, counts := readOrders(t, brokers)
+	for _, st := range []stock.Settlement{paid, cancelled, expired[0]} {
+		want := st.Event()
+		if got[want.ID] != want || counts[want.ID] != 2 { // the order event, then its settlement once
+			t.Errorf("order %d: Kafka has %+v (%d events), want %+v after its order", want.ID, got[want.ID], counts[want.ID], want)
+		}
+	}
+	if e := got[ids[2]]; e.Type != order.TypeRelease || e.Reason != order.ReasonExpired || e.PayByMs == 0 {
+		t.Errorf("the expiry went out as %+v", e)
+	}
+	if e := got[ids[0]]; e.Type != order.TypePaid || e.PaidMs == 0 {
+		t.Errorf("the payment went out as %+v", e)
 	}
 }
