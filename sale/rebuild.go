@@ -3,10 +3,12 @@ package sale
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
 
+	"flashgate/orders/order"
 	"flashgate/orders/orderstore"
 	"flashgate/orders/stock"
 	"flashgate/sale/activity"
@@ -324,12 +326,20 @@ func (s *Service) openSale(ctx context.Context, a *activity.Activity, fence stri
 }
 
 // plan computes a lost (or new) sale's rebuild: stock = initial + restocked
-// − units held, where held is the stored orders (status 1; released units
-// are status 2 and so already back) plus the orders still in the outbox
-// that the ledger has not stored; each buyer's count from the same.
+// − units held, where held is the stored orders that keep their units
+// (status 0 unpaid and 1 paid; cancelled and expired ones are status 2 and
+// so already back) plus the orders still in the outbox that the ledger has
+// not stored, less the releases still in the outbox; each buyer's count
+// from the same. The order states follow the ledger too (and the
+// settlements still in the outbox, which the relay is delivering): every
+// unpaid order with a deadline gets its hash (made again if lost) and its
+// place in the due set back — an overdue one too, so that the first sweep
+// after the reopening releases it — and the orders the old Redis may hold
+// stale states of (surviving hashes, the due set's members) take the
+// ledger's, so that nothing the ledger knows is paid or released twice.
 func (s *Service) plan(ctx context.Context, a *activity.Activity, meta stock.Sale, known bool) (stock.Rebuild, int64, error) {
 	p := a.ProductID
-	outbox, err := s.d.Store.OutboxOrders(ctx, p)
+	events, err := s.d.Store.OutboxEvents(ctx, p)
 	if err != nil {
 		return stock.Rebuild{}, 0, err
 	}
@@ -337,13 +347,25 @@ func (s *Service) plan(ctx context.Context, a *activity.Activity, meta stock.Sal
 	if err != nil {
 		return stock.Rebuild{}, 0, err
 	}
-	ids := make([]int64, 0, len(outbox)+len(hashes))
-	for _, o := range outbox {
-		ids = append(ids, o.ID)
+	dueNow, err := s.d.Store.DueOrders(ctx, p)
+	if err != nil {
+		return stock.Rebuild{}, 0, err
+	}
+	asked := make(map[int64]bool, len(events)+len(hashes)+len(dueNow))
+	for _, e := range events {
+		asked[e.ID] = true
 	}
 	for id := range hashes {
+		asked[id] = true
+	}
+	for _, d := range dueNow {
+		asked[d.OrderID] = true
+	}
+	ids := make([]int64, 0, len(asked))
+	for id := range asked {
 		ids = append(ids, id)
 	}
+	slices.Sort(ids)
 	// The outbox is read before the ledger drains: an entry gone from it
 	// by then was acknowledged by Kafka, so the drain stores it.
 	// No in-flight wait here: recoverSale waited for the edges, or the
@@ -373,22 +395,57 @@ func (s *Service) plan(ctx context.Context, a *activity.Activity, meta stock.Sal
 	// (a stale snapshot, or no meta at all).
 	sale.Restocked = max(meta.Restocked, ds.Restocked)
 	held := st.Sold
+	sale.Released, sale.Paid, sale.Expired = st.Released, st.Paid, st.Expired
 	buyers := make(map[string]int64, len(st.Buyers))
 	for u, n := range st.Buyers {
 		buyers[u] = n
 	}
+	// Orders on their way: deducted, the relay re-sends them; they count.
+	onTheWay := make(map[int64]bool, len(events))
 	var pending int64
-	seen := make(map[int64]bool, len(outbox))
-	for _, o := range outbox {
-		if _, stored := st.Statuses[o.ID]; stored || seen[o.ID] {
+	for _, e := range events {
+		if e.Type != order.TypeOrder || onTheWay[e.ID] {
 			continue
 		}
-		seen[o.ID] = true
-		// Deducted, and on its way (the relay re-sends it): it counts.
-		qty := int64(o.Qty)
+		if _, stored := st.Statuses[e.ID]; stored {
+			continue
+		}
+		onTheWay[e.ID] = true
+		qty := int64(e.Qty)
 		held += qty
 		pending += qty
-		buyers[o.UserID] += qty
+		buyers[e.UserID] += qty
+	}
+	// Settlements on their way, of orders the ledger counts as unpaid (or
+	// that are on their way themselves): Redis decided them, the store
+	// will know them.
+	settling := map[int64]order.Event{}
+	for _, e := range events {
+		if e.Type == order.TypeOrder {
+			continue
+		}
+		if _, dup := settling[e.ID]; dup {
+			continue // Redis writes one settlement per order; a copy is the same
+		}
+		status, stored := st.Statuses[e.ID]
+		if stored && status.Status != orderstore.StatusUnpaid || !stored && !onTheWay[e.ID] {
+			continue // the ledger has it already (or never held the order)
+		}
+		settling[e.ID] = e
+		qty := int64(e.Qty)
+		switch e.Type {
+		case order.TypeRelease:
+			held -= qty
+			if buyers[e.UserID] -= qty; buyers[e.UserID] <= 0 {
+				delete(buyers, e.UserID)
+			}
+			sale.Released += qty
+			if e.Expired() {
+				sale.Expired += qty
+			}
+		case order.TypePaid:
+			sale.Paid += qty
+		}
 	}
 	if over := held - (sale.Initial + sale.Restocked); over > 0 {
 		// More is held than the sale's figures allow: restocks were lost
@@ -399,29 +456,75 @@ func (s *Service) plan(ctx context.Context, a *activity.Activity, meta stock.Sal
 		sale.Restocked += over
 	}
 	sale.Stock = sale.Initial + sale.Restocked - held
-	sale.Released = st.Released
+
+	// The order hashes to write.
 	var fix []stock.OrderInfo
-	for id, state := range hashes {
-		status, stored := st.Statuses[id]
-		if !stored {
-			continue // pending (outbox) or never stored: left alone
+	done := map[int64]bool{}
+	for _, r := range st.Deadlines {
+		info := stock.OrderInfo{Order: r.Order, State: stock.StateSuccess}
+		if e, ok := settling[r.ID]; ok {
+			info = settledInfo(e)
 		}
-		want := stock.StateSuccess
-		if status.Status == orderstore.StatusCancelled {
-			want = stock.StateReleased
-		}
-		if state != want {
-			info, ok, err := s.d.Store.OrderState(ctx, p, id)
-			if err != nil {
-				return stock.Rebuild{}, 0, err
-			}
-			if ok {
-				info.State = want
-				fix = append(fix, info)
-			}
+		fix = append(fix, info)
+		done[r.ID] = true
+	}
+	for id, e := range settling {
+		if !done[id] {
+			fix = append(fix, settledInfo(e))
+			done[id] = true
 		}
 	}
+	var rest []int64
+	for _, id := range ids {
+		if _, stored := st.Statuses[id]; stored && !done[id] {
+			rest = append(rest, id)
+		}
+	}
+	// Stored orders the old Redis has a hash of (the due set's members, the
+	// embedded server's surviving hashes): the ledger's state. One without a
+	// hash any more has nothing stale to correct.
+	have, err := s.d.Store.Orders(ctx, p, rest)
+	if err != nil {
+		return stock.Rebuild{}, 0, err
+	}
+	for _, id := range rest {
+		info, ok := have[id]
+		if !ok {
+			continue
+		}
+		status := st.Statuses[id]
+		info.PayByMs = status.PayByMs
+		switch status.Status {
+		case orderstore.StatusUnpaid:
+			info.State, info.PaidMs, info.ClosedMs = stock.StateSuccess, 0, 0
+		case orderstore.StatusPaid:
+			info.State = stock.StatePaid
+			if status.PaidMs > 0 {
+				info.PaidMs, info.ClosedMs = status.PaidMs, status.PaidMs
+			}
+		default:
+			info.State = stock.StateReleased
+			if status.Expired {
+				info.State = stock.StateExpired
+			}
+		}
+		fix = append(fix, info)
+	}
 	return stock.Rebuild{Sale: sale, Buyers: buyers, Orders: fix}, pending, nil
+}
+
+// settledInfo is the order state a settlement event records.
+func settledInfo(e order.Event) stock.OrderInfo {
+	info := stock.OrderInfo{Order: e.Order}
+	switch {
+	case e.Type == order.TypePaid:
+		info.State, info.PaidMs, info.ClosedMs = stock.StatePaid, e.PaidMs, e.PaidMs
+	case e.Expired():
+		info.State, info.ClosedMs = stock.StateExpired, e.ReleasedMs
+	default:
+		info.State, info.ClosedMs = stock.StateReleased, e.ReleasedMs
+	}
+	return info
 }
 
 func saleOf(a *activity.Activity) stock.Sale {

@@ -57,6 +57,9 @@ type rig struct {
 	stopCons context.CancelFunc
 	consDone chan struct{}
 	drains   atomic.Int64 // ledger drains started
+	// mark makes the consumer mark stored orders success in Redis (and so
+	// put their deadlines in the due set), as an edge's consumer does.
+	mark bool
 }
 
 // edge is the configuration the rig's pipeline runs with: conf's defaults.
@@ -93,8 +96,12 @@ func (r *rig) drain(ctx context.Context) error {
 
 func (r *rig) startConsumer() {
 	r.t.Helper()
-	c, err := consumer.New(consumer.Config{Brokers: r.brokers, Topic: edge.Kafka.Topic, DLQTopic: edge.Kafka.DLQTopic,
-		Group: edge.Orders.Group, BatchSize: edge.Orders.BatchSize, BatchTime: 10 * time.Millisecond, Store: r.store, Log: discard})
+	cfg := consumer.Config{Brokers: r.brokers, Topic: edge.Kafka.Topic, DLQTopic: edge.Kafka.DLQTopic,
+		Group: edge.Orders.Group, BatchSize: edge.Orders.BatchSize, BatchTime: 10 * time.Millisecond, Store: r.store, Log: discard}
+	if r.mark {
+		cfg.Stock = r.st
+	}
+	c, err := consumer.New(cfg)
 	if err != nil {
 		r.t.Fatal(err)
 	}

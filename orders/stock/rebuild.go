@@ -321,3 +321,55 @@ func wrapRebuild(p, step string, err error) error {
 	}
 	return fmt.Errorf("stock: rebuild %s: %s: %w", p, step, err)
 }
+
+// DueOrders lists every member of the product's due set (DueKey), for a
+// rebuild: on a Redis that came back from an old snapshot they are the
+// orders whose state may be stale in the way that matters (unpaid then,
+// maybe paid or expired since), which the rebuild asks the ledger about.
+func (s *Store) DueOrders(ctx context.Context, productID string) ([]Deadline, error) {
+	if err := checkProduct(productID); err != nil {
+		return nil, err
+	}
+	ctx, cancel := s.call(ctx)
+	defer cancel()
+	zs, err := s.c.Do(ctx, s.c.B().Zrange().Key(DueKey(productID)).Min("0").Max("-1").Withscores().Build()).AsZScores()
+	if err != nil {
+		return nil, fmt.Errorf("stock: due orders %s: %w", productID, err)
+	}
+	out := make([]Deadline, 0, len(zs))
+	for _, z := range zs {
+		if id, user, ok := parseDueMember(z.Member); ok {
+			out = append(out, Deadline{OrderID: id, UserID: user, PayByMs: int64(z.Score)})
+		}
+	}
+	return out, nil
+}
+
+// Orders reads the order hashes of the given ids (HGETALLs pipelined, in
+// chunks); ids without a hash are absent from the map.
+func (s *Store) Orders(ctx context.Context, productID string, ids []int64) (map[int64]OrderInfo, error) {
+	if err := checkProduct(productID); err != nil {
+		return nil, err
+	}
+	out := make(map[int64]OrderInfo, len(ids))
+	for lo := 0; lo < len(ids); lo += rebuildChunk {
+		chunk := ids[lo:min(lo+rebuildChunk, len(ids))]
+		cmds := make(rueidis.Commands, len(chunk))
+		for i, id := range chunk {
+			cmds[i] = s.c.B().Hgetall().Key(OrderKey(productID, id)).Build()
+		}
+		cctx, cancel := s.call(ctx)
+		res := s.c.DoMulti(cctx, cmds...)
+		cancel()
+		for i, r := range res {
+			m, err := r.AsStrMap()
+			if err != nil {
+				return nil, fmt.Errorf("stock: orders %s: %w", productID, err)
+			}
+			if len(m) > 0 {
+				out[chunk[i]] = orderInfo(productID, chunk[i], m)
+			}
+		}
+	}
+	return out, nil
+}

@@ -1,8 +1,9 @@
--- Ledger rebuild, last step: reopens a fenced sale. The stock is only ever
--- lowered to what the ledger says is left (or created, when Redis lost the
--- key): a Redis that went back in time holds more than is left, never less
--- than the ledger knows, except for deductions whose outcome nobody knows,
--- which keep the lower value. The reconciliation figures are only raised.
+-- Ledger rebuild, last step: reopens a fenced sale. The stock is lowered to
+-- what the ledger says is left (or created, when Redis lost the key): a
+-- Redis that went back in time holds more than is left, never less than the
+-- ledger knows, except for deductions whose outcome nobody knows, which keep
+-- the lower value — and the units released or restocked since its state was
+-- taken, by which it may rise (see below). The reconciliation figures are only raised.
 -- The ledger's stock may be below 0: unpaid orders whose deadline passed
 -- while the sale was fenced are counted as held until the first sweep after
 -- the reopening releases them (their deadlines are back in the due set,
@@ -23,12 +24,17 @@ local want = tonumber(ARGV[2])
 local cur = redis.call('GET', KEYS[1])
 local before = -1
 if cur then before = tonumber(cur) end
+-- Units released or restocked after the server's state was taken (a
+-- snapshot, a lagging replica) are missing from its stock, and its meta's
+-- figures show how many: the stock may rise by those, never by more. (The
+-- pay deadline releases units all the time: without this, every expiry
+-- between a snapshot and the restart would be a unit never sold again.)
+local old = redis.call('HMGET', KEYS[2], 'released', 'restocked')
+local since = math.max(0, tonumber(ARGV[5]) - (tonumber(old[1] or '0') or 0))
+  + math.max(0, tonumber(ARGV[4]) - (tonumber(old[2] or '0') or 0))
 local after = want
-if cur and before <= want then
-  after = before
-else
-  redis.call('SET', KEYS[1], want)
-end
+if cur then after = math.min(before + since, want) end
+if not cur or after ~= before then redis.call('SET', KEYS[1], after) end
 local function raise(field, v)
   local have = tonumber(redis.call('HGET', KEYS[2], field) or '0') or 0
   if tonumber(v) > have then redis.call('HSET', KEYS[2], field, v) end
