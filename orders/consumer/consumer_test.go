@@ -388,3 +388,52 @@ func TestTwoConsumersRebalance(t *testing.T) {
 	}
 	reconcileClean(t, st, s, a, products)
 }
+
+// TestPaidAndExpiredEvents: a paid event and an expiry replace their
+// orders' rows whatever the delivery order (re-sent, the order after
+// them), keep their kind and times, and move nothing in Redis: only order
+// events mark success.
+func TestPaidAndExpiredEvents(t *testing.T) {
+	brokers, _ := startKafka(t)
+	st := openStock(t)
+	s := openCH(t, ch.Addr())
+	evs := sell(t, st, map[string]int64{"pe": 3})
+	c := start(t, Config{Brokers: brokers, Store: s, Stock: st})
+	w := newWriter(brokers, testTopic)
+	defer w.Close()
+	publish(t, w, evs)
+	if err := c.Drained(ctxT(t, 20*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	paid, err := st.Pay(ctx, "pe", evs[0].ID, "", 0)
+	if err != nil || paid.Info.State != stock.StatePaid {
+		t.Fatalf("pay: %+v %v", paid, err)
+	}
+	// An expiry as the sweep publishes it (these orders have no deadline,
+	// so Redis would never make one: the ledger takes what Kafka says).
+	exp := evs[1]
+	exp.Type, exp.Reason, exp.ReleasedMs = order.TypeRelease, order.ReasonExpired, time.Now().UnixMilli()
+	publish(t, w, []order.Event{paid.Event(), exp, paid.Event(), evs[0], evs[1]})
+	if err := c.Drained(ctxT(t, 20*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	r, ok, err := s.Get(ctx, "pe", evs[0].ID)
+	if err != nil || !ok || r.Status != orderstore.StatusPaid || r.PaidMs/1000 != paid.Info.PaidMs/1000 || r.PaidMs == 0 {
+		t.Fatalf("paid row %+v %v %v", r, ok, err)
+	}
+	r, ok, err = s.Get(ctx, "pe", evs[1].ID)
+	if err != nil || !ok || r.Status != orderstore.StatusCancelled || !r.Expired {
+		t.Fatalf("expired row %+v %v %v", r, ok, err)
+	}
+	tot, err := s.Totals(ctx, "pe")
+	if err != nil || tot.PaidOrders != 1 || tot.ExpiredOrders != 1 || tot.UnpaidOrders != 1 || tot.CancelledOrders != 0 {
+		t.Fatalf("totals %+v %v", tot, err)
+	}
+	if o, _, _ := st.OrderState(ctx, "pe", evs[0].ID); o.State != stock.StatePaid {
+		t.Fatalf("Redis state %q: a re-sent order event must not touch a paid order", o.State)
+	}
+	if got := c.Stats(); got.Paid == 0 || got.Released == 0 {
+		t.Fatalf("stats %+v: paid and released rows counted", got)
+	}
+}

@@ -1,8 +1,16 @@
 // Package orderstore is the ledger of the sale: every order event the
 // consumer takes from Kafka becomes one row here, keyed by (product, order
-// id), and a release replaces its order's row. It is what reconcile checks
-// Redis against and what warm-up rebuilds a sale from when Redis lost its
-// memory (see Ledger).
+// id), and its settlement — paid, or released by a cancel or the pay
+// deadline — replaces the order's row. It is what reconcile checks Redis
+// against and what warm-up rebuilds a sale from when Redis lost its memory
+// (see Ledger).
+//
+// A row's status is the seed's: 0 unpaid (stored, the unit held until it is
+// paid, cancelled or its deadline passes), 1 paid (kept for good; pay_time),
+// 2 cancelled (the units went back; expired = 1 when the deadline released
+// it). pay_by_ms is the order's pay deadline (0 = none). Rows written before
+// pay deadlines existed carry status 1: an order was final once stored,
+// which is what paid means now.
 //
 // Two implementations pass the same contract tests:
 //
@@ -10,14 +18,18 @@
 //     with version update_ms ordered by (product_id, order_id). A redelivered
 //     event inserts an identical row and a release inserts the same key with
 //     status 2 and a higher update_ms, so every query reads with FINAL and
-//     sees exactly one row per order, the newest. Inserting is therefore
-//     idempotent: the consumer retries a failed batch whole. SQL is kept to
+//     sees exactly one row per order, the newest (a settlement's version
+//     is always above its order's, order.Event.StoreVersion). Inserting is
+//     therefore idempotent: the consumer retries a failed batch whole. SQL is kept to
 //     what ClickHouse 18.16 (Debian) and current releases both accept; the
 //     driver talks the native protocol and names the batch columns. New
 //     tables are partitioned by month (toYYYYMM(create_time)), so that
 //     retention drops whole months (clickhouse_retention.go: 18.16 has no
-//     TTL). With ClickHouseOptions.Cluster the tables are created ON
-//     CLUSTER: seckill_order_local (ReplicatedReplacingMergeTree) on every
+//     TTL). A ledger created before pay deadlines gets pay_time, expired
+//     and pay_by_ms at open (ALTER TABLE ADD COLUMN, on every member of a
+//     cluster); any other difference is refused. With
+//     ClickHouseOptions.Cluster the tables are created ON CLUSTER:
+//     seckill_order_local (ReplicatedReplacingMergeTree) on every
 //     member and seckill_order, a Distributed table over them sharded by
 //     cityHash64(user_id), written synchronously; the catalogue the same
 //     way, sharded by product. An order's rows share its user and so a
@@ -32,9 +44,10 @@
 //
 // Ledger is the read side for warm-up: after Redis lost a sale it waits
 // until no event of the sale can still be on its way (InFlight, Drain) and
-// reads the units sold, released and held per buyer (Buyers), so that the
-// sale reopens with exactly what is left and nobody can buy beyond the
-// limit.
+// reads the units held (unpaid and paid), released and held per buyer
+// (Buyers), and the unpaid orders' deadlines (Deadlines), so that the sale
+// reopens with exactly what is left, nobody can buy beyond the limit, and
+// every unpaid order still expires.
 //
 // Catalog (catalog.go) is the durable sale catalogue beside the ledger:
 // the activities created through the admin API, their restocks and the

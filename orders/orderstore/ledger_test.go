@@ -50,6 +50,35 @@ func TestLedgerRebuild(t *testing.T) {
 		}
 	})
 
+	t.Run("PaidExpiredAndDeadlines", func(t *testing.T) {
+		ms := time.Now().UnixMilli()
+		due := ledgerRow(6, "d", 1, StatusUnpaid)
+		due.PayByMs = due.CreatedMs + 60_000
+		paid := ledgerRow(7, "e", 2, StatusPaid)
+		paid.PaidMs, paid.PayByMs = ms, paid.CreatedMs+60_000
+		expired := ledgerRow(8, "f", 1, StatusCancelled)
+		expired.Expired, expired.PayByMs = true, expired.CreatedMs+1
+		if err := fs.Insert(ctx, []Row{due, paid, expired}); err != nil {
+			t.Fatal(err)
+		}
+		st, err := Ledger{Store: fs}.Rebuild(ctx, "lp", []int64{6, 7, 8})
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Held: a 2, b 1, c 1 (above), d 1 unpaid, e 2 paid.
+		if st.Sold != 7 || st.Paid != 2 || st.Released != 4 || st.Expired != 1 || st.Orders != 5 || st.Buyers["e"] != 2 || st.Buyers["f"] != 0 {
+			t.Errorf("state %+v", st)
+		}
+		if len(st.Deadlines) != 1 || st.Deadlines[0].ID != 6 || st.Deadlines[0].PayByMs != due.PayByMs {
+			t.Errorf("deadlines %+v, want order 6's", st.Deadlines)
+		}
+		want := map[int64]OrderStatus{6: {Status: StatusUnpaid, PayByMs: due.PayByMs}, 7: {Status: StatusPaid, PayByMs: paid.PayByMs, PaidMs: ms},
+			8: {Status: StatusCancelled, Expired: true, PayByMs: expired.PayByMs}}
+		if !reflect.DeepEqual(st.Statuses, want) {
+			t.Errorf("statuses %+v, want %+v", st.Statuses, want)
+		}
+	})
+
 	t.Run("NotDrainedFails", func(t *testing.T) {
 		boom := errors.New("lag 3")
 		l := Ledger{Store: fs, Drain: func(context.Context) error { return boom }}

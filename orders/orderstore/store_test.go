@@ -165,6 +165,30 @@ func TestFileTornTailIsCut(t *testing.T) {
 	}
 }
 
+// TestFileReadsLinesOfEarlierReleases: a log written before pay deadlines
+// (no deadline, pay time or expiry fields) loads with their zero values,
+// its stored orders as paid (final once stored), its releases as cancels.
+func TestFileReadsLinesOfEarlierReleases(t *testing.T) {
+	dir := t.TempDir()
+	old := `{"o":1,"p":"p","u":"ann","q":2,"c":9900,"s":1,"t":1796947200000,"v":1796947200000,"e":1}` + "\n" +
+		`{"o":2,"p":"p","u":"bob","q":1,"c":9900,"s":2,"t":1796947200000,"v":1796947200001,"e":1}` + "\n"
+	if err := os.WriteFile(filepath.Join(dir, FileName), []byte(old), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	s, err := OpenFile(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	tot, err := s.Totals(context.Background(), "p")
+	if want := (Totals{PaidOrders: 1, PaidUnits: 2, CancelledOrders: 1, CancelledUnits: 1, MaxUser: "ann", MaxUserUnits: 2}); err != nil || tot != want {
+		t.Fatalf("totals %+v %v, want %+v", tot, err, want)
+	}
+	if r, ok, _ := s.Get(context.Background(), "p", 1); !ok || r.PayByMs != 0 || r.PaidMs != 0 || r.Expired {
+		t.Fatalf("old row %+v", r)
+	}
+}
+
 func TestFileCorruptLineIsAnError(t *testing.T) {
 	dir := t.TempDir()
 	os.WriteFile(filepath.Join(dir, FileName), []byte("{\"o\":1}\nnot json\n"), 0o644)
