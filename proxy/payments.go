@@ -8,6 +8,7 @@ import (
 
 	"github.com/valyala/fasthttp"
 
+	"flashgate/metrics"
 	"flashgate/orders/order"
 	"flashgate/orders/orderid"
 	"flashgate/orders/stock"
@@ -182,4 +183,20 @@ func (s *Server) answerPaid(ctx *fasthttp.RequestCtx, productID string, orderID 
 		ctx.SetStatusCode(api.TooLate.Status)
 	}
 	ctx.SetBody(b)
+}
+
+// registerDeadlineMetrics exports the deadline sweep's figures and the
+// expiries this edge's payment calls fired.
+func (s *Server) registerDeadlineMetrics() {
+	s.m.reg.Register("flashgate_orders_expired_total", "Orders this edge released at their pay deadline (its sweep, and payments that came too late).", "counter", func(w *metrics.Writer) {
+		w.Value(float64(s.sweeper.Stats().Released + s.m.ordersExpired.Value()))
+	})
+	s.m.reg.Register("flashgate_pay_deadline_lateness_seconds", "How long after its deadline (Redis' clock) this edge's sweep released an order.", "histogram", func(w *metrics.Writer) {
+		w.Histogram(s.sweeper.Stats().Lateness)
+	})
+	s.m.reg.Register("flashgate_pay_deadline_sweep_errors_total", "Deadline sweeps that failed (Redis), and releases whose event Kafka did not take from here (the relay re-sends them).", "counter", func(w *metrics.Writer) {
+		st := s.sweeper.Stats()
+		w.Value(float64(st.Errors), metrics.Label{Name: "what", Value: "sweep"})
+		w.Value(float64(st.PublishErrors), metrics.Label{Name: "what", Value: "publish"})
+	})
 }

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"flashgate/internal/await"
 	"flashgate/internal/redistest"
 	"flashgate/orders/order"
 	"flashgate/orders/stock"
@@ -139,6 +140,18 @@ func TestAdminOrdersPaid(t *testing.T) {
 	if info.State == stock.StatePaid {
 		t.Error("paying p2's order as p1's paid it")
 	}
+
+	// The metrics say it: one paid here, one expired by a late payment,
+	// and the sale's units (sampled): 1 paid, 1 expired, the rest held.
+	held := 10 - before - 1 // p1's units neither left nor paid
+	await.Until(t, 10*time.Second, "the payment metrics", func() bool {
+		_, _, m := get(t, e.adminBase+"/metrics")
+		return strings.Contains(m, "flashgate_orders_paid_total 1\n") &&
+			strings.Contains(m, "flashgate_orders_expired_total 1\n") &&
+			strings.Contains(m, `flashgate_orders_paid{product="p1"} 1`+"\n") &&
+			strings.Contains(m, `flashgate_orders_expired{product="p1"} 1`+"\n") &&
+			strings.Contains(m, fmt.Sprintf(`flashgate_orders_unpaid{product="p1"} %d`+"\n", held))
+	})
 }
 
 func mustInt(t *testing.T, s string) int64 {

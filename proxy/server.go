@@ -15,6 +15,7 @@ import (
 
 	"flashgate/conf"
 	"flashgate/filters"
+	"flashgate/orders/deadline"
 	"flashgate/orders/order"
 	"flashgate/orders/stock"
 	"flashgate/proxy/dashboard"
@@ -51,6 +52,8 @@ type Server struct {
 	lastReload atomic.Pointer[ReloadResult]
 
 	sale *sale.Service
+	// sweeper releases unpaid orders past their pay deadline (wire.go).
+	sweeper *deadline.Sweeper
 	// events is the event-stream hub (nil when events.disabled).
 	events *push.Hub
 	store  *stock.Store
@@ -133,13 +136,15 @@ func New(doc *conf.Document, opts Options) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	s.store, s.orders, s.events, s.sale = parts.store, parts.orders, parts.events, parts.sale
+	s.store, s.orders, s.events, s.sale, s.sweeper = parts.store, parts.orders, parts.events, parts.sale, parts.sweeper
 	if s.events != nil {
 		s.events.RegisterMetrics(&s.m.reg)
 	}
 	s.sale.RegisterMetrics(&s.m.reg)
 	s.orders.registerMetrics(&s.m.reg)
+	s.registerDeadlineMetrics()
 	s.snap.Store(snap)
+	s.sweeper.Start()
 	s.env.Upstreams.Activate(snap.Upstreams)
 	s.lastReload.Store(&ReloadResult{At: snap.LoadedAt, Trigger: "start", Version: snap.Version})
 	s.m.lastReloadOK.Store(true)
@@ -223,6 +228,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	}
 	s.env.Upstreams.Close()
 	s.sale.Stop()
+	s.sweeper.Close() // before the publisher it publishes with
 	perr := s.orders.close()
 	serr := s.store.Close()
 	return errors.Join(err, aerr, perr, serr)

@@ -16,6 +16,7 @@ import (
 	"flashgate/filters"
 	"flashgate/orders"
 	"flashgate/orders/consumer"
+	"flashgate/orders/deadline"
 	"flashgate/orders/order"
 	"flashgate/orders/orderid"
 	"flashgate/orders/orderstore"
@@ -39,6 +40,9 @@ type parts struct {
 	orders *pipeline
 	events *push.Hub // nil when events.disabled
 	sale   *sale.Service
+	// sweeper releases unpaid orders past their pay deadline; started by
+	// New once the Server holds the parts (its OnReleased clears the edge).
+	sweeper *deadline.Sweeper
 }
 
 // assemble builds the parts of an edge for doc, compiles the first
@@ -107,9 +111,27 @@ func (s *Server) assemble(doc *conf.Document) (*parts, *Snapshot, error) {
 	if _, random, _ := cfg.Sale.TokenSecretBytes(); random {
 		s.log.Warn("sale.token_secret is not set: purchase tokens use a random per-process secret (not valid on other edges)")
 	}
+	// Every edge sweeps the pay deadlines (any may fire one; the script
+	// releases each order once). OnReleased is the one function that
+	// clears an edge after a release; the sweep broadcast already.
+	sweeper, err := deadline.New(deadline.Config{
+		Store: store, Publisher: p.pub, Products: s.productIDs, Log: s.log,
+		OnReleased: func(product string, released []stock.Settlement) {
+			s.ReleasedOnEdge(context.Background(), product, false)
+		},
+	})
+	if err != nil {
+		svc.Stop()
+		if events != nil {
+			events.Close()
+		}
+		p.close()
+		store.Close()
+		return nil, nil, err
+	}
 	s.realServers = cfg.RealServers()
 	s.warnDemoLogin(cfg, "start")
-	return &parts{store: store, orders: p, events: events, sale: svc}, snap, nil
+	return &parts{store: store, orders: p, events: events, sale: svc, sweeper: sweeper}, snap, nil
 }
 
 // warnDemoLogin says, at start and on every reload, that demo login is on:
