@@ -462,6 +462,7 @@ func (s *Service) plan(ctx context.Context, a *activity.Activity, meta stock.Sal
 	done := map[int64]bool{}
 	for _, r := range st.Deadlines {
 		info := stock.OrderInfo{Order: r.Order, State: stock.StateSuccess}
+		info.ProductID = p
 		if e, ok := settling[r.ID]; ok {
 			info = settledInfo(e)
 		}

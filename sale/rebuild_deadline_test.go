@@ -21,6 +21,12 @@ import (
 // overdue one too, which the first sweep then releases), and the sale
 // reconciles: nothing paid or released twice, nothing held by nobody.
 func TestStaleSnapshotRebuildsDeadlines(t *testing.T) {
+	for _, kind := range []string{"file", "clickhouse"} {
+		t.Run(kind, func(t *testing.T) { testStaleSnapshotDeadlines(t, kind) })
+	}
+}
+
+func testStaleSnapshotDeadlines(t *testing.T, kind string) {
 	ctx := context.Background()
 	srv := redistest.NewPersistent(t)
 	open := func() *stock.Store {
@@ -34,7 +40,7 @@ func TestStaleSnapshotRebuildsDeadlines(t *testing.T) {
 		return st
 	}
 	st := open()
-	r := newRig(t, st, openStoreKind(t, "file"))
+	r := newRig(t, st, openStoreKind(t, kind))
 	r.mark = true
 	r.startConsumer()
 	const p, limit = "dl", 1

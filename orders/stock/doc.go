@@ -34,11 +34,15 @@
 //     from the order ledger with Store.Rebuild (package sale computes it):
 //     order states, then every buyer's count, then the stock key, each step
 //     a script guarded by the missing stock key, so no purchase ever sees
-//     the stock without the counts.
+//     the stock without the counts. The unpaid orders' deadlines go back
+//     into the due set with their hashes (lua/fix_orders.lua), overdue ones
+//     too: the first sweep after the reopening releases them. A Redis back
+//     from an old snapshot has its stock lowered to the ledger's, or raised
+//     by no more than what was released or restocked since (lua/reopen.lua).
 //
 // What a loss costs. After a loss the sale holds initial + restocked minus
-// the units the ledger says shoppers hold: stored orders (status 1; released
-// ones are status 2 and already back), events Kafka acknowledged but the
+// the units the ledger says shoppers hold: stored orders (status 0 unpaid
+// and 1 paid; cancelled and expired ones are status 2 and already back), events Kafka acknowledged but the
 // consumer had not stored yet (warm-up waits for the drain), and outbox
 // entries that survived (the embedded server's snapshot; the ledger is
 // asked which of them are stored). One kind of order is not counted: one

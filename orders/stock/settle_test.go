@@ -393,3 +393,41 @@ func TestSettleOnEmbedded(t *testing.T) {
 		t.Fatalf("due %d", n)
 	}
 }
+
+// Every settled kind reaches the subscribers with its kind (and the state
+// it stands for); an unknown kind is refused before anything is sent.
+func TestPublishSettledKinds(t *testing.T) {
+	s, _ := openReal(t, Options{})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	got := make(chan Settled, 8)
+	sub := s.SubscribeSettled(ctx, Follow{Products: func() []string { return []string{"pk"} }}, func(m Settled) {
+		m.OrderIDs = slices.Clone(m.OrderIDs)
+		m.ProductID = strings.Clone(m.ProductID)
+		got <- m
+	}, func(msg string) { t.Errorf("malformed %q", msg) })
+	defer sub.Stop()
+	want := map[SettledKind]string{KindCancelled: StateReleased, KindExpired: StateExpired, KindPaid: StatePaid}
+	for k := range want {
+		if err := s.PublishSettled(ctx, "pk", k, 42, 41); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for range len(want) {
+		select {
+		case m := <-got:
+			if m.ProductID != "pk" || !slices.Equal(m.OrderIDs, []int64{41, 42}) || m.Kind.State() != want[m.Kind] {
+				t.Errorf("got %+v", m)
+			}
+			delete(want, m.Kind)
+		case <-ctx.Done():
+			t.Fatalf("not delivered: %v", want)
+		}
+	}
+	if len(want) != 0 {
+		t.Fatalf("not delivered: %v", want)
+	}
+	if err := s.PublishSettled(ctx, "pk", SettledKind('X'), 1); !errors.Is(err, ErrInvalid) {
+		t.Fatalf("unknown kind = %v", err)
+	}
+}
