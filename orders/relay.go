@@ -102,8 +102,9 @@ func (c *RelayConfig) check() error {
 //
 //  1. XREADGROUP ... > takes entries no relay has seen into this edge's
 //     pending list, without publishing them: the direct path (the edge that
-//     made the order) is publishing them right now and removes each entry
-//     once Kafka acknowledged it (Publisher.PublishAndAck, stock.AckOutbox).
+//     made the order, or settled it: a payment, a cancel, a pay-deadline
+//     sweep) is publishing them right now and removes each entry once Kafka
+//     acknowledged it (Publisher.PublishAndAck, stock.AckOutbox).
 //  2. XAUTOCLAIM takes entries that sat in any consumer's pending list for
 //     MinAge — this edge's, a live peer's or a dead edge's alike — and
 //     publishes the ones still in the stream: the direct path never

@@ -5,6 +5,7 @@ import (
 	"io"
 	"log/slog"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -313,7 +314,24 @@ func TestKafkaDownLeavesReleasesToTheRelay(t *testing.T) {
 }
 
 func TestNewRefusesIncompleteConfig(t *testing.T) {
-	if _, err := New(Config{}); err == nil {
-		t.Fatal("New without Store, Publisher and Products succeeded")
+	if _, err := New(Config{}); err == nil || !strings.Contains(err.Error(), "Store, Publisher and Products") {
+		t.Fatalf("New without Store, Publisher and Products: %v", err)
 	}
+	redis := redistest.Start(t)
+	e := newEdge(t, redis, startKafka(t))
+	products := func() []string { return nil }
+	for _, cfg := range []Config{{Every: -time.Second}, {Batch: -1}} {
+		cfg.Store, cfg.Publisher, cfg.Products = e.st, e.pub, products
+		if _, err := New(cfg); err == nil || !strings.Contains(err.Error(), "must not be negative") {
+			t.Errorf("New(%+v): %v, want a refusal naming Every and Batch", cfg, err)
+		}
+	}
+	sw, err := New(Config{Store: e.st, Publisher: e.pub, Products: products})
+	if err != nil || sw.cfg.Every != DefaultEvery || sw.cfg.Batch != DefaultBatch {
+		t.Fatalf("defaults: %+v %v", sw, err)
+	}
+	sw.Start()
+	sw.Start() // a second Start does nothing
+	sw.Close()
+	sw.Close()
 }
