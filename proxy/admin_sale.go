@@ -146,14 +146,17 @@ func (s *Server) listActivities(ctx *fasthttp.RequestCtx) {
 		SoldOut   bool   `json:"soldOut"`
 		Hot       bool   `json:"hot"`
 		Degraded  bool   `json:"degraded"`
+		// PayTimeoutMs is the sale's time to pay in force (0: none).
+		PayTimeoutMs int64 `json:"payTimeoutMs"`
 	}
+	global := s.snap.Load().Sale.PayTimeoutMs
 	out := []item{}
 	for _, e := range s.env.Activities.List() {
 		out = append(out, item{
 			ProductID: e.ProductID, Name: e.Name, Price: string(activity.AppendPrice(nil, e.PriceCents)),
 			Status: e.PhaseAt(nowMs, e.SoldOut()).String(), Stock: e.Stock, Remaining: e.Remaining(),
 			Limit: e.Limit, StartMs: e.StartMs, EndMs: e.EndMs, SoldOut: e.SoldOut(), Hot: e.Hot(),
-			Degraded: s.sale.Degraded([]byte(e.ProductID)),
+			Degraded: s.sale.Degraded([]byte(e.ProductID)), PayTimeoutMs: e.PayTimeout(global),
 		})
 	}
 	writeJSON(ctx, out)

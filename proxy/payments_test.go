@@ -239,6 +239,9 @@ func TestAdminActivityPayTimeout(t *testing.T) {
 	if !ok || a.PayTimeout(0) != 90_000 {
 		t.Fatalf("p9's pay timeout: %v %+v, want 90s", ok, a.Activity)
 	}
+	if _, _, list := get(t, e.adminBase+"/admin/activities"); !strings.Contains(list, `"productId":"p9"`) || !strings.Contains(list, `"payTimeoutMs":90000`) {
+		t.Errorf("GET /admin/activities does not show p9's pay timeout: %s", list)
+	}
 	entry, err := e.srv.Store().Catalog(context.Background())
 	if err != nil {
 		t.Fatalf("catalog: %v", err)

@@ -104,3 +104,30 @@ func TestPayDeadlinePaid(t *testing.T) {
 		t.Errorf("remaining after the deadline of a paid order: %v, want 0", st["remaining"])
 	}
 }
+
+// TestDashboardPayments: the dashboard's Payments panel shows a sale's
+// unpaid, paid and expired units and its next deadlines, and follows a
+// payment and an expiry.
+func TestDashboardPayments(t *testing.T) {
+	t.Parallel()
+	e := startEdge(t, activities(
+		"  - {product_id: d1, name: \"Deadline Drone\", price: \"5.00\", stock: 10, limit: 5, start: \"+0s\", end: \"+1h\", pay_timeout: 1h}\n",
+		paySale("d2", "2s")))
+	b := newTab(t, "ops")
+	b.do(chromedp.EmulateViewport(1280, 900))
+	b.open(e.admin + "/admin/")
+	row := func(p string) string { return `document.querySelector('#payments tr[data-product="` + p + `"]')` }
+	cell := func(p, cls string) string {
+		return `((` + row(p) + ` || {querySelector: function () { return null; }}).querySelector('.` + cls + `') || {}).textContent`
+	}
+	b.waitJS(5*time.Second, "d1's payments row with nothing due", cell("d1", "deadlines")+` === 'none' && `+cell("d1", "unpaid")+` === '0'`)
+
+	paid := e.mustBuy("ops-a", "d1", 1)
+	e.mustBuy("ops-b", "d1", 2)
+	e.mustBuy("ops-c", "d2", 1)
+	b.waitJS(10*time.Second, "d1: 3 units unpaid, 2 orders due in about an hour",
+		cell("d1", "unpaid")+` === '3' && `+cell("d1", "due")+` === '2' && /^(59:\d\d|1:00:00), (59:\d\d|1:00:00)$/.test(`+cell("d1", "deadlines")+`)`)
+	e.adminPost("/admin/orders/paid", map[string]any{"productId": "d1", "orderId": paid})
+	b.waitJS(10*time.Second, "d1: 1 paid, 2 unpaid, 1 due", cell("d1", "paid")+` === '1' && `+cell("d1", "unpaid")+` === '2' && `+cell("d1", "due")+` === '1'`)
+	b.waitJS(15*time.Second, "d2's unit expired and nothing due", cell("d2", "expired")+` === '1' && `+cell("d2", "unpaid")+` === '0' && `+cell("d2", "deadlines")+` === 'none'`)
+}
