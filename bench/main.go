@@ -39,6 +39,7 @@ func usage(w io.Writer) {
 	fmt.Fprint(w, `usage:
   bench run -s SCENARIO [flags]   run a scenario (bench/scenarios/SCENARIO.yaml or a path)
   bench compare [flags]           flashgate against its peers, same load, one run, ratio table
+  bench deadlines [flags]         the pay-deadline sweep: releases/s and lateness, 1 and 2 edges
   bench list                      the scenarios
   bench run -h | bench compare -h the flags
 `)
@@ -54,6 +55,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return cmdRun(args[1:], stdout, stderr)
 	case "compare":
 		return cmdCompare(args[1:], stdout, stderr)
+	case "deadlines":
+		return cmdDeadlines(args[1:], stdout, stderr)
 	case "list":
 		root, err := moduleRoot()
 		if err != nil {
