@@ -29,7 +29,7 @@ type edge struct {
 }
 
 // startOrigin runs a real HTTP origin that echoes what it received.
-func startOrigin(t *testing.T) string {
+func startOrigin(t testing.TB) string {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -73,7 +73,7 @@ reload:
   debounce: 20ms
 `
 
-func writeConfig(t *testing.T, path, body string) {
+func writeConfig(t testing.TB, path, body string) {
 	t.Helper()
 	tmp := path + ".tmp"
 	if err := os.WriteFile(tmp, []byte(body), 0o644); err != nil {
@@ -84,7 +84,7 @@ func writeConfig(t *testing.T, path, body string) {
 	}
 }
 
-func startEdge(t *testing.T, body string) *edge {
+func startEdge(t testing.TB, body string) *edge {
 	t.Helper()
 	dir := t.TempDir()
 	path := filepath.Join(dir, "edge.yaml")
