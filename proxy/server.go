@@ -176,20 +176,30 @@ func (s *Server) Snapshot() *Snapshot { return s.snap.Load() }
 func (s *Server) newPublicServer(cfg *conf.Config) *fasthttp.Server {
 	l := cfg.Listen
 	return &fasthttp.Server{
-		Handler:                       s.Handle,
-		ErrorHandler:                  s.handleReadError,
-		Logger:                        fasthttpLogger{s.log, "shopper"},
-		Name:                          "flashgate",
-		ReadTimeout:                   l.ReadTimeout,
-		WriteTimeout:                  l.WriteTimeout,
-		IdleTimeout:                   l.IdleTimeout,
-		MaxRequestBodySize:            l.MaxRequestBodySize,
-		ReadBufferSize:                l.ReadBufferSize,
-		Concurrency:                   l.Concurrency,
-		MaxConnsPerIP:                 l.MaxConnsPerIP,
+		Handler:            s.Handle,
+		ErrorHandler:       s.handleReadError,
+		Logger:             fasthttpLogger{s.log, "shopper"},
+		ReadTimeout:        l.ReadTimeout,
+		WriteTimeout:       l.WriteTimeout,
+		IdleTimeout:        l.IdleTimeout,
+		MaxRequestBodySize: l.MaxRequestBodySize,
+		ReadBufferSize:     l.ReadBufferSize,
+		Concurrency:        l.Concurrency,
+		MaxConnsPerIP:      l.MaxConnsPerIP,
+		// Request header names stay normalized: the filters, the session and
+		// the page look headers up by their canonical names, and a client
+		// may send any case (HTTP/2 gateways send lower case).
 		DisableHeaderNamesNormalizing: false,
-		NoDefaultServerHeader:         false,
-		CloseOnShutdown:               true,
+		// No "Server: flashgate" on the edge's own answers: the header is
+		// optional (RFC 9110 10.2.4), names the software to whoever probes
+		// it, and is one more line to write per answer. Proxied answers
+		// keep the origin's Server header, if it sent one. (fasthttp
+		// writes one whenever Name is set, so it is not.)
+		NoDefaultServerHeader: true,
+		// Date stays: an origin server with a clock must send it on every
+		// 2xx-4xx answer (RFC 9110 6.6.1) and caches age the page by it;
+		// fasthttp writes a line it renders once a second.
+		CloseOnShutdown: true,
 		// Event streams park their connection in the push hub once the
 		// handler returns (no goroutine, no buffers per waiting shopper).
 		KeepHijackedConns: true,

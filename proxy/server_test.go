@@ -142,9 +142,17 @@ func TestServesPageAndProxiesOtherPaths(t *testing.T) {
 	if code != 200 || !strings.Contains(hdr.Get("Content-Type"), "text/html") || !strings.Contains(body, "<html") {
 		t.Fatalf("page: %d %s %.80q", code, hdr.Get("Content-Type"), body)
 	}
+	// The edge's own answers name no software (and still carry a Date); a
+	// proxied one keeps the origin's Server (fasthttp's default name).
+	if hdr.Get("Server") != "" || hdr.Get("Date") == "" {
+		t.Fatalf("page: Server %q, Date %q", hdr.Get("Server"), hdr.Get("Date"))
+	}
 	code, hdr, body = get(t, e.base+"/catalog/items?x=1")
 	if code != 200 || hdr.Get("X-Origin") != "yes" || !strings.HasPrefix(body, "origin GET /catalog/items?x=1") {
 		t.Fatalf("proxied: %d %q", code, body)
+	}
+	if hdr.Get("Server") != "fasthttp" {
+		t.Fatalf("proxied: Server %q, want the origin's", hdr.Get("Server"))
 	}
 	// A spoofed X-Forwarded-For from an untrusted peer does not become the real IP.
 	_, _, body = get(t, e.base+"/whoami", "X-Forwarded-For", "6.6.6.6")
@@ -155,9 +163,9 @@ func TestServesPageAndProxiesOtherPaths(t *testing.T) {
 	if code == 200 && strings.Contains(body, "root:") {
 		t.Fatalf("traversal served a file")
 	}
-	code, _, body = get(t, e.base+"/api/seckill/status?productId=nosuch")
-	if code != 404 || !strings.Contains(body, `"code":"UNKNOWN_PRODUCT"`) {
-		t.Fatalf("status of an unknown product: %d %s", code, body)
+	code, hdr, body = get(t, e.base+"/api/seckill/status?productId=nosuch")
+	if code != 404 || !strings.Contains(body, `"code":"UNKNOWN_PRODUCT"`) || hdr.Get("Cache-Control") != "no-store" || hdr.Get("Server") != "" {
+		t.Fatalf("status of an unknown product: %d %s %v", code, body, hdr)
 	}
 }
 
