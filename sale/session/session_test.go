@@ -554,3 +554,26 @@ func forgeRaw(secret []byte, h, p string) string {
 	m.Write([]byte(h + "." + p))
 	return h + "." + p + "." + base64.RawURLEncoding.EncodeToString(m.Sum(nil))
 }
+
+// TestByteTables: Verify's tables agree with the strict decoder about every
+// byte: which are the alphabet, and which end a MAC segment it refuses.
+func TestByteTables(t *testing.T) {
+	for c := range 256 {
+		ch := string([]byte{byte(c)})
+		_, err := b64.DecodeString("AAA" + ch)
+		inAlphabet := err == nil && c != '\r' && c != '\n'
+		if got := b64Class[c] == classB64; got != inAlphabet {
+			t.Errorf("byte %#x: in the alphabet %v, table says %v", c, inAlphabet, got)
+		}
+		if (b64Class[c] == classDot) != (c == '.') {
+			t.Errorf("byte %#x: dot class wrong", c)
+		}
+		if !inAlphabet {
+			continue
+		}
+		_, err = b64.DecodeString(strings.Repeat("A", sigB64Len-1) + ch)
+		if refused := err != nil; refused != b64Low2[c] {
+			t.Errorf("MAC segment ending in %q: decoder refuses %v, table says %v", ch, refused, b64Low2[c])
+		}
+	}
+}
