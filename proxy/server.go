@@ -196,6 +196,13 @@ func (s *Server) newPublicServer(cfg *conf.Config) *fasthttp.Server {
 		// keep the origin's Server header, if it sent one. (fasthttp
 		// writes one whenever Name is set, so it is not.)
 		NoDefaultServerHeader: true,
+		// The edge reads no form: the sale API is JSON and the origin pools
+		// pass the body on. fasthttp would otherwise parse every multipart
+		// body before the handler (spooling large files to disk on the
+		// edge) and forward a re-encoded form, not the bytes the client
+		// sent (the part headers it does not know, the preamble and the
+		// epilogue were lost).
+		DisablePreParseMultipartForm: true,
 		// Date stays: an origin server with a clock must send it on every
 		// 2xx-4xx answer (RFC 9110 6.6.1) and caches age the page by it;
 		// fasthttp writes a line it renders once a second.

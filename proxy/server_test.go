@@ -415,3 +415,34 @@ func TestShutdownDrainsInFlightRequests(t *testing.T) {
 		t.Fatalf("shutdown: %v", err)
 	}
 }
+
+// TestMultipartBodyReachesOriginUnchanged: the edge reads no form, so an
+// upload reaches the origin byte for byte (preamble, part header case and
+// order, and all), and nothing is spooled on the edge.
+func TestMultipartBodyReachesOriginUnchanged(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	origin := &fasthttp.Server{Handler: func(ctx *fasthttp.RequestCtx) {
+		ctx.SetContentType("application/octet-stream")
+		ctx.Response.Header.Set("X-Got-Type", string(ctx.Request.Header.ContentType()))
+		ctx.SetBody(ctx.Request.Body())
+	}, DisablePreParseMultipartForm: true}
+	go origin.Serve(ln)
+	t.Cleanup(func() { origin.Shutdown() })
+	e := startEdge(t, fmt.Sprintf(baseConfig, "100r/s", 100, ln.Addr().String()))
+
+	const ctype = "multipart/form-data; boundary=XyZ"
+	body := "preamble the origin may read\r\n--XyZ\r\ncontent-type: text/plain\r\nCONTENT-DISPOSITION: form-data; name=\"a\"\r\n\r\nvalue a\r\n" +
+		"--XyZ\r\nContent-Disposition: form-data; name=\"f\"; filename=\"f.bin\"\r\n\r\n\x00\x01binary\r\n--XyZ--\r\nepilogue"
+	resp, err := http.Post(e.base+"/upload", ctype, strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	got, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != 200 || string(got) != body || resp.Header.Get("X-Got-Type") != ctype {
+		t.Fatalf("origin got %d %q (type %q), want the body as sent", resp.StatusCode, got, resp.Header.Get("X-Got-Type"))
+	}
+}
