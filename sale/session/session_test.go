@@ -7,6 +7,7 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"errors"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -506,7 +507,32 @@ func BenchmarkVerify(b *testing.B) {
 		}
 	}
 	c := mustCodec(b, secretA, secretB)
+	// The same token every call: remembered after the first (cache.go).
 	b.Run("first key", func(b *testing.B) { bench(b, c, []byte(mustSign(b, c, "user_1234567"))) })
+	b.Run("first key, full check", func(b *testing.B) {
+		full := mustCodec(b, secretA, secretB)
+		full.verified = nil
+		bench(b, full, []byte(mustSign(b, full, "user_1234567")))
+	})
+	// A different session every call, more of them than the table holds:
+	// mostly checked in full and then remembered.
+	b.Run("first key, new tokens", func(b *testing.B) {
+		toks := make([][]byte, 3*cacheSlots)
+		for i := range toks {
+			toks[i] = []byte(mustSign(b, c, "user_"+strconv.Itoa(i)))
+		}
+		dst := make([]byte, 0, 64)
+		b.ReportAllocs()
+		i := 0
+		for b.Loop() {
+			if _, err := c.Verify(toks[i], now0, dst[:0]); err != nil {
+				b.Fatal(err)
+			}
+			if i++; i == len(toks) {
+				i = 0
+			}
+		}
+	})
 	b.Run("second key", func(b *testing.B) { bench(b, c, []byte(mustSign(b, mustCodec(b, secretB), "user_1234567"))) })
 	b.Run("parsed header", func(b *testing.B) {
 		bench(b, c, []byte(forge(secretA, `{"typ":"JWT","alg":"HS256"}`, `{"sub":"user_1234567","iat":1780000000,"exp":1780003600}`)))
