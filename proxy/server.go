@@ -206,7 +206,11 @@ func (s *Server) newPublicServer(cfg *conf.Config) *fasthttp.Server {
 		// Date stays: an origin server with a clock must send it on every
 		// 2xx-4xx answer (RFC 9110 6.6.1) and caches age the page by it;
 		// fasthttp writes a line it renders once a second.
-		CloseOnShutdown: true,
+		NoDefaultDate: false,
+		// A default Content-Type is never used: every answer of the edge
+		// sets its own, and the origin pools pass an absent one through.
+		NoDefaultContentType: false,
+		CloseOnShutdown:      true,
 		// Event streams park their connection in the push hub once the
 		// handler returns (no goroutine, no buffers per waiting shopper).
 		KeepHijackedConns: true,
