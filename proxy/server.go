@@ -64,6 +64,10 @@ type Server struct {
 	// the embedded stand-ins), set once when it is assembled.
 	realServers []string
 
+	// wallClock: opts.Now is the real clock, so Handle reads the time once
+	// for its latency and the request's NowNano.
+	wallClock bool
+
 	draining atomic.Bool
 	sampleN  atomic.Uint64
 	reqPool  sync.Pool
@@ -102,10 +106,11 @@ func New(doc *conf.Document, opts Options) (*Server, error) {
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
-	if opts.Now == nil {
+	wallClock := opts.Now == nil
+	if wallClock {
 		opts.Now = func() int64 { return time.Now().UnixNano() }
 	}
-	s := &Server{opts: opts, log: opts.Logger}
+	s := &Server{opts: opts, log: opts.Logger, wallClock: wallClock}
 	cfg := doc.Config
 	bought, err := activity.NewBoughtCache(cfg.Sale.BoughtCacheSize, cfg.Sale.BoughtCacheTTL)
 	if err != nil {
@@ -176,24 +181,49 @@ func (s *Server) Snapshot() *Snapshot { return s.snap.Load() }
 func (s *Server) newPublicServer(cfg *conf.Config) *fasthttp.Server {
 	l := cfg.Listen
 	return &fasthttp.Server{
-		Handler:                       s.Handle,
-		ErrorHandler:                  s.handleReadError,
-		Logger:                        fasthttpLogger{s.log, "shopper"},
-		Name:                          "flashgate",
-		ReadTimeout:                   l.ReadTimeout,
-		WriteTimeout:                  l.WriteTimeout,
-		IdleTimeout:                   l.IdleTimeout,
-		MaxRequestBodySize:            l.MaxRequestBodySize,
-		ReadBufferSize:                l.ReadBufferSize,
-		Concurrency:                   l.Concurrency,
-		MaxConnsPerIP:                 l.MaxConnsPerIP,
+		Handler:            s.Handle,
+		ErrorHandler:       s.handleReadError,
+		Logger:             fasthttpLogger{s.log, "shopper"},
+		ReadTimeout:        l.ReadTimeout,
+		WriteTimeout:       l.WriteTimeout,
+		IdleTimeout:        l.IdleTimeout,
+		MaxRequestBodySize: l.MaxRequestBodySize,
+		ReadBufferSize:     l.ReadBufferSize,
+		Concurrency:        l.Concurrency,
+		MaxConnsPerIP:      l.MaxConnsPerIP,
+		// Request header names stay normalized: the filters, the session and
+		// the page look headers up by their canonical names, and a client
+		// may send any case (HTTP/2 gateways send lower case).
 		DisableHeaderNamesNormalizing: false,
-		NoDefaultServerHeader:         false,
-		CloseOnShutdown:               true,
+		// No "Server: flashgate" on the edge's own answers: the header is
+		// optional (RFC 9110 10.2.4), names the software to whoever probes
+		// it, and is one more line to write per answer. Proxied answers
+		// keep the origin's Server header, if it sent one. (fasthttp
+		// writes one whenever Name is set, so it is not.)
+		NoDefaultServerHeader: true,
+		// The edge reads no form: the sale API is JSON and the origin pools
+		// pass the body on. fasthttp would otherwise parse every multipart
+		// body before the handler (spooling large files to disk on the
+		// edge) and forward a re-encoded form, not the bytes the client
+		// sent (the part headers it does not know, the preamble and the
+		// epilogue were lost).
+		DisablePreParseMultipartForm: true,
+		// Date stays: an origin server with a clock must send it on every
+		// 2xx-4xx answer (RFC 9110 6.6.1) and caches age the page by it;
+		// fasthttp writes a line it renders once a second.
+		NoDefaultDate: false,
+		// A default Content-Type is never used: every answer of the edge
+		// sets its own, and the origin pools pass an absent one through.
+		NoDefaultContentType: false,
+		CloseOnShutdown:      true,
 		// Event streams park their connection in the push hub once the
 		// handler returns (no goroutine, no buffers per waiting shopper).
 		KeepHijackedConns: true,
 		ReduceMemoryUsage: false,
+		// Nothing on the shopper path reads ctx.Time() (Handle reads the
+		// clock itself, the origin pools time their own wait), so fasthttp
+		// need not read it for every request.
+		LazyRequestTime: true,
 	}
 }
 
@@ -315,7 +345,11 @@ func (s *Server) Handle(ctx *fasthttp.RequestCtx) {
 	r := s.reqPool.Get().(*filters.Request)
 	r.Ctx = ctx
 	r.ClientIP = snap.RealIP.Resolve(ctx)
-	r.NowNano = s.opts.Now()
+	if s.wallClock {
+		r.NowNano = start.UnixNano()
+	} else {
+		r.NowNano = s.opts.Now()
+	}
 
 	path := ctx.Path()
 	rt := classify(path)

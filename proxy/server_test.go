@@ -29,7 +29,7 @@ type edge struct {
 }
 
 // startOrigin runs a real HTTP origin that echoes what it received.
-func startOrigin(t *testing.T) string {
+func startOrigin(t testing.TB) string {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -73,7 +73,7 @@ reload:
   debounce: 20ms
 `
 
-func writeConfig(t *testing.T, path, body string) {
+func writeConfig(t testing.TB, path, body string) {
 	t.Helper()
 	tmp := path + ".tmp"
 	if err := os.WriteFile(tmp, []byte(body), 0o644); err != nil {
@@ -84,7 +84,7 @@ func writeConfig(t *testing.T, path, body string) {
 	}
 }
 
-func startEdge(t *testing.T, body string) *edge {
+func startEdge(t testing.TB, body string) *edge {
 	t.Helper()
 	dir := t.TempDir()
 	path := filepath.Join(dir, "edge.yaml")
@@ -142,9 +142,17 @@ func TestServesPageAndProxiesOtherPaths(t *testing.T) {
 	if code != 200 || !strings.Contains(hdr.Get("Content-Type"), "text/html") || !strings.Contains(body, "<html") {
 		t.Fatalf("page: %d %s %.80q", code, hdr.Get("Content-Type"), body)
 	}
+	// The edge's own answers name no software (and still carry a Date); a
+	// proxied one keeps the origin's Server (fasthttp's default name).
+	if hdr.Get("Server") != "" || hdr.Get("Date") == "" {
+		t.Fatalf("page: Server %q, Date %q", hdr.Get("Server"), hdr.Get("Date"))
+	}
 	code, hdr, body = get(t, e.base+"/catalog/items?x=1")
 	if code != 200 || hdr.Get("X-Origin") != "yes" || !strings.HasPrefix(body, "origin GET /catalog/items?x=1") {
 		t.Fatalf("proxied: %d %q", code, body)
+	}
+	if hdr.Get("Server") != "fasthttp" {
+		t.Fatalf("proxied: Server %q, want the origin's", hdr.Get("Server"))
 	}
 	// A spoofed X-Forwarded-For from an untrusted peer does not become the real IP.
 	_, _, body = get(t, e.base+"/whoami", "X-Forwarded-For", "6.6.6.6")
@@ -155,9 +163,9 @@ func TestServesPageAndProxiesOtherPaths(t *testing.T) {
 	if code == 200 && strings.Contains(body, "root:") {
 		t.Fatalf("traversal served a file")
 	}
-	code, _, body = get(t, e.base+"/api/seckill/status?productId=nosuch")
-	if code != 404 || !strings.Contains(body, `"code":"UNKNOWN_PRODUCT"`) {
-		t.Fatalf("status of an unknown product: %d %s", code, body)
+	code, hdr, body = get(t, e.base+"/api/seckill/status?productId=nosuch")
+	if code != 404 || !strings.Contains(body, `"code":"UNKNOWN_PRODUCT"`) || hdr.Get("Cache-Control") != "no-store" || hdr.Get("Server") != "" {
+		t.Fatalf("status of an unknown product: %d %s %v", code, body, hdr)
 	}
 }
 
@@ -405,5 +413,36 @@ func TestShutdownDrainsInFlightRequests(t *testing.T) {
 	}
 	if err := <-shut; err != nil {
 		t.Fatalf("shutdown: %v", err)
+	}
+}
+
+// TestMultipartBodyReachesOriginUnchanged: the edge reads no form, so an
+// upload reaches the origin byte for byte (preamble, part header case and
+// order, and all), and nothing is spooled on the edge.
+func TestMultipartBodyReachesOriginUnchanged(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	origin := &fasthttp.Server{Handler: func(ctx *fasthttp.RequestCtx) {
+		ctx.SetContentType("application/octet-stream")
+		ctx.Response.Header.Set("X-Got-Type", string(ctx.Request.Header.ContentType()))
+		ctx.SetBody(ctx.Request.Body())
+	}, DisablePreParseMultipartForm: true}
+	go origin.Serve(ln)
+	t.Cleanup(func() { origin.Shutdown() })
+	e := startEdge(t, fmt.Sprintf(baseConfig, "100r/s", 100, ln.Addr().String()))
+
+	const ctype = "multipart/form-data; boundary=XyZ"
+	body := "preamble the origin may read\r\n--XyZ\r\ncontent-type: text/plain\r\nCONTENT-DISPOSITION: form-data; name=\"a\"\r\n\r\nvalue a\r\n" +
+		"--XyZ\r\nContent-Disposition: form-data; name=\"f\"; filename=\"f.bin\"\r\n\r\n\x00\x01binary\r\n--XyZ--\r\nepilogue"
+	resp, err := http.Post(e.base+"/upload", ctype, strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	got, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != 200 || string(got) != body || resp.Header.Get("X-Got-Type") != ctype {
+		t.Fatalf("origin got %d %q (type %q), want the body as sent", resp.StatusCode, got, resp.Header.Get("X-Got-Type"))
 	}
 }

@@ -15,6 +15,8 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/valyala/fasthttp"
+
 	"flashgate/conf"
 )
 
@@ -49,6 +51,12 @@ type file struct {
 	etagGz       []byte // `"<hash>-gz"`: a strong ETag names one byte sequence
 	cacheControl []byte
 	csp          []byte // HTML only
+
+	// ok and okGz are the 200 answer's header (identity, gzip), built once:
+	// serving copies the template's fields, where setting each header
+	// would copy and scrub its value and look for an existing one of the
+	// same name first, for every request. They are never modified.
+	ok, okGz *fasthttp.ResponseHeader
 }
 
 // New loads the page files (the embedded copy, or c.Dir when set) and
@@ -140,7 +148,29 @@ func prepare(name string, body []byte, cacheControl, csp string) *file {
 	if gz := gzipBest(body); len(gz)+len(gz)/20 < len(body) {
 		f.gz = gz
 	}
+	f.ok = f.template(false)
+	if f.gz != nil {
+		f.okGz = f.template(true)
+	}
 	return f
+}
+
+// template is the header serve writes for a 200 answer with f's body (gz:
+// its gzip body). The flags it carries (Date, a default Content-Type) are
+// fasthttp's defaults, which the shopper server keeps.
+func (f *file) template(gz bool) *fasthttp.ResponseHeader {
+	h := &fasthttp.ResponseHeader{}
+	h.SetStatusCode(fasthttp.StatusOK)
+	etag := f.etag
+	if gz {
+		etag = f.etagGz
+	}
+	setCommon(h, f, etag)
+	h.SetContentTypeBytes(f.contentType)
+	if gz {
+		h.SetContentEncodingBytes(valGzip)
+	}
+	return h
 }
 
 func gzipBest(b []byte) []byte {

@@ -59,10 +59,37 @@ func serve(ctx *fasthttp.RequestCtx, f *file) {
 	}
 	rh := &ctx.Response.Header
 	gz := f.gz != nil && acceptsGzip(ctx.Request.Header.Peek(hdrAcceptEnc))
-	etag := f.etag
-	if gz {
-		etag = f.etagGz
+	if inm := ctx.Request.Header.Peek(hdrIfNoneMatch); len(inm) > 0 && etagMatches(inm, f) {
+		// The 304 carries the 200's validators and policies (RFC 9110
+		// 15.4.5), no body and no type.
+		etag := f.etag
+		if gz {
+			etag = f.etagGz
+		}
+		setCommon(rh, f, etag)
+		ctx.Response.ResetBody()
+		ctx.SetStatusCode(fasthttp.StatusNotModified)
+		return
 	}
+	ok, body := f.ok, f.body
+	if gz {
+		ok, body = f.okGz, f.gz
+	}
+	// The response is fresh here (nothing before the page handler writes
+	// to it), so taking the template's header whole loses nothing.
+	ok.CopyTo(rh)
+	// SetBodyRaw keeps a reference instead of copying: the bytes are
+	// immutable for the handler's life. fasthttp derives Content-Length from
+	// the body, for HEAD too (it then skips writing the body).
+	ctx.Response.SetBodyRaw(body)
+	if head {
+		ctx.Response.SkipBody = true
+	}
+}
+
+// setCommon sets the headers every answer with f's content carries, 200 or
+// 304; etag is the tag of the coding answered.
+func setCommon(rh *fasthttp.ResponseHeader, f *file, etag []byte) {
 	// Vary even on identity answers: a shared cache must not hand this
 	// identity copy to a client that asked for gzip, or the other way round.
 	rh.SetCanonical(hdrVary, valVary)
@@ -72,25 +99,6 @@ func serve(ctx *fasthttp.RequestCtx, f *file) {
 	if f.csp != nil {
 		rh.SetCanonical(hdrCSP, f.csp)
 		rh.SetCanonical(hdrReferrer, valReferrer)
-	}
-	if inm := ctx.Request.Header.Peek(hdrIfNoneMatch); len(inm) > 0 && etagMatches(inm, f) {
-		ctx.Response.ResetBody()
-		ctx.SetStatusCode(fasthttp.StatusNotModified)
-		return
-	}
-	rh.SetContentTypeBytes(f.contentType)
-	body := f.body
-	if gz {
-		rh.SetContentEncodingBytes(valGzip)
-		body = f.gz
-	}
-	ctx.SetStatusCode(fasthttp.StatusOK)
-	// SetBodyRaw keeps a reference instead of copying: the bytes are
-	// immutable for the handler's life. fasthttp derives Content-Length from
-	// the body, for HEAD too (it then skips writing the body).
-	ctx.Response.SetBodyRaw(body)
-	if head {
-		ctx.Response.SkipBody = true
 	}
 }
 

@@ -48,7 +48,13 @@ func (rej *Rejection) AppendOpen(b []byte) []byte {
 	return append(b, rej.Body[:len(rej.Body)-1]...)
 }
 
-var contentJSON = []byte("application/json")
+// The header name is in fasthttp's normalized form, so SetCanonical can
+// skip normalizing it for every answer.
+var (
+	contentJSON  = []byte("application/json")
+	cacheControl = []byte(fasthttp.HeaderCacheControl)
+	noStore      = []byte("no-store")
+)
 
 // Write answers the request with the rejection: its status, its body and no
 // caching. It replaces anything already in the response, headers included.
@@ -57,6 +63,6 @@ func (rej *Rejection) Write(ctx *fasthttp.RequestCtx) {
 	ctx.Response.Reset()
 	ctx.SetStatusCode(rej.Status)
 	ctx.Response.Header.SetContentTypeBytes(contentJSON)
-	ctx.Response.Header.Set(fasthttp.HeaderCacheControl, "no-store")
+	ctx.Response.Header.SetCanonical(cacheControl, noStore)
 	ctx.SetBody(rej.Body)
 }

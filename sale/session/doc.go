@@ -3,7 +3,10 @@
 // The session is a JWT (RFC 7519) in compact JWS form (RFC 7515) signed with
 // HMAC-SHA256. It is checked on every sale API call, so verification is local
 // (no Redis round trip) and allocation-free: HMAC states and decode buffers are
-// pooled, and the two tiny JSON objects are parsed by hand.
+// pooled, and the two tiny JSON objects are parsed by hand. A Codec remembers
+// the tokens it verified twice in a fixed table (8192 sessions, 3 MB): the
+// same bytes again are answered from it, exp and nbf checked against the
+// clock each time (cache.go says why that is exact).
 //
 // What Verify accepts is deliberately narrower than what RFC 7519 allows:
 //

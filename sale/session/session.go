@@ -55,6 +55,8 @@ type Codec struct {
 	secrets [][]byte
 	ttl     time.Duration
 	pool    sync.Pool // of *verifier
+	// verified remembers the tokens that passed (cache.go).
+	verified *verifiedCache
 }
 
 // verifier holds everything one Verify call writes to. It lives in a pool
@@ -63,7 +65,7 @@ type Codec struct {
 type verifier struct {
 	macs   []hash.Hash // one per secret, same order as Codec.secrets
 	sum    [sha256.Size]byte
-	sig    [sha256.Size]byte
+	sig    [sigB64Len]byte // the MAC, encoded
 	header [maxDecoded]byte
 	claims [maxDecoded]byte
 }
@@ -79,7 +81,7 @@ func NewCodec(secrets [][]byte, ttl time.Duration) (*Codec, error) {
 		// that are already expired.
 		return nil, fmt.Errorf("session: ttl %v is shorter than one second", ttl)
 	}
-	c := &Codec{ttl: ttl}
+	c := &Codec{ttl: ttl, verified: newVerifiedCache()}
 	for i, s := range secrets {
 		if len(s) < MinSecretLen {
 			return nil, fmt.Errorf("session: secret %d is %d bytes, need at least %d", i, len(s), MinSecretLen)
@@ -133,7 +135,9 @@ func (c *Codec) Sign(userID string, now time.Time) (string, error) {
 //
 // Checks run cheapest-first and the MAC before the claims, so unsigned input
 // never reaches the claims parser; the header is checked before the MAC only
-// because refusing an algorithm needs no key.
+// because refusing an algorithm needs no key. A token this Codec verified
+// twice before is answered from its table of them (cache.go) with the same
+// answer, exp and nbf compared with nowUnix as always.
 func (c *Codec) Verify(token []byte, nowUnix int64, dst []byte) ([]byte, error) {
 	if len(token) == 0 {
 		return dst, ErrMissing
@@ -141,9 +145,16 @@ func (c *Codec) Verify(token []byte, nowUnix int64, dst []byte) ([]byte, error) 
 	if len(token) > maxTokenLen {
 		return dst, ErrMalformed
 	}
+	at := c.verified.place(token)
+	if out, hit, err := at.lookup(token, nowUnix, dst); hit {
+		return out, err
+	}
 	d1, d2 := -1, -1
 	for i, ch := range token {
-		if ch == '.' {
+		switch b64Class[ch] {
+		case classB64:
+			continue
+		case classDot:
 			switch {
 			case d1 < 0:
 				d1 = i
@@ -152,13 +163,20 @@ func (c *Codec) Verify(token []byte, nowUnix int64, dst []byte) ([]byte, error) 
 			default:
 				return dst, ErrMalformed // a JWE or garbage: more than three segments
 			}
-			continue
-		}
-		if !isB64URL(ch) {
+		default:
 			return dst, ErrMalformed
 		}
 	}
 	if d2 < 0 || d1 == 0 || d2 == d1+1 || len(token)-d2-1 != sigB64Len {
+		return dst, ErrMalformed
+	}
+	// The MAC segment's last character carries 4 bits of the MAC and 2 that
+	// must be zero: the strict decoder refuses anything else, and so does
+	// this, before any key is used. The segment is then the one canonical
+	// spelling of some 32 bytes, so comparing it with the encoding of the
+	// MAC is comparing the MACs.
+	sig := token[d2+1:]
+	if b64Low2[sig[sigB64Len-1]] {
 		return dst, ErrMalformed
 	}
 
@@ -171,14 +189,12 @@ func (c *Codec) Verify(token []byte, nowUnix int64, dst []byte) ([]byte, error) 
 			return dst, ErrMalformed
 		}
 	}
-	if n, err := b64.Decode(v.sig[:], token[d2+1:]); err != nil || n != sha256.Size {
-		return dst, ErrMalformed
-	}
 	signed := false
 	for _, m := range v.macs {
 		m.Reset()
 		m.Write(token[:d2])
-		if hmac.Equal(m.Sum(v.sum[:0]), v.sig[:]) {
+		b64.Encode(v.sig[:], m.Sum(v.sum[:0]))
+		if hmac.Equal(v.sig[:], sig) {
 			signed = true
 			break
 		}
@@ -198,11 +214,32 @@ func (c *Codec) Verify(token []byte, nowUnix int64, dst []byte) ([]byte, error) 
 	if cl.exp <= nowUnix || (cl.hasNbf && cl.nbf > nowUnix) {
 		return dst, ErrExpired
 	}
+	at.passed(token, &cl)
 	return append(dst, cl.sub...), nil
 }
 
-func isB64URL(c byte) bool {
-	return 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '-' || c == '_'
+// The classes of a token's bytes, looked up instead of compared: Verify
+// reads every byte of every token.
+const (
+	classOther = iota
+	classB64
+	classDot
+)
+
+var (
+	b64Class [256]uint8
+	// b64Low2 marks the alphabet's characters whose value has either of
+	// the two lowest bits set.
+	b64Low2 [256]bool
+)
+
+func init() {
+	const alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_"
+	for v := range len(alphabet) {
+		b64Class[alphabet[v]] = classB64
+		b64Low2[alphabet[v]] = v&3 != 0
+	}
+	b64Class['.'] = classDot
 }
 
 // bytesEqual is bytes.Equal; the header is public, so timing does not matter.

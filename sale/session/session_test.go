@@ -7,6 +7,7 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"errors"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -506,7 +507,32 @@ func BenchmarkVerify(b *testing.B) {
 		}
 	}
 	c := mustCodec(b, secretA, secretB)
+	// The same token every call: remembered after the first (cache.go).
 	b.Run("first key", func(b *testing.B) { bench(b, c, []byte(mustSign(b, c, "user_1234567"))) })
+	b.Run("first key, full check", func(b *testing.B) {
+		full := mustCodec(b, secretA, secretB)
+		full.verified = nil
+		bench(b, full, []byte(mustSign(b, full, "user_1234567")))
+	})
+	// A different session every call, more of them than the table holds:
+	// mostly checked in full and then remembered.
+	b.Run("first key, new tokens", func(b *testing.B) {
+		toks := make([][]byte, 3*cacheSlots)
+		for i := range toks {
+			toks[i] = []byte(mustSign(b, c, "user_"+strconv.Itoa(i)))
+		}
+		dst := make([]byte, 0, 64)
+		b.ReportAllocs()
+		i := 0
+		for b.Loop() {
+			if _, err := c.Verify(toks[i], now0, dst[:0]); err != nil {
+				b.Fatal(err)
+			}
+			if i++; i == len(toks) {
+				i = 0
+			}
+		}
+	})
 	b.Run("second key", func(b *testing.B) { bench(b, c, []byte(mustSign(b, mustCodec(b, secretB), "user_1234567"))) })
 	b.Run("parsed header", func(b *testing.B) {
 		bench(b, c, []byte(forge(secretA, `{"typ":"JWT","alg":"HS256"}`, `{"sub":"user_1234567","iat":1780000000,"exp":1780003600}`)))
@@ -553,4 +579,27 @@ func forgeRaw(secret []byte, h, p string) string {
 	m := hmac.New(sha256.New, secret)
 	m.Write([]byte(h + "." + p))
 	return h + "." + p + "." + base64.RawURLEncoding.EncodeToString(m.Sum(nil))
+}
+
+// TestByteTables: Verify's tables agree with the strict decoder about every
+// byte: which are the alphabet, and which end a MAC segment it refuses.
+func TestByteTables(t *testing.T) {
+	for c := range 256 {
+		ch := string([]byte{byte(c)})
+		_, err := b64.DecodeString("AAA" + ch)
+		inAlphabet := err == nil && c != '\r' && c != '\n'
+		if got := b64Class[c] == classB64; got != inAlphabet {
+			t.Errorf("byte %#x: in the alphabet %v, table says %v", c, inAlphabet, got)
+		}
+		if (b64Class[c] == classDot) != (c == '.') {
+			t.Errorf("byte %#x: dot class wrong", c)
+		}
+		if !inAlphabet {
+			continue
+		}
+		_, err = b64.DecodeString(strings.Repeat("A", sigB64Len-1) + ch)
+		if refused := err != nil; refused != b64Low2[c] {
+			t.Errorf("MAC segment ending in %q: decoder refuses %v, table says %v", ch, refused, b64Low2[c])
+		}
+	}
 }
