@@ -345,16 +345,16 @@ func (s *Service) openSale(ctx context.Context, a *activity.Activity, fence stri
 // in-flight bound and the pipeline drained, so each purchase that wrote a
 // count is stored or still in the outbox (the deduction writes both in one
 // script), and the sale is fenced, so no purchase or release moves a count
-// until the rebuild lifts the fence. The order states follow the ledger too (and the
-// settlements still in the outbox, which the relay is delivering): every
-// unpaid order with a deadline gets its hash (made again if lost) and its
-// place in the due set back — an overdue one too, so that the first sweep
-// after the reopening releases it — and the orders the old Redis may hold
-// stale states of (surviving hashes, the due set's members, and every
-// order the ledger knows as settled, read page by page while the rebuild
-// writes: an order without a deadline is in neither the due set nor the
-// outbox) take the ledger's, so that nothing the ledger knows is paid or
-// released twice.
+// until the rebuild lifts the fence. The order states follow the ledger
+// too (and the settlements still in the outbox, which the relay is
+// delivering): every unpaid order with a deadline gets its hash (made
+// again if lost) and its place in the due set back — an overdue one too,
+// so that the first sweep after the reopening releases it — and the
+// orders the old Redis may hold stale states of (surviving hashes, the due
+// set's members, and every order the ledger knows as settled, read page by
+// page while the rebuild writes: an order without a deadline is in neither
+// the due set nor the outbox) take the ledger's, so that nothing the
+// ledger knows is paid or released twice.
 func (s *Service) plan(ctx context.Context, a *activity.Activity, meta stock.Sale, known bool) (stock.Rebuild, int64, error) {
 	p := a.ProductID
 	events, err := s.d.Store.OutboxEvents(ctx, p)
