@@ -121,9 +121,10 @@ func (s *Service) awaitRecoveries(ctx context.Context) {
 //     fence passed, so that no event of a deduction from before it can
 //     still reach Kafka after the next step;
 //  3. it drains the pipeline and reads the ledger (plan), then
-//     stock.Store.Rebuild lowers the stock to the ledger's, raises the
-//     buyers' counts, corrects order states, refuses older purchase tokens
-//     and lifts the fence.
+//     stock.Store.Rebuild lowers the stock to the ledger's, sets the
+//     buyers' counts to the ledger's (lowered as well as raised: a stale
+//     snapshot holds the units of orders released since), corrects order
+//     states, refuses older purchase tokens and lifts the fence.
 //
 // The other edges stop after step 1; their refresh sees the fence lifted.
 func (s *Service) recoverSale(ctx context.Context, a *activity.Activity, fence string) error {
@@ -337,16 +338,23 @@ func (s *Service) openSale(ctx context.Context, a *activity.Activity, fence stri
 // (status 0 unpaid and 1 paid; cancelled and expired ones are status 2 and
 // so already back) plus the orders still in the outbox that the ledger has
 // not stored, less the releases still in the outbox; each buyer's count
-// from the same. The order states follow the ledger too (and the
-// settlements still in the outbox, which the relay is delivering): every
-// unpaid order with a deadline gets its hash (made again if lost) and its
-// place in the due set back — an overdue one too, so that the first sweep
-// after the reopening releases it — and the orders the old Redis may hold
-// stale states of (surviving hashes, the due set's members, and every
-// order the ledger knows as settled, read page by page while the rebuild
-// writes: an order without a deadline is in neither the due set nor the
-// outbox) take the ledger's, so that nothing the ledger knows is paid or
-// released twice.
+// from the same, exactly: for every user the ledger knows (stock.Rebuild
+// sets the users of settled orders it does not name to 0) and every user
+// the old Redis's outbox and due set name. A count is lowered as well as
+// raised, which is safe only here: every edge is quiet or past the
+// in-flight bound and the pipeline drained, so each purchase that wrote a
+// count is stored or still in the outbox (the deduction writes both in one
+// script), and the sale is fenced, so no purchase or release moves a count
+// until the rebuild lifts the fence. The order states follow the ledger
+// too (and the settlements still in the outbox, which the relay is
+// delivering): every unpaid order with a deadline gets its hash (made
+// again if lost) and its place in the due set back — an overdue one too,
+// so that the first sweep after the reopening releases it — and the
+// orders the old Redis may hold stale states of (surviving hashes, the due
+// set's members, and every order the ledger knows as settled, read page by
+// page while the rebuild writes: an order without a deadline is in neither
+// the due set nor the outbox) take the ledger's, so that nothing the
+// ledger knows is paid or released twice.
 func (s *Service) plan(ctx context.Context, a *activity.Activity, meta stock.Sale, known bool) (stock.Rebuild, int64, error) {
 	p := a.ProductID
 	events, err := s.d.Store.OutboxEvents(ctx, p)
@@ -446,9 +454,7 @@ func (s *Service) plan(ctx context.Context, a *activity.Activity, meta stock.Sal
 		switch e.Type {
 		case order.TypeRelease:
 			held -= qty
-			if buyers[e.UserID] -= qty; buyers[e.UserID] <= 0 {
-				delete(buyers, e.UserID)
-			}
+			buyers[e.UserID] = max(0, buyers[e.UserID]-qty) // 0 stays named: the key goes
 			sale.Released += qty
 			if e.Expired() {
 				sale.Expired += qty
@@ -456,6 +462,18 @@ func (s *Service) plan(ctx context.Context, a *activity.Activity, meta stock.Sal
 		case order.TypePaid:
 			sale.Paid += qty
 		}
+	}
+	// Every user the old Redis names holds what the ledger says, 0 too.
+	name := func(user string) {
+		if _, named := buyers[user]; !named {
+			buyers[user] = 0
+		}
+	}
+	for _, e := range events {
+		name(e.UserID)
+	}
+	for _, d := range dueNow {
+		name(d.UserID)
 	}
 	if over := held - (sale.Initial + sale.Restocked); over > 0 {
 		// More is held than the sale's figures allow: restocks were lost

@@ -181,15 +181,17 @@ func testStaleSnapshotDeadlines(t *testing.T, kind string) {
 	if c := r.code(p, "paid", 1, limit); c != stock.LimitReached {
 		t.Errorf("paid buying again: %v", c)
 	}
-	// A count the old server holds above the ledger's is kept (the rebuild
-	// only raises counts): swept, released after the snapshot, stays at
-	// its limit in this sale. Its unit is back all the same.
-	if c := r.code(p, "swept", 1, limit); c != stock.LimitReached {
-		t.Errorf("swept buying again after its expiry: %v", c)
+	// The old server's counts take the ledger's: swept and cancelled,
+	// released after the snapshot, hold nothing and buy again; unsent's
+	// release is in the outbox, and it counts.
+	for _, u := range []string{"swept", "cancelled", "unsent"} {
+		if c := r.code(p, u, 1, limit); c != stock.OK {
+			t.Errorf("%s buying again after its release: %v", u, c)
+		}
 	}
 	sold := r.sellOut(p, 30, limit)
-	if sold != 20-4+1 {
-		t.Errorf("sold %d after the rebuild, want %d", sold, 20-4+1)
+	if sold != 20-4+1-3 {
+		t.Errorf("sold %d after the rebuild, want %d", sold, 20-4+1-3)
 	}
 	// unsent's release reaches the store through the relay in production;
 	// here the test sends it, then everything balances.
@@ -350,5 +352,189 @@ func testStaleSettledWithoutDeadline(t *testing.T, kind string) {
 	if info := r.info(p); info.Remaining != 10-2 || info.Released != 2 {
 		t.Fatalf("after the cancel of the unpaid order: %+v", info)
 	}
+	r.reconcileClean(p)
+}
+
+// Redis comes back from a snapshot taken before one order expired and two
+// were cancelled: the old server's buyer counts still hold their units. The
+// rebuild sets every count to what the ledger and the outbox say, lowered as
+// well as raised: the shoppers whose orders went back buy again, one who
+// holds a paid order cannot, and a purchase still in the outbox (deducted,
+// not stored) keeps counting.
+func TestStaleSnapshotLowersBuyerCounts(t *testing.T) {
+	for _, kind := range []string{"file", "clickhouse"} {
+		t.Run(kind, func(t *testing.T) { testStaleBuyerCounts(t, kind) })
+	}
+}
+
+func testStaleBuyerCounts(t *testing.T, kind string) {
+	ctx := context.Background()
+	srv := redistest.NewPersistent(t)
+	open := func() *stock.Store {
+		st, err := stock.Open(ctx, srv.Addr(), stock.Options{
+			Timeout: 10 * time.Second, QueueTimeout: 10 * time.Second, OrderTTL: edge.Sale.OrderTTL,
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { st.Close() })
+		return st
+	}
+	r := newRig(t, open(), openStoreKind(t, kind))
+	r.mark = true
+	r.startConsumer()
+	const p, limit = "bc", 2
+	r.acts = []*activity.Activity{newActivity(p, 20, limit)}
+	if err := r.apply(); err != nil {
+		t.Fatal(err)
+	}
+	// buy is the edge's purchase with a pay deadline: the script, then the
+	// event acknowledged; stored and marked success before it returns.
+	buy := func(user string, qty int, payIn time.Duration) stock.Attempt {
+		t.Helper()
+		a := newAttempt(p, user, qty, limit)
+		a.PayByMs = a.CreatedMs + payIn.Milliseconds()
+		out, err := r.st.Deduct(ctx, a)
+		if err != nil || out.Code != stock.OK {
+			t.Fatalf("deduct %s: %+v %v", user, out, err)
+		}
+		if err := r.pub.PublishAndAck(ctx, order.Event{V: order.Version, Type: order.TypeOrder, Order: a.Order}, out.OutboxID); err != nil {
+			t.Fatal(err)
+		}
+		await.Until(t, 30*time.Second, "stored and marked success", func() bool {
+			o, _, _ := r.st.OrderState(ctx, p, a.ID)
+			return o.State == stock.StateSuccess
+		})
+		return a
+	}
+	publish := func(set stock.Settlement) {
+		t.Helper()
+		if err := r.pub.PublishAndAck(ctx, set.Event(), set.OutboxID); err != nil {
+			t.Fatal(err)
+		}
+	}
+	bought := func(st *stock.Store, user string) int64 {
+		t.Helper()
+		n, err := st.Bought(ctx, p, user)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+
+	expired := buy("expired", 1, time.Second)
+	cancelled := buy("cancelled", 1, time.Hour)
+	paid := buy("paid", 2, time.Hour)
+	mixStored := buy("mix", 1, time.Hour)
+	// Deducted, never published (the edge died): their entries wait in the
+	// outbox, where the snapshot keeps them.
+	mixOutbox, code := r.deduct(p, "mix", 1, limit)
+	if code != stock.OK {
+		t.Fatalf("deduct mix: %v", code)
+	}
+	outboxed, code := r.deduct(p, "outboxed", 2, limit)
+	if code != stock.OK {
+		t.Fatalf("deduct outboxed: %v", code)
+	}
+	if err := srv.Save(); err != nil {
+		t.Fatal(err)
+	}
+
+	// After the snapshot: expired by the sweep, two cancelled, one paid;
+	// all published and stored.
+	await.Until(t, 30*time.Second, "the deadline swept", func() bool {
+		got, err := r.st.ExpireDue(ctx, p, 10)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, s := range got {
+			if s.Info.ID != expired.ID {
+				t.Fatalf("swept %+v", s)
+			}
+			publish(s)
+		}
+		return len(got) == 1
+	})
+	for _, a := range []stock.Attempt{cancelled, mixStored} {
+		set, err := r.st.Cancel(ctx, p, a.ID)
+		if err != nil || !set.Changed {
+			t.Fatalf("Cancel %s = %+v, %v", a.UserID, set, err)
+		}
+		publish(set)
+	}
+	set, err := r.st.Pay(ctx, p, paid.ID, "evt_bc", time.Minute)
+	if err != nil || set.Info.State != stock.StatePaid {
+		t.Fatalf("Pay = %+v, %v", set, err)
+	}
+	publish(set)
+	if err := r.drain(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for u, n := range map[string]int64{"expired": 0, "cancelled": 0, "mix": 1} {
+		if got := bought(r.st, u); got != n {
+			t.Fatalf("%s bought %d before the restart, want %d", u, got, n)
+		}
+	}
+
+	// Redis restarts from the snapshot: every count holds its old units.
+	r.stopConsumer()
+	srv.Stop()
+	srv.Start()
+	st2 := open()
+	r.useStock(st2)
+	r.startConsumer()
+	for u, n := range map[string]int64{"expired": 1, "cancelled": 1, "paid": 2, "mix": 2, "outboxed": 2} {
+		if got := bought(st2, u); got != n {
+			t.Fatalf("%s bought %d after the restart, want %d (the snapshot is not stale)", u, got, n)
+		}
+	}
+	// The first purchase on the stale server fences the sale; the edge
+	// rebuilds it.
+	if c := r.code(p, "expired", 1, limit); c != stock.Recovering {
+		t.Fatalf("a purchase on the stale server: %v", c)
+	}
+	if err := r.apply(); err != nil {
+		t.Fatal(err)
+	}
+	await.NoError(t, 30*time.Second, "reopened", func() error {
+		r.svc.Refresh(ctx, false)
+		if info, ok, err := st2.SaleInfo(ctx, p); err != nil || !ok || info.Fence != "" {
+			return fmt.Errorf("still closed: %+v %v %v", info, ok, err)
+		}
+		return nil
+	})
+
+	for u, n := range map[string]int64{"expired": 0, "cancelled": 0, "paid": 2, "mix": 1, "outboxed": 2} {
+		if got := bought(st2, u); got != n {
+			t.Errorf("%s bought %d after the rebuild, want %d", u, got, n)
+		}
+	}
+	// Held: paid 2, mix's and outboxed's purchases in the outbox 1 + 2.
+	if info := r.info(p); info.Remaining != 20-5 {
+		t.Fatalf("rebuilt as %+v", info)
+	}
+	for _, c := range []struct {
+		user string
+		qty  int
+		want stock.Code
+	}{
+		{"expired", limit, stock.OK},        // her only order expired
+		{"cancelled", limit, stock.OK},      // hers was cancelled
+		{"paid", 1, stock.LimitReached},     // she holds a paid order
+		{"outboxed", 1, stock.LimitReached}, // her purchase is on its way
+		{"mix", 2, stock.LimitReached},      // one cancelled, one on its way
+		{"mix", 1, stock.OK},
+	} {
+		if got := r.code(p, c.user, c.qty, limit); got != c.want {
+			t.Errorf("%s buying %d after the rebuild: %v, want %v", c.user, c.qty, got, c.want)
+		}
+	}
+	if info := r.info(p); info.Remaining != 20-5-5 {
+		t.Fatalf("after the purchases %+v", info)
+	}
+	// The outbox's purchases reach the store through the relay in
+	// production; here the test sends them, then everything balances.
+	r.publish(mixOutbox)
+	r.publish(outboxed)
 	r.reconcileClean(p)
 }

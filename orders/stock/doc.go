@@ -34,7 +34,9 @@
 //     from the order ledger with Store.Rebuild (package sale computes it):
 //     order states, then every buyer's count, then the stock key, each step
 //     a script guarded by the missing stock key, so no purchase ever sees
-//     the stock without the counts. The unpaid orders' deadlines go back
+//     the stock without the counts. A count is set to exactly what the
+//     ledger and the outbox say, lowered as well as raised: a snapshot
+//     holds the units of orders released after it (lua/set_buyers.lua). The unpaid orders' deadlines go back
 //     into the due set with their hashes (lua/fix_orders.lua), overdue ones
 //     too: the first sweep after the reopening releases them. Every hash
 //     that survived of an order the ledger knows as settled (paid,

@@ -25,17 +25,17 @@ import (
 var (
 	//go:embed lua/reschedule.lua
 	rescheduleLua string
-	//go:embed lua/restore_buyers.lua
-	restoreBuyersLua string
+	//go:embed lua/set_buyers.lua
+	setBuyersLua string
 	//go:embed lua/fix_orders.lua
 	fixOrdersLua string
 	//go:embed lua/reopen.lua
 	reopenLua string
 
-	rescheduleScript    = rueidis.NewLuaScript(rescheduleLua)
-	restoreBuyersScript = rueidis.NewLuaScript(restoreBuyersLua)
-	fixOrdersScript     = rueidis.NewLuaScript(fixOrdersLua)
-	reopenScript        = rueidis.NewLuaScript(reopenLua)
+	rescheduleScript = rueidis.NewLuaScript(rescheduleLua)
+	setBuyersScript  = rueidis.NewLuaScript(setBuyersLua)
+	fixOrdersScript  = rueidis.NewLuaScript(fixOrdersLua)
+	reopenScript     = rueidis.NewLuaScript(reopenLua)
 )
 
 // rebuildChunk bounds the keys of one rebuild script call: a script blocks
@@ -165,8 +165,13 @@ type Rebuild struct {
 	// Fence is the fence the rebuild lifts (see Fence): every write is
 	// guarded by it.
 	Fence string
-	// Buyers is the units each user holds: their stored orders plus their
-	// orders still on the way (outbox).
+	// Buyers is the units each user holds: their stored orders (unpaid and
+	// paid) plus their orders still on the way (outbox), less the releases
+	// still on the way. Every user it names gets exactly that count, raised
+	// or lowered (0: the key goes), and so does every user of a Settled
+	// order it does not name (0): a Redis back from an old snapshot holds
+	// the units of orders released since in its counts, and an edge would
+	// refuse such a shopper at her limit although she holds nothing.
 	Buyers map[string]int64
 	// Orders are the orders whose hash the rebuild writes: each takes the
 	// ledger's state (State, PaidMs, ClosedMs, PayByMs) if it survived, and
@@ -208,8 +213,12 @@ type Reopened struct {
 //     take their ledger state, then r.Orders' hashes theirs, lost ones
 //     made again, and the unpaid orders' deadlines go back into the due
 //     set (lua/fix_orders.lua, in chunks);
-//  2. every buyer's count is raised to what the ledger says, with the TTL
-//     the deduction gives it (lua/restore_buyers.lua, in chunks);
+//  2. every buyer's count is set to what the ledger says (r.Buyers, and 0
+//     for the users of settled orders it does not name), raised or
+//     lowered, with the TTL the deduction gives it (lua/set_buyers.lua, in
+//     chunks): the sale is fenced, so no purchase or release moves a count
+//     meanwhile, and the ledger and the outbox hold every purchase that
+//     wrote one;
 //  3. the stock is lowered to the ledger's (or created), the meta's figures
 //     raised, the server's run id recorded and the fence lifted
 //     (lua/reopen.lua).
@@ -241,7 +250,9 @@ func (s *Store) Rebuild(ctx context.Context, r Rebuild) (res Reopened, reopened 
 
 	// 1. Order states and deadlines: the ledger's settled orders first,
 	// every surviving hash of them whatever its age (a hash made again by
-	// an earlier rebuild may outlive its order's OrderTTL).
+	// an earlier rebuild may outlive its order's OrderTTL). Their users
+	// that Buyers does not name hold nothing: step 2 sets them to 0.
+	holdNothing := map[string]bool{}
 	for after := int64(0); r.Settled != nil; {
 		page, err := r.Settled(ctx, after)
 		if err != nil {
@@ -258,6 +269,9 @@ func (s *Store) Rebuild(ctx context.Context, r Rebuild) (res Reopened, reopened 
 				return res, false, fmt.Errorf("%w: rebuild %s: settled order %+v after %d", ErrInvalid, p, o, after)
 			}
 			after = o.ID
+			if _, named := r.Buyers[o.UserID]; !named {
+				holdNothing[o.UserID] = true
+			}
 		}
 		if lifted, err := s.fixOrders(ctx, r.Fence, p, page, true); err != nil || lifted {
 			return res, false, wrapRebuild(p, "settled order states", err)
@@ -280,13 +294,14 @@ func (s *Store) Rebuild(ctx context.Context, r Rebuild) (res Reopened, reopened 
 		return res, false, wrapRebuild(p, "order states", err)
 	}
 
-	// 2. Buyers.
+	// 2. Buyers, exactly.
 	expireAt := i64(max(sale.EndMs, now) + s.opts.BuyerGrace.Milliseconds())
-	users := make([]string, 0, len(r.Buyers))
-	for u, n := range r.Buyers {
-		if n > 0 {
-			users = append(users, u)
-		}
+	users := make([]string, 0, len(r.Buyers)+len(holdNothing))
+	for u := range r.Buyers {
+		users = append(users, u)
+	}
+	for u := range holdNothing {
+		users = append(users, u)
 	}
 	sort.Strings(users)
 	for lo := 0; lo < len(users); lo += rebuildChunk {
@@ -296,7 +311,7 @@ func (s *Store) Rebuild(ctx context.Context, r Rebuild) (res Reopened, reopened 
 			keys = append(keys, BuyerKey(p, u))
 			args = append(args, i64(r.Buyers[u]))
 		}
-		if lifted, err := s.guarded(ctx, restoreBuyersScript, keys, args); err != nil || lifted {
+		if lifted, err := s.guarded(ctx, setBuyersScript, keys, args); err != nil || lifted {
 			return res, false, wrapRebuild(p, "buyers", err)
 		}
 	}

@@ -9,7 +9,7 @@
 -- correct hashes that exist; a settle call on one that is gone finds no
 -- order and releases nothing. Every unpaid order with a deadline enters the
 -- due set again (also an overdue one: the first sweep after the reopening
--- releases it); a settled one leaves it. Guarded like restore_buyers.lua:
+-- releases it); a settled one leaves it. Guarded like set_buyers.lua:
 -- the settle script refuses while the sale is fenced, so no settlement can
 -- race this.
 --
