@@ -22,6 +22,7 @@ var notSecret = map[string]string{
 	"listen.tls.certificates.key_file": "the path of a server key's PEM file; the file is the secret, the path is not",
 	"kafka.tls.key_file":               "the path of the Kafka client key's PEM file; the file is the secret, the path is not",
 	"clickhouse.tls.key_file":          "the path of the ClickHouse client key's PEM file; the file is the secret, the path is not",
+	"upstreams.routes.cache.key":       "the parts of a request a route's cache key is made of (method, path, header names); no value of a request",
 }
 
 // configField is one string-holding field of conf.Config, at a YAML path
