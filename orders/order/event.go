@@ -245,6 +245,34 @@ var foldedNames = map[string]int{
 // case-insensitively, every rune folded to upper(lower(r)) — so that the
 // Kelvin sign matches k and the long s matches s, as there.
 func fieldOf(key []byte) int {
+	switch string(key) { // the names as Encode writes them: no folding
+	case "v":
+		return fV
+	case "type":
+		return fType
+	case "orderId":
+		return fOrderID
+	case "productId":
+		return fProductID
+	case "userId":
+		return fUserID
+	case "quantity":
+		return fQty
+	case "priceCents":
+		return fPriceCents
+	case "createdMs":
+		return fCreatedMs
+	case "edge":
+		return fEdge
+	case "payByMs":
+		return fPayByMs
+	case "releasedMs":
+		return fReleasedMs
+	case "reason":
+		return fReason
+	case "paidMs":
+		return fPaidMs
+	}
 	var arr [16]byte
 	folded := arr[:0]
 	for i := 0; i < len(key); {

@@ -227,12 +227,20 @@ func FuzzDecodeMatchesJSON(f *testing.F) {
 	f.Fuzz(agree)
 }
 
+// BenchmarkDecode: Decode against the encoding/json decoding it replaced.
 func BenchmarkDecode(b *testing.B) {
 	in := []byte(decodeSeeds[0])
-	b.ReportAllocs()
-	for b.Loop() {
-		if _, err := Decode(in); err != nil {
-			b.Fatal(err)
-		}
+	for _, bc := range []struct {
+		name   string
+		decode func([]byte) (Event, error)
+	}{{"hand", Decode}, {"encoding-json", decodeJSON}} {
+		b.Run(bc.name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := bc.decode(in); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
 	}
 }
