@@ -31,6 +31,16 @@ func (discardStore) Insert(context.Context, []orderstore.Row) error { return nil
 // It needs -benchtime Nx with N of at least two batches.
 //
 //	go test -run '^$' -bench ConsumerCPU -benchtime 30000x -count 6 ./orders/consumer/
+//
+// Measured here (2 cores shared with other work; medians of 6 alternating
+// runs), before and after order.Decode stopped using encoding/json:
+//
+//	nop   cpu 4.9 -> 2.6 µs/order  allocs 17.2 -> 7.3/order
+//	file  cpu 8.4 -> 5.2 µs/order  allocs 18.2 -> 8.2/order
+//
+// Of what is left, kafka-go's Reader costs ~1.1 µs per message fetched and
+// committed (one message at a time through a channel, key and value
+// copied); franz-go's kgo client took ~0.4 µs on the same backlog.
 func BenchmarkConsumerCPU(b *testing.B) {
 	for _, store := range []string{"nop", "file"} {
 		b.Run(store, func(b *testing.B) {
