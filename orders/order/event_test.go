@@ -1,7 +1,12 @@
 package order
 
 import (
+	"encoding/json"
 	"errors"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"strings"
 	"testing"
 )
 
@@ -108,4 +113,136 @@ func FuzzDecode(f *testing.F) {
 			t.Fatal("decoded an invalid event")
 		}
 	})
+}
+
+// decodeJSON is Decode as it was written with encoding/json: the reference
+// the hand-written decoder must agree with.
+func decodeJSON(b []byte) (Event, error) {
+	var e Event
+	if err := json.Unmarshal(b, &e); err != nil {
+		return Event{}, fmt.Errorf("%w: %v", ErrMalformed, err)
+	}
+	if err := e.Validate(); err != nil {
+		return Event{}, err
+	}
+	return e, nil
+}
+
+// decodeSeeds are valid events and the corners of encoding/json's rules
+// that an event may hit: folded keys, escapes, repeated keys, null, unknown
+// keys with nested values, ",string" contents, numbers, depth.
+var decodeSeeds = []string{
+	`{"v":1,"type":"order","orderId":"120850008860790784","productId":"p1","userId":"alice","quantity":1,"priceCents":9900,"createdMs":1796038487397,"edge":1}`,
+	`{"v":1,"type":"release","orderId":"120850008860790784","productId":"p1","userId":"alice","quantity":1,"priceCents":9900,"createdMs":1796038487397,"edge":1,"payByMs":1796038488397,"releasedMs":1796038490000,"reason":"expired"}`,
+	`{"v":1,"type":"paid","orderId":"120850008860790784","productId":"p1","userId":"alice","quantity":1,"priceCents":9900,"createdMs":1796038487397,"edge":1,"payByMs":1796038488397,"paidMs":1796038488000}`,
+	` {"V":1,"TYPE":"order","ORDERID":"7","productid":"p","UserId":"u","quantity":1,"createdMs":1} ` + "\n",
+	"{\"v\":1,\"type\":\"order\",\"orderId\":\"7\",\"productId\":\"p\",\"userId\":\"u\",\"quantity\":1,\"createdM\u017f\":1,\"edge\":0,\"\u212aey\":2}",
+	"{\"v\":1,\"type\":\"order\",\"orderId\":\"7\",\"productId\":\"p\",\"userId\":\"u\",\"quantity\":1,\"createdMs\":1,\"\u0130\":1,\"\u0131\":1}",
+	`{"\u0076":1,"type":"\u006frder","orderId":"\u0037","productId":"p\/q","userId":"u\ud83d\ude00","quantity":1,"createdMs":1}`,
+	`{"v":1,"type":"order","orderId":"7","productId":"p","userId":"\ud800x","quantity":1,"createdMs":1}`,
+	`{"v":1,"v":null,"type":"order","type":null,"orderId":null,"orderId":"7","orderId":"null","productId":"p","userId":"u","quantity":2,"quantity":1,"createdMs":1}`,
+	`{"v":1,"type":"order","orderId":"07","productId":"p","userId":"u","quantity":1,"createdMs":1}`,
+	`{"v":1,"type":"order","orderId":"-0","productId":"p","userId":"u","quantity":1,"createdMs":1}`,
+	`{"v":1,"type":"order","orderId":"+7","productId":"p","userId":"u","quantity":1,"createdMs":1}`,
+	`{"v":1,"type":"order","orderId":"7e0","productId":"p","userId":"u","quantity":1,"createdMs":1}`,
+	`{"v":1,"type":"order","orderId":"","productId":"p","userId":"u","quantity":1,"createdMs":1}`,
+	`{"v":1,"type":"order","orderId":"true","productId":"p","userId":"u","quantity":1,"createdMs":1}`,
+	`{"v":1,"type":"order","orderId":"9223372036854775808","productId":"p","userId":"u","quantity":1,"createdMs":1}`,
+	`{"v":1.0,"type":"order","orderId":"7","productId":"p","userId":"u","quantity":1,"createdMs":1}`,
+	`{"v":1,"type":"order","orderId":"7","productId":"p","userId":"u","quantity":1e0,"createdMs":1}`,
+	`{"v":-0,"type":"order","orderId":"7","productId":"p","userId":"u","quantity":1,"createdMs":1}`,
+	`{"v":1,"type":"order","orderId":"7","productId":"p","userId":"u","quantity":"1","createdMs":1}`,
+	`{"v":1,"type":"order","orderId":"7","productId":1,"userId":"u","quantity":1,"createdMs":1}`,
+	`{"v":1,"type":"order","orderId":"7","productId":"p","userId":"u","quantity":1,"createdMs":1,"x":{"a":[1,2.5e-3,true,false,null,"s",{}],"b":[]},"y":[[]]}`,
+	`{"v":1,"type":"order","orderId":"7","productId":"p","userId":"u","quantity":1,"createdMs":1,"edge":{}}`,
+	`{"v":1,"type":"order","orderId":"7","productId":"p","userId":"u","quantity":1,"createdMs":1}x`,
+	`{"v":1,"type":"order","orderId":"7","productId":"p","userId":"u","quantity":1,"createdMs":1,}`,
+	`{"v":1,"type":"order","orderId":"7","productId":"p","userId":"u","quantity":1,"createdMs":01}`,
+	`{"v":1,"type":"order","orderId":"7","productId":"p","userId":"u","quantity":1,"createdMs":1,"x":"\x"}`,
+	"{\"v\":1,\"type\":\"order\",\"orderId\":\"7\",\"productId\":\"p\",\"userId\":\"u\xff\",\"quantity\":1,\"createdMs\":1}",
+	"{\"v\":1,\"type\":\"order\",\"orderId\":\"7\",\"productId\":\"p\",\"userId\":\"u\",\"quantity\":1,\"createdMs\":1,\"x\":\"\t\"}",
+	`null`, `[]`, `"x"`, `{}`, ``, `{"v":1`,
+	`{"v":1,"type":"order","orderId":"7","productId":"p","userId":"u","quantity":1,"createdMs":1,"x":` + strings.Repeat("[", 9999) + strings.Repeat("]", 9999) + `}`,
+	`{"v":1,"type":"order","orderId":"7","productId":"p","userId":"u","quantity":1,"createdMs":1,"x":` + strings.Repeat("[", 10000) + strings.Repeat("]", 10000) + `}`,
+}
+
+// agree fails t if Decode and encoding/json disagree on b: both must
+// refuse it (Decode with ErrMalformed) or both take the same event.
+func agree(t *testing.T, b []byte) {
+	t.Helper()
+	got, err := Decode(b)
+	want, wantErr := decodeJSON(b)
+	switch {
+	case (err == nil) != (wantErr == nil):
+		t.Fatalf("Decode(%q): err %v, encoding/json: %v", b, err, wantErr)
+	case err != nil && !errors.Is(err, ErrMalformed):
+		t.Fatalf("Decode(%q): %v does not wrap ErrMalformed", b, err)
+	case got != want:
+		t.Fatalf("Decode(%q) = %+v, encoding/json: %+v", b, got, want)
+	}
+}
+
+// TestDecodeMatchesJSON holds Decode to encoding/json on the seeds and on
+// random mutations of them (FuzzDecodeMatchesJSON searches further).
+func TestDecodeMatchesJSON(t *testing.T) {
+	taken := 0
+	for _, s := range decodeSeeds {
+		agree(t, []byte(s))
+		if _, err := Decode([]byte(s)); err == nil {
+			taken++
+		}
+	}
+	if taken < 8 {
+		t.Fatalf("only %d seeds decode: the seeds no longer cover valid events", taken)
+	}
+	pieces := []string{`"`, `\`, `\u`, `{`, `}`, `[`, `]`, `,`, `:`, `null`, `-`, `0`, `9`, `e`, `.`, ` `, "\xff", "\u212a", `"v":`, `"orderId":"1"`, `"x":{}`}
+	rng := rand.New(rand.NewPCG(1, 2))
+	for range 30000 {
+		b := []byte(decodeSeeds[rng.IntN(len(decodeSeeds)-2)])
+		for range 1 + rng.IntN(3) {
+			i := rng.IntN(len(b) + 1)
+			switch rng.IntN(4) {
+			case 0: // insert a token
+				b = slices.Insert(b, i, []byte(pieces[rng.IntN(len(pieces))])...)
+			case 1: // delete a span
+				b = slices.Delete(b, i, min(len(b), i+1+rng.IntN(4)))
+			case 2: // flip a byte
+				if i < len(b) {
+					b[i] = byte(rng.IntN(256))
+				}
+			case 3: // change a digit
+				if i < len(b) && b[i] >= '0' && b[i] <= '9' {
+					b[i] = byte('0' + rng.IntN(10))
+				}
+			}
+		}
+		agree(t, b)
+	}
+}
+
+func FuzzDecodeMatchesJSON(f *testing.F) {
+	for _, s := range decodeSeeds {
+		if len(s) < 1000 { // the depth seeds would slow every mutation; the test has them
+			f.Add([]byte(s))
+		}
+	}
+	f.Fuzz(agree)
+}
+
+// BenchmarkDecode: Decode against the encoding/json decoding it replaced.
+func BenchmarkDecode(b *testing.B) {
+	in := []byte(decodeSeeds[0])
+	for _, bc := range []struct {
+		name   string
+		decode func([]byte) (Event, error)
+	}{{"hand", Decode}, {"encoding-json", decodeJSON}} {
+		b.Run(bc.name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := bc.decode(in); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
 }
