@@ -257,6 +257,12 @@ func testStaleSettledWithoutDeadline(t *testing.T, kind string) {
 	} else if err := r.pub.PublishAndAck(ctx, order.Event{V: order.Version, Type: order.TypeOrder, Order: unstored.Order}, out.OutboxID); err != nil {
 		t.Fatal(err)
 	}
+	// PublishAndAck removes the outbox entry in the background: the
+	// snapshot must not hold it (this order is "published, not stored").
+	await.Until(t, 10*time.Second, "the order's outbox entry acknowledged", func() bool {
+		evs, err := r.st.OutboxEvents(ctx, p)
+		return err == nil && len(evs) == 0
+	})
 	if err := srv.Save(); err != nil {
 		t.Fatal(err)
 	}
