@@ -34,7 +34,7 @@ var (
 
 	rescheduleScript = rueidis.NewLuaScript(rescheduleLua)
 	setBuyersScript  = rueidis.NewLuaScript(setBuyersLua)
-	fixOrdersScript  = rueidis.NewLuaScript(fixOrdersLua)
+	fixOrdersScript  = rueidis.NewLuaScript(orderFnLua + fixOrdersLua)
 	reopenScript     = rueidis.NewLuaScript(reopenLua)
 )
 
@@ -146,10 +146,17 @@ func (s *Store) SurvivingOrders(ctx context.Context, productID string) (map[int6
 			continue
 		}
 		id, err := strconv.ParseInt(k[len(pre):], 10, 64)
-		if err != nil || s.mini.Type(k) != "hash" {
+		if err != nil {
 			continue
 		}
-		out[id] = s.mini.HGet(k, "state")
+		switch s.mini.Type(k) {
+		case "string": // this version's layout
+			if v, err := s.mini.Get(k); err == nil && stateOfValue(v) != "" {
+				out[id] = stateOfValue(v)
+			}
+		case "hash": // an older version's
+			out[id] = s.mini.HGet(k, "state")
+		}
 	}
 	return out, nil
 }
@@ -356,7 +363,7 @@ func (s *Store) fixOrders(ctx context.Context, fence, p string, orders []OrderIn
 		keys := make([]string, 0, 2+len(chunk))
 		args := make([]string, 0, 3+10*len(chunk))
 		keys = append(keys, metaKey, due)
-		args = append(args, fence, i64(s.opts.OrderTTL.Milliseconds()), mode)
+		args = append(args, fence, i64(s.opts.OrderTTL.Milliseconds()), mode, s.layoutArg)
 		for _, o := range chunk {
 			keys = append(keys, OrderKey(p, o.ID))
 			args = append(args, i64(o.ID), o.State, o.UserID, strconv.Itoa(o.Qty), i64(o.PriceCents),
@@ -419,8 +426,9 @@ func (s *Store) DueOrders(ctx context.Context, productID string) ([]Deadline, er
 	return out, nil
 }
 
-// Orders reads the order hashes of the given ids (HGETALLs pipelined, in
-// chunks); ids without a hash are absent from the map.
+// Orders reads the orders of the given ids, in either layout (GETs
+// pipelined, in chunks, and HGETALLs of the hashes among them); ids
+// without an order are absent from the map.
 func (s *Store) Orders(ctx context.Context, productID string, ids []int64) (map[int64]OrderInfo, error) {
 	if err := checkProduct(productID); err != nil {
 		return nil, err
@@ -430,10 +438,34 @@ func (s *Store) Orders(ctx context.Context, productID string, ids []int64) (map[
 		chunk := ids[lo:min(lo+rebuildChunk, len(ids))]
 		cmds := make(rueidis.Commands, len(chunk))
 		for i, id := range chunk {
-			cmds[i] = s.c.B().Hgetall().Key(OrderKey(productID, id)).Build()
+			cmds[i] = s.c.B().Get().Key(OrderKey(productID, id)).Build()
 		}
 		cctx, cancel := s.call(ctx)
 		res := s.c.DoMulti(cctx, cmds...)
+		cancel()
+		var hashes []int64
+		for i, r := range res {
+			v, err := r.ToString()
+			switch {
+			case err == nil:
+				if o, ok := parseOrderValue(productID, chunk[i], v); ok {
+					out[chunk[i]] = o
+				}
+			case isWrongType(err):
+				hashes = append(hashes, chunk[i])
+			case !rueidis.IsRedisNil(err):
+				return nil, fmt.Errorf("stock: orders %s: %w", productID, err)
+			}
+		}
+		if len(hashes) == 0 {
+			continue
+		}
+		cmds = cmds[:0]
+		for _, id := range hashes {
+			cmds = append(cmds, s.c.B().Hgetall().Key(OrderKey(productID, id)).Build())
+		}
+		cctx, cancel = s.call(ctx)
+		res = s.c.DoMulti(cctx, cmds...)
 		cancel()
 		for i, r := range res {
 			m, err := r.AsStrMap()
@@ -441,7 +473,7 @@ func (s *Store) Orders(ctx context.Context, productID string, ids []int64) (map[
 				return nil, fmt.Errorf("stock: orders %s: %w", productID, err)
 			}
 			if len(m) > 0 {
-				out[chunk[i]] = orderInfo(productID, chunk[i], m)
+				out[hashes[i]] = orderInfo(productID, hashes[i], m)
 			}
 		}
 	}
