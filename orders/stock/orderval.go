@@ -3,6 +3,7 @@ package stock
 import (
 	"context"
 	_ "embed"
+	"fmt"
 	"strconv"
 	"strings"
 
@@ -116,4 +117,61 @@ func layoutArg(hashes bool) string {
 		return "h"
 	}
 	return "s"
+}
+
+// ReadOrders reads the orders of one product with the given ids, in either
+// layout, over a client of the caller's (for tests and tools that read
+// Redis beside a Store): one pipeline of GETs, and one of HGETALLs for the
+// orders among them that are hashes. Ids without an order are absent from
+// the map.
+func ReadOrders(ctx context.Context, c rueidis.Client, productID string, ids []int64) (map[int64]OrderInfo, error) {
+	if err := checkProduct(productID); err != nil {
+		return nil, err
+	}
+	out := make(map[int64]OrderInfo, len(ids))
+	if err := readOrders(ctx, c, productID, ids, out); err != nil {
+		return nil, fmt.Errorf("stock: orders %s: %w", productID, err)
+	}
+	return out, nil
+}
+
+func readOrders(ctx context.Context, c rueidis.Client, productID string, ids []int64, out map[int64]OrderInfo) error {
+	if len(ids) == 0 {
+		return nil
+	}
+	cmds := make(rueidis.Commands, len(ids))
+	for i, id := range ids {
+		cmds[i] = c.B().Get().Key(OrderKey(productID, id)).Build()
+	}
+	var hashes []int64
+	for i, r := range c.DoMulti(ctx, cmds...) {
+		v, err := r.ToString()
+		switch {
+		case err == nil:
+			if o, ok := parseOrderValue(productID, ids[i], v); ok {
+				out[ids[i]] = o
+			}
+		case isWrongType(err):
+			hashes = append(hashes, ids[i])
+		case !rueidis.IsRedisNil(err):
+			return err
+		}
+	}
+	if len(hashes) == 0 {
+		return nil
+	}
+	cmds = cmds[:0]
+	for _, id := range hashes {
+		cmds = append(cmds, c.B().Hgetall().Key(OrderKey(productID, id)).Build())
+	}
+	for i, r := range c.DoMulti(ctx, cmds...) {
+		m, err := r.AsStrMap()
+		if err != nil {
+			return err
+		}
+		if len(m) > 0 {
+			out[hashes[i]] = orderInfo(productID, hashes[i], m)
+		}
+	}
+	return nil
 }

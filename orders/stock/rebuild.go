@@ -426,55 +426,19 @@ func (s *Store) DueOrders(ctx context.Context, productID string) ([]Deadline, er
 	return out, nil
 }
 
-// Orders reads the orders of the given ids, in either layout (GETs
-// pipelined, in chunks, and HGETALLs of the hashes among them); ids
-// without an order are absent from the map.
+// Orders reads the orders of the given ids, in either layout, in chunks
+// (ReadOrders); ids without an order are absent from the map.
 func (s *Store) Orders(ctx context.Context, productID string, ids []int64) (map[int64]OrderInfo, error) {
 	if err := checkProduct(productID); err != nil {
 		return nil, err
 	}
 	out := make(map[int64]OrderInfo, len(ids))
 	for lo := 0; lo < len(ids); lo += rebuildChunk {
-		chunk := ids[lo:min(lo+rebuildChunk, len(ids))]
-		cmds := make(rueidis.Commands, len(chunk))
-		for i, id := range chunk {
-			cmds[i] = s.c.B().Get().Key(OrderKey(productID, id)).Build()
-		}
 		cctx, cancel := s.call(ctx)
-		res := s.c.DoMulti(cctx, cmds...)
+		err := readOrders(cctx, s.c, productID, ids[lo:min(lo+rebuildChunk, len(ids))], out)
 		cancel()
-		var hashes []int64
-		for i, r := range res {
-			v, err := r.ToString()
-			switch {
-			case err == nil:
-				if o, ok := parseOrderValue(productID, chunk[i], v); ok {
-					out[chunk[i]] = o
-				}
-			case isWrongType(err):
-				hashes = append(hashes, chunk[i])
-			case !rueidis.IsRedisNil(err):
-				return nil, fmt.Errorf("stock: orders %s: %w", productID, err)
-			}
-		}
-		if len(hashes) == 0 {
-			continue
-		}
-		cmds = cmds[:0]
-		for _, id := range hashes {
-			cmds = append(cmds, s.c.B().Hgetall().Key(OrderKey(productID, id)).Build())
-		}
-		cctx, cancel = s.call(ctx)
-		res = s.c.DoMulti(cctx, cmds...)
-		cancel()
-		for i, r := range res {
-			m, err := r.AsStrMap()
-			if err != nil {
-				return nil, fmt.Errorf("stock: orders %s: %w", productID, err)
-			}
-			if len(m) > 0 {
-				out[hashes[i]] = orderInfo(productID, hashes[i], m)
-			}
+		if err != nil {
+			return nil, fmt.Errorf("stock: orders %s: %w", productID, err)
 		}
 	}
 	return out, nil
