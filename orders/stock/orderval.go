@@ -75,6 +75,13 @@ func parseOrderValue(productID string, orderID int64, v string) (o OrderInfo, ok
 	return o, order.ValidUserID(o.UserID) && rest == ""
 }
 
+// ParseOrder reads the value of a string order (a GET of OrderKey), for
+// tools that read Redis with a client of their own; ok is false when v is
+// not one (an older edge's order is a hash: the GET answers WRONGTYPE).
+func ParseOrder(productID string, orderID int64, v string) (OrderInfo, bool) {
+	return parseOrderValue(productID, orderID, v)
+}
+
 // userOfValue is the buyer of a string order.
 func userOfValue(v string) string {
 	if stateOfValue(v) == "" {
