@@ -1158,7 +1158,7 @@ func (c *comparer) redisBenchmark() (Sample, float64, error) {
 		n = 200000
 	}
 	keys := []string{"sk:{b}:stock", "sk:{b}:outbox", "sk:{b}:meta", "sk:{b}:u:__rand_int__", "sk:{b}:o:__rand_int__", "sk:{b}:t:__rand_int__"}
-	argv := []string{"b", "604800000", "604800000", "1", "user__rand_int__", "1", "1000000", "__rand_int__", "1999", "1700000000000", "600000", "1"}
+	argv := []string{"b", "604800000", "604800000", "1", "user__rand_int__", "1", "1000000", "__rand_int__", "1999", "1700000000000", "600000", "1", "0"}
 	args := []string{"-h", host, "-p", port, "-n", strconv.Itoa(n), "-c", strconv.Itoa(c.f.rbClients), "-r", "100000000", "-q",
 		"EVALSHA", c.sha, "6"}
 	args = append(append(args, keys...), argv...)

@@ -37,7 +37,7 @@ import (
 //     overdue: the cost is N over the time from the first release to the
 //     last (releases/s).
 //
-// Both read the orders' hashes in Redis through orders/stock's key names,
+// Both read the orders in Redis through orders/stock's key names and parser,
 // like the failover scenario; the edge itself is only driven over HTTP.
 
 // deadlineFlags are `bench deadlines`'s flags.
@@ -431,28 +431,44 @@ func jsonField(b []byte, key string) string {
 // still unpaid.
 func deadlineStates(rc *redisConn, product string, ids []int64) (closed []int64, late []float64, unreleased int, err error) {
 	for _, id := range ids {
-		v, err := rc.Do("HMGET", stock.OrderKey(product, id), "state", "payby", "closed")
+		o, err := readOrder(rc, product, id)
 		if err != nil {
 			return nil, nil, 0, err
 		}
-		f, _ := v.([]any)
-		if len(f) != 3 {
-			return nil, nil, 0, fmt.Errorf("HMGET order %d: %v", id, v)
-		}
-		state, _ := f[0].(string)
-		if state != stock.StateExpired {
+		if o.State != stock.StateExpired {
 			unreleased++
 			continue
 		}
-		payBy, _ := strconv.ParseInt(str(f[1]), 10, 64)
-		at, _ := strconv.ParseInt(str(f[2]), 10, 64)
-		closed = append(closed, at)
-		late = append(late, float64(at-payBy))
+		closed = append(closed, o.ClosedMs)
+		late = append(late, float64(o.ClosedMs-o.PayByMs))
 	}
 	return closed, late, unreleased, nil
 }
 
 func str(v any) string { s, _ := v.(string); return s }
+
+// readOrder reads an order in either of orders/stock's layouts: the string
+// (GET), or an older edge's hash (the GET answers WRONGTYPE).
+func readOrder(rc *redisConn, product string, id int64) (stock.OrderInfo, error) {
+	key := stock.OrderKey(product, id)
+	v, err := rc.Do("GET", key)
+	if err != nil && strings.Contains(err.Error(), "WRONGTYPE") {
+		v, err = rc.Do("HMGET", key, "state", "payby", "closed")
+		f, _ := v.([]any)
+		if err != nil || len(f) != 3 {
+			return stock.OrderInfo{}, fmt.Errorf("HMGET order %d: %v %v", id, v, err)
+		}
+		o := stock.OrderInfo{State: str(f[0])}
+		o.PayByMs, _ = strconv.ParseInt(str(f[1]), 10, 64)
+		o.ClosedMs, _ = strconv.ParseInt(str(f[2]), 10, 64)
+		return o, nil
+	}
+	if err != nil {
+		return stock.OrderInfo{}, fmt.Errorf("GET order %d: %w", id, err)
+	}
+	o, _ := stock.ParseOrder(product, id, str(v)) // nil: no such order, State ""
+	return o, nil
+}
 
 // pollUntil calls f every 100 ms until it reports done, fails, or within
 // passes.

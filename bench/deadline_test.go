@@ -2,6 +2,9 @@ package main
 
 import (
 	"testing"
+
+	"flashgate/internal/redistest"
+	"flashgate/orders/stock"
 )
 
 // TestSummarizeDeadlines: the sweep's span counts both ends' milliseconds,
@@ -31,6 +34,31 @@ func TestSummarizeDeadlines(t *testing.T) {
 	}
 	if _, late, n, err := deadlineStates(nil, "p", nil); late != nil || n != 0 || err != nil {
 		t.Errorf("no orders: %v %d %v", late, n, err)
+	}
+}
+
+// TestDeadlineStatesReadsBothLayouts: an expired order written as a string
+// (this version) and one written as a hash (an older edge's) both count,
+// with their lateness; an unpaid one and a missing one count as unreleased.
+func TestDeadlineStatesReadsBothLayouts(t *testing.T) {
+	srv := redistest.New(t)
+	rc, err := dialRedis(srv.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rc.Close()
+	for _, cmd := range [][]string{
+		{"SET", stock.OrderKey("p", 1), "E:alice:1:1999:1000:1:5000:0:5040"},
+		{"HSET", stock.OrderKey("p", 2), "state", "expired", "user", "bob", "payby", "6000", "closed", "6010"},
+		{"SET", stock.OrderKey("p", 3), "s:carol:1:1999:1000:1:9000"},
+	} {
+		if _, err := rc.Do(cmd...); err != nil {
+			t.Fatal(err)
+		}
+	}
+	closed, late, unreleased, err := deadlineStates(rc, "p", []int64{1, 2, 3, 4})
+	if err != nil || len(closed) != 2 || closed[0] != 5040 || closed[1] != 6010 || late[0] != 40 || late[1] != 10 || unreleased != 2 {
+		t.Fatalf("deadlineStates = %v %v %d %v", closed, late, unreleased, err)
 	}
 }
 

@@ -61,6 +61,11 @@ type SaleConfig struct {
 	MaxBody int `yaml:"max_body"`
 	// OrderTTL is how long order states stay in Redis for result polls.
 	OrderTTL time.Duration `yaml:"order_ttl"`
+	// OrderHashes writes new orders in Redis as hashes, the layout of the
+	// versions before the string one: set it while edges of such a version
+	// still run beside this one (they cannot read a string order), unset it
+	// once none does. This version reads both layouts either way.
+	OrderHashes bool `yaml:"order_hashes"`
 	// RefreshInterval is how often the edge re-reads sales and stock from
 	// Redis (sold-out flags are also pushed; this is the safety net).
 	RefreshInterval time.Duration `yaml:"refresh_interval"`

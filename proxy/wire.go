@@ -202,6 +202,7 @@ func openStock(ctx context.Context, cfg *conf.Config, log *slog.Logger, embedded
 		QueueTimeout:  rc.QueueTimeout,
 		MaxFlushDelay: rc.MaxFlushDelay,
 		OrderTTL:      cfg.Sale.OrderTTL,
+		OrderHashes:   cfg.Sale.OrderHashes,
 		DataDir:       dataDir,
 		Username:      username,
 		Password:      password,

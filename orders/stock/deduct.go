@@ -456,6 +456,7 @@ func (b *batch) build(p *product, s *Store) {
 		b.keys = append(b.keys, b.s(sp[0]), b.s(sp[1]), b.s(sp[2]))
 		b.args = append(b.args, b.s(sp[3]), b.s(sp[4]), b.s(sp[5]), b.s(sp[6]), b.s(sp[7]), b.s(sp[8]), b.s(sp[9]), b.s(sp[10]), b.s(sp[11]))
 	}
+	b.args = append(b.args, s.layoutArg)
 }
 
 // execWait runs the deduction script and then WAIT on one dedicated

@@ -24,6 +24,11 @@
 //   - The outbox entry is written by the same script as the deduction, with
 //     the buyer count, the used token and the pending order: a crash cannot
 //     separate them.
+//   - Orders in two layouts (keys.go, orderval.go): the string this version
+//     writes (one SET PX, marked with one SETRANGE) and the hash older ones
+//     wrote; every reader and script takes both, so edges of both versions
+//     can sell one product during a rolling upgrade (Options.OrderHashes
+//     keeps writing hashes while older edges, which read only those, run).
 //   - A successful attempt's Outcome carries the id of its outbox entry;
 //     the edge removes the entry with AckOutbox once Kafka acknowledged the
 //     order event, and the outbox relay (package orders, consumer group

@@ -19,8 +19,12 @@ import (
 //	                    (the fence, see fence.go), quiet:<node>
 //	sk:{p}:recover      the lock of the edge rebuilding a fenced sale
 //	sk:{p}:u:<userId>   units bought by the user; TTL until sale end + BuyerGrace
-//	sk:{p}:o:<orderId>  hash: state user qty price created node payby, and paid
-//	                    closed once settled (settle.go); TTL OrderTTL
+//	sk:{p}:o:<orderId>  the order, a string written once with its TTL (OrderTTL):
+//	                    "<c>:<user>:<qty>:<price>:<created>:<node>:<payby>", and
+//	                    ":<paid>:<closed>" appended once settled (settle.go); see
+//	                    below. An older version wrote a hash with the same fields
+//	                    (state user qty price created node payby paid closed):
+//	                    every reader takes both (orderval.go, lua/order_fn.lua)
 //	sk:{p}:due          sorted set of the pay deadlines: score payby (unix ms),
 //	                    member "<orderId>:<userId>" (settle.go)
 //	sk:{p}:wh:<id>      a payment webhook's event id already seen; TTL the
@@ -36,6 +40,20 @@ import (
 //	sk:{p}:wr, sk:{p}:wr:*  the sale's waiting room (waitroom.go has their layout)
 //	sk:rl:{<client>}:<zone>  "<excess>:<last ms>": one client's limit_req state in
 //	                    one zone, shared by every edge; TTL until idle (ratelimit.go)
+//
+// The order string. <c>, its first byte, is the state: p pending, s
+// success (the open states, lower case: they hold units), P paid, E
+// expired, R released, F failed (final, upper case). The other fields are
+// decimal (times unix ms, price cents, node the edge's id; payby 0: no
+// deadline), separated by ':', outside the user alphabet. Why a string: the
+// deduction writes it with one SET PX instead of HSET + PEXPIRE, the
+// consumer's success mark is one SETRANGE of byte 0 (it keeps the TTL and
+// rewrites nothing), and a GET reads it whole; Redis' CPU per purchase is
+// the sale's bound (bench/README, "Findings"). A settlement happens once
+// per order and writes it again whole (SET KEEPTTL) with paid and closed.
+// An order keeps its layout for life: a hash left by an older edge is
+// changed with HSET, never turned into a string, so that an older edge
+// still reading it during a rolling upgrade sees what it expects.
 //
 // The rate limit keys carry the client's hash tag instead of a product's:
 // one client's limits are one slot, and clients spread over a cluster.

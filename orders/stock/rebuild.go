@@ -34,7 +34,7 @@ var (
 
 	rescheduleScript = rueidis.NewLuaScript(rescheduleLua)
 	setBuyersScript  = rueidis.NewLuaScript(setBuyersLua)
-	fixOrdersScript  = rueidis.NewLuaScript(fixOrdersLua)
+	fixOrdersScript  = rueidis.NewLuaScript(orderFnLua + fixOrdersLua)
 	reopenScript     = rueidis.NewLuaScript(reopenLua)
 )
 
@@ -146,10 +146,17 @@ func (s *Store) SurvivingOrders(ctx context.Context, productID string) (map[int6
 			continue
 		}
 		id, err := strconv.ParseInt(k[len(pre):], 10, 64)
-		if err != nil || s.mini.Type(k) != "hash" {
+		if err != nil {
 			continue
 		}
-		out[id] = s.mini.HGet(k, "state")
+		switch s.mini.Type(k) {
+		case "string": // this version's layout
+			if v, err := s.mini.Get(k); err == nil && stateOfValue(v) != "" {
+				out[id] = stateOfValue(v)
+			}
+		case "hash": // an older version's
+			out[id] = s.mini.HGet(k, "state")
+		}
 	}
 	return out, nil
 }
@@ -356,7 +363,7 @@ func (s *Store) fixOrders(ctx context.Context, fence, p string, orders []OrderIn
 		keys := make([]string, 0, 2+len(chunk))
 		args := make([]string, 0, 3+10*len(chunk))
 		keys = append(keys, metaKey, due)
-		args = append(args, fence, i64(s.opts.OrderTTL.Milliseconds()), mode)
+		args = append(args, fence, i64(s.opts.OrderTTL.Milliseconds()), mode, s.layoutArg)
 		for _, o := range chunk {
 			keys = append(keys, OrderKey(p, o.ID))
 			args = append(args, i64(o.ID), o.State, o.UserID, strconv.Itoa(o.Qty), i64(o.PriceCents),
@@ -419,30 +426,19 @@ func (s *Store) DueOrders(ctx context.Context, productID string) ([]Deadline, er
 	return out, nil
 }
 
-// Orders reads the order hashes of the given ids (HGETALLs pipelined, in
-// chunks); ids without a hash are absent from the map.
+// Orders reads the orders of the given ids, in either layout, in chunks
+// (ReadOrders); ids without an order are absent from the map.
 func (s *Store) Orders(ctx context.Context, productID string, ids []int64) (map[int64]OrderInfo, error) {
 	if err := checkProduct(productID); err != nil {
 		return nil, err
 	}
 	out := make(map[int64]OrderInfo, len(ids))
 	for lo := 0; lo < len(ids); lo += rebuildChunk {
-		chunk := ids[lo:min(lo+rebuildChunk, len(ids))]
-		cmds := make(rueidis.Commands, len(chunk))
-		for i, id := range chunk {
-			cmds[i] = s.c.B().Hgetall().Key(OrderKey(productID, id)).Build()
-		}
 		cctx, cancel := s.call(ctx)
-		res := s.c.DoMulti(cctx, cmds...)
+		err := readOrders(cctx, s.c, productID, ids[lo:min(lo+rebuildChunk, len(ids))], out)
 		cancel()
-		for i, r := range res {
-			m, err := r.AsStrMap()
-			if err != nil {
-				return nil, fmt.Errorf("stock: orders %s: %w", productID, err)
-			}
-			if len(m) > 0 {
-				out[chunk[i]] = orderInfo(productID, chunk[i], m)
-			}
+		if err != nil {
+			return nil, fmt.Errorf("stock: orders %s: %w", productID, err)
 		}
 	}
 	return out, nil

@@ -21,7 +21,7 @@ var (
 
 	warmScript        = rueidis.NewLuaScript(warmLua)
 	restockScript     = rueidis.NewLuaScript(restockLua)
-	markSuccessScript = rueidis.NewLuaScript(markSuccessLua)
+	markSuccessScript = rueidis.NewLuaScript(orderFnLua + markSuccessLua)
 )
 
 // Sale is what warm-up writes for one product.
@@ -119,7 +119,7 @@ const (
 	StateFailed   = "failed"   // the deduction never happened (SettleUnknown)
 )
 
-// OrderInfo is an order hash as the scripts wrote it: the order, its state
+// OrderInfo is an order as the scripts wrote it: the order, its state
 // (State*) and, once settled, when (Redis' clock, unix ms).
 type OrderInfo struct {
 	order.Order
@@ -128,7 +128,8 @@ type OrderInfo struct {
 	ClosedMs int64 // when it was paid, expired or released; 0 while it holds units
 }
 
-// orderInfo reads an order hash's fields (HGETALL as a map).
+// orderInfo reads an older edge's order hash (HGETALL as a map; the string
+// layout is parseOrderValue's).
 func orderInfo(productID string, orderID int64, m map[string]string) OrderInfo {
 	num := func(k string) int64 { n, _ := strconv.ParseInt(m[k], 10, 64); return n }
 	o := OrderInfo{Order: order.Order{ID: orderID, ProductID: productID, UserID: m["user"]}, State: m["state"]}
@@ -150,14 +151,11 @@ func (s *Store) OrderState(ctx context.Context, productID string, orderID int64)
 	}
 	ctx, cancel := s.call(ctx)
 	defer cancel()
-	m, err := s.c.Do(ctx, s.c.B().Hgetall().Key(OrderKey(productID, orderID)).Build()).AsStrMap()
+	o, ok, err := s.readOrder(ctx, productID, orderID)
 	if err != nil {
 		return OrderInfo{}, false, fmt.Errorf("stock: order %s/%d: %w", productID, orderID, err)
 	}
-	if len(m) == 0 {
-		return OrderInfo{}, false, nil
-	}
-	return orderInfo(productID, orderID, m), true, nil
+	return o, ok, nil
 }
 
 // OrderRef names one order.
@@ -166,17 +164,34 @@ type OrderRef struct {
 	ID        int64
 }
 
-// OrderStates reads the state of each order (State*; the HGETs pipelined
-// in one round trip, bounded by ctx alone) and appends them to dst in
-// refs' order: "" where it is unknown (no such order, or its read failed).
+// OrderStates reads the state of each order (State*; the GETs pipelined
+// in one round trip, bounded by ctx alone, and an HGET of state in a second
+// one for the orders an older edge wrote as hashes) and appends them to dst
+// in refs' order: "" where it is unknown (no such order, or its read
+// failed).
 func (s *Store) OrderStates(ctx context.Context, refs []OrderRef, dst []string) []string {
 	cmds := make(rueidis.Commands, len(refs))
 	for i, r := range refs {
-		cmds[i] = s.c.B().Hget().Key(OrderKey(r.ProductID, r.ID)).Field("state").Build()
+		cmds[i] = s.c.B().Get().Key(OrderKey(r.ProductID, r.ID)).Build()
 	}
-	for _, r := range s.c.DoMulti(ctx, cmds...) {
-		v, _ := r.ToString()
-		dst = append(dst, v)
+	base := len(dst)
+	var hashes []int
+	for i, r := range s.c.DoMulti(ctx, cmds...) {
+		v, err := r.ToString()
+		if isWrongType(err) {
+			hashes = append(hashes, i)
+		}
+		dst = append(dst, stateOfValue(v))
+	}
+	if len(hashes) == 0 {
+		return dst
+	}
+	cmds = cmds[:0]
+	for _, i := range hashes {
+		cmds = append(cmds, s.c.B().Hget().Key(OrderKey(refs[i].ProductID, refs[i].ID)).Field("state").Build())
+	}
+	for j, r := range s.c.DoMulti(ctx, cmds...) {
+		dst[base+hashes[j]], _ = r.ToString()
 	}
 	return dst
 }

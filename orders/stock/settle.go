@@ -40,7 +40,7 @@ import (
 var (
 	//go:embed lua/release.lua
 	settleLua    string
-	settleScript = rueidis.NewLuaScript(settleLua)
+	settleScript = rueidis.NewLuaScript(orderFnLua + settleLua)
 )
 
 // Errors of the settle calls.
@@ -140,7 +140,7 @@ func (s *Store) settleOne(ctx context.Context, op, productID string, orderID int
 	okey := OrderKey(productID, orderID)
 	// The buyer key must be declared in KEYS (cluster), so its user is read
 	// first; the script re-checks it under atomicity.
-	user, err := s.c.Do(ctx, s.c.B().Hget().Key(okey).Field("user").Build()).ToString()
+	user, err := s.orderUser(ctx, okey)
 	if rueidis.IsRedisNil(err) {
 		return Settlement{}, fmt.Errorf("stock: %s %s: %w", op, okey, ErrUnknownOrder)
 	}
@@ -163,6 +163,19 @@ func (s *Store) settleOne(ctx context.Context, op, productID string, orderID int
 		return Settlement{}, fmt.Errorf("stock: %s %s: the order's user changed under the call", op, okey)
 	}
 	return st.Settlement, nil
+}
+
+// orderUser reads the buyer of an order in either layout; a Redis nil error
+// when there is no such order.
+func (s *Store) orderUser(ctx context.Context, okey string) (string, error) {
+	v, err := s.c.Do(ctx, s.c.B().Get().Key(okey).Build()).ToString()
+	if err == nil {
+		return userOfValue(v), nil
+	}
+	if !isWrongType(err) {
+		return "", err
+	}
+	return s.c.Do(ctx, s.c.B().Hget().Key(okey).Field("user").Build()).ToString()
 }
 
 func (s *Store) settleKeys(productID string) []string {
@@ -216,12 +229,13 @@ func (s *Store) settle(ctx context.Context, op, productID string, keys []string,
 			return nil, fmt.Errorf("settle script: order %d: %w", id, err)
 		}
 		xid, _ := e[1].ToString()
-		m, err := e[2].AsStrMap()
+		v, err := e[2].ToString()
 		if err != nil {
 			return nil, fmt.Errorf("settle script: order %d: %w", id, err)
 		}
+		info, _ := parseOrderValue(productID, id, v) // "": no such order
 		out[i] = settled{code: code, Settlement: Settlement{
-			Info: orderInfo(productID, id, m), Changed: code == 1, OutboxID: xid, AtMs: now, Replayed: status == -4,
+			Info: info, Changed: code == 1, OutboxID: xid, AtMs: now, Replayed: status == -4,
 		}}
 	}
 	return out, nil

@@ -43,8 +43,14 @@ type Options struct {
 	// MaxBatch caps the attempts one deduction script call carries
 	// (default 128): a bigger script blocks Redis longer for everyone.
 	MaxBatch int
-	// OrderTTL is how long order hashes live.
+	// OrderTTL is how long orders live.
 	OrderTTL time.Duration
+	// OrderHashes makes every new order a hash, the layout of the versions
+	// before the string one (keys.go). Set it while a fleet is upgraded
+	// from such a version: its edges (their result calls, consumers' marks
+	// and settlements) cannot read a string order, while this version reads
+	// both either way. Unset once every edge runs this version.
+	OrderHashes bool
 	// BuyerGrace is how long a buyer's count outlives the sale's end
 	// (default 7 days), so that nobody can buy again after it expired.
 	BuyerGrace time.Duration
@@ -147,6 +153,7 @@ type Store struct {
 
 	// Pre-formatted shared script arguments.
 	graceMs, orderTTLMs string
+	layoutArg           string // "h" or "s": Options.OrderHashes, for the scripts that make orders
 
 	products atomic.Pointer[map[string]*product]
 	pmu      sync.Mutex
@@ -199,6 +206,7 @@ func Open(ctx context.Context, addr string, opts Options) (*Store, error) {
 		opts:       opts,
 		graceMs:    strconv.FormatInt(opts.BuyerGrace.Milliseconds(), 10),
 		orderTTLMs: strconv.FormatInt(opts.OrderTTL.Milliseconds(), 10),
+		layoutArg:  layoutArg(opts.OrderHashes),
 	}
 	empty := map[string]*product{}
 	s.products.Store(&empty)

@@ -12,7 +12,7 @@ import (
 //go:embed lua/settle_unknown.lua
 var settleUnknownLua string
 
-var settleUnknownScript = rueidis.NewLuaScript(settleUnknownLua)
+var settleUnknownScript = rueidis.NewLuaScript(orderFnLua + settleUnknownLua)
 
 // Verdict is what SettleUnknown found out about an attempt.
 type Verdict uint8
@@ -75,7 +75,7 @@ func (s *Store) SettleUnknown(ctx context.Context, a *Attempt, fence bool) (Verd
 		f = "1"
 	}
 	args := []string{a.UserID, strconv.Itoa(a.Qty), strconv.FormatInt(a.PriceCents, 10),
-		strconv.FormatInt(a.CreatedMs, 10), strconv.Itoa(a.Edge), s.orderTTLMs, f}
+		strconv.FormatInt(a.CreatedMs, 10), strconv.Itoa(a.Edge), s.orderTTLMs, f, s.layoutArg}
 	ctx, cancel := s.call(ctx)
 	defer cancel()
 	n, err := settleUnknownScript.Exec(ctx, s.c, keys, args).AsInt64()

@@ -15,6 +15,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"flashgate/internal/edgetest"
+	"flashgate/orders/stock"
 	"flashgate/proxy"
 	"flashgate/sale/session"
 )
@@ -355,17 +356,21 @@ func (r *rdb) orders(p string) (orders []string, units int64) {
 			break
 		}
 	}
-	cmds := make(rueidis.Commands, len(keys))
+	ids := make([]int64, len(keys))
 	for i, k := range keys {
-		cmds[i] = r.c.B().Hget().Key(k).Field("qty").Build()
+		ids[i], _ = strconv.ParseInt(strings.TrimPrefix(k, prefix), 10, 64)
 	}
-	for i, res := range r.c.DoMulti(ctx, cmds...) {
-		q, err := res.AsInt64()
-		if err != nil {
-			r.t.Fatalf("HGET %s qty: %v", keys[i], err)
+	m, err := stock.ReadOrders(ctx, r.c, p, ids)
+	if err != nil {
+		r.t.Fatalf("read orders of %s: %v", p, err)
+	}
+	for i, k := range keys {
+		o, ok := m[ids[i]]
+		if !ok {
+			r.t.Fatalf("order %s: unreadable", k)
 		}
-		orders = append(orders, strings.TrimPrefix(keys[i], prefix))
-		units += q
+		orders = append(orders, strings.TrimPrefix(k, prefix))
+		units += int64(o.Qty)
 	}
 	return orders, units
 }

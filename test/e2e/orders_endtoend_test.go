@@ -112,10 +112,10 @@ func TestTenThousandOrdersEndToEnd(t *testing.T) {
 }
 
 // storedWatch records when each order's state turns success, from Redis
-// keyspace events: the deduction script's HSET creates the order hash
-// (pending), the consumer's MarkSuccess HSETs it to success only after the
-// row is inserted into ClickHouse and the offsets committed. The second
-// hset of an order key is therefore an upper bound of "row visible".
+// keyspace events: the deduction script's SET creates the order (pending),
+// the consumer's MarkSuccess SETRANGEs its state byte to success only after
+// the row is inserted into ClickHouse and the offsets committed. An order
+// key's setrange is therefore an upper bound of "row visible".
 type storedWatch struct {
 	mu    sync.Mutex
 	seen  map[string]int
@@ -133,10 +133,10 @@ func watchStored(t *testing.T, env *ordEnv) *storedWatch {
 	w := &storedWatch{seen: map[string]int{}, at: map[string]time.Time{}}
 	done := make(chan struct{})
 	t.Cleanup(func() { cancel(); <-done; c.Close() })
-	if err := c.Do(ctx, c.B().ConfigSet().ParameterValue().ParameterValue("notify-keyspace-events", "Eh").Build()).Error(); err != nil {
+	if err := c.Do(ctx, c.B().ConfigSet().ParameterValue().ParameterValue("notify-keyspace-events", "E$").Build()).Error(); err != nil {
 		t.Fatalf("CONFIG SET notify-keyspace-events: %v", err)
 	}
-	const channel = "__keyevent@0__:hset"
+	const channel = "__keyevent@0__:setrange"
 	go func() {
 		defer close(done)
 		c.Receive(ctx, c.B().Subscribe().Channel(channel).Build(), func(m rueidis.PubSubMessage) {
@@ -146,7 +146,7 @@ func watchStored(t *testing.T, env *ordEnv) *storedWatch {
 			now := time.Now()
 			w.mu.Lock()
 			w.seen[m.Message]++
-			if w.seen[m.Message] == 2 {
+			if w.seen[m.Message] == 1 {
 				w.at[m.Message] = now
 				w.final = now
 			}

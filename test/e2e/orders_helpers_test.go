@@ -20,7 +20,6 @@ import (
 
 	"github.com/ClickHouse/clickhouse-go/v2"
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
-	"github.com/redis/rueidis"
 	"github.com/twmb/franz-go/pkg/kfake"
 
 	"flashgate/internal/chtest"
@@ -188,7 +187,7 @@ func (env *ordEnv) awaitRows(want int64, d time.Duration) time.Duration {
 	return time.Since(start)
 }
 
-// orderStates reads state and created of every order (HMGET, pipelined).
+// orderStates reads state and created of every order (pipelined, per product).
 func (env *ordEnv) orderStates(ids []ordID) (states []string, createdMs []int64) {
 	env.t.Helper()
 	c := env.rd.c
@@ -196,23 +195,25 @@ func (env *ordEnv) orderStates(ids []ordID) (states []string, createdMs []int64)
 	createdMs = make([]int64, len(ids))
 	for lo := 0; lo < len(ids); lo += 1000 {
 		hi := min(lo+1000, len(ids))
-		cmds := make(rueidis.Commands, 0, hi-lo)
+		byProduct := map[string][]int64{}
 		for _, id := range ids[lo:hi] {
-			cmds = append(cmds, c.B().Hmget().Key(stock.OrderKey(id.product, id.id)).Field("state", "created").Build())
+			byProduct[id.product] = append(byProduct[id.product], id.id)
 		}
-		ctx, cancel := env.ctx()
-		for i, res := range c.DoMulti(ctx, cmds...) {
-			vals, err := res.ToArray()
-			if err != nil || len(vals) != 2 {
-				cancel()
-				env.t.Fatalf("HMGET order %v: %v", ids[lo+i], err)
+		found := map[ordID]stock.OrderInfo{}
+		for p, pids := range byProduct {
+			ctx, cancel := env.ctx()
+			m, err := stock.ReadOrders(ctx, c, p, pids)
+			cancel()
+			if err != nil {
+				env.t.Fatalf("read orders of %s: %v", p, err)
 			}
-			states[lo+i], _ = vals[0].ToString()
-			if s, err := vals[1].ToString(); err == nil {
-				createdMs[lo+i], _ = strconv.ParseInt(s, 10, 64)
+			for id, o := range m {
+				found[ordID{product: p, id: id}] = o
 			}
 		}
-		cancel()
+		for i, id := range ids[lo:hi] {
+			states[lo+i], createdMs[lo+i] = found[id].State, found[id].CreatedMs
+		}
 	}
 	return states, createdMs
 }

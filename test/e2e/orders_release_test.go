@@ -32,20 +32,20 @@ func buyOne(t *testing.T, e *edge, j *jwts, user, product string) int64 {
 	return id
 }
 
-// orderEvent rebuilds an order's event from its Redis hash, exactly as the
-// edge published it.
+// orderEvent rebuilds an order's event from its Redis record, exactly as
+// the edge published it.
 func (env *ordEnv) orderEvent(product string, id int64) order.Event {
 	env.t.Helper()
 	ctx, cancel := env.ctx()
 	defer cancel()
-	m, err := env.rd.c.Do(ctx, env.rd.c.B().Hgetall().Key(stock.OrderKey(product, id)).Build()).AsStrMap()
-	if err != nil || len(m) == 0 {
-		env.t.Fatalf("order %s/%d: %v %v", product, id, m, err)
+	m, err := stock.ReadOrders(ctx, env.rd.c, product, []int64{id})
+	o, ok := m[id]
+	if err != nil || !ok {
+		env.t.Fatalf("order %s/%d: %v %v", product, id, ok, err)
 	}
-	num := func(k string) int64 { n, _ := strconv.ParseInt(m[k], 10, 64); return n }
 	return order.Event{V: order.Version, Type: order.TypeOrder, Order: order.Order{
-		ID: id, ProductID: product, UserID: m["user"], Qty: int(num("qty")), PriceCents: num("price"),
-		CreatedMs: num("created"), Edge: int(num("node")),
+		ID: id, ProductID: product, UserID: o.UserID, Qty: o.Qty, PriceCents: o.PriceCents,
+		CreatedMs: o.CreatedMs, Edge: o.Edge,
 	}}
 }
 

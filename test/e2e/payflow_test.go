@@ -18,7 +18,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redis/rueidis"
 	"github.com/segmentio/kafka-go"
 
 	"flashgate/conf"
@@ -397,17 +396,16 @@ func (run *pfRun) post(url, body string, headers map[string]string) (int, string
 	return res.StatusCode, string(b), err
 }
 
-// payBy reads the order's deadline from its hash (written by the same
-// script call as the deduction, so it is there when the shopper hears 200).
+// payBy reads the order's deadline from Redis (written by the same script
+// call as the deduction, so it is there when the shopper hears 200).
 func (run *pfRun) payBy(id int64) int64 {
 	c := run.env.rd.c
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	for range 200 {
-		s, err := c.Do(ctx, c.B().Hget().Key(stock.OrderKey(pfProduct, id)).Field("payby").Build()).ToString()
-		if err == nil {
-			n, _ := strconv.ParseInt(s, 10, 64)
-			return n
+		m, err := stock.ReadOrders(ctx, c, pfProduct, []int64{id})
+		if o, ok := m[id]; err == nil && ok {
+			return o.PayByMs
 		}
 		// Redis was crashed right after the 200, or came back from the
 		// snapshot without the order until the rebuild restores it.
@@ -508,7 +506,7 @@ type pfRedisOrder struct {
 	user                   string
 }
 
-// redisOrders reads every order hash of the product.
+// redisOrders reads every order of the product.
 func (run *pfRun) redisOrders() map[int64]pfRedisOrder {
 	run.t.Helper()
 	ids, _ := run.env.rd.orders(pfProduct)
@@ -516,24 +514,21 @@ func (run *pfRun) redisOrders() map[int64]pfRedisOrder {
 	out := make(map[int64]pfRedisOrder, len(ids))
 	for lo := 0; lo < len(ids); lo += 1000 {
 		hi := min(lo+1000, len(ids))
-		cmds := make(rueidis.Commands, 0, hi-lo)
+		chunk := make([]int64, 0, hi-lo)
 		for _, s := range ids[lo:hi] {
 			id, _ := strconv.ParseInt(s, 10, 64)
-			cmds = append(cmds, c.B().Hmget().Key(stock.OrderKey(pfProduct, id)).Field("state", "qty", "payby", "paid", "closed", "user").Build())
+			chunk = append(chunk, id)
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		for i, res := range c.DoMulti(ctx, cmds...) {
-			vals, err := res.ToArray()
-			if err != nil || len(vals) != 6 {
-				cancel()
-				run.t.Fatalf("HMGET order %s: %v", ids[lo+i], err)
-			}
-			str := func(j int) string { s, _ := vals[j].ToString(); return s }
-			num := func(j int) int64 { n, _ := strconv.ParseInt(str(j), 10, 64); return n }
-			id, _ := strconv.ParseInt(ids[lo+i], 10, 64)
-			out[id] = pfRedisOrder{state: str(0), qty: num(1), payBy: num(2), paid: num(3), shut: num(4), user: str(5)}
-		}
+		m, err := stock.ReadOrders(ctx, c, pfProduct, chunk)
 		cancel()
+		if err != nil {
+			run.t.Fatalf("read orders: %v", err)
+		}
+		for _, id := range chunk {
+			o := m[id]
+			out[id] = pfRedisOrder{state: o.State, qty: int64(o.Qty), payBy: o.PayByMs, paid: o.PaidMs, shut: o.ClosedMs, user: o.UserID}
+		}
 	}
 	return out
 }

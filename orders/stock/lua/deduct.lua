@@ -1,6 +1,6 @@
 -- Group commit of N >= 1 purchase attempts for ONE product, atomically.
 -- Every write a purchase makes happens here, in the same script as the stock
--- deduction: buyer count (with its TTL), used token, order hash, outbox entry.
+-- deduction: buyer count (with its TTL), used token, order, outbox entry.
 -- A crash can therefore never leave a deduction without its outbox entry.
 --
 -- KEYS[1] sk:{p}:stock   KEYS[2] sk:{p}:outbox   KEYS[3] sk:{p}:meta
@@ -10,7 +10,9 @@
 -- ARGV[4] "1": fence the sale when this server is not the one its meta was
 -- verified on (real Redis; "0" for the embedded server, which has no run id)
 -- then per attempt: ARGV[5+9i..13+9i] = user qty limit orderId price nowMs tokenTTLms node payByMs
--- (payByMs 0: no pay deadline; recorded in the order hash and the outbox entry,
+-- and last, ARGV[5+9N], optional: "h" writes the orders as hashes, the older
+-- layout (Options.OrderHashes, for a rolling upgrade); else strings (keys.go)
+-- (payByMs 0: no pay deadline; recorded in the order and the outbox entry,
 -- the deadline itself starts to count once the order is stored: mark_success.lua)
 --
 -- Returns {remaining, r_1, ..., r_N}; remaining is the stock after the
@@ -63,10 +65,11 @@ local saleEnd = tonumber(meta[1] or '0') or 0
 -- marks of the ones used in the lost window may be gone, so none of that
 -- generation is honoured.
 local tokensFrom = tonumber(meta[4] or '0') or 0
-local product, grace, ottl = ARGV[1], tonumber(ARGV[2]), ARGV[3]
+local product, grace, ottl, hashes = ARGV[1], tonumber(ARGV[2]), ARGV[3], ARGV[5 + 9 * n] == 'h'
 local taken = 0
 -- Redis time is the cost here (~1 µs per redis.call): a successful attempt
--- makes 6 calls, a rejected one at most 3, a sold-out one none.
+-- makes 5 calls (6 with OrderHashes), a rejected one at most 3, a sold-out
+-- one none.
 for i = 0, n - 1 do
   local k, a = 4 + 3 * i, 5 + 9 * i
   local qty = tonumber(ARGV[a + 1])
@@ -92,9 +95,16 @@ for i = 0, n - 1 do
       local user, now = ARGV[a], tonumber(ARGV[a + 5])
       -- Value and TTL in one call: no buyer key without a TTL.
       redis.call('SET', KEYS[k], bought, 'PXAT', math.max(saleEnd, now) + grace)
-      redis.call('HSET', KEYS[k + 1], 'state', 'pending', 'user', user, 'qty', ARGV[a + 1],
-        'price', ARGV[a + 4], 'created', ARGV[a + 5], 'node', ARGV[a + 7], 'payby', ARGV[a + 8])
-      redis.call('PEXPIRE', KEYS[k + 1], ottl)
+      if hashes then
+        redis.call('HSET', KEYS[k + 1], 'state', 'pending', 'user', user, 'qty', ARGV[a + 1],
+          'price', ARGV[a + 4], 'created', ARGV[a + 5], 'node', ARGV[a + 7], 'payby', ARGV[a + 8])
+        redis.call('PEXPIRE', KEYS[k + 1], ottl)
+      else
+        -- The order, value and TTL in one call (keys.go, "sk:{p}:o:"): the
+        -- state is its first byte, so the consumer's mark is one SETRANGE.
+        redis.call('SET', KEYS[k + 1], 'p:' .. user .. ':' .. ARGV[a + 1] .. ':' .. ARGV[a + 4] .. ':' ..
+          ARGV[a + 5] .. ':' .. ARGV[a + 7] .. ':' .. ARGV[a + 8], 'PX', ottl)
+      end
       code = redis.call('XADD', KEYS[2], '*', 'order', ARGV[a + 3], 'product', product, 'user', user,
         'qty', ARGV[a + 1], 'price', ARGV[a + 4], 'created', ARGV[a + 5], 'node', ARGV[a + 7], 'payby', ARGV[a + 8])
     end

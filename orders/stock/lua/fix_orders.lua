@@ -1,44 +1,53 @@
--- Ledger rebuild, step 1: the order hashes and the pay deadlines take what
--- the ledger knows. A hash that outlived the loss (a snapshot older than the
--- crash, a replica that lagged) takes the ledger's state: left "success"
--- although its order was paid, released or expired after the snapshot, it
--- would let a cancel or a sweep release it twice, or a payment pay an
--- expired order. A hash that was lost is made again, so that the order can
--- still be paid, cancelled or expired — unless ARGV[3] is "1": the settled
--- orders' pages (every paid, cancelled or expired order of the ledger) only
--- correct hashes that exist; a settle call on one that is gone finds no
--- order and releases nothing. Every unpaid order with a deadline enters the
--- due set again (also an overdue one: the first sweep after the reopening
--- releases it); a settled one leaves it. Guarded like set_buyers.lua:
--- the settle script refuses while the sale is fenced, so no settlement can
--- race this.
+-- Ledger rebuild, step 1: the orders and the pay deadlines take what the
+-- ledger knows (either layout of an order: order_fn.lua is prepended). An
+-- order that outlived the loss (a snapshot older than the crash, a replica
+-- that lagged) takes the ledger's state, in the layout it has: left
+-- "success" although it was paid, released or expired after the snapshot,
+-- it would let a cancel or a sweep release it twice, or a payment pay an
+-- expired order. An order that was lost is made again (a string, or a hash
+-- with ARGV[4]), so that it can still be paid, cancelled or expired — unless
+-- ARGV[3] is "1": the settled orders' pages (every paid, cancelled or
+-- expired order of the ledger) only correct orders that exist; a settle
+-- call on one that is gone finds no order and releases nothing. Every
+-- unpaid order with a deadline enters the due set again (also an overdue
+-- one: the first sweep after the reopening releases it); a settled one
+-- leaves it. Guarded like set_buyers.lua: the settle script refuses while
+-- the sale is fenced, so no settlement can race this.
 --
 -- KEYS[1] sk:{p}:meta   KEYS[2] sk:{p}:due   KEYS[3..n] sk:{p}:o:<orderId>
--- ARGV[1] the fence   ARGV[2] the TTL of a hash made again, ms
--- ARGV[3] "1": existing hashes only
--- then per order (KEYS[3+i]): ARGV[4+10i..13+10i] = orderId state user qty
+-- ARGV[1] the fence   ARGV[2] the TTL of an order made again, ms
+-- ARGV[3] "1": existing orders only   ARGV[4] "h": an order made again is
+-- a hash (Options.OrderHashes)
+-- then per order (KEYS[3+i]): ARGV[5+10i..14+10i] = orderId state user qty
 -- price created node payby paid closed
 -- Returns -1 when the fence is not ARGV[1] (nothing written), else the
--- hashes made again.
+-- orders made again.
 if redis.call('HGET', KEYS[1], 'recovering') ~= ARGV[1] then return -1 end
 local existing = ARGV[3] == '1'
 local made = 0
 for i = 0, #KEYS - 3 do
-  local k, a = KEYS[3 + i], 4 + 10 * i
+  local k, a = KEYS[3 + i], 5 + 10 * i
   local state, user, payby = ARGV[a + 1], ARGV[a + 2], ARGV[a + 7]
   local member = ARGV[a] .. ':' .. user
-  if redis.call('EXISTS', k) == 1 then
+  local o, str = order_read(k)
+  if o and str then
+    -- An order keeps its layout: a string is written again (KEEPTTL).
+    o[1] = state
+    if payby ~= '0' then o[7] = payby end
+    if ARGV[a + 8] ~= '0' then o[8] = ARGV[a + 8] end
+    if ARGV[a + 9] ~= '0' then o[9] = ARGV[a + 9] end
+    redis.call('SET', k, order_value(o), 'KEEPTTL')
+  elseif o then
     redis.call('HSET', k, 'state', state) -- keeps the hash's TTL
     if payby ~= '0' then redis.call('HSET', k, 'payby', payby) end
     if ARGV[a + 8] ~= '0' then redis.call('HSET', k, 'paid', ARGV[a + 8]) end
     if ARGV[a + 9] ~= '0' then redis.call('HSET', k, 'closed', ARGV[a + 9]) end
   elseif not existing then
-    redis.call('HSET', k, 'state', state, 'user', user, 'qty', ARGV[a + 3], 'price', ARGV[a + 4],
-      'created', ARGV[a + 5], 'node', ARGV[a + 6], 'payby', payby, 'paid', ARGV[a + 8], 'closed', ARGV[a + 9])
-    redis.call('PEXPIRE', k, ARGV[2])
+    o = {state, user, ARGV[a + 3], ARGV[a + 4], ARGV[a + 5], ARGV[a + 6], payby, ARGV[a + 8], ARGV[a + 9]}
+    order_make(k, o, ARGV[2], ARGV[4] == 'h')
     made = made + 1
   end
-  if payby == '0' then payby = redis.call('HGET', k, 'payby') or '0' end
+  if payby == '0' and o then payby = o[7] or '0' end
   if (state == 'success' or state == 'pending') and tonumber(payby) > 0 then
     redis.call('ZADD', KEYS[2], payby, member)
   else

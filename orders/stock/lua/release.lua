@@ -16,8 +16,9 @@
 -- then per order: ARGV[6+2i] user (the buyer key's, checked against the
 -- order's)   ARGV[7+2i] order id
 --
--- Returns {status, now} then per order {code, outbox id or "", HGETALL of
--- the order after the call}. status: 0 done, -1 sale not warmed, -2 fenced
+-- Returns {status, now} then per order {code, outbox id or "", the order
+-- after the call in the string layout ("" when there is none)} whichever
+-- layout it is stored in (order_fn.lua is prepended). status: 0 done, -1 sale not warmed, -2 fenced
 -- (nothing changed in either case, and no order entries follow), -4 the
 -- replay id was seen before (nothing changed; the order entry follows).
 -- now is Redis' clock (TIME), unix ms: the deadline is decided by it alone.
@@ -54,12 +55,26 @@ local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local res = {0, now}
 local released, expired, paid = 0, 0, 0
 
-local function entry(okey, code, xid)
-  res[#res + 1] = {code, xid, redis.call('HGETALL', okey)}
+local function entry(o, code, xid)
+  res[#res + 1] = {code, xid, order_value(o)}
 end
 
--- o = {state, user, qty, price, created, node, payby}
-local function release(okey, bkey, id, o, reason)
+-- The settled state, one call either way: a string order is written again
+-- whole, once (KEEPTTL keeps its TTL), a hash gets the changed fields.
+local function settle(okey, o, str, state, paidAt)
+  o[1], o[9] = state, tostring(now)
+  if paidAt then o[8] = o[9] end
+  if str then
+    redis.call('SET', okey, order_value(o), 'KEEPTTL')
+  elseif paidAt then
+    redis.call('HSET', okey, 'state', state, 'paid', now, 'closed', now)
+  else
+    redis.call('HSET', okey, 'state', state, 'closed', now) -- keeps the hash's TTL
+  end
+end
+
+-- o = {state, user, qty, price, created, node, payby, paid, closed} (order_read)
+local function release(okey, str, bkey, id, o, reason)
   local qty = tonumber(o[3])
   redis.call('INCRBY', KEYS[1], qty)
   local bought = tonumber(redis.call('GET', bkey) or '0')
@@ -74,16 +89,16 @@ local function release(okey, bkey, id, o, reason)
     expired = expired + qty
   end
   released = released + qty
-  redis.call('HSET', okey, 'state', state, 'closed', now) -- keeps the hash's TTL
+  settle(okey, o, str, state, false)
   redis.call('ZREM', KEYS[4], id .. ':' .. o[2])
   return redis.call('XADD', KEYS[3], '*', 'type', 'release', 'reason', reason, 'released', now,
     'order', id, 'product', product, 'user', o[2], 'qty', o[3], 'price', o[4], 'created', o[5],
     'node', o[6], 'payby', o[7] or '0')
 end
 
-local function pay(okey, id, o)
+local function pay(okey, str, id, o)
   paid = paid + tonumber(o[3])
-  redis.call('HSET', okey, 'state', 'paid', 'paid', now, 'closed', now)
+  settle(okey, o, str, 'paid', true)
   redis.call('ZREM', KEYS[4], id .. ':' .. o[2])
   return redis.call('XADD', KEYS[3], '*', 'type', 'paid', 'paid', now,
     'order', id, 'product', product, 'user', o[2], 'qty', o[3], 'price', o[4], 'created', o[5],
@@ -95,39 +110,39 @@ if op == 'pay' then n = 1 end
 for i = 0, n - 1 do
   local okey, bkey = KEYS[5 + 2 * i], KEYS[6 + 2 * i]
   local user, id = ARGV[6 + 2 * i], ARGV[7 + 2 * i]
-  local o = redis.call('HMGET', okey, 'state', 'user', 'qty', 'price', 'created', 'node', 'payby')
-  local open = o[1] == 'pending' or o[1] == 'success'
-  local payby = tonumber(o[7] or '0') or 0
-  if not o[1] then
+  local o, str = order_read(okey)
+  local open = o and (o[1] == 'pending' or o[1] == 'success')
+  local payby = o and tonumber(o[7] or '0') or 0
+  if not o then
     -- Gone (its TTL, or never made): a deadline left behind is dropped.
     if op == 'expire' then redis.call('ZREM', KEYS[4], id .. ':' .. user) end
-    res[#res + 1] = {-3, '', {}}
+    res[#res + 1] = {-3, '', ''}
   elseif o[2] ~= user then
     if op == 'expire' then redis.call('ZREM', KEYS[4], id .. ':' .. user) end -- not this order's member
-    entry(okey, -5, '')
+    entry(o, -5, '')
   elseif op == 'cancel' then
-    if open then entry(okey, 1, release(okey, bkey, id, o, 'cancelled')) else entry(okey, 0, '') end
+    if open then entry(o, 1, release(okey, str, bkey, id, o, 'cancelled')) else entry(o, 0, '') end
   elseif op == 'expire' then
     if open and payby > 0 and payby <= now then
-      entry(okey, 1, release(okey, bkey, id, o, 'expired'))
+      entry(o, 1, release(okey, str, bkey, id, o, 'expired'))
     elseif open and payby > now then
-      entry(okey, 0, '') -- not due on Redis' clock yet: left for a later sweep
+      entry(o, 0, '') -- not due on Redis' clock yet: left for a later sweep
     else
       redis.call('ZREM', KEYS[4], id .. ':' .. user) -- settled already, or no deadline
-      entry(okey, 0, '')
+      entry(o, 0, '')
     end
   else -- pay
     if #KEYS == 7 and not redis.call('SET', KEYS[7], '1', 'NX', 'PX', ARGV[5]) then
       res[1] = -4
-      entry(okey, 0, '')
+      entry(o, 0, '')
     elseif not open then
-      entry(okey, 0, '') -- paid already, or too late: the state says which
+      entry(o, 0, '') -- paid already, or too late: the state says which
     elseif payby == 0 or now < payby then
-      entry(okey, 1, pay(okey, id, o))
+      entry(o, 1, pay(okey, str, id, o))
     else
       -- The deadline passed and no sweep has run yet: the deadline wins,
       -- here, exactly as the sweep would have decided.
-      entry(okey, 1, release(okey, bkey, id, o, 'expired'))
+      entry(o, 1, release(okey, str, bkey, id, o, 'expired'))
     end
   end
 end

@@ -9,15 +9,17 @@
 -- KEYS[1] sk:{p}:stock   KEYS[2] sk:{p}:meta   KEYS[3] sk:{p}:o:<orderId>   KEYS[4] sk:{p}:t:<nonce>
 -- ARGV[1] user   ARGV[2] qty   ARGV[3] price   ARGV[4] created ms   ARGV[5] node
 -- ARGV[6] order TTL ms   ARGV[7] "1" to fence, "0" to look only
+-- ARGV[8] "h": a failed order is made as a hash (Options.OrderHashes)
 --
--- Returns 1 placed (the order hash exists: the deduction ran and succeeded),
+-- Returns 1 placed (the order exists: the deduction ran and succeeded),
 -- 2 not placed (fenced, now or by an earlier call), 3 absent (looked only:
 -- nothing written), 0 not now: the sale is not open on a Redis the ledger
 -- vouches for (stock key missing, closed for recovery, or a server other than
 -- the one last verified), where an order's absence proves nothing.
-if redis.call('EXISTS', KEYS[3]) == 1 then
+local o = order_read(KEYS[3]) -- either layout (order_fn.lua is prepended)
+if o then
   -- Only this script writes a "failed" order.
-  if redis.call('HGET', KEYS[3], 'state') == 'failed' then return 2 end
+  if o[1] == 'failed' then return 2 end
   return 1
 end
 if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
@@ -32,7 +34,5 @@ if ARGV[7] ~= '1' then return 3 end
 -- order would have lived.
 redis.call('SET', KEYS[4], '1', 'PX', ARGV[6])
 -- A "failed" order, so that the shopper's result call has an answer.
-redis.call('HSET', KEYS[3], 'state', 'failed', 'user', ARGV[1], 'qty', ARGV[2], 'price', ARGV[3],
-  'created', ARGV[4], 'node', ARGV[5])
-redis.call('PEXPIRE', KEYS[3], ARGV[6])
+order_make(KEYS[3], {'failed', ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], '0'}, ARGV[6], ARGV[8] == 'h')
 return 2

@@ -33,7 +33,7 @@ while [ "$i" -lt "$BATCH" ]; do
 	# redis-benchmark replaces each __rand_int__ with a random 12-digit
 	# number (-r must fit an int): fresh buyer, order and token keys per attempt.
 	keys="$keys sk:{b}:u:__rand_int__ sk:{b}:o:__rand_int__ sk:{b}:t:__rand_int__"
-	args="$args user__rand_int__ 1 1000000 __rand_int__ 1999 1700000000000 60000 1"
+	args="$args user__rand_int__ 1 1000000 __rand_int__ 1999 1700000000000 60000 1 0"
 	i=$((i + 1))
 done
 nkeys=$((3 + 3 * BATCH))

@@ -1,0 +1,215 @@
+package stock
+
+import (
+	"context"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/rueidis"
+
+	"flashgate/internal/redistest"
+)
+
+// BenchmarkOrderLayoutRedisCPU is Redis' own CPU per purchase (INFO's
+// used_cpu_sys + used_cpu_user, before and after, over the purchases) for
+// the two order layouts, side by side: "hash" runs the older version's
+// deduct.lua and mark_success.lua verbatim (testdata), "string" this one's.
+// Each purchase is one attempt of a 32-attempt group-commit call (what a
+// busy edge sends) with a pay deadline, then its success mark in a 32-order
+// call, as the consumer makes it. The two layouts run on two redis-servers
+// in the same time window, call by call alternating A and B, so that
+// whatever else the machine runs costs both the same; each -count round
+// gets fresh servers:
+//
+//	go test -run '^$' -bench OrderLayoutRedisCPU -benchtime 128000x -count 6 ./orders/stock/
+//
+// hash-us/op and string-us/op are the two servers' CPU per purchase
+// (deduct and mark), string/hash their ratio; *-deduct-us and *-mark-us
+// split them between the two calls. *-calls/op counts the commands the
+// scripts ran per purchase (INFO commandstats, EVALSHA and INFO left out),
+// which the machine's noise does not move.
+//
+// Measured on the shared 2-core dev VM (Redis 7.0.15, the command above):
+// string/hash 0.948–0.967 per round, median 0.957, of Redis' CPU per
+// purchase (hash 22.6–26.2 µs, string 21.7–25.2). The deduction: one call
+// fewer (6.09 → 5.09 per purchase, the rest is per batch), 0.92–0.935 of
+// the CPU (15.6–18.5 → 14.4–17.2 µs). The mark: no gain, 1.01–1.04 (6.9–8.6
+// → 7.0–8.8 µs): GET + SETRANGE cost what HMGET + HSET did, the per-call
+// cost dominates. Tried and reverted: reading the mark's payby with an
+// unanchored '(%d+)$' (Lua tries it from every byte): the mark 1.30×.
+// Run as two separate benchmarks, one layout after the other, the
+// machine's noise (±25 % between runs) hid the difference altogether.
+func BenchmarkOrderLayoutRedisCPU(b *testing.B) {
+	hash, str := newLayoutBench(b, true), newLayoutBench(b, false)
+	b.ResetTimer()
+	hash.snap(b)
+	str.snap(b)
+	for i := range hash.calls {
+		hash.deduct(b, i)
+		str.deduct(b, i)
+	}
+	hash.snap(b)
+	str.snap(b)
+	for i := range hash.calls {
+		hash.mark(b, i)
+		str.mark(b, i)
+	}
+	hash.snap(b)
+	str.snap(b)
+	b.StopTimer()
+	for _, l := range []*layoutBench{hash, str} {
+		l.check(b)
+		n := float64(b.N)
+		b.ReportMetric((l.cpu[2]-l.cpu[0])/n, l.name+"-us/op")
+		b.ReportMetric((l.cpu[1]-l.cpu[0])/n, l.name+"-deduct-us/op")
+		b.ReportMetric((l.cpu[2]-l.cpu[1])/n, l.name+"-mark-us/op")
+		b.ReportMetric((l.cmds[2]-l.cmds[0])/n, l.name+"-calls/op")
+	}
+	b.ReportMetric((str.cpu[2]-str.cpu[0])/(hash.cpu[2]-hash.cpu[0]), "string/hash")
+}
+
+// layoutBench is one layout's server, store, scripts and prepared calls.
+type layoutBench struct {
+	name         string
+	hash         bool
+	s            *Store
+	deductScript *rueidis.Lua
+	markScript   *rueidis.Lua
+	calls        []layoutCall
+	firstID      int64
+	cpu, cmds    []float64
+}
+
+type layoutCall struct{ dk, da, mk, ma []string }
+
+const layoutProduct = "cpu"
+
+func newLayoutBench(b *testing.B, hash bool) *layoutBench {
+	const batch, p = 32, layoutProduct
+	srv := redistest.New(b)
+	ctx := context.Background()
+	s, err := Open(ctx, srv.Addr(), testOptions(Options{}))
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { s.Close() })
+	if _, err := s.Warm(ctx, Sale{ProductID: p, Stock: 1 << 50, Limit: 1 << 30, EndMs: time.Now().Add(time.Hour).UnixMilli()}); err != nil {
+		b.Fatal(err)
+	}
+	l := &layoutBench{name: "string", hash: hash, s: s, deductScript: deductScript, markScript: markSuccessScript}
+	if hash {
+		l.name, l.deductScript, l.markScript = "hash", hashDeductScript, hashMarkScript
+	}
+	now := time.Now().UnixMilli()
+	payBy := i64(now + 15*time.Minute.Milliseconds())
+	// The calls are built before the clock starts: only Redis is measured.
+	for lo := 0; lo < b.N; lo += batch {
+		c := layoutCall{
+			dk: []string{StockKey(p), OutboxKey(p), MetaKey(p)},
+			da: []string{p, s.graceMs, s.orderTTLMs, s.fenceArg()},
+			mk: []string{DueKey(p)},
+		}
+		for i := lo; i < min(lo+batch, b.N); i++ {
+			id := orderSeq.Add(1)
+			if l.firstID == 0 {
+				l.firstID = id
+			}
+			user := "user" + strconv.Itoa(i%10_000)
+			c.dk = append(c.dk, BuyerKey(p, user), OrderKey(p, id), TokenKey(p, strconv.FormatInt(id, 16)))
+			c.da = append(c.da, user, "1", "1073741824", i64(id), "1999", i64(now), "600000", "1", payBy)
+			c.mk = append(c.mk, OrderKey(p, id))
+			c.ma = append(c.ma, i64(id))
+		}
+		if !hash {
+			c.da = append(c.da, s.layoutArg)
+		}
+		l.calls = append(l.calls, c)
+	}
+	// Loads both scripts.
+	if err := l.deductScript.Exec(ctx, s.c, []string{StockKey(p), OutboxKey(p), MetaKey(p)}, []string{p, s.graceMs, s.orderTTLMs, s.fenceArg()}).Error(); err != nil {
+		b.Fatal(err)
+	}
+	if err := l.markScript.Exec(ctx, s.c, []string{DueKey(p)}, nil).Error(); err != nil {
+		b.Fatal(err)
+	}
+	return l
+}
+
+func (l *layoutBench) snap(b *testing.B) {
+	l.cpu = append(l.cpu, redisCPU(b, l.s.c))
+	l.cmds = append(l.cmds, redisCalls(b, l.s.c))
+}
+
+func (l *layoutBench) deduct(b *testing.B, i int) {
+	c := l.calls[i]
+	res, err := l.deductScript.Exec(context.Background(), l.s.c, c.dk, c.da).ToArray()
+	if err != nil || len(res) != len(c.ma)+1 {
+		b.Fatalf("%s deduct: %d values, %v", l.name, len(res), err)
+	}
+	if _, err := res[1].ToString(); err != nil {
+		b.Fatalf("%s deduct did not place: %v", l.name, res[1])
+	}
+}
+
+func (l *layoutBench) mark(b *testing.B, i int) {
+	c := l.calls[i]
+	if n, err := l.markScript.Exec(context.Background(), l.s.c, c.mk, c.ma).AsInt64(); err != nil || n != int64(len(c.ma)) {
+		b.Fatalf("%s mark: %d, %v", l.name, n, err)
+	}
+}
+
+// check: the orders have the layout measured, and are marked.
+func (l *layoutBench) check(b *testing.B) {
+	o, ok, err := l.s.OrderState(context.Background(), layoutProduct, l.firstID)
+	if typ := keyType(b, l.s, OrderKey(layoutProduct, l.firstID)); typ != map[bool]string{true: "hash", false: "string"}[l.hash] ||
+		!ok || err != nil || o.State != StateSuccess {
+		b.Fatalf("%s layout: order is a %s, %+v %v %v", l.name, typ, o, ok, err)
+	}
+}
+
+// redisCPU is the server's used_cpu_sys + used_cpu_user, µs.
+func redisCPU(b *testing.B, c rueidis.Client) float64 {
+	b.Helper()
+	info, err := c.Do(context.Background(), c.B().Info().Section("cpu").Build()).ToString()
+	if err != nil {
+		b.Fatal(err)
+	}
+	var total float64
+	for _, line := range strings.Split(info, "\n") {
+		k, v, ok := strings.Cut(strings.TrimSpace(line), ":")
+		if ok && (k == "used_cpu_sys" || k == "used_cpu_user") {
+			f, err := strconv.ParseFloat(v, 64)
+			if err != nil {
+				b.Fatalf("INFO %s: %v", line, err)
+			}
+			total += f * 1e6
+		}
+	}
+	return total
+}
+
+// redisCalls is the commands the server ran so far (INFO commandstats),
+// scripts' own calls included, less the script calls and INFO themselves.
+func redisCalls(b *testing.B, c rueidis.Client) float64 {
+	b.Helper()
+	info, err := c.Do(context.Background(), c.B().Info().Section("commandstats").Build()).ToString()
+	if err != nil {
+		b.Fatal(err)
+	}
+	var total float64
+	for _, line := range strings.Split(info, "\n") {
+		name, stats, ok := strings.Cut(strings.TrimSpace(line), ":calls=")
+		if !ok || name == "cmdstat_evalsha" || name == "cmdstat_eval" || name == "cmdstat_info" {
+			continue
+		}
+		n, _, _ := strings.Cut(stats, ",")
+		f, err := strconv.ParseFloat(n, 64)
+		if err != nil {
+			b.Fatalf("INFO %s: %v", line, err)
+		}
+		total += f
+	}
+	return total
+}

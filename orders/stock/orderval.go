@@ -1,0 +1,184 @@
+package stock
+
+import (
+	"context"
+	_ "embed"
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/redis/rueidis"
+
+	"flashgate/orders/order"
+)
+
+// An order (sk:{p}:o:<id>) has two layouts, see keys.go: the string this
+// version writes and the hash older ones wrote. Every reader, in Lua
+// (order_fn.lua) and here, accepts both, so that edges of both versions can
+// sell the same product during a rolling upgrade; an order keeps the layout
+// it was made in until its TTL ends.
+
+// order_read and order_value, prepended to every script that reads an order.
+//
+//go:embed lua/order_fn.lua
+var orderFnLua string
+
+// stateOfCode is the state (State*) the first byte of a string order
+// stands for; "" for a byte that is none.
+func stateOfCode(c byte) string {
+	switch c {
+	case 'p':
+		return StatePending
+	case 's':
+		return StateSuccess
+	case 'P':
+		return StatePaid
+	case 'E':
+		return StateExpired
+	case 'R':
+		return StateReleased
+	case 'F':
+		return StateFailed
+	}
+	return ""
+}
+
+// stateOfValue is the state of a string order, read from its first byte.
+func stateOfValue(v string) string {
+	if len(v) < 2 || v[1] != ':' {
+		return ""
+	}
+	return stateOfCode(v[0])
+}
+
+// parseOrderValue reads a string order; ok is false when v is not one.
+func parseOrderValue(productID string, orderID int64, v string) (o OrderInfo, ok bool) {
+	o.ID, o.ProductID = orderID, productID
+	if o.State = stateOfValue(v); o.State == "" {
+		return o, false
+	}
+	rest := v[2:]
+	field := func() string {
+		f, r, _ := strings.Cut(rest, ":")
+		rest = r
+		return f
+	}
+	num := func() int64 { n, _ := strconv.ParseInt(field(), 10, 64); return n }
+	o.UserID = field()
+	o.Qty = int(num())
+	o.PriceCents = num()
+	o.CreatedMs = num()
+	o.Edge = int(num())
+	o.PayByMs = num()
+	o.PaidMs = num()
+	o.ClosedMs = num()
+	return o, order.ValidUserID(o.UserID) && rest == ""
+}
+
+// ParseOrder reads the value of a string order (a GET of OrderKey), for
+// tools that read Redis with a client of their own; ok is false when v is
+// not one (an older edge's order is a hash: the GET answers WRONGTYPE).
+func ParseOrder(productID string, orderID int64, v string) (OrderInfo, bool) {
+	return parseOrderValue(productID, orderID, v)
+}
+
+// userOfValue is the buyer of a string order.
+func userOfValue(v string) string {
+	if stateOfValue(v) == "" {
+		return ""
+	}
+	u, _, _ := strings.Cut(v[2:], ":")
+	return u
+}
+
+// isWrongType reports a WRONGTYPE answer: a GET of an older edge's hash.
+func isWrongType(err error) bool {
+	re, ok := rueidis.IsRedisErr(err)
+	return ok && strings.HasPrefix(re.Error(), "WRONGTYPE")
+}
+
+// readOrder reads one order in either layout; ok is false when there is
+// none.
+func (s *Store) readOrder(ctx context.Context, productID string, orderID int64) (OrderInfo, bool, error) {
+	key := OrderKey(productID, orderID)
+	v, err := s.c.Do(ctx, s.c.B().Get().Key(key).Build()).ToString()
+	switch {
+	case err == nil:
+		o, ok := parseOrderValue(productID, orderID, v)
+		return o, ok, nil
+	case rueidis.IsRedisNil(err):
+		return OrderInfo{}, false, nil
+	case !isWrongType(err):
+		return OrderInfo{}, false, err
+	}
+	m, err := s.c.Do(ctx, s.c.B().Hgetall().Key(key).Build()).AsStrMap()
+	if err != nil || len(m) == 0 {
+		return OrderInfo{}, false, err
+	}
+	return orderInfo(productID, orderID, m), true, nil
+}
+
+// layoutArg is the scripts' argument for Options.OrderHashes.
+func layoutArg(hashes bool) string {
+	if hashes {
+		return "h"
+	}
+	return "s"
+}
+
+// ReadOrders reads the orders of one product with the given ids, in either
+// layout, over a client of the caller's (for tests and tools that read
+// Redis beside a Store): one pipeline of GETs, and one of HGETALLs for the
+// orders among them that are hashes. Ids without an order are absent from
+// the map.
+func ReadOrders(ctx context.Context, c rueidis.Client, productID string, ids []int64) (map[int64]OrderInfo, error) {
+	if err := checkProduct(productID); err != nil {
+		return nil, err
+	}
+	out := make(map[int64]OrderInfo, len(ids))
+	if err := readOrders(ctx, c, productID, ids, out); err != nil {
+		return nil, fmt.Errorf("stock: orders %s: %w", productID, err)
+	}
+	return out, nil
+}
+
+func readOrders(ctx context.Context, c rueidis.Client, productID string, ids []int64, out map[int64]OrderInfo) error {
+	if len(ids) == 0 {
+		return nil
+	}
+	cmds := make(rueidis.Commands, len(ids))
+	for i, id := range ids {
+		cmds[i] = c.B().Get().Key(OrderKey(productID, id)).Build()
+	}
+	var hashes []int64
+	for i, r := range c.DoMulti(ctx, cmds...) {
+		v, err := r.ToString()
+		switch {
+		case err == nil:
+			if o, ok := parseOrderValue(productID, ids[i], v); ok {
+				out[ids[i]] = o
+			}
+		case isWrongType(err):
+			hashes = append(hashes, ids[i])
+		case !rueidis.IsRedisNil(err):
+			return err
+		}
+	}
+	if len(hashes) == 0 {
+		return nil
+	}
+	cmds = cmds[:0]
+	for _, id := range hashes {
+		cmds = append(cmds, c.B().Hgetall().Key(OrderKey(productID, id)).Build())
+	}
+	for i, r := range c.DoMulti(ctx, cmds...) {
+		m, err := r.AsStrMap()
+		if err != nil {
+			return err
+		}
+		if len(m) > 0 {
+			out[hashes[i]] = orderInfo(productID, hashes[i], m)
+		}
+	}
+	return nil
+}
