@@ -191,6 +191,9 @@ func (s *Sweeper) batch(ctx context.Context, p string) (int, error) {
 		if errors.Is(err, stock.ErrNotWarmed) || errors.Is(err, stock.ErrRecovering) {
 			return 0, nil // nothing to release until it is open again
 		}
+		if ctx.Err() != nil {
+			return 0, ctx.Err() // closing: the call was cut short, not failed
+		}
 		s.errs.Add(1)
 		s.logErr(p, "pay deadline sweep failed; the next sweep tries again", err)
 		return 0, fmt.Errorf("deadline: %s: %w", p, err)
