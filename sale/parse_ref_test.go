@@ -14,11 +14,11 @@ import (
 	"flashgate/sale/api"
 )
 
-// The parser as it was before the scanner learned to find a string's end
-// with bytes.IndexByte and check its span a word at a time, kept unchanged
-// as the reference: FuzzParseMatchesReference holds the fast parser to
-// exactly its acceptance, answers and views. Change both only together, and
-// only when the contract changes.
+// The parser as it was before the scanner learned to step over strings a
+// word at a time, kept unchanged as the reference: FuzzParseMatchesReference,
+// FuzzParseBodyMatchesReference and TestParseBodyMatchesReferenceMutated hold
+// the fast parser to exactly its acceptance, answers and views. Change both
+// only together, and only when the contract changes.
 
 func refParse(r *api.Call, maxBody int) *api.Rejection {
 	ctx := r.Ctx
