@@ -59,22 +59,37 @@ func newConnLimit(spec Spec, env *Env) (Filter, field.Errors) {
 	}, nil
 }
 
+// key writes the client's key in the zone to k. Handle and Finish derive it
+// on every request: the default prefix (128, every address its own client)
+// skips keyFromAddrPrefix's masking, and the key goes to the table by
+// pointer, not copied from call to call.
+func (c *connLimit) key(k *[16]byte, r *Request) {
+	if c.v6bits >= 128 {
+		*k = r.ClientIP.As16()
+		return
+	}
+	*k = keyFromAddrPrefix(r.ClientIP, c.v6bits)
+}
+
 func (c *connLimit) Handle(r *Request) Verdict {
-	key := keyFromAddrPrefix(r.ClientIP, c.v6bits)
-	if !c.zone.Acquire(key, c.max) {
+	var key [16]byte
+	c.key(&key, r)
+	if !c.zone.acquire(&key, c.max) {
 		return Verdict{Reject: c.reject, RetryAfter: 1}
 	}
 	if !r.Defer(c) {
 		// No room to remember the slot (Build keeps finishers below the
 		// limit, so only a hand-made chain gets here): do not leak it.
-		c.zone.Release(key)
+		c.zone.release(&key)
 	}
 	return Pass
 }
 
 // Finish releases the slot taken by Handle. r.ClientIP must not have changed.
 func (c *connLimit) Finish(r *Request) {
-	c.zone.Release(keyFromAddrPrefix(r.ClientIP, c.v6bits))
+	var key [16]byte
+	c.key(&key, r)
+	c.zone.release(&key)
 }
 
 const connShards = 64
@@ -112,14 +127,23 @@ func (z *ConnZone) shard(k *[16]byte) (*connShard, uint64) {
 }
 
 // Acquire counts one more request of key unless limit are already in flight.
-func (z *ConnZone) Acquire(key [16]byte, limit int) bool {
-	s, h := z.shard(&key)
+// Acquire and Release run on every request: they unlock by hand, not by
+// defer, and nothing between Lock and Unlock can panic.
+func (z *ConnZone) Acquire(key [16]byte, limit int) bool { return z.acquire(&key, limit) }
+
+func (z *ConnZone) acquire(key *[16]byte, limit int) bool {
+	s, h := z.shard(key)
 	s.mu.Lock()
-	defer s.mu.Unlock()
+	ok := s.acquire(key, h, limit)
+	s.mu.Unlock()
+	return ok
+}
+
+func (s *connShard) acquire(key *[16]byte, h uint64, limit int) bool {
 	if s.t.slots == nil {
 		s.t.slots = make([]slot, tableMinCap)
 	}
-	i, found := s.t.find(&key, h)
+	i, found := s.t.find(key, h)
 	if found {
 		if int(s.t.slots[i].a) >= limit {
 			return false
@@ -132,22 +156,28 @@ func (z *ConnZone) Acquire(key [16]byte, limit int) bool {
 	}
 	if s.t.full(s.t.n + 1) {
 		s.t.grow(1 << 30)
-		i, _ = s.t.find(&key, h)
+		i, _ = s.t.find(key, h)
 	}
-	s.t.slots[i] = slot{key: key, a: 1}
+	s.t.slots[i] = slot{key: *key, a: 1}
 	s.t.n++
 	return true
 }
 
 // Release gives back one request of key.
-func (z *ConnZone) Release(key [16]byte) {
-	s, h := z.shard(&key)
+func (z *ConnZone) Release(key [16]byte) { z.release(&key) }
+
+func (z *ConnZone) release(key *[16]byte) {
+	s, h := z.shard(key)
 	s.mu.Lock()
-	defer s.mu.Unlock()
+	s.release(key, h)
+	s.mu.Unlock()
+}
+
+func (s *connShard) release(key *[16]byte, h uint64) {
 	if s.t.slots == nil {
 		return
 	}
-	i, found := s.t.find(&key, h)
+	i, found := s.t.find(key, h)
 	if !found {
 		return
 	}

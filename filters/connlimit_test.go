@@ -149,3 +149,49 @@ func TestTableModel(t *testing.T) {
 		}
 	}
 }
+
+// ipv6_prefix groups the addresses of one network into one client; the
+// default, 128, keeps every address its own, IPv4 and IPv4-mapped alike.
+func TestConnLimitIPv6Prefix(t *testing.T) {
+	for _, tc := range []struct {
+		yaml  string
+		same  []string // in flight together: the second is refused
+		apart []string // in flight together: both pass
+	}{
+		{"type: conn_limit\nmax: 1\nipv6_prefix: 64\n",
+			[]string{"2001:db8:1:2::1", "2001:db8:1:2:ffff::9"}, []string{"2001:db8:1:2::1", "2001:db8:1:3::1"}},
+		{"type: conn_limit\nmax: 1\nipv6_prefix: 60\n",
+			[]string{"2001:db8:1:10::1", "2001:db8:1:1f::1"}, []string{"2001:db8:1:10::1", "2001:db8:1:20::1"}},
+		{"type: conn_limit\nmax: 1\n",
+			[]string{"2001:db8::1", "2001:db8::1"}, []string{"2001:db8::1", "2001:db8::2"}},
+		{"type: conn_limit\nmax: 1\nipv6_prefix: 64\n",
+			[]string{"198.51.100.1", "198.51.100.1"}, []string{"198.51.100.1", "198.51.100.2"}},
+		{"type: conn_limit\nmax: 1\n",
+			[]string{"198.51.100.1", "198.51.100.1"}, []string{"198.51.100.1", "::ffff:198.51.100.2"}},
+	} {
+		t.Run(tc.yaml, func(t *testing.T) {
+			env, clk := newEnv()
+			c := mustBuild(t, env, tc.yaml)
+			for _, pair := range []struct {
+				addrs   []string
+				refused bool
+			}{{tc.same, true}, {tc.apart, false}} {
+				var rs [2]Request
+				for i, a := range pair.addrs {
+					rs[i] = Request{Call: api.Call{ClientIP: netip.MustParseAddr(a), NowNano: clk.now}}
+				}
+				if v := c.Run(&rs[0]); v.Reject != nil {
+					t.Fatalf("%s refused alone", pair.addrs[0])
+				}
+				if v := c.Run(&rs[1]); (v.Reject != nil) != pair.refused {
+					t.Fatalf("%s beside %s: refused %v, want %v", pair.addrs[1], pair.addrs[0], v.Reject != nil, pair.refused)
+				}
+				rs[0].Finish()
+				rs[1].Finish()
+				if n := env.Zones.Conns("conn_limit").Len(); n != 0 {
+					t.Fatalf("%d keys left after every request finished", n)
+				}
+			}
+		})
+	}
+}
