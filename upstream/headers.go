@@ -68,6 +68,17 @@ const (
 	headerForwarded       = "Forwarded"
 )
 
+// The forwarding headers the edge writes, spelled as fasthttp normalizes
+// them (the edge server normalizes names), so SetCanonical can skip the
+// normalizing copy Set makes of the name on every request.
+var (
+	keyXForwardedFor   = []byte("X-Forwarded-For")
+	keyXRealIP         = []byte("X-Real-Ip")
+	keyXForwardedProto = []byte("X-Forwarded-Proto")
+	valueHTTP          = []byte("http")
+	valueHTTPS         = []byte("https")
+)
+
 // testimony names the testimonyMask bits.
 var testimony = [...]struct {
 	bit  uint32
@@ -541,7 +552,7 @@ func rewriteHeaders(out *fasthttp.Request, ctx *fasthttp.RequestCtx, from hop, p
 	peer, _ := netip.AddrFromSlice(ctx.RemoteIP())
 	peer = peer.Unmap()
 	buf = peer.AppendTo(buf)
-	out.Header.SetBytesV(headerXForwardedFor, buf)
+	out.Header.SetCanonical(keyXForwardedFor, buf)
 
 	real := from.clientIP
 	if !real.IsValid() {
@@ -554,7 +565,7 @@ func rewriteHeaders(out *fasthttp.Request, ctx *fasthttp.RequestCtx, from hop, p
 	if present&hXRealIP != 0 {
 		out.Header.Del(headerXRealIP)
 	}
-	out.Header.SetBytesV(headerXRealIP, buf[mark:])
+	out.Header.SetCanonical(keyXRealIP, buf[mark:])
 
 	// X-Forwarded-Proto, -Host, -Port and Forwarded: a trusted proxy's
 	// pass; anyone else's go. The edge writes X-Forwarded-Proto (of its own
@@ -568,9 +579,9 @@ func rewriteHeaders(out *fasthttp.Request, ctx *fasthttp.RequestCtx, from hop, p
 	}
 	if !from.trusted || present&hXForwardedProto == 0 {
 		if ctx.IsTLS() {
-			out.Header.Set(headerXForwardedProto, "https")
+			out.Header.SetCanonical(keyXForwardedProto, valueHTTPS)
 		} else {
-			out.Header.Set(headerXForwardedProto, "http")
+			out.Header.SetCanonical(keyXForwardedProto, valueHTTP)
 		}
 	}
 	return buf, true
