@@ -32,7 +32,10 @@ type PoolConfig struct {
 	ConnectTimeout time.Duration `yaml:"connect_timeout"`
 	// ReadTimeout bounds reading the whole response (headers and body) once
 	// the request is written; WriteTimeout bounds writing the request. Unlike
-	// nginx's proxy_read_timeout it is not reset between reads.
+	// nginx's proxy_read_timeout it is not reset between reads. Either may
+	// fire up to 1/16 of itself (at most 100 ms) late, never early: the
+	// edge moves an origin connection's deadlines forward in steps rather
+	// than on every request.
 	ReadTimeout  time.Duration `yaml:"read_timeout"`
 	WriteTimeout time.Duration `yaml:"write_timeout"`
 	// MaxConns caps the connections to each server; a request finding all of

@@ -368,6 +368,80 @@ func dialFunc(timeout time.Duration) fasthttp.DialFunc {
 		if err != nil {
 			return nil, &dialError{err}
 		}
-		return conn, nil
+		return newOriginConn(conn), nil
 	}
+}
+
+// maxDeadlineSlack bounds how much later than asked an origin connection's
+// socket deadline may fall (see originConn).
+const maxDeadlineSlack = 100 * time.Millisecond
+
+// originConn is an origin connection that moves its socket deadlines
+// forward in steps instead of on every request. HostClient sets a read and
+// a write deadline per request (now + read_timeout, now + write_timeout),
+// each a timer update in the runtime; at sale rates a connection serves a
+// request every few milliseconds, so the deadline already on the socket,
+// set a little further out than asked, still bounds the next request.
+// A timeout fires at most its slack late (1/16 of it, at most 100 ms),
+// never early: a deadline is kept only when it is not before the one asked.
+// HostClient uses a connection from one goroutine at a time.
+type originConn struct {
+	*net.TCPConn
+	read, write deadline
+}
+
+// deadline is what is set on the socket: at (zero: none), slack later
+// than was asked.
+type deadline struct {
+	at    time.Time
+	slack time.Duration
+}
+
+func newOriginConn(conn net.Conn) net.Conn {
+	if tc, ok := conn.(*net.TCPConn); ok {
+		return &originConn{TCPConn: tc}
+	}
+	return conn
+}
+
+func (c *originConn) SetReadDeadline(t time.Time) error {
+	return c.read.set(t, c.TCPConn.SetReadDeadline)
+}
+
+func (c *originConn) SetWriteDeadline(t time.Time) error {
+	return c.write.set(t, c.TCPConn.SetWriteDeadline)
+}
+
+// SetDeadline sets both exactly, as net.Conn's does.
+func (c *originConn) SetDeadline(t time.Time) error {
+	c.read, c.write = deadline{}, deadline{}
+	if err := c.TCPConn.SetDeadline(t); err != nil {
+		return err
+	}
+	c.read, c.write = deadline{at: t}, deadline{at: t}
+	return nil
+}
+
+// set asks for a deadline of t: kept when the one on the socket is not
+// before t and at most its slack after; else set anew, slack later.
+func (d *deadline) set(t time.Time, set func(time.Time) error) error {
+	if t.IsZero() {
+		if d.at.IsZero() {
+			return nil
+		}
+		*d = deadline{}
+		return set(t)
+	}
+	if !d.at.IsZero() {
+		if late := d.at.Sub(t); late >= 0 && late <= d.slack {
+			return nil
+		}
+	}
+	slack := max(min(time.Until(t)/16, maxDeadlineSlack), 0)
+	*d = deadline{} // unknown, should the set fail
+	if err := set(t.Add(slack)); err != nil {
+		return err
+	}
+	*d = deadline{at: t.Add(slack), slack: slack}
+	return nil
 }

@@ -540,3 +540,44 @@ func TestExpectContinueNotForwarded(t *testing.T) {
 		t.Fatalf("origin saw Expect|body = %q", g)
 	}
 }
+
+// TestOriginDeadlineNeverEarly pins originConn's deadline steps: a kept
+// deadline is never before the one asked and at most its slack (1/16 of
+// the timeout) after; a later ask past the slack, or a clear, reaches the
+// socket.
+func TestOriginDeadlineNeverEarly(t *testing.T) {
+	var d deadline
+	var sets []time.Time
+	set := func(at time.Time) error { sets = append(sets, at); return nil }
+	const timeout = 1600 * time.Millisecond
+	now := time.Now()
+	if err := d.set(now.Add(timeout), set); err != nil || len(sets) != 1 {
+		t.Fatalf("first deadline: err %v, %d sets", err, len(sets))
+	}
+	if late := sets[0].Sub(now.Add(timeout)); late < 0 || late > timeout/16 {
+		t.Fatalf("set %v after the asked deadline: want 0..%v", late, timeout/16)
+	}
+	// Asked a little later (the next request): the socket's still bounds it.
+	_ = d.set(now.Add(timeout+time.Millisecond), set)
+	if len(sets) != 1 {
+		t.Fatalf("a deadline within the slack was set again")
+	}
+	// Asked past the slack: set anew.
+	_ = d.set(now.Add(timeout+timeout/8), set)
+	if len(sets) != 2 || sets[1].Before(now.Add(timeout+timeout/8)) {
+		t.Fatalf("a deadline past the slack: sets %v", sets)
+	}
+	// Asked earlier than the one on the socket (a shorter timeout): set.
+	_ = d.set(now.Add(time.Millisecond), set)
+	if len(sets) != 3 || sets[2].After(now.Add(time.Millisecond+maxDeadlineSlack)) {
+		t.Fatalf("an earlier deadline was not set: sets %v", sets)
+	}
+	_ = d.set(time.Time{}, set)
+	if len(sets) != 4 || !sets[3].IsZero() {
+		t.Fatalf("clearing the deadline did not reach the socket: %v", sets)
+	}
+	_ = d.set(time.Time{}, set)
+	if len(sets) != 4 {
+		t.Fatalf("clearing an absent deadline reached the socket")
+	}
+}
