@@ -5,6 +5,7 @@ import (
 	"flashgate/conf"
 	"net"
 	"net/netip"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -385,9 +386,28 @@ const maxDeadlineSlack = 100 * time.Millisecond
 // A timeout fires at most its slack late (1/16 of it, at most 100 ms),
 // never early: a deadline is kept only when it is not before the one asked.
 // HostClient uses a connection from one goroutine at a time.
+//
+// Its first read after a write yields the processor first: the origin has
+// not answered the request just written, so reading at once is an EAGAIN
+// read and a park on the poller; letting the runnable goroutines go first
+// gives the answer time to arrive (when none is runnable, it reads at once).
 type originConn struct {
 	*net.TCPConn
 	read, write deadline
+	wrote       bool
+}
+
+func (c *originConn) Write(p []byte) (int, error) {
+	c.wrote = true
+	return c.TCPConn.Write(p)
+}
+
+func (c *originConn) Read(p []byte) (int, error) {
+	if c.wrote {
+		c.wrote = false
+		runtime.Gosched()
+	}
+	return c.TCPConn.Read(p)
 }
 
 // deadline is what is set on the socket: at (zero: none), slack later
