@@ -225,15 +225,11 @@ func deadlinePhase(ctx context.Context, root string, f deadlineFlags, edges int,
 	if err := need("bench deadlines", toolRedis); err != nil {
 		return err
 	}
-	dir, err := os.MkdirTemp("", "flashgate-bench-deadlines-")
+	dir, _, cleanup, err := runDir("deadlines", f.keep, false, progress)
 	if err != nil {
 		return err
 	}
-	if f.keep {
-		fmt.Fprintln(progress, "bench: run directory", dir)
-	} else {
-		defer os.RemoveAll(dir)
-	}
+	defer cleanup()
 	env := newEnv(EnvOptions{Root: root, Dir: dir, GoMaxProcs: f.gomaxprocs, InfraCPU: -1, Kafka: "bench",
 		ClickHouse: f.clickhouse, ProxyBin: f.proxyBin, Quiet: progress})
 	defer env.Close()

@@ -273,20 +273,12 @@ func runFailover(ctx context.Context, root string, sc *Scenario, f runFlags, std
 	case f.pin || f.pprof:
 		return nil, errors.New("-pin and -pprof are not for the failover scenario (several edges, a cluster)")
 	}
-	progress := stderr
-	if f.quiet {
-		progress = io.Discard
-	}
 	fo := sc.Failover
-	dir, err := os.MkdirTemp("", "flashgate-bench-"+sc.Name+"-")
+	dir, progress, cleanup, err := runDir(sc.Name, f.keep, f.quiet, stderr)
 	if err != nil {
 		return nil, err
 	}
-	if f.keep {
-		fmt.Fprintln(stderr, "bench: run directory", dir)
-	} else {
-		defer os.RemoveAll(dir)
-	}
+	defer cleanup()
 	if err := need("the failover scenario", toolRedis, toolRedisCLI); err != nil {
 		return nil, err
 	}

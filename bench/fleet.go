@@ -180,19 +180,11 @@ func runFleet(ctx context.Context, root string, sc *Scenario, f runFlags, stderr
 	if targets != nil {
 		sc.Fleet.Edges = []int{len(targets)}
 	}
-	progress := stderr
-	if f.quiet {
-		progress = io.Discard
-	}
-	dir, err := os.MkdirTemp("", "flashgate-bench-"+sc.Name+"-")
+	dir, progress, cleanup, err := runDir(sc.Name, f.keep, f.quiet, stderr)
 	if err != nil {
 		return nil, err
 	}
-	if f.keep {
-		fmt.Fprintln(stderr, "bench: run directory", dir)
-	} else {
-		defer os.RemoveAll(dir)
-	}
+	defer cleanup()
 	res := &FleetResult{Scenario: sc.Name, Description: sc.Description, Started: time.Now().UTC(), Config: sc,
 		Machine: machineInfo(), CPUs: runtime.NumCPU(), GoVersion: runtime.Version(), Commit: proxyCommit(root, f.proxyRev),
 		EdgeGoMaxProcs: f.gomaxprocs}

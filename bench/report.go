@@ -128,6 +128,25 @@ func outDir(root string, f runFlags, sc *Scenario, started time.Time) string {
 	return filepath.Join(root, "bench", "results", sc.Name+"-"+started.Format("20060102-150405"))
 }
 
+// runDir makes a run's working directory (configs, logs, data): kept and
+// named on w with -keep, else removed by the returned cleanup. progress is
+// where the run's progress lines go: w, or nowhere with -q.
+func runDir(name string, keep, quiet bool, w io.Writer) (dir string, progress io.Writer, cleanup func(), err error) {
+	progress = w
+	if quiet {
+		progress = io.Discard
+	}
+	dir, err = os.MkdirTemp("", "flashgate-bench-"+name+"-")
+	if err != nil {
+		return "", nil, nil, err
+	}
+	if keep {
+		fmt.Fprintln(w, "bench: run directory", dir)
+		return dir, progress, func() {}, nil
+	}
+	return dir, progress, func() { os.RemoveAll(dir) }, nil
+}
+
 // exitNotes says, for each process that exited during the run, how and how
 // its log ends.
 func exitNotes(procs ...*Proc) []string {

@@ -152,19 +152,11 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 // runScenario starts what the scenario needs, plays it, reconciles, tears
 // everything down and writes the result files.
 func runScenario(ctx context.Context, root string, sc *Scenario, f runFlags, stderr io.Writer) (*Result, error) {
-	progress := stderr
-	if f.quiet {
-		progress = io.Discard
-	}
-	dir, err := os.MkdirTemp("", "flashgate-bench-"+sc.Name+"-")
+	dir, progress, cleanup, err := runDir(sc.Name, f.keep, f.quiet, stderr)
 	if err != nil {
 		return nil, err
 	}
-	if f.keep {
-		fmt.Fprintln(stderr, "bench: run directory", dir)
-	} else {
-		defer os.RemoveAll(dir)
-	}
+	defer cleanup()
 	if f.pin {
 		if runtime.NumCPU() < 2 {
 			return nil, errors.New("-pin needs 2 CPUs")

@@ -183,19 +183,11 @@ func runWaitingRoom(ctx context.Context, root string, sc *Scenario, f runFlags, 
 		return nil, errors.New("-pin and -pprof are not for the waitingroom scenario (several edges)")
 	}
 	w := sc.WaitingRoom
-	progress := stderr
-	if f.quiet {
-		progress = io.Discard
-	}
-	dir, err := os.MkdirTemp("", "flashgate-bench-"+sc.Name+"-")
+	dir, progress, cleanup, err := runDir(sc.Name, f.keep, f.quiet, stderr)
 	if err != nil {
 		return nil, err
 	}
-	if f.keep {
-		fmt.Fprintln(stderr, "bench: run directory", dir)
-	} else {
-		defer os.RemoveAll(dir)
-	}
+	defer cleanup()
 	if err := need("the waitingroom scenario", toolRedis); err != nil {
 		return nil, err
 	}
