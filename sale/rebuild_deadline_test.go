@@ -28,17 +28,7 @@ func TestStaleSnapshotRebuildsDeadlines(t *testing.T) {
 
 func testStaleSnapshotDeadlines(t *testing.T, kind string) {
 	ctx := context.Background()
-	srv := redistest.NewPersistent(t)
-	open := func() *stock.Store {
-		st, err := stock.Open(ctx, srv.Addr(), stock.Options{
-			Timeout: 10 * time.Second, QueueTimeout: 10 * time.Second, OrderTTL: edge.Sale.OrderTTL,
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { st.Close() })
-		return st
-	}
+	srv, open := snapshotRedis(t)
 	st := open()
 	r := newRig(t, st, openStoreKind(t, kind))
 	r.mark = true
@@ -216,17 +206,7 @@ func TestStaleSnapshotSettledWithoutDeadline(t *testing.T) {
 
 func testStaleSettledWithoutDeadline(t *testing.T, kind string) {
 	ctx := context.Background()
-	srv := redistest.NewPersistent(t)
-	open := func() *stock.Store {
-		st, err := stock.Open(ctx, srv.Addr(), stock.Options{
-			Timeout: 10 * time.Second, QueueTimeout: 10 * time.Second, OrderTTL: edge.Sale.OrderTTL,
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { st.Close() })
-		return st
-	}
+	srv, open := snapshotRedis(t)
 	r := newRig(t, open(), openStoreKind(t, kind))
 	r.mark = true
 	r.startConsumer()
@@ -375,17 +355,7 @@ func TestStaleSnapshotLowersBuyerCounts(t *testing.T) {
 
 func testStaleBuyerCounts(t *testing.T, kind string) {
 	ctx := context.Background()
-	srv := redistest.NewPersistent(t)
-	open := func() *stock.Store {
-		st, err := stock.Open(ctx, srv.Addr(), stock.Options{
-			Timeout: 10 * time.Second, QueueTimeout: 10 * time.Second, OrderTTL: edge.Sale.OrderTTL,
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { st.Close() })
-		return st
-	}
+	srv, open := snapshotRedis(t)
 	r := newRig(t, open(), openStoreKind(t, kind))
 	r.mark = true
 	r.startConsumer()
@@ -543,4 +513,21 @@ func testStaleBuyerCounts(t *testing.T, kind string) {
 	r.publish(mixOutbox)
 	r.publish(outboxed)
 	r.reconcileClean(p)
+}
+
+// snapshotRedis is a redis-server that can be restarted from its last
+// snapshot, and a way to open a Store on it (closed with the test). The
+// budgets are long: these tests are about what a rebuild decides.
+func snapshotRedis(t *testing.T) (*redistest.Server, func() *stock.Store) {
+	srv := redistest.NewPersistent(t)
+	return srv, func() *stock.Store {
+		st, err := stock.Open(context.Background(), srv.Addr(), stock.Options{
+			Timeout: 10 * time.Second, QueueTimeout: 10 * time.Second, OrderTTL: edge.Sale.OrderTTL,
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { st.Close() })
+		return st
+	}
 }
