@@ -419,28 +419,10 @@ func FuzzParseMatchesReference(f *testing.F) {
 // BenchmarkParseDoToken120 is the body of bench compare's soldout target
 // (proxy's BenchmarkFastPathSoldOut): a 120-character purchase token.
 func BenchmarkParseDoToken120(b *testing.B) {
-	ctx := parseCtx("POST", "/api/seckill/do", `{"productId":"p1","token":"`+strings.Repeat("t", 120)+`","quantity":1}`)
-	var r api.Call
-	b.ReportAllocs()
-	for b.Loop() {
-		r.Reset()
-		r.Ctx = ctx
-		if Parse(&r, testMaxBody) != nil {
-			b.Fatal("rejected")
-		}
-	}
+	benchParse(b, Parse, "POST", "/api/seckill/do", `{"productId":"p1","token":"`+strings.Repeat("t", 120)+`","quantity":1}`)
 }
 
 // BenchmarkRefParseDoToken120 is the same call through the reference.
 func BenchmarkRefParseDoToken120(b *testing.B) {
-	ctx := parseCtx("POST", "/api/seckill/do", `{"productId":"p1","token":"`+strings.Repeat("t", 120)+`","quantity":1}`)
-	var r api.Call
-	b.ReportAllocs()
-	for b.Loop() {
-		r.Reset()
-		r.Ctx = ctx
-		if refParse(&r, testMaxBody) != nil {
-			b.Fatal("rejected")
-		}
-	}
+	benchParse(b, refParse, "POST", "/api/seckill/do", `{"productId":"p1","token":"`+strings.Repeat("t", 120)+`","quantity":1}`)
 }
