@@ -1,16 +1,10 @@
 package proxy
 
 import (
-	"fmt"
 	"net"
 	"testing"
-	"time"
 
 	"github.com/valyala/fasthttp"
-
-	"flashgate/internal/redistest"
-	"flashgate/orders/stock"
-	"flashgate/sale/session"
 )
 
 const allocSecret = "0123456789abcdef0123456789abcdef-session"
@@ -31,12 +25,9 @@ func requestCtx(method, uri, body, bearer string) *fasthttp.RequestCtx {
 	return ctx
 }
 
-// TestHotPathsAllocateNothing drives Handle directly: the status poll and a
-// purchase attempt for a sold-out product (the two answers a flash sale
-// gives millions of times) must not allocate.
-func TestHotPathsAllocateNothing(t *testing.T) {
-	origin := startOrigin(t)
-	cfg := fmt.Sprintf(`
+// allocEdgeChain is an edge running every shopper filter (the secret and
+// the origin go in its two %s).
+const allocEdgeChain = `
 listen: {addr: "127.0.0.1:0"}
 admin: {addr: "127.0.0.1:0"}
 log: {access_sample: 0}
@@ -56,25 +47,13 @@ upstreams:
   routes: [{prefix: /, pool: origin}]
 activities:
   - {product_id: p1, name: "Flash Sneaker", price: "99.00", stock: 100, limit: 1, start: "+0s", end: "+1h"}
-`, allocSecret, origin)
-	e := startEdge(t, cfg)
-	codec, err := session.NewCodec([][]byte{[]byte(allocSecret)}, time.Hour)
-	if err != nil {
-		t.Fatal(err)
-	}
-	jwt, _ := codec.Sign("alice", time.Now())
-	// Sell out for real (in Redis), so the background refresh agrees with
-	// the flag, and wait until the edge has seen it.
-	c := redistest.Client(t, e.srv.Store().Addr())
-	if err := c.Do(t.Context(), c.B().Set().Key(stock.StockKey("p1")).Value("0").Build()).Error(); err != nil {
-		t.Fatal(err)
-	}
-	if err := e.srv.Sale().Refresh(t.Context(), false); err != nil {
-		t.Fatal(err)
-	}
-	if !e.srv.env.Activities.StateOf("p1").SoldOut() {
-		t.Fatal("refresh did not set the sold-out flag")
-	}
+`
+
+// TestHotPathsAllocateNothing drives Handle directly: the status poll and a
+// purchase attempt for a sold-out product (the two answers a flash sale
+// gives millions of times) must not allocate.
+func TestHotPathsAllocateNothing(t *testing.T) {
+	e, jwt := soldOutEdge(t, allocEdgeChain)
 
 	cases := []struct{ name, method, uri, body string }{
 		{"status", "GET", "/api/seckill/status?productId=p1", ""},
