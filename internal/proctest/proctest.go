@@ -154,6 +154,16 @@ func (c *Child) Launch(pick func() error) error {
 	return err
 }
 
+// Pid is the running child's process id, 0 when none runs. A Ready check
+// compares it with what answered: a child that lost its port to another
+// server would otherwise be "ready" through that server's answer.
+func (c *Child) Pid() int {
+	if c.cmd == nil || c.cmd.Process == nil {
+		return 0
+	}
+	return c.cmd.Process.Pid
+}
+
 // Dir is the child's directory.
 func (c *Child) Dir() string { return c.dir }
 

@@ -170,7 +170,7 @@ func launchNode(dir string) (*clusterNode, error) {
 		},
 		Fresh:   []string{n.log, nodesConf},
 		Log:     func() []byte { return proctest.Tail(n.log) },
-		Ready:   func() error { return ping(n.addr()) },
+		Ready:   func() error { return pingOwn(n.addr(), n.proc) },
 		Probe:   "PING",
 		Timeout: ReadyTimeout,
 		Backoff: time.Millisecond,

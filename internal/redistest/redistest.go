@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -100,7 +101,7 @@ func launchServer(dir string, own, persistent bool) (*Server, error) {
 		},
 		Fresh:   fresh,
 		Log:     func() []byte { return proctest.Tail(logPath) },
-		Ready:   func() error { return ping(s.Addr()) },
+		Ready:   func() error { return pingOwn(s.Addr(), s.proc) },
 		Probe:   "PING",
 		Timeout: ReadyTimeout,
 		// The first PING usually succeeds within a few milliseconds.
@@ -170,6 +171,24 @@ func (s *Server) Resume() { s.proc.Resume() }
 
 // Close kills the server for good and removes a directory Launch created.
 func (s *Server) Close() { s.proc.Close() }
+
+// pingOwn is ping, and then that the server answering is the child: two
+// servers launched at once may pick the same free port, and the one that
+// lost it exits while the other answers its PING.
+func pingOwn(addr string, child *proctest.Child) error {
+	if err := ping(addr); err != nil {
+		return err
+	}
+	info, err := callString(addr, time.Second, "INFO", "server")
+	if err != nil {
+		return err
+	}
+	want := "process_id:" + strconv.Itoa(child.Pid()) + "\r\n"
+	if !strings.Contains(info, want) {
+		return fmt.Errorf("%s is answered by another process than pid %d", addr, child.Pid())
+	}
+	return nil
+}
 
 func ping(addr string) error {
 	c, err := net.DialTimeout("tcp", addr, time.Second)
