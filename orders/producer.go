@@ -86,7 +86,8 @@ func newProducer(cfg *PublisherConfig, tr *kafka.Transport) *producer {
 type pcall struct {
 	keyBuf   [20]byte
 	key      []byte
-	val      []byte
+	val      []byte // the encoded event, in valBuf when the publisher encoded it
+	valBuf   []byte // kept across recycles: an event is encoded without allocating
 	ctx      context.Context
 	deadline int64 // unix ns; not sent, not retried for after it
 	err      error
@@ -113,7 +114,7 @@ func (c *pcall) recycle() {
 	if c.keep {
 		return
 	}
-	*c = pcall{done: c.done, timer: c.timer}
+	*c = pcall{done: c.done, timer: c.timer, valBuf: c.valBuf[:0]}
 	pcallPool.Put(c)
 }
 

@@ -190,11 +190,13 @@ func (p *Publisher) Publish(ctx context.Context, evs ...order.Event) error {
 
 // newCall encodes e into a pooled call with the publish's deadline.
 func (p *Publisher) newCall(ctx context.Context, e *order.Event, now int64) (*pcall, error) {
-	v, err := e.Encode()
+	c := pcallPool.Get().(*pcall)
+	v, err := e.AppendEncode(c.valBuf[:0])
 	if err != nil {
+		c.recycle()
 		return nil, fmt.Errorf("orders: publish: %w", err)
 	}
-	c := pcallPool.Get().(*pcall)
+	c.valBuf = v
 	c.key = strconv.AppendInt(c.keyBuf[:0], e.ID, 10)
 	c.val = v
 	c.ctx = ctx

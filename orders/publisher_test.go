@@ -2,6 +2,7 @@ package orders
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"testing"
 	"time"
@@ -109,5 +110,38 @@ func TestPublishConcurrent(t *testing.T) {
 		if n != 1 {
 			t.Errorf("order %d written %d times", id, n)
 		}
+	}
+}
+
+// TestNewCallAllocs: encoding an event into a pooled call allocates
+// nothing once the pool holds a call (the event is appended to the call's
+// own buffer, kept across recycles), and a refused event leaves no call
+// behind.
+func TestNewCallAllocs(t *testing.T) {
+	p := &Publisher{cfg: PublisherConfig{Timeout: time.Second}}
+	ev := testEvent(120850008860790784)
+	ctx := context.Background()
+	warm, err := p.newCall(ctx, &ev, time.Now().UnixNano())
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, _ := ev.Encode()
+	if string(warm.val) != string(want) {
+		t.Fatalf("call value %s, want %s", warm.val, want)
+	}
+	warm.recycle()
+	if n := testing.AllocsPerRun(1000, func() {
+		c, err := p.newCall(ctx, &ev, 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.recycle()
+	}); n != 0 {
+		t.Errorf("newCall allocates %v times per event", n)
+	}
+	bad := ev
+	bad.UserID = "no spaces"
+	if _, err := p.newCall(ctx, &bad, 1); !errors.Is(err, order.ErrMalformed) {
+		t.Errorf("newCall of an invalid event: %v", err)
 	}
 }

@@ -1,7 +1,6 @@
 package order
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"strconv"
@@ -71,11 +70,54 @@ func (e *Event) StoreVersion() int64 {
 func (e *Event) Key() []byte { return strconv.AppendInt(nil, e.ID, 10) }
 
 // Encode renders the event.
-func (e *Event) Encode() ([]byte, error) {
+func (e *Event) Encode() ([]byte, error) { return e.AppendEncode(nil) }
+
+// AppendEncode appends the event's JSON to dst: the bytes encoding/json
+// would write for it (TestEncodeMatchesJSON, FuzzEncodeMatchesJSON), without
+// its reflection. Every edge encodes each order event once on the purchase
+// path, and json.Marshal was ~5 % of the edge's CPU there. Once the event is
+// valid every string in it is from an alphabet JSON writes as is (the type
+// and reason constants, ValidProductID, ValidUserID), so nothing needs
+// escaping.
+func (e *Event) AppendEncode(dst []byte) ([]byte, error) {
 	if err := e.Validate(); err != nil {
-		return nil, err
+		return dst, err
 	}
-	return json.Marshal(e)
+	dst = append(dst, `{"v":`...)
+	dst = strconv.AppendInt(dst, int64(e.V), 10)
+	dst = appendStr(dst, `,"type":"`, e.Type)
+	dst = append(dst, `,"orderId":"`...)
+	dst = strconv.AppendInt(dst, e.ID, 10)
+	dst = appendStr(dst, `","productId":"`, e.ProductID)
+	dst = appendStr(dst, `,"userId":"`, e.UserID)
+	dst = appendNum(dst, `,"quantity":`, int64(e.Qty))
+	dst = appendNum(dst, `,"priceCents":`, e.PriceCents)
+	dst = appendNum(dst, `,"createdMs":`, e.CreatedMs)
+	dst = appendNum(dst, `,"edge":`, int64(e.Edge))
+	if e.PayByMs != 0 {
+		dst = appendNum(dst, `,"payByMs":`, e.PayByMs)
+	}
+	if e.ReleasedMs != 0 {
+		dst = appendNum(dst, `,"releasedMs":`, e.ReleasedMs)
+	}
+	if e.Reason != "" {
+		dst = appendStr(dst, `,"reason":"`, e.Reason)
+	}
+	if e.PaidMs != 0 {
+		dst = appendNum(dst, `,"paidMs":`, e.PaidMs)
+	}
+	return append(dst, '}'), nil
+}
+
+// appendStr appends key (which opens the string) and v, and closes it.
+func appendStr(dst []byte, key, v string) []byte {
+	dst = append(dst, key...)
+	dst = append(dst, v...)
+	return append(dst, '"')
+}
+
+func appendNum(dst []byte, key string, v int64) []byte {
+	return strconv.AppendInt(append(dst, key...), v, 10)
 }
 
 // ErrMalformed wraps every decoding failure; such events go to the

@@ -246,3 +246,80 @@ func BenchmarkDecode(b *testing.B) {
 		})
 	}
 }
+
+// encodeCase builds an event from fuzzed fields; the encoder is held to
+// json.Marshal on every one of them, valid or not.
+func encodeCase(typ, reason, product, user string, id, price, created, payBy, released, paid int64, qty, edge int) Event {
+	return Event{V: Version, Type: typ, Reason: reason, ReleasedMs: released, PaidMs: paid, Order: Order{
+		ID: id, ProductID: product, UserID: user, Qty: qty, PriceCents: price, CreatedMs: created, Edge: edge, PayByMs: payBy,
+	}}
+}
+
+// encodeAgrees: a valid event encodes to json.Marshal's bytes, appended
+// after what dst held; an invalid one is refused and dst comes back as it
+// was.
+func encodeAgrees(t *testing.T, e Event) {
+	t.Helper()
+	prefix := []byte("prefix")
+	got, err := e.AppendEncode(prefix)
+	if verr := e.Validate(); verr != nil {
+		if err == nil || string(got) != "prefix" {
+			t.Fatalf("AppendEncode(%+v) = %q, %v; want the error %v and dst unchanged", e, got, err, verr)
+		}
+		return
+	}
+	want, jerr := json.Marshal(&e)
+	if err != nil || jerr != nil || string(got) != "prefix"+string(want) {
+		t.Fatalf("AppendEncode(%+v) = %s %v\njson.Marshal = %s %v", e, got, err, want, jerr)
+	}
+	if back, err := Decode(got[len("prefix"):]); err != nil || back != e {
+		t.Fatalf("Decode(AppendEncode) = %+v %v, want %+v", back, err, e)
+	}
+}
+
+func TestEncodeMatchesJSON(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 17))
+	types := []string{TypeOrder, TypeRelease, TypePaid, "refund"}
+	reasons := []string{"", ReasonCancelled, ReasonExpired, "other"}
+	ids := []string{"p1", "a-b_c", "x", strings.Repeat("p", MaxProductIDLen), "bad id", "<p>"}
+	users := []string{"alice", "u.s@e-r_1", strings.Repeat("u", MaxUserIDLen), "", "a&b"}
+	nums := []int64{0, 1, -1, 9900, 1796038487397, 1<<63 - 1}
+	for range 5000 {
+		encodeAgrees(t, encodeCase(types[rng.IntN(len(types))], reasons[rng.IntN(len(reasons))],
+			ids[rng.IntN(len(ids))], users[rng.IntN(len(users))],
+			nums[rng.IntN(len(nums))], nums[rng.IntN(len(nums))], nums[rng.IntN(len(nums))], nums[rng.IntN(len(nums))],
+			nums[rng.IntN(len(nums))], nums[rng.IntN(len(nums))], rng.IntN(MaxQty+2), rng.IntN(1<<16)))
+	}
+}
+
+func FuzzEncodeMatchesJSON(f *testing.F) {
+	f.Add(TypeOrder, "", "p1", "alice", int64(120850008860790784), int64(9900), int64(1796038487397), int64(0), int64(0), int64(0), 1, 1)
+	f.Add(TypeRelease, ReasonExpired, "p1", "bob", int64(7), int64(0), int64(1), int64(2), int64(3), int64(0), 2, 0)
+	f.Fuzz(func(t *testing.T, typ, reason, product, user string, id, price, created, payBy, released, paid int64, qty, edge int) {
+		encodeAgrees(t, encodeCase(typ, reason, product, user, id, price, created, payBy, released, paid, qty, edge))
+	})
+}
+
+// BenchmarkEncode: AppendEncode into a reused buffer (as the publisher
+// does) against the json.Marshal it replaced.
+func BenchmarkEncode(b *testing.B) {
+	e := encodeCase(TypeOrder, "", "p1", "alice", 120850008860790784, 9900, 1796038487397, 1796038497397, 0, 0, 1, 1)
+	b.Run("hand", func(b *testing.B) {
+		b.ReportAllocs()
+		var buf []byte
+		for b.Loop() {
+			var err error
+			if buf, err = e.AppendEncode(buf[:0]); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("encoding-json", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			if _, err := json.Marshal(&e); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}
