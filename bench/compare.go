@@ -49,16 +49,18 @@ type compareFlags struct {
 	edgeB            string // a second edge build for A/B rounds (compare_cpu.go)
 }
 
-// Goals of issue #5: flashgate / peer, per round, median over rounds.
+// Goals: flashgate / peer, per round, median over rounds. Issue #5 set the
+// first ones; issue #17 raised the sold-out, purchase, page and proxy goals
+// to what these are now (0.8, 0.6, 1.5, 1.0 and 0.9 before).
 var compareTargets = []struct {
 	name, what, a, b string
 	goal             float64
 }{
-	{"soldout", "sold-out rejection (410) through the full chain vs a bare fasthttp server answering the same 410", "flashgate", "barefasthttp", 0.8},
-	{"attempts-redis", "purchase attempts (each deducts) vs redis-benchmark EVALSHA of the same script on the same Redis", "flashgate", "redis-benchmark", 0.6},
-	{"attempts-openresty", "purchase attempts (each deducts) vs the OpenResty pattern (nginx+Lua EVALSHA, same script, same Redis)", "flashgate", "openresty", 1.5},
-	{"page", "the sale page GET /seckill/p1 vs nginx serving the same bytes", "flashgate", "nginx", 1.0},
-	{"proxy", "a proxied path GET /items/p1 vs nginx proxy_pass to the same origin", "flashgate", "nginx", 0.9},
+	{"soldout", "sold-out rejection (410) through the full chain vs a bare fasthttp server answering the same 410", "flashgate", "barefasthttp", 1.0},
+	{"attempts-redis", "purchase attempts (each deducts) vs redis-benchmark EVALSHA of the same script on the same Redis", "flashgate", "redis-benchmark", 0.8},
+	{"attempts-openresty", "purchase attempts (each deducts) vs the OpenResty pattern (nginx+Lua EVALSHA, same script, same Redis)", "flashgate", "openresty", 2.0},
+	{"page", "the sale page GET /seckill/p1 vs nginx serving the same bytes", "flashgate", "nginx", 1.05},
+	{"proxy", "a proxied path GET /items/p1 vs nginx proxy_pass to the same origin", "flashgate", "nginx", 1.0},
 	// Issue #13: flashgate's own HTTPS listener against nginx with the
 	// same certificate. Go's handshake and record layer against OpenSSL's.
 	{"tls-handshake", "full TLS handshakes/s: GET /seckill/p1 over HTTPS, a new connection and a full handshake each (Connection: close), vs nginx with the same certificate", "flashgate", "nginx", 0.8},
@@ -1270,7 +1272,7 @@ func printCompare(w io.Writer, res *CompareResult) {
 	fmt.Fprintln(tw, "target\tflashgate req/s\tpeer\tpeer req/s\tratio (median)\tper round\tgoal\tverdict\tCPU/req ratio")
 	for _, cmp := range res.Comparisons {
 		if cmp.Skipped != "" {
-			fmt.Fprintf(tw, "%s\t-\t%s\t-\t-\t-\t>= %.1f\tSKIPPED\t-\n", cmp.Name, cmp.B, cmp.Goal)
+			fmt.Fprintf(tw, "%s\t-\t%s\t-\t-\t-\t>= %g\tSKIPPED\t-\n", cmp.Name, cmp.B, cmp.Goal)
 			continue
 		}
 		var rounds []string
@@ -1283,7 +1285,7 @@ func printCompare(w io.Writer, res *CompareResult) {
 				rounds = append(rounds, x)
 			}
 		}
-		verdict, goal := "met", fmt.Sprintf(">= %.1f", cmp.Goal)
+		verdict, goal := "met", fmt.Sprintf(">= %g", cmp.Goal)
 		if !cmp.Met {
 			verdict = "MISSED"
 		}

@@ -141,6 +141,10 @@ func cpuTable(cmps []*Comparison) []CPURow {
 	return rows
 }
 
+// cpuPerPurchaseGoal is issue #17's bound on what one purchase costs the
+// whole system (edge, Redis, broker, consumer), in µs of CPU.
+const cpuPerPurchaseGoal = 25.0
+
 // printCPUTable writes the table, and for an A/B target the ratio B/A of
 // each column.
 func printCPUTable(w io.Writer, rows []CPURow) {
@@ -169,6 +173,13 @@ func printCPUTable(w io.Writer, rows []CPURow) {
 		}
 	}
 	tw.Flush()
+	if r, ok := byKey["attempts flashgate"]; ok {
+		verdict := "MISSED"
+		if r.Median.Total <= cpuPerPurchaseGoal {
+			verdict = "met"
+		}
+		fmt.Fprintf(w, "goal: the whole system's CPU per purchase (attempts, flashgate, total) <= %.0f µs: %.1f, %s\n", cpuPerPurchaseGoal, r.Median.Total, verdict)
+	}
 	fmt.Fprintln(w, "(edge: the server under test; broker: kfake; consumer: the order consumer's cmd/proxy (with -consumer edge, inside the edge column); other: the origin and the idle servers; total: bench's sys-us/r per purchase; the OpenResty pattern has no order pipeline)")
 }
 
