@@ -782,7 +782,7 @@ func (c *comparer) measure(server string, pids func() []int, load func() (Sample
 	self0 := cpuTicks(os.Getpid())
 	pt0 := c.procTicks()
 	s0 := sumTicks(sp)
-	mb0, _ := machineTicks()
+	mb0, mt0 := machineTicks()
 	var prof chan []byte
 	if done, ok := c.profiled[c.target]; c.env.PprofAddr != "" && server == "flashgate" && ok && !done {
 		c.profiled[c.target] = true
@@ -799,7 +799,7 @@ func (c *comparer) measure(server string, pids func() []int, load func() (Sample
 		}
 	}
 	el := time.Since(t0).Seconds()
-	mb1, _ := machineTicks()
+	mb1, mt1 := machineTicks()
 	s1 := sumTicks(sp)
 	ours1 := sumTicks(c.ourPids())
 	self1 := cpuTicks(os.Getpid())
@@ -837,6 +837,12 @@ func (c *comparer) measure(server string, pids func() []int, load func() (Sample
 	}
 	other := float64(mb1-mb0)/clkTck - float64(ours1-ours0)/clkTck - toolCPU
 	s.OtherPct = max(0, 100*other/el)
+	if s.Requests > 0 {
+		s.GenPerReq = 1e6 * toolCPU / float64(s.Requests)
+	}
+	if mt1 > mt0 {
+		s.MachinePct = 100 * float64(mb1-mb0) / float64(mt1-mt0)
+	}
 	return s, nil
 }
 
@@ -1355,7 +1361,7 @@ func printPerProc(w io.Writer, s Sample) {
 			parts = append(parts, fmt.Sprintf("%s %.1f", n, s.PerProc[n]))
 		}
 	}
-	fmt.Fprintf(w, "       CPU µs per request by process: %s\n", strings.Join(parts, ", "))
+	fmt.Fprintf(w, "       CPU µs per request by process: %s; the load generator %.1f; all CPUs %.0f %% busy\n", strings.Join(parts, ", "), s.GenPerReq, s.MachinePct)
 	if len(s.RedisPerReq) > 0 {
 		names = names[:0]
 		for k := range s.RedisPerReq {

@@ -17,11 +17,13 @@ type Sample struct {
 	RPS           float64            `json:"rps"`
 	P50           float64            `json:"p50_ms"`
 	P99           float64            `json:"p99_ms"`
-	CPUPct        float64            `json:"cpu_pct"`           // the server's CPU, % of one CPU
-	CPUPerReq     float64            `json:"cpu_us_per_req"`    // µs of server CPU per request
-	SysPerReq     float64            `json:"system_us_per_req"` // µs of CPU per request of every process bench started but the generator (server, Redis, Kafka, consumer, origin)
-	OtherPct      float64            `json:"other_pct"`         // CPU of processes not in the measurement, % of one CPU
-	Errors        int64              `json:"errors"`            // transport errors (and, where an answer is not expected, wrong answers)
+	CPUPct        float64            `json:"cpu_pct"`              // the server's CPU, % of one CPU
+	CPUPerReq     float64            `json:"cpu_us_per_req"`       // µs of server CPU per request
+	SysPerReq     float64            `json:"system_us_per_req"`    // µs of CPU per request of every process bench started but the generator (server, Redis, Kafka, consumer, origin)
+	OtherPct      float64            `json:"other_pct"`            // CPU of processes not in the measurement, % of one CPU
+	GenPerReq     float64            `json:"generator_us_per_req"` // µs of CPU per request of the load generator (wrk, redis-benchmark, bench's own closed loop)
+	MachinePct    float64            `json:"machine_busy_pct"`     // how busy all CPUs were during the load, % of all of them
+	Errors        int64              `json:"errors"`               // transport errors (and, where an answer is not expected, wrong answers)
 	Codes         map[string]int64   `json:"codes,omitempty"`
 	PerProc       map[string]float64 `json:"cpu_us_per_req_by_process,omitempty"` // every process bench started, µs of CPU per request (with the order pipeline's catch-up after the load)
 	RedisPerReq   map[string]float64 `json:"redis_calls_per_req,omitempty"`       // Redis commands per request (INFO commandstats delta)
