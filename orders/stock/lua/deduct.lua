@@ -34,7 +34,8 @@
 -- delete the entry once Kafka acknowledged the order; otherwise an integer
 -- code: 1 SOLD_OUT, 2 LIMIT_REACHED, 3 BAD_TOKEN, 4 NOT_READY, 5 RECOVERING
 -- (0, OK, is never returned: an OK is its entry id).
--- Checks per attempt, in order: enough stock for qty, token unused, limit.
+-- Checks per attempt, in order: enough stock for qty, the token generation
+-- (meta tokens), token unused, limit; in both layouts.
 -- (SOLD_OUT wins over BAD_TOKEN/LIMIT_REACHED: all three write nothing.)
 -- The call's shape: the buyer hashes' names follow the fixed keys. (A
 -- per-key buyer key is sk:{p}:u:..., never sk:{p}:b:0.)
@@ -91,26 +92,36 @@ local tail = 6 + 9 * n -- ARGV[tail+2i] buyer hash, ARGV[tail+1+2i] token hash
 local nonceAt = #pre + 3 -- sk:{p}:t:<nonce>
 local taken = 0
 
--- Layout "2": the batch's counts and marks, one HMGET per hash it touches,
--- into Lua tables that the attempts then read and update in queue order, so
--- that a user's second attempt sees her first, and a token's second use
--- its first. Only attempts that can get past the stock and generation
--- checks are read (the same tests as below: the stock only falls).
-local bought, used = {}, {} -- user -> units; token hash -> {nonce -> true}
+-- Redis time is the cost here (~1 µs per redis.call): per-key, a
+-- successful attempt makes 5 calls (6 with OrderHashes), a rejected one at
+-- most 3, a sold-out one none; layout "2" makes 2 per successful attempt
+-- (order, outbox entry) and 3 per hash the batch touches.
+local ok = {} -- the successful attempts' i, in queue order
 if hashed then
+  -- The batch's counts and marks, one HMGET per hash it touches, into Lua
+  -- tables that the attempts then read and update in queue order, so that
+  -- a user's second attempt sees her first, and a token's second use its
+  -- first. Only attempts that can get past the stock and generation checks
+  -- are read (the same tests as below: the stock only falls). Each
+  -- attempt's numbers are parsed once.
+  local qtys, exps, nonce = {}, {}, {}
   local users, nonces = {}, {} -- hash -> fields to read
   for i = 0, n - 1 do
     local a = 5 + 9 * i
-    if tonumber(ARGV[a + 1]) <= stock and tonumber(ARGV[a + 5]) + tonumber(ARGV[a + 6]) > tokensFrom then
-      local b, t = ARGV[tail + 2 * i], ARGV[tail + 1 + 2 * i]
+    local qty, exp = tonumber(ARGV[a + 1]), tonumber(ARGV[a + 5]) + tonumber(ARGV[a + 6])
+    qtys[i], exps[i] = qty, exp
+    if qty <= stock and exp > tokensFrom then
+      local b, t, nc = ARGV[tail + 2 * i], ARGV[tail + 1 + 2 * i], string.sub(KEYS[kb + 2 + 3 * i], nonceAt)
+      nonce[i] = nc
       local f = users[b]
       if not f then f = {}; users[b] = f end
       f[#f + 1] = ARGV[a]
       f = nonces[t]
       if not f then f = {}; nonces[t] = f end
-      f[#f + 1] = string.sub(KEYS[kb + 2 + 3 * i], nonceAt)
+      f[#f + 1] = nc
     end
   end
+  local bought, used = {}, {} -- user -> units; token hash -> {nonce -> true}
   for b, f in pairs(users) do
     local v = redis.call('HMGET', KEYS[4 + b], unpack(f))
     for j = 1, #f do bought[f[j]] = tonumber(v[j] or '0') end
@@ -121,102 +132,103 @@ if hashed then
     for j = 1, #f do u[f[j]] = v[j] and true or nil end
     used[t] = u
   end
-end
-
--- The checks, attempt by attempt. Redis time is the cost here (~1 µs per
--- redis.call): per-key, a successful attempt makes 5 calls (6 with
--- OrderHashes), a rejected one at most 3, a sold-out one none; layout "2"
--- makes 2 per successful attempt (order, outbox entry) and 4 per hash the
--- batch touches.
-local ok = {} -- the successful attempts' i
-local dirtyB, dirtyT = {}, {} -- hash -> {user -> true} / {nonce list}
-local newest = 0 -- the latest now of a successful attempt (the buyers' TTL)
-local tokenEnd = {} -- token hash -> its minute's end, ms from the edge's now
-for i = 0, n - 1 do
-  local k, a = kb + 3 * i, 5 + 9 * i
-  local qty = tonumber(ARGV[a + 1])
-  local now, ttl = tonumber(ARGV[a + 5]), tonumber(ARGV[a + 6])
-  local code = 0
-  if stock < qty then
-    -- Checked first: it writes nothing and needs no reads, and once the
-    -- stock is gone it is every remaining attempt's answer.
-    code = 1
-  elseif now + ttl <= tokensFrom then
-    code = 3
-  elseif hashed then
-    local t, user = ARGV[tail + 1 + 2 * i], ARGV[a]
-    local nonce = string.sub(KEYS[k + 2], nonceAt)
-    local count = bought[user] + qty
-    if used[t][nonce] then
+  -- The checks. What the batch writes: per buyer hash {user, count, ...}
+  -- (a user's slot found by at[user], so that her last count is written
+  -- once), per token hash {nonce, "1", ...}.
+  local wb, at, wt = {}, {}, {}
+  local newest = 0 -- the latest now of a successful attempt (the buyers' TTL)
+  local tokenEnd = {} -- token hash -> its minute's end, ms from the edge's now
+  for i = 0, n - 1 do
+    local a, qty = 5 + 9 * i, qtys[i]
+    local code = 0
+    if stock < qty then
+      code = 1
+    elseif exps[i] <= tokensFrom then
       code = 3
-    elseif count > tonumber(ARGV[a + 2]) then
-      code = 2 -- nothing written: the token stays unused
     else
-      used[t][nonce] = true
-      bought[user] = count
-      local b = ARGV[tail + 2 * i]
-      local d = dirtyB[b]
-      if not d then d = {}; dirtyB[b] = d end
-      d[user] = true
-      d = dirtyT[t]
-      if not d then
-        d = {}; dirtyT[t] = d
-        -- The mark lives until its minute ends, counted on the edge's
-        -- clock as the token's expiry is (the per-token key's PX): it
-        -- outlives every token of the minute.
-        tokenEnd[t] = (math.floor((now + ttl) / 60000) + 1) * 60000 - now
+      local t, user, nc = ARGV[tail + 1 + 2 * i], ARGV[a], nonce[i]
+      local count = bought[user] + qty
+      if used[t][nc] then
+        code = 3
+      elseif count > tonumber(ARGV[a + 2]) then
+        code = 2 -- nothing written: the token stays unused
+      else
+        used[t][nc] = true
+        bought[user] = count
+        local b = ARGV[tail + 2 * i]
+        local w = wb[b]
+        if not w then w = {}; wb[b] = w end
+        local j = at[user]
+        if not j then
+          j = #w + 1
+          at[user] = j
+          w[j] = user
+        end
+        w[j + 1] = count
+        w = wt[t]
+        local now = tonumber(ARGV[a + 5])
+        if not w then
+          w = {}; wt[t] = w
+          -- The mark lives until its minute ends, counted on the edge's
+          -- clock as the token's expiry is (the per-token key's PX): it
+          -- outlives every token of the minute.
+          tokenEnd[t] = (math.floor(exps[i] / 60000) + 1) * 60000 - now
+        end
+        w[#w + 1] = nc
+        w[#w + 1] = '1'
+        if now > newest then newest = now end
+        ok[#ok + 1] = i
       end
-      d[#d + 1] = nonce
-      newest = math.max(newest, now)
-      ok[#ok + 1] = i
     end
-  elseif not redis.call('SET', KEYS[k + 2], '1', 'NX', 'PX', ARGV[a + 6]) then
-    -- Check and mark the one-time token in one call.
-    code = 3
-  else
-    -- bought + qty > limit, not bought >= limit: quantity counts.
-    local count = tonumber(redis.call('GET', KEYS[k]) or '0') + qty
-    if count > tonumber(ARGV[a + 2]) then
-      code = 2
-      redis.call('DEL', KEYS[k + 2]) -- a rejected attempt does not use up its token
-    else
-      -- Value and TTL in one call: no buyer key without a TTL.
-      redis.call('SET', KEYS[k], count, 'PXAT', math.max(saleEnd, now) + grace)
-      ok[#ok + 1] = i
+    if code == 0 then
+      stock = stock - qty
+      taken = taken + qty
     end
+    res[i + 2] = code
   end
-  if code == 0 then
-    stock = stock - qty
-    taken = taken + qty
+  -- The counts and marks, one HSET and one expiry per hash written, before
+  -- the orders: no hash without a TTL, and the buyers' TTL is the per-key
+  -- one (sale end + grace). A token hash keeps the first expiry it got
+  -- (NX): settle_unknown.lua may have made it live longer.
+  local exp = math.max(saleEnd, newest) + grace
+  for b, w in pairs(wb) do
+    redis.call('HSET', KEYS[4 + b], unpack(w))
+    redis.call('PEXPIREAT', KEYS[4 + b], exp)
   end
-  res[i + 2] = code
-end
-
--- Layout "2": the counts and marks, one HSET and one expiry per hash
--- written, before the orders: the hashes have no key without a TTL, and
--- the buyers' TTL is the per-key one (sale end + grace). A token hash
--- keeps the first expiry it got (NX): settle_unknown.lua may have made it
--- live longer.
-if hashed then
-  local at = math.max(saleEnd, newest) + grace
-  for b, d in pairs(dirtyB) do
-    local fv = {}
-    for user in pairs(d) do
-      fv[#fv + 1] = user
-      fv[#fv + 1] = bought[user]
-    end
-    redis.call('HSET', KEYS[4 + b], unpack(fv))
-    redis.call('PEXPIREAT', KEYS[4 + b], at)
-  end
-  for t, d in pairs(dirtyT) do
-    local fv = {}
-    for j = 1, #d do
-      fv[2 * j - 1] = d[j]
-      fv[2 * j] = '1'
-    end
+  for t, w in pairs(wt) do
     local key = KEYS[19 + 3 * n + t]
-    redis.call('HSET', key, unpack(fv))
+    redis.call('HSET', key, unpack(w))
     redis.call('PEXPIRE', key, tokenEnd[t], 'NX')
+  end
+else
+  for i = 0, n - 1 do
+    local k, a = kb + 3 * i, 5 + 9 * i
+    local qty = tonumber(ARGV[a + 1])
+    local code = 0
+    if stock < qty then
+      -- Checked first: it writes nothing and needs no reads, and once the
+      -- stock is gone it is every remaining attempt's answer.
+      code = 1
+    elseif tonumber(ARGV[a + 5]) + tonumber(ARGV[a + 6]) <= tokensFrom then
+      code = 3
+    elseif not redis.call('SET', KEYS[k + 2], '1', 'NX', 'PX', ARGV[a + 6]) then
+      -- Check and mark the one-time token in one call.
+      code = 3
+    else
+      -- bought + qty > limit, not bought >= limit: quantity counts.
+      local count = tonumber(redis.call('GET', KEYS[k]) or '0') + qty
+      if count > tonumber(ARGV[a + 2]) then
+        code = 2
+        redis.call('DEL', KEYS[k + 2]) -- a rejected attempt does not use up its token
+      else
+        stock = stock - qty
+        taken = taken + qty
+        -- Value and TTL in one call: no buyer key without a TTL.
+        redis.call('SET', KEYS[k], count, 'PXAT', math.max(saleEnd, tonumber(ARGV[a + 5])) + grace)
+        ok[#ok + 1] = i
+      end
+    end
+    res[i + 2] = code
   end
 end
 
