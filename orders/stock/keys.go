@@ -77,7 +77,10 @@ import (
 // pause of every product on that server, and a sale may have millions of
 // buyers. The used tokens are one hash per expiry minute, so that the marks
 // go when their tokens expire, as the per-token keys did: a single hash for
-// a long sale would only grow. The layout is chosen when the sale is first
+// a long sale would only grow. (A minute's hash still holds every token of
+// that minute that was used: a sale selling a million units with tokens
+// expiring in one minute makes a million-field hash, which Redis 7.0 frees
+// synchronously when it expires unless lazyfree-lazy-expire is set.) The layout is chosen when the sale is first
 // warmed (warm.lua records it in the meta; Options.BuyerKeys keeps the
 // per-key one while older edges, which know only sk:{p}:u: and sk:{p}:t:,
 // serve the same Redis) and kept for the sale's life: every script reads
@@ -91,8 +94,8 @@ import (
 // there first). Per attempt that costs the deduction two small arguments
 // (the shard and the bucket's index) beside the per-key names it already
 // passed, and per batch the 16 shard names (precomputed per product) and
-// one name per token minute (usually one or two) — measured in
-// BenchmarkOrderLayoutRedisCPU.
+// one name per token minute (usually one or two); the hash layout's
+// figures in BenchmarkBuyerLayoutRedisCPU include that cost.
 //
 // The rate limit keys carry the client's hash tag instead of a product's:
 // one client's limits are one slot, and clients spread over a cluster.
