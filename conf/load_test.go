@@ -41,6 +41,7 @@ func TestErrorsNameFieldAndLine(t *testing.T) {
 		{"admin token from missing env", "admin:\n  token: env:FLASHGATE_TEST_NOPE\n", "admin.token", 2, "not set"},
 		{"sample out of range", "log:\n  access_sample: 2\n", "log.access_sample", 2, "between 0 and 1"},
 		{"list where mapping expected", "listen: [1, 2]\n", "listen", 1, "expected a mapping"},
+		{"rolling-upgrade flag not a bool", "sale:\n  buyer_keys: maybe\n", "sale.buyer_keys", 2, `cannot use "maybe"`},
 		{"queue shorter than a call", "redis:\n  timeout: 500ms\n  queue_timeout: 100ms\n", "redis.queue_timeout", 3, "between timeout"},
 	}
 	for _, tc := range cases {

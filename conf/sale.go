@@ -66,6 +66,12 @@ type SaleConfig struct {
 	// still run beside this one (they cannot read a string order), unset it
 	// once none does. This version reads both layouts either way.
 	OrderHashes bool `yaml:"order_hashes"`
+	// BuyerKeys warms new sales with one Redis key per buyer count and per
+	// used token, the layout of the versions before the per-product
+	// hashes: set it while edges of such a version serve the same Redis
+	// (they know only those keys), unset it once none does. A sale keeps
+	// the layout it was warmed with; this version serves both.
+	BuyerKeys bool `yaml:"buyer_keys"`
 	// RefreshInterval is how often the edge re-reads sales and stock from
 	// Redis (sold-out flags are also pushed; this is the safety net).
 	RefreshInterval time.Duration `yaml:"refresh_interval"`

@@ -203,6 +203,7 @@ func openStock(ctx context.Context, cfg *conf.Config, log *slog.Logger, embedded
 		MaxFlushDelay: rc.MaxFlushDelay,
 		OrderTTL:      cfg.Sale.OrderTTL,
 		OrderHashes:   cfg.Sale.OrderHashes,
+		BuyerKeys:     cfg.Sale.BuyerKeys,
 		DataDir:       dataDir,
 		Username:      username,
 		Password:      password,

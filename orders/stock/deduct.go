@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -92,6 +93,7 @@ type product struct {
 	id                           string
 	prefix                       string // sk:{p}:
 	stockKey, outboxKey, metaKey string
+	shardKeys                    []string // sk:{p}:b:0..15
 	mu                           sync.Mutex
 	inFlight                     int     // script calls for this product in flight
 	maxInFlight                  int     // inFlightPerProduct; tests may pin it
@@ -117,7 +119,7 @@ func (s *Store) product(id string) *product {
 	// Cloned: the caller's string may be a view of a request buffer.
 	id = strings.Clone(id)
 	p := &product{id: id, prefix: prefix(id), stockKey: StockKey(id), outboxKey: OutboxKey(id), metaKey: MetaKey(id),
-		maxInFlight: inFlightPerProduct}
+		shardKeys: buyerShardKeys(id), maxInFlight: inFlightPerProduct}
 	m[id] = p
 	s.products.Store(&m)
 	return p
@@ -156,6 +158,9 @@ type batch struct {
 	spans []span
 	keys  []string
 	args  []string
+	// minutes are the token expiry minutes of the attempts sent, one per
+	// used-token hash the call names (in that order).
+	minutes []int64
 }
 
 type span struct{ lo, hi int32 }
@@ -163,8 +168,8 @@ type span struct{ lo, hi int32 }
 var batchPool = sync.Pool{New: func() any { return new(batch) }}
 
 // spansPerAttempt: buyer, order and token keys, then user qty limit orderId
-// price now tokenTTL node payBy.
-const spansPerAttempt = 12
+// price now tokenTTL node payBy, then the token hash's position.
+const spansPerAttempt = 13
 
 // Deduct runs one attempt through the product's group commit: while a
 // script call for the product is in flight (inFlightPerProduct), further
@@ -432,8 +437,13 @@ func (e notSent) Unwrap() []error { return []error{ErrNotSent, e.err} }
 // copying; the strings are only made after the last append, so the buffer
 // cannot move under them. Nothing of the caller's Attempt is referenced by
 // the command, which rueidis may still hold after a timeout.
+//
+// Both layouts' keys go (keys.go): the per-key names of each attempt, the
+// product's 16 buyer hashes (built once per product) and the batch's used-
+// token hashes, one per token expiry minute, named in the buffer too, so
+// that no call allocates once the buffers have grown.
 func (b *batch) build(p *product, s *Store) {
-	b.buf, b.spans = b.buf[:0], b.spans[:0]
+	b.buf, b.spans, b.minutes = b.buf[:0], b.spans[:0], b.minutes[:0]
 	for _, c := range b.send {
 		a := &c.a
 		b.str(p.prefix, "u:", a.UserID)
@@ -448,15 +458,33 @@ func (b *batch) build(p *product, s *Store) {
 		b.num("", "", a.TokenExpiresMs-a.CreatedMs)
 		b.num("", "", int64(a.Edge))
 		b.num("", "", a.PayByMs)
+		m := a.TokenExpiresMs / tokenBucketMs
+		j := slices.Index(b.minutes, m)
+		if j < 0 {
+			j = len(b.minutes)
+			b.minutes = append(b.minutes, m)
+		}
+		b.num("", "", int64(j+1))
 	}
+	for _, m := range b.minutes {
+		b.num(p.prefix, "tk:", m)
+	}
+	n := len(b.send)
 	b.keys = append(b.keys[:0], p.stockKey, p.outboxKey, p.metaKey)
+	b.keys = append(b.keys, p.shardKeys...)
 	b.args = append(b.args[:0], p.id, s.graceMs, s.orderTTLMs, s.fenceArg())
 	for i := range b.send {
 		sp := b.spans[i*spansPerAttempt : (i+1)*spansPerAttempt]
 		b.keys = append(b.keys, b.s(sp[0]), b.s(sp[1]), b.s(sp[2]))
 		b.args = append(b.args, b.s(sp[3]), b.s(sp[4]), b.s(sp[5]), b.s(sp[6]), b.s(sp[7]), b.s(sp[8]), b.s(sp[9]), b.s(sp[10]), b.s(sp[11]))
 	}
+	for j := range b.minutes {
+		b.keys = append(b.keys, b.s(b.spans[n*spansPerAttempt+j]))
+	}
 	b.args = append(b.args, s.layoutArg)
+	for i, c := range b.send {
+		b.args = append(b.args, shardArgs[BuyerShard(c.a.UserID)], b.s(b.spans[i*spansPerAttempt+12]))
+	}
 }
 
 // execWait runs the deduction script and then WAIT on one dedicated

@@ -29,6 +29,12 @@
 //     wrote; every reader and script takes both, so edges of both versions
 //     can sell one product during a rolling upgrade (Options.OrderHashes
 //     keeps writing hashes while older edges, which read only those, run).
+//   - Buyer counts and used tokens in two layouts (keys.go): per-product
+//     hashes (16 buyer shards, a token hash per expiry minute; one call
+//     per hash serves a whole batch) or one key each, the older versions'.
+//     A sale's meta records its layout when it is first warmed and every
+//     script follows it; Options.BuyerKeys warms new sales per-key while
+//     older edges, which know only that one, serve the same Redis.
 //   - A successful attempt's Outcome carries the id of its outbox entry;
 //     the edge removes the entry with AckOutbox once Kafka acknowledged the
 //     order event, and the outbox relay (package orders, consumer group

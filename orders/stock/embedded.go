@@ -226,7 +226,8 @@ func loadSnapshot(m *miniredis.Miniredis, dir string) (lost int, err error) {
 
 // lostKind tells the keys a snapshot that is not clean cannot be trusted
 // with: "stock" for sk:{p}:stock (stale high: sales since the save are
-// forgotten), "buyer" for sk:{p}:u:<user> (stale low), "" for the rest.
+// forgotten), "buyer" for sk:{p}:u:<user> and the buyer hashes
+// sk:{p}:b:<shard> (stale low), "" for the rest.
 // Everything else is kept: the meta (initial, restocked — what the rebuild
 // starts from), the catalog, order hashes and the due set (corrected by the
 // rebuild), the
@@ -244,7 +245,7 @@ func lostKind(key string) string {
 	switch rest := key[end+2:]; {
 	case rest == "stock":
 		return "stock"
-	case strings.HasPrefix(rest, "u:"):
+	case strings.HasPrefix(rest, "u:"), strings.HasPrefix(rest, "b:"):
 		return "buyer"
 	}
 	return ""

@@ -125,7 +125,7 @@ func TestEmbeddedDataDirSurvivesRestart(t *testing.T) {
 	if n, _ := s2.Bought(ctx, "pd", "u0"); n != 2 {
 		t.Errorf("bought %d", n)
 	}
-	if ttl := pttl(t, s2, BuyerKey("pd", "u0")); ttl <= 0 {
+	if ok, ttl := buyerStored(t, s2, "pd", "u0"); !ok || ttl <= 0 {
 		t.Errorf("buyer TTL lost across restart: %d", ttl)
 	}
 	info, _, _ := s2.SaleInfo(ctx, "pd")

@@ -16,9 +16,16 @@ import (
 //	sk:{p}:meta         hash: initial restocked released paid expired limit price
 //	                    start end runid (the server the sale was verified on), tokens
 //	                    (tokens expiring by then are refused), recovering
-//	                    (the fence, see fence.go), quiet:<node>
+//	                    (the fence, see fence.go), quiet:<node>, layout ("2": the
+//	                    buyers and used tokens are hashes, below; absent: per-key
+//	                    keys), buyersset (the fence whose rebuild cleared the
+//	                    buyer hashes, lua/set_buyers.lua)
 //	sk:{p}:recover      the lock of the edge rebuilding a fenced sale
 //	sk:{p}:u:<userId>   units bought by the user; TTL until sale end + BuyerGrace
+//	                    (per-key layout)
+//	sk:{p}:b:<shard>    hash: user -> units bought, for the users of one shard
+//	                    (BuyerShard, 0..15); TTL until sale end + BuyerGrace
+//	                    (layout "2")
 //	sk:{p}:o:<orderId>  the order, a string written once with its TTL (OrderTTL):
 //	                    "<c>:<user>:<qty>:<price>:<created>:<node>:<payby>", and
 //	                    ":<paid>:<closed>" appended once settled (settle.go); see
@@ -30,6 +37,10 @@ import (
 //	sk:{p}:wh:<id>      a payment webhook's event id already seen; TTL the
 //	                    webhook's replay window (Pay)
 //	sk:{p}:t:<nonce>    a used one-time purchase token; TTL until it expires
+//	                    (per-key layout)
+//	sk:{p}:tk:<minute>  hash: nonce -> "1", the used tokens expiring in that
+//	                    minute (expiresMs / 60000); TTL until the minute's end
+//	                    (layout "2")
 //	sk:{p}:outbox       stream of order events (see the field* constants)
 //	sk:{p}:relays       hash: outbox relay consumer -> unix ms it last read the outbox (outbox.go)
 //	sk:catalog          hash: product id -> activity JSON (admin catalog)
@@ -54,6 +65,37 @@ import (
 // An order keeps its layout for life: a hash left by an older edge is
 // changed with HSET, never turned into a string, so that an older edge
 // still reading it during a rolling upgrade sees what it expects.
+//
+// The buyer and token layouts. A sale's buyer counts and used tokens are
+// either one key each (sk:{p}:u:, sk:{p}:t:; every version understands
+// them) or, layout "2", fields of per-product hashes (sk:{p}:b:, sk:{p}:tk:):
+// deduct.lua then reads a whole group-commit batch's counts and marks with
+// one HMGET per hash and writes them with one HSET (and one expiry) per
+// hash, where the per-key layout makes two to three calls per attempt — the
+// calls are Redis' CPU per purchase, the sale's bound. The buyers are 16
+// hashes, not one: Redis 7.0 deletes or expires a big key synchronously, a
+// pause of every product on that server, and a sale may have millions of
+// buyers. The used tokens are one hash per expiry minute, so that the marks
+// go when their tokens expire, as the per-token keys did: a single hash for
+// a long sale would only grow. (A minute's hash still holds every token of
+// that minute that was used: a sale selling a million units with tokens
+// expiring in one minute makes a million-field hash, which Redis 7.0 frees
+// synchronously when it expires unless lazyfree-lazy-expire is set.) The layout is chosen when the sale is first
+// warmed (warm.lua records it in the meta; Options.BuyerKeys keeps the
+// per-key one while older edges, which know only sk:{p}:u: and sk:{p}:t:,
+// serve the same Redis) and kept for the sale's life: every script reads
+// it from the meta, in the same atomic call as the keys it decides about.
+// A meta without "layout" (an older edge's sale) is the per-key layout.
+//
+// So the edge passes both layouts' keys to every script that touches them,
+// and the script uses the ones its sale's layout names: the edge does not
+// know a sale's layout without a round trip, and a layout it had cached
+// could be stale (a sale Redis lost is warmed again by whichever edge gets
+// there first). Per attempt that costs the deduction two small arguments
+// (the shard and the bucket's index) beside the per-key names it already
+// passed, and per batch the 16 shard names (precomputed per product) and
+// one name per token minute (usually one or two); the hash layout's
+// figures in BenchmarkBuyerLayoutRedisCPU include that cost.
 //
 // The rate limit keys carry the client's hash tag instead of a product's:
 // one client's limits are one slot, and clients spread over a cluster.
@@ -175,6 +217,65 @@ func ValidReplayID(id string) bool {
 
 // TokenKey is sk:{p}:t:<nonceHex>.
 func TokenKey(product, nonceHex string) string { return prefix(product) + "t:" + nonceHex }
+
+// BuyerShards is the number of buyer hashes per product (layout "2").
+const BuyerShards = 16
+
+// layoutHashes is the meta's layout field of a sale whose buyers and used
+// tokens are hashes.
+const layoutHashes = "2"
+
+// buyersArg is the warm and rebuild scripts' argument for
+// Options.BuyerKeys: the layout a sale they create is given.
+func buyersArg(perKey bool) string {
+	if perKey {
+		return ""
+	}
+	return layoutHashes
+}
+
+// tokenBucketMs is the span of expiry times of one used-token hash.
+const tokenBucketMs = 60_000
+
+// BuyerShard is the buyer hash that holds user's count: FNV-1a of the id,
+// low 4 bits. Stable across versions and edges: changing it would lose
+// every count written before.
+func BuyerShard(user string) int {
+	h := uint32(2166136261)
+	for i := 0; i < len(user); i++ {
+		h ^= uint32(user[i])
+		h *= 16777619
+	}
+	return int(h & (BuyerShards - 1))
+}
+
+// BuyerShardKey is sk:{p}:b:<shard>.
+func BuyerShardKey(product string, shard int) string {
+	return prefix(product) + "b:" + strconv.Itoa(shard)
+}
+
+// buyerShardKeys is the product's BuyerShardKey names, in shard order.
+func buyerShardKeys(product string) []string {
+	keys := make([]string, BuyerShards)
+	for i := range keys {
+		keys[i] = BuyerShardKey(product, i)
+	}
+	return keys
+}
+
+// shardArgs are the shard numbers as script arguments.
+var shardArgs = func() (a [BuyerShards]string) {
+	for i := range a {
+		a[i] = strconv.Itoa(i)
+	}
+	return a
+}()
+
+// TokenBucketKey is sk:{p}:tk:<minute>, the used tokens expiring in the
+// minute of expiresMs.
+func TokenBucketKey(product string, expiresMs int64) string {
+	return prefix(product) + "tk:" + strconv.FormatInt(expiresMs/tokenBucketMs, 10)
+}
 
 // ErrInvalid is wrapped by every argument error; nothing was sent to Redis.
 // Product and user ids are checked with order.ValidProductID and

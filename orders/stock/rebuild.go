@@ -311,12 +311,16 @@ func (s *Store) Rebuild(ctx context.Context, r Rebuild) (res Reopened, reopened 
 		users = append(users, u)
 	}
 	sort.Strings(users)
-	for lo := 0; lo < len(users); lo += rebuildChunk {
+	// At least one call, also without buyers: in the hash layout the first
+	// one clears the buyer hashes (lua/set_buyers.lua).
+	shards := buyerShardKeys(p)
+	for lo := 0; lo == 0 || lo < len(users); lo += rebuildChunk {
 		chunk := users[lo:min(lo+rebuildChunk, len(users))]
-		keys, args := []string{metaKey}, []string{r.Fence, expireAt}
+		keys := append([]string{metaKey}, shards...)
+		args := []string{r.Fence, expireAt, s.buyersArg}
 		for _, u := range chunk {
 			keys = append(keys, BuyerKey(p, u))
-			args = append(args, i64(r.Buyers[u]))
+			args = append(args, i64(r.Buyers[u]), u, shardArgs[BuyerShard(u)])
 		}
 		if lifted, err := s.guarded(ctx, setBuyersScript, keys, args); err != nil || lifted {
 			return res, false, wrapRebuild(p, "buyers", err)

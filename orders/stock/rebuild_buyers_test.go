@@ -14,21 +14,26 @@ import (
 // names and every user of a settled order (across script chunks), with the
 // deduction's TTL. A shopper whose only order expired buys again; one who
 // holds a paid order, or a purchase still in the outbox, is at her count.
+//
+// In both buyer layouts: per-key counts, and the buyer hashes, which the
+// rebuild clears and writes again.
 func TestRebuildSetsBuyersExactly(t *testing.T) {
 	for _, kind := range []string{"standalone", "cluster"} {
-		t.Run(kind, func(t *testing.T) {
-			var s *Store
-			if kind == "cluster" {
-				s, _ = openCluster(t, Options{})
-			} else {
-				s, _ = openReal(t, Options{})
-			}
-			testRebuildSetsBuyers(t, s)
-		})
+		for _, l := range buyerLayouts {
+			t.Run(kind+"/"+l.name, func(t *testing.T) {
+				var s *Store
+				if kind == "cluster" {
+					s, _ = openCluster(t, Options{BuyerKeys: l.perKeys})
+				} else {
+					s, _ = openReal(t, Options{BuyerKeys: l.perKeys})
+				}
+				testRebuildSetsBuyers(t, s, l.perKeys)
+			})
+		}
 	}
 }
 
-func testRebuildSetsBuyers(t *testing.T, s *Store) {
+func testRebuildSetsBuyers(t *testing.T, s *Store, perKeys bool) {
 	ctx := context.Background()
 	const p, limit = "by", 3
 	warm(t, s, p, 2000, limit)
@@ -57,15 +62,12 @@ func testRebuildSetsBuyers(t *testing.T, s *Store) {
 	stored(t, s, p, "kept", 1, time.Hour)
 	// lost: her count is gone from Redis, the ledger has it.
 	stored(t, s, p, "lost", 2, 0)
-	c := s.c
-	if err := c.Do(ctx, c.B().Del().Key(BuyerKey(p, "lost")).Build()).Error(); err != nil {
-		t.Fatal(err)
-	}
+	forgetBuyer(t, s, p, "lost")
 	// More settled shoppers than one script call writes.
 	for i := range rebuildChunk + 10 {
 		settle(stored(t, s, p, "s"+strconv.Itoa(i), 1, 0), StateReleased)
 	}
-	keptTTL := pttl(t, s, BuyerKey(p, "kept"))
+	_, keptTTL := buyerStored(t, s, p, "kept")
 
 	fence := fenceNow(t, s, p)
 	info := saleInfo(t, s, p)
@@ -103,9 +105,8 @@ func testRebuildSetsBuyers(t *testing.T, s *Store) {
 		if got, err := s.Bought(ctx, p, u); err != nil || got != n {
 			t.Errorf("%s bought %d (%v), want %d", u, got, err, n)
 		}
-		exists, err := c.Do(ctx, c.B().Exists().Key(BuyerKey(p, u)).Build()).AsInt64()
-		if err != nil || (exists == 1) != (n > 0) {
-			t.Errorf("%s's key exists = %d (%v) with a count of %d", u, exists, err, n)
+		if exists, _ := buyerStored(t, s, p, u); exists != (n > 0) {
+			t.Errorf("%s's count stored = %v with a count of %d", u, exists, n)
 		}
 	}
 	for i := range rebuildChunk + 10 {
@@ -117,15 +118,19 @@ func testRebuildSetsBuyers(t *testing.T, s *Store) {
 	// the sale's end + the buyer grace. One that was right is left alone.
 	grace := s.opts.BuyerGrace
 	for _, u := range []string{"mix", "lost"} {
-		ttl := pttl(t, s, BuyerKey(p, u))
+		_, ttl := buyerStored(t, s, p, u)
 		// d is on this process's clock, the PTTL on Redis': a second of slack
 		// above for the two clocks' rounding.
 		if d := info.EndMs + grace.Milliseconds() - time.Now().UnixMilli(); ttl > d+time.Second.Milliseconds() || ttl < d-time.Minute.Milliseconds() {
 			t.Errorf("%s's PTTL %d, want about %d", u, ttl, d)
 		}
 	}
-	if ttl := pttl(t, s, BuyerKey(p, "kept")); ttl > keptTTL || ttl < keptTTL-time.Minute.Milliseconds() {
+	// (Per-key only: the hashes are written again whole.)
+	if _, ttl := buyerStored(t, s, p, "kept"); perKeys && (ttl > keptTTL || ttl < keptTTL-time.Minute.Milliseconds()) {
 		t.Errorf("kept's PTTL %d, was %d", ttl, keptTTL)
+	}
+	if k, h := layoutKeys(t, s, p); perKeys && h != 0 || !perKeys && k != 0 {
+		t.Errorf("%d per-key keys and %d hashes after the rebuild", k, h)
 	}
 
 	// The limit follows: whoever holds nothing buys her whole limit again.

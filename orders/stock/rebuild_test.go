@@ -92,7 +92,7 @@ func TestRebuildAfterRestart(t *testing.T) {
 		}
 	}
 	// The buyer key's TTL is the deduction's: the sale's end + grace.
-	if ttl := pttl(t, s, BuyerKey("rb", "alice")); ttl < (7*24*time.Hour).Milliseconds() || ttl > (7*24*time.Hour+time.Hour).Milliseconds() {
+	if _, ttl := buyerStored(t, s, "rb", "alice"); ttl < (7*24*time.Hour).Milliseconds() || ttl > (7*24*time.Hour+time.Hour).Milliseconds() {
 		t.Errorf("alice's PTTL %d", ttl)
 	}
 	if out := mustDeduct(t, s, attempt("rb", "alice", 2, 3)); out.Code != LimitReached {
@@ -236,7 +236,7 @@ func TestEmbeddedCrashDropsStockAndBuyers(t *testing.T) {
 		snap := readSnapshot(t, dir)
 		has := false
 		for _, k := range snap.Keys {
-			has = has || k.Key == BuyerKey("kc", "alice")
+			has = has || k.Key == BuyerShardKey("kc", BuyerShard("alice"))
 		}
 		if has && !snap.Clean {
 			break

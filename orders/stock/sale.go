@@ -67,7 +67,8 @@ func (s *Store) Warm(ctx context.Context, sale Sale) (created bool, err error) {
 }
 
 // runSaleScript runs warm or reschedule, which take the same keys and
-// arguments (stock, meta; the sale's figures and schedule) and answer 1 or 0.
+// arguments (stock, meta; the sale's figures and schedule, the buyer layout
+// of a new sale, which reschedule ignores) and answer 1 or 0.
 func (s *Store) runSaleScript(ctx context.Context, script *rueidis.Lua, what string, sale Sale) (bool, error) {
 	if !order.ValidProductID(sale.ProductID) || sale.Limit < 1 || sale.Price < 0 {
 		return false, fmt.Errorf("%w: sale %+v", ErrInvalid, sale)
@@ -81,7 +82,7 @@ func (s *Store) runSaleScript(ctx context.Context, script *rueidis.Lua, what str
 	n, err := script.Exec(ctx, s.c,
 		[]string{StockKey(sale.ProductID), MetaKey(sale.ProductID)},
 		[]string{i64(sale.Stock), i64(initial), i64(sale.Restocked), i64(sale.Released),
-			strconv.Itoa(sale.Limit), i64(sale.Price), i64(sale.StartMs), i64(sale.EndMs), s.fenceArg()},
+			strconv.Itoa(sale.Limit), i64(sale.Price), i64(sale.StartMs), i64(sale.EndMs), s.fenceArg(), s.buyersArg},
 	).AsInt64()
 	if err != nil {
 		return false, fmt.Errorf("stock: %s %s: %w", what, sale.ProductID, err)
@@ -250,21 +251,30 @@ func (s *Store) Remaining(ctx context.Context, productID string) (n int64, ok bo
 	return n, true, nil
 }
 
-// Bought is how many units the user bought in the sale (0 if none).
+// Bought is how many units the user bought in the sale (0 if none). Both
+// buyer layouts are read, in one round trip: a sale has one of them, so
+// the other adds nothing.
 func (s *Store) Bought(ctx context.Context, productID, userID string) (int64, error) {
 	if !order.ValidProductID(productID) || !order.ValidUserID(userID) {
 		return 0, fmt.Errorf("%w: bought %q/%q", ErrInvalid, productID, userID)
 	}
 	ctx, cancel := s.call(ctx)
 	defer cancel()
-	n, err := s.c.Do(ctx, s.c.B().Get().Key(BuyerKey(productID, userID)).Build()).AsInt64()
-	if rueidis.IsRedisNil(err) {
-		return 0, nil
+	res := s.c.DoMulti(ctx,
+		s.c.B().Get().Key(BuyerKey(productID, userID)).Build(),
+		s.c.B().Hget().Key(BuyerShardKey(productID, BuyerShard(userID))).Field(userID).Build())
+	var total int64
+	for _, r := range res {
+		n, err := r.AsInt64()
+		if rueidis.IsRedisNil(err) {
+			continue
+		}
+		if err != nil {
+			return 0, fmt.Errorf("stock: bought %s/%s: %w", productID, userID, err)
+		}
+		total += n
 	}
-	if err != nil {
-		return 0, fmt.Errorf("stock: bought %s/%s: %w", productID, userID, err)
-	}
-	return n, nil
+	return total, nil
 }
 
 // OutboxLen is the number of entries in the product's outbox stream.

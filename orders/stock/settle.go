@@ -147,7 +147,7 @@ func (s *Store) settleOne(ctx context.Context, op, productID string, orderID int
 	if err != nil {
 		return Settlement{}, fmt.Errorf("stock: %s %s: %w", op, okey, err)
 	}
-	keys := append(s.settleKeys(productID), okey, BuyerKey(productID, user))
+	keys := append(s.settleKeys(productID), okey, BuyerKey(productID, user), BuyerShardKey(productID, BuyerShard(user)))
 	if replayID != "" {
 		keys = append(keys, ReplayKey(productID, replayID))
 	}
@@ -285,7 +285,7 @@ func (s *Store) ExpireDue(ctx context.Context, productID string, max int) ([]Set
 			junk = append(junk, m) // not written by mark_success.lua: dropped
 			continue
 		}
-		keys = append(keys, OrderKey(productID, id), BuyerKey(productID, user))
+		keys = append(keys, OrderKey(productID, id), BuyerKey(productID, user), BuyerShardKey(productID, BuyerShard(user)))
 		pairs = append(pairs, user, i64(id))
 		ids = append(ids, id)
 	}

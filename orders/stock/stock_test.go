@@ -99,7 +99,11 @@ func runNoOversell(t *testing.T, s *Store, tag string, minQty, maxQty, limit, go
 			t.Errorf("%s: outbox has %d entries (%v), want %d (one per OK)", p, n, err, soldN[p])
 		}
 		// Every buyer and order key carries a TTL: none may live forever.
-		for _, k := range append(scanKeys(t, s, BuyerKey(p, "*")), scanKeys(t, s, prefix(p)+"t:*")...) {
+		var keys []string
+		for _, pat := range []string{"u:*", "t:*", "b:*", "tk:*"} {
+			keys = append(keys, scanKeys(t, s, prefix(p)+pat)...)
+		}
+		for _, k := range keys {
 			if ttl := pttl(t, s, k); ttl <= 0 {
 				t.Errorf("%s: PTTL %d", k, ttl)
 			}
@@ -169,11 +173,13 @@ func TestOutboxEntryFields(t *testing.T) {
 	if fmt.Sprint(entries[0].FieldValues) != fmt.Sprint(want) {
 		t.Errorf("outbox entry %v, want %v", entries[0].FieldValues, want)
 	}
-	if ttl := pttl(t, s, TokenKey("ob", a.TokenNonceHex)); ttl <= 50_000 || ttl > 60_000 {
-		t.Errorf("token PTTL %d, want about 60s (until the token expires)", ttl)
+	// The token's hash lives until the end of the minute it expires in.
+	end := (a.TokenExpiresMs/tokenBucketMs + 1) * tokenBucketMs
+	if ok, ttl := tokenMark(t, s, a); !ok || ttl <= 50_000 || ttl > end-a.CreatedMs {
+		t.Errorf("token mark %v PTTL %d, want about 60s to the end of its minute (until the token expires)", ok, ttl)
 	}
-	// The buyer key outlives the sale's end (1h) by BuyerGrace (7d).
-	if ttl := pttl(t, s, BuyerKey("ob", "alice")); ttl < (7*24*time.Hour + 50*time.Minute).Milliseconds() {
+	// The buyer hash outlives the sale's end (1h) by BuyerGrace (7d).
+	if _, ttl := buyerStored(t, s, "ob", "alice"); ttl < (7*24*time.Hour + 50*time.Minute).Milliseconds() {
 		t.Errorf("buyer PTTL %d, want > 7d + sale end", ttl)
 	}
 }

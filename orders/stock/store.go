@@ -51,6 +51,14 @@ type Options struct {
 	// and settlements) cannot read a string order, while this version reads
 	// both either way. Unset once every edge runs this version.
 	OrderHashes bool
+	// BuyerKeys warms new sales in the per-key layout of buyer counts and
+	// used tokens (sk:{p}:u:, sk:{p}:t:; keys.go), the only one older
+	// versions know, instead of the per-product hashes. Set it while edges
+	// of such a version serve the same Redis: they would neither see nor
+	// keep the counts and marks of a hash sale. A sale keeps the layout it
+	// was warmed with for life, so sales warmed meanwhile stay per-key
+	// after it is unset; this version serves both.
+	BuyerKeys bool
 	// BuyerGrace is how long a buyer's count outlives the sale's end
 	// (default 7 days), so that nobody can buy again after it expired.
 	BuyerGrace time.Duration
@@ -114,6 +122,9 @@ func (o *Options) check() error {
 	if o.MaxBatch <= 0 {
 		o.MaxBatch = 128
 	}
+	if o.MaxBatch > maxBatchLimit {
+		return fmt.Errorf("stock: MaxBatch %d is above %d", o.MaxBatch, maxBatchLimit)
+	}
 	if o.BuyerGrace <= 0 {
 		o.BuyerGrace = 7 * 24 * time.Hour
 	}
@@ -128,6 +139,10 @@ func (o *Options) check() error {
 	}
 	return nil
 }
+
+// maxBatchLimit bounds Options.MaxBatch: deduct.lua unpacks up to two
+// arguments per attempt onto Lua's stack (8,000 slots) for one HSET.
+const maxBatchLimit = 2000
 
 // Errors. An error from Deduct that wraps ErrUnknown means the script may
 // or may not have run: see Deduct.
@@ -154,6 +169,7 @@ type Store struct {
 	// Pre-formatted shared script arguments.
 	graceMs, orderTTLMs string
 	layoutArg           string // "h" or "s": Options.OrderHashes, for the scripts that make orders
+	buyersArg           string // "2" or "": the buyer layout of a sale warmed now (Options.BuyerKeys)
 
 	products atomic.Pointer[map[string]*product]
 	pmu      sync.Mutex
@@ -207,6 +223,7 @@ func Open(ctx context.Context, addr string, opts Options) (*Store, error) {
 		graceMs:    strconv.FormatInt(opts.BuyerGrace.Milliseconds(), 10),
 		orderTTLMs: strconv.FormatInt(opts.OrderTTL.Milliseconds(), 10),
 		layoutArg:  layoutArg(opts.OrderHashes),
+		buyersArg:  buyersArg(opts.BuyerKeys),
 	}
 	empty := map[string]*product{}
 	s.products.Store(&empty)

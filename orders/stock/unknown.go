@@ -69,13 +69,13 @@ func (s *Store) SettleUnknown(ctx context.Context, a *Attempt, fence bool) (Verd
 		return SettleLater, ErrClosed
 	}
 	p := a.ProductID
-	keys := []string{StockKey(p), MetaKey(p), OrderKey(p, a.ID), TokenKey(p, a.TokenNonceHex)}
+	keys := []string{StockKey(p), MetaKey(p), OrderKey(p, a.ID), TokenKey(p, a.TokenNonceHex), TokenBucketKey(p, a.TokenExpiresMs)}
 	f := "0"
 	if fence {
 		f = "1"
 	}
 	args := []string{a.UserID, strconv.Itoa(a.Qty), strconv.FormatInt(a.PriceCents, 10),
-		strconv.FormatInt(a.CreatedMs, 10), strconv.Itoa(a.Edge), s.orderTTLMs, f, s.layoutArg}
+		strconv.FormatInt(a.CreatedMs, 10), strconv.Itoa(a.Edge), s.orderTTLMs, f, s.layoutArg, a.TokenNonceHex}
 	ctx, cancel := s.call(ctx)
 	defer cancel()
 	n, err := settleUnknownScript.Exec(ctx, s.c, keys, args).AsInt64()

@@ -61,7 +61,7 @@ func fencesALateDeduction(t *testing.T, s *Store) {
 	if ttl := pttl(t, s, OrderKey("fu", a.ID)); ttl <= 0 {
 		t.Fatalf("fenced order TTL %d, want one", ttl)
 	}
-	if ttl := pttl(t, s, TokenKey("fu", a.TokenNonceHex)); ttl < s.opts.OrderTTL.Milliseconds()/2 {
+	if ok, ttl := tokenMark(t, s, a); !ok || ttl < s.opts.OrderTTL.Milliseconds()/2 {
 		t.Fatalf("fence token TTL %d ms, want about order_ttl (%v)", ttl, s.opts.OrderTTL)
 	}
 }

@@ -24,16 +24,17 @@
 //
 // This package is stateless: Check alone accepts a token any number of times
 // until it expires. What makes a token single-use is its nonce. The stock
-// deduction script, in the same round trip as the deduction, must
-//
-//	SET sk:{<product>}:t:<NonceHex(nonce)> 1 NX PXAT <expiresMs + margin>
-//
-// and refuse the purchase (BAD_TOKEN) when the key already exists. The key
-// shares the product's hash tag, so it works on Redis Cluster, and it must
-// live at least until the token expires, otherwise a replay after the key's
-// expiry would be accepted again; that is why Check returns expiresMs. A
-// purchase refused before the script (sold out locally, rate-limited) does not
-// consume the token; one that reaches the script does, whatever its outcome.
+// deduction script, in the same round trip as the deduction, marks the
+// nonce used — a field of the product's used-token hash of the token's
+// expiry minute, sk:{<product>}:tk:<expiresMs/60000>, or, for a sale of the
+// older per-key layout, the key sk:{<product>}:t:<NonceHex(nonce)> — and
+// refuses the purchase (BAD_TOKEN) when it is marked already. The keys share
+// the product's hash tag, so it works on Redis Cluster, and a mark must live
+// at least until the token expires, otherwise a replay after the mark's
+// expiry would be accepted again; that is why Check returns expiresMs (the
+// hash lives until its minute ends). A purchase refused before the script
+// (sold out locally, rate-limited) does not consume the token, nor does one
+// the script refuses (sold out, limit reached); a successful one does.
 //
 // Nonces are 96 bits from crypto/rand, so two tokens never share one in
 // practice (birthday bound ~2^48 tokens), across all edges, without

@@ -7,8 +7,10 @@
 -- oversell), and paid and expired never both happen to one order.
 --
 -- KEYS[1] sk:{p}:stock   KEYS[2] sk:{p}:meta   KEYS[3] sk:{p}:outbox   KEYS[4] sk:{p}:due
--- then per order i = 0..N-1: KEYS[5+2i] sk:{p}:o:<orderId>   KEYS[6+2i] sk:{p}:u:<user>
--- op pay only: KEYS[7] sk:{p}:wh:<replay id>, when the call carries one
+-- then per order i = 0..N-1: KEYS[5+3i] sk:{p}:o:<orderId>   KEYS[6+3i] sk:{p}:u:<user>
+--   KEYS[7+3i] sk:{p}:b:<the user's shard> (both buyer layouts' keys: the
+--   meta's layout says which holds the count, keys.go)
+-- op pay only: KEYS[8] sk:{p}:wh:<replay id>, when the call carries one
 -- ARGV[1] op: "cancel" (one order), "expire" (a batch), "pay" (one order)
 -- ARGV[2] product   ARGV[3] "1": fence the sale when this server is not the
 -- one its meta was verified on (see deduct.lua; "0" for the embedded server)
@@ -39,8 +41,9 @@ if redis.call('EXISTS', KEYS[1]) == 0 then
   if redis.call('HEXISTS', KEYS[2], 'recovering') == 1 then return {-2, 0} end
   return {-1, 0}
 end
-local meta = redis.call('HMGET', KEYS[2], 'recovering', 'runid')
+local meta = redis.call('HMGET', KEYS[2], 'recovering', 'runid', 'layout')
 if meta[1] then return {-2, 0} end
+local hashed = meta[3] == '2'
 if ARGV[3] == '1' then
   -- Went back in time? The due set and the order states of an old snapshot
   -- would expire orders paid since; fence the sale as the deduction does.
@@ -74,14 +77,21 @@ local function settle(okey, o, str, state, paidAt)
 end
 
 -- o = {state, user, qty, price, created, node, payby, paid, closed} (order_read)
-local function release(okey, str, bkey, id, o, reason)
+local function release(okey, str, bkey, shard, id, o, reason)
   local qty = tonumber(o[3])
   redis.call('INCRBY', KEYS[1], qty)
-  local bought = tonumber(redis.call('GET', bkey) or '0')
-  if bought > qty then
-    redis.call('DECRBY', bkey, qty) -- keeps the key's TTL
-  elseif bought > 0 then
-    redis.call('DEL', bkey) -- never below 0
+  if hashed then
+    -- Keeps the hash's TTL; a hash left empty is gone.
+    if redis.call('HINCRBY', shard, o[2], -qty) <= 0 then
+      redis.call('HDEL', shard, o[2]) -- never below 0
+    end
+  else
+    local bought = tonumber(redis.call('GET', bkey) or '0')
+    if bought > qty then
+      redis.call('DECRBY', bkey, qty) -- keeps the key's TTL
+    elseif bought > 0 then
+      redis.call('DEL', bkey) -- never below 0
+    end
   end
   local state = 'released'
   if reason == 'expired' then
@@ -105,10 +115,10 @@ local function pay(okey, str, id, o)
     'node', o[6], 'payby', o[7] or '0')
 end
 
-local n = (#KEYS - 4) / 2
+local n = (#KEYS - 4) / 3
 if op == 'pay' then n = 1 end
 for i = 0, n - 1 do
-  local okey, bkey = KEYS[5 + 2 * i], KEYS[6 + 2 * i]
+  local okey, bkey, shard = KEYS[5 + 3 * i], KEYS[6 + 3 * i], KEYS[7 + 3 * i]
   local user, id = ARGV[6 + 2 * i], ARGV[7 + 2 * i]
   local o, str = order_read(okey)
   local open = o and (o[1] == 'pending' or o[1] == 'success')
@@ -121,10 +131,10 @@ for i = 0, n - 1 do
     if op == 'expire' then redis.call('ZREM', KEYS[4], id .. ':' .. user) end -- not this order's member
     entry(o, -5, '')
   elseif op == 'cancel' then
-    if open then entry(o, 1, release(okey, str, bkey, id, o, 'cancelled')) else entry(o, 0, '') end
+    if open then entry(o, 1, release(okey, str, bkey, shard, id, o, 'cancelled')) else entry(o, 0, '') end
   elseif op == 'expire' then
     if open and payby > 0 and payby <= now then
-      entry(o, 1, release(okey, str, bkey, id, o, 'expired'))
+      entry(o, 1, release(okey, str, bkey, shard, id, o, 'expired'))
     elseif open and payby > now then
       entry(o, 0, '') -- not due on Redis' clock yet: left for a later sweep
     else
@@ -132,7 +142,7 @@ for i = 0, n - 1 do
       entry(o, 0, '')
     end
   else -- pay
-    if #KEYS == 7 and not redis.call('SET', KEYS[7], '1', 'NX', 'PX', ARGV[5]) then
+    if #KEYS == 8 and not redis.call('SET', KEYS[8], '1', 'NX', 'PX', ARGV[5]) then
       res[1] = -4
       entry(o, 0, '')
     elseif not open then
@@ -142,7 +152,7 @@ for i = 0, n - 1 do
     else
       -- The deadline passed and no sweep has run yet: the deadline wins,
       -- here, exactly as the sweep would have decided.
-      entry(o, 1, release(okey, str, bkey, id, o, 'expired'))
+      entry(o, 1, release(okey, str, bkey, shard, id, o, 'expired'))
     end
   end
 end

@@ -7,9 +7,12 @@
 -- decides, atomically.
 --
 -- KEYS[1] sk:{p}:stock   KEYS[2] sk:{p}:meta   KEYS[3] sk:{p}:o:<orderId>   KEYS[4] sk:{p}:t:<nonce>
+-- KEYS[5] sk:{p}:tk:<the token's expiry minute> (both token layouts' keys:
+-- the meta's layout says which one marks it, keys.go)
 -- ARGV[1] user   ARGV[2] qty   ARGV[3] price   ARGV[4] created ms   ARGV[5] node
 -- ARGV[6] order TTL ms   ARGV[7] "1" to fence, "0" to look only
 -- ARGV[8] "h": a failed order is made as a hash (Options.OrderHashes)
+-- ARGV[9] the token's nonce (its field in KEYS[5])
 --
 -- Returns 1 placed (the order exists: the deduction ran and succeeded),
 -- 2 not placed (fenced, now or by an earlier call), 3 absent (looked only:
@@ -23,7 +26,7 @@ if o then
   return 1
 end
 if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
-local meta = redis.call('HMGET', KEYS[2], 'recovering', 'runid')
+local meta = redis.call('HMGET', KEYS[2], 'recovering', 'runid', 'layout')
 if meta[1] then return 0 end
 if meta[2] then
   local info = redis.pcall('INFO', 'server')
@@ -32,7 +35,15 @@ end
 if ARGV[7] ~= '1' then return 3 end
 -- The token mark outlives any late deduction worth fearing: as long as the
 -- order would have lived.
-redis.call('SET', KEYS[4], '1', 'PX', ARGV[6])
+if meta[3] == '2' then
+  -- The token hash lives at least that long: NX gives a new hash its
+  -- expiry, GT lengthens an existing one's (and never shortens it).
+  redis.call('HSET', KEYS[5], ARGV[9], '1')
+  redis.call('PEXPIRE', KEYS[5], ARGV[6], 'NX')
+  redis.call('PEXPIRE', KEYS[5], ARGV[6], 'GT')
+else
+  redis.call('SET', KEYS[4], '1', 'PX', ARGV[6])
+end
 -- A "failed" order, so that the shopper's result call has an answer.
 order_make(KEYS[3], {'failed', ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], '0'}, ARGV[6], ARGV[8] == 'h')
 return 2
