@@ -179,7 +179,7 @@ func TestBuyerLayoutsGiveTheSameAnswers(t *testing.T) {
 				old.TokenExpiresMs = old.CreatedMs + 20_000 // minted before the rebuild
 				return []step{{[]Attempt{old, young, sameToken(young, "z", 1)}, []Code{BadToken, OK, BadToken}}}
 			}},
-		{name: "tokens of two minutes", stock: 100, limit: 5, steps: func(p string) []step {
+		{name: "tokens of two buckets", stock: 100, limit: 5, steps: func(p string) []step {
 			a, b := attempt(p, "x", 1, 5), attempt(p, "y", 1, 5)
 			b.TokenExpiresMs = a.TokenExpiresMs + 61_000
 			return []step{
@@ -245,7 +245,7 @@ func TestBuyerLayoutsGiveTheSameAnswers(t *testing.T) {
 }
 
 // A used token's mark outlives the token, in a hash that goes when its
-// minute's tokens have all expired; a buyer hash lives until the sale's end
+// bucket's tokens have all expired; a buyer hash lives until the sale's end
 // plus the grace, as a per-key count does.
 func TestBuyerHashesTTL(t *testing.T) {
 	s, _ := openReal(t, Options{})
@@ -256,10 +256,10 @@ func TestBuyerHashesTTL(t *testing.T) {
 		t.Fatalf("deduct: %v", out.Code)
 	}
 	ok, ttl := tokenMark(t, s, a)
-	minuteEnd := (a.TokenExpiresMs/tokenBucketMs + 1) * tokenBucketMs
-	if !ok || ttl < a.TokenExpiresMs-time.Now().UnixMilli()-1000 || ttl > minuteEnd-a.CreatedMs+1000 {
-		t.Errorf("token mark %v PTTL %d, want from the token's expiry (%d) to its minute's end (%d)", ok, ttl,
-			a.TokenExpiresMs-a.CreatedMs, minuteEnd-a.CreatedMs)
+	bucketEnd := (a.TokenExpiresMs/tokenBucketMs + 1) * tokenBucketMs
+	if !ok || ttl < a.TokenExpiresMs-time.Now().UnixMilli()-1000 || ttl > bucketEnd-a.CreatedMs+1000 {
+		t.Errorf("token mark %v PTTL %d, want from the token's expiry (%d) to its bucket's end (%d)", ok, ttl,
+			a.TokenExpiresMs-a.CreatedMs, bucketEnd-a.CreatedMs)
 	}
 	info := saleInfo(t, s, p)
 	ok, ttl = buyerStored(t, s, p, "alice")

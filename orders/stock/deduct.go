@@ -158,9 +158,9 @@ type batch struct {
 	spans []span
 	keys  []string
 	args  []string
-	// minutes are the token expiry minutes of the attempts sent, one per
+	// buckets are the token expiry buckets of the attempts sent, one per
 	// used-token hash the call names (in that order).
-	minutes []int64
+	buckets []int64
 }
 
 type span struct{ lo, hi int32 }
@@ -440,10 +440,10 @@ func (e notSent) Unwrap() []error { return []error{ErrNotSent, e.err} }
 //
 // Both layouts' keys go (keys.go): the per-key names of each attempt, the
 // product's 16 buyer hashes (built once per product) and the batch's used-
-// token hashes, one per token expiry minute, named in the buffer too, so
+// token hashes, one per token expiry bucket, named in the buffer too, so
 // that no call allocates once the buffers have grown.
 func (b *batch) build(p *product, s *Store) {
-	b.buf, b.spans, b.minutes = b.buf[:0], b.spans[:0], b.minutes[:0]
+	b.buf, b.spans, b.buckets = b.buf[:0], b.spans[:0], b.buckets[:0]
 	for _, c := range b.send {
 		a := &c.a
 		b.str(p.prefix, "u:", a.UserID)
@@ -459,14 +459,14 @@ func (b *batch) build(p *product, s *Store) {
 		b.num("", "", int64(a.Edge))
 		b.num("", "", a.PayByMs)
 		m := a.TokenExpiresMs / tokenBucketMs
-		j := slices.Index(b.minutes, m)
+		j := slices.Index(b.buckets, m)
 		if j < 0 {
-			j = len(b.minutes)
-			b.minutes = append(b.minutes, m)
+			j = len(b.buckets)
+			b.buckets = append(b.buckets, m)
 		}
 		b.num("", "", int64(j+1))
 	}
-	for _, m := range b.minutes {
+	for _, m := range b.buckets {
 		b.num(p.prefix, "tk:", m)
 	}
 	n := len(b.send)
@@ -478,7 +478,7 @@ func (b *batch) build(p *product, s *Store) {
 		b.keys = append(b.keys, b.s(sp[0]), b.s(sp[1]), b.s(sp[2]))
 		b.args = append(b.args, b.s(sp[3]), b.s(sp[4]), b.s(sp[5]), b.s(sp[6]), b.s(sp[7]), b.s(sp[8]), b.s(sp[9]), b.s(sp[10]), b.s(sp[11]))
 	}
-	for j := range b.minutes {
+	for j := range b.buckets {
 		b.keys = append(b.keys, b.s(b.spans[n*spansPerAttempt+j]))
 	}
 	b.args = append(b.args, s.layoutArg)

@@ -30,7 +30,7 @@
 //     can sell one product during a rolling upgrade (Options.OrderHashes
 //     keeps writing hashes while older edges, which read only those, run).
 //   - Buyer counts and used tokens in two layouts (keys.go): per-product
-//     hashes (16 buyer shards, a token hash per expiry minute; one call
+//     hashes (16 buyer shards, a token hash per 10 s of expiry times; one call
 //     per hash serves a whole batch) or one key each, the older versions'.
 //     A sale's meta records its layout when it is first warmed and every
 //     script follows it; Options.BuyerKeys warms new sales per-key while

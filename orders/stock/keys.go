@@ -38,8 +38,8 @@ import (
 //	                    webhook's replay window (Pay)
 //	sk:{p}:t:<nonce>    a used one-time purchase token; TTL until it expires
 //	                    (per-key layout)
-//	sk:{p}:tk:<minute>  hash: nonce -> "1", the used tokens expiring in that
-//	                    minute (expiresMs / 60000); TTL until the minute's end
+//	sk:{p}:tk:<bucket>  hash: nonce -> "1", the used tokens expiring in that
+//	                    10 s (expiresMs / 10000); TTL until the bucket's end
 //	                    (layout "2")
 //	sk:{p}:outbox       stream of order events (see the field* constants)
 //	sk:{p}:relays       hash: outbox relay consumer -> unix ms it last read the outbox (outbox.go)
@@ -75,12 +75,14 @@ import (
 // calls are Redis' CPU per purchase, the sale's bound. The buyers are 16
 // hashes, not one: Redis 7.0 deletes or expires a big key synchronously, a
 // pause of every product on that server, and a sale may have millions of
-// buyers. The used tokens are one hash per expiry minute, so that the marks
-// go when their tokens expire, as the per-token keys did: a single hash for
-// a long sale would only grow. (A minute's hash still holds every token of
-// that minute that was used: a sale selling a million units with tokens
-// expiring in one minute makes a million-field hash, which Redis 7.0 frees
-// synchronously when it expires unless lazyfree-lazy-expire is set.) The layout is chosen when the sale is first
+// buyers. The used tokens are one hash per 10 s of expiry times, so that the
+// marks go when their tokens expire, as the per-token keys did: a single
+// hash for a long sale would only grow. The span is short so that a bucket
+// stays small — it holds every used token expiring in those 10 s, and Redis
+// 7.0 frees an expired hash synchronously unless lazyfree-lazy-expire is set:
+// at the ~30,000 purchases a second one Redis manages, 300,000 fields, a few
+// ms — yet long enough that a batch's tokens, minted within token_ttl (60 s)
+// of each other, fall in one to a few buckets. The layout is chosen when the sale is first
 // warmed (warm.lua records it in the meta; Options.BuyerKeys keeps the
 // per-key one while older edges, which know only sk:{p}:u: and sk:{p}:t:,
 // serve the same Redis) and kept for the sale's life: every script reads
@@ -94,7 +96,7 @@ import (
 // there first). Per attempt that costs the deduction two small arguments
 // (the shard and the bucket's index) beside the per-key names it already
 // passed, and per batch the 16 shard names (precomputed per product) and
-// one name per token minute (usually one or two); the hash layout's
+// one name per token bucket (usually one or two); the hash layout's
 // figures in BenchmarkBuyerLayoutRedisCPU include that cost.
 //
 // The rate limit keys carry the client's hash tag instead of a product's:
@@ -234,8 +236,9 @@ func buyersArg(perKey bool) string {
 	return layoutHashes
 }
 
-// tokenBucketMs is the span of expiry times of one used-token hash.
-const tokenBucketMs = 60_000
+// tokenBucketMs is the span of expiry times of one used-token hash
+// (lua/deduct.lua has the same number: the bucket's end is its TTL).
+const tokenBucketMs = 10_000
 
 // BuyerShard is the buyer hash that holds user's count: FNV-1a of the id,
 // low 4 bits. Stable across versions and edges: changing it would lose
@@ -271,8 +274,8 @@ var shardArgs = func() (a [BuyerShards]string) {
 	return a
 }()
 
-// TokenBucketKey is sk:{p}:tk:<minute>, the used tokens expiring in the
-// minute of expiresMs.
+// TokenBucketKey is sk:{p}:tk:<bucket>, the used tokens expiring in the
+// same 10 s as expiresMs.
 func TokenBucketKey(product string, expiresMs int64) string {
 	return prefix(product) + "tk:" + strconv.FormatInt(expiresMs/tokenBucketMs, 10)
 }

@@ -223,7 +223,7 @@ func redisCalls(b *testing.B, c rueidis.Client) float64 {
 // PXAT of the count per attempt), "hashes" one warmed without (one HMGET,
 // one HSET and one expiry per buyer hash and token hash the batch
 // touches). The calls are the edge's own (batch.build, both layouts' keys),
-// 100 attempts each (a busy edge's group commit), one token minute; the two servers run in the same time window, call by call
+// 100 attempts each (a busy edge's group commit), one token bucket; the two servers run in the same time window, call by call
 // alternating, as BenchmarkOrderLayoutRedisCPU does:
 //
 //	go test -run '^$' -bench BuyerLayoutRedisCPU -benchtime 128000x -count 4 ./orders/stock/

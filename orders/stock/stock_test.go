@@ -173,10 +173,10 @@ func TestOutboxEntryFields(t *testing.T) {
 	if fmt.Sprint(entries[0].FieldValues) != fmt.Sprint(want) {
 		t.Errorf("outbox entry %v, want %v", entries[0].FieldValues, want)
 	}
-	// The token's hash lives until the end of the minute it expires in.
+	// The token's hash lives until the end of the bucket it expires in.
 	end := (a.TokenExpiresMs/tokenBucketMs + 1) * tokenBucketMs
 	if ok, ttl := tokenMark(t, s, a); !ok || ttl <= 50_000 || ttl > end-a.CreatedMs {
-		t.Errorf("token mark %v PTTL %d, want about 60s to the end of its minute (until the token expires)", ok, ttl)
+		t.Errorf("token mark %v PTTL %d, want from the token's expiry (about 60s) to the end of its bucket", ok, ttl)
 	}
 	// The buyer hash outlives the sale's end (1h) by BuyerGrace (7d).
 	if _, ttl := buyerStored(t, s, "ob", "alice"); ttl < (7*24*time.Hour + 50*time.Minute).Milliseconds() {

@@ -26,13 +26,13 @@
 // until it expires. What makes a token single-use is its nonce. The stock
 // deduction script, in the same round trip as the deduction, marks the
 // nonce used — a field of the product's used-token hash of the token's
-// expiry minute, sk:{<product>}:tk:<expiresMs/60000>, or, for a sale of the
+// expiry time to 10 s, sk:{<product>}:tk:<expiresMs/10000>, or, for a sale of the
 // older per-key layout, the key sk:{<product>}:t:<NonceHex(nonce)> — and
 // refuses the purchase (BAD_TOKEN) when it is marked already. The keys share
 // the product's hash tag, so it works on Redis Cluster, and a mark must live
 // at least until the token expires, otherwise a replay after the mark's
 // expiry would be accepted again; that is why Check returns expiresMs (the
-// hash lives until its minute ends). A purchase refused before the script
+// hash lives until its 10 s end). A purchase refused before the script
 // (sold out locally, rate-limited) does not consume the token, nor does one
 // the script refuses (sold out, limit reached); a successful one does.
 //

@@ -403,9 +403,22 @@ func (r *rdb) buyers(p string) map[string]int64 {
 		}
 		cursor = e.Cursor
 		if cursor == 0 {
-			return out
+			break
 		}
 	}
+	// A sale of the hash layout (keys.go) keeps them in its buyer shards;
+	// only one of the two layouts exists for a sale.
+	for i := range stock.BuyerShards {
+		k := stock.BuyerShardKey(p, i)
+		m, err := r.c.Do(ctx, r.c.B().Hgetall().Key(k).Build()).AsIntMap()
+		if err != nil {
+			r.t.Fatalf("HGETALL %s: %v", k, err)
+		}
+		for u, n := range m {
+			out[u] += n
+		}
+	}
+	return out
 }
 
 // info returns the fields of INFO section as a map.

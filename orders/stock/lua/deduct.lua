@@ -8,7 +8,7 @@
 -- (the buyer hashes; absent from a call of the older shape, see below)
 -- then per attempt i = 0..N-1 (K = 4, or 20 with the buyer hashes):
 --   KEYS[K+3i] sk:{p}:u:<user>   KEYS[K+1+3i] sk:{p}:o:<orderId>   KEYS[K+2+3i] sk:{p}:t:<nonce>
--- then, with the buyer hashes, the batch's used-token hashes sk:{p}:tk:<minute>
+-- then, with the buyer hashes, the batch's used-token hashes sk:{p}:tk:<bucket>
 -- ARGV[1] product   ARGV[2] buyer grace ms (after the sale end)   ARGV[3] order TTL ms
 -- ARGV[4] "1": fence the sale when this server is not the one its meta was
 -- verified on (real Redis; "0" for the embedded server, which has no run id)
@@ -137,7 +137,7 @@ if hashed then
   -- once), per token hash {nonce, "1", ...}.
   local wb, at, wt = {}, {}, {}
   local newest = 0 -- the latest now of a successful attempt (the buyers' TTL)
-  local tokenEnd = {} -- token hash -> its minute's end, ms from the edge's now
+  local tokenEnd = {} -- token hash -> its bucket's end, ms from the edge's now
   for i = 0, n - 1 do
     local a, qty = 5 + 9 * i, qtys[i]
     local code = 0
@@ -169,10 +169,11 @@ if hashed then
         local now = tonumber(ARGV[a + 5])
         if not w then
           w = {}; wt[t] = w
-          -- The mark lives until its minute ends, counted on the edge's
-          -- clock as the token's expiry is (the per-token key's PX): it
-          -- outlives every token of the minute.
-          tokenEnd[t] = (math.floor(exps[i] / 60000) + 1) * 60000 - now
+          -- The mark lives until its bucket (10 s of expiry times,
+          -- keys.go's tokenBucketMs) ends, counted on the edge's clock as
+          -- the token's expiry is (the per-token key's PX): it outlives
+          -- every token of the bucket.
+          tokenEnd[t] = (math.floor(exps[i] / 10000) + 1) * 10000 - now
         end
         w[#w + 1] = nc
         w[#w + 1] = '1'

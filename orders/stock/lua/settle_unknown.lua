@@ -7,7 +7,7 @@
 -- decides, atomically.
 --
 -- KEYS[1] sk:{p}:stock   KEYS[2] sk:{p}:meta   KEYS[3] sk:{p}:o:<orderId>   KEYS[4] sk:{p}:t:<nonce>
--- KEYS[5] sk:{p}:tk:<the token's expiry minute> (both token layouts' keys:
+-- KEYS[5] sk:{p}:tk:<the token's expiry bucket> (both token layouts' keys:
 -- the meta's layout says which one marks it, keys.go)
 -- ARGV[1] user   ARGV[2] qty   ARGV[3] price   ARGV[4] created ms   ARGV[5] node
 -- ARGV[6] order TTL ms   ARGV[7] "1" to fence, "0" to look only
