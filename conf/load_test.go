@@ -43,6 +43,8 @@ func TestErrorsNameFieldAndLine(t *testing.T) {
 		{"list where mapping expected", "listen: [1, 2]\n", "listen", 1, "expected a mapping"},
 		{"rolling-upgrade flag not a bool", "sale:\n  buyer_keys: maybe\n", "sale.buyer_keys", 2, `cannot use "maybe"`},
 		{"queue shorter than a call", "redis:\n  timeout: 500ms\n  queue_timeout: 100ms\n", "redis.queue_timeout", 3, "between timeout"},
+		{"batch beyond the script's stack", "redis:\n  max_batch: 2001\n", "redis.max_batch", 2, "between 1 and 2000"},
+		{"negative batch", "redis:\n  max_batch: -1\n", "redis.max_batch", 2, "between 1 and 2000"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

@@ -200,6 +200,7 @@ func openStock(ctx context.Context, cfg *conf.Config, log *slog.Logger, embedded
 	store, err := stock.Open(ctx, rc.Addr, stock.Options{
 		Timeout:       rc.Timeout,
 		QueueTimeout:  rc.QueueTimeout,
+		MaxBatch:      rc.MaxBatch,
 		MaxFlushDelay: rc.MaxFlushDelay,
 		OrderTTL:      cfg.Sale.OrderTTL,
 		OrderHashes:   cfg.Sale.OrderHashes,

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/tls"
 	"errors"
+	"flashgate/conf"
 	"fmt"
 	"net"
 	"net/url"
@@ -41,7 +42,8 @@ type Options struct {
 	// with group commit there are fewer commands to batch: measure.
 	MaxFlushDelay time.Duration
 	// MaxBatch caps the attempts one deduction script call carries
-	// (default 128): a bigger script blocks Redis longer for everyone.
+	// (default conf.DefaultMaxBatch, at most conf.MaxBatchLimit): a bigger
+	// script blocks Redis longer for everyone.
 	MaxBatch int
 	// OrderTTL is how long orders live.
 	OrderTTL time.Duration
@@ -120,10 +122,10 @@ func (o *Options) check() error {
 			o.Timeout, o.QueueTimeout, o.OrderTTL)
 	}
 	if o.MaxBatch <= 0 {
-		o.MaxBatch = 128
+		o.MaxBatch = conf.DefaultMaxBatch
 	}
-	if o.MaxBatch > maxBatchLimit {
-		return fmt.Errorf("stock: MaxBatch %d is above %d", o.MaxBatch, maxBatchLimit)
+	if o.MaxBatch > conf.MaxBatchLimit {
+		return fmt.Errorf("stock: MaxBatch %d is above %d", o.MaxBatch, conf.MaxBatchLimit)
 	}
 	if o.BuyerGrace <= 0 {
 		o.BuyerGrace = 7 * 24 * time.Hour
@@ -139,10 +141,6 @@ func (o *Options) check() error {
 	}
 	return nil
 }
-
-// maxBatchLimit bounds Options.MaxBatch: deduct.lua unpacks up to two
-// arguments per attempt onto Lua's stack (8,000 slots) for one HSET.
-const maxBatchLimit = 2000
 
 // Errors. An error from Deduct that wraps ErrUnknown means the script may
 // or may not have run: see Deduct.
