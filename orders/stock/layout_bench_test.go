@@ -79,7 +79,7 @@ type layoutBench struct {
 	markScript   *rueidis.Lua
 	calls        []layoutCall
 	firstID      int64
-	cpu, cmds    []float64
+	redisMeter
 }
 
 type layoutCall struct{ dk, da, mk, ma []string }
@@ -140,20 +140,31 @@ func newLayoutBench(b *testing.B, hash bool) *layoutBench {
 	return l
 }
 
-func (l *layoutBench) snap(b *testing.B) {
-	l.cpu = append(l.cpu, redisCPU(b, l.s.c))
-	l.cmds = append(l.cmds, redisCalls(b, l.s.c))
+// redisMeter is a benchmark's Redis CPU and command count at each snap.
+type redisMeter struct{ cpu, cmds []float64 }
+
+func (m *redisMeter) snapOf(b *testing.B, c rueidis.Client) {
+	m.cpu = append(m.cpu, redisCPU(b, c))
+	m.cmds = append(m.cmds, redisCalls(b, c))
+}
+
+func (l *layoutBench) snap(b *testing.B) { l.snapOf(b, l.s.c) }
+
+// placed fails the benchmark unless a deduction call answered for all n
+// attempts and placed the first.
+func placed(b *testing.B, name string, res []rueidis.RedisMessage, err error, n int) {
+	if err != nil || len(res) != n+1 {
+		b.Fatalf("%s deduct: %d values, %v", name, len(res), err)
+	}
+	if _, err := res[1].ToString(); err != nil {
+		b.Fatalf("%s deduct did not place: %v", name, res[1])
+	}
 }
 
 func (l *layoutBench) deduct(b *testing.B, i int) {
 	c := l.calls[i]
 	res, err := l.deductScript.Exec(context.Background(), l.s.c, c.dk, c.da).ToArray()
-	if err != nil || len(res) != len(c.ma)+1 {
-		b.Fatalf("%s deduct: %d values, %v", l.name, len(res), err)
-	}
-	if _, err := res[1].ToString(); err != nil {
-		b.Fatalf("%s deduct did not place: %v", l.name, res[1])
-	}
+	placed(b, l.name, res, err, len(c.ma))
 }
 
 func (l *layoutBench) mark(b *testing.B, i int) {
@@ -271,7 +282,7 @@ type buyerBench struct {
 	perKeys   bool
 	s         *Store
 	calls     []*batch
-	cpu, cmds []float64
+	redisMeter
 }
 
 func newBuyerBench(b *testing.B, perKeys bool) *buyerBench {
@@ -309,20 +320,12 @@ func newBuyerBench(b *testing.B, perKeys bool) *buyerBench {
 	return l
 }
 
-func (l *buyerBench) snap(b *testing.B) {
-	l.cpu = append(l.cpu, redisCPU(b, l.s.c))
-	l.cmds = append(l.cmds, redisCalls(b, l.s.c))
-}
+func (l *buyerBench) snap(b *testing.B) { l.snapOf(b, l.s.c) }
 
 func (l *buyerBench) deduct(b *testing.B, i int) {
 	c := l.calls[i]
 	res, err := deductScript.Exec(context.Background(), l.s.c, c.keys, c.args).ToArray()
-	if err != nil || len(res) != len(c.send)+1 {
-		b.Fatalf("%s deduct: %d values, %v", l.name, len(res), err)
-	}
-	if _, err := res[1].ToString(); err != nil {
-		b.Fatalf("%s deduct did not place: %v", l.name, res[1])
-	}
+	placed(b, l.name, res, err, len(c.send))
 }
 
 // check: the sale has the layout measured.
