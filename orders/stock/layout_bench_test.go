@@ -278,10 +278,10 @@ func BenchmarkBuyerLayoutRedisCPU(b *testing.B) {
 
 // buyerBench is one buyer layout's server, store and prepared calls.
 type buyerBench struct {
-	name      string
-	perKeys   bool
-	s         *Store
-	calls     []*batch
+	name    string
+	perKeys bool
+	s       *Store
+	calls   []*batch
 	redisMeter
 }
 
