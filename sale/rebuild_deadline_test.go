@@ -20,24 +20,12 @@ import (
 // order the ledger's state, puts the unpaid orders' deadlines back (an
 // overdue one too, which the first sweep then releases), and the sale
 // reconciles: nothing paid or released twice, nothing held by nobody.
-func TestStaleSnapshotRebuildsDeadlines(t *testing.T) {
-	for _, kind := range []string{"file", "clickhouse"} {
-		t.Run(kind, func(t *testing.T) { testStaleSnapshotDeadlines(t, kind) })
-	}
-}
+func TestStaleSnapshotRebuildsDeadlines(t *testing.T) { eachStoreKind(t, testStaleSnapshotDeadlines) }
 
 func testStaleSnapshotDeadlines(t *testing.T, kind string) {
 	ctx := context.Background()
-	srv, open := snapshotRedis(t)
-	st := open()
-	r := newRig(t, st, openStoreKind(t, kind))
-	r.mark = true
-	r.startConsumer()
 	const p, limit = "dl", 1
-	r.acts = []*activity.Activity{newActivity(p, 20, limit)}
-	if err := r.apply(); err != nil {
-		t.Fatal(err)
-	}
+	srv, open, r := staleSnapshotSale(t, kind, p, 20, limit)
 	buy := func(user string, payIn time.Duration) stock.Attempt {
 		t.Helper()
 		a := newAttempt(p, user, 1, limit)
@@ -199,22 +187,13 @@ func testStaleSnapshotDeadlines(t *testing.T, kind string) {
 // yet, and paid since. After the rebuild a cancel of any of them finds it
 // final and returns no unit: a unit released twice would be sold twice.
 func TestStaleSnapshotSettledWithoutDeadline(t *testing.T) {
-	for _, kind := range []string{"file", "clickhouse"} {
-		t.Run(kind, func(t *testing.T) { testStaleSettledWithoutDeadline(t, kind) })
-	}
+	eachStoreKind(t, testStaleSettledWithoutDeadline)
 }
 
 func testStaleSettledWithoutDeadline(t *testing.T, kind string) {
 	ctx := context.Background()
-	srv, open := snapshotRedis(t)
-	r := newRig(t, open(), openStoreKind(t, kind))
-	r.mark = true
-	r.startConsumer()
 	const p, limit = "nd", 1
-	r.acts = []*activity.Activity{newActivity(p, 10, limit)}
-	if err := r.apply(); err != nil {
-		t.Fatal(err)
-	}
+	srv, open, r := staleSnapshotSale(t, kind, p, 10, limit)
 	cancelled, _ := r.buy(p, "cancelled", 1, limit)
 	paid, _ := r.buy(p, "paid", 1, limit)
 	kept, code := r.buy(p, "kept", 1, limit)
@@ -347,23 +326,12 @@ func testStaleSettledWithoutDeadline(t *testing.T, kind string) {
 // well as raised: the shoppers whose orders went back buy again, one who
 // holds a paid order cannot, and a purchase still in the outbox (deducted,
 // not stored) keeps counting.
-func TestStaleSnapshotLowersBuyerCounts(t *testing.T) {
-	for _, kind := range []string{"file", "clickhouse"} {
-		t.Run(kind, func(t *testing.T) { testStaleBuyerCounts(t, kind) })
-	}
-}
+func TestStaleSnapshotLowersBuyerCounts(t *testing.T) { eachStoreKind(t, testStaleBuyerCounts) }
 
 func testStaleBuyerCounts(t *testing.T, kind string) {
 	ctx := context.Background()
-	srv, open := snapshotRedis(t)
-	r := newRig(t, open(), openStoreKind(t, kind))
-	r.mark = true
-	r.startConsumer()
 	const p, limit = "bc", 2
-	r.acts = []*activity.Activity{newActivity(p, 20, limit)}
-	if err := r.apply(); err != nil {
-		t.Fatal(err)
-	}
+	srv, open, r := staleSnapshotSale(t, kind, p, 20, limit)
 	// buy is the edge's purchase with a pay deadline: the script, then the
 	// event acknowledged; stored and marked success before it returns.
 	buy := func(user string, qty int, payIn time.Duration) stock.Attempt {
@@ -513,6 +481,29 @@ func testStaleBuyerCounts(t *testing.T, kind string) {
 	r.publish(mixOutbox)
 	r.publish(outboxed)
 	r.reconcileClean(p)
+}
+
+// eachStoreKind runs test against both order stores.
+func eachStoreKind(t *testing.T, test func(t *testing.T, kind string)) {
+	for _, kind := range []string{"file", "clickhouse"} {
+		t.Run(kind, func(t *testing.T) { test(t, kind) })
+	}
+}
+
+// staleSnapshotSale is the three stale-snapshot tests' start: a restartable
+// Redis (snapshotRedis), a rig on it and on an order store of kind whose
+// consumer marks the orders, and one open sale p.
+func staleSnapshotSale(t *testing.T, kind, p string, units int64, limit int) (*redistest.Server, func() *stock.Store, *rig) {
+	t.Helper()
+	srv, open := snapshotRedis(t)
+	r := newRig(t, open(), openStoreKind(t, kind))
+	r.mark = true
+	r.startConsumer()
+	r.acts = []*activity.Activity{newActivity(p, units, limit)}
+	if err := r.apply(); err != nil {
+		t.Fatal(err)
+	}
+	return srv, open, r
 }
 
 // snapshotRedis is a redis-server that can be restarted from its last
