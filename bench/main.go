@@ -17,7 +17,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"flashgate/conf"
-	"flashgate/orders"
+	"flashgate/orders/broker"
 )
 
 func main() {
@@ -175,7 +175,7 @@ func cmdKfake(args []string, stderr io.Writer) int {
 		return 2
 	}
 	k := conf.Defaults().Kafka
-	brokers, stop, err := orders.StartEmbeddedWith(orders.EmbeddedConfig{Port: *port, Topics: orders.Topics(k.Topic, k.DLQTopic, *parts)})
+	brokers, stop, err := broker.StartEmbeddedWith(broker.EmbeddedConfig{Port: *port, Topics: broker.Topics(k.Topic, k.DLQTopic, *parts)})
 	if err != nil {
 		fmt.Fprintln(stderr, "bench kfake:", err)
 		return 1

@@ -9,8 +9,8 @@ import (
 
 	"flashgate/conf/field"
 	"flashgate/orders/stock"
-	"flashgate/sale/activity"
 	"flashgate/sale/api"
+	"flashgate/sale/catalog"
 	"flashgate/sale/ptoken"
 	"flashgate/sale/session"
 )
@@ -109,10 +109,10 @@ type Env struct {
 	Zones *Zones
 
 	// For the sale filters; nil when the edge runs without a sale.
-	Activities *activity.Registry
+	Activities *catalog.Registry
 	Sessions   *session.Codec
 	Tokens     *ptoken.Minter
-	Bought     *activity.BoughtCache
+	Bought     *catalog.BoughtCache
 
 	// Stock is the edge's Redis store, for the limits with policy redis.
 	// CheckOnly builds a chain only to check it (proxy -t): such filters

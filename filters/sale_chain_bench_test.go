@@ -9,8 +9,8 @@ import (
 
 	"github.com/valyala/fasthttp"
 
-	"flashgate/sale/activity"
 	"flashgate/sale/api"
+	"flashgate/sale/catalog"
 	"flashgate/sale/session"
 )
 
@@ -60,7 +60,7 @@ func newShopperBench(t testing.TB, soldOut bool) *shopperBench {
 		t.Fatal(err)
 	}
 	f.env.Sessions = f.codec
-	f.reg.Put(&activity.Activity{ProductID: "p1", Name: "thing", Stock: 10, Limit: 2, StartMs: saleNowMs - 60_000, EndMs: saleNowMs + 10_000_000_000})
+	f.reg.Put(&catalog.Sale{ProductID: "p1", Name: "thing", Stock: 10, Limit: 2, StartMs: saleNowMs - 60_000, EndMs: saleNowMs + 10_000_000_000})
 	e := &shopperBench{
 		ri:    mustRealIP(t, "", "127.0.0.1/32", "::1/128"),
 		chain: mustBuild(t, f.env, shopperChainYAML...),

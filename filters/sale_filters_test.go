@@ -10,8 +10,8 @@ import (
 
 	"github.com/valyala/fasthttp"
 
-	"flashgate/sale/activity"
 	"flashgate/sale/api"
+	"flashgate/sale/catalog"
 	"flashgate/sale/ptoken"
 	"flashgate/sale/session"
 )
@@ -36,17 +36,17 @@ const saleUserLimitYAML = "type: user_limit\nlimits:\n  - rate: 5r/s\n    burst:
 type saleFixture struct {
 	env    *Env
 	clk    *clock
-	reg    *activity.Registry
+	reg    *catalog.Registry
 	codec  *session.Codec
 	forger *session.Codec // same format, another secret
 	mint   *ptoken.Minter
-	bought *activity.BoughtCache
+	bought *catalog.BoughtCache
 }
 
 func newSaleFixture(t testing.TB) *saleFixture {
 	t.Helper()
 	env, clk := newEnv()
-	f := &saleFixture{env: env, clk: clk, reg: activity.NewRegistry()}
+	f := &saleFixture{env: env, clk: clk, reg: catalog.NewRegistry()}
 	var err error
 	if f.codec, err = session.NewCodec([][]byte{saleSecret}, saleSessTTL); err != nil {
 		t.Fatal(err)
@@ -57,11 +57,11 @@ func newSaleFixture(t testing.TB) *saleFixture {
 	if f.mint, err = ptoken.New(saleSecret); err != nil {
 		t.Fatal(err)
 	}
-	if f.bought, err = activity.NewBoughtCache(1<<12, time.Hour); err != nil {
+	if f.bought, err = catalog.NewBoughtCache(1<<12, time.Hour); err != nil {
 		t.Fatal(err)
 	}
 	const min, hour = 60_000, 3_600_000
-	for _, a := range []activity.Activity{
+	for _, a := range []catalog.Sale{
 		{ProductID: "p1", Limit: 2, StartMs: saleNowMs - min, EndMs: saleNowMs + hour},
 		{ProductID: "one", Limit: 1, StartMs: saleNowMs - min, EndMs: saleNowMs + hour},
 		{ProductID: "up", Limit: 1, StartMs: saleNowMs + min, EndMs: saleNowMs + hour},
@@ -292,8 +292,8 @@ func TestSaleWindowFilter(t *testing.T) {
 			v, r := f.run(ch, tc.call)
 			checkVerdict(t, v, tc.status, tc.code)
 			if tc.code == "" && (tc.call.ep == api.EndpointStatus || tc.call.ep.Buys()) {
-				if r.Activity.Activity == nil || r.Activity.ProductID != tc.call.product || r.Activity.State == nil {
-					t.Fatalf("Activity = %+v, want the entry of %s", r.Activity, tc.call.product)
+				if r.Sale.Sale == nil || r.Sale.ProductID != tc.call.product || r.Sale.State == nil {
+					t.Fatalf("Activity = %+v, want the entry of %s", r.Sale, tc.call.product)
 				}
 			}
 		})

@@ -2,8 +2,8 @@ package filters
 
 import (
 	"flashgate/conf/field"
-	"flashgate/sale/activity"
 	"flashgate/sale/api"
+	"flashgate/sale/catalog"
 )
 
 func init() { Register("sale_window", newSaleWindow) }
@@ -12,7 +12,7 @@ func init() { Register("sale_window", newSaleWindow) }
 // sale is open, before anything costs more. For status calls it only
 // resolves the product (the status answer itself says upcoming/ended).
 type saleWindow struct {
-	reg *activity.Registry
+	reg *catalog.Registry
 }
 
 func newSaleWindow(spec Spec, env *Env) (Filter, field.Errors) {
@@ -34,7 +34,7 @@ func (f *saleWindow) Handle(r *Request) Verdict {
 		return Verdict{Reject: rej}
 	}
 	if r.Endpoint == api.EndpointDo {
-		r.Activity.CountAttempt()
+		r.Sale.CountAttempt()
 	}
 	return Verdict{Reject: r.CheckSaleOpen()}
 }

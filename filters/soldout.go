@@ -22,7 +22,7 @@ func newSoldOut(spec Spec, env *Env) (Filter, field.Errors) {
 
 // Handle decides only for a product sale_window found before it.
 func (soldOut) Handle(r *Request) Verdict {
-	if !r.Endpoint.Buys() || r.Activity.State == nil {
+	if !r.Endpoint.Buys() || r.Sale.State == nil {
 		return Pass
 	}
 	return Verdict{Reject: r.CheckInStock()}

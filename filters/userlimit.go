@@ -4,7 +4,7 @@ import (
 	"strconv"
 
 	"flashgate/conf/field"
-	"flashgate/sale/activity"
+	"flashgate/sale/catalog"
 )
 
 func init() { Register("user_limit", newUserLimit) }
@@ -18,7 +18,7 @@ func init() { Register("user_limit", newUserLimit) }
 // exactly.
 type userLimit struct {
 	limits []*RateLimit
-	bought *activity.BoughtCache
+	bought *catalog.BoughtCache
 	redis  *redisLimit // nil: policy local
 }
 
@@ -77,8 +77,8 @@ func (f *userLimit) Handle(r *Request) Verdict {
 	if !r.Endpoint.Buys() || len(r.UserID) == 0 {
 		return Pass
 	}
-	if f.bought != nil && r.Activity.Activity != nil {
-		if rej := r.CheckLimit(f.bought.Get(r.ProductID, r.UserID, r.Activity.Generation())); rej != nil {
+	if f.bought != nil && r.Sale.Sale != nil {
+		if rej := r.CheckLimit(f.bought.Get(r.ProductID, r.UserID, r.Sale.Generation())); rej != nil {
 			return Verdict{Reject: rej}
 		}
 	}

@@ -12,8 +12,8 @@ import (
 	"flashgate/orders/order"
 	"flashgate/orders/stock"
 	"flashgate/sale"
-	"flashgate/sale/activity"
 	"flashgate/sale/api"
+	"flashgate/sale/catalog"
 )
 
 // adminBodyLimit bounds admin JSON bodies.
@@ -50,7 +50,7 @@ func (s *Server) handleAdminSale(ctx *fasthttp.RequestCtx, path string) bool {
 		if !decodeAdmin(ctx, &c) {
 			return true
 		}
-		a, errs := activity.Build(c, time.Unix(0, s.opts.Now()))
+		a, errs := catalog.Build(c, time.Unix(0, s.opts.Now()))
 		if ttl := s.snap.Load().Doc.Config.Sale.OrderTTL; a != nil && a.PayTimeoutMs >= ttl.Milliseconds() {
 			// The order's state must outlive the deadline it guards (conf
 			// checks the same for the file's sales).
@@ -153,7 +153,7 @@ func (s *Server) listActivities(ctx *fasthttp.RequestCtx) {
 	out := []item{}
 	for _, e := range s.env.Activities.List() {
 		out = append(out, item{
-			ProductID: e.ProductID, Name: e.Name, Price: string(activity.AppendPrice(nil, e.PriceCents)),
+			ProductID: e.ProductID, Name: e.Name, Price: string(catalog.AppendPrice(nil, e.PriceCents)),
 			Status: e.PhaseAt(nowMs, e.SoldOut()).String(), Stock: e.Stock, Remaining: e.Remaining(),
 			Limit: e.Limit, StartMs: e.StartMs, EndMs: e.EndMs, SoldOut: e.SoldOut(), Hot: e.Hot(),
 			Degraded: s.sale.Degraded([]byte(e.ProductID)), PayTimeoutMs: e.PayTimeout(global),

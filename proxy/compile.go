@@ -11,11 +11,11 @@ import (
 	"flashgate/orders/stock"
 	"flashgate/proxy/tlsterm"
 	"flashgate/sale"
-	"flashgate/sale/activity"
+	"flashgate/sale/catalog"
 	"flashgate/sale/payhook"
 	"flashgate/sale/ptoken"
+	"flashgate/sale/room"
 	"flashgate/sale/session"
-	"flashgate/sale/waitroom"
 	"flashgate/static"
 	"flashgate/upstream"
 )
@@ -28,8 +28,8 @@ type Env struct {
 	Now       func() int64 // unix nanoseconds; injectable for tests
 
 	// The sale's process-lifetime state.
-	Activities *activity.Registry
-	Bought     *activity.BoughtCache
+	Activities *catalog.Registry
+	Bought     *catalog.BoughtCache
 	// Start anchors relative activity times ("+30s") so that a reload does
 	// not move a running demo sale.
 	Start time.Time
@@ -205,17 +205,17 @@ func compileSale(cfg *conf.Config, env *Env) (*sale.Settings, field.Errors) {
 		}
 		// The waiting rooms' tickets and challenges are signed under keys
 		// derived from the same secret, each for its one use.
-		if st.Tickets, err = waitroom.NewTickets(waitroom.DeriveSecret(tsec, "ticket")); err != nil {
+		if st.Tickets, err = room.NewTickets(room.DeriveSecret(tsec, "ticket")); err != nil {
 			errs.Add("sale.token_secret", "%v", err)
 		}
-		st.Challenges = waitroom.NewChallenger(tsec)
+		st.Challenges = room.NewChallenger(tsec)
 	}
 	start := env.Start
 	if start.IsZero() {
 		start = time.Now()
 	}
 	for i, ac := range cfg.Activities {
-		a, aerrs := activity.Build(ac, start)
+		a, aerrs := catalog.Build(ac, start)
 		errs.Nest(field.Index("activities", i), aerrs)
 		if len(aerrs) == 0 {
 			st.Catalog = append(st.Catalog, a)

@@ -12,7 +12,7 @@ import (
 
 	"flashgate/conf"
 	"flashgate/internal/kafkatest"
-	"flashgate/orders"
+	"flashgate/orders/broker"
 )
 
 // TestPipelineRefusesWeakKafka: the edge's start against real brokers
@@ -26,7 +26,7 @@ func TestPipelineRefusesWeakKafka(t *testing.T) {
 		cfg := conf.Defaults()
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
-		if err := orders.EnsureTopics(ctx, brokers, orders.Security{}, orders.Topic{Name: cfg.Kafka.Topic, Partitions: cfg.Kafka.Partitions}); err != nil {
+		if err := broker.EnsureTopics(ctx, brokers, broker.Security{}, broker.Topic{Name: cfg.Kafka.Topic, Partitions: cfg.Kafka.Partitions}); err != nil {
 			t.Fatal(err)
 		}
 		cfg.Kafka.Brokers, cfg.Kafka.ReplicationFactor = brokers, 3

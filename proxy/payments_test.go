@@ -241,7 +241,7 @@ func TestAdminActivityPayTimeout(t *testing.T) {
 	}
 	a, ok := e.srv.env.Activities.GetString("p9")
 	if !ok || a.PayTimeout(0) != 90_000 {
-		t.Fatalf("p9's pay timeout: %v %+v, want 90s", ok, a.Activity)
+		t.Fatalf("p9's pay timeout: %v %+v, want 90s", ok, a.Sale)
 	}
 	if _, _, list := get(t, e.adminBase+"/admin/activities"); !strings.Contains(list, `"productId":"p9"`) || !strings.Contains(list, `"payTimeoutMs":90000`) {
 		t.Errorf("GET /admin/activities does not show p9's pay timeout: %s", list)

@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"flashgate/metrics"
-	"flashgate/orders"
+	"flashgate/orders/broker"
 	"flashgate/orders/consumer"
 	"flashgate/orders/orderstore"
 	"flashgate/orders/stock"
@@ -22,8 +22,8 @@ import (
 // waits on, the outbox relay, and optionally the consumer and order store.
 type pipeline struct {
 	brokers    []string
-	pub        *orders.Publisher
-	relay      *orders.Relay
+	pub        *broker.Publisher
+	relay      *broker.Relay
 	store      orderstore.Store
 	consumer   *consumer.Consumer
 	stopCons   context.CancelFunc

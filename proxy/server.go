@@ -21,8 +21,8 @@ import (
 	"flashgate/proxy/dashboard"
 	"flashgate/proxy/tlsterm"
 	"flashgate/sale"
-	"flashgate/sale/activity"
 	"flashgate/sale/api"
+	"flashgate/sale/catalog"
 	"flashgate/sale/push"
 	"flashgate/upstream"
 )
@@ -92,7 +92,7 @@ func Check(doc *conf.Document) (*Snapshot, error) {
 	env := &Env{
 		Zones:      filters.NewZones(),
 		Upstreams:  upstream.NewManager(slog.New(slog.DiscardHandler)),
-		Activities: activity.NewRegistry(),
+		Activities: catalog.NewRegistry(),
 		Start:      time.Now(),
 		CheckOnly:  true,
 	}
@@ -112,7 +112,7 @@ func New(doc *conf.Document, opts Options) (*Server, error) {
 	}
 	s := &Server{opts: opts, log: opts.Logger, wallClock: wallClock}
 	cfg := doc.Config
-	bought, err := activity.NewBoughtCache(cfg.Sale.BoughtCacheSize, cfg.Sale.BoughtCacheTTL)
+	bought, err := catalog.NewBoughtCache(cfg.Sale.BoughtCacheSize, cfg.Sale.BoughtCacheTTL)
 	if err != nil {
 		return nil, err
 	}
@@ -120,7 +120,7 @@ func New(doc *conf.Document, opts Options) (*Server, error) {
 		Zones:                 filters.NewZones(),
 		Upstreams:             upstream.NewManager(opts.Logger),
 		Now:                   opts.Now,
-		Activities:            activity.NewRegistry(),
+		Activities:            catalog.NewRegistry(),
 		Bought:                bought,
 		Start:                 time.Unix(0, opts.Now()),
 		FallbackSessionSecret: randomBytes(32),

@@ -14,7 +14,7 @@ import (
 	"flashgate/conf"
 	"flashgate/conf/field"
 	"flashgate/filters"
-	"flashgate/orders"
+	"flashgate/orders/broker"
 	"flashgate/orders/consumer"
 	"flashgate/orders/deadline"
 	"flashgate/orders/order"
@@ -255,10 +255,10 @@ func OpenOrderStore(ctx context.Context, cfg *conf.Config, dir string, live func
 }
 
 // sink adapts the publisher to the sale's OrderSink.
-type sink struct{ p *orders.Publisher }
+type sink struct{ p *broker.Publisher }
 
 func (k sink) Publish(ctx context.Context, o *order.Order, outboxID string) error {
-	return k.p.PublishAndAck(ctx, orders.OrderEvent(o), outboxID)
+	return k.p.PublishAndAck(ctx, broker.OrderEvent(o), outboxID)
 }
 
 // openPipeline starts the orders side of an edge: the broker (or the
@@ -272,9 +272,9 @@ func openPipeline(cfg *conf.Config, st *stock.Store, products func() []string, o
 		return nil, err
 	}
 	p.brokers = cfg.Kafka.Brokers
-	topics := orders.Replicated(orders.Topics(cfg.Kafka.Topic, cfg.Kafka.DLQTopic, cfg.Kafka.Partitions),
+	topics := broker.Replicated(broker.Topics(cfg.Kafka.Topic, cfg.Kafka.DLQTopic, cfg.Kafka.Partitions),
 		cfg.Kafka.ReplicationFactor, cfg.Kafka.MinInsyncReplicas)
-	sec, err := orders.SecurityFrom(cfg.Kafka) // the zero value for the embedded broker (conf refuses tls and sasl there)
+	sec, err := broker.SecurityFrom(cfg.Kafka) // the zero value for the embedded broker (conf refuses tls and sasl there)
 	if err != nil {
 		return fail(err)
 	}
@@ -284,17 +284,17 @@ func openPipeline(cfg *conf.Config, st *stock.Store, products func() []string, o
 			return fail(err)
 		}
 		log.Warn("kafka.brokers is empty: using the embedded in-process Kafka-protocol broker (demo only)", "data_dir", dir)
-		if p.brokers, p.stopBroker, err = orders.StartEmbeddedWith(orders.EmbeddedConfig{DataDir: dir, Topics: topics}); err != nil {
+		if p.brokers, p.stopBroker, err = broker.StartEmbeddedWith(broker.EmbeddedConfig{DataDir: dir, Topics: topics}); err != nil {
 			return fail(err)
 		}
 	} else {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
-		if err := orders.EnsureTopics(ctx, p.brokers, sec, topics...); err != nil {
+		if err := broker.EnsureTopics(ctx, p.brokers, sec, topics...); err != nil {
 			return fail(fmt.Errorf("kafka: %w", err))
 		}
 	}
-	p.pub, err = orders.NewPublisher(orders.PublisherConfig{
+	p.pub, err = broker.NewPublisher(broker.PublisherConfig{
 		Brokers: p.brokers, Security: sec, Topic: cfg.Kafka.Topic, DLQTopic: cfg.Kafka.DLQTopic,
 		BatchTimeout: cfg.Kafka.BatchTimeout, Timeout: cfg.Kafka.Timeout,
 		Outbox: st, Log: log,
@@ -302,7 +302,7 @@ func openPipeline(cfg *conf.Config, st *stock.Store, products func() []string, o
 	if err != nil {
 		return fail(err)
 	}
-	p.relay, err = orders.NewRelay(orders.RelayConfig{
+	p.relay, err = broker.NewRelay(broker.RelayConfig{
 		Store: st, Publisher: p.pub, Node: cfg.NodeID,
 		Interval: cfg.Orders.RelayInterval, MinAge: cfg.Orders.RelayMinAge,
 		Products: products, Log: log,
@@ -375,7 +375,7 @@ func (p *pipeline) ledger(cfg *conf.Config) orderstore.Ledger {
 }
 
 // consumerConfig is the order consumer as every process runs it.
-func consumerConfig(cfg *conf.Config, brokers []string, sec orders.Security, store orderstore.Store, st *stock.Store, log *slog.Logger, onStored func(map[string][]int64)) consumer.Config {
+func consumerConfig(cfg *conf.Config, brokers []string, sec broker.Security, store orderstore.Store, st *stock.Store, log *slog.Logger, onStored func(map[string][]int64)) consumer.Config {
 	return consumer.Config{
 		Brokers: brokers, Security: sec, Topic: cfg.Kafka.Topic, DLQTopic: cfg.Kafka.DLQTopic,
 		ReplicationFactor: cfg.Kafka.ReplicationFactor, MinInsyncReplicas: cfg.Kafka.MinInsyncReplicas,
@@ -387,7 +387,7 @@ func consumerConfig(cfg *conf.Config, brokers []string, sec orders.Security, sto
 // drainer waits until the consumer group has stored every published event.
 func drainer(cfg *conf.Config, brokers []string) func(context.Context) error {
 	topic, group := cfg.Kafka.Topic, cfg.Orders.Group
-	sec, secErr := orders.SecurityFrom(cfg.Kafka)
+	sec, secErr := broker.SecurityFrom(cfg.Kafka)
 	return func(ctx context.Context) error {
 		if secErr != nil {
 			return secErr
@@ -424,7 +424,7 @@ func RunOrders(ctx context.Context, cfg *conf.Config, log *slog.Logger) error {
 	}
 	defer st.Close()
 	defer store.Close()
-	sec, err := orders.SecurityFrom(cfg.Kafka)
+	sec, err := broker.SecurityFrom(cfg.Kafka)
 	if err != nil {
 		return err
 	}

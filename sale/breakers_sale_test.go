@@ -137,7 +137,7 @@ func TestOpenBreakerAnswerAllocatesNothing(t *testing.T) {
 	calls, _ := r.stats()
 	run := func() {
 		req.Ctx.Response.Reset()
-		req.Activity.Activity = nil
+		req.Sale.Sale = nil
 		req.Checked = api.TokenValid
 		r.svc.Handle(req)
 	}

@@ -12,7 +12,7 @@ import (
 	"flashgate/internal/await"
 	"flashgate/internal/redistest"
 	"flashgate/orders/stock"
-	"flashgate/sale/activity"
+	"flashgate/sale/catalog"
 )
 
 // On Redis Cluster each sale's sold-out broadcasts have their own channel:
@@ -32,13 +32,13 @@ func TestSoldOutBroadcastFollowsAdminSalesOnCluster(t *testing.T) {
 	}
 	st, other := open(), open() // other is another edge
 	now := time.Now()
-	sale := func(p string) *activity.Activity {
-		return &activity.Activity{ProductID: p, Name: p, PriceCents: 100, Stock: 10, Limit: 1,
+	sale := func(p string) *catalog.Sale {
+		return &catalog.Sale{ProductID: p, Name: p, PriceCents: 100, Stock: 10, Limit: 1,
 			StartMs: now.Add(-time.Hour).UnixMilli(), EndMs: now.Add(time.Hour).UnixMilli()}
 	}
-	svc := New(Deps{Store: st, Activities: activity.NewRegistry(), Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	svc := New(Deps{Store: st, Activities: catalog.NewRegistry(), Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	ctx := context.Background()
-	if err := svc.Apply(ctx, &Settings{Catalog: []*activity.Activity{sale("fa")}}); err != nil {
+	if err := svc.Apply(ctx, &Settings{Catalog: []*catalog.Sale{sale("fa")}}); err != nil {
 		t.Fatal(err)
 	}
 	svc.Start(time.Hour) // no periodic refresh: only broadcasts set the flag

@@ -10,8 +10,8 @@ import (
 
 	"flashgate/orders/orderstore"
 	"flashgate/orders/stock"
-	"flashgate/sale/activity"
 	"flashgate/sale/api"
+	"flashgate/sale/catalog"
 )
 
 // The sale catalogue (admin-created activities, restocks) and the degrade
@@ -218,7 +218,7 @@ func (v *catalogView) switches() (all bool, products map[string]bool) {
 // lacks, applies the degrade switches, and returns the activities. Only a
 // Redis failure is an error: a durable catalogue that does not answer is
 // logged, and what the edge knew of it stands.
-func (s *Service) adminCatalog(ctx context.Context) ([]*activity.Activity, error) {
+func (s *Service) adminCatalog(ctx context.Context) ([]*catalog.Sale, error) {
 	acts, err := s.d.Store.Catalog(ctx)
 	if err != nil {
 		return nil, err
@@ -240,9 +240,9 @@ func (s *Service) adminCatalog(ctx context.Context) ([]*activity.Activity, error
 		docs[p] = e.doc
 	}
 	s.catMu.Unlock()
-	out := make([]*activity.Activity, 0, len(docs))
+	out := make([]*catalog.Sale, 0, len(docs))
 	for p, js := range docs {
-		var a activity.Activity
+		var a catalog.Sale
 		if err := json.Unmarshal([]byte(js), &a); err != nil || a.ProductID != p || len(a.Validate()) > 0 {
 			s.d.Log.Warn("ignoring a malformed catalog entry", "product", p, "err", err)
 			continue
@@ -447,7 +447,7 @@ func (s *Service) durableSale(ctx context.Context, productID string) (durableSal
 	e := orderstore.Entries(recs)[productID]
 	ds := durableSale{Known: e.Activity != "" || e.Restocks > 0, Restocked: e.Restocked}
 	if e.Activity != "" {
-		var a activity.Activity
+		var a catalog.Sale
 		if json.Unmarshal([]byte(e.Activity), &a) == nil {
 			ds.Initial = a.Stock
 		}

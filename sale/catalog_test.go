@@ -18,8 +18,8 @@ import (
 	"flashgate/internal/redistest"
 	"flashgate/orders/orderstore"
 	"flashgate/orders/stock"
-	"flashgate/sale/activity"
 	"flashgate/sale/api"
+	"flashgate/sale/catalog"
 )
 
 // What the durable catalogue records of restocks and admin-created sales,
@@ -38,14 +38,14 @@ func TestDurableCatalogueRecordsStockAndRestocks(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { store.Close() })
-	svc := New(Deps{Store: st, Activities: activity.NewRegistry(), Catalog: store,
+	svc := New(Deps{Store: st, Activities: catalog.NewRegistry(), Catalog: store,
 		Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	now := time.Now()
-	act := func(p string, stock int64) *activity.Activity {
-		return &activity.Activity{ProductID: p, Name: p, PriceCents: 100, Stock: stock, Limit: 1,
+	act := func(p string, stock int64) *catalog.Sale {
+		return &catalog.Sale{ProductID: p, Name: p, PriceCents: 100, Stock: stock, Limit: 1,
 			StartMs: now.Add(-time.Hour).UnixMilli(), EndMs: now.Add(time.Hour).UnixMilli()}
 	}
-	if err := svc.Apply(ctx, &Settings{Catalog: []*activity.Activity{act("rs", 10)}}); err != nil {
+	if err := svc.Apply(ctx, &Settings{Catalog: []*catalog.Sale{act("rs", 10)}}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := svc.Restock(ctx, "rs", 5); err != nil {
@@ -87,7 +87,7 @@ func TestDurableCatalogueRecordsStockAndRestocks(t *testing.T) {
 	// Redis lost the meta and the catalog: an edge restarted later still
 	// has the admin sale's first stock, and its restocks, to rebuild from.
 	srv.Restart()
-	fresh := New(Deps{Store: st, Activities: activity.NewRegistry(), Catalog: store,
+	fresh := New(Deps{Store: st, Activities: catalog.NewRegistry(), Catalog: store,
 		Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if got, err := fresh.durableSale(ctx, "ad"); err != nil || got != (durableSale{Known: true, Initial: 7}) {
 		t.Fatalf("after the restart: %+v %v", got, err)

@@ -15,7 +15,7 @@ import (
 	"flashgate/orders/orderstore"
 	"flashgate/orders/stock"
 	"flashgate/sale"
-	"flashgate/sale/activity"
+	"flashgate/sale/catalog"
 )
 
 // These tests prove that the sale catalogue and the degrade switch are
@@ -37,9 +37,9 @@ func openRedisStore(t *testing.T, addr string) *stock.Store {
 
 // durableEdge is one edge's sale service on the shared Redis and durable
 // catalogue, with the config catalogue acts; a new one is an edge restarted.
-func durableEdge(t *testing.T, st *stock.Store, cat orderstore.Catalog, acts ...*activity.Activity) *sale.Service {
+func durableEdge(t *testing.T, st *stock.Store, cat orderstore.Catalog, acts ...*catalog.Sale) *sale.Service {
 	t.Helper()
-	svc := sale.New(sale.Deps{Store: st, Activities: activity.NewRegistry(), Log: discard, Catalog: cat})
+	svc := sale.New(sale.Deps{Store: st, Activities: catalog.NewRegistry(), Log: discard, Catalog: cat})
 	await.NoError(t, 10*time.Second, "the edge's first warm-up", func() error {
 		return svc.Apply(context.Background(), &sale.Settings{Catalog: acts})
 	})
@@ -56,7 +56,7 @@ func testDegradeShared(t *testing.T, kind string) {
 	ctx := context.Background()
 	srv := redistest.New(t)
 	store := openStoreKind(t, kind)
-	acts := []*activity.Activity{newActivity("d1", 10, 1), newActivity("d2", 10, 1)}
+	acts := []*catalog.Sale{newActivity("d1", 10, 1), newActivity("d2", 10, 1)}
 	a := durableEdge(t, openRedisStore(t, srv.Addr()), store, acts...)
 	b := durableEdge(t, openRedisStore(t, srv.Addr()), store, acts...)
 	b.Start(20 * time.Millisecond) // the refresh loop picks the switch up
@@ -197,9 +197,9 @@ func testAdminSaleComesBack(t *testing.T, kind string) {
 	ctx := context.Background()
 	srv := redistest.New(t)
 	r := newRig(t, openRedisStore(t, srv.Addr()), openStoreKind(t, kind))
-	var reg *activity.Registry
+	var reg *catalog.Registry
 	withCatalog := func() {
-		reg = activity.NewRegistry()
+		reg = catalog.NewRegistry()
 		r.svc = sale.New(sale.Deps{Store: r.st, Activities: reg, Log: discard, Catalog: r.store,
 			Ledger: orderstore.Ledger{Store: r.store, Drain: r.drain}})
 	}

@@ -15,8 +15,8 @@ import (
 	"flashgate/orders/orderid"
 	"flashgate/orders/orderstore"
 	"flashgate/orders/stock"
-	"flashgate/sale/activity"
 	"flashgate/sale/api"
+	"flashgate/sale/catalog"
 	"flashgate/sale/ptoken"
 	"flashgate/sale/session"
 )
@@ -76,14 +76,14 @@ func (s *Service) status(r *api.Call, st *Settings) {
 		rej.Write(r.Ctx)
 		return
 	}
-	e := r.Activity
+	e := r.Sale
 	nowMs := r.NowNano / 1e6
 	s.hit(e, nowMs, st)
 	r.Scratch = e.AppendStatus(r.Scratch[:0], nowMs)
 	writeJSON(r.Ctx, r.Scratch)
 }
 
-func (s *Service) hit(e activity.Entry, nowMs int64, st *Settings) {
+func (s *Service) hit(e catalog.Entry, nowMs int64, st *Settings) {
 	if e.Hit(nowMs, st.Hotspot) {
 		s.hotspots.Inc()
 		s.d.Log.Warn("hotspot: product above the request threshold", "product", e.ProductID, "threshold_rps", st.Hotspot)
@@ -145,10 +145,10 @@ func (s *Service) token(r *api.Call, st *Settings) {
 		rej.Write(r.Ctx)
 		return
 	}
-	s.hit(r.Activity, r.NowNano/1e6, st)
+	s.hit(r.Sale, r.NowNano/1e6, st)
 	exp := r.NowNano/1e6 + st.TokenTTL.Milliseconds()
 	var until int64
-	if room := r.Activity.Room; room != nil {
+	if room := r.Sale.Room; room != nil {
 		// The waiting room's gate: only an admitted shopper gets a token,
 		// valid no longer than their turn, so do needs nothing more.
 		ok := false
@@ -177,7 +177,7 @@ func (s *Service) do(r *api.Call, st *Settings) {
 		rej.Write(r.Ctx)
 		return
 	}
-	e := r.Activity
+	e := r.Sale
 	s.hit(e, r.NowNano/1e6, st)
 	brk := s.d.Breakers.For(e.ProductID)
 	ok, probe := s.admit(r, brk)
@@ -232,7 +232,7 @@ func (s *Service) admit(r *api.Call, brk *Breaker) (ok, probe bool) {
 // attemptFor is the deduction r asks for. UserID is a view of the call's
 // buffer: Deduct copies what it keeps. The pay deadline is fixed here, on
 // the edge's clock, from the sale's pay timeout (0: none).
-func (s *Service) attemptFor(r *api.Call, e activity.Entry, st *Settings) stock.Attempt {
+func (s *Service) attemptFor(r *api.Call, e catalog.Entry, st *Settings) stock.Attempt {
 	var nonceHex [2 * ptoken.NonceLen]byte
 	ptoken.NonceHex(nonceHex[:0], r.TokenNonce)
 	created := r.NowNano / 1e6
@@ -280,7 +280,7 @@ func (s *Service) deductFailed(brk *Breaker, a *stock.Attempt, err error, probe 
 
 // settle answers the deduction's outcome, after keeping the stock it
 // reported.
-func (s *Service) settle(r *api.Call, e activity.Entry, a *stock.Attempt, out stock.Outcome) {
+func (s *Service) settle(r *api.Call, e catalog.Entry, a *stock.Attempt, out stock.Outcome) {
 	if out.Remaining >= 0 {
 		e.SetRemaining(out.Remaining)
 	}
@@ -307,7 +307,7 @@ func (s *Service) settle(r *api.Call, e activity.Entry, a *stock.Attempt, out st
 // bought is a successful deduction: the edge remembers the purchase, flags
 // an emptied stock, and hands the order to the pipeline before the
 // shopper hears "pending".
-func (s *Service) bought(r *api.Call, e activity.Entry, a *stock.Attempt, out stock.Outcome) {
+func (s *Service) bought(r *api.Call, e catalog.Entry, a *stock.Attempt, out stock.Outcome) {
 	s.outcomes[outOK].Inc()
 	if s.d.Bought != nil {
 		gen := e.Generation()
@@ -338,7 +338,7 @@ func (s *Service) publish(a *stock.Attempt, outboxID string) *api.Rejection {
 
 // soldOut: SOLD_OUT also answers a quantity larger than what is left; only
 // an empty stock makes the product sold out for everyone.
-func (s *Service) soldOut(r *api.Call, e activity.Entry, out stock.Outcome) {
+func (s *Service) soldOut(r *api.Call, e catalog.Entry, out stock.Outcome) {
 	s.outcomes[outSoldOut].Inc()
 	if out.Remaining != 0 {
 		api.NotEnoughStock.Write(r.Ctx)
@@ -349,7 +349,7 @@ func (s *Service) soldOut(r *api.Call, e activity.Entry, out stock.Outcome) {
 }
 
 // limitReached: the shopper is at the limit, which the edge remembers.
-func (s *Service) limitReached(r *api.Call, e activity.Entry) {
+func (s *Service) limitReached(r *api.Call, e catalog.Entry) {
 	s.outcomes[outLimit].Inc()
 	if s.d.Bought != nil {
 		s.d.Bought.Set(r.ProductID, r.UserID, e.Generation(), e.Limit)
@@ -390,7 +390,7 @@ func (s *Service) answerOrder(r *api.Call, id int64, product string, rej *api.Re
 
 // markSoldOut sets the local flag and tells the other edges, once per
 // transition, off the request path.
-func (s *Service) markSoldOut(e activity.Entry) {
+func (s *Service) markSoldOut(e catalog.Entry) {
 	if !e.SetSoldOut(true) {
 		return
 	}
@@ -474,7 +474,7 @@ func AppendResult(b []byte, o stock.OrderInfo) []byte {
 	b = append(b, `","quantity":`...)
 	b = strconv.AppendInt(b, int64(o.Qty), 10)
 	b = append(b, `,"price":"`...)
-	b = activity.AppendPrice(b, o.PriceCents)
+	b = catalog.AppendPrice(b, o.PriceCents)
 	b = append(b, `","createdMs":`...)
 	b = strconv.AppendInt(b, o.CreatedMs, 10)
 	if o.PayByMs > 0 {

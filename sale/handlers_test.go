@@ -19,8 +19,8 @@ import (
 	"flashgate/internal/redistest"
 	"flashgate/orders/orderid"
 	"flashgate/orders/stock"
-	"flashgate/sale/activity"
 	"flashgate/sale/api"
+	"flashgate/sale/catalog"
 	"flashgate/sale/ptoken"
 )
 
@@ -73,15 +73,15 @@ func newDoRig(t *testing.T, opts stock.Options, brk *Breakers, products ...strin
 		t.Fatal(err)
 	}
 	logs := new(logBuffer)
-	svc := New(Deps{Store: st, Activities: activity.NewRegistry(), IDs: ids, Breakers: brk,
+	svc := New(Deps{Store: st, Activities: catalog.NewRegistry(), IDs: ids, Breakers: brk,
 		Log: slog.New(slog.NewTextHandler(logs, nil))})
 	now := time.Now()
-	var catalog []*activity.Activity
+	var sales []*catalog.Sale
 	for _, p := range products {
-		catalog = append(catalog, &activity.Activity{ProductID: p, Name: p, PriceCents: 100, Stock: 1000, Limit: 1,
+		sales = append(sales, &catalog.Sale{ProductID: p, Name: p, PriceCents: 100, Stock: 1000, Limit: 1,
 			StartMs: now.Add(-time.Hour).UnixMilli(), EndMs: now.Add(time.Hour).UnixMilli()})
 	}
-	if err := svc.Apply(context.Background(), &Settings{Catalog: catalog}); err != nil {
+	if err := svc.Apply(context.Background(), &Settings{Catalog: sales}); err != nil {
 		t.Fatal(err)
 	}
 	return &doRig{srv: srv, st: st, svc: svc, logs: logs}
@@ -209,15 +209,15 @@ func TestDoDecidesWhatTheChainDidNot(t *testing.T) {
 		t.Fatal(err)
 	}
 	now := time.Now()
-	sale := func(p string, start, end time.Duration) *activity.Activity {
-		return &activity.Activity{ProductID: p, Name: p, PriceCents: 100, Stock: 1000, Limit: 2,
+	sale := func(p string, start, end time.Duration) *catalog.Sale {
+		return &catalog.Sale{ProductID: p, Name: p, PriceCents: 100, Stock: 1000, Limit: 2,
 			StartMs: now.Add(start).UnixMilli(), EndMs: now.Add(end).UnixMilli()}
 	}
-	catalog := []*activity.Activity{
+	sales := []*catalog.Sale{
 		sale("open", -time.Hour, time.Hour), sale("flagged", -time.Hour, time.Hour), sale("busy", -time.Hour, time.Hour),
 		sale("soon", time.Hour, 2*time.Hour), sale("past", -2*time.Hour, -time.Hour),
 	}
-	if err := r.svc.Apply(context.Background(), &Settings{Catalog: catalog, Tokens: minter}); err != nil {
+	if err := r.svc.Apply(context.Background(), &Settings{Catalog: sales, Tokens: minter}); err != nil {
 		t.Fatal(err)
 	}
 	r.svc.d.Activities.StateOf("flagged").SetSoldOut(true) // Redis still has stock

@@ -11,7 +11,7 @@ import (
 	"flashgate/orders/order"
 	"flashgate/orders/orderstore"
 	"flashgate/orders/stock"
-	"flashgate/sale/activity"
+	"flashgate/sale/catalog"
 )
 
 // Ledger is what warm-up rebuilds a sale from when its stock key is
@@ -58,7 +58,7 @@ const quietPoll = 50 * time.Millisecond
 // startRecovery recovers the fenced (fence != "") or lost sale in the
 // background, unless this edge is recovering it already; done is closed
 // when that recovery ends.
-func (s *Service) startRecovery(a *activity.Activity, fence string) {
+func (s *Service) startRecovery(a *catalog.Sale, fence string) {
 	p := a.ProductID
 	s.rb.mu.Lock()
 	if s.rb.running == nil {
@@ -97,8 +97,8 @@ func (s *Service) Recovering(productID string) (fenced bool, rebuilds int64) {
 }
 
 // kick starts the recovery of a sale whose deduction answered Recovering.
-func (s *Service) kick(e activity.Entry) {
-	s.startRecovery(e.Activity, "")
+func (s *Service) kick(e catalog.Entry) {
+	s.startRecovery(e.Sale, "")
 }
 
 // awaitRecoveries waits for the recoveries started so far (Apply at
@@ -127,7 +127,7 @@ func (s *Service) awaitRecoveries(ctx context.Context) {
 //     states, refuses older purchase tokens and lifts the fence.
 //
 // The other edges stop after step 1; their refresh sees the fence lifted.
-func (s *Service) recoverSale(ctx context.Context, a *activity.Activity, fence string) error {
+func (s *Service) recoverSale(ctx context.Context, a *catalog.Sale, fence string) error {
 	p := a.ProductID
 	now := s.d.Now() / 1e6
 	if fence == "" {
@@ -282,7 +282,7 @@ func allIn(nodes []int, set map[int]bool) bool {
 // or the outbox) is new and warmed with its configured stock; any other
 // is lost and recovered (recoverSale). Without a ledger a lost sale stays
 // closed: nobody knows what was sold.
-func (s *Service) openSale(ctx context.Context, a *activity.Activity, fence string) error {
+func (s *Service) openSale(ctx context.Context, a *catalog.Sale, fence string) error {
 	p := a.ProductID
 	if fence != "" {
 		s.startRecovery(a, fence)
@@ -355,7 +355,7 @@ func (s *Service) openSale(ctx context.Context, a *activity.Activity, fence stri
 // page while the rebuild writes: an order without a deadline is in neither
 // the due set nor the outbox) take the ledger's, so that nothing the
 // ledger knows is paid or released twice.
-func (s *Service) plan(ctx context.Context, a *activity.Activity, meta stock.Sale, known bool) (stock.Rebuild, int64, error) {
+func (s *Service) plan(ctx context.Context, a *catalog.Sale, meta stock.Sale, known bool) (stock.Rebuild, int64, error) {
 	p := a.ProductID
 	events, err := s.d.Store.OutboxEvents(ctx, p)
 	if err != nil {
@@ -576,6 +576,6 @@ func settledInfo(e order.Event) stock.OrderInfo {
 	return info
 }
 
-func saleOf(a *activity.Activity) stock.Sale {
+func saleOf(a *catalog.Sale) stock.Sale {
 	return stock.Sale{ProductID: a.ProductID, Stock: a.Stock, Limit: a.Limit, Price: a.PriceCents, StartMs: a.StartMs, EndMs: a.EndMs}
 }

@@ -10,7 +10,7 @@ import (
 	"flashgate/internal/redistest"
 	"flashgate/orders/order"
 	"flashgate/orders/stock"
-	"flashgate/sale/activity"
+	"flashgate/sale/catalog"
 )
 
 // Redis comes back from a snapshot taken while deadlines were pending: since
@@ -499,7 +499,7 @@ func staleSnapshotSale(t *testing.T, kind, p string, units int64, limit int) (*r
 	r := newRig(t, open(), openStoreKind(t, kind))
 	r.mark = true
 	r.startConsumer()
-	r.acts = []*activity.Activity{newActivity(p, units, limit)}
+	r.acts = []*catalog.Sale{newActivity(p, units, limit)}
 	if err := r.apply(); err != nil {
 		t.Fatal(err)
 	}

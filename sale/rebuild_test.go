@@ -23,14 +23,14 @@ import (
 	"flashgate/internal/chtest"
 	"flashgate/internal/kafkatest"
 	"flashgate/internal/redistest"
-	"flashgate/orders"
+	"flashgate/orders/broker"
 	"flashgate/orders/consumer"
 	"flashgate/orders/order"
 	"flashgate/orders/orderstore"
 	"flashgate/orders/reconcile"
 	"flashgate/orders/stock"
 	"flashgate/sale"
-	"flashgate/sale/activity"
+	"flashgate/sale/catalog"
 )
 
 // These tests prove promise 4 of docs/architecture.md end to end: real redis-server (or
@@ -49,9 +49,9 @@ type rig struct {
 	brokers []string
 	store   orderstore.Store
 	st      *stock.Store
-	pub     *orders.Publisher
+	pub     *broker.Publisher
 	svc     *sale.Service
-	acts    []*activity.Activity
+	acts    []*catalog.Sale
 
 	consMu   sync.Mutex
 	stopCons context.CancelFunc
@@ -78,20 +78,20 @@ func newRig(t *testing.T, st *stock.Store, store orderstore.Store) *rig {
 func (r *rig) useStock(st *stock.Store) {
 	r.t.Helper()
 	k := edge.Kafka
-	pub, err := orders.NewPublisher(orders.PublisherConfig{Brokers: r.brokers, Topic: k.Topic, DLQTopic: k.DLQTopic,
+	pub, err := broker.NewPublisher(broker.PublisherConfig{Brokers: r.brokers, Topic: k.Topic, DLQTopic: k.DLQTopic,
 		BatchTimeout: k.BatchTimeout, Timeout: k.Timeout, Outbox: st, Log: discard})
 	if err != nil {
 		r.t.Fatal(err)
 	}
 	r.t.Cleanup(func() { pub.Close() })
 	r.st, r.pub = st, pub
-	r.svc = sale.New(sale.Deps{Store: st, Activities: activity.NewRegistry(), Log: discard,
+	r.svc = sale.New(sale.Deps{Store: st, Activities: catalog.NewRegistry(), Log: discard,
 		Ledger: orderstore.Ledger{Store: r.store, Drain: r.drain}})
 }
 
 func (r *rig) drain(ctx context.Context) error {
 	r.drains.Add(1)
-	return consumer.WaitDrained(ctx, r.brokers, orders.Security{}, edge.Kafka.Topic, edge.Orders.Group, 50*time.Millisecond)
+	return consumer.WaitDrained(ctx, r.brokers, broker.Security{}, edge.Kafka.Topic, edge.Orders.Group, 50*time.Millisecond)
 }
 
 func (r *rig) startConsumer() {
@@ -127,9 +127,9 @@ func (r *rig) apply() error {
 	return r.svc.Apply(context.Background(), &sale.Settings{Catalog: r.acts})
 }
 
-func newActivity(p string, stock int64, limit int) *activity.Activity {
+func newActivity(p string, stock int64, limit int) *catalog.Sale {
 	now := time.Now()
-	return &activity.Activity{ProductID: p, Name: p, PriceCents: 100, Stock: stock, Limit: limit,
+	return &catalog.Sale{ProductID: p, Name: p, PriceCents: 100, Stock: stock, Limit: limit,
 		StartMs: now.Add(-time.Hour).UnixMilli(), EndMs: now.Add(time.Hour).UnixMilli()}
 }
 
@@ -170,7 +170,7 @@ func (r *rig) deduct(p, user string, qty, limit int) (stock.Attempt, stock.Code)
 
 func (r *rig) publish(a stock.Attempt) {
 	r.t.Helper()
-	if err := r.pub.PublishAndAck(context.Background(), orders.OrderEvent(&a.Order), a.TokenNonceHex); err != nil {
+	if err := r.pub.PublishAndAck(context.Background(), broker.OrderEvent(&a.Order), a.TokenNonceHex); err != nil {
 		r.t.Fatal(err)
 	}
 }
@@ -181,7 +181,7 @@ func (r *rig) release(a stock.Attempt) {
 	if ok, err := r.st.Release(ctx, a.ProductID, a.ID); !ok || err != nil {
 		r.t.Fatalf("release %d: %v %v", a.ID, ok, err)
 	}
-	ev := orders.OrderEvent(&a.Order)
+	ev := broker.OrderEvent(&a.Order)
 	ev.Type, ev.ReleasedMs = order.TypeRelease, time.Now().UnixMilli()
 	if err := r.pub.Publish(ctx, ev); err != nil {
 		r.t.Fatal(err)
@@ -271,7 +271,7 @@ func testRedisLoss(t *testing.T, kind string) {
 	r := newRig(t, st, openStoreKind(t, kind))
 	r.startConsumer()
 	const limit = 2
-	r.acts = []*activity.Activity{newActivity("lp", 30, limit), newActivity("rp", 4, limit)}
+	r.acts = []*catalog.Sale{newActivity("lp", 30, limit), newActivity("rp", 4, limit)}
 	if err := r.apply(); err != nil {
 		t.Fatal(err)
 	}
@@ -409,7 +409,7 @@ func TestEmbeddedCrashRebuildsFromLedger(t *testing.T) {
 	r := newRig(t, st1, fs)
 	r.startConsumer()
 	const limit = 3
-	r.acts = []*activity.Activity{newActivity("ep", 20, limit)}
+	r.acts = []*catalog.Sale{newActivity("ep", 20, limit)}
 	if err := r.apply(); err != nil {
 		t.Fatal(err)
 	}
@@ -479,7 +479,7 @@ func TestEmbeddedCrashRebuildsFromLedger(t *testing.T) {
 	}
 
 	// The relay delivers carol's surviving outbox entry.
-	relay, err := orders.NewRelay(orders.RelayConfig{Store: st2, Publisher: r.pub, Products: func() []string { return []string{"ep"} },
+	relay, err := broker.NewRelay(broker.RelayConfig{Store: st2, Publisher: r.pub, Products: func() []string { return []string{"ep"} },
 		Interval: 50 * time.Millisecond, MinAge: 100 * time.Millisecond, Log: discard})
 	if err != nil {
 		t.Fatal(err)
@@ -561,8 +561,8 @@ func TestLostSaleWithoutLedgerStaysClosed(t *testing.T) {
 	}
 	t.Cleanup(func() { st1.Close() })
 	a := newActivity("nl", 10, 2)
-	settings := &sale.Settings{Catalog: []*activity.Activity{a}}
-	if err := sale.New(sale.Deps{Store: st1, Activities: activity.NewRegistry(), Log: discard}).Apply(ctx, settings); err != nil {
+	settings := &sale.Settings{Catalog: []*catalog.Sale{a}}
+	if err := sale.New(sale.Deps{Store: st1, Activities: catalog.NewRegistry(), Log: discard}).Apply(ctx, settings); err != nil {
 		t.Fatal(err)
 	}
 	at := newAttempt("nl", "u", 1, 2)
@@ -578,7 +578,7 @@ func TestLostSaleWithoutLedgerStaysClosed(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { st2.Close() })
-	svc := sale.New(sale.Deps{Store: st2, Activities: activity.NewRegistry(), Log: discard})
+	svc := sale.New(sale.Deps{Store: st2, Activities: catalog.NewRegistry(), Log: discard})
 	if err := svc.Apply(ctx, settings); err == nil || !strings.Contains(err.Error(), "no ledger") {
 		t.Fatalf("Apply after a crash without a ledger: %v", err)
 	}
@@ -601,14 +601,14 @@ func TestFencedSaleWithAnEdgeWithoutLedger(t *testing.T) {
 	st := openRedisStore(t, srv.Addr())
 	r := newRig(t, st, openStoreKind(t, "file"))
 	r.startConsumer()
-	r.acts = []*activity.Activity{newActivity("fl", 10, 2)}
+	r.acts = []*catalog.Sale{newActivity("fl", 10, 2)}
 	if err := r.apply(); err != nil {
 		t.Fatal(err)
 	}
 	if c := r.code("fl", "u0", 1, 2); c != stock.OK {
 		t.Fatal(c)
 	}
-	bare := sale.New(sale.Deps{Store: st, Activities: activity.NewRegistry(), Log: discard, Node: 2})
+	bare := sale.New(sale.Deps{Store: st, Activities: catalog.NewRegistry(), Log: discard, Node: 2})
 	if err := bare.Apply(ctx, &sale.Settings{Catalog: r.acts}); err != nil {
 		t.Fatal(err)
 	}
@@ -647,7 +647,7 @@ func TestFreshEdgeAfterRedisLostEverything(t *testing.T) {
 	srv := redistest.New(t)
 	r := newRig(t, openRedisStore(t, srv.Addr()), openStoreKind(t, "file"))
 	r.startConsumer()
-	r.acts = []*activity.Activity{newActivity("fe", 10, 1)}
+	r.acts = []*catalog.Sale{newActivity("fe", 10, 1)}
 	if err := r.apply(); err != nil {
 		t.Fatal(err)
 	}

@@ -15,9 +15,9 @@ import (
 	"flashgate/metrics"
 	"flashgate/orders/order"
 	"flashgate/orders/stock"
-	"flashgate/sale/activity"
 	"flashgate/sale/api"
-	"flashgate/sale/waitroom"
+	"flashgate/sale/catalog"
+	"flashgate/sale/room"
 )
 
 // The waiting room's shopper API (sale/waitroom decides the arithmetic,
@@ -54,7 +54,7 @@ const (
 // it last read (refusals far from their turn are decided from it, without
 // Redis), whether the pre-queue's key and the lottery are done, counters.
 type roomView struct {
-	state  atomic.Pointer[waitroom.State]
+	state  atomic.Pointer[room.State]
 	keyed  atomic.Bool
 	ranked atomic.Bool
 	active atomic.Int64
@@ -113,25 +113,25 @@ func (rs *roomViews) ensure(product string) *roomView {
 	return v
 }
 
-func roomSaleOf(a *activity.Activity) stock.RoomSale {
+func roomSaleOf(a *catalog.Sale) stock.RoomSale {
 	return stock.RoomSale{Product: a.ProductID, StartMs: a.StartMs, RatePerMinute: a.Room.AdmitPerMinute,
 		ExpireAtMs: a.EndMs + roomGrace.Milliseconds()}
 }
 
 // roomOf finds the call's sale and its room, or the refusal.
-func (s *Service) roomOf(r *api.Call) (*waitroom.Room, *api.Rejection) {
+func (s *Service) roomOf(r *api.Call) (*room.Room, *api.Rejection) {
 	if rej := r.CheckProduct(s.d.Activities); rej != nil {
 		return nil, rej
 	}
-	if r.Activity.Room == nil {
+	if r.Sale.Room == nil {
 		return nil, api.NoRoom
 	}
-	return r.Activity.Room, nil
+	return r.Sale.Room, nil
 }
 
 // shopperRoom is roomOf for the calls a signed-in shopper makes (the
 // challenge, the join, the poll).
-func (s *Service) shopperRoom(r *api.Call) (*waitroom.Room, *api.Rejection) {
+func (s *Service) shopperRoom(r *api.Call) (*room.Room, *api.Rejection) {
 	if rej := r.CheckSignedIn(); rej != nil {
 		return nil, rej
 	}
@@ -141,32 +141,32 @@ func (s *Service) shopperRoom(r *api.Call) (*waitroom.Room, *api.Rejection) {
 // ticketOf is the ticket the shopper sent: the sale's cookie, or the
 // header for clients without cookies.
 func ticketOf(r *api.Call) []byte {
-	var name [len(waitroom.CookiePref) + order.MaxProductIDLen]byte
-	n := append(name[:0], waitroom.CookiePref...)
+	var name [len(room.CookiePref) + order.MaxProductIDLen]byte
+	n := append(name[:0], room.CookiePref...)
 	n = append(n, r.ProductID...)
 	if t := r.Ctx.Request.Header.CookieBytes(n); len(t) > 0 {
 		return t
 	}
-	return r.Ctx.Request.Header.Peek(waitroom.Header)
+	return r.Ctx.Request.Header.Peek(room.Header)
 }
 
 func (s *Service) challenge(r *api.Call, st *Settings) {
-	room, rej := s.shopperRoom(r)
+	rm, rej := s.shopperRoom(r)
 	if rej != nil {
 		rej.Write(r.Ctx)
 		return
 	}
-	if room.Difficulty == 0 {
+	if rm.Difficulty == 0 {
 		api.NoChallenge.Write(r.Ctx)
 		return
 	}
 	nowMs := r.NowNano / 1e6
-	c := st.Challenges.Issue(r.UserID, r.ProductID, room.Difficulty, nowMs)
-	exp, _ := waitroom.ChallengeExpiresMs([]byte(c))
+	c := st.Challenges.Issue(r.UserID, r.ProductID, rm.Difficulty, nowMs)
+	exp, _ := room.ChallengeExpiresMs([]byte(c))
 	b := append(r.Scratch[:0], `{"challenge":"`...)
 	b = append(b, c...)
 	b = append(b, `","difficulty":`...)
-	b = strconv.AppendInt(b, int64(room.Difficulty), 10)
+	b = strconv.AppendInt(b, int64(rm.Difficulty), 10)
 	b = append(b, `,"expiresMs":`...)
 	b = strconv.AppendInt(b, exp, 10)
 	b = append(b, '}')
@@ -177,16 +177,16 @@ func (s *Service) challenge(r *api.Call, st *Settings) {
 // join gives the shopper their one ticket of the sale's queue (the one they
 // have, if they joined before) and answers their place.
 func (s *Service) join(r *api.Call, st *Settings) {
-	room, rej := s.shopperRoom(r)
+	rm, rej := s.shopperRoom(r)
 	if rej != nil {
 		rej.Write(r.Ctx)
 		return
 	}
-	e := r.Activity
+	e := r.Sale
 	nowMs := r.NowNano / 1e6
 	rv := s.rooms.ensure(e.ProductID)
 	switch {
-	case nowMs < room.OpensMs:
+	case nowMs < rm.OpensMs:
 		api.QueueNotOpen.Write(r.Ctx)
 		return
 	case nowMs >= e.EndMs:
@@ -197,25 +197,25 @@ func (s *Service) join(r *api.Call, st *Settings) {
 		s.answerRoom(r, st, roomAnswer{status: roomClosed, soldOut: true})
 		return
 	}
-	j := stock.Join{User: string(r.UserID), NowMs: nowMs, Lottery: room.Lottery(), MaxActive: room.MaxActive, SessionMs: room.SessionMs}
-	if room.Difficulty > 0 {
+	j := stock.Join{User: string(r.UserID), NowMs: nowMs, Lottery: rm.Lottery(), MaxActive: rm.MaxActive, SessionMs: rm.SessionMs}
+	if rm.Difficulty > 0 {
 		if len(r.Challenge) == 0 || st.Challenges.Verify(r.Challenge, r.Nonce, r.UserID, r.ProductID, nowMs) != nil {
 			rv.joins[joinBadChallenge].Inc()
 			api.BadChallenge.Write(r.Ctx)
 			return
 		}
-		j.ChallengeID = string(waitroom.ChallengeID(r.Challenge))
-		j.ChallengeExpiresMs, _ = waitroom.ChallengeExpiresMs(r.Challenge)
+		j.ChallengeID = string(room.ChallengeID(r.Challenge))
+		j.ChallengeExpiresMs, _ = room.ChallengeExpiresMs(r.Challenge)
 	}
-	var id waitroom.ID
+	var id room.ID
 	rand.Read(id[:])
 	j.ID = string(id.AppendHex(nil))
-	if room.Lottery() && nowMs < room.StartMs {
+	if rm.Lottery() && nowMs < rm.StartMs {
 		// Kept only if the room has no key yet (the first join, or no edge
 		// looked after the pre-queue's opening yet).
-		j.Key, j.Commit = waitroom.NewKey()
+		j.Key, j.Commit = room.NewKey()
 	}
-	rs := roomSaleOf(e.Activity)
+	rs := roomSaleOf(e.Sale)
 	ans, err := s.d.Store.RoomJoin(context.Background(), rs, j)
 	if err != nil {
 		rv.joins[joinError].Inc()
@@ -237,17 +237,17 @@ func (s *Service) join(r *api.Call, st *Settings) {
 	default:
 		rv.joins[joinNew].Inc()
 	}
-	tid, ok := waitroom.ParseID(ans.ID)
+	tid, ok := room.ParseID(ans.ID)
 	if !ok {
 		api.Busy.Write(r.Ctx)
 		return
 	}
-	s.answerPlace(r, st, room, rv, tid, ans.Place, -1, true)
+	s.answerPlace(r, st, rm, rv, tid, ans.Place, -1, true)
 }
 
 // queue answers the ticket holder's place (the page's poll).
 func (s *Service) queue(r *api.Call, st *Settings) {
-	room, rej := s.shopperRoom(r)
+	rm, rej := s.shopperRoom(r)
 	if rej != nil {
 		rej.Write(r.Ctx)
 		return
@@ -263,11 +263,11 @@ func (s *Service) queue(r *api.Call, st *Settings) {
 		api.BadTicket.Write(r.Ctx)
 		return
 	}
-	if r.Activity.SoldOut() {
+	if r.Sale.SoldOut() {
 		s.answerRoom(r, st, roomAnswer{status: roomClosed, soldOut: true})
 		return
 	}
-	rv := s.rooms.ensure(r.Activity.ProductID)
+	rv := s.rooms.ensure(r.Sale.ProductID)
 	if held > 0 {
 		// A place the line has not reached: answered from the edge's
 		// memory, as the token call refuses it, so the polls of a long
@@ -278,27 +278,27 @@ func (s *Service) queue(r *api.Call, st *Settings) {
 			return
 		}
 	}
-	s.place(r, st, room, rv, id, held, false)
+	s.place(r, st, rm, rv, id, held, false)
 }
 
 // place reads (and admits) the shopper's place and answers it; held is the
 // place the presented ticket carries (-1: none), a new ticket is given when
 // the place is no longer the ticket's.
-func (s *Service) place(r *api.Call, st *Settings, room *waitroom.Room, rv *roomView, id waitroom.ID, held int64, joined bool) {
+func (s *Service) place(r *api.Call, st *Settings, rm *room.Room, rv *roomView, id room.ID, held int64, joined bool) {
 	nowMs := r.NowNano / 1e6
-	var idHex [2 * waitroom.IDLen]byte
-	p, err := s.d.Store.RoomPlace(context.Background(), roomSaleOf(r.Activity.Activity), stock.PlaceAsk{
-		User: view(r.UserID), ID: view(id.AppendHex(idHex[:0])), NowMs: nowMs, MaxActive: room.MaxActive, SessionMs: room.SessionMs})
+	var idHex [2 * room.IDLen]byte
+	p, err := s.d.Store.RoomPlace(context.Background(), roomSaleOf(r.Sale.Sale), stock.PlaceAsk{
+		User: view(r.UserID), ID: view(id.AppendHex(idHex[:0])), NowMs: nowMs, MaxActive: rm.MaxActive, SessionMs: rm.SessionMs})
 	if err != nil {
-		s.d.Log.Warn("queue place failed", "product", r.Activity.ProductID, "err", err)
+		s.d.Log.Warn("queue place failed", "product", r.Sale.ProductID, "err", err)
 		api.Busy.Write(r.Ctx)
 		return
 	}
-	s.answerPlace(r, st, room, rv, id, p, held, joined)
+	s.answerPlace(r, st, rm, rv, id, p, held, joined)
 }
 
 // answerPlace answers the place p read for ticket id.
-func (s *Service) answerPlace(r *api.Call, st *Settings, room *waitroom.Room, rv *roomView, id waitroom.ID, p stock.RoomPlace, held int64, joined bool) {
+func (s *Service) answerPlace(r *api.Call, st *Settings, rm *room.Room, rv *roomView, id room.ID, p stock.RoomPlace, held int64, joined bool) {
 	nowMs := r.NowNano / 1e6
 	switch {
 	case !p.Found && joined:
@@ -313,13 +313,13 @@ func (s *Service) answerPlace(r *api.Call, st *Settings, room *waitroom.Room, rv
 	}
 	vs := stateOf(&p.State)
 	rv.state.Store(&vs)
-	a := roomAnswerOf(room, &p, &vs, nowMs)
+	a := roomAnswerOf(rm, &p, &vs, nowMs)
 	a.id, a.place, a.reissue = id, p.Place, joined || p.Place != held
 	s.answerRoom(r, st, a)
 }
 
-func stateOf(rs *stock.RoomState) waitroom.State {
-	return waitroom.State{Frozen: rs.Frozen, Ranked: rs.Ranked, Members: rs.Members, Joined: rs.Joined,
+func stateOf(rs *stock.RoomState) room.State {
+	return room.State{Frozen: rs.Frozen, Ranked: rs.Ranked, Members: rs.Members, Joined: rs.Joined,
 		Base: rs.Base, BaseMs: rs.BaseMs, Rate: rs.Rate, Paused: rs.Paused, Closed: rs.Closed, Admitted: rs.Admitted}
 }
 
@@ -331,11 +331,11 @@ type roomAnswer struct {
 	ahead           int64 // places before this one the line has still to let in: the number the page shows moving
 	soldOut         bool
 	// id and reissue: the ticket to give (a new one when its place changed).
-	id      waitroom.ID
+	id      room.ID
 	reissue bool
 }
 
-func roomAnswerOf(room *waitroom.Room, p *stock.RoomPlace, vs *waitroom.State, nowMs int64) roomAnswer {
+func roomAnswerOf(rm *room.Room, p *stock.RoomPlace, vs *room.State, nowMs int64) roomAnswer {
 	a := roomAnswer{place: p.Place, etaMs: -1}
 	switch {
 	case p.UntilMs > nowMs:
@@ -346,10 +346,10 @@ func roomAnswerOf(room *waitroom.Room, p *stock.RoomPlace, vs *waitroom.State, n
 		a.status = roomClosed
 	case p.Place == 0 && p.Seq == 0:
 		a.status = roomPrequeue
-		a.etaMs = max(room.StartMs-nowMs, 0)
+		a.etaMs = max(rm.StartMs-nowMs, 0)
 	case p.Place == 0:
 		a.status = roomWaiting // after the opening, before the lottery's ranks
-		a.etaMs = max(room.StartMs-nowMs, 0)
+		a.etaMs = max(rm.StartMs-nowMs, 0)
 	default:
 		a.status = roomWaiting
 		a.etaMs = vs.ETA(p.Place, nowMs)
@@ -364,7 +364,7 @@ func roomAnswerOf(room *waitroom.Room, p *stock.RoomPlace, vs *waitroom.State, n
 // answerRoom writes {productId, status, position, ahead, admitted, etaMs, opensMs,
 // admittedUntilMs, soldOut, ticket} and, with a.reissue, the ticket cookie.
 func (s *Service) answerRoom(r *api.Call, st *Settings, a roomAnswer) {
-	e := r.Activity
+	e := r.Sale
 	b := append(r.Scratch[:0], `{"productId":"`...)
 	b = append(b, e.ProductID...)
 	b = append(b, `","status":"`...)
@@ -407,8 +407,8 @@ func (s *Service) answerRoom(r *api.Call, st *Settings, a roomAnswer) {
 }
 
 func (s *Service) setTicketCookie(r *api.Call, st *Settings, ticket []byte) {
-	var name [len(waitroom.CookiePref) + order.MaxProductIDLen]byte
-	n := append(name[:0], waitroom.CookiePref...)
+	var name [len(room.CookiePref) + order.MaxProductIDLen]byte
+	n := append(name[:0], room.CookiePref...)
 	n = append(n, r.ProductID...)
 	c := fasthttp.AcquireCookie()
 	defer fasthttp.ReleaseCookie(c)
@@ -418,7 +418,7 @@ func (s *Service) setTicketCookie(r *api.Call, st *Settings, ticket []byte) {
 	c.SetHTTPOnly(true)
 	c.SetSameSite(fasthttp.CookieSameSiteStrictMode)
 	c.SetSecure(st.CookieSecure)
-	if left := r.Activity.EndMs - r.NowNano/1e6; left > 0 {
+	if left := r.Sale.EndMs - r.NowNano/1e6; left > 0 {
 		c.SetMaxAge(int(left/1000) + 1)
 	}
 	r.Ctx.Response.Header.SetCookie(c)
@@ -430,7 +430,7 @@ func (s *Service) setTicketCookie(r *api.Call, st *Settings, ticket []byte) {
 // reached is refused from the edge's memory (no Redis, no allocation);
 // anyone else costs one script call, which also admits them if it is their
 // turn.
-func (s *Service) gate(r *api.Call, st *Settings, room *waitroom.Room) (untilMs int64, ok bool) {
+func (s *Service) gate(r *api.Call, st *Settings, rm *room.Room) (untilMs int64, ok bool) {
 	t := ticketOf(r)
 	if len(t) == 0 {
 		s.notAdmitted(r, 0, -1)
@@ -450,11 +450,11 @@ func (s *Service) gate(r *api.Call, st *Settings, room *waitroom.Room) (untilMs 
 		}
 	}
 	if rv == nil {
-		rv = s.rooms.ensure(r.Activity.ProductID)
+		rv = s.rooms.ensure(r.Sale.ProductID)
 	}
-	var idHex [2 * waitroom.IDLen]byte
-	p, err := s.d.Store.RoomPlace(context.Background(), roomSaleOf(r.Activity.Activity), stock.PlaceAsk{
-		User: view(r.UserID), ID: view(id.AppendHex(idHex[:0])), NowMs: nowMs, MaxActive: room.MaxActive, SessionMs: room.SessionMs})
+	var idHex [2 * room.IDLen]byte
+	p, err := s.d.Store.RoomPlace(context.Background(), roomSaleOf(r.Sale.Sale), stock.PlaceAsk{
+		User: view(r.UserID), ID: view(id.AppendHex(idHex[:0])), NowMs: nowMs, MaxActive: rm.MaxActive, SessionMs: rm.SessionMs})
 	if err != nil {
 		api.Busy.Write(r.Ctx)
 		return 0, false
@@ -476,7 +476,7 @@ func (s *Service) gate(r *api.Call, st *Settings, room *waitroom.Room) (untilMs 
 		api.TurnOver.Write(r.Ctx)
 		return 0, false
 	}
-	a := roomAnswerOf(room, &p, &vs, nowMs)
+	a := roomAnswerOf(rm, &p, &vs, nowMs)
 	s.notAdmitted(r, p.Place, a.etaMs)
 	return 0, false
 }
@@ -497,20 +497,20 @@ func (s *Service) notAdmitted(r *api.Call, place, etaMs int64) {
 // lottery answers the public record of the sale's lottery: the commit from
 // the pre-queue's opening, the key from the opening on.
 func (s *Service) lottery(r *api.Call) {
-	room, rej := s.roomOf(r)
+	rm, rej := s.roomOf(r)
 	if rej != nil {
 		rej.Write(r.Ctx)
 		return
 	}
-	info, err := s.roomLottery(context.Background(), r.Activity, room, r.NowNano/1e6)
+	info, err := s.roomLottery(context.Background(), r.Sale, rm, r.NowNano/1e6)
 	if err != nil {
 		api.Busy.Write(r.Ctx)
 		return
 	}
 	b := append(r.Scratch[:0], `{"productId":"`...)
-	b = append(b, r.Activity.ProductID...)
+	b = append(b, r.Sale.ProductID...)
 	b = append(b, `","order":"`...)
-	b = append(b, room.Order.String()...)
+	b = append(b, rm.Order.String()...)
 	b = append(b, `","commit":"`...)
 	b = append(b, info.Commit...)
 	b = append(b, '"')
@@ -540,22 +540,22 @@ type Lottery struct {
 	Ranking   []string `json:"ranking,omitempty"`
 }
 
-func (s *Service) roomLottery(ctx context.Context, e activity.Entry, room *waitroom.Room, nowMs int64) (Lottery, error) {
+func (s *Service) roomLottery(ctx context.Context, e catalog.Entry, rm *room.Room, nowMs int64) (Lottery, error) {
 	info, _, err := s.d.Store.RoomInfo(ctx, e.ProductID, nowMs)
 	if err != nil {
 		return Lottery{}, err
 	}
-	if info.Commit == "" && room.Lottery() && nowMs >= room.OpensMs {
+	if info.Commit == "" && rm.Lottery() && nowMs >= rm.OpensMs {
 		// The pre-queue is open and no edge drew its key yet.
-		key, commit := waitroom.NewKey()
-		if info.Commit, err = s.d.Store.RoomOpenPrequeue(ctx, roomSaleOf(e.Activity), key, commit); err != nil {
+		key, commit := room.NewKey()
+		if info.Commit, err = s.d.Store.RoomOpenPrequeue(ctx, roomSaleOf(e.Sale), key, commit); err != nil {
 			return Lottery{}, err
 		}
 	}
-	l := Lottery{ProductID: e.ProductID, Order: room.Order.String(), Commit: info.Commit, Ranked: info.Ranked}
+	l := Lottery{ProductID: e.ProductID, Order: rm.Order.String(), Commit: info.Commit, Ranked: info.Ranked}
 	if info.Frozen {
 		l.Key, l.Members = info.Key, info.Members
-	} else if room.Lottery() {
+	} else if rm.Lottery() {
 		l.Members = info.Joined // before the opening, the tickets so far
 	}
 	return l, nil
@@ -627,24 +627,24 @@ func (s *Service) Rooms(ctx context.Context) ([]RoomRow, error) {
 	return rows, nil
 }
 
-func (s *Service) roomRow(ctx context.Context, e activity.Entry, nowMs int64) (RoomRow, error) {
+func (s *Service) roomRow(ctx context.Context, e catalog.Entry, nowMs int64) (RoomRow, error) {
 	info, _, err := s.d.Store.RoomInfo(ctx, e.ProductID, nowMs)
 	if err != nil {
 		return RoomRow{}, err
 	}
-	room := e.Room
+	rm := e.Room
 	if info.Rate < 0 {
-		info.Rate = room.AdmitPerMinute
+		info.Rate = rm.AdmitPerMinute
 	}
 	if info.BaseMs < 0 {
-		info.BaseMs = room.StartMs
+		info.BaseMs = rm.StartMs
 	}
 	vs := stateOf(&info)
-	row := RoomRow{ProductID: e.ProductID, Enabled: true, Order: room.Order.String(), Joined: info.Joined,
-		Waiting: vs.Waiting(nowMs), Admitted: info.Admitted, Active: info.Active, MaxActive: room.MaxActive,
+	row := RoomRow{ProductID: e.ProductID, Enabled: true, Order: rm.Order.String(), Joined: info.Joined,
+		Waiting: vs.Waiting(nowMs), Admitted: info.Admitted, Active: info.Active, MaxActive: rm.MaxActive,
 		AdmitPerMinute: info.Rate, Paused: info.Paused, Closed: info.Closed, SoldOut: e.SoldOut(),
-		OpensMs: room.OpensMs, StartMs: room.StartMs, Commit: info.Commit, Members: info.Members,
-		Ranked: info.Ranked, Sessions: room.SessionMs}
+		OpensMs: rm.OpensMs, StartMs: rm.StartMs, Commit: info.Commit, Members: info.Members,
+		Ranked: info.Ranked, Sessions: rm.SessionMs}
 	if info.Frozen {
 		row.Frontier = min(vs.Frontier(nowMs), info.Joined)
 	}
@@ -656,9 +656,9 @@ func (s *Service) roomRow(ctx context.Context, e activity.Entry, nowMs int64) (R
 		row.Status = "soldout"
 	case info.Closed:
 		row.Status = "closed"
-	case nowMs < room.OpensMs:
+	case nowMs < rm.OpensMs:
 		row.Status = "upcoming"
-	case nowMs < room.StartMs:
+	case nowMs < rm.StartMs:
 		row.Status = "prequeue"
 	case info.Paused:
 		row.Status = "paused"
@@ -677,7 +677,7 @@ func (s *Service) RoomAction(ctx context.Context, productID, action string, rate
 		return RoomRow{}, ErrNoRoom
 	}
 	nowMs := s.d.Now() / 1e6
-	if _, err := s.d.Store.RoomAdmin(ctx, roomSaleOf(e.Activity), stock.RoomAction(action), rate, nowMs); err != nil {
+	if _, err := s.d.Store.RoomAdmin(ctx, roomSaleOf(e.Sale), stock.RoomAction(action), rate, nowMs); err != nil {
 		return RoomRow{}, err
 	}
 	// This edge follows at once; the others at their next tick.
@@ -717,16 +717,16 @@ func (s *Service) TendRooms(ctx context.Context) {
 	}
 }
 
-func (s *Service) tendRoom(ctx context.Context, e activity.Entry, nowMs int64) error {
-	room, view, rs := e.Room, s.rooms.ensure(e.ProductID), roomSaleOf(e.Activity)
-	if !view.keyed.Load() && room.Lottery() {
-		key, commit := waitroom.NewKey()
+func (s *Service) tendRoom(ctx context.Context, e catalog.Entry, nowMs int64) error {
+	rm, view, rs := e.Room, s.rooms.ensure(e.ProductID), roomSaleOf(e.Sale)
+	if !view.keyed.Load() && rm.Lottery() {
+		key, commit := room.NewKey()
 		if _, err := s.d.Store.RoomOpenPrequeue(ctx, rs, key, commit); err != nil {
 			return err
 		}
 		view.keyed.Store(true)
 	}
-	if nowMs >= room.StartMs && !view.ranked.Load() {
+	if nowMs >= rm.StartMs && !view.ranked.Load() {
 		if err := s.drawLottery(ctx, e, rs); err != nil {
 			return err
 		}
@@ -737,9 +737,9 @@ func (s *Service) tendRoom(ctx context.Context, e activity.Entry, nowMs int64) e
 // drawLottery closes the pre-queue and writes its ranks, under a lock so
 // that one edge does the work; another edge that raced it writes the same
 // ranks (they are a function of the key and the members).
-func (s *Service) drawLottery(ctx context.Context, e activity.Entry, rs stock.RoomSale) error {
+func (s *Service) drawLottery(ctx context.Context, e catalog.Entry, rs stock.RoomSale) error {
 	view := s.rooms.ensure(e.ProductID)
-	key, commit := waitroom.NewKey()
+	key, commit := room.NewKey()
 	o, err := s.d.Store.RoomFreeze(ctx, rs, key, commit)
 	if err != nil {
 		return err
@@ -757,7 +757,7 @@ func (s *Service) drawLottery(ctx context.Context, e activity.Entry, rs stock.Ro
 	if err != nil {
 		return err
 	}
-	ranked, err := waitroom.Rank(o.Key, ids)
+	ranked, err := room.Rank(o.Key, ids)
 	if err != nil {
 		return fmt.Errorf("lottery key: %w", err)
 	}
@@ -766,12 +766,12 @@ func (s *Service) drawLottery(ctx context.Context, e activity.Entry, rs stock.Ro
 	}
 	view.ranked.Store(true)
 	s.d.Log.Info("waiting room opened: lottery drawn", "product", e.ProductID, "members", len(ranked),
-		"commit", waitroom.Commit(o.Key))
+		"commit", room.Commit(o.Key))
 	return nil
 }
 
 // refreshRoom reads the admission state into the edge's view.
-func (s *Service) refreshRoom(ctx context.Context, e activity.Entry, nowMs int64) error {
+func (s *Service) refreshRoom(ctx context.Context, e catalog.Entry, nowMs int64) error {
 	info, _, err := s.d.Store.RoomInfo(ctx, e.ProductID, nowMs)
 	if err != nil {
 		return err
@@ -794,7 +794,7 @@ func (s *Service) refreshRoom(ctx context.Context, e activity.Entry, nowMs int64
 
 // finishRoom takes a buyer out of the active shoppers (max_active), off the
 // request path.
-func (s *Service) finishRoom(e activity.Entry, user []byte) {
+func (s *Service) finishRoom(e catalog.Entry, user []byte) {
 	if e.Room == nil || e.Room.MaxActive == 0 {
 		return
 	}
@@ -809,7 +809,7 @@ func (s *Service) finishRoom(e activity.Entry, user []byte) {
 }
 
 func (s *Service) registerRoomMetrics(reg *metrics.Registry) {
-	each := func(f func(w *metrics.Writer, e activity.Entry, v *roomView, vs *waitroom.State, nowMs int64)) func(w *metrics.Writer) {
+	each := func(f func(w *metrics.Writer, e catalog.Entry, v *roomView, vs *room.State, nowMs int64)) func(w *metrics.Writer) {
 		return func(w *metrics.Writer) {
 			nowMs := s.d.Now() / 1e6
 			for _, e := range s.d.Activities.List() {
@@ -819,27 +819,27 @@ func (s *Service) registerRoomMetrics(reg *metrics.Registry) {
 				v := s.rooms.ensure(e.ProductID)
 				vs := v.state.Load()
 				if vs == nil {
-					vs = &waitroom.State{Rate: e.Room.AdmitPerMinute, BaseMs: e.Room.StartMs}
+					vs = &room.State{Rate: e.Room.AdmitPerMinute, BaseMs: e.Room.StartMs}
 				}
 				f(w, e, v, vs, nowMs)
 			}
 		}
 	}
-	label := func(e activity.Entry) metrics.Label { return metrics.Label{Name: "product", Value: e.ProductID} }
+	label := func(e catalog.Entry) metrics.Label { return metrics.Label{Name: "product", Value: e.ProductID} }
 	reg.Register("flashgate_waitroom_waiting", "Shoppers in a sale's queue not yet let in, as this edge last read it.", "gauge",
-		each(func(w *metrics.Writer, e activity.Entry, _ *roomView, vs *waitroom.State, nowMs int64) {
+		each(func(w *metrics.Writer, e catalog.Entry, _ *roomView, vs *room.State, nowMs int64) {
 			w.Value(float64(vs.Waiting(nowMs)), label(e))
 		}))
 	reg.Register("flashgate_waitroom_admitted", "Shoppers let in so far.", "gauge",
-		each(func(w *metrics.Writer, e activity.Entry, _ *roomView, vs *waitroom.State, _ int64) {
+		each(func(w *metrics.Writer, e catalog.Entry, _ *roomView, vs *room.State, _ int64) {
 			w.Value(float64(vs.Admitted), label(e))
 		}))
 	reg.Register("flashgate_waitroom_active", "Shoppers let in whose session runs and who have not bought.", "gauge",
-		each(func(w *metrics.Writer, e activity.Entry, v *roomView, _ *waitroom.State, _ int64) {
+		each(func(w *metrics.Writer, e catalog.Entry, v *roomView, _ *room.State, _ int64) {
 			w.Value(float64(v.active.Load()), label(e))
 		}))
 	reg.Register("flashgate_waitroom_admit_per_minute", "The admission rate in force (0 while paused).", "gauge",
-		each(func(w *metrics.Writer, e activity.Entry, _ *roomView, vs *waitroom.State, _ int64) {
+		each(func(w *metrics.Writer, e catalog.Entry, _ *roomView, vs *room.State, _ int64) {
 			r := vs.Rate
 			if vs.Paused {
 				r = 0
@@ -847,7 +847,7 @@ func (s *Service) registerRoomMetrics(reg *metrics.Registry) {
 			w.Value(float64(r), label(e))
 		}))
 	reg.Register("flashgate_waitroom_joins_total", "Queue joins on this edge by result.", "counter",
-		each(func(w *metrics.Writer, e activity.Entry, v *roomView, _ *waitroom.State, _ int64) {
+		each(func(w *metrics.Writer, e catalog.Entry, v *roomView, _ *room.State, _ int64) {
 			for i := range v.joins {
 				w.Value(float64(v.joins[i].Value()), label(e), metrics.Label{Name: "result", Value: joinResultNames[i]})
 			}

@@ -22,10 +22,10 @@ import (
 	"flashgate/internal/redistest"
 	"flashgate/orders/orderid"
 	"flashgate/orders/stock"
-	"flashgate/sale/activity"
 	"flashgate/sale/api"
+	"flashgate/sale/catalog"
 	"flashgate/sale/ptoken"
-	"flashgate/sale/waitroom"
+	"flashgate/sale/room"
 )
 
 // roomRig is one or more edges' sale Services over one real Redis, with a
@@ -50,7 +50,7 @@ func newRoomRig(t testing.TB, addr string, edges int, wr conf.WaitingRoomConfig)
 	r.nowMs.Store(r.start - 30_000) // the pre-queue is open
 	secret := []byte(strings.Repeat("s", 32))
 	tok, _ := ptoken.New(secret)
-	tickets, err := waitroom.NewTickets(waitroom.DeriveSecret(secret, "ticket"))
+	tickets, err := room.NewTickets(room.DeriveSecret(secret, "ticket"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -58,14 +58,14 @@ func newRoomRig(t testing.TB, addr string, edges int, wr conf.WaitingRoomConfig)
 	ac := conf.ActivityConfig{ProductID: roomProduct, Name: "room", Price: "1.00", Stock: 100, Limit: 1,
 		Start: time.UnixMilli(r.start).UTC().Format(time.RFC3339), End: time.UnixMilli(r.start + 3600_000).UTC().Format(time.RFC3339),
 		WaitingRoom: wr}
-	a, errs := activity.Build(ac, base)
+	a, errs := catalog.Build(ac, base)
 	if len(errs) > 0 {
 		t.Fatal(errs)
 	}
 	ac.ProductID = "wr2"
-	other, _ := activity.Build(ac, base)
-	r.set = &Settings{Tokens: tok, Tickets: tickets, Challenges: waitroom.NewChallenger(secret), TokenTTL: time.Minute,
-		Catalog: []*activity.Activity{a, other}}
+	other, _ := catalog.Build(ac, base)
+	r.set = &Settings{Tokens: tok, Tickets: tickets, Challenges: room.NewChallenger(secret), TokenTTL: time.Minute,
+		Catalog: []*catalog.Sale{a, other}}
 	d := conf.Defaults()
 	// Not the default call budget: these tests are about the room's
 	// decisions, and on a loaded 2-core machine a script call to the
@@ -79,7 +79,7 @@ func newRoomRig(t testing.TB, addr string, edges int, wr conf.WaitingRoomConfig)
 	r.st = st
 	for i := 0; i < edges; i++ {
 		ids, _ := orderid.NewGenerator(i+1, func() int64 { return time.Now().UnixMilli() })
-		svc := New(Deps{Store: st, Activities: activity.NewRegistry(), IDs: ids, Node: i + 1, Breakers: NewBreakers(5, time.Second, nil, nil),
+		svc := New(Deps{Store: st, Activities: catalog.NewRegistry(), IDs: ids, Node: i + 1, Breakers: NewBreakers(5, time.Second, nil, nil),
 			Log: slog.New(slog.DiscardHandler), Now: func() int64 { return r.nowMs.Load() * 1e6 }})
 		if err := svc.Apply(context.Background(), r.set); err != nil {
 			t.Fatal(err)
@@ -109,7 +109,7 @@ func (r *roomRig) call(e int, ep api.Endpoint, user, product, ticket string, bod
 	r.t.Helper()
 	ctx := new(fasthttp.RequestCtx)
 	if ticket != "" {
-		ctx.Request.Header.SetCookie(waitroom.CookiePref+product, ticket)
+		ctx.Request.Header.SetCookie(room.CookiePref+product, ticket)
 	}
 	c := &api.Call{Ctx: ctx, NowNano: r.nowMs.Load() * 1e6, Endpoint: ep, ProductID: []byte(product)}
 	if user != "" {
@@ -124,7 +124,7 @@ func (r *roomRig) call(e int, ep api.Endpoint, user, product, ticket string, bod
 		r.t.Fatalf("answer %q: %v", a.raw, err)
 	}
 	ck := fasthttp.AcquireCookie()
-	ck.SetKey(waitroom.CookiePref + product)
+	ck.SetKey(room.CookiePref + product)
 	if ctx.Response.Header.Cookie(ck) {
 		a.cookie = string(ck.Value())
 	}
@@ -264,7 +264,7 @@ func TestRoomLotteryAndFIFO(t *testing.T) {
 			ids = append(ids, h)
 			byID[h] = u
 		}
-		want, _ := waitroom.Rank(key, ids)
+		want, _ := room.Rank(key, ids)
 		if !slices.Equal(want, full.Ranking) {
 			t.Fatalf("the published key does not reproduce the ranking")
 		}
@@ -499,11 +499,11 @@ func TestRoomRefusalFromMemory(t *testing.T) {
 		return -1
 	}
 	ctx := new(fasthttp.RequestCtx)
-	ctx.Request.Header.SetCookie(waitroom.CookiePref+roomProduct, last.cookie)
+	ctx.Request.Header.SetCookie(room.CookiePref+roomProduct, last.cookie)
 	call := &api.Call{Ctx: ctx, Endpoint: api.EndpointToken, UserID: []byte("c9"), ProductID: []byte(roomProduct), Scratch: make([]byte, 0, 512)}
 	svc := r.edges[0]
 	run := func() {
-		call.NowNano, call.Checked, call.Activity = r.nowMs.Load()*1e6, 0, activity.Entry{}
+		call.NowNano, call.Checked, call.Sale = r.nowMs.Load()*1e6, 0, catalog.Entry{}
 		svc.Handle(call)
 	}
 	run()
@@ -607,12 +607,12 @@ func BenchmarkRoomToken(b *testing.B) {
 			}
 			last := r.join(0, "z")
 			ctx := new(fasthttp.RequestCtx)
-			ctx.Request.Header.SetCookie(waitroom.CookiePref+roomProduct, last.cookie)
+			ctx.Request.Header.SetCookie(room.CookiePref+roomProduct, last.cookie)
 			call := &api.Call{Ctx: ctx, Endpoint: api.EndpointToken, UserID: []byte("z"), ProductID: []byte(roomProduct), Scratch: make([]byte, 0, 512)}
 			b.ReportAllocs()
 			b.ResetTimer()
 			for i := 0; i < b.N; i++ {
-				call.NowNano, call.Checked, call.Activity = r.nowMs.Load()*1e6, 0, activity.Entry{}
+				call.NowNano, call.Checked, call.Sale = r.nowMs.Load()*1e6, 0, catalog.Entry{}
 				r.edges[0].Handle(call)
 			}
 			b.StopTimer()

@@ -14,16 +14,16 @@ import (
 	"time"
 
 	"flashgate/metrics"
-	"flashgate/orders"
+	"flashgate/orders/broker"
 	"flashgate/orders/order"
 	"flashgate/orders/orderid"
 	"flashgate/orders/orderstore"
 	"flashgate/orders/stock"
-	"flashgate/sale/activity"
+	"flashgate/sale/catalog"
 	"flashgate/sale/ptoken"
 	"flashgate/sale/push"
+	"flashgate/sale/room"
 	"flashgate/sale/session"
-	"flashgate/sale/waitroom"
 )
 
 // Settings are the reloadable parts of the sale, compiled with the config
@@ -33,8 +33,8 @@ type Settings struct {
 	Tokens   *ptoken.Minter
 	// Tickets sign the waiting rooms' tickets and Challenges their proofs
 	// of work (both keyed from sale.token_secret: every edge must share it).
-	Tickets      *waitroom.Tickets
-	Challenges   *waitroom.Challenger
+	Tickets      *room.Tickets
+	Challenges   *room.Challenger
 	DemoLogin    bool
 	CookieSecure bool
 	SessionTTL   time.Duration
@@ -45,7 +45,7 @@ type Settings struct {
 	// without their own.
 	PayTimeoutMs int64
 	// Catalog is the activities declared in the config file.
-	Catalog []*activity.Activity
+	Catalog []*catalog.Sale
 }
 
 // OrderSink receives each successful purchase before the shopper is told
@@ -59,9 +59,9 @@ type OrderSink interface {
 // Deps are the process-lifetime collaborators of the Service.
 type Deps struct {
 	Store      *stock.Store
-	Activities *activity.Registry
+	Activities *catalog.Registry
 	IDs        *orderid.Generator
-	Bought     *activity.BoughtCache
+	Bought     *catalog.BoughtCache
 	Log        *slog.Logger
 	Node       int
 	Now        func() int64 // unix nanoseconds
@@ -80,7 +80,7 @@ type Deps struct {
 	// Flights counts purchases from deduction to publish, so that a
 	// recovery knows when none from before a fence is still in flight
 	// (the Publisher's; nil without a pipeline).
-	Flights *orders.Flights
+	Flights *broker.Flights
 	// InFlight bounds how long after a fence an event of an earlier
 	// deduction may still reach Kafka (the publish budget plus one produce
 	// request): the longest a recovery waits for edges that do not say
@@ -340,7 +340,7 @@ func (s *Service) Refresh(ctx context.Context, warm bool) error {
 // caller last saw; a live sale's stock is never changed here, and a
 // missing stock key is only ever created by openSale (a new sale's configured
 // stock, or a lost sale rebuilt from the ledger).
-func (s *Service) warm(ctx context.Context, a *activity.Activity, exists bool) error {
+func (s *Service) warm(ctx context.Context, a *catalog.Sale, exists bool) error {
 	if exists {
 		live, err := s.d.Store.Reschedule(ctx, saleOf(a))
 		if err != nil || live {
@@ -353,8 +353,8 @@ func (s *Service) warm(ctx context.Context, a *activity.Activity, exists bool) e
 
 // catalog merges the config's activities with the admin catalog (which
 // wins: an admin change is the newer intent).
-func (s *Service) catalog(ctx context.Context, st *Settings) ([]*activity.Activity, error) {
-	byID := map[string]*activity.Activity{}
+func (s *Service) catalog(ctx context.Context, st *Settings) ([]*catalog.Sale, error) {
+	byID := map[string]*catalog.Sale{}
 	var order []string
 	for _, a := range st.Catalog {
 		c := *a
@@ -367,14 +367,14 @@ func (s *Service) catalog(ctx context.Context, st *Settings) ([]*activity.Activi
 	if err != nil {
 		return nil, err
 	}
-	slices.SortFunc(admin, func(a, b *activity.Activity) int { return strings.Compare(a.ProductID, b.ProductID) })
+	slices.SortFunc(admin, func(a, b *catalog.Sale) int { return strings.Compare(a.ProductID, b.ProductID) })
 	for _, a := range admin {
 		if _, ok := byID[a.ProductID]; !ok {
 			order = append(order, a.ProductID)
 		}
 		byID[a.ProductID] = a
 	}
-	out := make([]*activity.Activity, 0, len(order))
+	out := make([]*catalog.Sale, 0, len(order))
 	for _, id := range order {
 		out = append(out, byID[id])
 	}
@@ -386,7 +386,7 @@ func (s *Service) catalog(ctx context.Context, st *Settings) ([]*activity.Activi
 // changed), then in Redis' copy, then it opens the sale. The stock of a
 // sale is the one it was first created with: a live sale's is never changed
 // here (Restock adds stock), and the entry records the sale's own.
-func (s *Service) PutActivity(ctx context.Context, a *activity.Activity) error {
+func (s *Service) PutActivity(ctx context.Context, a *catalog.Sale) error {
 	if errs := a.Validate(); len(errs) > 0 {
 		return errs
 	}
@@ -403,7 +403,7 @@ func (s *Service) PutActivity(ctx context.Context, a *activity.Activity) error {
 	case live && info.Initial > 0:
 		c.Stock = info.Initial
 	case known:
-		var old activity.Activity
+		var old catalog.Sale
 		if json.Unmarshal([]byte(prev.doc), &old) == nil && old.Stock > 0 {
 			c.Stock = old.Stock // lost with Redis, or never opened: the first stock stands
 		}

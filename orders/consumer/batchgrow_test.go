@@ -9,7 +9,7 @@ import (
 
 	"github.com/ClickHouse/clickhouse-go/v2"
 
-	"flashgate/orders"
+	"flashgate/orders/broker"
 )
 
 // mergeEvents reads the server's MergedRows and MergesTimeMilliseconds.
@@ -75,7 +75,7 @@ func BenchmarkSteadyStreamInserts(b *testing.B) {
 					}
 				}})
 			publish(b, w, benchEvents(10, "warmup"))
-			if err := WaitDrained(context.Background(), brokers, orders.Security{}, testTopic, ordersConf.Group, 20*time.Millisecond); err != nil {
+			if err := WaitDrained(context.Background(), brokers, broker.Security{}, testTopic, ordersConf.Group, 20*time.Millisecond); err != nil {
 				b.Fatal(err)
 			}
 			before := c.Stats().Batches

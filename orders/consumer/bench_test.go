@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"flashgate/orders"
+	"flashgate/orders/broker"
 	"flashgate/orders/order"
 )
 
@@ -100,7 +100,7 @@ func BenchmarkEndToEndLatency(b *testing.B) {
 	}})
 	// Warm the path (group join, connections) before measuring.
 	publish(b, w, benchEvents(10, "warmup"))
-	if err := WaitDrained(context.Background(), brokers, orders.Security{}, testTopic, ordersConf.Group, 20*time.Millisecond); err != nil {
+	if err := WaitDrained(context.Background(), brokers, broker.Security{}, testTopic, ordersConf.Group, 20*time.Millisecond); err != nil {
 		b.Fatal(err)
 	}
 

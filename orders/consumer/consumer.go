@@ -12,7 +12,7 @@ import (
 
 	"github.com/segmentio/kafka-go"
 
-	"flashgate/orders"
+	"flashgate/orders/broker"
 	"flashgate/orders/order"
 	"flashgate/orders/orderstore"
 	"flashgate/orders/stock"
@@ -32,7 +32,7 @@ type Config struct {
 	ReplicationFactor, MinInsyncReplicas int
 	// Security is how the reader and the dead-letter writer connect (TLS,
 	// SASL); the zero value is plaintext.
-	Security  orders.Security
+	Security  broker.Security
 	BatchSize int
 	BatchTime time.Duration // counted from a batch's first message
 	// BatchTimeMax, if above BatchTime, lets the batch time grow under a
@@ -345,11 +345,11 @@ func deadLetter(m *kafka.Message, err error) kafka.Message {
 	return kafka.Message{
 		Key:   m.Key,
 		Value: m.Value,
-		// The headers of orders.Publisher.DeadLetter, so one topic has one
+		// The headers of broker.Publisher.DeadLetter, so one topic has one
 		// format, plus where exactly the message was.
 		Headers: []kafka.Header{
-			{Key: orders.HeaderReason, Value: []byte(err.Error())},
-			{Key: orders.HeaderSource, Value: []byte(m.Topic)},
+			{Key: broker.HeaderReason, Value: []byte(err.Error())},
+			{Key: broker.HeaderSource, Value: []byte(m.Topic)},
 			{Key: "partition", Value: strconv.AppendInt(nil, int64(m.Partition), 10)},
 			{Key: "offset", Value: strconv.AppendInt(nil, m.Offset, 10)},
 		},
@@ -358,7 +358,7 @@ func deadLetter(m *kafka.Message, err error) kafka.Message {
 
 func (c *Consumer) writeDLQ(ctx context.Context, msgs []kafka.Message) error {
 	if !c.dlqReady {
-		if err := orders.EnsureTopics(ctx, c.cfg.Brokers, c.cfg.Security, orders.Topic{
+		if err := broker.EnsureTopics(ctx, c.cfg.Brokers, c.cfg.Security, broker.Topic{
 			Name: c.cfg.DLQTopic, Partitions: 1,
 			ReplicationFactor: c.cfg.ReplicationFactor, MinInsyncReplicas: c.cfg.MinInsyncReplicas,
 		}); err != nil {

@@ -11,7 +11,7 @@ import (
 
 	"github.com/segmentio/kafka-go"
 
-	"flashgate/orders"
+	"flashgate/orders/broker"
 	"flashgate/orders/order"
 	"flashgate/orders/orderstore"
 	"flashgate/orders/reconcile"
@@ -255,7 +255,7 @@ func TestMalformedGoesToDLQ(t *testing.T) {
 		delete(want, string(m.Value))
 		var reason string
 		for _, h := range m.Headers {
-			if h.Key == orders.HeaderReason {
+			if h.Key == broker.HeaderReason {
 				reason = string(h.Value)
 			}
 		}
@@ -281,7 +281,7 @@ func TestLagAndDrained(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	if lag, err := GroupLag(context.Background(), brokers, orders.Security{}, "no-such-topic", ordersConf.Group); lag != 0 || err != nil {
+	if lag, err := GroupLag(context.Background(), brokers, broker.Security{}, "no-such-topic", ordersConf.Group); lag != 0 || err != nil {
 		t.Fatalf("lag of a missing topic %d %v", lag, err)
 	}
 	w := newWriter(brokers, testTopic)
@@ -293,10 +293,10 @@ func TestLagAndDrained(t *testing.T) {
 		}})
 	}
 	publish(t, w, evs)
-	if lag, err := GroupLag(context.Background(), brokers, orders.Security{}, testTopic, ordersConf.Group); lag != 100 || err != nil {
+	if lag, err := GroupLag(context.Background(), brokers, broker.Security{}, testTopic, ordersConf.Group); lag != 100 || err != nil {
 		t.Fatalf("lag before consuming %d %v, want 100", lag, err)
 	}
-	if err := WaitDrained(ctxT(t, 300*time.Millisecond), brokers, orders.Security{}, testTopic, ordersConf.Group, 0); err == nil || !strings.Contains(err.Error(), "100 events") {
+	if err := WaitDrained(ctxT(t, 300*time.Millisecond), brokers, broker.Security{}, testTopic, ordersConf.Group, 0); err == nil || !strings.Contains(err.Error(), "100 events") {
 		t.Fatalf("WaitDrained without a consumer: %v", err)
 	}
 	c := start(t, Config{Brokers: brokers, Store: s})

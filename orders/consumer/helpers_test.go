@@ -22,7 +22,7 @@ import (
 	"flashgate/internal/chtest"
 	"flashgate/internal/kafkatest"
 	"flashgate/internal/redistest"
-	"flashgate/orders"
+	"flashgate/orders/broker"
 	"flashgate/orders/order"
 	"flashgate/orders/orderstore"
 	"flashgate/orders/stock"
@@ -141,7 +141,7 @@ func drainOutbox(t testing.TB, st *stock.Store, p string) []order.Event {
 	}
 	evs := make([]order.Event, 0, len(outbox))
 	for i := range outbox {
-		evs = append(evs, orders.OrderEvent(&outbox[i]))
+		evs = append(evs, broker.OrderEvent(&outbox[i]))
 	}
 	c := redistest.Client(t, st.Addr())
 	if err := c.Do(ctx, c.B().Del().Key(stock.OutboxKey(p)).Build()).Error(); err != nil {

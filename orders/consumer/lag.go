@@ -8,7 +8,7 @@ import (
 
 	"github.com/segmentio/kafka-go"
 
-	"flashgate/orders"
+	"flashgate/orders/broker"
 )
 
 // GroupLag is how many messages of topic the group has not committed yet,
@@ -17,7 +17,7 @@ import (
 // store, so 0 means every event published before the call is stored (or
 // dead-lettered). It asks the brokers, so any process can call it.
 // It connects as sec (the zero value: plaintext).
-func GroupLag(ctx context.Context, brokers []string, sec orders.Security, topic, group string) (int64, error) {
+func GroupLag(ctx context.Context, brokers []string, sec broker.Security, topic, group string) (int64, error) {
 	cl, done := sec.Client(brokers, 10*time.Second)
 	defer done()
 	return groupLag(ctx, cl, topic, group)
@@ -81,7 +81,7 @@ func groupLag(ctx context.Context, cl *kafka.Client, topic, group string) (int64
 // WaitDrained polls GroupLag every poll (default 100ms) until it is 0 or
 // ctx ends; the error then says how much was left.
 // It connects as sec.
-func WaitDrained(ctx context.Context, brokers []string, sec orders.Security, topic, group string, poll time.Duration) error {
+func WaitDrained(ctx context.Context, brokers []string, sec broker.Security, topic, group string, poll time.Duration) error {
 	cl, done := sec.Client(brokers, 10*time.Second)
 	defer done()
 	return waitDrained(ctx, cl, topic, group, poll)

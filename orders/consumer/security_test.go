@@ -16,7 +16,7 @@ import (
 	"flashgate/conf"
 	"flashgate/internal/kafkatest"
 	"flashgate/internal/tlstest"
-	"flashgate/orders"
+	"flashgate/orders/broker"
 	"flashgate/orders/order"
 )
 
@@ -68,17 +68,17 @@ func TestRoundTripOverSASLAndTLS(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			brokers, _ := kafkatest.Start(t, tc.broker...)
 			tc.kafka.Brokers = brokers
-			sec, err := orders.SecurityFrom(tc.kafka)
+			sec, err := broker.SecurityFrom(tc.kafka)
 			if err != nil {
 				t.Fatal(err)
 			}
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()
 			topic, dlq := fmt.Sprintf("sec%d.orders", i), fmt.Sprintf("sec%d.dlq", i)
-			if err := orders.EnsureTopics(ctx, brokers, sec, orders.Topics(topic, dlq, 2)...); err != nil {
+			if err := broker.EnsureTopics(ctx, brokers, sec, broker.Topics(topic, dlq, 2)...); err != nil {
 				t.Fatal(err)
 			}
-			pub, err := orders.NewPublisher(orders.PublisherConfig{Brokers: brokers, Security: sec, Topic: topic, DLQTopic: dlq,
+			pub, err := broker.NewPublisher(broker.PublisherConfig{Brokers: brokers, Security: sec, Topic: topic, DLQTopic: dlq,
 				BatchTimeout: kafkaConf.BatchTimeout, Timeout: 10 * time.Second})
 			if err != nil {
 				t.Fatal(err)
@@ -120,7 +120,7 @@ func TestRoundTripOverSASLAndTLS(t *testing.T) {
 				t.Fatalf("consumer stats %+v", st)
 			}
 			// The same brokers refuse a client without the settings.
-			if _, err := GroupLag(ctx, brokers, orders.Security{}, topic, "x"); err == nil {
+			if _, err := GroupLag(ctx, brokers, broker.Security{}, topic, "x"); err == nil {
 				t.Fatal("a plaintext client without credentials was served")
 			}
 		})
@@ -148,13 +148,13 @@ func TestRefusedCredentialsStopTheStart(t *testing.T) {
 			SASL: conf.KafkaSASLConfig{Mechanism: "SCRAM-SHA-256", Username: "edge", Password: "s3cret"}}, "certificate"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			sec, err := orders.SecurityFrom(tc.kafka)
+			sec, err := broker.SecurityFrom(tc.kafka)
 			if err != nil {
 				t.Fatal(err)
 			}
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			defer cancel()
-			err = orders.EnsureTopics(ctx, brokers, sec, orders.Topics("refused.orders", "refused.dlq", 1)...)
+			err = broker.EnsureTopics(ctx, brokers, sec, broker.Topics("refused.orders", "refused.dlq", 1)...)
 			if err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("want an error saying %q, got %v", tc.want, err)
 			}

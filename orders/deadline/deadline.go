@@ -13,7 +13,7 @@ import (
 	"github.com/segmentio/kafka-go"
 
 	"flashgate/metrics"
-	"flashgate/orders"
+	"flashgate/orders/broker"
 	"flashgate/orders/order"
 	"flashgate/orders/stock"
 )
@@ -32,7 +32,7 @@ var LatenessBuckets = []float64{0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.
 // Config configures a Sweeper. Store, Publisher and Products are required.
 type Config struct {
 	Store     *stock.Store
-	Publisher *orders.Publisher
+	Publisher *broker.Publisher
 	// Products returns the ids of the products to sweep; called once per
 	// sweep.
 	Products func() []string

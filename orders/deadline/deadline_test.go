@@ -14,7 +14,7 @@ import (
 	"flashgate/internal/await"
 	"flashgate/internal/kafkatest"
 	"flashgate/internal/redistest"
-	"flashgate/orders"
+	"flashgate/orders/broker"
 	"flashgate/orders/consumer"
 	"flashgate/orders/order"
 	"flashgate/orders/orderstore"
@@ -32,7 +32,7 @@ func quiet() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)
 // own Kafka publisher.
 type edge struct {
 	st  *stock.Store
-	pub *orders.Publisher
+	pub *broker.Publisher
 }
 
 func newEdge(t *testing.T, redis string, brokers []string) edge {
@@ -44,7 +44,7 @@ func newEdge(t *testing.T, redis string, brokers []string) edge {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { st.Close() })
-	pub, err := orders.NewPublisher(orders.PublisherConfig{Brokers: brokers, Topic: kafkaConf.Topic, DLQTopic: kafkaConf.DLQTopic,
+	pub, err := broker.NewPublisher(broker.PublisherConfig{Brokers: brokers, Topic: kafkaConf.Topic, DLQTopic: kafkaConf.DLQTopic,
 		BatchTimeout: kafkaConf.BatchTimeout, Timeout: kafkaConf.Timeout, Outbox: st, Log: quiet()})
 	if err != nil {
 		t.Fatal(err)
@@ -58,7 +58,7 @@ func startKafka(t *testing.T) []string {
 	brokers, _ := kafkatest.Start(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if err := orders.EnsureTopics(ctx, brokers, orders.Security{}, orders.Topics(kafkaConf.Topic, kafkaConf.DLQTopic, kafkaConf.Partitions)...); err != nil {
+	if err := broker.EnsureTopics(ctx, brokers, broker.Security{}, broker.Topics(kafkaConf.Topic, kafkaConf.DLQTopic, kafkaConf.Partitions)...); err != nil {
 		t.Fatal(err)
 	}
 	return brokers
@@ -92,7 +92,7 @@ func sell(t *testing.T, e edge, p string, n int, payIn time.Duration) []order.Or
 		if err != nil || res.Code != stock.OK {
 			t.Fatalf("deduct %d: %+v %v", i, res, err)
 		}
-		out[i], evs[i] = o, orders.OrderEvent(&o)
+		out[i], evs[i] = o, broker.OrderEvent(&o)
 		outbox = append(outbox, res.OutboxID)
 	}
 	if err := e.pub.Publish(ctx, evs...); err != nil {
@@ -270,7 +270,7 @@ func TestKafkaDownLeavesReleasesToTheRelay(t *testing.T) {
 	warm(t, e.st, "kd", 3)
 	sold := sell(t, e, "kd", 3, 50*time.Millisecond)
 	// A publisher whose broker does not answer (nothing listens there).
-	down, err := orders.NewPublisher(orders.PublisherConfig{Brokers: []string{"127.0.0.1:1"}, Topic: kafkaConf.Topic, DLQTopic: kafkaConf.DLQTopic,
+	down, err := broker.NewPublisher(broker.PublisherConfig{Brokers: []string{"127.0.0.1:1"}, Topic: kafkaConf.Topic, DLQTopic: kafkaConf.DLQTopic,
 		BatchTimeout: kafkaConf.BatchTimeout, Timeout: 300 * time.Millisecond, Outbox: e.st, Log: quiet()})
 	if err != nil {
 		t.Fatal(err)
@@ -295,7 +295,7 @@ func TestKafkaDownLeavesReleasesToTheRelay(t *testing.T) {
 	if n, err := e.st.OutboxLen(ctx, "kd"); err != nil || n != 3 {
 		t.Fatalf("outbox %d %v: want the 3 release entries kept", n, err)
 	}
-	r, err := orders.NewRelay(orders.RelayConfig{Store: e.st, Publisher: e.pub, Products: func() []string { return []string{"kd"} },
+	r, err := broker.NewRelay(broker.RelayConfig{Store: e.st, Publisher: e.pub, Products: func() []string { return []string{"kd"} },
 		Interval: 20 * time.Millisecond, MinAge: kafkaConf.Timeout + 100*time.Millisecond, Log: quiet()})
 	if err != nil {
 		t.Fatal(err)

@@ -5,7 +5,7 @@ import (
 
 	"github.com/valyala/fasthttp"
 
-	"flashgate/sale/activity"
+	"flashgate/sale/catalog"
 )
 
 // Call is one shopper request as the filter chain and the sale handlers see
@@ -31,7 +31,7 @@ type Call struct {
 	Token    []byte
 	OrderID  int64
 	// Activity is the product's sale, once found (sale_window or handler).
-	Activity activity.Entry
+	Sale catalog.Entry
 	// TokenNonce and TokenExpiresMs come from a verified purchase token.
 	TokenNonce     [12]byte
 	TokenExpiresMs int64
@@ -63,7 +63,7 @@ func (c *Call) Reset() {
 	c.Qty = 0
 	c.Token = nil
 	c.OrderID = 0
-	c.Activity = activity.Entry{}
+	c.Sale = catalog.Entry{}
 	c.TokenNonce = [12]byte{}
 	c.TokenExpiresMs = 0
 	c.Checked = 0

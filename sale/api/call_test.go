@@ -7,7 +7,7 @@ import (
 
 	"github.com/valyala/fasthttp"
 
-	"flashgate/sale/activity"
+	"flashgate/sale/catalog"
 )
 
 // Reset must clear every field but the buffers it owns, so a pooled Call
@@ -16,7 +16,7 @@ func TestResetClearsEveryField(t *testing.T) {
 	c := Call{
 		Ctx: new(fasthttp.RequestCtx), ClientIP: netip.MustParseAddr("192.0.2.1"), NowNano: 1,
 		UserID: []byte("u"), ProductID: []byte("p"), Endpoint: EndpointDo, Qty: 2, Token: []byte("t"), OrderID: 3,
-		Activity: activity.Entry{Activity: &activity.Activity{}}, TokenNonce: [12]byte{1}, TokenExpiresMs: 4,
+		Sale: catalog.Entry{Sale: &catalog.Sale{}}, TokenNonce: [12]byte{1}, TokenExpiresMs: 4,
 		Checked: SignedIn | TokenValid,
 		Scratch: make([]byte, 5, 64),
 	}

@@ -1,7 +1,7 @@
 package api
 
 import (
-	"flashgate/sale/activity"
+	"flashgate/sale/catalog"
 	"flashgate/sale/ptoken"
 )
 
@@ -59,7 +59,7 @@ func (c *Call) CheckSignedIn() *Rejection {
 
 // CheckProduct finds the call's product in reg and keeps its entry in
 // Activity.
-func (c *Call) CheckProduct(reg *activity.Registry) *Rejection {
+func (c *Call) CheckProduct(reg *catalog.Registry) *Rejection {
 	if c.Checked.Has(ProductKnown) {
 		return nil
 	}
@@ -67,7 +67,7 @@ func (c *Call) CheckProduct(reg *activity.Registry) *Rejection {
 	if !ok {
 		return UnknownProduct
 	}
-	c.Activity = e
+	c.Sale = e
 	return c.passed(ProductKnown)
 }
 
@@ -77,10 +77,10 @@ func (c *Call) CheckSaleOpen() *Rejection {
 	if c.Checked.Has(SaleOpen) {
 		return nil
 	}
-	switch c.Activity.PhaseAt(c.NowNano/1e6, false) {
-	case activity.Upcoming:
+	switch c.Sale.PhaseAt(c.NowNano/1e6, false) {
+	case catalog.Upcoming:
 		return NotStarted
-	case activity.Ended:
+	case catalog.Ended:
 		return Ended
 	}
 	return c.passed(SaleOpen)
@@ -93,7 +93,7 @@ func (c *Call) CheckInStock() *Rejection {
 	if c.Checked.Has(InStock) {
 		return nil
 	}
-	if c.Activity.SoldOut() {
+	if c.Sale.SoldOut() {
 		return SoldOut
 	}
 	return c.passed(InStock)
@@ -122,7 +122,7 @@ func (c *Call) CheckLimit(bought int) *Rejection {
 	if c.Checked.Has(WithinLimit) {
 		return nil
 	}
-	if bought+max(c.Qty, 1) > c.Activity.Limit {
+	if bought+max(c.Qty, 1) > c.Sale.Limit {
 		return LimitReached
 	}
 	return c.passed(WithinLimit)

@@ -4,7 +4,7 @@ import (
 	"testing"
 	"time"
 
-	"flashgate/sale/activity"
+	"flashgate/sale/catalog"
 	"flashgate/sale/ptoken"
 )
 
@@ -12,9 +12,9 @@ import (
 // at most once per call.
 func TestChecksRecordWhatPassed(t *testing.T) {
 	now := time.Now()
-	reg := activity.NewRegistry()
-	reg.Put(&activity.Activity{ProductID: "p", Limit: 2, StartMs: now.Add(-time.Hour).UnixMilli(), EndMs: now.Add(time.Hour).UnixMilli()})
-	reg.Put(&activity.Activity{ProductID: "soon", Limit: 2, StartMs: now.Add(time.Hour).UnixMilli(), EndMs: now.Add(2 * time.Hour).UnixMilli()})
+	reg := catalog.NewRegistry()
+	reg.Put(&catalog.Sale{ProductID: "p", Limit: 2, StartMs: now.Add(-time.Hour).UnixMilli(), EndMs: now.Add(time.Hour).UnixMilli()})
+	reg.Put(&catalog.Sale{ProductID: "soon", Limit: 2, StartMs: now.Add(time.Hour).UnixMilli(), EndMs: now.Add(2 * time.Hour).UnixMilli()})
 	m, err := ptoken.New([]byte("0123456789abcdef0123456789abcdef"))
 	if err != nil {
 		t.Fatal(err)
@@ -40,18 +40,18 @@ func TestChecksRecordWhatPassed(t *testing.T) {
 			t.Fatalf("rule %b: %v, checked %b", step.rule, rej, c.Checked)
 		}
 	}
-	if c.Activity.ProductID != "p" || c.TokenExpiresMs == 0 {
+	if c.Sale.ProductID != "p" || c.TokenExpiresMs == 0 {
 		t.Fatalf("the checks did not keep the entry or the token: %+v", c)
 	}
 	// Decided: not decided again, whatever changed since.
 	c.UserID, c.Token, c.Qty = nil, nil, 5
 	c.NowNano = now.Add(2 * time.Hour).UnixNano()
-	c.Activity.SetSoldOut(true)
+	c.Sale.SetSoldOut(true)
 	if c.CheckSignedIn() != nil || c.CheckProduct(nil) != nil || c.CheckSaleOpen() != nil || c.CheckInStock() != nil ||
 		c.CheckToken(nil) != nil || c.CheckLimit(0) != nil {
 		t.Fatal("a decided rule was decided again")
 	}
-	c.Activity.SetSoldOut(false)
+	c.Sale.SetSoldOut(false)
 
 	for _, tc := range []struct {
 		name  string
@@ -80,8 +80,8 @@ func TestChecksRecordWhatPassed(t *testing.T) {
 // under the race detector) and in the filters' chain.
 func TestChecksAllocateNothing(t *testing.T) {
 	now := time.Now()
-	reg := activity.NewRegistry()
-	reg.Put(&activity.Activity{ProductID: "p", Limit: 2, StartMs: now.Add(-time.Hour).UnixMilli(), EndMs: now.Add(time.Hour).UnixMilli()})
+	reg := catalog.NewRegistry()
+	reg.Put(&catalog.Sale{ProductID: "p", Limit: 2, StartMs: now.Add(-time.Hour).UnixMilli(), EndMs: now.Add(time.Hour).UnixMilli()})
 	c := Call{NowNano: now.UnixNano(), UserID: []byte("u"), ProductID: []byte("p"), Qty: 1}
 	n := testing.AllocsPerRun(1000, func() {
 		c.Checked = 0

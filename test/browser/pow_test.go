@@ -19,7 +19,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"flashgate/conf"
-	"flashgate/sale/waitroom"
+	"flashgate/sale/room"
 	"flashgate/static"
 )
 
@@ -99,7 +99,7 @@ func solveInPage(b *tab, engine string, challenges []string, difficulty int, fre
 }
 
 // verifyAll checks every answer with the edge's own verifier.
-func verifyAll(t *testing.T, c *waitroom.Challenger, challenges, users []string, product string, got []powSolution) {
+func verifyAll(t *testing.T, c *room.Challenger, challenges, users []string, product string, got []powSolution) {
 	t.Helper()
 	if len(got) != len(challenges) {
 		t.Fatalf("%d answers for %d challenges", len(got), len(challenges))
@@ -122,7 +122,7 @@ func verifyAll(t *testing.T, c *waitroom.Challenger, challenges, users []string,
 func TestPowWorkerAnswersEveryLength(t *testing.T) {
 	t.Parallel()
 	base := startPageServer(t)
-	c := waitroom.NewChallenger(powSecret)
+	c := room.NewChallenger(powSecret)
 	var challenges, users []string
 	lengths := map[int]bool{}
 	for _, product := range []string{"p", strings.Repeat("q", 64)} {
@@ -135,8 +135,8 @@ func TestPowWorkerAnswersEveryLength(t *testing.T) {
 	}
 	// Every raw length from the shortest (1-byte user and product) to the
 	// longest (64 and 64) is there, so every length a challenge can have.
-	if len(lengths) != 127 || !lengths[waitroom.MinChallengeLen] || !lengths[waitroom.MaxChallengeLen] {
-		t.Fatalf("%d distinct challenge lengths, want every one of %d..%d", len(lengths), waitroom.MinChallengeLen, waitroom.MaxChallengeLen)
+	if len(lengths) != 127 || !lengths[room.MinChallengeLen] || !lengths[room.MaxChallengeLen] {
+		t.Fatalf("%d distinct challenge lengths, want every one of %d..%d", len(lengths), room.MinChallengeLen, room.MaxChallengeLen)
 	}
 	b := newTab(t, "pow")
 	b.open(base + "/seckill/p1")
@@ -156,7 +156,7 @@ func TestPowWorkerAnswersEveryLength(t *testing.T) {
 // so it runs while the other browser tests wait: the CPU is the worker's.
 func TestPowMeasure(t *testing.T) {
 	base := startPageServer(t)
-	c := waitroom.NewChallenger(powSecret)
+	c := room.NewChallenger(powSecret)
 	b := newTab(t, "pow-measure")
 	b.open(base + "/seckill/p1")
 	type plan struct {

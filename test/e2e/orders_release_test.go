@@ -12,7 +12,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"flashgate/conf"
-	"flashgate/orders"
+	"flashgate/orders/broker"
 	"flashgate/orders/consumer"
 	"flashgate/orders/order"
 	"flashgate/orders/stock"
@@ -54,7 +54,7 @@ func (env *ordEnv) drained() {
 	env.t.Helper()
 	ctx, cancel := env.ctx()
 	defer cancel()
-	if err := consumer.WaitDrained(ctx, env.brokers, orders.Security{}, conf.Defaults().Kafka.Topic, conf.Defaults().Orders.Group, 20*time.Millisecond); err != nil {
+	if err := consumer.WaitDrained(ctx, env.brokers, broker.Security{}, conf.Defaults().Kafka.Topic, conf.Defaults().Orders.Group, 20*time.Millisecond); err != nil {
 		env.t.Fatal(err)
 	}
 }
@@ -65,7 +65,7 @@ func (env *ordEnv) topicMessages() int64 {
 	env.t.Helper()
 	ctx, cancel := env.ctx()
 	defer cancel()
-	n, err := consumer.GroupLag(ctx, env.brokers, orders.Security{}, conf.Defaults().Kafka.Topic, "e2e-never-committed")
+	n, err := consumer.GroupLag(ctx, env.brokers, broker.Security{}, conf.Defaults().Kafka.Topic, "e2e-never-committed")
 	if err != nil {
 		env.t.Fatal(err)
 	}

@@ -16,7 +16,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"flashgate/internal/redistest"
-	"flashgate/sale/waitroom"
+	"flashgate/sale/room"
 )
 
 // roomCall sends a shopper call with the queue ticket in X-Queue-Ticket
@@ -31,7 +31,7 @@ func (e *edge) roomCall(method, path, jwt, ticket string, body []byte) (resp, st
 	req.SetRequestURI("http://" + e.addr + path)
 	req.Header.Set("Authorization", "Bearer "+jwt)
 	if ticket != "" {
-		req.Header.Set(waitroom.Header, ticket)
+		req.Header.Set(room.Header, ticket)
 	}
 	if body != nil {
 		req.Header.SetContentType("application/json")
@@ -44,7 +44,7 @@ func (e *edge) roomCall(method, path, jwt, ticket string, body []byte) (resp, st
 	res.Header.VisitAllCookie(func(k, v []byte) {
 		c := fasthttp.AcquireCookie()
 		defer fasthttp.ReleaseCookie(c)
-		if c.ParseBytes(v) == nil && strings.HasPrefix(string(c.Key()), waitroom.CookiePref) {
+		if c.ParseBytes(v) == nil && strings.HasPrefix(string(c.Key()), room.CookiePref) {
 			cookie = string(c.Value())
 		}
 	})
@@ -140,7 +140,7 @@ func TestWaitingRoomTwoEdges(t *testing.T) {
 				Members int      `json:"members"`
 			}
 			adminGet(t, edges[1].admin, "/admin/waitroom/lottery?productId=wr", &audit)
-			tk, _ := waitroom.NewTickets(waitroom.DeriveSecret([]byte(tokenSecret), "ticket"))
+			tk, _ := room.NewTickets(room.DeriveSecret([]byte(tokenSecret), "ticket"))
 			ids := make([]string, n)
 			for i, ticket := range tickets {
 				id, _, err := tk.Check([]byte(ticket), []byte("s"+strconv.Itoa(i)), []byte("wr"), time.Now().UnixMilli())
@@ -149,7 +149,7 @@ func TestWaitingRoomTwoEdges(t *testing.T) {
 				}
 				ids[i] = string(id.AppendHex(nil))
 			}
-			want, _ := waitroom.Rank(key, ids)
+			want, _ := room.Rank(key, ids)
 			if audit.Members != n || !slices.Equal(audit.Ranking, want) {
 				t.Fatalf("the published key does not reproduce the ranking (%d members)", audit.Members)
 			}

@@ -1,5 +1,0 @@
-//go:build race
-
-package activity
-
-const raceEnabled = true

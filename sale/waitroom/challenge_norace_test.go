@@ -1,5 +1,0 @@
-//go:build !race
-
-package waitroom
-
-const challengeRaceEnabled = false
