@@ -109,7 +109,7 @@ type Env struct {
 	Zones *Zones
 
 	// For the sale filters; nil when the edge runs without a sale.
-	Activities *catalog.Registry
+	Sales *catalog.Registry
 	Sessions   *session.Codec
 	Tokens     *ptoken.Minter
 	Bought     *catalog.BoughtCache

@@ -74,7 +74,7 @@ func newSaleFixture(t testing.TB) *saleFixture {
 		f.reg.Put(&a)
 	}
 	f.reg.StateOf("gone").SetSoldOut(true)
-	f.env.Activities, f.env.Sessions, f.env.Tokens, f.env.Bought = f.reg, f.codec, f.mint, f.bought
+	f.env.Sales, f.env.Sessions, f.env.Tokens, f.env.Bought = f.reg, f.codec, f.mint, f.bought
 	return f
 }
 

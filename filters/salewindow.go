@@ -20,10 +20,10 @@ func newSaleWindow(spec Spec, env *Env) (Filter, field.Errors) {
 	if errs := decodeParams(spec, &cfg); len(errs) > 0 {
 		return nil, errs
 	}
-	if env == nil || env.Activities == nil {
+	if env == nil || env.Sales == nil {
 		return nil, field.Errors{{Msg: "needs the sale (activities)"}}
 	}
-	return &saleWindow{reg: env.Activities}, nil
+	return &saleWindow{reg: env.Sales}, nil
 }
 
 func (f *saleWindow) Handle(r *Request) Verdict {

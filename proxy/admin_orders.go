@@ -109,7 +109,7 @@ func (s *Server) settled(ctx context.Context, productID string, set stock.Settle
 	if kind != stock.KindPaid && set.Changed {
 		s.ReleasedOnEdge(ctx, productID, true)
 	}
-	if err := s.store.PublishSettled(ctx, productID, kind, set.Info.ID); err != nil {
+	if err := s.store.PublishChange(ctx, productID, kind, set.Info.ID); err != nil {
 		s.log.Warn("settlement not pushed; the order's streams end at their deadline", "order", set.Info.ID, "err", err)
 	}
 	ev := set.Event()
@@ -126,7 +126,7 @@ func (s *Server) settled(ctx context.Context, productID string, set stock.Settle
 // other edges, which do the same on hearing it (the sweep broadcasts
 // itself, so it passes false).
 func (s *Server) ReleasedOnEdge(ctx context.Context, productID string, broadcast bool) {
-	st := s.env.Activities.StateOf(productID)
+	st := s.env.Sales.StateOf(productID)
 	st.SetSoldOut(false)
 	st.BumpGeneration()
 	if !broadcast {

@@ -151,7 +151,7 @@ func (s *Server) listActivities(ctx *fasthttp.RequestCtx) {
 	}
 	global := s.snap.Load().Sale.PayTimeoutMs
 	out := []item{}
-	for _, e := range s.env.Activities.List() {
+	for _, e := range s.env.Sales.List() {
 		out = append(out, item{
 			ProductID: e.ProductID, Name: e.Name, Price: string(catalog.AppendPrice(nil, e.PriceCents)),
 			Status: e.PhaseAt(nowMs, e.SoldOut()).String(), Stock: e.Stock, Remaining: e.Remaining(),

@@ -74,7 +74,7 @@ activities:
 	if n, _, _ := e.srv.Store().Remaining(t.Context(), "p1"); n != 10 {
 		t.Fatalf("bad requests changed stock: %d", n)
 	}
-	if _, ok := e.srv.env.Activities.GetString("p9"); ok {
+	if _, ok := e.srv.env.Sales.GetString("p9"); ok {
 		t.Fatal("an invalid activity was created")
 	}
 

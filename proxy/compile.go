@@ -28,7 +28,7 @@ type Env struct {
 	Now       func() int64 // unix nanoseconds; injectable for tests
 
 	// The sale's process-lifetime state.
-	Activities *catalog.Registry
+	Sales *catalog.Registry
 	Bought     *catalog.BoughtCache
 	// Start anchors relative activity times ("+30s") so that a reload does
 	// not move a running demo sale.
@@ -98,7 +98,7 @@ func Compile(doc *conf.Document, env *Env, version uint64) (*Snapshot, error) {
 	saleSettings, serrs := compileSale(cfg, env)
 	errs = append(errs, serrs...)
 	s.Sale = saleSettings
-	fenv := &filters.Env{Now: env.Now, Zones: env.Zones, Activities: env.Activities, Bought: env.Bought, Stock: env.Stock, CheckOnly: env.CheckOnly}
+	fenv := &filters.Env{Now: env.Now, Zones: env.Zones, Sales: env.Sales, Bought: env.Bought, Stock: env.Stock, CheckOnly: env.CheckOnly}
 	if saleSettings != nil {
 		fenv.Sessions, fenv.Tokens = saleSettings.Sessions, saleSettings.Tokens
 	}

@@ -22,7 +22,7 @@ func (s *Server) dashboardSnapshot() dashboard.Snapshot {
 		Pipeline:     dashboard.Pipeline{OutboxPending: dashboard.Unknown, KafkaLag: dashboard.Unknown, Stored: dashboard.Unknown, DeadLettered: dashboard.Unknown},
 	}
 	out.DegradedAll, _ = s.sale.DegradeState()
-	for _, e := range s.env.Activities.List() {
+	for _, e := range s.env.Sales.List() {
 		remaining := e.Remaining()
 		p := dashboard.Product{
 			ProductID: e.ProductID, Name: e.Name, Status: e.PhaseAt(now/1e6, e.SoldOut()).String(),

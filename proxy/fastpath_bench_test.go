@@ -157,7 +157,7 @@ func soldOutEdge(tb testing.TB, cfg string) (*edge, string) {
 	if err := e.srv.Sale().Refresh(tb.Context(), false); err != nil {
 		tb.Fatal(err)
 	}
-	if !e.srv.env.Activities.StateOf("p1").SoldOut() {
+	if !e.srv.env.Sales.StateOf("p1").SoldOut() {
 		tb.Fatal("refresh did not set the sold-out flag")
 	}
 	return e, jwt

@@ -233,13 +233,13 @@ func TestAdminActivityPayTimeout(t *testing.T) {
 			t.Errorf("%s: %d %s, want 400 naming %s", c.body, code, body, c.want)
 		}
 	}
-	if _, ok := e.srv.env.Activities.GetString("p9"); ok {
+	if _, ok := e.srv.env.Sales.GetString("p9"); ok {
 		t.Fatal("a refused sale was created")
 	}
 	if code, body := post(t, e.adminBase+"/admin/activities", `{"productId":"p9","name":"X","price":"1.00","stock":5,"limit":1,"start":"+0s","end":"+1h","payTimeout":"90s"}`); code != 200 {
 		t.Fatalf("create: %d %s", code, body)
 	}
-	a, ok := e.srv.env.Activities.GetString("p9")
+	a, ok := e.srv.env.Sales.GetString("p9")
 	if !ok || a.PayTimeout(0) != 90_000 {
 		t.Fatalf("p9's pay timeout: %v %+v, want 90s", ok, a.Sale)
 	}

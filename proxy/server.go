@@ -92,7 +92,7 @@ func Check(doc *conf.Document) (*Snapshot, error) {
 	env := &Env{
 		Zones:      filters.NewZones(),
 		Upstreams:  upstream.NewManager(slog.New(slog.DiscardHandler)),
-		Activities: catalog.NewRegistry(),
+		Sales: catalog.NewRegistry(),
 		Start:      time.Now(),
 		CheckOnly:  true,
 	}
@@ -120,7 +120,7 @@ func New(doc *conf.Document, opts Options) (*Server, error) {
 		Zones:                 filters.NewZones(),
 		Upstreams:             upstream.NewManager(opts.Logger),
 		Now:                   opts.Now,
-		Activities:            catalog.NewRegistry(),
+		Sales:            catalog.NewRegistry(),
 		Bought:                bought,
 		Start:                 time.Unix(0, opts.Now()),
 		FallbackSessionSecret: randomBytes(32),

@@ -87,7 +87,7 @@ func (s *Server) assemble(doc *conf.Document) (*parts, *Snapshot, error) {
 		s.log.Warn("redis circuit breaker changed state", "product", product, "from", from.String(), "to", to.String())
 	})
 	deps := sale.Deps{
-		Store: store, Activities: s.env.Activities, IDs: ids, Bought: s.env.Bought,
+		Store: store, Sales: s.env.Sales, IDs: ids, Bought: s.env.Bought,
 		Log: s.log, Node: cfg.NodeID, Now: s.opts.Now, Breakers: breakers, Events: events,
 		Orders: sink{p.pub}, Flights: p.pub.Flights(), InFlight: p.pub.InFlightBound(),
 		RefreshInterval: cfg.Sale.RefreshInterval,
@@ -257,7 +257,7 @@ func OpenOrderStore(ctx context.Context, cfg *conf.Config, dir string, live func
 // sink adapts the publisher to the sale's OrderSink.
 type sink struct{ p *broker.Publisher }
 
-func (k sink) Publish(ctx context.Context, o *order.Order, outboxID string) error {
+func (k sink) PublishAndAck(ctx context.Context, o *order.Order, outboxID string) error {
 	return k.p.PublishAndAck(ctx, broker.OrderEvent(o), outboxID)
 }
 
@@ -469,7 +469,7 @@ func openLedger(ctx context.Context, cfg *conf.Config, log *slog.Logger) (*stock
 
 // productIDs lists the sales this edge knows, for the relay.
 func (s *Server) productIDs() []string {
-	list := s.env.Activities.List()
+	list := s.env.Sales.List()
 	out := make([]string, len(list))
 	for i, e := range list {
 		out[i] = e.ProductID

@@ -36,7 +36,7 @@ func TestSoldOutBroadcastFollowsAdminSalesOnCluster(t *testing.T) {
 		return &catalog.Sale{ProductID: p, Name: p, PriceCents: 100, Stock: 10, Limit: 1,
 			StartMs: now.Add(-time.Hour).UnixMilli(), EndMs: now.Add(time.Hour).UnixMilli()}
 	}
-	svc := New(Deps{Store: st, Activities: catalog.NewRegistry(), Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	svc := New(Deps{Store: st, Sales: catalog.NewRegistry(), Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	ctx := context.Background()
 	if err := svc.Apply(ctx, &Settings{Catalog: []*catalog.Sale{sale("fa")}}); err != nil {
 		t.Fatal(err)
@@ -53,7 +53,7 @@ func TestSoldOutBroadcastFollowsAdminSalesOnCluster(t *testing.T) {
 			if err := other.PublishSoldOut(ctx, p, true); err != nil {
 				t.Fatal(err)
 			}
-			return svc.d.Activities.StateOf(p).SoldOut()
+			return svc.d.Sales.StateOf(p).SoldOut()
 		})
 	}
 	soldOutByBroadcast("fa")

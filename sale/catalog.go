@@ -380,7 +380,7 @@ func (s *Service) applySwitches() {
 // Redis: this edge saw it open, or the catalogue has recorded it for longer
 // than the edge that created it needs to open it.
 func (s *Service) noteLost(p string) bool {
-	seen := s.d.Activities.StateOf(p).Remaining() >= 0
+	seen := s.d.Sales.StateOf(p).Remaining() >= 0
 	s.catMu.Lock()
 	defer s.catMu.Unlock()
 	e, recorded := s.cat.acts[p]
@@ -406,8 +406,8 @@ func (s *Service) closedAnswer(productID []byte) *api.Rejection {
 	return api.Warming
 }
 
-// noteOpen reports whether a sale whose loss was logged is open again.
-func (s *Service) noteOpen(p string) bool {
+// noteReopened reports whether a sale whose loss was logged is open again.
+func (s *Service) noteReopened(p string) bool {
 	s.catMu.Lock()
 	defer s.catMu.Unlock()
 	if !s.cat.lost[p] {

@@ -38,7 +38,7 @@ func TestDurableCatalogueRecordsStockAndRestocks(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { store.Close() })
-	svc := New(Deps{Store: st, Activities: catalog.NewRegistry(), Catalog: store,
+	svc := New(Deps{Store: st, Sales: catalog.NewRegistry(), Catalog: store,
 		Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	now := time.Now()
 	act := func(p string, stock int64) *catalog.Sale {
@@ -87,7 +87,7 @@ func TestDurableCatalogueRecordsStockAndRestocks(t *testing.T) {
 	// Redis lost the meta and the catalog: an edge restarted later still
 	// has the admin sale's first stock, and its restocks, to rebuild from.
 	srv.Restart()
-	fresh := New(Deps{Store: st, Activities: catalog.NewRegistry(), Catalog: store,
+	fresh := New(Deps{Store: st, Sales: catalog.NewRegistry(), Catalog: store,
 		Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if got, err := fresh.durableSale(ctx, "ad"); err != nil || got != (durableSale{Known: true, Initial: 7}) {
 		t.Fatalf("after the restart: %+v %v", got, err)

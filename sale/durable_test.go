@@ -39,7 +39,7 @@ func openRedisStore(t *testing.T, addr string) *stock.Store {
 // catalogue, with the config catalogue acts; a new one is an edge restarted.
 func durableEdge(t *testing.T, st *stock.Store, cat orderstore.Catalog, acts ...*catalog.Sale) *sale.Service {
 	t.Helper()
-	svc := sale.New(sale.Deps{Store: st, Activities: catalog.NewRegistry(), Log: discard, Catalog: cat})
+	svc := sale.New(sale.Deps{Store: st, Sales: catalog.NewRegistry(), Log: discard, Catalog: cat})
 	await.NoError(t, 10*time.Second, "the edge's first warm-up", func() error {
 		return svc.Apply(context.Background(), &sale.Settings{Catalog: acts})
 	})
@@ -200,7 +200,7 @@ func testAdminSaleComesBack(t *testing.T, kind string) {
 	var reg *catalog.Registry
 	withCatalog := func() {
 		reg = catalog.NewRegistry()
-		r.svc = sale.New(sale.Deps{Store: r.st, Activities: reg, Log: discard, Catalog: r.store,
+		r.svc = sale.New(sale.Deps{Store: r.st, Sales: reg, Log: discard, Catalog: r.store,
 			Ledger: orderstore.Ledger{Store: r.store, Drain: r.drain}})
 	}
 	withCatalog()

@@ -72,7 +72,7 @@ func (s *Service) Handle(r *api.Call) {
 }
 
 func (s *Service) status(r *api.Call, st *Settings) {
-	if rej := r.CheckProduct(s.d.Activities); rej != nil {
+	if rej := r.CheckProduct(s.d.Sales); rej != nil {
 		rej.Write(r.Ctx)
 		return
 	}
@@ -118,14 +118,14 @@ func (s *Service) login(r *api.Call, st *Settings) {
 	writeJSON(r.Ctx, b)
 }
 
-// open decides the rules of a purchase call (token or do) that the chain
+// checkRules decides the rules of a purchase call (token or do) that the chain
 // did not, so the sale is as safe whatever the config's filter list; the
 // degrade switch, the sale's own, is always decided here.
-func (s *Service) open(r *api.Call) *api.Rejection {
+func (s *Service) checkRules(r *api.Call) *api.Rejection {
 	if rej := r.CheckSignedIn(); rej != nil {
 		return rej
 	}
-	if rej := r.CheckProduct(s.d.Activities); rej != nil {
+	if rej := r.CheckProduct(s.d.Sales); rej != nil {
 		return rej
 	}
 	if rej := r.CheckSaleOpen(); rej != nil {
@@ -141,7 +141,7 @@ func (s *Service) open(r *api.Call) *api.Rejection {
 }
 
 func (s *Service) token(r *api.Call, st *Settings) {
-	if rej := s.open(r); rej != nil {
+	if rej := s.checkRules(r); rej != nil {
 		rej.Write(r.Ctx)
 		return
 	}
@@ -202,7 +202,7 @@ func (s *Service) do(r *api.Call, st *Settings) {
 		return
 	}
 	brk.Success()
-	s.settle(r, e, &a, out)
+	s.answerOutcome(r, e, &a, out)
 }
 
 // buyable decides the rules of a do call that the chain did not: open's,
@@ -210,7 +210,7 @@ func (s *Service) do(r *api.Call, st *Settings) {
 // the shopper bought (user_limit's) only the quantity counts here; the
 // deduction enforces the limit exactly.
 func (s *Service) buyable(r *api.Call, st *Settings) *api.Rejection {
-	if rej := s.open(r); rej != nil {
+	if rej := s.checkRules(r); rej != nil {
 		return rej
 	}
 	if rej := r.CheckToken(st.Tokens); rej != nil {
@@ -278,9 +278,9 @@ func (s *Service) deductFailed(brk *Breaker, a *stock.Attempt, err error, probe 
 	}
 }
 
-// settle answers the deduction's outcome, after keeping the stock it
+// answerOutcome answers the deduction's outcome, after keeping the stock it
 // reported.
-func (s *Service) settle(r *api.Call, e catalog.Entry, a *stock.Attempt, out stock.Outcome) {
+func (s *Service) answerOutcome(r *api.Call, e catalog.Entry, a *stock.Attempt, out stock.Outcome) {
 	if out.Remaining >= 0 {
 		e.SetRemaining(out.Remaining)
 	}
@@ -327,7 +327,7 @@ func (s *Service) publish(a *stock.Attempt, outboxID string) *api.Rejection {
 		return nil
 	}
 	a.UserID = strings.Clone(a.UserID) // the pipeline may keep it past this request
-	if err := s.d.Orders.Publish(context.Background(), &a.Order, outboxID); err != nil {
+	if err := s.d.Orders.PublishAndAck(context.Background(), &a.Order, outboxID); err != nil {
 		// The outbox entry the script wrote is still there: the relay will
 		// deliver it. The shopper may poll the result.
 		s.d.Log.Warn("order event not acknowledged; left to the outbox relay", "order", a.ID, "err", err)

@@ -73,7 +73,7 @@ func newDoRig(t *testing.T, opts stock.Options, brk *Breakers, products ...strin
 		t.Fatal(err)
 	}
 	logs := new(logBuffer)
-	svc := New(Deps{Store: st, Activities: catalog.NewRegistry(), IDs: ids, Breakers: brk,
+	svc := New(Deps{Store: st, Sales: catalog.NewRegistry(), IDs: ids, Breakers: brk,
 		Log: slog.New(slog.NewTextHandler(logs, nil))})
 	now := time.Now()
 	var sales []*catalog.Sale
@@ -220,7 +220,7 @@ func TestDoDecidesWhatTheChainDidNot(t *testing.T) {
 	if err := r.svc.Apply(context.Background(), &Settings{Catalog: sales, Tokens: minter}); err != nil {
 		t.Fatal(err)
 	}
-	r.svc.d.Activities.StateOf("flagged").SetSoldOut(true) // Redis still has stock
+	r.svc.d.Sales.StateOf("flagged").SetSoldOut(true) // Redis still has stock
 	if _, err := r.svc.SetDegraded(context.Background(), "busy", true); err != nil {
 		t.Fatal(err)
 	}

@@ -196,7 +196,7 @@ func (s *Service) recoverSale(ctx context.Context, a *catalog.Sale, fence string
 	s.rb.mu.Lock()
 	s.rb.counts[p]++
 	s.rb.mu.Unlock()
-	st := s.d.Activities.StateOf(p)
+	st := s.d.Sales.StateOf(p)
 	st.SetRemaining(res.After)
 	st.SetSoldOut(res.After <= 0)
 	st.BumpGeneration() // buyers' counts changed under the "at the limit" cache
@@ -277,12 +277,12 @@ func allIn(nodes []int, set map[int]bool) bool {
 	return true
 }
 
-// openSale creates a missing stock key. A sale nobody has sold from (no
+// createStock creates a missing stock key. A sale nobody has sold from (no
 // meta left in Redis, never seen open by this edge, nothing in the ledger
 // or the outbox) is new and warmed with its configured stock; any other
 // is lost and recovered (recoverSale). Without a ledger a lost sale stays
 // closed: nobody knows what was sold.
-func (s *Service) openSale(ctx context.Context, a *catalog.Sale, fence string) error {
+func (s *Service) createStock(ctx context.Context, a *catalog.Sale, fence string) error {
 	p := a.ProductID
 	if fence != "" {
 		s.startRecovery(a, fence)
@@ -292,7 +292,7 @@ func (s *Service) openSale(ctx context.Context, a *catalog.Sale, fence string) e
 	if err != nil {
 		return err
 	}
-	lost := known || s.d.Activities.StateOf(p).Remaining() >= 0
+	lost := known || s.d.Sales.StateOf(p).Remaining() >= 0
 	if !lost {
 		// Created or restocked through the admin API before, and not by
 		// this edge just now: it existed, so it was lost.
@@ -355,7 +355,7 @@ func (s *Service) openSale(ctx context.Context, a *catalog.Sale, fence string) e
 // page while the rebuild writes: an order without a deadline is in neither
 // the due set nor the outbox) take the ledger's, so that nothing the
 // ledger knows is paid or released twice.
-func (s *Service) plan(ctx context.Context, a *catalog.Sale, meta stock.Sale, known bool) (stock.Rebuild, int64, error) {
+func (s *Service) plan(ctx context.Context, a *catalog.Sale, meta stock.SaleStock, known bool) (stock.Rebuild, int64, error) {
 	p := a.ProductID
 	events, err := s.d.Store.OutboxEvents(ctx, p)
 	if err != nil {
@@ -539,7 +539,7 @@ func (s *Service) plan(ctx context.Context, a *catalog.Sale, meta stock.Sale, kn
 		}
 		return out, nil
 	}
-	return stock.Rebuild{Sale: sale, Buyers: buyers, Orders: fix, Settled: settled}, pending, nil
+	return stock.Rebuild{SaleStock: sale, Buyers: buyers, Orders: fix, Settled: settled}, pending, nil
 }
 
 // ledgerInfo is the order with the state the ledger gives it.
@@ -576,6 +576,6 @@ func settledInfo(e order.Event) stock.OrderInfo {
 	return info
 }
 
-func saleOf(a *catalog.Sale) stock.Sale {
-	return stock.Sale{ProductID: a.ProductID, Stock: a.Stock, Limit: a.Limit, Price: a.PriceCents, StartMs: a.StartMs, EndMs: a.EndMs}
+func saleOf(a *catalog.Sale) stock.SaleStock {
+	return stock.SaleStock{ProductID: a.ProductID, Stock: a.Stock, Limit: a.Limit, Price: a.PriceCents, StartMs: a.StartMs, EndMs: a.EndMs}
 }

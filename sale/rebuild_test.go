@@ -85,7 +85,7 @@ func (r *rig) useStock(st *stock.Store) {
 	}
 	r.t.Cleanup(func() { pub.Close() })
 	r.st, r.pub = st, pub
-	r.svc = sale.New(sale.Deps{Store: st, Activities: catalog.NewRegistry(), Log: discard,
+	r.svc = sale.New(sale.Deps{Store: st, Sales: catalog.NewRegistry(), Log: discard,
 		Ledger: orderstore.Ledger{Store: r.store, Drain: r.drain}})
 }
 
@@ -562,7 +562,7 @@ func TestLostSaleWithoutLedgerStaysClosed(t *testing.T) {
 	t.Cleanup(func() { st1.Close() })
 	a := newActivity("nl", 10, 2)
 	settings := &sale.Settings{Catalog: []*catalog.Sale{a}}
-	if err := sale.New(sale.Deps{Store: st1, Activities: catalog.NewRegistry(), Log: discard}).Apply(ctx, settings); err != nil {
+	if err := sale.New(sale.Deps{Store: st1, Sales: catalog.NewRegistry(), Log: discard}).Apply(ctx, settings); err != nil {
 		t.Fatal(err)
 	}
 	at := newAttempt("nl", "u", 1, 2)
@@ -578,7 +578,7 @@ func TestLostSaleWithoutLedgerStaysClosed(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { st2.Close() })
-	svc := sale.New(sale.Deps{Store: st2, Activities: catalog.NewRegistry(), Log: discard})
+	svc := sale.New(sale.Deps{Store: st2, Sales: catalog.NewRegistry(), Log: discard})
 	if err := svc.Apply(ctx, settings); err == nil || !strings.Contains(err.Error(), "no ledger") {
 		t.Fatalf("Apply after a crash without a ledger: %v", err)
 	}
@@ -608,7 +608,7 @@ func TestFencedSaleWithAnEdgeWithoutLedger(t *testing.T) {
 	if c := r.code("fl", "u0", 1, 2); c != stock.OK {
 		t.Fatal(c)
 	}
-	bare := sale.New(sale.Deps{Store: st, Activities: catalog.NewRegistry(), Log: discard, Node: 2})
+	bare := sale.New(sale.Deps{Store: st, Sales: catalog.NewRegistry(), Log: discard, Node: 2})
 	if err := bare.Apply(ctx, &sale.Settings{Catalog: r.acts}); err != nil {
 		t.Fatal(err)
 	}

@@ -120,7 +120,7 @@ func roomSaleOf(a *catalog.Sale) stock.RoomSale {
 
 // roomOf finds the call's sale and its room, or the refusal.
 func (s *Service) roomOf(r *api.Call) (*room.Room, *api.Rejection) {
-	if rej := r.CheckProduct(s.d.Activities); rej != nil {
+	if rej := r.CheckProduct(s.d.Sales); rej != nil {
 		return nil, rej
 	}
 	if r.Sale.Room == nil {
@@ -564,7 +564,7 @@ func (s *Service) roomLottery(ctx context.Context, e catalog.Entry, rm *room.Roo
 // RoomLottery is the lottery with its full ranking, for the operator's
 // audit (GET /admin/waitroom/lottery).
 func (s *Service) RoomLottery(ctx context.Context, productID string) (Lottery, error) {
-	e, ok := s.d.Activities.GetString(productID)
+	e, ok := s.d.Sales.GetString(productID)
 	if !ok || e.Room == nil {
 		return Lottery{}, ErrNoRoom
 	}
@@ -614,7 +614,7 @@ type RoomRow struct {
 func (s *Service) Rooms(ctx context.Context) ([]RoomRow, error) {
 	nowMs := s.d.Now() / 1e6
 	var rows []RoomRow
-	for _, e := range s.d.Activities.List() {
+	for _, e := range s.d.Sales.List() {
 		if e.Room == nil {
 			continue
 		}
@@ -672,7 +672,7 @@ func (s *Service) roomRow(ctx context.Context, e catalog.Entry, nowMs int64) (Ro
 // resume, close, open (undo close) or rate (admitPerMinute), live on every
 // edge (they read the line from Redis).
 func (s *Service) RoomAction(ctx context.Context, productID, action string, rate int64) (RoomRow, error) {
-	e, ok := s.d.Activities.GetString(productID)
+	e, ok := s.d.Sales.GetString(productID)
 	if !ok || e.Room == nil {
 		return RoomRow{}, ErrNoRoom
 	}
@@ -707,7 +707,7 @@ func (s *Service) roomLoop(ctx context.Context) {
 // from. Any edge may do each; the first one's result is kept (Redis).
 func (s *Service) TendRooms(ctx context.Context) {
 	nowMs := s.d.Now() / 1e6
-	for _, e := range s.d.Activities.List() {
+	for _, e := range s.d.Sales.List() {
 		if e.Room == nil || nowMs < e.Room.OpensMs || nowMs >= e.EndMs+roomGrace.Milliseconds() {
 			continue
 		}
@@ -812,7 +812,7 @@ func (s *Service) registerRoomMetrics(reg *metrics.Registry) {
 	each := func(f func(w *metrics.Writer, e catalog.Entry, v *roomView, vs *room.State, nowMs int64)) func(w *metrics.Writer) {
 		return func(w *metrics.Writer) {
 			nowMs := s.d.Now() / 1e6
-			for _, e := range s.d.Activities.List() {
+			for _, e := range s.d.Sales.List() {
 				if e.Room == nil {
 					continue
 				}

@@ -79,7 +79,7 @@ func newRoomRig(t testing.TB, addr string, edges int, wr conf.WaitingRoomConfig)
 	r.st = st
 	for i := 0; i < edges; i++ {
 		ids, _ := orderid.NewGenerator(i+1, func() int64 { return time.Now().UnixMilli() })
-		svc := New(Deps{Store: st, Activities: catalog.NewRegistry(), IDs: ids, Node: i + 1, Breakers: NewBreakers(5, time.Second, nil, nil),
+		svc := New(Deps{Store: st, Sales: catalog.NewRegistry(), IDs: ids, Node: i + 1, Breakers: NewBreakers(5, time.Second, nil, nil),
 			Log: slog.New(slog.DiscardHandler), Now: func() int64 { return r.nowMs.Load() * 1e6 }})
 		if err := svc.Apply(context.Background(), r.set); err != nil {
 			t.Fatal(err)
@@ -548,7 +548,7 @@ func TestRoomSoldOutAndWindow(t *testing.T) {
 	r.nowMs.Store(r.start + 5_000)
 	r.tend()
 	for _, e := range r.edges {
-		e.d.Activities.StateOf(roomProduct).SetSoldOut(true) // as the broadcast sets it
+		e.d.Sales.StateOf(roomProduct).SetSoldOut(true) // as the broadcast sets it
 	}
 	if a := r.call(1, api.EndpointQueue, "d1", roomProduct, held, nil); a.code != 200 || a.str("status") != "closed" || a.body["soldOut"] != true {
 		t.Fatalf("poll after sold out: %s", a.raw)

@@ -53,13 +53,13 @@ type Settings struct {
 // event and then removes the outbox entry the script wrote. nil keeps
 // orders in the outbox only (the relay delivers them).
 type OrderSink interface {
-	Publish(ctx context.Context, o *order.Order, outboxID string) error
+	PublishAndAck(ctx context.Context, o *order.Order, outboxID string) error
 }
 
 // Deps are the process-lifetime collaborators of the Service.
 type Deps struct {
 	Store      *stock.Store
-	Activities *catalog.Registry
+	Sales *catalog.Registry
 	IDs        *orderid.Generator
 	Bought     *catalog.BoughtCache
 	Log        *slog.Logger
@@ -185,7 +185,7 @@ func (s *Service) Start(interval time.Duration) {
 		// On Redis Cluster every sale has its own channel: follow the
 		// sales this edge knows, admin-created ones included.
 		Products: func() []string {
-			list := s.d.Activities.List()
+			list := s.d.Sales.List()
 			ids := make([]string, len(list))
 			for i, e := range list {
 				ids[i] = e.ProductID
@@ -202,7 +202,7 @@ func (s *Service) Start(interval time.Duration) {
 			s.d.Log.Warn("sold-out subscription lost; resubscribing", "product", product, "err", err)
 		},
 	}, func(product string, soldOut bool) {
-		st := s.d.Activities.StateOf(product)
+		st := s.d.Sales.StateOf(product)
 		if !soldOut {
 			// Sent on release and restock: buyers may have their allowance
 			// back, so the local "at the limit" answers are forgotten.
@@ -306,7 +306,7 @@ func (s *Service) Refresh(ctx context.Context, warm bool) error {
 		}
 		switch {
 		case info.Fence != "" || !ok:
-			if err := s.openSale(ctx, a, info.Fence); err != nil {
+			if err := s.createStock(ctx, a, info.Fence); err != nil {
 				errs = append(errs, err)
 				continue
 			}
@@ -319,10 +319,10 @@ func (s *Service) Refresh(ctx context.Context, warm bool) error {
 				continue
 			}
 		}
-		if s.noteOpen(a.ProductID) {
+		if s.noteReopened(a.ProductID) {
 			s.d.Log.Info("sale open again after its loss", "product", a.ProductID, "remaining", info.Remaining)
 		}
-		state := s.d.Activities.StateOf(a.ProductID)
+		state := s.d.Sales.StateOf(a.ProductID)
 		state.SetRemaining(info.Remaining)
 		if state.SetSoldOut(info.Remaining <= 0) {
 			s.d.Log.Info("sold-out flag changed by refresh", "product", a.ProductID, "soldOut", info.Remaining <= 0, "remaining", info.Remaining)
@@ -332,7 +332,7 @@ func (s *Service) Refresh(ctx context.Context, warm bool) error {
 	s.rb.mu.Lock()
 	s.rb.fenced = fenced
 	s.rb.mu.Unlock()
-	s.d.Activities.Replace(all)
+	s.d.Sales.Replace(all)
 	return errors.Join(errs...)
 }
 
@@ -348,7 +348,7 @@ func (s *Service) warm(ctx context.Context, a *catalog.Sale, exists bool) error 
 		}
 		// Lost since the caller looked.
 	}
-	return s.openSale(ctx, a, "")
+	return s.createStock(ctx, a, "")
 }
 
 // catalog merges the config's activities with the admin catalog (which
@@ -479,7 +479,7 @@ func (s *Service) Restock(ctx context.Context, productID string, add int64) (int
 		}
 		return 0, err
 	}
-	st := s.d.Activities.StateOf(productID)
+	st := s.d.Sales.StateOf(productID)
 	st.SetRemaining(n)
 	st.SetSoldOut(false)
 	st.BumpGeneration()
@@ -587,7 +587,7 @@ func (s *Service) RegisterMetrics(reg *metrics.Registry) {
 		w.Value(float64(s.hotspots.Value()))
 	})
 	reg.Register("flashgate_sale_hotspot", "1 while a product is a hotspot on this edge.", "gauge", func(w *metrics.Writer) {
-		for _, e := range s.d.Activities.List() {
+		for _, e := range s.d.Sales.List() {
 			v := 0.0
 			if e.Hot() {
 				v = 1
@@ -596,7 +596,7 @@ func (s *Service) RegisterMetrics(reg *metrics.Registry) {
 		}
 	})
 	reg.Register("flashgate_sale_sold_out", "1 while the product's local sold-out flag is set.", "gauge", func(w *metrics.Writer) {
-		for _, e := range s.d.Activities.List() {
+		for _, e := range s.d.Sales.List() {
 			v := 0.0
 			if e.SoldOut() {
 				v = 1
@@ -605,14 +605,14 @@ func (s *Service) RegisterMetrics(reg *metrics.Registry) {
 		}
 	})
 	reg.Register("flashgate_sale_stock_remaining", "Stock left as last seen by this edge.", "gauge", func(w *metrics.Writer) {
-		for _, e := range s.d.Activities.List() {
+		for _, e := range s.d.Sales.List() {
 			w.Value(float64(e.Remaining()), metrics.Label{Name: "product", Value: e.ProductID})
 		}
 	})
 	reg.Register("flashgate_sale_recovering", "1 while the product is fenced: closed until rebuilt from the ledger (Redis lost or went back in time).", "gauge", func(w *metrics.Writer) {
 		s.rb.mu.Lock()
 		defer s.rb.mu.Unlock()
-		for _, e := range s.d.Activities.List() {
+		for _, e := range s.d.Sales.List() {
 			v := 0.0
 			if s.rb.fenced[e.ProductID] != "" {
 				v = 1
@@ -623,7 +623,7 @@ func (s *Service) RegisterMetrics(reg *metrics.Registry) {
 	reg.Register("flashgate_sale_recoveries_total", "Ledger rebuilds of a fenced sale this edge ran.", "counter", func(w *metrics.Writer) {
 		s.rb.mu.Lock()
 		defer s.rb.mu.Unlock()
-		for _, e := range s.d.Activities.List() {
+		for _, e := range s.d.Sales.List() {
 			w.Value(float64(s.rb.counts[e.ProductID]), metrics.Label{Name: "product", Value: e.ProductID})
 		}
 	})
@@ -636,12 +636,12 @@ func (s *Service) RegisterMetrics(reg *metrics.Registry) {
 		w.Value(float64(s.d.Breakers.AllTransitions()))
 	})
 	reg.Register("flashgate_redis_breaker_product_state", "Circuit breaker on Redis per product: 0 closed, 1 open, 2 half-open.", "gauge", func(w *metrics.Writer) {
-		for _, e := range s.d.Activities.List() {
+		for _, e := range s.d.Sales.List() {
 			w.Value(float64(s.d.Breakers.State(e.ProductID)), metrics.Label{Name: "product", Value: e.ProductID})
 		}
 	})
 	reg.Register("flashgate_redis_breaker_product_transitions_total", "Circuit breaker state changes per product.", "counter", func(w *metrics.Writer) {
-		for _, e := range s.d.Activities.List() {
+		for _, e := range s.d.Sales.List() {
 			w.Value(float64(s.d.Breakers.Transitions(e.ProductID)), metrics.Label{Name: "product", Value: e.ProductID})
 		}
 	})

@@ -88,15 +88,15 @@ func (s *Service) followUnknown(a *stock.Attempt) {
 	u.running = true
 	u.mu.Unlock()
 	if start {
-		go s.settleUnknowns()
+		go s.resolveUnknowns()
 	}
 }
 
-// settleUnknowns runs passes over the pending attempts until none is left.
+// resolveUnknowns runs passes over the pending attempts until none is left.
 // A product whose Redis call fails is skipped for the rest of the pass, so
 // that a dead node costs one timeout per pass, not one per attempt, and the
 // other products' attempts are settled meanwhile.
-func (s *Service) settleUnknowns() {
+func (s *Service) resolveUnknowns() {
 	u := &s.unknown
 	pause := unknownRetryMin
 	for {
@@ -159,7 +159,7 @@ func (s *Service) settleUnknowns() {
 // knows is fenced (see stock.Store.SettleUnknown).
 func (s *Service) settleOne(a *stock.Attempt) (stock.Verdict, error) {
 	ctx := context.Background()
-	v, err := s.d.Store.SettleUnknown(ctx, a, false)
+	v, err := s.d.Store.ResolveUnknown(ctx, a, false)
 	if err != nil || v != stock.Absent {
 		return v, err
 	}
@@ -174,7 +174,7 @@ func (s *Service) settleOne(a *stock.Attempt) (stock.Verdict, error) {
 			return stock.Placed, nil
 		}
 	}
-	return s.d.Store.SettleUnknown(ctx, a, true)
+	return s.d.Store.ResolveUnknown(ctx, a, true)
 }
 
 // unknownPending is how many attempts wait to be settled.

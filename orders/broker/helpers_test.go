@@ -190,7 +190,7 @@ func openStore(t testing.TB, kind string) *stock.Store {
 func warm(t testing.TB, s *stock.Store, product string, n int64) {
 	t.Helper()
 	now := time.Now()
-	if _, err := s.Warm(context.Background(), stock.Sale{
+	if _, err := s.Warm(context.Background(), stock.SaleStock{
 		ProductID: product, Stock: n, Limit: 1000, Price: 990,
 		StartMs: now.Add(-time.Minute).UnixMilli(), EndMs: now.Add(time.Hour).UnixMilli(),
 	}); err != nil {

@@ -88,7 +88,7 @@ func sell(t testing.TB, st *stock.Store, stocks map[string]int64) []order.Event 
 	ctx := context.Background()
 	now := time.Now()
 	for p, n := range stocks {
-		if _, err := st.Warm(ctx, stock.Sale{ProductID: p, Stock: n, Limit: 2, Price: 9900,
+		if _, err := st.Warm(ctx, stock.SaleStock{ProductID: p, Stock: n, Limit: 2, Price: 9900,
 			StartMs: now.UnixMilli(), EndMs: now.Add(time.Hour).UnixMilli()}); err != nil {
 			t.Fatal(err)
 		}

@@ -220,7 +220,7 @@ func (s *Sweeper) batch(ctx context.Context, p string) (int, error) {
 		}
 	}
 	s.publish(ctx, p, released)
-	if err := s.cfg.Store.PublishSettled(ctx, p, stock.KindExpired, ids...); err != nil {
+	if err := s.cfg.Store.PublishChange(ctx, p, stock.KindExpired, ids...); err != nil {
 		s.logErr(p, "pay deadline sweep: telling the edges the orders expired failed (their shoppers learn it on their next poll)", err)
 	}
 	if err := s.cfg.Store.PublishSoldOut(ctx, p, false); err != nil {

@@ -67,7 +67,7 @@ func startKafka(t *testing.T) []string {
 func warm(t *testing.T, st *stock.Store, p string, n int64) {
 	t.Helper()
 	now := time.Now()
-	if _, err := st.Warm(context.Background(), stock.Sale{ProductID: p, Stock: n, Limit: 1, Price: 100,
+	if _, err := st.Warm(context.Background(), stock.SaleStock{ProductID: p, Stock: n, Limit: 1, Price: 100,
 		StartMs: now.Add(-time.Minute).UnixMilli(), EndMs: now.Add(time.Hour).UnixMilli()}); err != nil {
 		t.Fatal(err)
 	}

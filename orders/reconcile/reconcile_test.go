@@ -62,7 +62,7 @@ func (f *fixture) restartRedis() {
 func (f *fixture) warm(p string, n int64, limit int) {
 	f.t.Helper()
 	now := time.Now()
-	if _, err := f.st.Warm(context.Background(), stock.Sale{ProductID: p, Stock: n, Limit: limit, Price: 100,
+	if _, err := f.st.Warm(context.Background(), stock.SaleStock{ProductID: p, Stock: n, Limit: limit, Price: 100,
 		StartMs: now.UnixMilli(), EndMs: now.Add(time.Hour).UnixMilli()}); err != nil {
 		f.t.Fatal(err)
 	}
@@ -223,7 +223,7 @@ func TestOversold(t *testing.T) {
 		f.restartRedis() // memory gone; a warm-up that ignores the ledger reopens the full stock
 		now := time.Now()
 		await.Until(t, 10*time.Second, "the condition", func() bool {
-			_, err := f.st.Warm(context.Background(), stock.Sale{ProductID: "a", Stock: 4, Limit: 5, Price: 100, StartMs: now.UnixMilli(), EndMs: now.Add(time.Hour).UnixMilli()})
+			_, err := f.st.Warm(context.Background(), stock.SaleStock{ProductID: "a", Stock: 4, Limit: 5, Price: 100, StartMs: now.UnixMilli(), EndMs: now.Add(time.Hour).UnixMilli()})
 			return err == nil
 		})
 		for i := range 4 {
@@ -244,7 +244,7 @@ func TestOversold(t *testing.T) {
 		now := time.Now()
 		// What sale's warm-up does: initial from config, stock = initial - sold.
 		await.Until(t, 10*time.Second, "the condition", func() bool {
-			_, err := f.st.Warm(context.Background(), stock.Sale{ProductID: "a", Initial: 4, Stock: 4 - sold, Limit: 5, Price: 100, StartMs: now.UnixMilli(), EndMs: now.Add(time.Hour).UnixMilli()})
+			_, err := f.st.Warm(context.Background(), stock.SaleStock{ProductID: "a", Initial: 4, Stock: 4 - sold, Limit: 5, Price: 100, StartMs: now.UnixMilli(), EndMs: now.Add(time.Hour).UnixMilli()})
 			return err == nil
 		})
 		f.insert(f.buy("a", "w", 2))

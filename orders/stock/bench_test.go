@@ -52,7 +52,7 @@ func benchDeduct(b *testing.B, flush time.Duration, stock int64) {
 	}
 	defer s.Close()
 	const product = "bench"
-	if _, err := s.Warm(ctx, Sale{ProductID: product, Stock: stock, Limit: 1 << 30, EndMs: time.Now().Add(time.Hour).UnixMilli()}); err != nil {
+	if _, err := s.Warm(ctx, SaleStock{ProductID: product, Stock: stock, Limit: 1 << 30, EndMs: time.Now().Add(time.Hour).UnixMilli()}); err != nil {
 		b.Fatal(err)
 	}
 	users := make([]string, 10_000)

@@ -47,7 +47,7 @@ func benchBurst(b *testing.B, goroutines, inFlight int, stock int64) {
 	defer s.Close()
 	const product = "burst"
 	s.product(product).maxInFlight = inFlight
-	if _, err := s.Warm(ctx, Sale{ProductID: product, Stock: stock, Limit: 1 << 30, EndMs: time.Now().Add(time.Hour).UnixMilli()}); err != nil {
+	if _, err := s.Warm(ctx, SaleStock{ProductID: product, Stock: stock, Limit: 1 << 30, EndMs: time.Now().Add(time.Hour).UnixMilli()}); err != nil {
 		b.Fatal(err)
 	}
 	users := make([]string, 10_000)

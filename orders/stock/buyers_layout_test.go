@@ -331,7 +331,7 @@ func TestBuyerLayoutIsTheSales(t *testing.T) {
 		first, then *Store
 	}{{"lk", false, keys, hashes}, {"lh", true, hashes, keys}} {
 		mustDeduct(t, c.first, attempt(c.p, "alice", 1, 3))
-		if created, err := c.then.Warm(ctx, Sale{ProductID: c.p, Stock: 100, Limit: 3, Price: 1999,
+		if created, err := c.then.Warm(ctx, SaleStock{ProductID: c.p, Stock: 100, Limit: 3, Price: 1999,
 			EndMs: time.Now().Add(time.Hour).UnixMilli()}); err != nil || created {
 			t.Fatalf("Warm(%s) again = %v, %v", c.p, created, err)
 		}
@@ -342,7 +342,7 @@ func TestBuyerLayoutIsTheSales(t *testing.T) {
 		// Fenced and rebuilt by the other edge: still its layout.
 		fence := fenceNow(t, c.then, c.p)
 		info, _, _ := c.then.Meta(ctx, c.p)
-		if _, ok, err := c.then.Rebuild(ctx, Rebuild{Sale: Sale{ProductID: c.p, Stock: 98, Initial: 100, Limit: 3,
+		if _, ok, err := c.then.Rebuild(ctx, Rebuild{SaleStock: SaleStock{ProductID: c.p, Stock: 98, Initial: 100, Limit: 3,
 			Price: 1999, EndMs: info.EndMs}, Fence: fence, Buyers: map[string]int64{"alice": 2}}); err != nil || !ok {
 			t.Fatalf("Rebuild(%s) = %v, %v", c.p, ok, err)
 		}
@@ -365,7 +365,7 @@ func TestBuyerLayoutIsTheSales(t *testing.T) {
 		t.Fatal(err)
 	}
 	fence := fenceNow(t, hashes, "lost")
-	if _, ok, err := hashes.Rebuild(ctx, Rebuild{Sale: Sale{ProductID: "lost", Stock: 9, Initial: 10, Limit: 3,
+	if _, ok, err := hashes.Rebuild(ctx, Rebuild{SaleStock: SaleStock{ProductID: "lost", Stock: 9, Initial: 10, Limit: 3,
 		Price: 1999, EndMs: time.Now().Add(time.Hour).UnixMilli()}, Fence: fence, Buyers: map[string]int64{"alice": 1}}); err != nil || !ok {
 		t.Fatalf("Rebuild(lost) = %v, %v", ok, err)
 	}

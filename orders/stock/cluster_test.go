@@ -51,7 +51,7 @@ func TestShardedBroadcastsOnCluster(t *testing.T) {
 	so := s.SubscribeSoldOut(ctx, Follow{Products: list, Missed: func(context.Context) { missed.Add(1) }},
 		func(p string, v bool) { flags <- flag{p, v} })
 	defer so.Stop()
-	st := s.SubscribeSettled(ctx, Follow{Products: list}, func(m Settled) {
+	st := s.SubscribeChanges(ctx, Follow{Products: list}, func(m StateChange) {
 		settled <- m.ProductID + ":" + strconv.FormatInt(m.OrderIDs[0], 10)
 	}, func(msg string) { t.Errorf("malformed %q", msg) })
 	defer st.Stop()
@@ -60,8 +60,8 @@ func TestShardedBroadcastsOnCluster(t *testing.T) {
 	}
 	// One subscriber per product channel, on the node of its slot.
 	for _, ch := range []struct{ node, name string }{
-		{masterA, SoldOutChannelOf(a)}, {masterA, SettledChannelOf(a)},
-		{masterB, SoldOutChannelOf(b)}, {masterB, SettledChannelOf(b)},
+		{masterA, SoldOutChannelOf(a)}, {masterA, ChangesChannelOf(a)},
+		{masterB, SoldOutChannelOf(b)}, {masterB, ChangesChannelOf(b)},
 	} {
 		if n := shardSubscribers(raw, ch.node, ch.name); n != 1 {
 			t.Fatalf("%s on %s: %d subscribers, want 1", ch.name, ch.node, n)
@@ -119,7 +119,7 @@ func TestShardedBroadcastsOnCluster(t *testing.T) {
 	so.Refollow()
 	st.Refollow()
 	await.Until(t, 5*time.Second, "the removed product unsubscribed", func() bool {
-		return shardSubscribers(raw, masterC, SoldOutChannelOf(cp)) == 0 && shardSubscribers(raw, masterC, SettledChannelOf(cp)) == 0
+		return shardSubscribers(raw, masterC, SoldOutChannelOf(cp)) == 0 && shardSubscribers(raw, masterC, ChangesChannelOf(cp)) == 0
 	})
 
 	// a's master dies: a's broadcasts fail, b's keep flowing.

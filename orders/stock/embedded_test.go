@@ -48,7 +48,7 @@ func TestEmbedded(t *testing.T) {
 		warm(t, s, "ew", 10, 5)
 		a := attempt("ew", "u", 3, 5)
 		mustDeduct(t, s, a)
-		if created, _ := s.Warm(ctx, Sale{ProductID: "ew", Stock: 100, Limit: 5}); created || remaining(t, s, "ew") != 7 {
+		if created, _ := s.Warm(ctx, SaleStock{ProductID: "ew", Stock: 100, Limit: 5}); created || remaining(t, s, "ew") != 7 {
 			t.Fatal("warm raised live stock")
 		}
 		if n, err := s.Restock(ctx, "ew", 3); err != nil || n != 10 {
@@ -138,7 +138,7 @@ func TestEmbeddedDataDirSurvivesRestart(t *testing.T) {
 	if out := mustDeduct(t, s2, replay); out.Code != BadToken {
 		t.Errorf("token replay after restart: %v", out.Code)
 	}
-	if created, _ := s2.Warm(ctx, Sale{ProductID: "pd", Stock: 10, Limit: 5}); created {
+	if created, _ := s2.Warm(ctx, SaleStock{ProductID: "pd", Stock: 10, Limit: 5}); created {
 		t.Error("warm after restart recreated the sale")
 	}
 	if out := mustDeduct(t, s2, attempt("pd", "new", 1, 5)); out.Code != OK || out.Remaining != 4 {

@@ -64,7 +64,7 @@ func attempt(product, user string, qty, limit int) Attempt {
 
 func warm(t testing.TB, s *Store, product string, stock int64, limit int) {
 	t.Helper()
-	created, err := s.Warm(context.Background(), Sale{
+	created, err := s.Warm(context.Background(), SaleStock{
 		ProductID: product, Stock: stock, Limit: limit, Price: 1999,
 		StartMs: time.Now().UnixMilli(), EndMs: time.Now().Add(time.Hour).UnixMilli(),
 	})

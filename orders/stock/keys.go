@@ -108,7 +108,7 @@ import (
 //
 // Broadcast channels (pubsub.go). On a standalone Redis (also behind
 // Sentinel, and the embedded server) SoldOutChannel carries every product's
-// sold-out broadcasts and SettledChannel every product's order outcomes (see
+// sold-out broadcasts and ChangesChannel every product's order outcomes (see
 // PublishStored). On Redis Cluster a keyless channel lives on one node (a
 // client sends the PUBLISH to whichever node it picks, rueidis the master of
 // slot 0): that node's failure would silence every product. There each
@@ -124,21 +124,21 @@ const (
 	keyPrefix      = "sk:{"
 	catalogKey     = "sk:catalog"
 	SoldOutChannel = "sk:soldout"
-	SettledChannel = "sk:stored"
+	ChangesChannel = "sk:stored"
 )
 
 // Suffixes of the per-product sharded channels.
 const (
 	soldOutSuffix = "soldout"
-	settledSuffix = "stored"
+	changesSuffix = "stored"
 )
 
 // SoldOutChannelOf is sk:{p}:soldout, p's sold-out channel on Redis Cluster.
 func SoldOutChannelOf(product string) string { return prefix(product) + soldOutSuffix }
 
-// SettledChannelOf is sk:{p}:stored, p's order-outcome channel on Redis
+// ChangesChannelOf is sk:{p}:stored, p's order-outcome channel on Redis
 // Cluster.
-func SettledChannelOf(product string) string { return prefix(product) + settledSuffix }
+func ChangesChannelOf(product string) string { return prefix(product) + changesSuffix }
 
 // Outbox entry fields, written by the deduction and settle scripts and
 // parsed by OutboxEntry.Order and OutboxEntry.Event.

@@ -98,7 +98,7 @@ func newLayoutBench(b *testing.B, hash bool) *layoutBench {
 		b.Fatal(err)
 	}
 	b.Cleanup(func() { s.Close() })
-	if _, err := s.Warm(ctx, Sale{ProductID: p, Stock: 1 << 50, Limit: 1 << 30, EndMs: time.Now().Add(time.Hour).UnixMilli()}); err != nil {
+	if _, err := s.Warm(ctx, SaleStock{ProductID: p, Stock: 1 << 50, Limit: 1 << 30, EndMs: time.Now().Add(time.Hour).UnixMilli()}); err != nil {
 		b.Fatal(err)
 	}
 	l := &layoutBench{name: "string", hash: hash, s: s, deductScript: deductScript, markScript: markSuccessScript}
@@ -294,7 +294,7 @@ func newBuyerBench(b *testing.B, perKeys bool) *buyerBench {
 		b.Fatal(err)
 	}
 	b.Cleanup(func() { s.Close() })
-	if _, err := s.Warm(ctx, Sale{ProductID: p, Stock: 1 << 50, Limit: 1 << 30, EndMs: time.Now().Add(time.Hour).UnixMilli()}); err != nil {
+	if _, err := s.Warm(ctx, SaleStock{ProductID: p, Stock: 1 << 50, Limit: 1 << 30, EndMs: time.Now().Add(time.Hour).UnixMilli()}); err != nil {
 		b.Fatal(err)
 	}
 	l := &buyerBench{name: map[bool]string{true: "keys", false: "hashes"}[perKeys], perKeys: perKeys, s: s}

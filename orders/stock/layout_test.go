@@ -199,15 +199,15 @@ func testMixedLayouts(t *testing.T, s *Store, embedded bool) {
 	// An unknown outcome: either layout's order proves it placed; an attempt
 	// never placed gets a failed order.
 	for _, a := range []Attempt{hashed[3], strs[3]} {
-		if v, err := s.SettleUnknown(ctx, &a, true); err != nil || v != Placed {
+		if v, err := s.ResolveUnknown(ctx, &a, true); err != nil || v != Placed {
 			t.Fatalf("SettleUnknown(%d) = %v, %v", a.ID, v, err)
 		}
 	}
 	lost := attempt(p, "lost", 1, 10)
-	if v, err := s.SettleUnknown(ctx, &lost, true); err != nil || v != NotPlaced {
+	if v, err := s.ResolveUnknown(ctx, &lost, true); err != nil || v != NotPlaced {
 		t.Fatalf("SettleUnknown(never placed) = %v, %v", v, err)
 	}
-	if v, err := s.SettleUnknown(ctx, &lost, false); err != nil || v != NotPlaced {
+	if v, err := s.ResolveUnknown(ctx, &lost, false); err != nil || v != NotPlaced {
 		t.Fatalf("SettleUnknown(failed) again = %v, %v", v, err)
 	}
 	mustState(t, s, lost, StateFailed)
@@ -295,7 +295,7 @@ func TestOrderHashesForOlderEdges(t *testing.T) {
 		t.Fatalf("due %d, want 1", total)
 	}
 	lost := attempt(p, "lost", 1, 10)
-	if v, err := s.SettleUnknown(ctx, &lost, true); err != nil || v != NotPlaced {
+	if v, err := s.ResolveUnknown(ctx, &lost, true); err != nil || v != NotPlaced {
 		t.Fatalf("SettleUnknown = %v, %v", v, err)
 	}
 	if typ := keyType(t, s, OrderKey(p, lost.ID)); typ != "hash" {

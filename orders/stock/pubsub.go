@@ -44,7 +44,7 @@ type channelKind struct {
 
 var (
 	soldOutKind = channelKind{SoldOutChannel, soldOutSuffix}
-	settledKind = channelKind{SettledChannel, settledSuffix}
+	settledKind = channelKind{ChangesChannel, changesSuffix}
 )
 
 // Sharded reports whether the broadcasts use sharded pub/sub, one channel

@@ -45,7 +45,7 @@ const rebuildChunk = 500
 // Reschedule updates a live sale's limit, price, start and end, like Warm on
 // a live sale, but never creates the stock key: live is false when it is
 // missing (a new sale, or one Redis lost), and nothing was written.
-func (s *Store) Reschedule(ctx context.Context, sale Sale) (live bool, err error) {
+func (s *Store) Reschedule(ctx context.Context, sale SaleStock) (live bool, err error) {
 	return s.runSaleScript(ctx, rescheduleScript, "reschedule", sale)
 }
 
@@ -54,21 +54,21 @@ func (s *Store) Reschedule(ctx context.Context, sale Sale) (live bool, err error
 // open and lost its stock key (the embedded server drops stock keys after a
 // crash, see Open): its Initial and Restocked are what the rebuild starts
 // from. Stock is 0.
-func (s *Store) Meta(ctx context.Context, productID string) (Sale, bool, error) {
+func (s *Store) Meta(ctx context.Context, productID string) (SaleStock, bool, error) {
 	if err := checkProduct(productID); err != nil {
-		return Sale{}, false, err
+		return SaleStock{}, false, err
 	}
 	ctx, cancel := s.call(ctx)
 	defer cancel()
 	m, err := s.c.Do(ctx, s.c.B().Hgetall().Key(MetaKey(productID)).Build()).AsStrMap()
 	if err != nil {
-		return Sale{}, false, fmt.Errorf("stock: meta %s: %w", productID, err)
+		return SaleStock{}, false, fmt.Errorf("stock: meta %s: %w", productID, err)
 	}
 	if len(m) == 0 {
-		return Sale{}, false, nil
+		return SaleStock{}, false, nil
 	}
 	num := func(k string) int64 { n, _ := strconv.ParseInt(m[k], 10, 64); return n }
-	return Sale{
+	return SaleStock{
 		ProductID: productID, Initial: num("initial"), Restocked: num("restocked"),
 		Released: num("released"), Paid: num("paid"), Expired: num("expired"),
 		Limit: int(num("limit")), Price: num("price"), StartMs: num("start"), EndMs: num("end"),
@@ -163,12 +163,12 @@ func (s *Store) SurvivingOrders(ctx context.Context, productID string) (map[int6
 
 // Rebuild is what the ledger says a fenced sale must reopen with.
 type Rebuild struct {
-	// Sale: Stock is what is left (Initial + Restocked - units held; below
+	// SaleStock: Stock is what is left (Initial + Restocked - units held; below
 	// 0 while overdue unpaid orders are counted as held, see
 	// lua/reopen.lua), and Initial, Restocked, Released, Paid and Expired
 	// are raised in the meta for reconcile, as computed (Initial is not
 	// defaulted to Stock here).
-	Sale
+	SaleStock
 	// Fence is the fence the rebuild lifts (see Fence): every write is
 	// guarded by it.
 	Fence string
@@ -236,7 +236,7 @@ type Reopened struct {
 // again): the writes stop at the first guarded call that sees it, and what
 // was written before that is the same ledger's view.
 func (s *Store) Rebuild(ctx context.Context, r Rebuild) (res Reopened, reopened bool, err error) {
-	sale := r.Sale
+	sale := r.SaleStock
 	// Stock may be below 0: see lua/reopen.lua.
 	if !order.ValidProductID(sale.ProductID) || sale.Limit < 1 || sale.Price < 0 ||
 		sale.Initial < 0 || sale.Restocked < 0 || sale.Released < 0 || sale.Paid < 0 || sale.Expired < 0 || r.Fence == "" {

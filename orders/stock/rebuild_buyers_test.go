@@ -91,7 +91,7 @@ func testRebuildSetsBuyers(t *testing.T, s *Store, perKeys bool) {
 		return out, nil
 	}
 	_, reopened, err := s.Rebuild(ctx, Rebuild{
-		Sale: Sale{ProductID: p, Stock: 2000 - held, Initial: 2000, Released: released,
+		SaleStock: SaleStock{ProductID: p, Stock: 2000 - held, Initial: 2000, Released: released,
 			Paid: 1, Expired: 1, Limit: limit, Price: 1999, EndMs: info.EndMs},
 		Fence: fence, Buyers: buyers, Settled: pager,
 	})
@@ -158,7 +158,7 @@ func TestRebuildRefusesBadBuyers(t *testing.T) {
 	mustDeduct(t, s, attempt("bb", "u", 2, 3))
 	fence := fenceNow(t, s, "bb")
 	for _, b := range []map[string]int64{{"u": -1}, {"bad user!": 1}} {
-		_, reopened, err := s.Rebuild(ctx, Rebuild{Sale: Sale{ProductID: "bb", Stock: 10, Initial: 10, Limit: 3}, Fence: fence, Buyers: b})
+		_, reopened, err := s.Rebuild(ctx, Rebuild{SaleStock: SaleStock{ProductID: "bb", Stock: 10, Initial: 10, Limit: 3}, Fence: fence, Buyers: b})
 		if err == nil || reopened {
 			t.Fatalf("Rebuild with buyers %v = %v, %v", b, reopened, err)
 		}

@@ -58,7 +58,7 @@ func TestRebuildAfterRestart(t *testing.T) {
 	if _, ok, err := s.Meta(ctx, "rb"); ok || err != nil {
 		t.Fatalf("meta after the loss: %v %v", ok, err)
 	}
-	sale := Sale{ProductID: "rb", Stock: 10, Limit: 3, Price: 1999, EndMs: end}
+	sale := SaleStock{ProductID: "rb", Stock: 10, Limit: 3, Price: 1999, EndMs: end}
 	if live, err := s.Reschedule(ctx, sale); live || err != nil {
 		t.Fatalf("Reschedule of a lost sale = %v, %v", live, err)
 	}
@@ -75,7 +75,7 @@ func TestRebuildAfterRestart(t *testing.T) {
 	}
 	sale.Stock, sale.Initial = 7, 10
 	sale.Released = 1
-	res, reopened, err := s.Rebuild(ctx, Rebuild{Sale: sale, Fence: fence, Buyers: map[string]int64{"alice": 2, "bob": 1, "zed": 0}})
+	res, reopened, err := s.Rebuild(ctx, Rebuild{SaleStock: sale, Fence: fence, Buyers: map[string]int64{"alice": 2, "bob": 1, "zed": 0}})
 	if err != nil || !reopened || res.Before != -1 || res.After != 7 {
 		t.Fatalf("Rebuild = %+v, %v, %v", res, reopened, err)
 	}
@@ -104,7 +104,7 @@ func TestRebuildAfterRestart(t *testing.T) {
 
 	// The sale is live: a second rebuild (another edge, late, with the
 	// fence that was lifted) writes nothing, neither buyers nor stock.
-	_, reopened, err = s.Rebuild(ctx, Rebuild{Sale: Sale{ProductID: "rb", Stock: 2, Initial: 10, Limit: 3}, Fence: fence,
+	_, reopened, err = s.Rebuild(ctx, Rebuild{SaleStock: SaleStock{ProductID: "rb", Stock: 2, Initial: 10, Limit: 3}, Fence: fence,
 		Buyers: map[string]int64{"carol": 3, "alice": 1}})
 	if err != nil || reopened {
 		t.Fatalf("Rebuild of a live sale = %v, %v", reopened, err)
@@ -118,7 +118,7 @@ func TestRebuildAfterRestart(t *testing.T) {
 	if r := remaining(t, s, "rb"); r != 6 {
 		t.Errorf("remaining %d", r)
 	}
-	if live, err := s.Reschedule(ctx, Sale{ProductID: "rb", Limit: 4, Price: 5, EndMs: end}); !live || err != nil {
+	if live, err := s.Reschedule(ctx, SaleStock{ProductID: "rb", Limit: 4, Price: 5, EndMs: end}); !live || err != nil {
 		t.Fatalf("Reschedule of a live sale = %v, %v", live, err)
 	}
 	if info, _, _ := s.SaleInfo(ctx, "rb"); info.Limit != 4 || info.Price != 5 || info.Initial != 10 {
@@ -162,7 +162,7 @@ func TestRebuildWithSurvivors(t *testing.T) {
 			if _, err := s.Release(ctx, "sv", a.ID); !errors.Is(err, ErrRecovering) {
 				t.Errorf("release while fenced = %v", err)
 			}
-			_, reopened, err := s.Rebuild(ctx, Rebuild{Sale: Sale{ProductID: "sv", Stock: 9, Initial: 10, Released: 2, Limit: 5}, Fence: fence,
+			_, reopened, err := s.Rebuild(ctx, Rebuild{SaleStock: SaleStock{ProductID: "sv", Stock: 9, Initial: 10, Released: 2, Limit: 5}, Fence: fence,
 				Buyers: map[string]int64{"u": 1, "v": 1, "w": 4}, Orders: []OrderInfo{{Order: order.Order{ID: a.ID, ProductID: "sv", UserID: a.UserID, Qty: a.Qty, CreatedMs: a.CreatedMs}, State: StateReleased}}})
 			if err != nil || !reopened {
 				t.Fatalf("Rebuild = %v, %v", reopened, err)
@@ -278,7 +278,7 @@ func TestEmbeddedCrashDropsStockAndBuyers(t *testing.T) {
 	}
 	replay := attempt("kc", "dave", 1, 3)
 	replay.TokenNonceHex = a.TokenNonceHex
-	_, reopened, err := s2.Rebuild(ctx, Rebuild{Sale: Sale{ProductID: "kc", Stock: 8, Initial: 10, Limit: 3},
+	_, reopened, err := s2.Rebuild(ctx, Rebuild{SaleStock: SaleStock{ProductID: "kc", Stock: 8, Initial: 10, Limit: 3},
 		Fence: fenceNow(t, s2, "kc"), Buyers: map[string]int64{"alice": 2}})
 	if err != nil || !reopened {
 		t.Fatal(reopened, err)
@@ -361,7 +361,7 @@ func TestFenceOnAnotherServer(t *testing.T) {
 		t.Errorf("restock while fenced = %v", err)
 	}
 	// The ledger says more is left than Redis holds: the stock stays.
-	res, reopened, err := s.Rebuild(ctx, Rebuild{Sale: Sale{ProductID: "fx", Stock: 10, Initial: 10, Limit: 2}, Fence: info.Fence,
+	res, reopened, err := s.Rebuild(ctx, Rebuild{SaleStock: SaleStock{ProductID: "fx", Stock: 10, Initial: 10, Limit: 2}, Fence: info.Fence,
 		TokensFromMs: time.Now().UnixMilli() + 61_000})
 	if err != nil || !reopened || res.Before != 9 || res.After != 9 {
 		t.Fatalf("Rebuild = %+v %v %v", res, reopened, err)
@@ -383,7 +383,7 @@ func TestFenceOnAnotherServer(t *testing.T) {
 		t.Fatalf("second loss: %v", out.Code)
 	}
 	info, _, _ = s.SaleInfo(ctx, "fx")
-	res, reopened, err = s.Rebuild(ctx, Rebuild{Sale: Sale{ProductID: "fx", Stock: 5, Initial: 10, Limit: 2}, Fence: info.Fence,
+	res, reopened, err = s.Rebuild(ctx, Rebuild{SaleStock: SaleStock{ProductID: "fx", Stock: 5, Initial: 10, Limit: 2}, Fence: info.Fence,
 		Buyers: map[string]int64{"erin": 2}})
 	if err != nil || !reopened || res.Before != 8 || res.After != 5 || remaining(t, s, "fx") != 5 {
 		t.Fatalf("Rebuild lowering = %+v %v %v", res, reopened, err)
@@ -457,7 +457,7 @@ func TestRebuildRestoresDeadlinesAfterAStaleSnapshot(t *testing.T) {
 		return OrderInfo{Order: a.Order, State: state, PaidMs: paidMs, ClosedMs: closedMs}
 	}
 	r := Rebuild{
-		Sale:   Sale{ProductID: "sn", Stock: 10 - 4, Initial: 10, Released: 1, Paid: 1, Expired: 1, Limit: 5, Price: 1999, EndMs: info.EndMs},
+		SaleStock:   SaleStock{ProductID: "sn", Stock: 10 - 4, Initial: 10, Released: 1, Paid: 1, Expired: 1, Limit: 5, Price: 1999, EndMs: info.EndMs},
 		Fence:  info.Fence,
 		Buyers: map[string]int64{"paid": 1, "open": 1, "over": 1, "late": 1},
 		Orders: []OrderInfo{
@@ -509,7 +509,7 @@ func TestRebuildAcceptsStockBelowZero(t *testing.T) {
 	fence := fenceNow(t, s, "neg")
 	info := saleInfo(t, s, "neg")
 	o, _, _ := s.OrderState(ctx, "neg", a.ID)
-	_, reopened, err := s.Rebuild(ctx, Rebuild{Sale: Sale{ProductID: "neg", Stock: -1, Initial: 2, Restocked: 0, Limit: 5, EndMs: info.EndMs},
+	_, reopened, err := s.Rebuild(ctx, Rebuild{SaleStock: SaleStock{ProductID: "neg", Stock: -1, Initial: 2, Restocked: 0, Limit: 5, EndMs: info.EndMs},
 		Fence: fence, Buyers: map[string]int64{"u": 2}, Orders: []OrderInfo{o}})
 	if err != nil || !reopened {
 		t.Fatalf("Rebuild = %v, %v", reopened, err)
@@ -589,7 +589,7 @@ func testRebuildSettledPages(t *testing.T, s *Store) {
 		}
 	}
 	r := Rebuild{
-		Sale: Sale{ProductID: p, Stock: int64(n + 100 - paid), Initial: n + 100, Released: int64(n - paid + 1),
+		SaleStock: SaleStock{ProductID: p, Stock: int64(n + 100 - paid), Initial: n + 100, Released: int64(n - paid + 1),
 			Paid: int64(paid), Expired: 1, Limit: 5, Price: 1999, EndMs: info.EndMs},
 		Fence: fence, Buyers: buyers, Settled: pager,
 	}

@@ -24,8 +24,8 @@ var (
 	markSuccessScript = rueidis.NewLuaScript(orderFnLua + markSuccessLua)
 )
 
-// Sale is what warm-up writes for one product.
-type Sale struct {
+// SaleStock is what warm-up writes for one product.
+type SaleStock struct {
 	ProductID string
 	// Stock is the remaining stock to open the sale with: the configured
 	// stock for a new sale; after Redis lost its memory, what the ledger
@@ -47,7 +47,7 @@ type Sale struct {
 
 // SaleInfo is a sale's meta as stored, with its remaining stock.
 type SaleInfo struct {
-	Sale
+	SaleStock
 	Remaining int64
 	// Fence is set while the sale is closed for a ledger rebuild (see
 	// Fence), also when the stock key is missing; "" when it is open.
@@ -59,7 +59,7 @@ type SaleInfo struct {
 // an edge restarting and warming again with the configured stock would
 // otherwise oversell. created reports whether the stock key was created;
 // on false only the schedule (limit, price, start, end) was updated.
-func (s *Store) Warm(ctx context.Context, sale Sale) (created bool, err error) {
+func (s *Store) Warm(ctx context.Context, sale SaleStock) (created bool, err error) {
 	if sale.Stock < 0 || sale.Initial < 0 || sale.Restocked < 0 || sale.Released < 0 {
 		return false, fmt.Errorf("%w: sale %+v", ErrInvalid, sale)
 	}
@@ -69,7 +69,7 @@ func (s *Store) Warm(ctx context.Context, sale Sale) (created bool, err error) {
 // runSaleScript runs warm or reschedule, which take the same keys and
 // arguments (stock, meta; the sale's figures and schedule, the buyer layout
 // of a new sale, which reschedule ignores) and answer 1 or 0.
-func (s *Store) runSaleScript(ctx context.Context, script *rueidis.Lua, what string, sale Sale) (bool, error) {
+func (s *Store) runSaleScript(ctx context.Context, script *rueidis.Lua, what string, sale SaleStock) (bool, error) {
 	if !order.ValidProductID(sale.ProductID) || sale.Limit < 1 || sale.Price < 0 {
 		return false, fmt.Errorf("%w: sale %+v", ErrInvalid, sale)
 	}
@@ -315,7 +315,7 @@ func (s *Store) SaleInfo(ctx context.Context, productID string) (SaleInfo, bool,
 		return SaleInfo{Fence: m[fieldFence]}, false, nil
 	}
 	num := func(k string) int64 { n, _ := strconv.ParseInt(m[k], 10, 64); return n }
-	info := SaleInfo{Remaining: rem, Fence: m[fieldFence], Sale: Sale{
+	info := SaleInfo{Remaining: rem, Fence: m[fieldFence], SaleStock: SaleStock{
 		ProductID: productID, Stock: rem, Initial: num("initial"), Restocked: num("restocked"),
 		Released: num("released"), Paid: num("paid"), Expired: num("expired"),
 		Limit: int(num("limit")), Price: num("price"), StartMs: num("start"), EndMs: num("end"),

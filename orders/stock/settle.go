@@ -14,7 +14,7 @@ import (
 )
 
 // Settling an order: the end of its hold on its units. Three calls end it,
-// all through one state-guarded script (lua/release.lua), so that whichever
+// all through one state-guarded script (lua/settle.lua), so that whichever
 // runs first decides and the others find a final state:
 //
 //   - Cancel: an operator (or the payment system) gives the order up;
@@ -38,7 +38,7 @@ import (
 // relay re-sends the event if the caller dies in between.
 
 var (
-	//go:embed lua/release.lua
+	//go:embed lua/settle.lua
 	settleLua    string
 	settleScript = rueidis.NewLuaScript(orderFnLua + settleLua)
 )

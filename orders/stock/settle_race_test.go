@@ -262,6 +262,6 @@ func TestTwoEdgesSweepEachOrderOnce(t *testing.T) {
 		t.Fatalf("remaining %d, want %d", r, n)
 	}
 	if info := saleInfo(t, a, "sw"); info.Expired != n || info.Released != n {
-		t.Fatalf("meta %+v", info.Sale)
+		t.Fatalf("meta %+v", info.SaleStock)
 	}
 }

@@ -92,7 +92,7 @@ func TestPayKeepsTheOrderAndIsFinal(t *testing.T) {
 		t.Fatalf("remaining %d, want 8", r)
 	}
 	if info := saleInfo(t, s, "pay"); info.Paid != 2 || info.Released != 0 || info.Expired != 0 {
-		t.Fatalf("meta %+v", info.Sale)
+		t.Fatalf("meta %+v", info.SaleStock)
 	}
 }
 
@@ -117,7 +117,7 @@ func TestPayAfterTheDeadlineExpiresTheOrder(t *testing.T) {
 		t.Fatalf("bob still holds %d", n)
 	}
 	if info := saleInfo(t, s, "late"); info.Released != 3 || info.Expired != 3 || info.Paid != 0 {
-		t.Fatalf("meta %+v", info.Sale)
+		t.Fatalf("meta %+v", info.SaleStock)
 	}
 	// The sweep finds nothing left to do.
 	if got, err := s.ExpireDue(ctx, "late", 10); err != nil || len(got) != 0 {
@@ -212,7 +212,7 @@ func TestCancelReleasesOnceWithItsEvent(t *testing.T) {
 		t.Fatalf("remaining %d", r)
 	}
 	if info := saleInfo(t, s, "cx"); info.Released != 4 || info.Expired != 0 {
-		t.Fatalf("meta %+v", info.Sale)
+		t.Fatalf("meta %+v", info.SaleStock)
 	}
 }
 
@@ -400,16 +400,16 @@ func TestPublishSettledKinds(t *testing.T) {
 	s, _ := openReal(t, Options{})
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	got := make(chan Settled, 8)
-	sub := s.SubscribeSettled(ctx, Follow{Products: func() []string { return []string{"pk"} }}, func(m Settled) {
+	got := make(chan StateChange, 8)
+	sub := s.SubscribeChanges(ctx, Follow{Products: func() []string { return []string{"pk"} }}, func(m StateChange) {
 		m.OrderIDs = slices.Clone(m.OrderIDs)
 		m.ProductID = strings.Clone(m.ProductID)
 		got <- m
 	}, func(msg string) { t.Errorf("malformed %q", msg) })
 	defer sub.Stop()
-	want := map[SettledKind]string{KindCancelled: StateReleased, KindExpired: StateExpired, KindPaid: StatePaid}
+	want := map[ChangeKind]string{KindCancelled: StateReleased, KindExpired: StateExpired, KindPaid: StatePaid}
 	for k := range want {
-		if err := s.PublishSettled(ctx, "pk", k, 42, 41); err != nil {
+		if err := s.PublishChange(ctx, "pk", k, 42, 41); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -427,7 +427,7 @@ func TestPublishSettledKinds(t *testing.T) {
 	if len(want) != 0 {
 		t.Fatalf("not delivered: %v", want)
 	}
-	if err := s.PublishSettled(ctx, "pk", SettledKind('X'), 1); !errors.Is(err, ErrInvalid) {
+	if err := s.PublishChange(ctx, "pk", ChangeKind('X'), 1); !errors.Is(err, ErrInvalid) {
 		t.Fatalf("unknown kind = %v", err)
 	}
 }

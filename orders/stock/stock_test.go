@@ -338,7 +338,7 @@ func TestWarmNeverRaisesStock(t *testing.T) {
 			t.Fatal(out)
 		}
 	}
-	created, err := s.Warm(ctx, Sale{ProductID: "w", Stock: 50, Limit: 2, Price: 500, EndMs: 123})
+	created, err := s.Warm(ctx, SaleStock{ProductID: "w", Stock: 50, Limit: 2, Price: 500, EndMs: 123})
 	if err != nil || created {
 		t.Fatalf("second Warm = %v, %v; want false", created, err)
 	}
@@ -353,10 +353,10 @@ func TestWarmNeverRaisesStock(t *testing.T) {
 		t.Errorf("schedule not updated: %+v", info)
 	}
 	// Warm to a lower number does not lower it either: only scripts move stock.
-	if created, _ := s.Warm(ctx, Sale{ProductID: "w", Stock: 1, Limit: 2}); created || remaining(t, s, "w") != 7 {
+	if created, _ := s.Warm(ctx, SaleStock{ProductID: "w", Stock: 1, Limit: 2}); created || remaining(t, s, "w") != 7 {
 		t.Error("warm changed a live sale's stock")
 	}
-	if _, err := s.Warm(ctx, Sale{ProductID: "w", Stock: -1, Limit: 1}); !errors.Is(err, ErrInvalid) {
+	if _, err := s.Warm(ctx, SaleStock{ProductID: "w", Stock: -1, Limit: 1}); !errors.Is(err, ErrInvalid) {
 		t.Errorf("negative stock: %v", err)
 	}
 }

@@ -9,10 +9,10 @@ import (
 	"github.com/redis/rueidis"
 )
 
-//go:embed lua/settle_unknown.lua
-var settleUnknownLua string
+//go:embed lua/resolve_unknown.lua
+var resolveUnknownLua string
 
-var settleUnknownScript = rueidis.NewLuaScript(orderFnLua + settleUnknownLua)
+var resolveUnknownScript = rueidis.NewLuaScript(orderFnLua + resolveUnknownLua)
 
 // Verdict is what SettleUnknown found out about an attempt.
 type Verdict uint8
@@ -41,7 +41,7 @@ func (v Verdict) String() string {
 	return "Verdict(" + strconv.Itoa(int(v)) + ")"
 }
 
-// SettleUnknown decides an attempt whose Deduct failed with ErrUnknown:
+// ResolveUnknown decides an attempt whose Deduct failed with ErrUnknown:
 // did its order happen? With fence false it only looks (Placed, NotPlaced
 // if fenced before, Absent, or SettleLater). With fence true an absent order
 // is made impossible — the attempt's purchase token is marked used, which
@@ -58,7 +58,7 @@ func (v Verdict) String() string {
 // The call has the store's Timeout; an error means nothing was concluded
 // (a fence that timed out may have been written: calling again answers
 // NotPlaced). a's strings are copied.
-func (s *Store) SettleUnknown(ctx context.Context, a *Attempt, fence bool) (Verdict, error) {
+func (s *Store) ResolveUnknown(ctx context.Context, a *Attempt, fence bool) (Verdict, error) {
 	if err := checkProduct(a.ProductID); err != nil {
 		return SettleLater, err
 	}
@@ -78,7 +78,7 @@ func (s *Store) SettleUnknown(ctx context.Context, a *Attempt, fence bool) (Verd
 		strconv.FormatInt(a.CreatedMs, 10), strconv.Itoa(a.Edge), s.orderTTLMs, f, s.layoutArg, a.TokenNonceHex}
 	ctx, cancel := s.call(ctx)
 	defer cancel()
-	n, err := settleUnknownScript.Exec(ctx, s.c, keys, args).AsInt64()
+	n, err := resolveUnknownScript.Exec(ctx, s.c, keys, args).AsInt64()
 	if err != nil {
 		return SettleLater, fmt.Errorf("stock: settle order %s/%d: %w", p, a.ID, err)
 	}

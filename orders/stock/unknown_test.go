@@ -10,7 +10,7 @@ import (
 
 func settle(t *testing.T, s *Store, a *Attempt, fence bool) Verdict {
 	t.Helper()
-	v, err := s.SettleUnknown(context.Background(), a, fence)
+	v, err := s.ResolveUnknown(context.Background(), a, fence)
 	if err != nil {
 		t.Fatalf("SettleUnknown(%d, fence %v): %v", a.ID, fence, err)
 	}

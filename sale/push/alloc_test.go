@@ -71,7 +71,7 @@ func TestHotPathsDoNotAllocate(t *testing.T) {
 	for i := range ids {
 		ids[i] = int64(5000 + i) // nobody waits for these
 	}
-	msg := stock.Settled{ProductID: "p1", OrderIDs: ids}
+	msg := stock.StateChange{ProductID: "p1", OrderIDs: ids}
 	if a := testing.AllocsPerRun(50, func() { h.onSettled(msg) }); a != 0 {
 		t.Errorf("a message of 500 ids: %.1f allocations, want 0", a)
 	}

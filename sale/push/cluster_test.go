@@ -42,8 +42,8 @@ func TestPushOnClusterSurvivesFailover(t *testing.T) {
 	// The hub follows the products its streams wait for, each on the node
 	// that serves the product's slot.
 	await.Until(t, 10*time.Second, "the hub subscribed to a's and b's channels on their masters", func() bool {
-		return shardSubscribers(t, e.raw, masterA, stock.SettledChannelOf(a)) == 1 &&
-			shardSubscribers(t, e.raw, masterB, stock.SettledChannelOf(b)) == 1
+		return shardSubscribers(t, e.raw, masterA, stock.ChangesChannelOf(a)) == 1 &&
+			shardSubscribers(t, e.raw, masterB, stock.ChangesChannelOf(b)) == 1
 	})
 
 	publish := func(product string, id int64) error {
@@ -79,7 +79,7 @@ func TestPushOnClusterSurvivesFailover(t *testing.T) {
 	// a's live flow is back: a message alone (the state in Redis is still
 	// pending) settles live.
 	await.Until(t, 10*time.Second, "the hub subscribed to a's channel on its new master", func() bool {
-		return shardSubscribers(t, e.raw, newA, stock.SettledChannelOf(a)) == 1
+		return shardSubscribers(t, e.raw, newA, stock.ChangesChannelOf(a)) == 1
 	})
 	if err := publish(a, live); err != nil {
 		t.Fatalf("a's outcome after the failover: %v", err)

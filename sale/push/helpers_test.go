@@ -98,7 +98,7 @@ func newEnv(t testing.TB, o envOpts) *env {
 	if !e.hub.Stats().Subscribed {
 		t.Fatal("hub not subscribed after Start")
 	}
-	e.svc = sale.New(sale.Deps{Store: e.st, Activities: catalog.NewRegistry(), Events: e.hub, Log: cfg.Log})
+	e.svc = sale.New(sale.Deps{Store: e.st, Sales: catalog.NewRegistry(), Events: e.hub, Log: cfg.Log})
 	if err := e.svc.Apply(ctx, &sale.Settings{MaxBody: 4096}); err != nil {
 		t.Fatal(err)
 	}

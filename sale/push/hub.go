@@ -153,7 +153,7 @@ func (h *Hub) MaxStreams() int { return int(h.max) }
 func (h *Hub) Start(ctx context.Context) {
 	rctx, cancel := context.WithCancel(context.Background())
 	h.stop = cancel
-	h.sub = h.st.SubscribeSettled(ctx, stock.Follow{
+	h.sub = h.st.SubscribeChanges(ctx, stock.Follow{
 		Products: h.followedProducts,
 		// Messages published while a channel was not subscribed are lost:
 		// read the state of every stream we hold.
@@ -446,13 +446,13 @@ func (h *Hub) followedProducts() []string {
 
 func (h *Hub) onMalformed(msg string) {
 	h.badMsgs.Inc()
-	h.log.Warn("malformed message on the event channel", "channel", stock.SettledChannel, "len", len(msg))
+	h.log.Warn("malformed message on the event channel", "channel", stock.ChangesChannel, "len", len(msg))
 }
 
 // onSettled writes the outcome to every stream waiting for an order of the
 // message. It runs on a receiving goroutine of the subscription, one
 // message at a time; writes never wait.
-func (h *Hub) onSettled(m stock.Settled) {
+func (h *Hub) onSettled(m stock.StateChange) {
 	h.dispMu.Lock()
 	defer h.dispMu.Unlock()
 	st := parseState(m.Kind.State())

@@ -61,7 +61,7 @@ func TestStreamGetsItsOutcome(t *testing.T) {
 func TestSettledOrderEndsWithItsKind(t *testing.T) {
 	e := newEnv(t, envOpts{})
 	for _, c := range []struct {
-		kind stock.SettledKind
+		kind stock.ChangeKind
 		want string
 	}{
 		{stock.KindCancelled, `"status":"cancelled"`},
@@ -72,7 +72,7 @@ func TestSettledOrderEndsWithItsKind(t *testing.T) {
 		e.order("p1", id, "alice", stock.StatePending)
 		s := open(t, e.addr, "p1", id, "alice")
 		s.mustNext()
-		if err := e.st.PublishSettled(context.Background(), "p1", c.kind, id); err != nil {
+		if err := e.st.PublishChange(context.Background(), "p1", c.kind, id); err != nil {
 			t.Fatal(err)
 		}
 		mustContain(t, s.mustNext(), c.want)

@@ -10,7 +10,7 @@ func TestSettledRoundTrip(t *testing.T) {
 	base := int64(7_340_032_123_456_789_012 >> 1)
 	for _, tc := range []struct {
 		name string
-		kind SettledKind
+		kind ChangeKind
 		ids  []int64
 	}{
 		{"one", KindStored, []int64{base}},
@@ -22,11 +22,11 @@ func TestSettledRoundTrip(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			orig := slices.Clone(tc.ids)
-			msg := string(appendSettled(nil, tc.kind, "p-1_x", tc.ids))
+			msg := string(appendChange(nil, tc.kind, "p-1_x", tc.ids))
 			if !slices.Equal(tc.ids, orig) {
 				t.Fatalf("appendSettled reordered the caller's ids: %v", tc.ids)
 			}
-			st, ok := parseSettled(msg, nil)
+			st, ok := parseChange(msg, nil)
 			want := slices.Sorted(slices.Values(tc.ids))
 			if !ok || st.Kind != tc.kind || st.ProductID != "p-1_x" || !slices.Equal(st.OrderIDs, want) {
 				t.Fatalf("parse(%q) = %+v %v, want %c p-1_x %v", msg, st, ok, tc.kind, want)
@@ -42,7 +42,7 @@ func TestSettledIsCompact(t *testing.T) {
 	for i := range ids {
 		ids[i] = (int64(123456789+i/200) << 22) | 5<<12 | int64(i%200)
 	}
-	msg := appendSettled(nil, KindStored, "hot", ids)
+	msg := appendChange(nil, KindStored, "hot", ids)
 	if perOrder := float64(len(msg)) / float64(len(ids)); perOrder > 4 {
 		t.Fatalf("%d bytes for %d orders (%.1f per order), want at most 4 per order", len(msg), len(ids), perOrder)
 	}
@@ -54,7 +54,7 @@ func TestSettledRejectsMalformed(t *testing.T) {
 		"Shot 0", "Shot -1", "Shot 1 2", "Shot 1,a", "Shot 99999999999999999999",
 		"Shot 9223372036854775807,1", "S" + strings.Repeat("p", 65) + " 1",
 	} {
-		if st, ok := parseSettled(msg, nil); ok {
+		if st, ok := parseChange(msg, nil); ok {
 			t.Errorf("parse(%q) accepted: %+v", msg, st)
 		}
 	}
@@ -67,10 +67,10 @@ func TestSettledParseDoesNotAllocate(t *testing.T) {
 	for i := range ids {
 		ids[i] = int64(5000 + i)
 	}
-	msg := string(appendSettled(nil, KindStored, "p1", ids))
+	msg := string(appendChange(nil, KindStored, "p1", ids))
 	buf := make([]int64, 0, len(ids))
 	if a := testing.AllocsPerRun(50, func() {
-		st, ok := parseSettled(msg, buf)
+		st, ok := parseChange(msg, buf)
 		if !ok || len(st.OrderIDs) != len(ids) {
 			t.Fatal("not parsed")
 		}
@@ -85,7 +85,7 @@ func FuzzParseSettled(f *testing.F) {
 	f.Add("Rp1 9223372036854775807")
 	f.Add("Sa 1,0,0")
 	f.Fuzz(func(t *testing.T, msg string) {
-		st, ok := parseSettled(msg, nil)
+		st, ok := parseChange(msg, nil)
 		if !ok {
 			return
 		}
@@ -96,8 +96,8 @@ func FuzzParseSettled(f *testing.F) {
 			}
 		}
 		// What parses re-encodes to something that parses the same.
-		again := string(appendSettled(nil, st.Kind, st.ProductID, ids))
-		st2, ok2 := parseSettled(again, nil)
+		again := string(appendChange(nil, st.Kind, st.ProductID, ids))
+		st2, ok2 := parseChange(again, nil)
 		if !ok2 || st2.Kind != st.Kind || st2.ProductID != st.ProductID || !slices.Equal(ids, st2.OrderIDs) {
 			t.Fatalf("parse(%q) = %v; re-encoded %q parses to %v", msg, ids, again, st2.OrderIDs)
 		}

@@ -16,20 +16,20 @@ import (
 // SettledChannelOf: the edges' event streams (package sale/push) wait for
 // them. The calls below are bounded by ctx alone.
 
-// SettledKind is the outcome every order of a message had; its value is
+// ChangeKind is the outcome every order of a message had; its value is
 // the message's first byte.
-type SettledKind byte
+type ChangeKind byte
 
 // Message kinds.
 const (
-	KindStored    SettledKind = 'S' // stored by the consumer: StateSuccess
-	KindCancelled SettledKind = 'R' // released by a cancel: StateReleased
-	KindExpired   SettledKind = 'E' // released by the pay deadline: StateExpired
-	KindPaid      SettledKind = 'P' // paid in time: StatePaid
+	KindStored    ChangeKind = 'S' // stored by the consumer: StateSuccess
+	KindCancelled ChangeKind = 'R' // released by a cancel: StateReleased
+	KindExpired   ChangeKind = 'E' // released by the pay deadline: StateExpired
+	KindPaid      ChangeKind = 'P' // paid in time: StatePaid
 )
 
 // State is the order state the kind reports (State*).
-func (k SettledKind) State() string {
+func (k ChangeKind) State() string {
 	switch k {
 	case KindStored:
 		return StateSuccess
@@ -43,14 +43,14 @@ func (k SettledKind) State() string {
 	return ""
 }
 
-func (k SettledKind) valid() bool { return k.State() != "" }
+func (k ChangeKind) valid() bool { return k.State() != "" }
 
-// Settled is one outcome message: orders of one product that reached their
+// StateChange is one outcome message: orders of one product that reached their
 // outcome.
-type Settled struct {
+type StateChange struct {
 	ProductID string  // a view of the message
 	OrderIDs  []int64 // ascending; reused once the callback returned
-	Kind      SettledKind
+	Kind      ChangeKind
 }
 
 // PublishStored tells every edge that the orders were stored (and marked
@@ -71,16 +71,16 @@ func (s *Store) PublishStored(ctx context.Context, products map[string][]int64) 
 		if err := checkProduct(p); err != nil {
 			return err
 		}
-		b = appendSettled(b[:0], KindStored, p, ids)
+		b = appendChange(b[:0], KindStored, p, ids)
 		cmds = append(cmds, s.publishCmd(settledKind, p, string(b)))
 	}
-	return s.publishSettled(ctx, cmds)
+	return s.publishChanges(ctx, cmds)
 }
 
-// PublishSettled tells every edge that orders of one product reached the
+// PublishChange tells every edge that orders of one product reached the
 // outcome kind (cancelled, expired or paid: settle.go; stored goes with
 // PublishStored), so that their streams end with it.
-func (s *Store) PublishSettled(ctx context.Context, productID string, kind SettledKind, orderIDs ...int64) error {
+func (s *Store) PublishChange(ctx context.Context, productID string, kind ChangeKind, orderIDs ...int64) error {
 	if !kind.valid() {
 		return fmt.Errorf("%w: settled kind %q", ErrInvalid, byte(kind))
 	}
@@ -90,17 +90,17 @@ func (s *Store) PublishSettled(ctx context.Context, productID string, kind Settl
 	if err := checkProduct(productID); err != nil {
 		return err
 	}
-	msg := string(appendSettled(nil, kind, productID, orderIDs))
-	return s.publishSettled(ctx, rueidis.Commands{s.publishCmd(settledKind, productID, msg)})
+	msg := string(appendChange(nil, kind, productID, orderIDs))
+	return s.publishChanges(ctx, rueidis.Commands{s.publishCmd(settledKind, productID, msg)})
 }
 
 // PublishReleased is PublishSettled of KindCancelled: an operator
 // cancelled the orders.
 func (s *Store) PublishReleased(ctx context.Context, productID string, orderIDs ...int64) error {
-	return s.PublishSettled(ctx, productID, KindCancelled, orderIDs...)
+	return s.PublishChange(ctx, productID, KindCancelled, orderIDs...)
 }
 
-func (s *Store) publishSettled(ctx context.Context, cmds rueidis.Commands) error {
+func (s *Store) publishChanges(ctx context.Context, cmds rueidis.Commands) error {
 	if len(cmds) == 0 {
 		return nil
 	}
@@ -116,7 +116,7 @@ func (s *Store) publishSettled(ctx context.Context, cmds rueidis.Commands) error
 	return nil
 }
 
-// SubscribeSettled calls fn with every outcome message of the products fol
+// SubscribeChanges calls fn with every outcome message of the products fol
 // follows until the subscription is stopped or the Store is closed. A
 // message that does not parse goes to malformed instead: the channel is
 // ours, so it is a bug or someone else's traffic. fol.Missed is called each
@@ -124,10 +124,10 @@ func (s *Store) publishSettled(ctx context.Context, cmds rueidis.Commands) error
 // fn and malformed run one at a time and must be quick; parsing allocates
 // nothing once the id buffer has grown. It waits for the channels as
 // SubscribeSoldOut does.
-func (s *Store) SubscribeSettled(ctx context.Context, fol Follow, fn func(Settled), malformed func(msg string)) *Subscription {
+func (s *Store) SubscribeChanges(ctx context.Context, fol Follow, fn func(StateChange), malformed func(msg string)) *Subscription {
 	var ids []int64 // deliveries never overlap (Subscription)
 	return s.subscribe(ctx, &s.settledSubs, settledKind, fol, func(msg string) {
-		st, ok := parseSettled(msg, ids)
+		st, ok := parseChange(msg, ids)
 		ids = st.OrderIDs[:0]
 		if !ok {
 			malformed(msg)
@@ -137,7 +137,7 @@ func (s *Store) SubscribeSettled(ctx context.Context, fol Follow, fn func(Settle
 	})
 }
 
-// appendSettled encodes kind, product and ids as
+// appendChange encodes kind, product and ids as
 //
 //	<kind><product> <first id>,<delta>,<delta>...
 //
@@ -145,7 +145,7 @@ func (s *Store) SubscribeSettled(ctx context.Context, fol Follow, fn func(Settle
 // bits, so a delta is a digit or two where a full id is 19 digits. Text,
 // so that `redis-cli subscribe sk:stored` (on a cluster `redis-cli -c
 // ssubscribe 'sk:{p}:stored'`) stays readable.
-func appendSettled(b []byte, kind SettledKind, product string, ids []int64) []byte {
+func appendChange(b []byte, kind ChangeKind, product string, ids []int64) []byte {
 	ids = slices.Clone(ids) // the caller's slice is not ours to reorder
 	slices.Sort(ids)
 	b = append(b, byte(kind))
@@ -162,13 +162,13 @@ func appendSettled(b []byte, kind SettledKind, product string, ids []int64) []by
 	return b
 }
 
-// parseSettled parses a message; its product is a view of msg and its ids
+// parseChange parses a message; its product is a view of msg and its ids
 // are appended to ids[:0] (returned in OrderIDs even when ok is false, for
 // reuse). Anything malformed is refused whole.
-func parseSettled(msg string, ids []int64) (st Settled, ok bool) {
+func parseChange(msg string, ids []int64) (st StateChange, ok bool) {
 	out := ids[:0]
-	if len(msg) < 4 || !SettledKind(msg[0]).valid() {
-		return Settled{OrderIDs: out}, false
+	if len(msg) < 4 || !ChangeKind(msg[0]).valid() {
+		return StateChange{OrderIDs: out}, false
 	}
 	sp := 1
 	for sp < len(msg) && msg[sp] != ' ' {
@@ -176,7 +176,7 @@ func parseSettled(msg string, ids []int64) (st Settled, ok bool) {
 	}
 	product := msg[1:sp]
 	if sp == len(msg) || !order.ValidProductID(product) {
-		return Settled{OrderIDs: out}, false
+		return StateChange{OrderIDs: out}, false
 	}
 	var id int64
 	for i := sp + 1; i < len(msg); {
@@ -185,31 +185,31 @@ func parseSettled(msg string, ids []int64) (st Settled, ok bool) {
 		for j < len(msg) && msg[j] >= '0' && msg[j] <= '9' {
 			c := int64(msg[j] - '0')
 			if d > (maxID-c)/10 {
-				return Settled{OrderIDs: out}, false
+				return StateChange{OrderIDs: out}, false
 			}
 			d = d*10 + c
 			j++
 		}
 		if j == i || (j < len(msg) && msg[j] != ',') || id > maxID-d {
-			return Settled{OrderIDs: out}, false
+			return StateChange{OrderIDs: out}, false
 		}
 		id += d
 		if id <= 0 {
-			return Settled{OrderIDs: out}, false
+			return StateChange{OrderIDs: out}, false
 		}
 		out = append(out, id)
 		if j < len(msg) {
 			j++ // the comma
 			if j == len(msg) {
-				return Settled{OrderIDs: out}, false
+				return StateChange{OrderIDs: out}, false
 			}
 		}
 		i = j
 	}
 	if len(out) == 0 {
-		return Settled{OrderIDs: out}, false
+		return StateChange{OrderIDs: out}, false
 	}
-	return Settled{ProductID: product, OrderIDs: out, Kind: SettledKind(msg[0])}, true
+	return StateChange{ProductID: product, OrderIDs: out, Kind: ChangeKind(msg[0])}, true
 }
 
 const maxID = int64(^uint64(0) >> 1)
