@@ -49,7 +49,7 @@ type Result struct {
 	Profile        string             `json:"pprof_top,omitempty"`
 	ServerLatency  []RouteLatency     `json:"server_latency,omitempty"`
 	Failover       *FailoverResult    `json:"failover,omitempty"`
-	WaitingRoom    *WaitRoomResult    `json:"waiting_room,omitempty"`
+	WaitingRoom    *RoomResult    `json:"waiting_room,omitempty"`
 	ResultLine     string             `json:"result_line"`
 	OutDir         string             `json:"-"`
 }
@@ -251,7 +251,7 @@ func printReport(w io.Writer, r *Result) {
 		printFailover(w, r.Failover)
 	}
 	if r.WaitingRoom != nil {
-		printWaitRoom(w, r)
+		printRoom(w, r)
 	}
 	if r.Reconcile.Text != "" {
 		fmt.Fprint(w, r.Reconcile.Text)

@@ -132,7 +132,7 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 		run = runFailover
 	}
 	if sc.WaitingRoom != nil {
-		run = runWaitingRoom
+		run = runRoom
 	}
 	res, err := run(ctx, root, sc, f, stderr)
 	if err != nil {

@@ -62,7 +62,7 @@ type Scenario struct {
 	// WaitingRoom runs one sale behind the edge's waiting room on several
 	// edges (waitingroom.go); its shoppers' steps are fixed (join, poll,
 	// token, do), so steps is not read.
-	WaitingRoom *WaitingRoom `yaml:"waiting_room"`
+	WaitingRoom *Room `yaml:"waiting_room"`
 
 	// Quick is the -quick run's overrides, as -set key=value pairs
 	// (applied before any -set).
@@ -372,7 +372,7 @@ func (sc *Scenario) validate() field.Errors {
 		}
 	}
 	sc.validateFleet(&errs)
-	sc.validateWaitingRoom(&errs)
+	sc.validateRoom(&errs)
 	return errs
 }
 

@@ -23,9 +23,9 @@ type ActivityConfig struct {
 	// start ("+30s"), which keeps demo configs valid whenever they run.
 	Start string `yaml:"start" json:"start"`
 	End   string `yaml:"end" json:"end"`
-	// WaitingRoom, when enabled, puts shoppers in a queue before they may
+	// Room, when enabled, puts shoppers in a queue before they may
 	// buy (sale/waitroom).
-	WaitingRoom WaitingRoomConfig `yaml:"waiting_room" json:"waiting_room"`
+	Room RoomConfig `yaml:"waiting_room" json:"waiting_room"`
 	// PayTimeout is this sale's time to pay (orders.pay_timeout when
 	// absent; 0 = no deadline for this sale). The admin API takes it as
 	// "payTimeout": "15m".
@@ -86,10 +86,10 @@ func validateActivities(errs *field.Errors, list []ActivityConfig, orderTTL time
 	}
 }
 
-// WaitingRoomConfig is an activity's `waiting_room:`: shoppers join a queue
+// RoomConfig is an activity's `waiting_room:`: shoppers join a queue
 // and are let in to buy at a set rate (package sale/waitroom). Zero values
 // take the defaults of waitroom.Build.
-type WaitingRoomConfig struct {
+type RoomConfig struct {
 	Enabled bool `yaml:"enabled"`
 	// PrequeueOpens is how long before the sale's start the queue opens;
 	// who joins before the start is placed by the lottery at the start.
@@ -102,29 +102,29 @@ type WaitingRoomConfig struct {
 	Session time.Duration `yaml:"session"`
 	// Order is lottery_then_fifo (default) or fifo.
 	Order     string               `yaml:"order"`
-	Challenge WaitingRoomChallenge `yaml:"challenge"`
+	Challenge RoomChallenge `yaml:"challenge"`
 }
 
-// WaitingRoomChallenge is the proof of work asked at joining.
-type WaitingRoomChallenge struct {
+// RoomChallenge is the proof of work asked at joining.
+type RoomChallenge struct {
 	// Difficulty is the leading zero bits of SHA-256 (0: no challenge).
 	Difficulty int `yaml:"difficulty" json:"difficulty"`
 }
 
-// waitingRoomJSON is the admin API's form: durations as strings ("10m").
-type waitingRoomJSON struct {
+// roomJSON is the admin API's form: durations as strings ("10m").
+type roomJSON struct {
 	Enabled        bool                 `json:"enabled"`
 	PrequeueOpens  string               `json:"prequeue_opens,omitempty"`
 	AdmitPerMinute int                  `json:"admit_per_minute"`
 	MaxActive      int                  `json:"max_active"`
 	Session        string               `json:"session,omitempty"`
 	Order          string               `json:"order,omitempty"`
-	Challenge      WaitingRoomChallenge `json:"challenge"`
+	Challenge      RoomChallenge `json:"challenge"`
 }
 
 // MarshalJSON writes the durations as Go duration strings.
-func (w WaitingRoomConfig) MarshalJSON() ([]byte, error) {
-	j := waitingRoomJSON{Enabled: w.Enabled, AdmitPerMinute: w.AdmitPerMinute, MaxActive: w.MaxActive,
+func (w RoomConfig) MarshalJSON() ([]byte, error) {
+	j := roomJSON{Enabled: w.Enabled, AdmitPerMinute: w.AdmitPerMinute, MaxActive: w.MaxActive,
 		Order: w.Order, Challenge: w.Challenge}
 	if w.PrequeueOpens != 0 {
 		j.PrequeueOpens = w.PrequeueOpens.String()
@@ -137,12 +137,12 @@ func (w WaitingRoomConfig) MarshalJSON() ([]byte, error) {
 
 // UnmarshalJSON reads durations as strings such as "10m"; an error names
 // the field.
-func (w *WaitingRoomConfig) UnmarshalJSON(b []byte) error {
-	var j waitingRoomJSON
+func (w *RoomConfig) UnmarshalJSON(b []byte) error {
+	var j roomJSON
 	if err := json.Unmarshal(b, &j); err != nil {
 		return err
 	}
-	*w = WaitingRoomConfig{Enabled: j.Enabled, AdmitPerMinute: j.AdmitPerMinute, MaxActive: j.MaxActive,
+	*w = RoomConfig{Enabled: j.Enabled, AdmitPerMinute: j.AdmitPerMinute, MaxActive: j.MaxActive,
 		Order: j.Order, Challenge: j.Challenge}
 	var err error
 	if j.PrequeueOpens != "" {

@@ -26,7 +26,7 @@ func (s *Server) handleAdminSale(ctx *fasthttp.RequestCtx, path string) bool {
 	defer cancel()
 	switch path {
 	case "/admin/waitroom":
-		s.adminWaitroom(ctx, actx)
+		s.adminRoom(ctx, actx)
 	case "/admin/waitroom/lottery":
 		if !ctx.IsGet() {
 			api.MethodNotAllowed.Write(ctx)
@@ -193,10 +193,10 @@ func decodeAdmin(ctx *fasthttp.RequestCtx, v any) bool {
 	return true
 }
 
-// adminWaitroom: GET lists the sales' waiting rooms; POST {"productId",
+// adminRoom: GET lists the sales' waiting rooms; POST {"productId",
 // "action": pause|resume|close|open|rate, "admitPerMinute"} changes one,
 // live on every edge.
-func (s *Server) adminWaitroom(ctx *fasthttp.RequestCtx, actx context.Context) {
+func (s *Server) adminRoom(ctx *fasthttp.RequestCtx, actx context.Context) {
 	if ctx.IsGet() {
 		rows, err := s.sale.Rooms(actx)
 		if err != nil {
@@ -224,11 +224,11 @@ func (s *Server) adminWaitroom(ctx *fasthttp.RequestCtx, actx context.Context) {
 	case "pause", "resume", "close", "open":
 	case "rate":
 		if req.AdmitPerMinute < 1 || req.AdmitPerMinute > 10_000_000 {
-			api.AdminWaitroomUsage.Write(ctx)
+			api.AdminRoomUsage.Write(ctx)
 			return
 		}
 	default:
-		api.AdminWaitroomUsage.Write(ctx)
+		api.AdminRoomUsage.Write(ctx)
 		return
 	}
 	s.audit(ctx, "waitroom", "product", req.ProductID, "action", req.Action, "admit_per_minute", req.AdmitPerMinute)

@@ -42,7 +42,7 @@ type roomRig struct {
 
 const roomProduct = "wr1"
 
-func newRoomRig(t testing.TB, addr string, edges int, wr conf.WaitingRoomConfig) *roomRig {
+func newRoomRig(t testing.TB, addr string, edges int, wr conf.RoomConfig) *roomRig {
 	t.Helper()
 	r := &roomRig{t: t}
 	base := time.Now().Truncate(time.Second)
@@ -57,7 +57,7 @@ func newRoomRig(t testing.TB, addr string, edges int, wr conf.WaitingRoomConfig)
 	wr.Enabled = true
 	ac := conf.ActivityConfig{ProductID: roomProduct, Name: "room", Price: "1.00", Stock: 100, Limit: 1,
 		Start: time.UnixMilli(r.start).UTC().Format(time.RFC3339), End: time.UnixMilli(r.start + 3600_000).UTC().Format(time.RFC3339),
-		WaitingRoom: wr}
+		Room: wr}
 	a, errs := catalog.Build(ac, base)
 	if len(errs) > 0 {
 		t.Fatal(errs)
@@ -205,7 +205,7 @@ func servers(t *testing.T, f func(t *testing.T, addr string)) {
 // edges drawing at once draw the same.
 func TestRoomLotteryAndFIFO(t *testing.T) {
 	servers(t, func(t *testing.T, addr string) {
-		r := newRoomRig(t, addr, 2, conf.WaitingRoomConfig{AdmitPerMinute: 60})
+		r := newRoomRig(t, addr, 2, conf.RoomConfig{AdmitPerMinute: 60})
 		r.tend()
 		lot := r.call(0, api.EndpointLottery, "", roomProduct, "", nil)
 		commit := lot.str("commit")
@@ -302,7 +302,7 @@ func TestRoomLotteryAndFIFO(t *testing.T) {
 // session ends; the operator's pause, rate and close act on every edge.
 func TestRoomAdmission(t *testing.T) {
 	servers(t, func(t *testing.T, addr string) {
-		r := newRoomRig(t, addr, 2, conf.WaitingRoomConfig{AdmitPerMinute: 60, Order: "fifo", MaxActive: 2, Session: 10 * time.Second})
+		r := newRoomRig(t, addr, 2, conf.RoomConfig{AdmitPerMinute: 60, Order: "fifo", MaxActive: 2, Session: 10 * time.Second})
 		r.nowMs.Store(r.start + 1)
 		r.tend()
 		var tickets []string
@@ -391,7 +391,7 @@ func TestRoomAdmission(t *testing.T) {
 // with its code, and the room's keys are exactly as before.
 func TestRoomRefusals(t *testing.T) {
 	addr := redistest.Start(t)
-	r := newRoomRig(t, addr, 1, conf.WaitingRoomConfig{AdmitPerMinute: 60, Challenge: conf.WaitingRoomChallenge{Difficulty: 8}})
+	r := newRoomRig(t, addr, 1, conf.RoomConfig{AdmitPerMinute: 60, Challenge: conf.RoomChallenge{Difficulty: 8}})
 	ch := r.call(0, api.EndpointChallenge, "b1", roomProduct, "", nil)
 	if ch.code != 200 || ch.num("difficulty") != 8 {
 		t.Fatalf("challenge: %s", ch.raw)
@@ -477,7 +477,7 @@ func solve(t *testing.T, challenge string, bits int) string {
 // no Redis command, no allocation.
 func TestRoomRefusalFromMemory(t *testing.T) {
 	addr := redistest.Start(t)
-	r := newRoomRig(t, addr, 1, conf.WaitingRoomConfig{AdmitPerMinute: 1, Order: "fifo"})
+	r := newRoomRig(t, addr, 1, conf.RoomConfig{AdmitPerMinute: 1, Order: "fifo"})
 	r.nowMs.Store(r.start + 1)
 	r.tend()
 	for i := 0; i < 5; i++ {
@@ -539,7 +539,7 @@ func TestRoomRefusalFromMemory(t *testing.T) {
 // out.
 func TestRoomSoldOutAndWindow(t *testing.T) {
 	addr := redistest.Start(t)
-	r := newRoomRig(t, addr, 2, conf.WaitingRoomConfig{PrequeueOpens: 20 * time.Second})
+	r := newRoomRig(t, addr, 2, conf.RoomConfig{PrequeueOpens: 20 * time.Second})
 	if a := r.call(0, api.EndpointJoin, "d1", roomProduct, "", nil); a.code != 403 || a.str("code") != "NOT_STARTED" {
 		t.Fatalf("join before the queue opens: %s", a.raw)
 	}
@@ -569,13 +569,13 @@ func TestRoomConfigJSON(t *testing.T) {
 	if err := json.Unmarshal([]byte(js), &c); err != nil {
 		t.Fatal(err)
 	}
-	w := c.WaitingRoom
+	w := c.Room
 	if !w.Enabled || w.PrequeueOpens != 10*time.Minute || w.Session != 5*time.Minute || w.Order != "fifo" || w.Challenge.Difficulty != 12 {
 		t.Fatalf("%+v", w)
 	}
 	out, _ := json.Marshal(c)
 	var back conf.ActivityConfig
-	if err := json.Unmarshal(out, &back); err != nil || back.WaitingRoom != w {
+	if err := json.Unmarshal(out, &back); err != nil || back.Room != w {
 		t.Fatalf("round trip: %s %v", out, err)
 	}
 	err := json.Unmarshal([]byte(`{"waiting_room":{"enabled":true,"session":"five"}}`), &c)
@@ -592,10 +592,10 @@ func TestRoomConfigJSON(t *testing.T) {
 func BenchmarkRoomToken(b *testing.B) {
 	for _, c := range []struct {
 		name string
-		cfg  conf.WaitingRoomConfig
+		cfg  conf.RoomConfig
 	}{
-		{"memory", conf.WaitingRoomConfig{AdmitPerMinute: 1, Order: "fifo"}},
-		{"redis", conf.WaitingRoomConfig{AdmitPerMinute: 10_000_000, Order: "fifo", MaxActive: 1}},
+		{"memory", conf.RoomConfig{AdmitPerMinute: 1, Order: "fifo"}},
+		{"redis", conf.RoomConfig{AdmitPerMinute: 10_000_000, Order: "fifo", MaxActive: 1}},
 	} {
 		b.Run(c.name, func(b *testing.B) {
 			r := newRoomRig(b, redistest.Start(b), 1, c.cfg)
@@ -628,7 +628,7 @@ func BenchmarkRoomToken(b *testing.B) {
 // seat goes to the next in line.
 func TestRoomBuyFreesSeat(t *testing.T) {
 	addr := redistest.Start(t)
-	r := newRoomRig(t, addr, 1, conf.WaitingRoomConfig{AdmitPerMinute: 6000, Order: "fifo", MaxActive: 1})
+	r := newRoomRig(t, addr, 1, conf.RoomConfig{AdmitPerMinute: 6000, Order: "fifo", MaxActive: 1})
 	r.nowMs.Store(r.start + 1)
 	r.tend()
 	t1, t2 := r.join(0, "e1").cookie, r.join(0, "e2").cookie

@@ -36,7 +36,7 @@ func Build(c conf.ActivityConfig, base time.Time) (*Sale, field.Errors) {
 		return nil, errs
 	}
 	errs = a.Validate()
-	rm, rerrs := room.Build(c.WaitingRoom, a.StartMs)
+	rm, rerrs := room.Build(c.Room, a.StartMs)
 	errs = append(errs, rerrs...)
 	a.Room = rm
 	return a, errs

@@ -49,7 +49,7 @@ import (
 //
 // Verify is stateless: it accepts a solved challenge any number of times
 // until it expires. A challenge is spent by the join it was sent with: the
-// join script (orders/stock/lua/wr_join.lua), in the same round trip as the
+// join script (orders/stock/lua/room_join.lua), in the same round trip as the
 // join, must
 //
 //	SET sk:{<product>}:wr:c:<ChallengeID(challenge)> 1 NX PXAT <ChallengeExpiresMs(challenge)>

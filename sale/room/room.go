@@ -51,7 +51,7 @@ func (r *Room) Lottery() bool { return r.Order == LotteryThenFIFO }
 
 // Build checks c and returns the room of a sale starting at startMs, or nil
 // when the room is off. Errors name the field under waiting_room.
-func Build(c conf.WaitingRoomConfig, startMs int64) (*Room, field.Errors) {
+func Build(c conf.RoomConfig, startMs int64) (*Room, field.Errors) {
 	var errs field.Errors
 	if !c.Enabled {
 		return nil, nil

@@ -13,24 +13,24 @@ import (
 )
 
 func TestBuild(t *testing.T) {
-	if r, errs := Build(conf.WaitingRoomConfig{}, 1000); r != nil || errs != nil {
+	if r, errs := Build(conf.RoomConfig{}, 1000); r != nil || errs != nil {
 		t.Fatalf("off: %v %v", r, errs)
 	}
-	r, errs := Build(conf.WaitingRoomConfig{Enabled: true}, 1_000_000)
+	r, errs := Build(conf.RoomConfig{Enabled: true}, 1_000_000)
 	if len(errs) > 0 || r.OpensMs != 1_000_000-DefaultPrequeueOpens.Milliseconds() || r.AdmitPerMinute != DefaultAdmitPerMinute ||
 		r.SessionMs != DefaultSession.Milliseconds() || !r.Lottery() || r.Difficulty != 0 {
 		t.Fatalf("defaults: %+v %v", r, errs)
 	}
 	for _, c := range []struct {
-		cfg   conf.WaitingRoomConfig
+		cfg   conf.RoomConfig
 		field string
 	}{
-		{conf.WaitingRoomConfig{PrequeueOpens: -time.Second}, "waiting_room.prequeue_opens"},
-		{conf.WaitingRoomConfig{AdmitPerMinute: -1}, "waiting_room.admit_per_minute"},
-		{conf.WaitingRoomConfig{MaxActive: -1}, "waiting_room.max_active"},
-		{conf.WaitingRoomConfig{Session: time.Millisecond}, "waiting_room.session"},
-		{conf.WaitingRoomConfig{Order: "random"}, "waiting_room.order"},
-		{conf.WaitingRoomConfig{Challenge: conf.WaitingRoomChallenge{Difficulty: 40}}, "waiting_room.challenge.difficulty"},
+		{conf.RoomConfig{PrequeueOpens: -time.Second}, "waiting_room.prequeue_opens"},
+		{conf.RoomConfig{AdmitPerMinute: -1}, "waiting_room.admit_per_minute"},
+		{conf.RoomConfig{MaxActive: -1}, "waiting_room.max_active"},
+		{conf.RoomConfig{Session: time.Millisecond}, "waiting_room.session"},
+		{conf.RoomConfig{Order: "random"}, "waiting_room.order"},
+		{conf.RoomConfig{Challenge: conf.RoomChallenge{Difficulty: 40}}, "waiting_room.challenge.difficulty"},
 	} {
 		c.cfg.Enabled = true
 		r, errs := Build(c.cfg, 1000)

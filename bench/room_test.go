@@ -76,7 +76,7 @@ func TestWaitingRoomScenarioErrors(t *testing.T) {
 
 // testRun is a played run made up: 2 edges, 600/min, opened at opens.
 func testRun(opens time.Time) *wrRun {
-	sc := &Scenario{Products: 1, Stock: 100, WaitingRoom: &WaitingRoom{Edges: 2, PreJoins: 1000, AdmitPerMinute: 600,
+	sc := &Scenario{Products: 1, Stock: 100, WaitingRoom: &Room{Edges: 2, PreJoins: 1000, AdmitPerMinute: 600,
 		RateSkip: 2 * time.Second, RateWindow: 30 * time.Second}}
 	return &wrRun{sc: sc, w: sc.WaitingRoom, product: "p1", addrs: []string{"a", "b"}, opens: opens}
 }
@@ -116,7 +116,7 @@ func TestWaitingRoomFigures(t *testing.T) {
 	for k := range 20 {
 		r.shoppers = append(r.shoppers, wrShopper{idx: 1000 + k, edge: k % 2, joinStatus: "waiting", position: int64(1001 + k), outcome: "closed"})
 	}
-	wr := &WaitRoomResult{JoinStatuses: map[string]int{}, Outcomes: map[string]int{}, EarlyAnswers: map[string]int{}}
+	wr := &RoomResult{JoinStatuses: map[string]int{}, Outcomes: map[string]int{}, EarlyAnswers: map[string]int{}}
 	r.figures(wr, samples[:])
 	near(t, "edge 1 admission deviation", wr.AdminRate[0].DevPct, 0, 0.01)
 	near(t, "edge 2 admission deviation", wr.AdminRate[1].DevPct, -5, 0.01)

@@ -8,7 +8,7 @@
 -- 7 challenge (1/0), 8 lottery (1/0), 9 the challenge's expiry ms (its
 -- single use is remembered until then; afterwards it is refused as expired),
 -- 10 max active, 11 session ms, 12 the configured rate per minute
--- Returns {result, ticket id, then place()'s answer (wr_place_fn.lua, which
+-- Returns {result, ticket id, then place()'s answer (room_place_fn.lua, which
 -- Go prepends)}: result 1 joined now, 0 joined before (the same place;
 -- nothing changed), -1 the queue is closed, -2 the challenge was used
 -- before (these two alone). The place is answered in the same call, so a

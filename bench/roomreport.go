@@ -54,8 +54,8 @@ func (r *Result) waitRoomLine() string {
 	return b.String()
 }
 
-// printWaitRoom writes the room's figures.
-func printWaitRoom(w io.Writer, r *Result) {
+// printRoom writes the room's figures.
+func printRoom(w io.Writer, r *Result) {
 	wr := r.WaitingRoom
 	fmt.Fprintf(w, "waiting room: %d edges on %s; %d shoppers (%d in the pre-queue, %d after the opening at %s); admission %d/min\n",
 		wr.Edges, wr.Redis, wr.Shoppers, wr.PreJoins, wr.PostJoins, wr.OpensAt, wr.AdmitPerMinute)

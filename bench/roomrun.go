@@ -66,8 +66,8 @@ type wrAnswer struct {
 	OrderID         string `json:"orderId"`
 }
 
-// WaitRoomResult is what the waitingroom scenario adds to a run's result.
-type WaitRoomResult struct {
+// RoomResult is what the waitingroom scenario adds to a run's result.
+type RoomResult struct {
 	Edges          int            `json:"edges"`
 	Redis          string         `json:"redis"`
 	Shoppers       int            `json:"shoppers"`
@@ -156,7 +156,7 @@ type Lottery struct {
 // wrRun is one play of the scenario.
 type wrRun struct {
 	sc       *Scenario
-	w        *WaitingRoom
+	w        *Room
 	product  string
 	addrs    []string
 	admins   []string
@@ -170,10 +170,10 @@ type wrRun struct {
 	inflight                                    atomic.Int64
 }
 
-// runWaitingRoom is runScenario for a scenario with a waiting_room:
+// runRoom is runScenario for a scenario with a waiting_room:
 // section: its edges on one standalone redis-server, the room's sale, its
 // shoppers, and the room's figures.
-func runWaitingRoom(ctx context.Context, root string, sc *Scenario, f runFlags, stderr io.Writer) (*Result, error) {
+func runRoom(ctx context.Context, root string, sc *Scenario, f runFlags, stderr io.Writer) (*Result, error) {
 	switch {
 	case f.target != "":
 		return nil, errors.New("the waitingroom scenario starts its own Redis and edges: leave -target out")
@@ -197,7 +197,7 @@ func runWaitingRoom(ctx context.Context, root string, sc *Scenario, f runFlags, 
 	res := &Result{Scenario: sc.Name, Description: sc.Description, Started: time.Now().UTC(), Config: sc,
 		Machine: machineInfo(), GoVersion: runtime.Version(), Commit: proxyCommit(root, f.proxyRev),
 		EdgeGoMaxProcs: f.gomaxprocs, Kafka: f.kafka, Consumer: f.consumer, ClickHouse: f.clickhouse}
-	wr := &WaitRoomResult{Edges: w.Edges, Redis: "one standalone redis-server", Shoppers: w.shoppers(), PreJoins: w.PreJoins,
+	wr := &RoomResult{Edges: w.Edges, Redis: "one standalone redis-server", Shoppers: w.shoppers(), PreJoins: w.PreJoins,
 		PostJoins: w.PostJoins, AdmitPerMinute: w.AdmitPerMinute, Stock: sc.Stock,
 		JoinStatuses: map[string]int{}, Outcomes: map[string]int{}, EarlyAnswers: map[string]int{}}
 	res.WaitingRoom = wr
@@ -277,7 +277,7 @@ func runWaitingRoom(ctx context.Context, root string, sc *Scenario, f runFlags, 
 	for _, wt := range watches {
 		wt.Reset()
 	}
-	fmt.Fprintf(progress, "bench: %s: %s\n", sc.Name, describeWaitingRoom(sc))
+	fmt.Fprintf(progress, "bench: %s: %s\n", sc.Name, describeRoom(sc))
 
 	// Hard end: everyone admitted at the configured rate, plus drain.
 	hardEnd := opens.Add(w.PostOver + w.admissionLasts() + sc.Drain)
@@ -587,7 +587,7 @@ func (r *wrRun) sampleAdmin(ctx context.Context, admin string, interval time.Dur
 
 // figures fills in the room's figures from the shoppers' journeys and the
 // admin samples.
-func (r *wrRun) figures(wr *WaitRoomResult, samples [][]AdmitSample) {
+func (r *wrRun) figures(wr *RoomResult, samples [][]AdmitSample) {
 	w := r.w
 	wr.Samples, wr.AdminRate, wr.FrontRate, wr.MaxDevPct = samples, nil, nil, nil
 	worst, known := 0.0, len(samples) > 0

@@ -1,6 +1,6 @@
 -- place(): a shopper's place in a sale's waiting room, admitting them if
--- the line has reached it; shared by wr_place.lua (the status poll and the
--- purchase-token call) and wr_join.lua (the join answers the place at once).
+-- the line has reached it; shared by room_place.lua (the status poll and the
+-- purchase-token call) and room_join.lua (the join answers the place at once).
 -- Go prepends this file to both scripts (waitroom.go).
 -- kRoom sk:{p}:wr, kUser sk:{p}:wr:u:<user>, kRank sk:{p}:wr:rank,
 -- kActive sk:{p}:wr:active; a: now ms, the ticket id the shopper holds ("":

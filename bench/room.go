@@ -17,8 +17,8 @@ import (
 // and the fairness of the pre-queue's lottery (waitingroomrun.go,
 // waitingroomstats.go).
 
-// WaitingRoom is the waitingroom scenario's section.
-type WaitingRoom struct {
+// Room is the waitingroom scenario's section.
+type Room struct {
 	Edges          int           `yaml:"edges"`            // edges on the one Redis (default 2)
 	PreJoins       int           `yaml:"pre_joins"`        // shoppers joining the pre-queue ...
 	PreOver        time.Duration `yaml:"pre_over"`         // ... spread evenly over its last this long
@@ -42,7 +42,7 @@ type WaitingRoom struct {
 	Startup time.Duration `yaml:"startup"`
 }
 
-func (sc *Scenario) validateWaitingRoom(errs *field.Errors) {
+func (sc *Scenario) validateRoom(errs *field.Errors) {
 	w := sc.WaitingRoom
 	if w == nil {
 		return
@@ -120,15 +120,15 @@ func (sc *Scenario) validateWaitingRoom(errs *field.Errors) {
 }
 
 // shoppers is how many join in all.
-func (w *WaitingRoom) shoppers() int { return w.PreJoins + w.PostJoins }
+func (w *Room) shoppers() int { return w.PreJoins + w.PostJoins }
 
 // admissionLasts is how long admitting every shopper takes at the
 // configured rate.
-func (w *WaitingRoom) admissionLasts() time.Duration {
+func (w *Room) admissionLasts() time.Duration {
 	return time.Duration(float64(w.shoppers()) / float64(w.AdmitPerMinute) * float64(time.Minute))
 }
 
-func describeWaitingRoom(sc *Scenario) string {
+func describeRoom(sc *Scenario) string {
 	w := sc.WaitingRoom
 	return fmt.Sprintf("%d edges on one Redis; %d shoppers join the pre-queue over its last %v, %d more over %v after the opening; polling every %v-%v; admission %d/min (all admitted in %v), %s; stock %d",
 		w.Edges, w.PreJoins, w.PreOver, w.PostJoins, w.PostOver, w.PollMin, w.PollMax, w.AdmitPerMinute,

@@ -32,21 +32,21 @@ import (
 // All of them expire with the sale (RoomKeys.ExpireAtMs). They are not part
 // of the embedded server's snapshot: a restarted demo forgets its queue.
 var (
-	// place() of wr_place_fn.lua is prepended to the two scripts that
+	// place() of room_place_fn.lua is prepended to the two scripts that
 	// answer a place, so the rule is written once.
-	//go:embed lua/wr_place_fn.lua
+	//go:embed lua/room_place_fn.lua
 	wrPlaceFnLua string
-	//go:embed lua/wr_join.lua
+	//go:embed lua/room_join.lua
 	wrJoinLua string
-	//go:embed lua/wr_place.lua
+	//go:embed lua/room_place.lua
 	wrPlaceLua string
-	//go:embed lua/wr_freeze.lua
+	//go:embed lua/room_freeze.lua
 	wrFreezeLua string
-	//go:embed lua/wr_key.lua
+	//go:embed lua/room_key.lua
 	wrKeyLua string
-	//go:embed lua/wr_admin.lua
+	//go:embed lua/room_admin.lua
 	wrAdminLua string
-	//go:embed lua/wr_finish.lua
+	//go:embed lua/room_finish.lua
 	wrFinishLua string
 
 	wrJoinScript   = rueidis.NewLuaScript(wrPlaceFnLua + wrJoinLua)
@@ -232,7 +232,7 @@ func (s *Store) RoomPlace(ctx context.Context, r RoomSale, q PlaceAsk) (RoomPlac
 	return p, nil
 }
 
-// placeOf reads place()'s answer (lua/wr_place_fn.lua).
+// placeOf reads place()'s answer (lua/room_place_fn.lua).
 func placeOf(vals []rueidis.RedisMessage) (RoomPlace, error) {
 	var n [14]int64
 	var err error
