@@ -41,7 +41,7 @@ func TestTextFormat(t *testing.T) {
 	}
 }
 
-func TestObserveAllocatesNothing(t *testing.T) {
+func TestObserveAllocs(t *testing.T) {
 	h := NewHistogram(LatencyBuckets)
 	var c Counter
 	if n := testing.AllocsPerRun(1000, func() { h.Observe(3 * time.Millisecond); c.Inc() }); n != 0 {

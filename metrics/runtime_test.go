@@ -109,10 +109,10 @@ func TestRuntimeAndProcessFamilies(t *testing.T) {
 	_ = sink
 }
 
-// TestCollectingAllocatesNothing: writing samples (values with labels,
+// TestCollectingAllocs: writing samples (values with labels,
 // histograms) and collecting the runtime and process families allocate
 // nothing, so a scrape every few seconds adds no garbage per series.
-func TestCollectingAllocatesNothing(t *testing.T) {
+func TestCollectingAllocs(t *testing.T) {
 	var r Registry
 	RegisterRuntime(&r, ReadBuild("v1"))
 	h := NewHistogram(LatencyBuckets)

@@ -49,10 +49,10 @@ activities:
   - {product_id: p1, name: "Flash Sneaker", price: "99.00", stock: 100, limit: 1, start: "+0s", end: "+1h"}
 `
 
-// TestHotPathsAllocateNothing drives Handle directly: the status poll and a
+// TestHotPathsAllocs drives Handle directly: the status poll and a
 // purchase attempt for a sold-out product (the two answers a flash sale
 // gives millions of times) must not allocate.
-func TestHotPathsAllocateNothing(t *testing.T) {
+func TestHotPathsAllocs(t *testing.T) {
 	e, jwt := soldOutEdge(t, allocEdgeChain)
 
 	cases := []struct{ name, method, uri, body string }{

@@ -45,6 +45,9 @@ func TestSaleRoutes(t *testing.T) {
 			t.Errorf("GET %s: %s (status %d, %s), want %s", tc.path, got, ctx.Response.StatusCode(), ct, tc.want)
 		}
 	}
+}
+
+func TestClassifyAllocs(t *testing.T) {
 	p, q := []byte("/seckill/_static/app.js"), []byte("/seckill/sku-1")
 	if n := testing.AllocsPerRun(100, func() { classify(p); classify(q) }); n != 0 {
 		t.Fatalf("classify allocates %v times", n)

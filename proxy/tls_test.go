@@ -494,9 +494,9 @@ func TestTLSBadReloadKeepsCertificates(t *testing.T) {
 	serving(v2.Serial)
 }
 
-// TestWriteHSTSAllocatesNothing: the header is written on every HTTPS
+// TestWriteHSTSAllocs: the header is written on every HTTPS
 // answer, purchases included.
-func TestWriteHSTSAllocatesNothing(t *testing.T) {
+func TestWriteHSTSAllocs(t *testing.T) {
 	var h fasthttp.ResponseHeader
 	v := []byte("max-age=600")
 	writeHSTS(&h, v)

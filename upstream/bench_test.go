@@ -69,10 +69,10 @@ func TestServeAllocs(t *testing.T) {
 	}
 }
 
-// TestServeAllocsFiltering: a request full of what Serve removes (names
+// TestServeFilteringAllocs: a request full of what Serve removes (names
 // nginx drops, Proxy, the forwarding headers of an untrusted client) or
 // keeps from a trusted proxy costs no allocation either.
-func TestServeAllocsFiltering(t *testing.T) {
+func TestServeFilteringAllocs(t *testing.T) {
 	if raceEnabled {
 		t.Skip("allocation counts are meaningless under -race")
 	}

@@ -79,7 +79,7 @@ func TestFlightsConcurrent(t *testing.T) {
 	}
 }
 
-func TestFlightsEnterLeaveAllocatesNothing(t *testing.T) {
+func TestFlightsEnterLeaveAllocs(t *testing.T) {
 	f := NewFlights()
 	if n := testing.AllocsPerRun(1000, func() { f.Enter().Leave() }); n != 0 {
 		t.Fatalf("Enter/Leave allocates %v", n)

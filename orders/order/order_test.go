@@ -52,7 +52,7 @@ func TestValidate(t *testing.T) {
 	}
 }
 
-func TestValidateDoesNotAllocate(t *testing.T) {
+func TestValidateAllocs(t *testing.T) {
 	o := Order{ID: 42, ProductID: "p1", UserID: "alice", Qty: 2, PriceCents: 9900, CreatedMs: 1796038487397, Edge: 3}
 	if n := testing.AllocsPerRun(100, func() { _ = o.Validate() }); n != 0 {
 		t.Fatalf("Validate allocates %v times", n)

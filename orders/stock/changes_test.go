@@ -6,7 +6,7 @@ import (
 	"testing"
 )
 
-func TestSettledRoundTrip(t *testing.T) {
+func TestChangeRoundTrip(t *testing.T) {
 	base := int64(7_340_032_123_456_789_012 >> 1)
 	for _, tc := range []struct {
 		name string
@@ -37,7 +37,7 @@ func TestSettledRoundTrip(t *testing.T) {
 
 // A batch of 500 ids issued within a few milliseconds by one node costs a
 // few bytes per order, not 20.
-func TestSettledIsCompact(t *testing.T) {
+func TestChangeIsCompact(t *testing.T) {
 	ids := make([]int64, 500)
 	for i := range ids {
 		ids[i] = (int64(123456789+i/200) << 22) | 5<<12 | int64(i%200)
@@ -48,7 +48,7 @@ func TestSettledIsCompact(t *testing.T) {
 	}
 }
 
-func TestSettledRejectsMalformed(t *testing.T) {
+func TestChangeRejectsMalformed(t *testing.T) {
 	for _, msg := range []string{
 		"", "S", "Shot", "Shot ", "Xhot 1", "S 1", "S{p} 1", "Shot 1,", "Shot ,1", "Shot 1,,2",
 		"Shot 0", "Shot -1", "Shot 1 2", "Shot 1,a", "Shot 99999999999999999999",
@@ -62,7 +62,7 @@ func TestSettledRejectsMalformed(t *testing.T) {
 
 // Every edge parses every message on the channel: once its id buffer has
 // grown, parsing allocates nothing.
-func TestSettledParseDoesNotAllocate(t *testing.T) {
+func TestChangeParseAllocs(t *testing.T) {
 	ids := make([]int64, 500)
 	for i := range ids {
 		ids[i] = int64(5000 + i)

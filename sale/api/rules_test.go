@@ -78,7 +78,7 @@ func TestChecksRecordWhatPassed(t *testing.T) {
 
 // CheckToken is ptoken.Check's allocations, tested there (pooled, so not
 // under the race detector) and in the filters' chain.
-func TestChecksAllocateNothing(t *testing.T) {
+func TestChecksAllocs(t *testing.T) {
 	now := time.Now()
 	reg := catalog.NewRegistry()
 	reg.Put(&catalog.Sale{ProductID: "p", Limit: 2, StartMs: now.Add(-time.Hour).UnixMilli(), EndMs: now.Add(time.Hour).UnixMilli()})

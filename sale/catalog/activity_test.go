@@ -107,6 +107,14 @@ func TestStatusJSONAndStateSurvivesReplace(t *testing.T) {
 	if s := string(e2.AppendStatus(nil, 1)); strings.Contains(s, "<script>") {
 		t.Fatalf("unescaped: %s", s)
 	}
+}
+
+func TestAppendStatusAllocs(t *testing.T) {
+	r := NewRegistry()
+	r.Put(&Sale{ProductID: "p1", Name: "New", PriceCents: 1, Stock: 100, Limit: 1, EndMs: 1 << 50})
+	e, _ := r.Get([]byte("p1"))
+	e.SetRemaining(0)
+	buf := e.AppendStatus(nil, 1)
 	if n := testing.AllocsPerRun(100, func() { buf = e.AppendStatus(buf[:0], 1) }); n != 0 {
 		t.Fatalf("AppendStatus allocs %v", n)
 	}
