@@ -18,8 +18,6 @@ import (
 // was lost reads older than it is and is merely written again. Its calls are
 // bounded by ctx alone.
 
-const catalogVersionKey = "sk:catalog:ver"
-
 // CatalogEntry is one product's entry: the activity document and its
 // version (0: written before entries had versions, or its version was
 // lost).

@@ -446,9 +446,7 @@ func (b *batch) build(p *product, s *Store) {
 	b.buf, b.spans, b.buckets = b.buf[:0], b.spans[:0], b.buckets[:0]
 	for _, c := range b.send {
 		a := &c.a
-		b.str(p.prefix, "u:", a.UserID)
-		b.num(p.prefix, "o:", a.ID)
-		b.str(p.prefix, "t:", a.TokenNonceHex)
+		b.attemptKeys(p, a)
 		b.str("", "", a.UserID)
 		b.num("", "", int64(a.Qty))
 		b.num("", "", int64(a.Limit))
@@ -467,7 +465,7 @@ func (b *batch) build(p *product, s *Store) {
 		b.num("", "", int64(j+1))
 	}
 	for _, m := range b.buckets {
-		b.num(p.prefix, "tk:", m)
+		b.tokenBucketKey(p, m)
 	}
 	n := len(b.send)
 	b.keys = append(b.keys[:0], p.stockKey, p.outboxKey, p.metaKey)

@@ -75,12 +75,6 @@ func (s *Store) CreateRelayGroup(ctx context.Context, productID string) error {
 	return nil
 }
 
-// RelaysKey is sk:{p}:relays, the hash of the relay consumers alive on the
-// product's outbox: consumer name -> unix ms of its last TakeOutbox. It
-// expires when no relay has read the outbox for the keepAlive TakeOutbox
-// was given.
-func RelaysKey(product string) string { return prefix(product) + "relays" }
-
 // TakeOutbox moves up to count entries that no consumer of RelayGroup has
 // seen into consumer's pending list (XREADGROUP ... >), without returning
 // them, and reports how many it moved.

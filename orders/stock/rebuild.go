@@ -139,7 +139,7 @@ func (s *Store) SurvivingOrders(ctx context.Context, productID string) (map[int6
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	pre := prefix(productID) + "o:"
+	pre := orderKeyPrefix(productID)
 	out := map[int64]string{}
 	for _, k := range s.mini.Keys() {
 		if !strings.HasPrefix(k, pre) {
