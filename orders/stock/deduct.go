@@ -183,7 +183,7 @@ const spansPerAttempt = 13
 // An error wrapping ErrUnknown (timeout, connection reset, a script error:
 // see callError) means the script may or may not have run for every
 // attempt of that batch. The caller answers 503 and lets the ledger settle
-// it (SettleUnknown decides one attempt): if the deduction
+// it (ResolveUnknown decides one attempt): if the deduction
 // happened, its outbox entry exists and becomes an order. Never retry a
 // deduction blindly. Exactly one attempt of a failed call also gets
 // ErrCallFailed, so that a circuit breaker counts calls, not attempts.

@@ -550,5 +550,5 @@ func (f *fanout) receive(ctx context.Context, r *receiver) {
 // stopSubscription ends every subscription (the Store is closing).
 func (s *Store) stopSubscription() {
 	s.soldOutSubs.stop()
-	s.settledSubs.stop()
+	s.changesSubs.stop()
 }

@@ -173,7 +173,7 @@ type Store struct {
 	pmu      sync.Mutex
 
 	// The broadcast subscriptions, one fanout per kind (pubsub.go).
-	soldOutSubs, settledSubs fanout
+	soldOutSubs, changesSubs fanout
 
 	nCalls, nAttempts   atomic.Uint64
 	nWaits, nWaitsShort atomic.Uint64
