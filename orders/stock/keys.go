@@ -408,8 +408,9 @@ func validNonce(n string) bool {
 	return true
 }
 
-// checkProduct refuses a product id no key may be built from (ErrInvalid):
-// every method that takes one checks it first.
+// checkProduct refuses a product id no key may be built from (ErrInvalid).
+// Each exported method that takes a product id checks it once, first; the
+// unexported helpers it calls take the id as checked.
 func checkProduct(id string) error {
 	if !order.ValidProductID(id) {
 		return fmt.Errorf("%w: product %q", ErrInvalid, id)
