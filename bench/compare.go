@@ -24,6 +24,8 @@ import (
 
 	"github.com/valyala/fasthttp"
 	"gopkg.in/yaml.v3"
+
+	"flashgate/orders/stock"
 )
 
 // compareFlags are the flags of `bench compare`.
@@ -610,10 +612,10 @@ func (c *comparer) startOpenResty(ctx context.Context, root string) error {
 	_, rest, _ := strings.Cut(fmt.Sprint(info), "run_id:")
 	runID, _, _ := strings.Cut(rest, "\r")
 	for _, cmd := range [][]string{
-		{"SET", "sk:{or}:stock", "1000000000"},
-		{"HSET", "sk:{or}:meta", "initial", "1000000000", "limit", "1", "end", "0", "runid", runID},
-		{"SET", "sk:{b}:stock", "1000000000000000"},
-		{"HSET", "sk:{b}:meta", "end", "0", "runid", runID},
+		{"SET", stock.StockKey("or"), "1000000000"},
+		{"HSET", stock.MetaKey("or"), "initial", "1000000000", "limit", "1", "end", "0", "runid", runID},
+		{"SET", stock.StockKey(rbProduct), "1000000000000000"},
+		{"HSET", stock.MetaKey(rbProduct), "end", "0", "runid", runID},
 	} {
 		if _, err := rc.Do(cmd...); err != nil {
 			return err
@@ -629,7 +631,8 @@ func (c *comparer) startOpenResty(ctx context.Context, root string) error {
 	}
 	conf := strings.NewReplacer("__DIR__", c.dir, "__LISTEN__", c.orAddr, "__REDIS_HOST__", host, "__REDIS_PORT__", port,
 		"__SHA__", c.sha, "__GRACE_MS__", "604800000", "__ORDER_TTL_MS__", "604800000", "__LIMIT__", "1",
-		"__PRICE__", "9900", "__TOKEN_TTL_MS__", "600000", "__NODE__", "99").Replace(string(tmpl))
+		"__PRICE__", "9900", "__TOKEN_TTL_MS__", "600000", "__NODE__", "99",
+		"__DEDUCT_CALL__", openrestyDeductCall()).Replace(string(tmpl))
 	path := filepath.Join(c.dir, "openresty.conf")
 	os.MkdirAll(filepath.Join(c.dir, "tmp"), 0o755) // its temp paths, shared with the nginx peer's
 	if err := os.WriteFile(path, []byte(conf), 0o644); err != nil {
@@ -1036,7 +1039,7 @@ func (c *comparer) trimPeerKeys() {
 		return
 	}
 	defer rc.Close()
-	rc.Do("DEL", "sk:{or}:outbox", "sk:{b}:outbox")
+	rc.Do("DEL", stock.OutboxKey("or"), stock.OutboxKey(rbProduct))
 }
 
 // attemptReq is one prepared purchase: a fresh shopper's session and a
@@ -1165,10 +1168,9 @@ func (c *comparer) redisBenchmark() (Sample, float64, error) {
 	if n <= 0 {
 		n = 200000
 	}
-	keys := []string{"sk:{b}:stock", "sk:{b}:outbox", "sk:{b}:meta", "sk:{b}:u:__rand_int__", "sk:{b}:o:__rand_int__", "sk:{b}:t:__rand_int__"}
-	argv := []string{"b", "604800000", "604800000", "1", "user__rand_int__", "1", "1000000", "__rand_int__", "1999", "1700000000000", "600000", "1", "0"}
+	keys, argv := redisBenchmarkCall()
 	args := []string{"-h", host, "-p", port, "-n", strconv.Itoa(n), "-c", strconv.Itoa(c.f.rbClients), "-r", "100000000", "-q",
-		"EVALSHA", c.sha, "6"}
+		"EVALSHA", c.sha, strconv.Itoa(len(keys))}
 	args = append(append(args, keys...), argv...)
 	bin := toolPath(toolRedisBench)
 	if cpu := c.env.cpu(0); cpu >= 0 {
@@ -1376,4 +1378,45 @@ func printPerProc(w io.Writer, s Sample) {
 		}
 		fmt.Fprintf(w, "       Redis commands per request (calls inside scripts included): %s\n", strings.Join(parts, ", "))
 	}
+}
+
+// rbProduct is the product redis-benchmark's calls buy (stock to spare).
+const rbProduct = "b"
+
+// redisBenchmarkCall is deduct.lua's call for redis-benchmark, from
+// stock.DeductCall: one attempt of a random shopper, order and token per
+// call (redis-benchmark replaces each __rand_int__ with a random number).
+func redisBenchmarkCall() (keys, args []string) {
+	return stock.DeductCall(rbProduct, "604800000", "604800000", "1", stock.ScriptAttempt{
+		User: "user__rand_int__", Qty: "1", Limit: "1000000", OrderID: "__rand_int__", PriceCents: "1999",
+		NowMs: "1700000000000", TokenTTLMs: "600000", Node: "1", PayByMs: "0", TokenNonce: "__rand_int__"})
+}
+
+// openrestyDeductCall is the OpenResty peer's deduct.lua call after the
+// SHA: numkeys, KEYS and ARGV as Lua expressions over the handler's locals
+// and cfg, from stock.DeductCall with @lua@ placeholders.
+func openrestyDeductCall() string {
+	keys, args := stock.DeductCall("@product@", "@cfg.grace_ms@", "@cfg.order_ttl_ms@", "1", stock.ScriptAttempt{
+		User: "@user@", Qty: "@qty@", Limit: "@cfg.limit@", OrderID: "@oid@", PriceCents: "@cfg.price@",
+		NowMs: "@now_ms@", TokenTTLMs: "@cfg.token_ttl_ms@", Node: "@cfg.node@", PayByMs: "0", TokenNonce: "@token@"})
+	parts := []string{strconv.Itoa(len(keys))}
+	for _, v := range append(keys, args...) {
+		parts = append(parts, luaExpr(v))
+	}
+	return strings.Join(parts, ", ")
+}
+
+// luaExpr writes s as a Lua expression: its text quoted, each @name@ in it
+// the Lua expression name, joined with "..".
+func luaExpr(s string) string {
+	var out []string
+	for i, piece := range strings.Split(s, "@") {
+		switch {
+		case i%2 == 1:
+			out = append(out, piece)
+		case piece != "":
+			out = append(out, strconv.Quote(piece))
+		}
+	}
+	return strings.Join(out, " .. ")
 }

@@ -543,3 +543,31 @@ func (b *batch) num(p1, p2 string, v int64) {
 func (b *batch) s(sp span) string {
 	return unsafe.String(&b.buf[sp.lo], int(sp.hi-sp.lo))
 }
+
+// ScriptAttempt is one attempt as deduct.lua receives it, each field the
+// text sent: a tool that calls the script without a Store may put
+// placeholders in them (bench's redis-benchmark peer sends __rand_int__,
+// its OpenResty peer Lua expressions).
+type ScriptAttempt struct {
+	User, Qty, Limit, OrderID, PriceCents string
+	// NowMs is the attempt's creation time (unix ms), TokenTTLMs how long
+	// its token lives after it, PayByMs its pay deadline ("0": none).
+	NowMs, TokenTTLMs, PayByMs string
+	Node, TokenNonce           string
+}
+
+// DeductCall is deduct.lua's KEYS and ARGV for attempts of one product in
+// the call's older shape, the one without the buyer hashes: it serves a
+// sale of the per-key layout (Options.BuyerKeys) and writes orders as
+// strings. fence is the fenceArg ("1": check the server's run id).
+// Store.Deduct sends the same keys and arguments around the buyer hashes'
+// (TestDeductCallIsWhatDeductSends holds the two together).
+func DeductCall(product, buyerGraceMs, orderTTLMs, fence string, attempts ...ScriptAttempt) (keys, args []string) {
+	keys = []string{StockKey(product), OutboxKey(product), MetaKey(product)}
+	args = []string{product, buyerGraceMs, orderTTLMs, fence}
+	for _, a := range attempts {
+		keys = append(keys, BuyerKey(product, a.User), orderKeyPrefix(product)+a.OrderID, TokenKey(product, a.TokenNonce))
+		args = append(args, a.User, a.Qty, a.Limit, a.OrderID, a.PriceCents, a.NowMs, a.TokenTTLMs, a.Node, a.PayByMs)
+	}
+	return keys, args
+}
