@@ -90,14 +90,12 @@ type Outcome struct {
 
 // product is the per-product coalescer plus its pre-built keys.
 type product struct {
-	id                           string
-	prefix                       string // sk:{p}:
-	stockKey, outboxKey, metaKey string
-	shardKeys                    []string // sk:{p}:b:0..15
-	mu                           sync.Mutex
-	inFlight                     int     // script calls for this product in flight
-	maxInFlight                  int     // inFlightPerProduct; tests may pin it
-	pending                      []*call // queued behind it, FIFO
+	id string
+	productKeys
+	mu          sync.Mutex
+	inFlight    int     // script calls for this product in flight
+	maxInFlight int     // inFlightPerProduct; tests may pin it
+	pending     []*call // queued behind it, FIFO
 }
 
 func (s *Store) product(id string) *product {
@@ -118,8 +116,7 @@ func (s *Store) product(id string) *product {
 	}
 	// Cloned: the caller's string may be a view of a request buffer.
 	id = strings.Clone(id)
-	p := &product{id: id, prefix: prefix(id), stockKey: StockKey(id), outboxKey: OutboxKey(id), metaKey: MetaKey(id),
-		shardKeys: buyerShardKeys(id), maxInFlight: inFlightPerProduct}
+	p := &product{id: id, productKeys: keysOf(id), maxInFlight: inFlightPerProduct}
 	m[id] = p
 	s.products.Store(&m)
 	return p

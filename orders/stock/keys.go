@@ -198,6 +198,19 @@ func TokenBucketKey(product string, expiresMs int64) string {
 	return prefix(product) + tokenBucketSuffix + strconv.FormatInt(expiresMs/tokenBucketMs, 10)
 }
 
+// productKeys are the keys the deduction names in every call of one
+// product, built once (deduct.go, Store.product).
+type productKeys struct {
+	prefix                       string // sk:{p}:
+	stockKey, outboxKey, metaKey string
+	shardKeys                    []string // sk:{p}:b:0..15
+}
+
+func keysOf(product string) productKeys {
+	return productKeys{prefix: prefix(product), stockKey: StockKey(product), outboxKey: OutboxKey(product),
+		metaKey: MetaKey(product), shardKeys: buyerShardKeys(product)}
+}
+
 // attemptKeys appends one attempt's per-key names to the batch's buffer, as
 // deduct.lua takes them: BuyerKey, OrderKey, TokenKey (deduct.go, build).
 func (b *batch) attemptKeys(p *product, a *Attempt) {

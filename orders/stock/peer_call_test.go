@@ -12,8 +12,7 @@ import (
 // nine arguments, in the same places.
 func TestDeductCallIsWhatDeductSends(t *testing.T) {
 	s := &Store{graceMs: "604800000", orderTTLMs: "900000", layoutArg: layoutArg(false)}
-	p := &product{id: "pc", prefix: prefix("pc"), stockKey: StockKey("pc"), outboxKey: OutboxKey("pc"),
-		metaKey: MetaKey("pc"), shardKeys: buyerShardKeys("pc")}
+	p := &product{id: "pc", productKeys: keysOf("pc")}
 	a1, a2 := attempt("pc", "alice", 2, 3), attempt("pc", "bob", 1, 5)
 	a2.PayByMs = a2.CreatedMs + 60_000
 	b := &batch{send: []*call{{a: a1}, {a: a2}}}
