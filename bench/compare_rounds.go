@@ -19,10 +19,10 @@ import (
 // The rounds of bench compare: quiet machine, one load per server in turn,
 // CPU per request, and the ratios of the medians.
 
-// settle waits (at most 30 s) until the order consumer and Kafka are idle:
+// waitIdle waits (at most 30 s) until the order consumer and Kafka are idle:
 // the backlog of a purchase round is consumed before the next round starts
 // and is counted in the round that made it.
-func (c *comparer) settle() {
+func (c *comparer) waitIdle() {
 	var pids []int
 	for _, p := range []*Proc{c.env.Orders, c.env.Kafka} {
 		if p != nil {
@@ -147,7 +147,7 @@ func (c *comparer) measure(server string, pids func() []int, load func() (Sample
 	if err != nil {
 		return s, err
 	}
-	c.settle()
+	c.waitIdle()
 	pt1 := c.procTicks()
 	if rs1, err := commandStats(c.env.RedisAddr); err == nil && s.Requests > 0 {
 		s.RedisPerReq = map[string]float64{}
