@@ -435,7 +435,7 @@ func (e notSent) Unwrap() []error { return []error{ErrNotSent, e.err} }
 // cannot move under them. Nothing of the caller's Attempt is referenced by
 // the command, which rueidis may still hold after a timeout.
 //
-// Both layouts' keys go (keys.go): the per-key names of each attempt, the
+// Both layouts' keys go (docs/ledger.md): the per-key names of each attempt, the
 // product's 16 buyer hashes (built once per product) and the batch's used-
 // token hashes, one per token expiry bucket, named in the buffer too, so
 // that no call allocates once the buffers have grown.

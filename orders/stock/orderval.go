@@ -12,7 +12,7 @@ import (
 	"flashgate/orders/order"
 )
 
-// An order (sk:{p}:o:<id>) has two layouts, see keys.go: the string this
+// An order (sk:{p}:o:<id>) has two layouts (docs/ledger.md): the string this
 // version writes and the hash older ones wrote. Every reader, in Lua
 // (order_fn.lua) and here, accepts both, so that edges of both versions can
 // sell the same product during a rolling upgrade; an order keeps the layout
