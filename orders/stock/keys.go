@@ -48,8 +48,8 @@ const (
 	// mark_success.lua marks it, settle.lua and fix_orders.lua rewrite it.
 	orderSuffix = "o:"
 	// sk:{p}:due, sorted set: member dueMember, score the pay deadline (unix
-	// ms). mark_success.lua adds, settle.lua removes, fix_orders.lua and
-	// Reschedule put back.
+	// ms). mark_success.lua adds, settle.lua removes, fix_orders.lua puts
+	// back what a rebuild reopens.
 	dueSuffix = "due"
 	// sk:{p}:wh:<id>, string: a payment webhook event id already seen; TTL
 	// the replay window. settle.lua, on Pay.
