@@ -18,8 +18,6 @@ import (
 // was lost reads older than it is and is merely written again. Its calls are
 // bounded by ctx alone.
 
-const catalogVersionKey = "sk:catalog:ver"
-
 // CatalogEntry is one product's entry: the activity document and its
 // version (0: written before entries had versions, or its version was
 // lost).
@@ -55,6 +53,11 @@ func (s *Store) PutCatalog(ctx context.Context, productID string, e CatalogEntry
 	if err := checkProduct(productID); err != nil {
 		return err
 	}
+	return s.putCatalog(ctx, productID, e)
+}
+
+// putCatalog is PutCatalog of a product id already checked.
+func (s *Store) putCatalog(ctx context.Context, productID string, e CatalogEntry) error {
 	if err := s.c.Do(ctx, s.c.B().Hset().Key(catalogKey).FieldValue().FieldValue(productID, e.Activity).Build()).Error(); err != nil {
 		return fmt.Errorf("stock: write catalog: %w", err)
 	}
@@ -72,7 +75,7 @@ func (s *Store) RestoreCatalog(ctx context.Context, productID string, e CatalogE
 		return false, err
 	}
 	if present {
-		return true, s.PutCatalog(ctx, productID, e)
+		return true, s.putCatalog(ctx, productID, e)
 	}
 	set, err := s.c.Do(ctx, s.c.B().Hsetnx().Key(catalogKey).Field(productID).Value(e.Activity).Build()).AsBool()
 	if err != nil {

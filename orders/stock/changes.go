@@ -12,8 +12,8 @@ import (
 	"flashgate/orders/order"
 )
 
-// Order outcomes, on SettledChannel or (Redis Cluster) each product's
-// SettledChannelOf: the edges' event streams (package sale/push) wait for
+// Order outcomes, on ChangesChannel or (Redis Cluster) each product's
+// ChangesChannelOf: the edges' event streams (package sale/push) wait for
 // them. The calls below are bounded by ctx alone.
 
 // ChangeKind is the outcome every order of a message had; its value is
@@ -72,7 +72,7 @@ func (s *Store) PublishStored(ctx context.Context, products map[string][]int64) 
 			return err
 		}
 		b = appendChange(b[:0], KindStored, p, ids)
-		cmds = append(cmds, s.publishCmd(settledKind, p, string(b)))
+		cmds = append(cmds, s.publishCmd(changesKind, p, string(b)))
 	}
 	return s.publishChanges(ctx, cmds)
 }
@@ -91,10 +91,10 @@ func (s *Store) PublishChange(ctx context.Context, productID string, kind Change
 		return err
 	}
 	msg := string(appendChange(nil, kind, productID, orderIDs))
-	return s.publishChanges(ctx, rueidis.Commands{s.publishCmd(settledKind, productID, msg)})
+	return s.publishChanges(ctx, rueidis.Commands{s.publishCmd(changesKind, productID, msg)})
 }
 
-// PublishReleased is PublishSettled of KindCancelled: an operator
+// PublishReleased is PublishChange of KindCancelled: an operator
 // cancelled the orders.
 func (s *Store) PublishReleased(ctx context.Context, productID string, orderIDs ...int64) error {
 	return s.PublishChange(ctx, productID, KindCancelled, orderIDs...)
@@ -126,7 +126,7 @@ func (s *Store) publishChanges(ctx context.Context, cmds rueidis.Commands) error
 // SubscribeSoldOut does.
 func (s *Store) SubscribeChanges(ctx context.Context, fol Follow, fn func(StateChange), malformed func(msg string)) *Subscription {
 	var ids []int64 // deliveries never overlap (Subscription)
-	return s.subscribe(ctx, &s.settledSubs, settledKind, fol, func(msg string) {
+	return s.subscribe(ctx, &s.changesSubs, changesKind, fol, func(msg string) {
 		st, ok := parseChange(msg, ids)
 		ids = st.OrderIDs[:0]
 		if !ok {

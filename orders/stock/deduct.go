@@ -90,14 +90,12 @@ type Outcome struct {
 
 // product is the per-product coalescer plus its pre-built keys.
 type product struct {
-	id                           string
-	prefix                       string // sk:{p}:
-	stockKey, outboxKey, metaKey string
-	shardKeys                    []string // sk:{p}:b:0..15
-	mu                           sync.Mutex
-	inFlight                     int     // script calls for this product in flight
-	maxInFlight                  int     // inFlightPerProduct; tests may pin it
-	pending                      []*call // queued behind it, FIFO
+	id string
+	productKeys
+	mu          sync.Mutex
+	inFlight    int     // script calls for this product in flight
+	maxInFlight int     // inFlightPerProduct; tests may pin it
+	pending     []*call // queued behind it, FIFO
 }
 
 func (s *Store) product(id string) *product {
@@ -118,8 +116,7 @@ func (s *Store) product(id string) *product {
 	}
 	// Cloned: the caller's string may be a view of a request buffer.
 	id = strings.Clone(id)
-	p := &product{id: id, prefix: prefix(id), stockKey: StockKey(id), outboxKey: OutboxKey(id), metaKey: MetaKey(id),
-		shardKeys: buyerShardKeys(id), maxInFlight: inFlightPerProduct}
+	p := &product{id: id, productKeys: keysOf(id), maxInFlight: inFlightPerProduct}
 	m[id] = p
 	s.products.Store(&m)
 	return p
@@ -183,7 +180,7 @@ const spansPerAttempt = 13
 // An error wrapping ErrUnknown (timeout, connection reset, a script error:
 // see callError) means the script may or may not have run for every
 // attempt of that batch. The caller answers 503 and lets the ledger settle
-// it (SettleUnknown decides one attempt): if the deduction
+// it (ResolveUnknown decides one attempt): if the deduction
 // happened, its outbox entry exists and becomes an order. Never retry a
 // deduction blindly. Exactly one attempt of a failed call also gets
 // ErrCallFailed, so that a circuit breaker counts calls, not attempts.
@@ -438,7 +435,7 @@ func (e notSent) Unwrap() []error { return []error{ErrNotSent, e.err} }
 // cannot move under them. Nothing of the caller's Attempt is referenced by
 // the command, which rueidis may still hold after a timeout.
 //
-// Both layouts' keys go (keys.go): the per-key names of each attempt, the
+// Both layouts' keys go (docs/ledger.md): the per-key names of each attempt, the
 // product's 16 buyer hashes (built once per product) and the batch's used-
 // token hashes, one per token expiry bucket, named in the buffer too, so
 // that no call allocates once the buffers have grown.
@@ -446,9 +443,7 @@ func (b *batch) build(p *product, s *Store) {
 	b.buf, b.spans, b.buckets = b.buf[:0], b.spans[:0], b.buckets[:0]
 	for _, c := range b.send {
 		a := &c.a
-		b.str(p.prefix, "u:", a.UserID)
-		b.num(p.prefix, "o:", a.ID)
-		b.str(p.prefix, "t:", a.TokenNonceHex)
+		b.attemptKeys(p, a)
 		b.str("", "", a.UserID)
 		b.num("", "", int64(a.Qty))
 		b.num("", "", int64(a.Limit))
@@ -467,7 +462,7 @@ func (b *batch) build(p *product, s *Store) {
 		b.num("", "", int64(j+1))
 	}
 	for _, m := range b.buckets {
-		b.num(p.prefix, "tk:", m)
+		b.tokenBucketKey(p, m)
 	}
 	n := len(b.send)
 	b.keys = append(b.keys[:0], p.stockKey, p.outboxKey, p.metaKey)
@@ -544,4 +539,32 @@ func (b *batch) num(p1, p2 string, v int64) {
 
 func (b *batch) s(sp span) string {
 	return unsafe.String(&b.buf[sp.lo], int(sp.hi-sp.lo))
+}
+
+// ScriptAttempt is one attempt as deduct.lua receives it, each field the
+// text sent: a tool that calls the script without a Store may put
+// placeholders in them (bench's redis-benchmark peer sends __rand_int__,
+// its OpenResty peer Lua expressions).
+type ScriptAttempt struct {
+	User, Qty, Limit, OrderID, PriceCents string
+	// NowMs is the attempt's creation time (unix ms), TokenTTLMs how long
+	// its token lives after it, PayByMs its pay deadline ("0": none).
+	NowMs, TokenTTLMs, PayByMs string
+	Node, TokenNonce           string
+}
+
+// DeductCall is deduct.lua's KEYS and ARGV for attempts of one product in
+// the call's older shape, the one without the buyer hashes: it serves a
+// sale of the per-key layout (Options.BuyerKeys) and writes orders as
+// strings. fence is the fenceArg ("1": check the server's run id).
+// Store.Deduct sends the same keys and arguments around the buyer hashes'
+// (TestDeductCallIsWhatDeductSends holds the two together).
+func DeductCall(product, buyerGraceMs, orderTTLMs, fence string, attempts ...ScriptAttempt) (keys, args []string) {
+	keys = []string{StockKey(product), OutboxKey(product), MetaKey(product)}
+	args = []string{product, buyerGraceMs, orderTTLMs, fence}
+	for _, a := range attempts {
+		keys = append(keys, BuyerKey(product, a.User), orderKeyPrefix(product)+a.OrderID, TokenKey(product, a.TokenNonce))
+		args = append(args, a.User, a.Qty, a.Limit, a.OrderID, a.PriceCents, a.NowMs, a.TokenTTLMs, a.Node, a.PayByMs)
+	}
+	return keys, args
 }

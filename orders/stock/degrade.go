@@ -11,21 +11,13 @@ import (
 )
 
 // The degrade switch in Redis, shared by every edge (each applies it on its
-// next refresh):
-//
-//	sk:degrade      hash: product id -> "<version>:<0|1>"
-//	sk:degrade:all  string "<version>:<0|1>": the switch of every product
+// next refresh): degradeKey per product, degradeAllKey for all (keys.go).
 //
 // A switch is only replaced by a newer version (lua/degrade.lua), and a
 // lifted one keeps its entry ("<version>:0"), so that an edge writing back
 // what it knew after Redis lost its memory never undoes a newer change. The
 // durable copy is in the order store's catalogue (package orderstore);
 // package sale merges the two. Its calls are bounded by ctx alone.
-
-const (
-	degradeKey    = "sk:degrade"
-	degradeAllKey = "sk:degrade:all"
-)
 
 var (
 	//go:embed lua/degrade.lua

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"strings"
 	"time"
 
 	"github.com/alicebob/miniredis/v2"
@@ -54,7 +53,7 @@ func saveSnapshot(m *miniredis.Miniredis, dir string, clean bool) error {
 	now := time.Now()
 	snap := snapshot{Version: 1, SavedMs: now.UnixMilli(), Clean: clean, Keys: []snapshotKey{}}
 	for _, k := range m.Keys() {
-		if !strings.HasPrefix(k, "sk:") || strings.HasPrefix(k, rateKeyPrefix) || isRoomKey(k) {
+		if !snapshotted(k) {
 			continue
 		}
 		sk := snapshotKey{Key: k, Type: m.Type(k)}
@@ -222,31 +221,4 @@ func loadSnapshot(m *miniredis.Miniredis, dir string) (lost int, err error) {
 		}
 	}
 	return lost, nil
-}
-
-// lostKind tells the keys a snapshot that is not clean cannot be trusted
-// with: "stock" for sk:{p}:stock (stale high: sales since the save are
-// forgotten), "buyer" for sk:{p}:u:<user> and the buyer hashes
-// sk:{p}:b:<shard> (stale low), "" for the rest.
-// Everything else is kept: the meta (initial, restocked — what the rebuild
-// starts from), the catalog, order hashes and the due set (corrected by the
-// rebuild), the
-// outbox streams (events that may not have reached Kafka: the relay sends
-// them again, the consumer drops duplicates, the rebuild counts them), and
-// used tokens.
-func lostKind(key string) string {
-	if !strings.HasPrefix(key, keyPrefix) {
-		return ""
-	}
-	end := strings.IndexByte(key, '}')
-	if end < 0 || !strings.HasPrefix(key[end:], "}:") {
-		return ""
-	}
-	switch rest := key[end+2:]; {
-	case rest == "stock":
-		return "stock"
-	case strings.HasPrefix(rest, "u:"), strings.HasPrefix(rest, "b:"):
-		return "buyer"
-	}
-	return ""
 }

@@ -33,7 +33,6 @@ import (
 const (
 	fieldFence  = "recovering" // meta: the fence in force
 	quietPrefix = "quiet:"     // meta: quiet:<node> = the fence that node is quiet on
-	edgesKey    = "sk:edges"   // hash: node -> unix ms of its last heartbeat
 )
 
 var (
@@ -45,9 +44,6 @@ var (
 	fenceScript  = rueidis.NewLuaScript(fenceLua)
 	unlockScript = rueidis.NewLuaScript(unlockLua)
 )
-
-// recoverKey is sk:{p}:recover, the lock of the edge rebuilding the sale.
-func recoverKey(product string) string { return prefix(product) + "recover" }
 
 // FenceID names a fence: when (the fencing edge's clock), by whom, why.
 func FenceID(nowMs int64, node int, reason string) string {

@@ -9,136 +9,296 @@ import (
 	"flashgate/orders/order"
 )
 
-// Key layout. Every key of a product carries the product's hash tag {p} so
-// that one script touches one slot and runs unchanged on Redis Cluster.
-//
-//	sk:{p}:stock        remaining units (string integer); absent = not warmed
-//	sk:{p}:meta         hash: initial restocked released paid expired limit price
-//	                    start end runid (the server the sale was verified on), tokens
-//	                    (tokens expiring by then are refused), recovering
-//	                    (the fence, see fence.go), quiet:<node>, layout ("2": the
-//	                    buyers and used tokens are hashes, below; absent: per-key
-//	                    keys), buyersset (the fence whose rebuild cleared the
-//	                    buyer hashes, lua/set_buyers.lua)
-//	sk:{p}:recover      the lock of the edge rebuilding a fenced sale
-//	sk:{p}:u:<userId>   units bought by the user; TTL until sale end + BuyerGrace
-//	                    (per-key layout)
-//	sk:{p}:b:<shard>    hash: user -> units bought, for the users of one shard
-//	                    (BuyerShard, 0..15); TTL until sale end + BuyerGrace
-//	                    (layout "2")
-//	sk:{p}:o:<orderId>  the order, a string written once with its TTL (OrderTTL):
-//	                    "<c>:<user>:<qty>:<price>:<created>:<node>:<payby>", and
-//	                    ":<paid>:<closed>" appended once settled (settle.go); see
-//	                    below. An older version wrote a hash with the same fields
-//	                    (state user qty price created node payby paid closed):
-//	                    every reader takes both (orderval.go, lua/order_fn.lua)
-//	sk:{p}:due          sorted set of the pay deadlines: score payby (unix ms),
-//	                    member "<orderId>:<userId>" (settle.go)
-//	sk:{p}:wh:<id>      a payment webhook's event id already seen; TTL the
-//	                    webhook's replay window (Pay)
-//	sk:{p}:t:<nonce>    a used one-time purchase token; TTL until it expires
-//	                    (per-key layout)
-//	sk:{p}:tk:<bucket>  hash: nonce -> "1", the used tokens expiring in that
-//	                    10 s (expiresMs / 10000); TTL until the bucket's end
-//	                    (layout "2")
-//	sk:{p}:outbox       stream of order events (see the field* constants)
-//	sk:{p}:relays       hash: outbox relay consumer -> unix ms it last read the outbox (outbox.go)
-//	sk:catalog          hash: product id -> activity JSON (admin catalog)
-//	sk:edges            hash: node id -> unix ms of its last heartbeat
-//	sk:catalog:ver      hash: product id -> the entry's version (catalog.go)
-//	sk:degrade          hash: product id -> "<version>:<0|1>" (degrade.go)
-//	sk:degrade:all      "<version>:<0|1>": the degrade switch of every product
-//	sk:{p}:wr, sk:{p}:wr:*  the sale's waiting room (waitroom.go has their layout)
-//	sk:rl:{<client>}:<zone>  "<excess>:<last ms>": one client's limit_req state in
-//	                    one zone, shared by every edge; TTL until idle (ratelimit.go)
-//
-// The order string. <c>, its first byte, is the state: p pending, s
-// success (the open states, lower case: they hold units), P paid, E
-// expired, R released, F failed (final, upper case). The other fields are
-// decimal (times unix ms, price cents, node the edge's id; payby 0: no
-// deadline), separated by ':', outside the user alphabet. Why a string: the
-// deduction writes it with one SET PX instead of HSET + PEXPIRE, the
-// consumer's success mark is one SETRANGE of byte 0 (it keeps the TTL and
-// rewrites nothing), and a GET reads it whole; Redis' CPU per purchase is
-// the sale's bound (bench/README, "Findings"). A settlement happens once
-// per order and writes it again whole (SET KEEPTTL) with paid and closed.
-// An order keeps its layout for life: a hash left by an older edge is
-// changed with HSET, never turned into a string, so that an older edge
-// still reading it during a rolling upgrade sees what it expects.
-//
-// The buyer and token layouts. A sale's buyer counts and used tokens are
-// either one key each (sk:{p}:u:, sk:{p}:t:; every version understands
-// them) or, layout "2", fields of per-product hashes (sk:{p}:b:, sk:{p}:tk:):
-// deduct.lua then reads a whole group-commit batch's counts and marks with
-// one HMGET per hash and writes them with one HSET (and one expiry) per
-// hash, where the per-key layout makes two to three calls per attempt — the
-// calls are Redis' CPU per purchase, the sale's bound. The buyers are 16
-// hashes, not one: Redis 7.0 deletes or expires a big key synchronously, a
-// pause of every product on that server, and a sale may have millions of
-// buyers. The used tokens are one hash per 10 s of expiry times, so that the
-// marks go when their tokens expire, as the per-token keys did: a single
-// hash for a long sale would only grow. The span is short so that a bucket
-// stays small — it holds every used token expiring in those 10 s, and Redis
-// 7.0 frees an expired hash synchronously unless lazyfree-lazy-expire is set:
-// at the ~30,000 purchases a second one Redis manages, 300,000 fields, a few
-// ms — yet long enough that a batch's tokens, minted within token_ttl (60 s)
-// of each other, fall in one to a few buckets. The layout is chosen when the sale is first
-// warmed (warm.lua records it in the meta; Options.BuyerKeys keeps the
-// per-key one while older edges, which know only sk:{p}:u: and sk:{p}:t:,
-// serve the same Redis) and kept for the sale's life: every script reads
-// it from the meta, in the same atomic call as the keys it decides about.
-// A meta without "layout" (an older edge's sale) is the per-key layout.
-//
-// So the edge passes both layouts' keys to every script that touches them,
-// and the script uses the ones its sale's layout names: the edge does not
-// know a sale's layout without a round trip, and a layout it had cached
-// could be stale (a sale Redis lost is warmed again by whichever edge gets
-// there first). Per attempt that costs the deduction two small arguments
-// (the shard and the bucket's index) beside the per-key names it already
-// passed, and per batch the 16 shard names (precomputed per product) and
-// one name per token bucket (usually one or two); the hash layout's
-// figures in BenchmarkBuyerLayoutRedisCPU include that cost.
-//
-// The rate limit keys carry the client's hash tag instead of a product's:
-// one client's limits are one slot, and clients spread over a cluster.
-//
-// The catalog, the edges and the degrade switches are not a product's keys:
-// they have no hash tag and are only read and written whole-entry, one key
-// per command or script.
-//
-// Broadcast channels (pubsub.go). On a standalone Redis (also behind
-// Sentinel, and the embedded server) SoldOutChannel carries every product's
-// sold-out broadcasts and ChangesChannel every product's order outcomes (see
-// PublishStored). On Redis Cluster a keyless channel lives on one node (a
-// client sends the PUBLISH to whichever node it picks, rueidis the master of
-// slot 0): that node's failure would silence every product. There each
-// product has its own sharded channel under its hash tag instead,
-// SoldOutChannelOf and SettledChannelOf, so that its broadcasts ride on the
-// node that serves its keys and a dead node silences only its own products:
-//
-//	sk:{p}:soldout      sharded channel (SPUBLISH/SSUBSCRIBE): p's sold-out broadcasts
-//	sk:{p}:stored       sharded channel: p's order outcomes
-//
-// The messages are the same on both kinds of channel.
+// Every Redis key and channel name flashgate uses is built in this file,
+// and only here (test/layout fails on a key literal anywhere else). A
+// product's keys carry its hash tag {p}, so that one script touches one
+// slot and runs unchanged on Redis Cluster; the catalog, the edges and the
+// degrade switches have no tag and are read and written one key per
+// command. Why the keys look as they do (the order string, the two buyer
+// and token layouts, the token buckets' span, the channels on a cluster):
+// docs/ledger.md.
+
+// The product keys: sk:{p}:<suffix>[<id>]. keyPrefix + p + "}:" is
+// prefix(p); each suffix names one key, or one family when an id follows.
 const (
-	keyPrefix      = "sk:{"
-	catalogKey     = "sk:catalog"
-	SoldOutChannel = "sk:soldout"
-	ChangesChannel = "sk:stored"
+	keyPrefix = "sk:{"
+
+	// sk:{p}:stock, string integer: the units left; absent = not warmed.
+	// warm.lua creates it (SET NX), deduct.lua takes from it, settle.lua
+	// gives back, Restock and lua/reopen.lua raise or lower it.
+	stockSuffix = "stock"
+	// sk:{p}:meta, hash: initial restocked released paid expired limit
+	// price start end, runid (the server the sale was verified on), tokens
+	// (tokens expiring by then are refused), recovering (the fence,
+	// fence.go), quiet:<node>, layout ("2": buyers and used tokens are
+	// hashes), buyersset. warm.lua writes it; the fence, the settle and the
+	// rebuild scripts update it.
+	metaSuffix = "meta"
+	// sk:{p}:recover, string: the owner of the rebuild lock
+	// (LockRecovery, lua/unlock.lua).
+	recoverSuffix = "recover"
+	// sk:{p}:u:<user>, string integer: units the user bought; TTL sale end
+	// + BuyerGrace. Per-key layout: deduct.lua, settle.lua, set_buyers.lua.
+	buyerSuffix = "u:"
+	// sk:{p}:b:<shard>, hash: user -> units bought, for one BuyerShard;
+	// TTL sale end + BuyerGrace. Layout "2": the same scripts as buyerSuffix.
+	buyerShardSuffix = "b:"
+	// sk:{p}:o:<orderId>, string (an older version's: hash) with its TTL
+	// (OrderTTL): the order (orderval.go). deduct.lua creates it,
+	// mark_success.lua marks it, settle.lua and fix_orders.lua rewrite it.
+	orderSuffix = "o:"
+	// sk:{p}:due, sorted set: member dueMember, score the pay deadline (unix
+	// ms). mark_success.lua adds, settle.lua removes, fix_orders.lua puts
+	// back what a rebuild reopens.
+	dueSuffix = "due"
+	// sk:{p}:wh:<id>, string: a payment webhook event id already seen; TTL
+	// the replay window. settle.lua, on Pay.
+	replaySuffix = "wh:"
+	// sk:{p}:t:<nonce>, string: a used one-time token; TTL until it
+	// expires. Per-key layout: deduct.lua.
+	tokenSuffix = "t:"
+	// sk:{p}:tk:<bucket>, hash: nonce -> "1", the used tokens expiring in
+	// one tokenBucketMs; TTL the bucket's end. Layout "2": deduct.lua.
+	tokenBucketSuffix = "tk:"
+	// sk:{p}:outbox, stream of order events (the field* constants below).
+	// deduct.lua and settle.lua append, AckOutbox deletes, the relay reads.
+	outboxSuffix = "outbox"
+	// sk:{p}:relays, hash: outbox relay consumer -> unix ms it last read
+	// the outbox. TakeOutbox writes, lua/forget_relays.lua prunes.
+	relaysSuffix = "relays"
+	// sk:{p}:wr and sk:{p}:wr:*: the waiting room, written by the
+	// lua/room_*.lua scripts (room.go); they expire with the sale.
+	roomSuffix = "wr"
 )
 
-// Suffixes of the per-product sharded channels.
+// The waiting room's keys under sk:{p}:wr:.
 const (
-	soldOutSuffix = "soldout"
-	changesSuffix = "stored"
+	// sk:{p}:wr:u:<user>, hash: id seq until, the shopper's one ticket.
+	roomUserSuffix = ":u:"
+	// sk:{p}:wr:pre, set: the pre-queue's ticket ids.
+	roomPreSuffix = ":pre"
+	// sk:{p}:wr:rank, sorted set: ticket id -> place, the lottery's result.
+	roomRankSuffix = ":rank"
+	// sk:{p}:wr:active, sorted set: ticket id -> session end, the admitted
+	// shoppers who have not bought (max_active).
+	roomActiveSuffix = ":active"
+	// sk:{p}:wr:lock, string: the edge writing the lottery's ranks.
+	roomLockSuffix = ":lock"
+	// sk:{p}:wr:c:<id>, string: a proof-of-work challenge already used.
+	roomChallengeSuffix = ":c:"
 )
+
+// The keys that are no product's: no hash tag.
+const (
+	// keySpace starts every key and channel name of flashgate's.
+	keySpace = "sk:"
+	// sk:catalog, hash: product id -> the sale's JSON (package sale owns
+	// its format). PutCatalog and RestoreCatalog write it.
+	catalogKey = "sk:catalog"
+	// sk:catalog:ver, hash: product id -> the entry's version (catalog.go).
+	catalogVersionKey = "sk:catalog:ver"
+	// sk:edges, hash: node id -> unix ms of its last Heartbeat.
+	edgesKey = "sk:edges"
+	// sk:degrade, hash: product id -> "<version>:<0|1>" (lua/degrade.lua).
+	degradeKey = "sk:degrade"
+	// sk:degrade:all, string "<version>:<0|1>": the switch of every product
+	// (lua/degrade.lua).
+	degradeAllKey = "sk:degrade:all"
+	// sk:rl:{<client>}:<zone>, string "<excess>:<last ms>": one client's
+	// limit_req state in one zone, shared by every edge; TTL until idle.
+	// lua/ratelimit.lua (ratelimit.go). The hash tag is the client's.
+	rateKeyPrefix = "sk:rl:{"
+)
+
+// The broadcast channels (pubsub.go). Standalone (also Sentinel and the
+// embedded server): one keyless channel per kind for every product. On a
+// cluster, one sharded channel per product under its hash tag, so that its
+// broadcasts ride on the node serving its keys (docs/ledger.md).
+const (
+	// SoldOutChannel carries every product's sold-out broadcasts.
+	SoldOutChannel = "sk:soldout"
+	// ChangesChannel carries every product's order state changes.
+	ChangesChannel = "sk:stored"
+
+	soldOutSuffix = "soldout" // sk:{p}:soldout, SPUBLISH/SSUBSCRIBE
+	changesSuffix = "stored"  // sk:{p}:stored, SPUBLISH/SSUBSCRIBE
+)
+
+func prefix(product string) string { return keyPrefix + product + "}:" }
 
 // SoldOutChannelOf is sk:{p}:soldout, p's sold-out channel on Redis Cluster.
 func SoldOutChannelOf(product string) string { return prefix(product) + soldOutSuffix }
 
-// ChangesChannelOf is sk:{p}:stored, p's order-outcome channel on Redis
+// ChangesChannelOf is sk:{p}:stored, p's state-change channel on Redis
 // Cluster.
 func ChangesChannelOf(product string) string { return prefix(product) + changesSuffix }
+
+// channelKind is one kind of broadcast: its keyless channel and the suffix
+// of its per-product sharded ones.
+type channelKind struct {
+	keyless string // standalone: one channel for every product
+	suffix  string // cluster: sk:{p}:<suffix>
+}
+
+// of is the kind's sharded channel of product.
+func (k channelKind) of(product string) string { return prefix(product) + k.suffix }
+
+var (
+	soldOutKind = channelKind{SoldOutChannel, soldOutSuffix}
+	changesKind = channelKind{ChangesChannel, changesSuffix}
+)
+
+// StockKey is sk:{p}:stock.
+func StockKey(product string) string { return prefix(product) + stockSuffix }
+
+// MetaKey is sk:{p}:meta.
+func MetaKey(product string) string { return prefix(product) + metaSuffix }
+
+// OutboxKey is sk:{p}:outbox.
+func OutboxKey(product string) string { return prefix(product) + outboxSuffix }
+
+// RelaysKey is sk:{p}:relays, the hash of the relay consumers alive on the
+// product's outbox: consumer name -> unix ms of its last TakeOutbox. It
+// expires when no relay has read the outbox for the keepAlive TakeOutbox
+// was given.
+func RelaysKey(product string) string { return prefix(product) + relaysSuffix }
+
+// recoverKey is sk:{p}:recover, the lock of the edge rebuilding the sale.
+func recoverKey(product string) string { return prefix(product) + recoverSuffix }
+
+// BuyerKey is sk:{p}:u:<user>.
+func BuyerKey(product, user string) string { return prefix(product) + buyerSuffix + user }
+
+// OrderKey is sk:{p}:o:<orderId>.
+func OrderKey(product string, orderID int64) string {
+	return orderKeyPrefix(product) + strconv.FormatInt(orderID, 10)
+}
+
+// orderKeyPrefix is sk:{p}:o:, what every OrderKey of p starts with.
+func orderKeyPrefix(product string) string { return prefix(product) + orderSuffix }
+
+// DueKey is sk:{p}:due, the product's pay deadlines.
+func DueKey(product string) string { return prefix(product) + dueSuffix }
+
+// ReplayKey is sk:{p}:wh:<id>, a payment webhook event id already seen.
+// The id's alphabet ([A-Za-z0-9_-], ValidReplayID) has no brace.
+func ReplayKey(product, id string) string { return prefix(product) + replaySuffix + id }
+
+// TokenKey is sk:{p}:t:<nonceHex>.
+func TokenKey(product, nonceHex string) string { return prefix(product) + tokenSuffix + nonceHex }
+
+// BuyerShardKey is sk:{p}:b:<shard>.
+func BuyerShardKey(product string, shard int) string {
+	return prefix(product) + buyerShardSuffix + strconv.Itoa(shard)
+}
+
+// TokenBucketKey is sk:{p}:tk:<bucket>, the used tokens expiring in the
+// same 10 s as expiresMs.
+func TokenBucketKey(product string, expiresMs int64) string {
+	return prefix(product) + tokenBucketSuffix + strconv.FormatInt(expiresMs/tokenBucketMs, 10)
+}
+
+// productKeys are the keys the deduction names in every call of one
+// product, built once (deduct.go, Store.product).
+type productKeys struct {
+	prefix                       string // sk:{p}:
+	stockKey, outboxKey, metaKey string
+	shardKeys                    []string // sk:{p}:b:0..15
+}
+
+func keysOf(product string) productKeys {
+	return productKeys{prefix: prefix(product), stockKey: StockKey(product), outboxKey: OutboxKey(product),
+		metaKey: MetaKey(product), shardKeys: buyerShardKeys(product)}
+}
+
+// attemptKeys appends one attempt's per-key names to the batch's buffer, as
+// deduct.lua takes them: BuyerKey, OrderKey, TokenKey (deduct.go, build).
+func (b *batch) attemptKeys(p *product, a *Attempt) {
+	b.str(p.prefix, buyerSuffix, a.UserID)
+	b.num(p.prefix, orderSuffix, a.ID)
+	b.str(p.prefix, tokenSuffix, a.TokenNonceHex)
+}
+
+// tokenBucketKey appends TokenBucketKey of bucket (expiresMs /
+// tokenBucketMs) to the batch's buffer.
+func (b *batch) tokenBucketKey(p *product, bucket int64) {
+	b.num(p.prefix, tokenBucketSuffix, bucket)
+}
+
+// roomKey is sk:{p}:wr, the room's hash: key commit (the lottery's), frozen
+// members ranked (the opening), fifo joined (counters), base basems rate
+// paused closed (the admission line), admitted (shoppers let in).
+func roomKey(product string) string { return prefix(product) + roomSuffix }
+
+func roomUserKey(product, user string) string { return roomKey(product) + roomUserSuffix + user }
+func roomPreKey(product string) string        { return roomKey(product) + roomPreSuffix }
+func roomRankKey(product string) string       { return roomKey(product) + roomRankSuffix }
+func roomActiveKey(product string) string     { return roomKey(product) + roomActiveSuffix }
+func roomLockKey(product string) string       { return roomKey(product) + roomLockSuffix }
+
+// roomChallengeKey is sk:{p}:wr:c:<id>; id "-" names no challenge (the
+// join script is given a key either way).
+func roomChallengeKey(product, id string) string {
+	return roomKey(product) + roomChallengeSuffix + id
+}
+
+// rateKeys is sk:rl:{<client>}:<zone> for each of zones.
+func rateKeys(client string, zones []string) []string {
+	keys := make([]string, len(zones))
+	tag := rateKeyPrefix + client + "}:"
+	for i, z := range zones {
+		keys[i] = tag + z
+	}
+	return keys
+}
+
+// productKeyRest is what follows sk:{p}: in a product's key ("" and false
+// for any other key).
+func productKeyRest(key string) (string, bool) {
+	if !strings.HasPrefix(key, keyPrefix) {
+		return "", false
+	}
+	end := strings.IndexByte(key, '}')
+	if end < 0 || !strings.HasPrefix(key[end:], "}:") {
+		return "", false
+	}
+	return key[end+2:], true
+}
+
+// isRoomKey reports whether k is a waiting-room key (sk:{p}:wr...).
+func isRoomKey(k string) bool {
+	i := strings.Index(k, "}:")
+	return i > 0 && strings.HasPrefix(k[i+2:], roomSuffix)
+}
+
+// snapshotted reports whether the embedded server's snapshot keeps k:
+// flashgate's keys, except the rate limits and the waiting rooms (lost on
+// restart, like a local limiter's zone and a demo's queue).
+func snapshotted(k string) bool {
+	return strings.HasPrefix(k, keySpace) && !strings.HasPrefix(k, rateKeyPrefix) && !isRoomKey(k)
+}
+
+// lostKind tells the keys a snapshot that is not clean cannot be trusted
+// with: "stock" for sk:{p}:stock (stale high: sales since the save are
+// forgotten), "buyer" for sk:{p}:u:<user> and the buyer hashes
+// sk:{p}:b:<shard> (stale low), "" for the rest.
+// Everything else is kept: the meta (initial, restocked — what the rebuild
+// starts from), the catalog, order hashes and the due set (corrected by the
+// rebuild), the
+// outbox streams (events that may not have reached Kafka: the relay sends
+// them again, the consumer drops duplicates, the rebuild counts them), and
+// used tokens.
+func lostKind(key string) string {
+	rest, ok := productKeyRest(key)
+	switch {
+	case !ok:
+	case rest == stockSuffix:
+		return "stock"
+	case strings.HasPrefix(rest, buyerSuffix), strings.HasPrefix(rest, buyerShardSuffix):
+		return "buyer"
+	}
+	return ""
+}
 
 // Outbox entry fields, written by the deduction and settle scripts and
 // parsed by OutboxEntry.Order and OutboxEntry.Event.
@@ -157,28 +317,6 @@ const (
 	fieldNode     = "node"     // edge node id
 )
 
-func prefix(product string) string { return keyPrefix + product + "}:" }
-
-// StockKey is sk:{p}:stock.
-func StockKey(product string) string { return prefix(product) + "stock" }
-
-// MetaKey is sk:{p}:meta.
-func MetaKey(product string) string { return prefix(product) + "meta" }
-
-// OutboxKey is sk:{p}:outbox.
-func OutboxKey(product string) string { return prefix(product) + "outbox" }
-
-// BuyerKey is sk:{p}:u:<user>.
-func BuyerKey(product, user string) string { return prefix(product) + "u:" + user }
-
-// OrderKey is sk:{p}:o:<orderId>.
-func OrderKey(product string, orderID int64) string {
-	return prefix(product) + "o:" + strconv.FormatInt(orderID, 10)
-}
-
-// DueKey is sk:{p}:due, the product's pay deadlines.
-func DueKey(product string) string { return prefix(product) + "due" }
-
 // dueMember is the member of an order in DueKey: the order id and its
 // buyer, so that a sweep can declare the order's and the buyer's keys
 // without reading the order first (':' is outside the user alphabet).
@@ -196,10 +334,6 @@ func parseDueMember(m string) (orderID int64, user string, ok bool) {
 	return id, user, true
 }
 
-// ReplayKey is sk:{p}:wh:<id>, a payment webhook event id already seen.
-// The id's alphabet ([A-Za-z0-9_-], ValidReplayID) has no brace.
-func ReplayKey(product, id string) string { return prefix(product) + "wh:" + id }
-
 // MaxReplayIDLen bounds a webhook event id.
 const MaxReplayIDLen = 64
 
@@ -216,9 +350,6 @@ func ValidReplayID(id string) bool {
 	}
 	return true
 }
-
-// TokenKey is sk:{p}:t:<nonceHex>.
-func TokenKey(product, nonceHex string) string { return prefix(product) + "t:" + nonceHex }
 
 // BuyerShards is the number of buyer hashes per product (layout "2").
 const BuyerShards = 16
@@ -252,11 +383,6 @@ func BuyerShard(user string) int {
 	return int(h & (BuyerShards - 1))
 }
 
-// BuyerShardKey is sk:{p}:b:<shard>.
-func BuyerShardKey(product string, shard int) string {
-	return prefix(product) + "b:" + strconv.Itoa(shard)
-}
-
 // buyerShardKeys is the product's BuyerShardKey names, in shard order.
 func buyerShardKeys(product string) []string {
 	keys := make([]string, BuyerShards)
@@ -273,12 +399,6 @@ var shardArgs = func() (a [BuyerShards]string) {
 	}
 	return a
 }()
-
-// TokenBucketKey is sk:{p}:tk:<bucket>, the used tokens expiring in the
-// same 10 s as expiresMs.
-func TokenBucketKey(product string, expiresMs int64) string {
-	return prefix(product) + "tk:" + strconv.FormatInt(expiresMs/tokenBucketMs, 10)
-}
 
 // ErrInvalid is wrapped by every argument error; nothing was sent to Redis.
 // Product and user ids are checked with order.ValidProductID and
@@ -301,8 +421,9 @@ func validNonce(n string) bool {
 	return true
 }
 
-// checkProduct refuses a product id no key may be built from (ErrInvalid):
-// every method that takes one checks it first.
+// checkProduct refuses a product id no key may be built from (ErrInvalid).
+// Each exported method that takes a product id checks it once, first; the
+// unexported helpers it calls take the id as checked.
 func checkProduct(id string) error {
 	if !order.ValidProductID(id) {
 		return fmt.Errorf("%w: product %q", ErrInvalid, id)

@@ -12,7 +12,7 @@ import (
 	"flashgate/orders/order"
 )
 
-// An order (sk:{p}:o:<id>) has two layouts, see keys.go: the string this
+// An order (sk:{p}:o:<id>) has two layouts (docs/ledger.md): the string this
 // version writes and the hash older ones wrote. Every reader, in Lua
 // (order_fn.lua) and here, accepts both, so that edges of both versions can
 // sell the same product during a rolling upgrade; an order keeps the layout
@@ -181,4 +181,22 @@ func readOrders(ctx context.Context, c rueidis.Client, productID string, ids []i
 		}
 	}
 	return nil
+}
+
+// Orders reads the orders of the given ids, in either layout, in chunks
+// (ReadOrders); ids without an order are absent from the map.
+func (s *Store) Orders(ctx context.Context, productID string, ids []int64) (map[int64]OrderInfo, error) {
+	if err := checkProduct(productID); err != nil {
+		return nil, err
+	}
+	out := make(map[int64]OrderInfo, len(ids))
+	for lo := 0; lo < len(ids); lo += rebuildChunk {
+		cctx, cancel := s.call(ctx)
+		err := readOrders(cctx, s.c, productID, ids[lo:min(lo+rebuildChunk, len(ids))], out)
+		cancel()
+		if err != nil {
+			return nil, fmt.Errorf("stock: orders %s: %w", productID, err)
+		}
+	}
+	return out, nil
 }

@@ -75,12 +75,6 @@ func (s *Store) CreateRelayGroup(ctx context.Context, productID string) error {
 	return nil
 }
 
-// RelaysKey is sk:{p}:relays, the hash of the relay consumers alive on the
-// product's outbox: consumer name -> unix ms of its last TakeOutbox. It
-// expires when no relay has read the outbox for the keepAlive TakeOutbox
-// was given.
-func RelaysKey(product string) string { return prefix(product) + "relays" }
-
 // TakeOutbox moves up to count entries that no consumer of RelayGroup has
 // seen into consumer's pending list (XREADGROUP ... >), without returning
 // them, and reports how many it moved.
@@ -290,4 +284,67 @@ func outboxErr(cmd, key string, err error) error {
 		return fmt.Errorf("%w: %s %s: %w", ErrNoGroup, cmd, key, err)
 	}
 	return fmt.Errorf("stock: %s %s: %w", cmd, key, err)
+}
+
+// OutboxOrders lists the orders in the product's outbox stream: deducted,
+// and maybe or maybe not in Kafka yet. After a real Redis lost its memory
+// there are none (the stream died with it); the embedded server restores
+// its streams from the snapshot. Entries that do not make a valid order
+// (OutboxEntry.Order) are skipped: the relay dead-letters them. The
+// settlements' entries (release, paid) are not orders: OutboxEvents has
+// them.
+func (s *Store) OutboxOrders(ctx context.Context, productID string) ([]order.Order, error) {
+	evs, err := s.OutboxEvents(ctx, productID)
+	if err != nil {
+		return nil, err
+	}
+	var out []order.Order
+	for _, e := range evs {
+		if e.Type == order.TypeOrder {
+			out = append(out, e.Order)
+		}
+	}
+	return out, nil
+}
+
+// OutboxEvents lists the events in the product's outbox stream, oldest
+// first, of every type (OutboxEntry.Event); entries that make none are
+// skipped.
+func (s *Store) OutboxEvents(ctx context.Context, productID string) ([]order.Event, error) {
+	if err := checkProduct(productID); err != nil {
+		return nil, err
+	}
+	key := OutboxKey(productID)
+	var out []order.Event
+	for start := "-"; ; {
+		cctx, cancel := s.call(ctx)
+		entries, err := s.c.Do(cctx, s.c.B().Xrange().Key(key).Start(start).End("+").Count(1000).Build()).AsXRange()
+		cancel()
+		if err != nil {
+			return nil, fmt.Errorf("stock: outbox %s: %w", key, err)
+		}
+		for _, e := range entries {
+			if ev, err := (&OutboxEntry{ID: e.ID, Fields: e.FieldValues}).Event(); err == nil {
+				out = append(out, ev)
+			}
+		}
+		if len(entries) < 1000 {
+			return out, nil
+		}
+		start = "(" + entries[len(entries)-1].ID
+	}
+}
+
+// OutboxLen is the number of entries in the product's outbox stream.
+func (s *Store) OutboxLen(ctx context.Context, productID string) (int64, error) {
+	if err := checkProduct(productID); err != nil {
+		return 0, err
+	}
+	ctx, cancel := s.call(ctx)
+	defer cancel()
+	n, err := s.c.Do(ctx, s.c.B().Xlen().Key(OutboxKey(productID)).Build()).AsInt64()
+	if err != nil {
+		return 0, fmt.Errorf("stock: outbox %s: %w", productID, err)
+	}
+	return n, nil
 }

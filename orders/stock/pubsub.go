@@ -36,17 +36,6 @@ const unsubscribeTimeout = time.Second
 // subscription itself: the product's slot moved to another node.
 var errSlotMoved = errors.New("stock: the server ended the subscription (the slot moved)")
 
-// channelKind is one kind of broadcast.
-type channelKind struct {
-	keyless string // standalone: one channel for every product
-	suffix  string // cluster: sk:{p}:<suffix>
-}
-
-var (
-	soldOutKind = channelKind{SoldOutChannel, soldOutSuffix}
-	settledKind = channelKind{ChangesChannel, changesSuffix}
-)
-
 // Sharded reports whether the broadcasts use sharded pub/sub, one channel
 // per product: when the Store was opened on a Redis Cluster (rueidis found
 // one at the address). A standalone server, one behind Sentinel and the
@@ -56,7 +45,7 @@ func (s *Store) Sharded() bool { return s.c.Mode() == rueidis.ClientModeCluster 
 // publishCmd is the command that broadcasts msg about product.
 func (s *Store) publishCmd(k channelKind, product, msg string) rueidis.Completed {
 	if s.Sharded() {
-		return s.c.B().Spublish().Channel(prefix(product) + k.suffix).Message(msg).Build()
+		return s.c.B().Spublish().Channel(k.of(product)).Message(msg).Build()
 	}
 	return s.c.B().Publish().Channel(k.keyless).Message(msg).Build()
 }
@@ -467,7 +456,7 @@ func (f *fanout) startLocked(product string) *receiver {
 		done: make(chan struct{}), ready: make(chan struct{})}
 	delete(f.ending, product)
 	if product != "" {
-		r.channel = prefix(product) + f.kind.suffix
+		r.channel = f.kind.of(product)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	r.cancel = cancel
@@ -561,5 +550,5 @@ func (f *fanout) receive(ctx context.Context, r *receiver) {
 // stopSubscription ends every subscription (the Store is closing).
 func (s *Store) stopSubscription() {
 	s.soldOutSubs.stop()
-	s.settledSubs.stop()
+	s.changesSubs.stop()
 }

@@ -14,10 +14,7 @@ import (
 
 // Rate limits shared by every edge (the filters' `policy: redis`): nginx's
 // limit_req arithmetic, kept in Redis by one script call per decision
-// (lua/ratelimit.lua).
-//
-//	sk:rl:{<client>}:<zone>   "<excess>:<last ms>" of one client in one limit
-//	                          zone; TTL until it is idle (+1s)
+// (lua/ratelimit.lua), one key per client and zone (rateKeys, keys.go).
 //
 // The hash tag is the client ("ip:<address>", "u:<user id>"), so that the
 // limits of one client (user_limit's several rates) are one slot and one
@@ -32,7 +29,6 @@ import (
 // must not depend on which edge the client's last request hit. All of a
 // client's keys live on one server, so they share one clock. A caller may
 // pass its own clock instead (RateAsk.NowMs) to replay a recorded sequence.
-const rateKeyPrefix = "sk:rl:{"
 
 var (
 	//go:embed lua/ratelimit.lua
@@ -133,11 +129,7 @@ func (s *Store) TakeRate(ctx context.Context, p *RatePlan, client string, units 
 	if s.closed.Load() {
 		return RateAnswer{}, ErrClosed
 	}
-	keys := make([]string, len(p.zones))
-	tag := rateKeyPrefix + client + "}:"
-	for i, z := range p.zones {
-		keys[i] = tag + z
-	}
+	keys := rateKeys(client, p.zones)
 	args := make([]string, 0, 2+len(p.args))
 	now := ""
 	if nowMs > 0 {

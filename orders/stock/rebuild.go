@@ -23,8 +23,6 @@ import (
 // without its buyers' counts (see Rebuild).
 
 var (
-	//go:embed lua/reschedule.lua
-	rescheduleLua string
 	//go:embed lua/set_buyers.lua
 	setBuyersLua string
 	//go:embed lua/fix_orders.lua
@@ -32,97 +30,14 @@ var (
 	//go:embed lua/reopen.lua
 	reopenLua string
 
-	rescheduleScript = rueidis.NewLuaScript(rescheduleLua)
-	setBuyersScript  = rueidis.NewLuaScript(setBuyersLua)
-	fixOrdersScript  = rueidis.NewLuaScript(orderFnLua + fixOrdersLua)
-	reopenScript     = rueidis.NewLuaScript(reopenLua)
+	setBuyersScript = rueidis.NewLuaScript(setBuyersLua)
+	fixOrdersScript = rueidis.NewLuaScript(orderFnLua + fixOrdersLua)
+	reopenScript    = rueidis.NewLuaScript(reopenLua)
 )
 
 // rebuildChunk bounds the keys of one rebuild script call: a script blocks
 // Redis for everyone while it runs.
 const rebuildChunk = 500
-
-// Reschedule updates a live sale's limit, price, start and end, like Warm on
-// a live sale, but never creates the stock key: live is false when it is
-// missing (a new sale, or one Redis lost), and nothing was written.
-func (s *Store) Reschedule(ctx context.Context, sale SaleStock) (live bool, err error) {
-	return s.runSaleScript(ctx, rescheduleScript, "reschedule", sale)
-}
-
-// Meta reads a sale's meta hash whether or not its stock key exists; ok is
-// false when there is none. A meta without a stock key is a sale that was
-// open and lost its stock key (the embedded server drops stock keys after a
-// crash, see Open): its Initial and Restocked are what the rebuild starts
-// from. Stock is 0.
-func (s *Store) Meta(ctx context.Context, productID string) (SaleStock, bool, error) {
-	if err := checkProduct(productID); err != nil {
-		return SaleStock{}, false, err
-	}
-	ctx, cancel := s.call(ctx)
-	defer cancel()
-	m, err := s.c.Do(ctx, s.c.B().Hgetall().Key(MetaKey(productID)).Build()).AsStrMap()
-	if err != nil {
-		return SaleStock{}, false, fmt.Errorf("stock: meta %s: %w", productID, err)
-	}
-	if len(m) == 0 {
-		return SaleStock{}, false, nil
-	}
-	num := func(k string) int64 { n, _ := strconv.ParseInt(m[k], 10, 64); return n }
-	return SaleStock{
-		ProductID: productID, Initial: num("initial"), Restocked: num("restocked"),
-		Released: num("released"), Paid: num("paid"), Expired: num("expired"),
-		Limit: int(num("limit")), Price: num("price"), StartMs: num("start"), EndMs: num("end"),
-	}, true, nil
-}
-
-// OutboxOrders lists the orders in the product's outbox stream: deducted,
-// and maybe or maybe not in Kafka yet. After a real Redis lost its memory
-// there are none (the stream died with it); the embedded server restores
-// its streams from the snapshot. Entries that do not make a valid order
-// (OutboxEntry.Order) are skipped: the relay dead-letters them. The
-// settlements' entries (release, paid) are not orders: OutboxEvents has
-// them.
-func (s *Store) OutboxOrders(ctx context.Context, productID string) ([]order.Order, error) {
-	evs, err := s.OutboxEvents(ctx, productID)
-	if err != nil {
-		return nil, err
-	}
-	var out []order.Order
-	for _, e := range evs {
-		if e.Type == order.TypeOrder {
-			out = append(out, e.Order)
-		}
-	}
-	return out, nil
-}
-
-// OutboxEvents lists the events in the product's outbox stream, oldest
-// first, of every type (OutboxEntry.Event); entries that make none are
-// skipped.
-func (s *Store) OutboxEvents(ctx context.Context, productID string) ([]order.Event, error) {
-	if err := checkProduct(productID); err != nil {
-		return nil, err
-	}
-	key := OutboxKey(productID)
-	var out []order.Event
-	for start := "-"; ; {
-		cctx, cancel := s.call(ctx)
-		entries, err := s.c.Do(cctx, s.c.B().Xrange().Key(key).Start(start).End("+").Count(1000).Build()).AsXRange()
-		cancel()
-		if err != nil {
-			return nil, fmt.Errorf("stock: outbox %s: %w", key, err)
-		}
-		for _, e := range entries {
-			if ev, err := (&OutboxEntry{ID: e.ID, Fields: e.FieldValues}).Event(); err == nil {
-				out = append(out, ev)
-			}
-		}
-		if len(entries) < 1000 {
-			return out, nil
-		}
-		start = "(" + entries[len(entries)-1].ID
-	}
-}
 
 // SurvivingOrders lists the order hashes of a product with their states,
 // embedded server only: after a crash it restores them from a snapshot
@@ -139,7 +54,7 @@ func (s *Store) SurvivingOrders(ctx context.Context, productID string) (map[int6
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	pre := prefix(productID) + "o:"
+	pre := orderKeyPrefix(productID)
 	out := map[int64]string{}
 	for _, k := range s.mini.Keys() {
 		if !strings.HasPrefix(k, pre) {
@@ -405,45 +320,4 @@ func wrapRebuild(p, step string, err error) error {
 		return nil
 	}
 	return fmt.Errorf("stock: rebuild %s: %s: %w", p, step, err)
-}
-
-// DueOrders lists every member of the product's due set (DueKey), for a
-// rebuild: on a Redis that came back from an old snapshot they are the
-// orders whose state may be stale in the way that matters (unpaid then,
-// maybe paid or expired since), which the rebuild asks the ledger about.
-func (s *Store) DueOrders(ctx context.Context, productID string) ([]Deadline, error) {
-	if err := checkProduct(productID); err != nil {
-		return nil, err
-	}
-	ctx, cancel := s.call(ctx)
-	defer cancel()
-	zs, err := s.c.Do(ctx, s.c.B().Zrange().Key(DueKey(productID)).Min("0").Max("-1").Withscores().Build()).AsZScores()
-	if err != nil {
-		return nil, fmt.Errorf("stock: due orders %s: %w", productID, err)
-	}
-	out := make([]Deadline, 0, len(zs))
-	for _, z := range zs {
-		if id, user, ok := parseDueMember(z.Member); ok {
-			out = append(out, Deadline{OrderID: id, UserID: user, PayByMs: int64(z.Score)})
-		}
-	}
-	return out, nil
-}
-
-// Orders reads the orders of the given ids, in either layout, in chunks
-// (ReadOrders); ids without an order are absent from the map.
-func (s *Store) Orders(ctx context.Context, productID string, ids []int64) (map[int64]OrderInfo, error) {
-	if err := checkProduct(productID); err != nil {
-		return nil, err
-	}
-	out := make(map[int64]OrderInfo, len(ids))
-	for lo := 0; lo < len(ids); lo += rebuildChunk {
-		cctx, cancel := s.call(ctx)
-		err := readOrders(cctx, s.c, productID, ids[lo:min(lo+rebuildChunk, len(ids))], out)
-		cancel()
-		if err != nil {
-			return nil, fmt.Errorf("stock: orders %s: %w", productID, err)
-		}
-	}
-	return out, nil
 }

@@ -6,28 +6,14 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/redis/rueidis"
 )
 
-// A sale's waiting room (package sale/waitroom decides, this file keeps).
-// Every key is under the product's hash tag, so each script is one slot:
-//
-//	sk:{p}:wr           hash: key commit (the lottery's), frozen members
-//	                    ranked (the opening), fifo joined (counters), base
-//	                    basems rate paused closed (the admission line),
-//	                    admitted (shoppers let in)
-//	sk:{p}:wr:u:<user>  hash: id seq until — the shopper's one ticket: its
-//	                    id, 0 (pre-queue) or its FIFO sequence, and when the
-//	                    admitted session ends
-//	sk:{p}:wr:pre       set: the pre-queue's ticket ids
-//	sk:{p}:wr:rank      sorted set: ticket id -> place, the lottery's result
-//	sk:{p}:wr:active    sorted set: ticket id -> session end, the admitted
-//	                    shoppers who have not bought (max_active)
-//	sk:{p}:wr:lock      the edge writing the lottery's ranks
-//	sk:{p}:wr:c:<id>    a proof-of-work challenge already used for a join
+// A sale's waiting room (package sale/room decides, this file keeps).
+// Every key is under the product's hash tag, so each script is one slot
+// (keys.go lists them: roomKey and the room*Key builders).
 //
 // All of them expire with the sale (RoomKeys.ExpireAtMs). They are not part
 // of the embedded server's snapshot: a restarted demo forgets its queue.
@@ -56,18 +42,6 @@ var (
 	wrAdminScript  = rueidis.NewLuaScript(wrAdminLua)
 	wrFinishScript = rueidis.NewLuaScript(wrFinishLua)
 )
-
-func roomKey(product string) string { return prefix(product) + "wr" }
-
-func roomUserKey(product, user string) string { return prefix(product) + "wr:u:" + user }
-
-func roomSub(product, sub string) string { return prefix(product) + "wr:" + sub }
-
-// isRoomKey reports whether k is a waiting-room key (sk:{p}:wr...).
-func isRoomKey(k string) bool {
-	i := strings.Index(k, "}:")
-	return i > 0 && strings.HasPrefix(k[i+2:], "wr")
-}
 
 // RoomSale is what every room call needs to know of the sale.
 type RoomSale struct {
@@ -136,12 +110,12 @@ func (s *Store) RoomJoin(ctx context.Context, r RoomSale, j Join) (JoinAnswer, e
 	if !validRateClient(j.User) || j.ID == "" {
 		return JoinAnswer{}, fmt.Errorf("%w: join of %q", ErrInvalid, j.User)
 	}
-	chal, chalKey := "0", roomSub(r.Product, "c:-")
+	chal, chalKey := "0", roomChallengeKey(r.Product, "-")
 	if j.ChallengeID != "" {
 		if !validChallengeID(j.ChallengeID) {
 			return JoinAnswer{}, fmt.Errorf("%w: challenge id %q", ErrInvalid, j.ChallengeID)
 		}
-		chal, chalKey = "1", roomSub(r.Product, "c:"+j.ChallengeID)
+		chal, chalKey = "1", roomChallengeKey(r.Product, j.ChallengeID)
 	}
 	lot := "0"
 	if j.Lottery {
@@ -150,8 +124,8 @@ func (s *Store) RoomJoin(ctx context.Context, r RoomSale, j Join) (JoinAnswer, e
 	cctx, cancel := s.call(ctx)
 	defer cancel()
 	vals, err := wrJoinScript.Exec(cctx, s.c,
-		[]string{roomKey(r.Product), roomUserKey(r.Product, j.User), roomSub(r.Product, "pre"), chalKey,
-			roomSub(r.Product, "rank"), roomSub(r.Product, "active")},
+		[]string{roomKey(r.Product), roomUserKey(r.Product, j.User), roomPreKey(r.Product), chalKey,
+			roomRankKey(r.Product), roomActiveKey(r.Product)},
 		[]string{i64(j.NowMs), i64(r.StartMs), j.ID, j.Key, j.Commit, i64(r.ExpireAtMs), chal, lot, i64(j.ChallengeExpiresMs),
 			i64(j.MaxActive), i64(j.SessionMs), i64(r.RatePerMinute)}).ToArray()
 	var a JoinAnswer
@@ -220,7 +194,7 @@ func (s *Store) RoomPlace(ctx context.Context, r RoomSale, q PlaceAsk) (RoomPlac
 	cctx, cancel := s.call(ctx)
 	defer cancel()
 	vals, err := wrPlaceScript.Exec(cctx, s.c,
-		[]string{roomKey(r.Product), roomUserKey(r.Product, q.User), roomSub(r.Product, "rank"), roomSub(r.Product, "active")},
+		[]string{roomKey(r.Product), roomUserKey(r.Product, q.User), roomRankKey(r.Product), roomActiveKey(r.Product)},
 		[]string{i64(q.NowMs), q.ID, i64(q.MaxActive), i64(q.SessionMs), i64(r.ExpireAtMs), i64(r.StartMs), i64(r.RatePerMinute)}).ToArray()
 	if err != nil {
 		return RoomPlace{}, fmt.Errorf("stock: room place: %w", err)
@@ -284,7 +258,7 @@ func (s *Store) RoomFreeze(ctx context.Context, r RoomSale, key, commit string) 
 	}
 	cctx, cancel := s.call(ctx)
 	defer cancel()
-	vals, err := wrFreezeScript.Exec(cctx, s.c, []string{roomKey(r.Product), roomSub(r.Product, "pre")},
+	vals, err := wrFreezeScript.Exec(cctx, s.c, []string{roomKey(r.Product), roomPreKey(r.Product)},
 		[]string{key, commit, i64(r.StartMs), i64(r.RatePerMinute), i64(r.ExpireAtMs)}).ToArray()
 	if err == nil && len(vals) != 3 {
 		err = errors.New("unexpected reply")
@@ -313,7 +287,7 @@ func (s *Store) RoomPrequeue(ctx context.Context, product string) ([]string, err
 	if err := checkProduct(product); err != nil {
 		return nil, err
 	}
-	ids, err := s.c.Do(ctx, s.c.B().Smembers().Key(roomSub(product, "pre")).Build()).AsStrSlice()
+	ids, err := s.c.Do(ctx, s.c.B().Smembers().Key(roomPreKey(product)).Build()).AsStrSlice()
 	if err != nil {
 		return nil, fmt.Errorf("stock: room pre-queue: %w", err)
 	}
@@ -326,7 +300,7 @@ func (s *Store) RoomLockRanks(ctx context.Context, product, owner string, ttl ti
 	if err := checkProduct(product); err != nil {
 		return false, err
 	}
-	err := s.c.Do(ctx, s.c.B().Set().Key(roomSub(product, "lock")).Value(owner).Nx().PxMilliseconds(ttl.Milliseconds()).Build()).Error()
+	err := s.c.Do(ctx, s.c.B().Set().Key(roomLockKey(product)).Value(owner).Nx().PxMilliseconds(ttl.Milliseconds()).Build()).Error()
 	if rueidis.IsRedisNil(err) {
 		return false, nil
 	}
@@ -343,7 +317,7 @@ func (s *Store) RoomWriteRanks(ctx context.Context, r RoomSale, ranked []string)
 	if err := r.check(); err != nil {
 		return err
 	}
-	key := roomSub(r.Product, "rank")
+	key := roomRankKey(r.Product)
 	const chunk = 1000
 	for from := 0; from < len(ranked); from += chunk {
 		to := min(from+chunk, len(ranked))
@@ -372,7 +346,7 @@ func (s *Store) RoomRanking(ctx context.Context, product string) ([]string, erro
 	if err := checkProduct(product); err != nil {
 		return nil, err
 	}
-	ids, err := s.c.Do(ctx, s.c.B().Zrange().Key(roomSub(product, "rank")).Min("0").Max("-1").Build()).AsStrSlice()
+	ids, err := s.c.Do(ctx, s.c.B().Zrange().Key(roomRankKey(product)).Min("0").Max("-1").Build()).AsStrSlice()
 	if err != nil {
 		return nil, fmt.Errorf("stock: room ranking: %w", err)
 	}
@@ -388,7 +362,7 @@ func (s *Store) RoomInfo(ctx context.Context, product string, nowMs int64) (Room
 	}
 	resps := s.c.DoMulti(ctx,
 		s.c.B().Hgetall().Key(roomKey(product)).Build(),
-		s.c.B().Zcount().Key(roomSub(product, "active")).Min(strconv.FormatInt(nowMs, 10)).Max("+inf").Build())
+		s.c.B().Zcount().Key(roomActiveKey(product)).Min(strconv.FormatInt(nowMs, 10)).Max("+inf").Build())
 	m, err := resps[0].AsStrMap()
 	if err != nil {
 		return RoomState{}, false, fmt.Errorf("stock: room state: %w", err)
@@ -468,7 +442,7 @@ func (s *Store) RoomFinish(ctx context.Context, product, user string) error {
 	}
 	cctx, cancel := s.call(ctx)
 	defer cancel()
-	if err := wrFinishScript.Exec(cctx, s.c, []string{roomUserKey(product, user), roomSub(product, "active")}, nil).Error(); err != nil {
+	if err := wrFinishScript.Exec(cctx, s.c, []string{roomUserKey(product, user), roomActiveKey(product)}, nil).Error(); err != nil {
 		return fmt.Errorf("stock: room finish: %w", err)
 	}
 	return nil

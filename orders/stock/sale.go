@@ -18,10 +18,13 @@ var (
 	restockLua string
 	//go:embed lua/mark_success.lua
 	markSuccessLua string
+	//go:embed lua/reschedule.lua
+	rescheduleLua string
 
 	warmScript        = rueidis.NewLuaScript(warmLua)
 	restockScript     = rueidis.NewLuaScript(restockLua)
 	markSuccessScript = rueidis.NewLuaScript(orderFnLua + markSuccessLua)
+	rescheduleScript  = rueidis.NewLuaScript(rescheduleLua)
 )
 
 // SaleStock is what warm-up writes for one product.
@@ -117,7 +120,7 @@ const (
 	StatePaid     = "paid"     // paid in time: kept for good
 	StateExpired  = "expired"  // released by the pay deadline
 	StateReleased = "released" // released by a cancel
-	StateFailed   = "failed"   // the deduction never happened (SettleUnknown)
+	StateFailed   = "failed"   // the deduction never happened (ResolveUnknown)
 )
 
 // OrderInfo is an order as the scripts wrote it: the order, its state
@@ -277,20 +280,6 @@ func (s *Store) Bought(ctx context.Context, productID, userID string) (int64, er
 	return total, nil
 }
 
-// OutboxLen is the number of entries in the product's outbox stream.
-func (s *Store) OutboxLen(ctx context.Context, productID string) (int64, error) {
-	if err := checkProduct(productID); err != nil {
-		return 0, err
-	}
-	ctx, cancel := s.call(ctx)
-	defer cancel()
-	n, err := s.c.Do(ctx, s.c.B().Xlen().Key(OutboxKey(productID)).Build()).AsInt64()
-	if err != nil {
-		return 0, fmt.Errorf("stock: outbox %s: %w", productID, err)
-	}
-	return n, nil
-}
-
 // SaleInfo reads a sale's meta and remaining stock; ok is false when the
 // sale is not warmed (no stock key).
 func (s *Store) SaleInfo(ctx context.Context, productID string) (SaleInfo, bool, error) {
@@ -324,3 +313,36 @@ func (s *Store) SaleInfo(ctx context.Context, productID string) (SaleInfo, bool,
 }
 
 func i64(n int64) string { return strconv.FormatInt(n, 10) }
+
+// Reschedule updates a live sale's limit, price, start and end, like Warm on
+// a live sale, but never creates the stock key: live is false when it is
+// missing (a new sale, or one Redis lost), and nothing was written.
+func (s *Store) Reschedule(ctx context.Context, sale SaleStock) (live bool, err error) {
+	return s.runSaleScript(ctx, rescheduleScript, "reschedule", sale)
+}
+
+// Meta reads a sale's meta hash whether or not its stock key exists; ok is
+// false when there is none. A meta without a stock key is a sale that was
+// open and lost its stock key (the embedded server drops stock keys after a
+// crash, see Open): its Initial and Restocked are what the rebuild starts
+// from. Stock is 0.
+func (s *Store) Meta(ctx context.Context, productID string) (SaleStock, bool, error) {
+	if err := checkProduct(productID); err != nil {
+		return SaleStock{}, false, err
+	}
+	ctx, cancel := s.call(ctx)
+	defer cancel()
+	m, err := s.c.Do(ctx, s.c.B().Hgetall().Key(MetaKey(productID)).Build()).AsStrMap()
+	if err != nil {
+		return SaleStock{}, false, fmt.Errorf("stock: meta %s: %w", productID, err)
+	}
+	if len(m) == 0 {
+		return SaleStock{}, false, nil
+	}
+	num := func(k string) int64 { n, _ := strconv.ParseInt(m[k], 10, 64); return n }
+	return SaleStock{
+		ProductID: productID, Initial: num("initial"), Restocked: num("restocked"),
+		Released: num("released"), Paid: num("paid"), Expired: num("expired"),
+		Limit: int(num("limit")), Price: num("price"), StartMs: num("start"), EndMs: num("end"),
+	}, true, nil
+}

@@ -389,3 +389,26 @@ func (s *Store) measureClock(ctx context.Context) error {
 	s.learnClock(sec*1000 + usec/1000)
 	return nil
 }
+
+// DueOrders lists every member of the product's due set (DueKey), for a
+// rebuild: on a Redis that came back from an old snapshot they are the
+// orders whose state may be stale in the way that matters (unpaid then,
+// maybe paid or expired since), which the rebuild asks the ledger about.
+func (s *Store) DueOrders(ctx context.Context, productID string) ([]Deadline, error) {
+	if err := checkProduct(productID); err != nil {
+		return nil, err
+	}
+	ctx, cancel := s.call(ctx)
+	defer cancel()
+	zs, err := s.c.Do(ctx, s.c.B().Zrange().Key(DueKey(productID)).Min("0").Max("-1").Withscores().Build()).AsZScores()
+	if err != nil {
+		return nil, fmt.Errorf("stock: due orders %s: %w", productID, err)
+	}
+	out := make([]Deadline, 0, len(zs))
+	for _, z := range zs {
+		if id, user, ok := parseDueMember(z.Member); ok {
+			out = append(out, Deadline{OrderID: id, UserID: user, PayByMs: int64(z.Score)})
+		}
+	}
+	return out, nil
+}

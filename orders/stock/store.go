@@ -48,13 +48,13 @@ type Options struct {
 	// OrderTTL is how long orders live.
 	OrderTTL time.Duration
 	// OrderHashes makes every new order a hash, the layout of the versions
-	// before the string one (keys.go). Set it while a fleet is upgraded
+	// before the string one (docs/ledger.md). Set it while a fleet is upgraded
 	// from such a version: its edges (their result calls, consumers' marks
 	// and settlements) cannot read a string order, while this version reads
 	// both either way. Unset once every edge runs this version.
 	OrderHashes bool
 	// BuyerKeys warms new sales in the per-key layout of buyer counts and
-	// used tokens (sk:{p}:u:, sk:{p}:t:; keys.go), the only one older
+	// used tokens (sk:{p}:u:, sk:{p}:t:; docs/ledger.md), the only one older
 	// versions know, instead of the per-product hashes. Set it while edges
 	// of such a version serve the same Redis: they would neither see nor
 	// keep the counts and marks of a hash sale. A sale keeps the layout it
@@ -173,7 +173,7 @@ type Store struct {
 	pmu      sync.Mutex
 
 	// The broadcast subscriptions, one fanout per kind (pubsub.go).
-	soldOutSubs, settledSubs fanout
+	soldOutSubs, changesSubs fanout
 
 	nCalls, nAttempts   atomic.Uint64
 	nWaits, nWaitsShort atomic.Uint64

@@ -14,7 +14,7 @@ var resolveUnknownLua string
 
 var resolveUnknownScript = rueidis.NewLuaScript(orderFnLua + resolveUnknownLua)
 
-// Verdict is what SettleUnknown found out about an attempt.
+// Verdict is what ResolveUnknown found out about an attempt.
 type Verdict uint8
 
 const (
