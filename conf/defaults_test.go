@@ -393,3 +393,26 @@ func shortDuration(d time.Duration) string {
 	}
 	return s
 }
+
+// TestSectionWithDefaultsIsDefaults: a section built in code and given
+// WithDefaults is what a file that leaves the section out loads as, so a
+// constructor that fills its zero settings from it (doc.go) gets conf's
+// defaults and no others.
+func TestSectionWithDefaultsIsDefaults(t *testing.T) {
+	d := Defaults()
+	for name, pair := range map[string][2]any{
+		"redis":  {RedisConfig{}.WithDefaults(), d.Redis},
+		"kafka":  {KafkaConfig{}.WithDefaults(), d.Kafka},
+		"orders": {OrdersConfig{}.WithDefaults(), d.Orders},
+		"events": {EventsConfig{}.WithDefaults(), d.Events},
+		"sale":   {SaleConfig{}.WithDefaults(), d.Sale},
+	} {
+		if !reflect.DeepEqual(pair[0], pair[1]) {
+			t.Errorf("%s: WithDefaults gives %+v, Defaults %+v", name, pair[0], pair[1])
+		}
+	}
+	// A derived default follows the field it derives from, as in a file.
+	if r := (RedisConfig{Timeout: 3 * time.Second}).WithDefaults(); r.QueueTimeout != 3*time.Second {
+		t.Errorf("queue_timeout with timeout 3s: %v, want 3s", r.QueueTimeout)
+	}
+}

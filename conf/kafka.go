@@ -44,6 +44,13 @@ func (k *KafkaConfig) fill() {
 	orDefault(&k.Timeout, 3*time.Second)
 }
 
+// WithDefaults returns c with the defaults Parse gives the `kafka:`
+// section: constructors fill their zero settings from it (doc.go).
+func (c KafkaConfig) WithDefaults() KafkaConfig {
+	c.fill()
+	return c
+}
+
 // The replication settings: a topic the edge creates gets
 // kafka.replication_factor copies of every partition (default 1, for the
 // embedded broker and a single broker; production wants 3) and, when

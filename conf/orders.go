@@ -56,6 +56,13 @@ func (o *OrdersConfig) fill() {
 	orDefault(&o.BatchTimeMax, max(400*time.Millisecond, o.BatchTime))
 }
 
+// WithDefaults returns c with the defaults Parse gives the `orders:`
+// section: constructors fill their zero settings from it (doc.go).
+func (c OrdersConfig) WithDefaults() OrdersConfig {
+	c.fill()
+	return c
+}
+
 func (c *Config) validateOrders(errs *field.Errors) {
 	k := c.Kafka
 	k.validate(errs)

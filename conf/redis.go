@@ -67,6 +67,13 @@ func (c *RedisConfig) fill() {
 	orDefault(&c.MaxBatch, DefaultMaxBatch)
 }
 
+// WithDefaults returns c with the defaults Parse gives the `redis:`
+// section: constructors fill their zero settings from it (doc.go).
+func (c RedisConfig) WithDefaults() RedisConfig {
+	c.fill()
+	return c
+}
+
 // Embedded reports whether the in-process stand-in is configured.
 func (c *RedisConfig) Embedded() bool {
 	return (c.Addr == "" || c.Addr == "embedded") && !c.Sentinel.set()

@@ -59,6 +59,13 @@ func (c *SaleConfig) fill() {
 	orDefault(&c.BreakerOpenFor, time.Second)
 }
 
+// WithDefaults returns c with the defaults Parse gives the `sale:`
+// section: constructors fill their zero settings from it (doc.go).
+func (c SaleConfig) WithDefaults() SaleConfig {
+	c.fill()
+	return c
+}
+
 // Validate checks the section; paths are relative to `sale`.
 func (c *SaleConfig) Validate() field.Errors {
 	var errs field.Errors
