@@ -101,7 +101,7 @@ type RoomConfig struct {
 	// Session is how long an admitted shopper may buy.
 	Session time.Duration `yaml:"session"`
 	// Order is lottery_then_fifo (default) or fifo.
-	Order     string               `yaml:"order"`
+	Order     string        `yaml:"order"`
 	Challenge RoomChallenge `yaml:"challenge"`
 }
 
@@ -113,12 +113,12 @@ type RoomChallenge struct {
 
 // roomJSON is the admin API's form: durations as strings ("10m").
 type roomJSON struct {
-	Enabled        bool                 `json:"enabled"`
-	PrequeueOpens  string               `json:"prequeue_opens,omitempty"`
-	AdmitPerMinute int                  `json:"admit_per_minute"`
-	MaxActive      int                  `json:"max_active"`
-	Session        string               `json:"session,omitempty"`
-	Order          string               `json:"order,omitempty"`
+	Enabled        bool          `json:"enabled"`
+	PrequeueOpens  string        `json:"prequeue_opens,omitempty"`
+	AdmitPerMinute int           `json:"admit_per_minute"`
+	MaxActive      int           `json:"max_active"`
+	Session        string        `json:"session,omitempty"`
+	Order          string        `json:"order,omitempty"`
 	Challenge      RoomChallenge `json:"challenge"`
 }
 

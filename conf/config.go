@@ -50,22 +50,6 @@ type ListenConfig struct {
 	TLS ListenTLSConfig `yaml:"tls"`
 }
 
-// AdminConfig is the operator listener (metrics, health, reload).
-type AdminConfig struct {
-	// Addr may be given as "env:NAME" (a container's image sets it from its
-	// environment); Parse replaces it with the value, so the rest of the
-	// edge sees an address.
-	Addr string `yaml:"addr"`
-	// Token is required when Addr is not a loopback address. It may be given
-	// as "env:NAME" to read it from the environment. Never logged.
-	Token string `yaml:"token" secret:"true"`
-	// Hosts are the names, besides localhost and IP addresses, that the
-	// admin listener answers to in the Host header: a name Prometheus or a
-	// reverse proxy uses. Any other name is refused, so a web page cannot
-	// read the admin API through DNS rebinding (adminhosts.go).
-	Hosts []string `yaml:"hosts"`
-}
-
 // LogConfig controls the structured logs.
 type LogConfig struct {
 	Level  string `yaml:"level"`

@@ -40,6 +40,13 @@ func (c *EventsConfig) fill() {
 	orDefault(&c.WriteTimeout, 10*time.Millisecond)
 }
 
+// WithDefaults returns c with the defaults Parse gives the `events:`
+// section: constructors fill their zero settings from it (doc.go).
+func (c EventsConfig) WithDefaults() EventsConfig {
+	c.fill()
+	return c
+}
+
 // Validate checks the section; paths are relative to `events`.
 func (c *EventsConfig) Validate() field.Errors {
 	var errs field.Errors

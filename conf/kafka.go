@@ -2,9 +2,54 @@ package conf
 
 import (
 	"crypto/tls"
+	"time"
 
 	"flashgate/conf/field"
 )
+
+// KafkaConfig is the `kafka:` section: where order events go.
+type KafkaConfig struct {
+	// Brokers; empty starts the embedded Kafka-protocol broker (kfake) in
+	// this process, with its state under data_dir/kafka (demo only).
+	Brokers  []string `yaml:"brokers"`
+	Topic    string   `yaml:"topic"`
+	DLQTopic string   `yaml:"dlq_topic"`
+	// Partitions of the orders topic when the edge creates it.
+	Partitions int `yaml:"partitions"`
+	// ReplicationFactor and MinInsyncReplicas of the topics the edge
+	// creates; an existing topic with fewer is refused at start (see
+	// conf/kafka.go).
+	ReplicationFactor int `yaml:"replication_factor"`
+	MinInsyncReplicas int `yaml:"min_insync_replicas"`
+	// TLS and SASL are how every Kafka client of the edge connects.
+	TLS  KafkaTLSConfig  `yaml:"tls"`
+	SASL KafkaSASLConfig `yaml:"sasl"`
+	// BatchTimeout is how long a dead-lettered message waits for others
+	// to share its produce request. Order events wait for no timer: per
+	// partition one request is in flight and what queued meanwhile goes
+	// as the next one (orders/producer.go).
+	BatchTimeout time.Duration `yaml:"batch_timeout"`
+	// Timeout bounds one publish: past it the shopper gets 503 with the
+	// order id, and the outbox relay delivers the event.
+	Timeout time.Duration `yaml:"timeout"`
+}
+
+// fill gives the settings left out or written as zero their defaults.
+func (k *KafkaConfig) fill() {
+	orDefault(&k.Topic, "seckill.orders")
+	orDefault(&k.DLQTopic, "seckill.orders.dlq")
+	orDefault(&k.Partitions, 6)
+	orDefault(&k.ReplicationFactor, 1)
+	orDefault(&k.BatchTimeout, 2*time.Millisecond)
+	orDefault(&k.Timeout, 3*time.Second)
+}
+
+// WithDefaults returns c with the defaults Parse gives the `kafka:`
+// section: constructors fill their zero settings from it (doc.go).
+func (c KafkaConfig) WithDefaults() KafkaConfig {
+	c.fill()
+	return c
+}
 
 // The replication settings: a topic the edge creates gets
 // kafka.replication_factor copies of every partition (default 1, for the
@@ -80,6 +125,15 @@ func (s *KafkaSASLConfig) Credentials() (user, password string, err error) {
 }
 
 func (k *KafkaConfig) validate(errs *field.Errors) {
+	if k.Partitions < 1 || k.Partitions > 1000 {
+		errs.Add("kafka.partitions", "must be between 1 and 1000, got %d", k.Partitions)
+	}
+	if k.BatchTimeout < 0 || k.BatchTimeout > time.Second {
+		errs.Add("kafka.batch_timeout", "must be between 0 and 1s, got %v", k.BatchTimeout)
+	}
+	if k.Timeout < 100*time.Millisecond || k.Timeout > time.Minute {
+		errs.Add("kafka.timeout", "must be between 100ms and 1m, got %v", k.Timeout)
+	}
 	if k.ReplicationFactor < 1 || k.ReplicationFactor > maxReplicationFactor {
 		errs.Add("kafka.replication_factor", "must be between 1 and %d, got %d", maxReplicationFactor, k.ReplicationFactor)
 	}

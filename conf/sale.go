@@ -8,65 +8,6 @@ import (
 	"flashgate/conf/field"
 )
 
-// RedisConfig is the `redis:` section.
-type RedisConfig struct {
-	// Addr is host:port, a comma-separated cluster seed list, a redis://
-	// URL, or "" / "embedded" for the in-process stand-in (demo only).
-	Addr string `yaml:"addr"`
-	// Timeout is the budget of every Redis call: slow or gone answers 503
-	// DEGRADED within it, never a hang.
-	Timeout time.Duration `yaml:"timeout"`
-	// QueueTimeout is how long a purchase may wait for its product's
-	// script call in flight (the group commit) before it is answered 503
-	// unsent (default 1s, at least Timeout). See stock.Options.
-	QueueTimeout time.Duration `yaml:"queue_timeout"`
-	// MaxBatch caps the purchase attempts of one product that one
-	// deduction script call carries (the group commit; default 256).
-	// Bigger batches cost Redis less per purchase, and block it longer
-	// for every other product while the script runs. See stock.Options.
-	MaxBatch      int           `yaml:"max_batch"`
-	MaxFlushDelay time.Duration `yaml:"max_flush_delay"`
-	Password      string        `yaml:"password" secret:"true"`
-	// Username is the ACL user ("" the default user); Sentinel and TLS
-	// say how to reach a production Redis. All three: redis.go.
-	Username string              `yaml:"username"`
-	Sentinel RedisSentinelConfig `yaml:"sentinel"`
-	TLS      RedisTLSConfig      `yaml:"tls"`
-	// WaitReplicas > 0: after each deduction script call, WAIT until that
-	// many replicas have its writes (or WaitTimeout) before any of its
-	// purchases is answered. See stock.Options.WaitReplicas.
-	WaitReplicas int           `yaml:"wait_replicas"`
-	WaitTimeout  time.Duration `yaml:"wait_timeout"`
-}
-
-// DefaultMaxBatch is redis.max_batch's default (and stock.Options'). At
-// 128, under one hot product with 512 shoppers in flight, most calls were
-// full; 512 gave 1.13x the purchases/s at 0.85x Redis' CPU per purchase
-// (bench compare -edge-b, 4 rounds), with scripts of up to ~8 ms. 256 keeps
-// a script under ~5 ms.
-const DefaultMaxBatch = 256
-
-// MaxBatchLimit bounds redis.max_batch: deduct.lua unpacks up to two
-// arguments per attempt onto Lua's stack (8,000 slots) for one HSET.
-const MaxBatchLimit = 2000
-
-// AuthConfig is the `auth:` section: the signed shopper session.
-type AuthConfig struct {
-	// Secrets sign (the first) and verify (all) session JWTs; at least 32
-	// bytes each; "env:NAME" reads one from the environment. Empty: a random
-	// secret per process (demo: sessions end on restart and are not valid on
-	// other edges).
-	Secrets    []string      `yaml:"secrets" secret:"true"`
-	SessionTTL time.Duration `yaml:"session_ttl"`
-	// DemoLogin turns on POST /api/login, which signs anyone in as the
-	// user id they name: the zero-setup demo. Validation refuses it when
-	// Redis, Kafka or ClickHouse are real servers unless DemoLoginForce
-	// says so (a test rig on real servers): see demo.go.
-	DemoLogin      bool `yaml:"demo_login"`
-	DemoLoginForce bool `yaml:"demo_login_force"`
-	CookieSecure   bool `yaml:"cookie_secure"`
-}
-
 // SaleConfig is the `sale:` section.
 type SaleConfig struct {
 	// TokenSecret signs purchase tokens (≥ 32 bytes, "env:NAME" allowed;
@@ -118,6 +59,13 @@ func (c *SaleConfig) fill() {
 	orDefault(&c.BreakerOpenFor, time.Second)
 }
 
+// WithDefaults returns c with the defaults Parse gives the `sale:`
+// section: constructors fill their zero settings from it (doc.go).
+func (c SaleConfig) WithDefaults() SaleConfig {
+	c.fill()
+	return c
+}
+
 // Validate checks the section; paths are relative to `sale`.
 func (c *SaleConfig) Validate() field.Errors {
 	var errs field.Errors
@@ -152,86 +100,6 @@ func (c *SaleConfig) Validate() field.Errors {
 		errs.Add("breaker_open_for", "must be at least 100ms")
 	}
 	return errs
-}
-
-// fill gives the settings left out or written as zero their defaults;
-// queue_timeout's depends on timeout.
-func (c *RedisConfig) fill() {
-	orDefault(&c.Timeout, 200*time.Millisecond)
-	orDefault(&c.QueueTimeout, max(time.Second, c.Timeout))
-	orDefault(&c.WaitTimeout, 50*time.Millisecond)
-	orDefault(&c.MaxBatch, DefaultMaxBatch)
-}
-
-// Embedded reports whether the in-process stand-in is configured.
-func (c *RedisConfig) Embedded() bool {
-	return (c.Addr == "" || c.Addr == "embedded") && !c.Sentinel.set()
-}
-
-// Validate checks the section; paths are relative to `redis`.
-func (c *RedisConfig) Validate() field.Errors {
-	var errs field.Errors
-	if c.Timeout < time.Millisecond || c.Timeout > 10*time.Second {
-		errs.Add("timeout", "must be between 1ms and 10s, got %v", c.Timeout)
-	}
-	if c.QueueTimeout < c.Timeout || c.QueueTimeout > 30*time.Second {
-		errs.Add("queue_timeout", "must be between timeout (%v) and 30s, got %v", c.Timeout, c.QueueTimeout)
-	}
-	if c.MaxBatch < 1 || c.MaxBatch > MaxBatchLimit {
-		errs.Add("max_batch", "must be between 1 and %d, got %d", MaxBatchLimit, c.MaxBatch)
-	}
-	if c.MaxFlushDelay < 0 || c.MaxFlushDelay > 10*time.Millisecond {
-		errs.Add("max_flush_delay", "must be between 0 and 10ms, got %v", c.MaxFlushDelay)
-	}
-	if _, err := field.ResolveEnv(c.Password); err != nil {
-		errs.Add("password", "%v", err)
-	}
-	if c.WaitReplicas < 0 || c.WaitReplicas > 16 {
-		errs.Add("wait_replicas", "must be between 0 (off) and 16, got %d", c.WaitReplicas)
-	}
-	if c.WaitTimeout < time.Millisecond || c.WaitTimeout >= c.Timeout {
-		errs.Add("wait_timeout", "must be at least 1ms and less than timeout (%v): the WAIT is part of the call's budget, got %v", c.Timeout, c.WaitTimeout)
-	}
-	if c.WaitReplicas > 0 && c.Embedded() {
-		errs.Add("wait_replicas", "the embedded stand-in has no replicas")
-	}
-	c.validateConn(&errs)
-	return errs
-}
-
-// fill gives the settings left out or written as zero their defaults.
-func (c *AuthConfig) fill() {
-	orDefault(&c.SessionTTL, 24*time.Hour)
-}
-
-// Validate checks the section; paths are relative to `auth`.
-func (c *AuthConfig) Validate() field.Errors {
-	var errs field.Errors
-	for i, s := range c.Secrets {
-		if _, err := secret(s); err != nil {
-			errs.Add(field.Index("secrets", i), "%v", err)
-		}
-	}
-	if c.SessionTTL < time.Minute || c.SessionTTL > 30*24*time.Hour {
-		errs.Add("session_ttl", "must be between 1m and 720h, got %v", c.SessionTTL)
-	}
-	return errs
-}
-
-// SessionSecrets resolves the secrets, or one random secret when none is
-// configured (random reports that, so the caller can warn).
-func (c *AuthConfig) SessionSecrets() (secrets [][]byte, random bool, err error) {
-	for _, s := range c.Secrets {
-		b, err := secret(s)
-		if err != nil {
-			return nil, false, err
-		}
-		secrets = append(secrets, b)
-	}
-	if len(secrets) == 0 {
-		return [][]byte{randomSecret()}, true, nil
-	}
-	return secrets, false, nil
 }
 
 // TokenSecretBytes resolves the purchase-token secret (random if unset).

@@ -3,6 +3,7 @@ package broker
 import (
 	"context"
 	"errors"
+	"flashgate/conf"
 	"flashgate/orders/order"
 	"fmt"
 	"log/slog"
@@ -14,9 +15,9 @@ import (
 	"github.com/segmentio/kafka-go"
 )
 
-// PublisherConfig configures a Publisher. Brokers and the settings edge.yaml
-// has (Topic, DLQTopic, BatchTimeout, Timeout: kafka.*, which conf
-// defaults) are required; the others have defaults of their own.
+// PublisherConfig configures a Publisher. Brokers are required; the
+// settings edge.yaml has (Topic, DLQTopic, BatchTimeout, Timeout: kafka.*)
+// take conf's defaults when zero; the others have defaults of their own.
 type PublisherConfig struct {
 	Brokers []string
 	// Security is how it connects (TLS, SASL); the zero value is plaintext.
@@ -65,17 +66,17 @@ type OutboxAcker interface {
 	AckOutbox(ctx context.Context, productID string, ids ...string) error
 }
 
-// check rejects a config without what it needs and fills the settings
-// that are not edge.yaml's.
+// check rejects a config without what it needs, fills the zero edge.yaml
+// settings from conf's defaults, refuses one that is set but invalid, and
+// fills the settings that are not edge.yaml's.
 func (c *PublisherConfig) check() error {
 	if len(c.Brokers) == 0 {
 		return errors.New("orders: publisher: no brokers")
 	}
-	if c.Topic == "" || c.DLQTopic == "" {
-		return errors.New("orders: publisher: Topic and DLQTopic are required (kafka.topic, kafka.dlq_topic)")
-	}
-	if c.BatchTimeout <= 0 || c.Timeout <= 0 {
-		return fmt.Errorf("orders: publisher: BatchTimeout and Timeout must be positive (kafka.batch_timeout, kafka.timeout), got %v and %v", c.BatchTimeout, c.Timeout)
+	k := conf.KafkaConfig{Topic: c.Topic, DLQTopic: c.DLQTopic, BatchTimeout: c.BatchTimeout, Timeout: c.Timeout}.WithDefaults()
+	c.Topic, c.DLQTopic, c.BatchTimeout, c.Timeout = k.Topic, k.DLQTopic, k.BatchTimeout, k.Timeout
+	if c.BatchTimeout < 0 || c.Timeout < 0 {
+		return fmt.Errorf("orders: publisher: BatchTimeout and Timeout must not be negative (kafka.batch_timeout, kafka.timeout), got %v and %v", c.BatchTimeout, c.Timeout)
 	}
 	if c.BatchSize <= 0 {
 		c.BatchSize = 1000

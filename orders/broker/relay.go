@@ -14,13 +14,14 @@ import (
 
 	"github.com/segmentio/kafka-go"
 
+	"flashgate/conf"
 	"flashgate/orders/order"
 	"flashgate/orders/stock"
 )
 
-// RelayConfig configures a Relay. Store, Publisher, Products and the
-// settings edge.yaml has (Interval, MinAge: orders.relay_*, which conf
-// defaults) are required; the others have defaults of their own.
+// RelayConfig configures a Relay. Store, Publisher and Products are
+// required; the settings edge.yaml has (Interval, MinAge: orders.relay_*)
+// take conf's defaults when zero; the others have defaults of their own.
 type RelayConfig struct {
 	Store     *stock.Store
 	Publisher *Publisher
@@ -61,14 +62,17 @@ type RelayConfig struct {
 // defaultForgetAfter is ForgetAfter's floor when it is not set.
 const defaultForgetAfter = 5 * time.Minute
 
-// check rejects a config without what it needs and fills the settings
-// that are not edge.yaml's.
+// check rejects a config without what it needs, fills the zero edge.yaml
+// settings from conf's defaults, refuses one that is set but invalid, and
+// fills the settings that are not edge.yaml's.
 func (c *RelayConfig) check() error {
 	if c.Store == nil || c.Publisher == nil || c.Products == nil {
 		return errors.New("orders: relay needs Store, Publisher and Products")
 	}
-	if c.Interval <= 0 || c.MinAge <= 0 {
-		return fmt.Errorf("orders: relay: Interval and MinAge must be positive (orders.relay_interval, orders.relay_min_age), got %v and %v", c.Interval, c.MinAge)
+	o := conf.OrdersConfig{RelayInterval: c.Interval, RelayMinAge: c.MinAge}.WithDefaults()
+	c.Interval, c.MinAge = o.RelayInterval, o.RelayMinAge
+	if c.Interval < 0 || c.MinAge < 0 {
+		return fmt.Errorf("orders: relay: Interval and MinAge must not be negative (orders.relay_interval, orders.relay_min_age), got %v and %v", c.Interval, c.MinAge)
 	}
 	if c.Consumer == "" {
 		host, _ := os.Hostname()

@@ -12,15 +12,18 @@ import (
 
 	"github.com/segmentio/kafka-go"
 
+	"flashgate/conf"
 	"flashgate/orders/broker"
 	"flashgate/orders/order"
 	"flashgate/orders/orderstore"
 	"flashgate/orders/stock"
 )
 
-// Config configures a Consumer. Brokers, Store and the settings edge.yaml
-// has (Topic, Group, DLQTopic, BatchSize, BatchTime: kafka.* and orders.*,
-// which conf defaults) are required; the others have defaults of their own.
+// Config configures a Consumer. Brokers and Store are required; the
+// settings edge.yaml has (Topic, Group, DLQTopic, BatchSize, BatchTime:
+// kafka.* and orders.*) take conf's defaults when zero; the others have
+// defaults of their own. BatchTimeMax is taken as given: 0 keeps the batch
+// time fixed.
 type Config struct {
 	Brokers  []string
 	Topic    string
@@ -56,8 +59,9 @@ type Config struct {
 	Log            *slog.Logger
 }
 
-// check rejects a config without what it needs and fills the settings
-// that are not edge.yaml's.
+// check rejects a config without what it needs, fills the zero edge.yaml
+// settings from conf's defaults, refuses one that is set but invalid, and
+// fills the settings that are not edge.yaml's.
 func (c *Config) check() error {
 	if len(c.Brokers) == 0 {
 		return errors.New("consumer: no brokers")
@@ -65,11 +69,11 @@ func (c *Config) check() error {
 	if c.Store == nil {
 		return errors.New("consumer: no order store")
 	}
-	if c.Topic == "" || c.Group == "" || c.DLQTopic == "" {
-		return errors.New("consumer: Topic, Group and DLQTopic are required (kafka.topic, orders.group, kafka.dlq_topic)")
-	}
-	if c.BatchSize <= 0 || c.BatchTime <= 0 {
-		return fmt.Errorf("consumer: BatchSize and BatchTime must be positive (orders.batch_size, orders.batch_time), got %d and %v", c.BatchSize, c.BatchTime)
+	k := conf.KafkaConfig{Topic: c.Topic, DLQTopic: c.DLQTopic}.WithDefaults()
+	o := conf.OrdersConfig{Group: c.Group, BatchSize: c.BatchSize, BatchTime: c.BatchTime}.WithDefaults()
+	c.Topic, c.DLQTopic, c.Group, c.BatchSize, c.BatchTime = k.Topic, k.DLQTopic, o.Group, o.BatchSize, o.BatchTime
+	if c.BatchSize < 0 || c.BatchTime < 0 {
+		return fmt.Errorf("consumer: BatchSize and BatchTime must not be negative (orders.batch_size, orders.batch_time), got %d and %v", c.BatchSize, c.BatchTime)
 	}
 	if c.MinBackoff <= 0 {
 		c.MinBackoff = 50 * time.Millisecond

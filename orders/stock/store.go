@@ -19,9 +19,10 @@ import (
 	"github.com/redis/rueidis"
 )
 
-// Options tune a Store. Timeout, QueueTimeout and OrderTTL are edge.yaml
-// settings (redis.timeout, redis.queue_timeout, sale.order_ttl), which conf
-// defaults: Open requires them. The others have defaults of their own.
+// Options tune a Store. Timeout, QueueTimeout, MaxBatch, WaitTimeout and
+// OrderTTL are edge.yaml settings (redis.*, sale.order_ttl): left zero,
+// they take conf's defaults, as a config file that leaves them out does.
+// The others have defaults of their own.
 type Options struct {
 	// Timeout is the budget of every Redis call. A slow or dead Redis
 	// yields an error within it: the script call that carries an attempt
@@ -114,18 +115,19 @@ type SentinelOptions struct {
 // trip to a sentinel per edge per period.
 const sentinelRefresh = 2 * time.Second
 
-// check rejects options without what they need and fills the settings
-// that are not edge.yaml's.
+// check fills the zero edge.yaml settings (redis.*, sale.order_ttl) from
+// conf's defaults, refuses one that is set but invalid, and fills the
+// settings that are not edge.yaml's.
 func (o *Options) check() error {
-	if o.Timeout <= 0 || o.QueueTimeout <= 0 || o.OrderTTL <= 0 {
-		return fmt.Errorf("stock: Timeout, QueueTimeout and OrderTTL must be positive (redis.timeout, redis.queue_timeout, sale.order_ttl), got %v, %v and %v",
+	r := conf.RedisConfig{Timeout: o.Timeout, QueueTimeout: o.QueueTimeout, MaxBatch: o.MaxBatch, WaitTimeout: o.WaitTimeout}.WithDefaults()
+	o.Timeout, o.QueueTimeout, o.MaxBatch, o.WaitTimeout = r.Timeout, r.QueueTimeout, r.MaxBatch, r.WaitTimeout
+	o.OrderTTL = conf.SaleConfig{OrderTTL: o.OrderTTL}.WithDefaults().OrderTTL
+	if o.Timeout < 0 || o.QueueTimeout < 0 || o.OrderTTL < 0 {
+		return fmt.Errorf("stock: Timeout, QueueTimeout and OrderTTL must not be negative (redis.timeout, redis.queue_timeout, sale.order_ttl), got %v, %v and %v",
 			o.Timeout, o.QueueTimeout, o.OrderTTL)
 	}
-	if o.MaxBatch <= 0 {
-		o.MaxBatch = conf.DefaultMaxBatch
-	}
-	if o.MaxBatch > conf.MaxBatchLimit {
-		return fmt.Errorf("stock: MaxBatch %d is above %d", o.MaxBatch, conf.MaxBatchLimit)
+	if o.MaxBatch < 0 || o.MaxBatch > conf.MaxBatchLimit {
+		return fmt.Errorf("stock: MaxBatch (redis.max_batch) must be between 1 and %d, got %d", conf.MaxBatchLimit, o.MaxBatch)
 	}
 	if o.BuyerGrace <= 0 {
 		o.BuyerGrace = 7 * 24 * time.Hour
@@ -136,8 +138,8 @@ func (o *Options) check() error {
 	if o.WaitReplicas < 0 {
 		return fmt.Errorf("stock: WaitReplicas %d is negative", o.WaitReplicas)
 	}
-	if o.WaitReplicas > 0 && o.WaitTimeout <= 0 {
-		o.WaitTimeout = 50 * time.Millisecond // WAIT with 0 would block forever
+	if o.WaitTimeout < 0 { // a zero took conf's default: WAIT with 0 would block forever
+		return fmt.Errorf("stock: WaitTimeout (redis.wait_timeout) must not be negative, got %v", o.WaitTimeout)
 	}
 	return nil
 }

@@ -7,8 +7,9 @@ import (
 	"flashgate/orders/stock"
 )
 
-// Config is what New needs: the `events:` section as conf loaded it (with
-// its defaults), and what the wiring provides.
+// Config is what New needs: the `events:` section (a zero setting takes
+// conf's default, as in a file that leaves it out), and what the wiring
+// provides.
 type Config struct {
 	conf.EventsConfig
 

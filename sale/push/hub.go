@@ -109,9 +109,12 @@ type Stats struct {
 // New returns a hub reading order states and subscribing to order
 // outcomes through st. Nothing runs before Start.
 func New(st *stock.Store, cfg Config) (*Hub, error) {
-	if ev := cfg.EventsConfig; ev.MaxPerUser <= 0 || ev.Heartbeat <= 0 || ev.Deadline <= 0 || ev.WriteTimeout <= 0 {
-		return nil, fmt.Errorf("push: max_per_user, heartbeat, deadline and write_timeout must be positive, got %d, %v, %v, %v (conf.Defaults has them)",
-			ev.MaxPerUser, ev.Heartbeat, ev.Deadline, ev.WriteTimeout)
+	// A zero setting takes conf's default (max_streams' zero is its own:
+	// automatic); a negative one is refused.
+	cfg.EventsConfig = cfg.EventsConfig.WithDefaults()
+	if ev := cfg.EventsConfig; ev.MaxStreams < 0 || ev.MaxPerUser < 0 || ev.Heartbeat < 0 || ev.Deadline < 0 || ev.WriteTimeout < 0 {
+		return nil, fmt.Errorf("push: events.max_streams, max_per_user, heartbeat, deadline and write_timeout must not be negative, got %d, %d, %v, %v, %v",
+			ev.MaxStreams, ev.MaxPerUser, ev.Heartbeat, ev.Deadline, ev.WriteTimeout)
 	}
 	if cfg.Render == nil {
 		return nil, errors.New("push: Config.Render is required (sale.AppendResult)")
