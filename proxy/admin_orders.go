@@ -55,7 +55,7 @@ func (s *Server) handleAdminOrders(ctx *fasthttp.RequestCtx, path string) bool {
 			api.AdminNoReleasableOrder.Write(ctx)
 		default:
 			// Cancelling is idempotent: a repeat answers 200 and returns no stock.
-			writeJSON(ctx, map[string]any{"ok": true, "released": true, "alreadyReleased": !set.Changed})
+			api.WriteJSON(ctx, fasthttp.StatusOK, jsonOf(map[string]any{"ok": true, "released": true, "alreadyReleased": !set.Changed}))
 		}
 	case "/admin/orders/paid":
 		s.handleAdminPaid(ctx)
@@ -66,8 +66,13 @@ func (s *Server) handleAdminOrders(ctx *fasthttp.RequestCtx, path string) bool {
 		var buf bytes.Buffer
 		rep.Print(&buf)
 		if err != nil {
-			ctx.SetStatusCode(fasthttp.StatusConflict)
-			buf.WriteString("error: " + err.Error() + "\n")
+			// The report goes with the cause: what was checked, and what
+			// disagreed.
+			b := api.ReconcileFailed.WithMessage(err.Error()).AppendOpen(nil)
+			b = append(b, `,"report":`...)
+			b = append(b, jsonOf(buf.String())...)
+			api.WriteJSON(ctx, api.ReconcileFailed.Status, append(b, '}'))
+			return true
 		}
 		ctx.SetContentType("text/plain; charset=utf-8")
 		ctx.SetBody(buf.Bytes())

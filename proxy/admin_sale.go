@@ -37,7 +37,7 @@ func (s *Server) handleAdminSale(ctx *fasthttp.RequestCtx, path string) bool {
 			roomError(ctx, err)
 			return true
 		}
-		writeJSON(ctx, l)
+		api.WriteJSON(ctx, fasthttp.StatusOK, jsonOf(l))
 	case "/admin/activities":
 		if ctx.IsGet() {
 			s.listActivities(ctx)
@@ -65,7 +65,7 @@ func (s *Server) handleAdminSale(ctx *fasthttp.RequestCtx, path string) bool {
 			api.AdminUnavailable.WithMessage(err.Error()).Write(ctx)
 			return true
 		}
-		writeJSON(ctx, map[string]any{"ok": true, "productId": a.ProductID})
+		api.WriteJSON(ctx, fasthttp.StatusOK, jsonOf(map[string]any{"ok": true, "productId": a.ProductID}))
 	case "/admin/restock":
 		if !s.requirePost(ctx) {
 			return true
@@ -91,11 +91,11 @@ func (s *Server) handleAdminSale(ctx *fasthttp.RequestCtx, path string) bool {
 			rej.WithMessage(err.Error()).Write(ctx)
 			return true
 		}
-		writeJSON(ctx, map[string]any{"ok": true, "productId": req.ProductID, "stock": n})
+		api.WriteJSON(ctx, fasthttp.StatusOK, jsonOf(map[string]any{"ok": true, "productId": req.ProductID, "stock": n}))
 	case "/admin/degrade":
 		if ctx.IsGet() {
 			all, products := s.sale.DegradeState()
-			writeJSON(ctx, map[string]any{"all": all, "products": products})
+			api.WriteJSON(ctx, fasthttp.StatusOK, jsonOf(map[string]any{"all": all, "products": products}))
 			return true
 		}
 		if !s.requirePost(ctx) {
@@ -124,7 +124,7 @@ func (s *Server) handleAdminSale(ctx *fasthttp.RequestCtx, path string) bool {
 		if stored.Missed != nil {
 			out["warning"] = "recorded in one place only, written to the other when it answers: " + stored.Missed.Error()
 		}
-		writeJSON(ctx, out)
+		api.WriteJSON(ctx, fasthttp.StatusOK, jsonOf(out))
 	default:
 		return false
 	}
@@ -159,7 +159,7 @@ func (s *Server) listActivities(ctx *fasthttp.RequestCtx) {
 			Degraded: s.sale.Degraded([]byte(e.ProductID)), PayTimeoutMs: e.PayTimeout(global),
 		})
 	}
-	writeJSON(ctx, out)
+	api.WriteJSON(ctx, fasthttp.StatusOK, jsonOf(out))
 }
 
 func (s *Server) requirePost(ctx *fasthttp.RequestCtx) bool {
@@ -206,7 +206,7 @@ func (s *Server) adminRoom(ctx *fasthttp.RequestCtx, actx context.Context) {
 		if rows == nil {
 			rows = []sale.RoomRow{}
 		}
-		writeJSON(ctx, map[string]any{"sales": rows})
+		api.WriteJSON(ctx, fasthttp.StatusOK, jsonOf(map[string]any{"sales": rows}))
 		return
 	}
 	if !s.requirePost(ctx) {
@@ -237,7 +237,7 @@ func (s *Server) adminRoom(ctx *fasthttp.RequestCtx, actx context.Context) {
 		roomError(ctx, err)
 		return
 	}
-	writeJSON(ctx, map[string]any{"ok": true, "sale": row})
+	api.WriteJSON(ctx, fasthttp.StatusOK, jsonOf(map[string]any{"ok": true, "sale": row}))
 }
 
 func roomError(ctx *fasthttp.RequestCtx, err error) {

@@ -77,7 +77,7 @@ func (s *Server) paymentWebhook(ctx *fasthttp.RequestCtx, snap *Snapshot) {
 	if !ev.Pays() {
 		// Another kind of event: acknowledged, so the provider does not
 		// send it again and again.
-		writeJSON(ctx, map[string]any{"status": "ignored", "type": ev.Type})
+		api.WriteJSON(ctx, fasthttp.StatusOK, jsonOf(map[string]any{"status": "ignored", "type": ev.Type}))
 		return
 	}
 	actx, cancel := context.WithTimeout(context.Background(), payTimeout)
@@ -160,12 +160,11 @@ func (s *Server) answerPaid(ctx *fasthttp.RequestCtx, productID string, orderID 
 		b = strconv.AppendInt(b, set.Info.PaidMs, 10)
 	}
 	b = append(b, '}')
-	ctx.Response.Header.SetContentType("application/json")
-	ctx.Response.Header.Set(fasthttp.HeaderCacheControl, "no-store")
+	status := fasthttp.StatusOK
 	if set.Info.State != stock.StatePaid {
-		ctx.SetStatusCode(api.TooLate.Status)
+		status = api.TooLate.Status
 	}
-	ctx.SetBody(b)
+	api.WriteJSON(ctx, status, b)
 }
 
 // registerDeadlineMetrics exports the deadline sweep's figures and the
