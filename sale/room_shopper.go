@@ -89,7 +89,7 @@ func (s *Service) challenge(r *api.Call, st *Settings) {
 	b = strconv.AppendInt(b, exp, 10)
 	b = append(b, '}')
 	r.Scratch = b
-	writeJSON(r.Ctx, b)
+	api.WriteJSON(r.Ctx, fasthttp.StatusOK, b)
 }
 
 // join gives the shopper their one ticket of the sale's queue (the one they
@@ -160,7 +160,12 @@ func (s *Service) join(r *api.Call, st *Settings) {
 		api.Busy.Write(r.Ctx)
 		return
 	}
-	s.answerPlace(r, st, rm, rv, tid, ans.Place, -1, true)
+	a, rej := s.placeAnswer(rm, rv, tid, ans.Place, -1, true, r.NowNano/1e6)
+	if rej != nil {
+		rej.Write(r.Ctx)
+		return
+	}
+	s.answerRoom(r, st, a)
 }
 
 // queue answers the ticket holder's place (the page's poll).
@@ -196,44 +201,46 @@ func (s *Service) queue(r *api.Call, st *Settings) {
 			return
 		}
 	}
-	s.place(r, st, rm, rv, id, held, false)
+	a, rej := s.place(r, rm, rv, id, held)
+	if rej != nil {
+		rej.Write(r.Ctx)
+		return
+	}
+	s.answerRoom(r, st, a)
 }
 
-// place reads (and admits) the shopper's place and answers it; held is the
-// place the presented ticket carries (-1: none), a new ticket is given when
-// the place is no longer the ticket's.
-func (s *Service) place(r *api.Call, st *Settings, rm *room.Room, rv *roomView, id room.ID, held int64, joined bool) {
+// place reads (and admits) the shopper's place: the answer, or the
+// refusal; held is the place the presented ticket carries.
+func (s *Service) place(r *api.Call, rm *room.Room, rv *roomView, id room.ID, held int64) (roomAnswer, *api.Rejection) {
 	nowMs := r.NowNano / 1e6
 	var idHex [2 * room.IDLen]byte
 	p, err := s.d.Store.RoomPlace(context.Background(), roomSaleOf(r.Sale.Sale), stock.PlaceAsk{
 		User: view(r.UserID), ID: view(id.AppendHex(idHex[:0])), NowMs: nowMs, MaxActive: rm.MaxActive, SessionMs: rm.SessionMs})
 	if err != nil {
 		s.d.Log.Warn("queue place failed", "product", r.Sale.ProductID, "err", err)
-		api.Busy.Write(r.Ctx)
-		return
+		return roomAnswer{}, api.Busy
 	}
-	s.answerPlace(r, st, rm, rv, id, p, held, joined)
+	return s.placeAnswer(rm, rv, id, p, held, false, nowMs)
 }
 
-// answerPlace answers the place p read for ticket id.
-func (s *Service) answerPlace(r *api.Call, st *Settings, rm *room.Room, rv *roomView, id room.ID, p stock.RoomPlace, held int64, joined bool) {
-	nowMs := r.NowNano / 1e6
+// placeAnswer is the answer of the place p read for ticket id (joined: by
+// the join that gave it), or the refusal; held is the place the presented
+// ticket carries (-1: none), and a new ticket is given when the place is no
+// longer the ticket's.
+func (s *Service) placeAnswer(rm *room.Room, rv *roomView, id room.ID, p stock.RoomPlace, held int64, joined bool, nowMs int64) (roomAnswer, *api.Rejection) {
 	switch {
 	case !p.Found && joined:
-		api.Busy.Write(r.Ctx) // the join's ticket vanished in between: Redis lost it
-		return
+		return roomAnswer{}, api.Busy // the join's ticket vanished in between: Redis lost it
 	case !p.Found:
-		api.NotJoined.Write(r.Ctx)
-		return
+		return roomAnswer{}, api.NotJoined
 	case p.Mismatch:
-		api.BadTicket.Write(r.Ctx)
-		return
+		return roomAnswer{}, api.BadTicket
 	}
 	vs := stateOf(&p.State)
 	rv.state.Store(&vs)
 	a := roomAnswerOf(rm, &p, &vs, nowMs)
 	a.id, a.place, a.reissue = id, p.Place, joined || p.Place != held
-	s.answerRoom(r, st, a)
+	return a, nil
 }
 
 // roomAnswer is the body of the queue calls.
@@ -316,7 +323,7 @@ func (s *Service) answerRoom(r *api.Call, st *Settings, a roomAnswer) {
 	}
 	b = append(b, '}')
 	r.Scratch = b
-	writeJSON(r.Ctx, b)
+	api.WriteJSON(r.Ctx, fasthttp.StatusOK, b)
 }
 
 func (s *Service) setTicketCookie(r *api.Call, st *Settings, ticket []byte) {
@@ -338,28 +345,24 @@ func (s *Service) setTicketCookie(r *api.Call, st *Settings, ticket []byte) {
 }
 
 // gate is the token call's admission check for a sale with a room: the
-// admitted session's end, or false when it answered the refusal. A
-// shopper whose ticket carries a place the line is known not to have
-// reached is refused from the edge's memory (no Redis, no allocation);
-// anyone else costs one script call, which also admits them if it is their
-// turn.
-func (s *Service) gate(r *api.Call, st *Settings, rm *room.Room) (untilMs int64, ok bool) {
+// admitted session's end, or the refusal (the caller writes it). A shopper
+// whose ticket carries a place the line is known not to have reached is
+// refused from the edge's memory (no Redis, no allocation); anyone else
+// costs one script call, which also admits them if it is their turn.
+func (s *Service) gate(r *api.Call, st *Settings, rm *room.Room) (untilMs int64, no refusal) {
 	t := ticketOf(r)
 	if len(t) == 0 {
-		s.notAdmitted(r, 0, -1)
-		return 0, false
+		return 0, notAdmitted(0, -1)
 	}
 	nowMs := r.NowNano / 1e6
 	id, held, err := st.Tickets.Check(t, r.UserID, r.ProductID, nowMs)
 	if err != nil {
-		api.BadTicket.Write(r.Ctx)
-		return 0, false
+		return 0, refusal{rej: api.BadTicket}
 	}
 	rv := s.rooms.get(r.ProductID)
 	if rv != nil && held > 0 {
 		if vs := rv.state.Load(); vs != nil && vs.Frozen && held > vs.Frontier(nowMs) {
-			s.notAdmitted(r, held, vs.ETA(held, nowMs))
-			return 0, false
+			return 0, notAdmitted(held, vs.ETA(held, nowMs))
 		}
 	}
 	if rv == nil {
@@ -369,42 +372,53 @@ func (s *Service) gate(r *api.Call, st *Settings, rm *room.Room) (untilMs int64,
 	p, err := s.d.Store.RoomPlace(context.Background(), roomSaleOf(r.Sale.Sale), stock.PlaceAsk{
 		User: view(r.UserID), ID: view(id.AppendHex(idHex[:0])), NowMs: nowMs, MaxActive: rm.MaxActive, SessionMs: rm.SessionMs})
 	if err != nil {
-		api.Busy.Write(r.Ctx)
-		return 0, false
+		return 0, refusal{rej: api.Busy}
 	}
 	switch {
 	case !p.Found:
-		s.notAdmitted(r, 0, -1)
-		return 0, false
+		return 0, notAdmitted(0, -1)
 	case p.Mismatch:
-		api.BadTicket.Write(r.Ctx)
-		return 0, false
+		return 0, refusal{rej: api.BadTicket}
 	}
 	vs := stateOf(&p.State)
 	rv.state.Store(&vs)
 	if p.UntilMs > nowMs {
-		return p.UntilMs, true
+		return p.UntilMs, refusal{}
 	}
 	if p.UntilMs > 0 {
-		api.TurnOver.Write(r.Ctx)
-		return 0, false
+		return 0, refusal{rej: api.TurnOver}
 	}
 	a := roomAnswerOf(rm, &p, &vs, nowMs)
-	s.notAdmitted(r, p.Place, a.etaMs)
-	return 0, false
+	return 0, notAdmitted(p.Place, a.etaMs)
 }
 
-// notAdmitted answers 403 NOT_ADMITTED with the place and the estimate.
-func (s *Service) notAdmitted(r *api.Call, place, etaMs int64) {
+// refusal is the room's no to a token call: a rejection, and for
+// api.NotAdmitted the shopper's place and the estimate its answer carries.
+// The zero refusal lets the shopper in.
+type refusal struct {
+	rej          *api.Rejection
+	place, etaMs int64
+}
+
+func notAdmitted(place, etaMs int64) refusal {
+	return refusal{rej: api.NotAdmitted, place: place, etaMs: etaMs}
+}
+
+// write answers the refusal: 403 NOT_ADMITTED with the place and the
+// estimate, or the rejection alone.
+func (f refusal) write(r *api.Call) {
+	if f.rej != api.NotAdmitted {
+		f.rej.Write(r.Ctx)
+		return
+	}
 	b := api.NotAdmitted.AppendOpen(r.Scratch[:0])
 	b = append(b, `,"position":`...)
-	b = strconv.AppendInt(b, place, 10)
+	b = strconv.AppendInt(b, f.place, 10)
 	b = append(b, `,"etaMs":`...)
-	b = strconv.AppendInt(b, etaMs, 10)
+	b = strconv.AppendInt(b, f.etaMs, 10)
 	b = append(b, '}')
 	r.Scratch = b
-	writeJSON(r.Ctx, b)
-	r.Ctx.SetStatusCode(api.NotAdmitted.Status)
+	api.WriteJSON(r.Ctx, api.NotAdmitted.Status, b)
 }
 
 // lottery answers the public record of the sale's lottery: the commit from
@@ -438,7 +452,7 @@ func (s *Service) lottery(r *api.Call) {
 	b = strconv.AppendBool(b, info.Ranked)
 	b = append(b, '}')
 	r.Scratch = b
-	writeJSON(r.Ctx, b)
+	api.WriteJSON(r.Ctx, fasthttp.StatusOK, b)
 }
 
 // Lottery is a sale's lottery as it can be published: Key is empty before
