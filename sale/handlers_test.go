@@ -5,7 +5,9 @@ import (
 	"cmp"
 	"context"
 	"encoding/binary"
+	"encoding/json"
 	"log/slog"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -138,19 +140,22 @@ func TestDoDecidesWhatTheChainDidNot(t *testing.T) {
 		checked             api.Rules
 		status              int
 		code                string
+		// want is the catalogue's answer a refusal must be, body and all
+		// (nil for a purchase: its body names the order).
+		want *api.Rejection
 	}{
-		{"no user", "", "open", tok("", "open", time.Minute), 1, 0, 401, "UNAUTHENTICATED"},
-		{"unknown product", "u", "nope", tok("u", "nope", time.Minute), 1, 0, 404, "UNKNOWN_PRODUCT"},
-		{"not started", "u", "soon", tok("u", "soon", time.Minute), 1, 0, 403, "NOT_STARTED"},
-		{"ended", "u", "past", tok("u", "past", time.Minute), 1, 0, 403, "ENDED"},
-		{"sold out", "u", "flagged", tok("u", "flagged", time.Minute), 1, 0, 410, "SOLD_OUT"},
-		{"degraded", "u", "busy", tok("u", "busy", time.Minute), 1, 0, 503, "DEGRADED"},
-		{"another user's token", "u", "open", tok("v", "open", time.Minute), 1, 0, 403, "BAD_TOKEN"},
-		{"expired token", "u", "open", tok("u", "open", 0), 1, 0, 403, "BAD_TOKEN"},
-		{"quantity above the limit", "u", "open", tok("u", "open", time.Minute), 3, 0, 409, "LIMIT_REACHED"},
+		{"no user", "", "open", tok("", "open", time.Minute), 1, 0, 401, "UNAUTHENTICATED", api.Unauthenticated},
+		{"unknown product", "u", "nope", tok("u", "nope", time.Minute), 1, 0, 404, "UNKNOWN_PRODUCT", api.UnknownProduct},
+		{"not started", "u", "soon", tok("u", "soon", time.Minute), 1, 0, 403, "NOT_STARTED", api.NotStarted},
+		{"ended", "u", "past", tok("u", "past", time.Minute), 1, 0, 403, "ENDED", api.Ended},
+		{"sold out", "u", "flagged", tok("u", "flagged", time.Minute), 1, 0, 410, "SOLD_OUT", api.SoldOut},
+		{"degraded", "u", "busy", tok("u", "busy", time.Minute), 1, 0, 503, "DEGRADED", api.Busy},
+		{"another user's token", "u", "open", tok("v", "open", time.Minute), 1, 0, 403, "BAD_TOKEN", api.BadToken},
+		{"expired token", "u", "open", tok("u", "open", 0), 1, 0, 403, "BAD_TOKEN", api.BadToken},
+		{"quantity above the limit", "u", "open", tok("u", "open", time.Minute), 3, 0, 409, "LIMIT_REACHED", api.LimitReached},
 		// The chain's decisions stand: its sold_out filter passed.
-		{"in stock as the chain decided", "u", "flagged", tok("u", "flagged", time.Minute), 1, api.InStock, 200, ""},
-		{"all decided here", "u", "open", tok("u", "open", time.Minute), 2, 0, 200, ""},
+		{"in stock as the chain decided", "u", "flagged", tok("u", "flagged", time.Minute), 1, api.InStock, 200, "", nil},
+		{"all decided here", "u", "open", tok("u", "open", time.Minute), 2, 0, 200, "", nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			calls, _ := r.stats()
@@ -163,6 +168,20 @@ func TestDoDecidesWhatTheChainDidNot(t *testing.T) {
 			}
 			if c, _ := r.stats(); tc.status != 200 && c != calls {
 				t.Errorf("%d script calls for a refusal the edge can decide", c-calls)
+			}
+			if tc.want != nil {
+				if tc.want.Code != tc.code || !bytes.Equal(res.Body(), tc.want.Body) {
+					t.Errorf("body %s, want the catalogue's %s", res.Body(), tc.want.Body)
+				}
+				return
+			}
+			// A purchase: the order to follow, of this product, pending.
+			var got struct{ OrderID, ProductID, Status string }
+			if err := json.Unmarshal(res.Body(), &got); err != nil {
+				t.Fatalf("body %s: %v", res.Body(), err)
+			}
+			if id, err := strconv.ParseInt(got.OrderID, 10, 64); err != nil || id <= 0 || got.ProductID != tc.product || got.Status != statusPending {
+				t.Errorf("body %s, want a positive orderId, productId %q and status %q", res.Body(), tc.product, statusPending)
 			}
 		})
 	}
