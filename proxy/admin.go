@@ -60,9 +60,7 @@ func (s *Server) handleAdmin(ctx *fasthttp.RequestCtx) {
 		ctx.SetContentType("text/plain; version=0.0.4; charset=utf-8")
 		s.m.reg.WriteTo(ctx)
 	case "/admin/reload":
-		if !ctx.IsPost() {
-			api.MethodNotAllowed.Write(ctx)
-			ctx.Response.Header.Set(fasthttp.HeaderAllow, "POST")
+		if !s.requirePost(ctx) {
 			return
 		}
 		s.log.Info("admin action", "action", "reload", "remote", ctx.RemoteIP().String())

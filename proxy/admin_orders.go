@@ -26,7 +26,8 @@ func (s *Server) handleAdminOrders(ctx *fasthttp.RequestCtx, path string) bool {
 			ProductID string `json:"productId"`
 			OrderID   int64  `json:"orderId,string"`
 		}
-		if !decodeAdmin(ctx, &req) {
+		if rej := decodeAdmin(ctx, &req); rej != nil {
+			rej.Write(ctx)
 			return true
 		}
 		if !order.ValidProductID(req.ProductID) || req.OrderID <= 0 {

@@ -36,7 +36,8 @@ func (s *Server) handleAdminPaid(ctx *fasthttp.RequestCtx) {
 		ProductID string `json:"productId"`
 		OrderID   int64  `json:"orderId,string"`
 	}
-	if !decodeAdmin(ctx, &req) {
+	if rej := decodeAdmin(ctx, &req); rej != nil {
+		rej.Write(ctx)
 		return
 	}
 	if !order.ValidProductID(req.ProductID) || req.OrderID <= 0 {
