@@ -60,22 +60,19 @@ func (s *Server) handleAdmin(ctx *fasthttp.RequestCtx) {
 		ctx.SetContentType("text/plain; version=0.0.4; charset=utf-8")
 		s.m.reg.WriteTo(ctx)
 	case "/admin/reload":
-		if !ctx.IsPost() {
-			api.MethodNotAllowed.Write(ctx)
-			ctx.Response.Header.Set(fasthttp.HeaderAllow, "POST")
+		if !s.requirePost(ctx) {
 			return
 		}
 		s.log.Info("admin action", "action", "reload", "remote", ctx.RemoteIP().String())
-		err := s.Reload("admin")
-		res := s.LastReload()
-		if err != nil {
-			ctx.SetStatusCode(fasthttp.StatusUnprocessableEntity)
+		status := fasthttp.StatusOK
+		if err := s.Reload("admin"); err != nil {
+			status = fasthttp.StatusUnprocessableEntity
 		}
-		writeJSON(ctx, res)
+		api.WriteJSON(ctx, status, jsonOf(s.LastReload()))
 	case "/admin/config":
 		out, err := s.RedactedConfig()
 		if err != nil {
-			ctx.Error(err.Error(), fasthttp.StatusInternalServerError)
+			api.Internal.WithMessage(err.Error()).Write(ctx)
 			return
 		}
 		ctx.SetContentType("application/yaml; charset=utf-8")
@@ -97,10 +94,12 @@ func authorized(ctx *fasthttp.RequestCtx, token string) bool {
 
 func bytesReader(b []byte) *bytes.Reader { return bytes.NewReader(b) }
 
-func writeJSON(ctx *fasthttp.RequestCtx, v any) {
-	ctx.SetContentType("application/json")
+// jsonOf is v as the body of an operator's answer (api.WriteJSON writes
+// it); the admin answers are maps and structs of plain values, which
+// always marshal.
+func jsonOf(v any) []byte {
 	b, _ := json.Marshal(v)
-	ctx.SetBody(b)
+	return b
 }
 
 // RedactedConfig renders the running configuration as YAML with every

@@ -34,10 +34,10 @@ func (s *Server) handleAdminSale(ctx *fasthttp.RequestCtx, path string) bool {
 		}
 		l, err := s.sale.RoomLottery(actx, string(ctx.QueryArgs().Peek("productId")))
 		if err != nil {
-			roomError(ctx, err)
+			roomRejection(err).Write(ctx)
 			return true
 		}
-		writeJSON(ctx, l)
+		api.WriteJSON(ctx, fasthttp.StatusOK, jsonOf(l))
 	case "/admin/activities":
 		if ctx.IsGet() {
 			s.listActivities(ctx)
@@ -47,7 +47,8 @@ func (s *Server) handleAdminSale(ctx *fasthttp.RequestCtx, path string) bool {
 			return true
 		}
 		var c conf.ActivityConfig
-		if !decodeAdmin(ctx, &c) {
+		if rej := decodeAdmin(ctx, &c); rej != nil {
+			rej.Write(ctx)
 			return true
 		}
 		a, errs := catalog.Build(c, time.Unix(0, s.opts.Now()))
@@ -65,7 +66,7 @@ func (s *Server) handleAdminSale(ctx *fasthttp.RequestCtx, path string) bool {
 			api.AdminUnavailable.WithMessage(err.Error()).Write(ctx)
 			return true
 		}
-		writeJSON(ctx, map[string]any{"ok": true, "productId": a.ProductID})
+		api.WriteJSON(ctx, fasthttp.StatusOK, jsonOf(map[string]any{"ok": true, "productId": a.ProductID}))
 	case "/admin/restock":
 		if !s.requirePost(ctx) {
 			return true
@@ -74,7 +75,8 @@ func (s *Server) handleAdminSale(ctx *fasthttp.RequestCtx, path string) bool {
 			ProductID string `json:"productId"`
 			Add       int64  `json:"add"`
 		}
-		if !decodeAdmin(ctx, &req) {
+		if rej := decodeAdmin(ctx, &req); rej != nil {
+			rej.Write(ctx)
 			return true
 		}
 		if !order.ValidProductID(req.ProductID) || req.Add <= 0 || req.Add > 1e9 {
@@ -91,11 +93,11 @@ func (s *Server) handleAdminSale(ctx *fasthttp.RequestCtx, path string) bool {
 			rej.WithMessage(err.Error()).Write(ctx)
 			return true
 		}
-		writeJSON(ctx, map[string]any{"ok": true, "productId": req.ProductID, "stock": n})
+		api.WriteJSON(ctx, fasthttp.StatusOK, jsonOf(map[string]any{"ok": true, "productId": req.ProductID, "stock": n}))
 	case "/admin/degrade":
 		if ctx.IsGet() {
 			all, products := s.sale.DegradeState()
-			writeJSON(ctx, map[string]any{"all": all, "products": products})
+			api.WriteJSON(ctx, fasthttp.StatusOK, jsonOf(map[string]any{"all": all, "products": products}))
 			return true
 		}
 		if !s.requirePost(ctx) {
@@ -105,7 +107,8 @@ func (s *Server) handleAdminSale(ctx *fasthttp.RequestCtx, path string) bool {
 			ProductID string `json:"productId"`
 			On        *bool  `json:"on"`
 		}
-		if !decodeAdmin(ctx, &req) {
+		if rej := decodeAdmin(ctx, &req); rej != nil {
+			rej.Write(ctx)
 			return true
 		}
 		if req.On == nil || (req.ProductID != "" && !order.ValidProductID(req.ProductID)) {
@@ -124,7 +127,7 @@ func (s *Server) handleAdminSale(ctx *fasthttp.RequestCtx, path string) bool {
 		if stored.Missed != nil {
 			out["warning"] = "recorded in one place only, written to the other when it answers: " + stored.Missed.Error()
 		}
-		writeJSON(ctx, out)
+		api.WriteJSON(ctx, fasthttp.StatusOK, jsonOf(out))
 	default:
 		return false
 	}
@@ -159,9 +162,12 @@ func (s *Server) listActivities(ctx *fasthttp.RequestCtx) {
 			Degraded: s.sale.Degraded([]byte(e.ProductID)), PayTimeoutMs: e.PayTimeout(global),
 		})
 	}
-	writeJSON(ctx, out)
+	api.WriteJSON(ctx, fasthttp.StatusOK, jsonOf(out))
 }
 
+// requirePost refuses a state-changing call that is not a POST. It writes
+// the answer itself, unlike the other guards: the refusal carries an Allow
+// header, which a shared rejection cannot (Write resets the response).
 func (s *Server) requirePost(ctx *fasthttp.RequestCtx) bool {
 	if ctx.IsPost() {
 		return true
@@ -178,19 +184,18 @@ func (s *Server) audit(ctx *fasthttp.RequestCtx, action string, kv ...any) {
 	s.log.Info("admin action", args...)
 }
 
-func decodeAdmin(ctx *fasthttp.RequestCtx, v any) bool {
+// decodeAdmin reads an admin call's JSON body into v, or says why not.
+func decodeAdmin(ctx *fasthttp.RequestCtx, v any) *api.Rejection {
 	body := ctx.PostBody()
 	if len(body) > adminBodyLimit {
-		api.AdminBodyTooLarge.Write(ctx)
-		return false
+		return api.AdminBodyTooLarge
 	}
 	dec := json.NewDecoder(bytesReader(body))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
-		api.BadRequest.WithMessage("malformed JSON: " + err.Error()).Write(ctx)
-		return false
+		return api.BadRequest.WithMessage("malformed JSON: " + err.Error())
 	}
-	return true
+	return nil
 }
 
 // adminRoom: GET lists the sales' waiting rooms; POST {"productId",
@@ -206,7 +211,7 @@ func (s *Server) adminRoom(ctx *fasthttp.RequestCtx, actx context.Context) {
 		if rows == nil {
 			rows = []sale.RoomRow{}
 		}
-		writeJSON(ctx, map[string]any{"sales": rows})
+		api.WriteJSON(ctx, fasthttp.StatusOK, jsonOf(map[string]any{"sales": rows}))
 		return
 	}
 	if !s.requirePost(ctx) {
@@ -217,7 +222,8 @@ func (s *Server) adminRoom(ctx *fasthttp.RequestCtx, actx context.Context) {
 		Action         string `json:"action"`
 		AdmitPerMinute int64  `json:"admitPerMinute"`
 	}
-	if !decodeAdmin(ctx, &req) {
+	if rej := decodeAdmin(ctx, &req); rej != nil {
+		rej.Write(ctx)
 		return
 	}
 	switch req.Action {
@@ -234,16 +240,17 @@ func (s *Server) adminRoom(ctx *fasthttp.RequestCtx, actx context.Context) {
 	s.audit(ctx, "waitroom", "product", req.ProductID, "action", req.Action, "admit_per_minute", req.AdmitPerMinute)
 	row, err := s.sale.RoomAction(actx, req.ProductID, req.Action, req.AdmitPerMinute)
 	if err != nil {
-		roomError(ctx, err)
+		roomRejection(err).Write(ctx)
 		return
 	}
-	writeJSON(ctx, map[string]any{"ok": true, "sale": row})
+	api.WriteJSON(ctx, fasthttp.StatusOK, jsonOf(map[string]any{"ok": true, "sale": row}))
 }
 
-func roomError(ctx *fasthttp.RequestCtx, err error) {
+// roomRejection is the answer of a failed room call: the sale has no room
+// (or no such sale), or the store failed.
+func roomRejection(err error) *api.Rejection {
 	if errors.Is(err, sale.ErrNoRoom) || errors.Is(err, stock.ErrInvalid) {
-		api.NotFound.WithMessage(err.Error()).Write(ctx)
-		return
+		return api.NotFound.WithMessage(err.Error())
 	}
-	api.AdminUnavailable.WithMessage(err.Error()).Write(ctx)
+	return api.AdminUnavailable.WithMessage(err.Error())
 }

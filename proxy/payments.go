@@ -20,7 +20,7 @@ import (
 // Payment confirmation: the payment system tells the edge an order was
 // paid, through the admin API (POST /admin/orders/paid, behind the admin
 // token) or a payment provider's signed webhook on the shopper listener
-// (POST /api/payments/webhook). Both end in PayOrder: one script call in
+// (POST /api/payments/webhook). Both end in sale.Service.Pay: one script call in
 // Redis decides between the payment and the pay deadline, so exactly one
 // of them wins, and the caller is told which.
 
@@ -36,7 +36,8 @@ func (s *Server) handleAdminPaid(ctx *fasthttp.RequestCtx) {
 		ProductID string `json:"productId"`
 		OrderID   int64  `json:"orderId,string"`
 	}
-	if !decodeAdmin(ctx, &req) {
+	if rej := decodeAdmin(ctx, &req); rej != nil {
+		rej.Write(ctx)
 		return
 	}
 	if !order.ValidProductID(req.ProductID) || req.OrderID <= 0 {
@@ -46,7 +47,7 @@ func (s *Server) handleAdminPaid(ctx *fasthttp.RequestCtx) {
 	s.audit(ctx, "order_paid", "product", req.ProductID, "order", req.OrderID)
 	actx, cancel := context.WithTimeout(context.Background(), payTimeout)
 	defer cancel()
-	set, err := s.PayOrder(actx, req.ProductID, req.OrderID, "", 0)
+	set, err := s.pay(actx, req.ProductID, req.OrderID, "", 0)
 	s.answerPaid(ctx, req.ProductID, req.OrderID, set, err, true)
 }
 
@@ -77,58 +78,29 @@ func (s *Server) paymentWebhook(ctx *fasthttp.RequestCtx, snap *Snapshot) {
 	if !ev.Pays() {
 		// Another kind of event: acknowledged, so the provider does not
 		// send it again and again.
-		writeJSON(ctx, map[string]any{"status": "ignored", "type": ev.Type})
+		api.WriteJSON(ctx, fasthttp.StatusOK, jsonOf(map[string]any{"status": "ignored", "type": ev.Type}))
 		return
 	}
 	actx, cancel := context.WithTimeout(context.Background(), payTimeout)
 	defer cancel()
-	set, err := s.PayOrder(actx, ev.ProductID, ev.OrderID, ev.ID, v.ReplayTTL())
+	set, err := s.pay(actx, ev.ProductID, ev.OrderID, ev.ID, v.ReplayTTL())
 	s.answerPaid(ctx, ev.ProductID, ev.OrderID, set, err, false)
 }
 
-// PayOrder records the payment of an order. Paid (now, or before: a
-// retry) publishes the paid event and waits for Kafka's acknowledgement;
-// a payment at or after the deadline expires the order in the same script
-// call, and then the release is published and the edge cleared here, as
-// the sweep would have. A repeat of a paid order publishes its event
-// again, so a retry after a failed publish is not a dead end (the store
-// keeps one row per order whatever arrives twice).
-func (s *Server) PayOrder(ctx context.Context, productID string, orderID int64, replayID string, replayTTL time.Duration) (stock.Settlement, error) {
-	set, err := s.store.Pay(ctx, productID, orderID, replayID, replayTTL)
-	if err != nil {
-		return set, err
-	}
-	if set.Replayed {
-		// The provider's retry of a call whose answer it did not get (or
-		// a 503): the answer stays REPLAYED, but the paid event goes out
-		// again, so that a publish that failed the first time is not left
-		// to the relay alone.
-		if set.Info.State == stock.StatePaid {
-			if err := s.orders.pub.Publish(ctx, set.Event()); err != nil {
-				s.log.Warn("paid event of a replayed webhook not acknowledged; left to the outbox relay", "product", productID, "order", orderID, "err", err)
-			}
-		}
-		return set, nil
-	}
-	switch {
-	case set.Info.State == stock.StatePaid:
-		s.m.ordersPaid.Add(boolCount(set.Changed))
-		return set, s.settled(ctx, productID, set)
-	case set.Info.State == stock.StateExpired && set.Changed:
-		// Too late: this call fired the deadline.
-		s.m.ordersExpired.Inc()
-		if err := s.settled(ctx, productID, set); err != nil {
-			s.log.Warn("expiry event not acknowledged; left to the outbox relay", "product", productID, "order", orderID, "err", err)
+// pay records a payment through the sale (sale.Service.Pay) and counts
+// what this edge's call did: a payment, or an expiry it fired by coming too
+// late (Changed is only ever set by the call that made the change).
+func (s *Server) pay(ctx context.Context, productID string, orderID int64, replayID string, replayTTL time.Duration) (stock.Settlement, error) {
+	set, err := s.sale.Pay(ctx, productID, orderID, replayID, replayTTL)
+	if set.Changed && !set.Replayed {
+		switch set.Info.State {
+		case stock.StatePaid:
+			s.m.ordersPaid.Inc()
+		case stock.StateExpired:
+			s.m.ordersExpired.Inc()
 		}
 	}
-	return set, nil
-}
-
-func boolCount(b bool) uint64 {
-	if b {
-		return 1
-	}
-	return 0
+	return set, err
 }
 
 // answerPaid writes the answer of a payment call. admin: the operator's
@@ -189,12 +161,11 @@ func (s *Server) answerPaid(ctx *fasthttp.RequestCtx, productID string, orderID 
 		b = strconv.AppendInt(b, set.Info.PaidMs, 10)
 	}
 	b = append(b, '}')
-	ctx.Response.Header.SetContentType("application/json")
-	ctx.Response.Header.Set(fasthttp.HeaderCacheControl, "no-store")
+	status := fasthttp.StatusOK
 	if set.Info.State != stock.StatePaid {
-		ctx.SetStatusCode(api.TooLate.Status)
+		status = api.TooLate.Status
 	}
-	ctx.SetBody(b)
+	api.WriteJSON(ctx, status, b)
 }
 
 // registerDeadlineMetrics exports the deadline sweep's figures and the

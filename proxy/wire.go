@@ -100,6 +100,8 @@ func (s *Server) assemble(doc *conf.Document) (*parts, *Snapshot, error) {
 	if p.store != nil {
 		deps.Ledger, deps.Results, deps.Catalog = p.ledger(cfg), p.store, p.store
 	}
+	// The sale settles orders (pay, cancel, expiry) and publishes them.
+	deps.Settlements = p.pub
 	svc := sale.New(deps)
 	if err := svc.Apply(ctx, snap.Sale); err != nil {
 		s.log.Warn("sale warm-up incomplete; the refresh loop retries", "err", err)
@@ -112,13 +114,11 @@ func (s *Server) assemble(doc *conf.Document) (*parts, *Snapshot, error) {
 		s.log.Warn("sale.token_secret is not set: purchase tokens use a random per-process secret (not valid on other edges)")
 	}
 	// Every edge sweeps the pay deadlines (any may fire one; the script
-	// releases each order once). OnReleased is the one function that
-	// clears an edge after a release; the sweep broadcast already.
+	// releases each order once); the sale forgets what it knew of a
+	// product whose units the sweep put back (the sweep broadcast already).
 	sweeper, err := deadline.New(deadline.Config{
 		Store: store, Publisher: p.pub, Products: s.productIDs, Log: s.log,
-		OnReleased: func(product string, released []stock.Settlement) {
-			s.ReleasedOnEdge(context.Background(), product, false)
-		},
+		OnReleased: svc.Swept,
 	})
 	if err != nil {
 		svc.Stop()

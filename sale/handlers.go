@@ -21,15 +21,6 @@ import (
 	"flashgate/sale/session"
 )
 
-var contentJSON = []byte("application/json")
-
-func writeJSON(ctx *fasthttp.RequestCtx, body []byte) {
-	ctx.SetStatusCode(fasthttp.StatusOK)
-	ctx.Response.Header.SetContentTypeBytes(contentJSON)
-	ctx.Response.Header.Set(fasthttp.HeaderCacheControl, "no-store")
-	ctx.SetBody(body)
-}
-
 // view is a string over b without copying; only for calls that copy what
 // they keep (stock.Store.Deduct does).
 func view(b []byte) string {
@@ -80,7 +71,7 @@ func (s *Service) status(r *api.Call, st *Settings) {
 	nowMs := r.NowNano / 1e6
 	s.hit(e, nowMs, st)
 	r.Scratch = e.AppendStatus(r.Scratch[:0], nowMs)
-	writeJSON(r.Ctx, r.Scratch)
+	api.WriteJSON(r.Ctx, fasthttp.StatusOK, r.Scratch)
 }
 
 func (s *Service) hit(e catalog.Entry, nowMs int64, st *Settings) {
@@ -115,7 +106,7 @@ func (s *Service) login(r *api.Call, st *Settings) {
 	b = append(b, uid...)
 	b = append(b, `"}`...)
 	r.Scratch = b
-	writeJSON(r.Ctx, b)
+	api.WriteJSON(r.Ctx, fasthttp.StatusOK, b)
 }
 
 // checkRules decides the rules of a purchase call (token or do) that the chain
@@ -151,8 +142,9 @@ func (s *Service) token(r *api.Call, st *Settings) {
 	if room := r.Sale.Room; room != nil {
 		// The waiting room's gate: only an admitted shopper gets a token,
 		// valid no longer than their turn, so do needs nothing more.
-		ok := false
-		if until, ok = s.gate(r, st, room); !ok {
+		var no refusal
+		if until, no = s.gate(r, st, room); no.rej != nil {
+			no.write(r)
 			return
 		}
 		exp = min(exp, until)
@@ -167,11 +159,14 @@ func (s *Service) token(r *api.Call, st *Settings) {
 	}
 	b = append(b, '}')
 	r.Scratch = b
-	writeJSON(r.Ctx, b)
+	api.WriteJSON(r.Ctx, fasthttp.StatusOK, b)
 }
 
-// do is a purchase: the rules the chain left, the product's breaker's
-// admission, the deduction, its outcome.
+// do is a purchase, read top to bottom: the rules the chain left
+// (buyable), the product's breaker's admission, the deduction, and what its
+// outcome (or its failure) answers. Every step before the deduction answers
+// a refusal at once; after it, the decision is a purchase value and the
+// answer is written once, at the end.
 func (s *Service) do(r *api.Call, st *Settings) {
 	if rej := s.buyable(r, st); rej != nil {
 		rej.Write(r.Ctx)
@@ -180,35 +175,40 @@ func (s *Service) do(r *api.Call, st *Settings) {
 	e := r.Sale
 	s.hit(e, r.NowNano/1e6, st)
 	brk := s.d.Breakers.For(e.ProductID)
-	ok, probe := s.admit(r, brk)
+	ok, probe := brk.Admit()
 	if !ok {
+		s.outcomes[outDegraded].Inc()
+		api.Busy.Write(r.Ctx)
 		return
 	}
 	a := s.attemptFor(r, e, st)
 	// From the deduction until its event is published (or not): what a
 	// recovery waits for before it trusts the ledger.
 	defer s.d.Flights.Enter().Leave()
-	out, err := s.d.Store.Deduct(context.Background(), a)
-	if err != nil {
-		s.deductFailed(brk, &a, err, probe)
-		if errors.Is(err, stock.ErrUnknown) {
-			// It may have happened: the shopper gets the order to follow,
-			// and the edge settles it (unknown.go).
-			s.followUnknown(&a)
-			s.answerOrder(r, a.ID, e.ProductID, api.OutcomeUnknown, statusUnknown)
-			return
-		}
-		api.Busy.Write(r.Ctx)
-		return
+	var p purchase
+	if out, err := s.d.Store.Deduct(context.Background(), a); err != nil {
+		p = s.deductFailed(brk, &a, err, probe)
+	} else {
+		brk.Success()
+		p = s.decide(r, e, &a, out)
 	}
-	brk.Success()
-	s.answerOutcome(r, e, &a, out)
+	s.answerPurchase(r, p)
 }
 
-// buyable decides the rules of a do call that the chain did not: open's,
-// then the purchase token and the quantity. Without an edge cache of what
-// the shopper bought (user_limit's) only the quantity counts here; the
-// deduction enforces the limit exactly.
+// purchase is what a deduction answers: a rejection alone, or an order
+// (orderID > 0) with its status, which a rejection (api.OrderUnconfirmed,
+// api.OutcomeUnknown) may accompany: the answer still names the order so
+// that the page can follow it.
+type purchase struct {
+	rej     *api.Rejection
+	orderID int64
+	status  string
+}
+
+// buyable decides the rules of a do call that the chain did not:
+// checkRules', then the purchase token and the quantity. Without an edge
+// cache of what the shopper bought (user_limit's) only the quantity counts
+// here; the deduction enforces the limit exactly.
 func (s *Service) buyable(r *api.Call, st *Settings) *api.Rejection {
 	if rej := s.checkRules(r); rej != nil {
 		return rej
@@ -217,16 +217,6 @@ func (s *Service) buyable(r *api.Call, st *Settings) *api.Rejection {
 		return rej
 	}
 	return r.CheckLimit(0)
-}
-
-// admit is the product's breaker's Admit; a refused call is answered busy.
-func (s *Service) admit(r *api.Call, brk *Breaker) (ok, probe bool) {
-	ok, probe = brk.Admit()
-	if !ok {
-		s.outcomes[outDegraded].Inc()
-		api.Busy.Write(r.Ctx)
-	}
-	return ok, probe
 }
 
 // attemptFor is the deduction r asks for. UserID is a view of the call's
@@ -247,13 +237,16 @@ func (s *Service) attemptFor(r *api.Call, e catalog.Entry, st *Settings) stock.A
 	}
 }
 
-// deductFailed accounts a deduction that gave no outcome, for the product's
-// breaker, the counters and the log. The breaker sees one failure per failed
-// script call, not per attempt it carried (one stall would open it):
-// ErrCallFailed, which a call Redis refused (not sent) carries too. An
-// attempt that was never sent for its own reasons (its queue budget spent,
-// ErrInvalid, ErrClosed) tells nothing about Redis.
-func (s *Service) deductFailed(brk *Breaker, a *stock.Attempt, err error, probe bool) {
+// deductFailed decides a deduction that gave no outcome: an unknown one may
+// have happened, so the shopper gets the order to follow and the edge
+// resolves it (unknown.go); any other failure is busy. It accounts the
+// failure for the product's breaker, the counters and the log. The breaker
+// sees one failure per failed script call, not per attempt it carried (one
+// stall would open it): ErrCallFailed, which a call Redis refused (not
+// sent) carries too. An attempt that was never sent for its own reasons
+// (its queue budget spent, ErrInvalid, ErrClosed) tells nothing about
+// Redis.
+func (s *Service) deductFailed(brk *Breaker, a *stock.Attempt, err error, probe bool) purchase {
 	callFailed := errors.Is(err, stock.ErrCallFailed)
 	if callFailed {
 		brk.Failure()
@@ -262,13 +255,14 @@ func (s *Service) deductFailed(brk *Breaker, a *stock.Attempt, err error, probe 
 	}
 	s.outcomes[outError].Inc()
 	notSent := errors.Is(err, stock.ErrNotSent)
+	unknown := errors.Is(err, stock.ErrUnknown)
 	switch {
 	case notSent && callFailed:
 		// Redis refused the call (no connection, CLUSTERDOWN): nothing
 		// happened, but Redis is failing. Once per call, not per attempt.
 		s.d.Log.Warn("deduction not sent", "product", a.ProductID, "order", a.ID, "unknown_outcome", false, "err", err)
 	case !notSent:
-		s.d.Log.Warn("deduction failed", "product", a.ProductID, "order", a.ID, "unknown_outcome", errors.Is(err, stock.ErrUnknown), "err", err)
+		s.d.Log.Warn("deduction failed", "product", a.ProductID, "order", a.ID, "unknown_outcome", unknown, "err", err)
 	case s.d.Log.Enabled(context.Background(), slog.LevelDebug):
 		// Dropped from the queue: nothing happened; counted above. One
 		// line per attempt would be thousands of lines in a burst, on the
@@ -276,38 +270,56 @@ func (s *Service) deductFailed(brk *Breaker, a *stock.Attempt, err error, probe 
 		// the arguments.
 		s.d.Log.Debug("deduction not sent", "product", a.ProductID, "order", a.ID, "err", err)
 	}
+	if unknown {
+		s.followUnknown(a)
+		return purchase{rej: api.OutcomeUnknown, orderID: a.ID, status: statusUnknown}
+	}
+	return purchase{rej: api.Busy}
 }
 
-// answerOutcome answers the deduction's outcome, after keeping the stock it
-// reported.
-func (s *Service) answerOutcome(r *api.Call, e catalog.Entry, a *stock.Attempt, out stock.Outcome) {
+// decide is the answer of the deduction's outcome, after keeping what it
+// says on this edge: the stock left, a purchase (bought), an emptied stock
+// (markSoldOut), a shopper at the limit, a sale fenced for recovery (kick).
+func (s *Service) decide(r *api.Call, e catalog.Entry, a *stock.Attempt, out stock.Outcome) purchase {
 	if out.Remaining >= 0 {
 		e.SetRemaining(out.Remaining)
 	}
 	switch out.Code {
 	case stock.OK:
-		s.bought(r, e, a, out)
+		return s.bought(r, e, a, out)
 	case stock.SoldOut:
-		s.soldOut(r, e, out)
+		// SOLD_OUT also answers a quantity larger than what is left; only
+		// an empty stock makes the product sold out for everyone.
+		s.outcomes[outSoldOut].Inc()
+		if out.Remaining != 0 {
+			return purchase{rej: api.NotEnoughStock}
+		}
+		s.markSoldOut(e)
+		return purchase{rej: api.SoldOut}
 	case stock.LimitReached:
-		s.limitReached(r, e)
+		// The shopper is at the limit, which the edge remembers.
+		s.outcomes[outLimit].Inc()
+		if s.d.Bought != nil {
+			s.d.Bought.Set(r.ProductID, r.UserID, e.Generation(), e.Limit)
+		}
+		return purchase{rej: api.LimitReached}
 	case stock.BadToken:
 		s.outcomes[outBadToken].Inc()
-		api.BadToken.Write(r.Ctx)
+		return purchase{rej: api.BadToken}
 	case stock.Recovering:
 		s.outcomes[outRecovering].Inc()
 		s.kick(e)
-		api.Recovering.Write(r.Ctx)
+		return purchase{rej: api.Recovering}
 	default:
 		s.outcomes[outNotReady].Inc()
-		s.closedAnswer(r.ProductID).Write(r.Ctx)
+		return purchase{rej: s.closedAnswer(r.ProductID)}
 	}
 }
 
 // bought is a successful deduction: the edge remembers the purchase, flags
-// an emptied stock, and hands the order to the pipeline before the
-// shopper hears "pending".
-func (s *Service) bought(r *api.Call, e catalog.Entry, a *stock.Attempt, out stock.Outcome) {
+// an emptied stock, takes the buyer out of the room's active shoppers, and
+// hands the order to the pipeline before the shopper hears "pending".
+func (s *Service) bought(r *api.Call, e catalog.Entry, a *stock.Attempt, out stock.Outcome) purchase {
 	s.outcomes[outOK].Inc()
 	if s.d.Bought != nil {
 		gen := e.Generation()
@@ -317,7 +329,7 @@ func (s *Service) bought(r *api.Call, e catalog.Entry, a *stock.Attempt, out sto
 		s.markSoldOut(e)
 	}
 	s.finishRoom(e, r.UserID)
-	s.answerOrder(r, a.ID, e.ProductID, s.publish(a, out.OutboxID), statusPending)
+	return purchase{rej: s.publish(a, out.OutboxID), orderID: a.ID, status: statusPending}
 }
 
 // publish sends the order event; nil when it was acknowledged or there is
@@ -336,27 +348,6 @@ func (s *Service) publish(a *stock.Attempt, outboxID string) *api.Rejection {
 	return nil
 }
 
-// soldOut: SOLD_OUT also answers a quantity larger than what is left; only
-// an empty stock makes the product sold out for everyone.
-func (s *Service) soldOut(r *api.Call, e catalog.Entry, out stock.Outcome) {
-	s.outcomes[outSoldOut].Inc()
-	if out.Remaining != 0 {
-		api.NotEnoughStock.Write(r.Ctx)
-		return
-	}
-	s.markSoldOut(e)
-	api.SoldOut.Write(r.Ctx)
-}
-
-// limitReached: the shopper is at the limit, which the edge remembers.
-func (s *Service) limitReached(r *api.Call, e catalog.Entry) {
-	s.outcomes[outLimit].Inc()
-	if s.d.Bought != nil {
-		s.d.Bought.Set(r.ProductID, r.UserID, e.Generation(), e.Limit)
-	}
-	api.LimitReached.Write(r.Ctx)
-}
-
 // The status an answer naming an order gives: the order exists and waits
 // for its outcome, or it may not exist (the deduction's outcome is unknown).
 const (
@@ -364,28 +355,31 @@ const (
 	statusUnknown = "unknown"
 )
 
-// answerOrder writes {"orderId","productId","status"}; with a rejection
-// (api.OrderUnconfirmed, api.OutcomeUnknown) it is that answer, which still
-// names the order so the page can follow it.
-func (s *Service) answerOrder(r *api.Call, id int64, product string, rej *api.Rejection, status string) {
+// answerPurchase writes a purchase's answer: the rejection alone, or
+// {"orderId","productId","status"} — under the rejection's status and
+// after its code and message when one accompanies the order.
+func (s *Service) answerPurchase(r *api.Call, p purchase) {
+	if p.orderID == 0 {
+		p.rej.Write(r.Ctx)
+		return
+	}
 	b := r.Scratch[:0]
-	code := fasthttp.StatusOK
-	if rej != nil {
-		b = append(rej.AppendOpen(b), ',')
-		code = rej.Status
+	status := fasthttp.StatusOK
+	if p.rej != nil {
+		b = append(p.rej.AppendOpen(b), ',')
+		status = p.rej.Status
 	} else {
 		b = append(b, '{')
 	}
 	b = append(b, `"orderId":"`...)
-	b = orderid.AppendDecimal(b, id)
+	b = orderid.AppendDecimal(b, p.orderID)
 	b = append(b, `","productId":"`...)
-	b = append(b, product...)
+	b = append(b, r.Sale.ProductID...)
 	b = append(b, `","status":"`...)
-	b = append(b, status...)
+	b = append(b, p.status...)
 	b = append(b, `"}`...)
 	r.Scratch = b
-	writeJSON(r.Ctx, b)
-	r.Ctx.SetStatusCode(code)
+	api.WriteJSON(r.Ctx, status, b)
 }
 
 // markSoldOut sets the local flag and tells the other edges, once per
@@ -440,7 +434,7 @@ func (s *Service) result(r *api.Call) {
 		return
 	}
 	r.Scratch = AppendResult(r.Scratch[:0], o)
-	writeJSON(r.Ctx, r.Scratch)
+	api.WriteJSON(r.Ctx, fasthttp.StatusOK, r.Scratch)
 }
 
 // ShopperStatus is the status a Redis order state is shown to the shopper

@@ -5,6 +5,7 @@ import (
 	"cmp"
 	"context"
 	"encoding/binary"
+	"encoding/json"
 	"log/slog"
 	"strconv"
 	"sync"
@@ -15,7 +16,6 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"flashgate/conf"
-	"flashgate/internal/await"
 	"flashgate/internal/redistest"
 	"flashgate/orders/orderid"
 	"flashgate/orders/stock"
@@ -104,101 +104,6 @@ func (r *doRig) doBody(product, user string) (int, string) {
 	return req.Ctx.Response.StatusCode(), string(req.Ctx.Response.Body())
 }
 
-// TestBreakerCountsFailedCalls: a hung Redis (SIGSTOP) fails script calls,
-// not attempts, and the breaker counts one failure per failed call. Twelve
-// concurrent purchases, MaxBatch 4: the first call (1 attempt) times out
-// after budget, the next (4 attempts, queued half a budget in) after
-// another budget, and the 7 queued with them have spent their own budget
-// by then and are never sent (stock.ErrNotSent, no failure). All 12 answer
-// 503; the breaker has seen one failure per call (2), not 12, and stays
-// closed with breaker_failures 12.
-func TestBreakerCountsFailedCalls(t *testing.T) {
-	const budget, n = 400 * time.Millisecond, 12
-	brks := NewBreakers(n, time.Hour, nil, nil)
-	r := newDoRig(t, stock.Options{Timeout: budget, MaxBatch: 4}, brks, "bf")
-	brk := brks.For("bf")
-	if code := r.do("bf", "warmup"); code != 200 { // loads the script
-		t.Fatalf("warm-up purchase: %d", code)
-	}
-	calls0, sent0 := r.stats()
-
-	r.srv.Pause()
-	defer r.srv.Resume()
-	codes := make([]int, n)
-	var wg sync.WaitGroup
-	start := func(i int) { wg.Go(func() { codes[i] = r.do("bf", "u"+strconv.Itoa(i)) }) }
-	start(0)
-	await.Until(t, 10*time.Second, "the condition", func() bool { c, _ := r.stats(); return c == calls0+1 }) // the first call is held
-	// Not synchronisation: the scenario needs the queued attempts' budgets
-	// to start well after the first call's. Queued at once, the first call's
-	// timer firing a moment late would leave them nothing, and they would
-	// all be dropped unsent with that call.
-	time.Sleep(budget / 2)
-	for i := 1; i < n; i++ {
-		start(i)
-	}
-	wg.Wait()
-
-	for i, c := range codes {
-		if c != 503 {
-			t.Errorf("attempt %d: status %d, want 503", i, c)
-		}
-	}
-	calls, sent := r.stats()
-	calls, sent = calls-calls0, sent-sent0
-	t.Logf("%d attempts: %d sent in %d script calls, %d never sent", n, sent, calls, n-sent)
-	if sent <= calls || sent >= n {
-		t.Fatalf("%d attempts sent in %d calls: the scenario needs a call of several attempts and attempts never sent", sent, calls)
-	}
-	if got := brk.consec.Load(); got != int64(calls) {
-		t.Errorf("breaker counted %d failures for %d failed script calls (%d attempts sent, %d not); want one per call", got, calls, sent, n-sent)
-	}
-	if brk.State() != Closed {
-		t.Errorf("breaker %v after %d failed calls, want closed (breaker_failures %d)", brk.State(), calls, n)
-	}
-	if got := r.svc.outcomes[outError].Value(); got != n {
-		t.Errorf("%d error outcomes, want %d", got, n)
-	}
-
-	// Redis back: the next purchase goes through and resets the count.
-	r.srv.Resume()
-	if code := r.do("bf", "after"); code != 200 {
-		t.Fatalf("after resume: status %d", code)
-	}
-	if got := brk.consec.Load(); got != 0 {
-		t.Errorf("%d consecutive failures after a success, want 0", got)
-	}
-}
-
-// TestBreakerOpensOnFailedCalls: consecutive failed calls still open it.
-// Each sequential attempt against a hung Redis is its own call.
-func TestBreakerOpensOnFailedCalls(t *testing.T) {
-	const budget = 100 * time.Millisecond
-	brks := NewBreakers(3, time.Hour, nil, nil)
-	r := newDoRig(t, stock.Options{Timeout: budget}, brks, "bo")
-	brk := brks.For("bo")
-	if code := r.do("bo", "warmup"); code != 200 {
-		t.Fatalf("warm-up purchase: %d", code)
-	}
-	r.srv.Pause()
-	defer r.srv.Resume()
-	for i := range 3 {
-		if code := r.do("bo", "u"+strconv.Itoa(i)); code != 503 {
-			t.Fatalf("attempt %d: status %d, want 503", i, code)
-		}
-	}
-	if brk.State() != Open {
-		t.Fatalf("breaker %v after 3 failed calls, want open", brk.State())
-	}
-	calls, _ := r.stats()
-	if code := r.do("bo", "refused"); code != 503 {
-		t.Fatalf("open breaker: status %d, want 503", code)
-	}
-	if c, _ := r.stats(); c != calls {
-		t.Fatalf("open breaker: %d script calls made, want none", c-calls)
-	}
-}
-
 // TestDoDecidesWhatTheChainDidNot: an edge whose config has no sale filter
 // gives every refusal the chain would, from the handler, without a script
 // call; and a rule the chain decided is not decided again.
@@ -235,19 +140,22 @@ func TestDoDecidesWhatTheChainDidNot(t *testing.T) {
 		checked             api.Rules
 		status              int
 		code                string
+		// want is the catalogue's answer a refusal must be, body and all
+		// (nil for a purchase: its body names the order).
+		want *api.Rejection
 	}{
-		{"no user", "", "open", tok("", "open", time.Minute), 1, 0, 401, "UNAUTHENTICATED"},
-		{"unknown product", "u", "nope", tok("u", "nope", time.Minute), 1, 0, 404, "UNKNOWN_PRODUCT"},
-		{"not started", "u", "soon", tok("u", "soon", time.Minute), 1, 0, 403, "NOT_STARTED"},
-		{"ended", "u", "past", tok("u", "past", time.Minute), 1, 0, 403, "ENDED"},
-		{"sold out", "u", "flagged", tok("u", "flagged", time.Minute), 1, 0, 410, "SOLD_OUT"},
-		{"degraded", "u", "busy", tok("u", "busy", time.Minute), 1, 0, 503, "DEGRADED"},
-		{"another user's token", "u", "open", tok("v", "open", time.Minute), 1, 0, 403, "BAD_TOKEN"},
-		{"expired token", "u", "open", tok("u", "open", 0), 1, 0, 403, "BAD_TOKEN"},
-		{"quantity above the limit", "u", "open", tok("u", "open", time.Minute), 3, 0, 409, "LIMIT_REACHED"},
+		{"no user", "", "open", tok("", "open", time.Minute), 1, 0, 401, "UNAUTHENTICATED", api.Unauthenticated},
+		{"unknown product", "u", "nope", tok("u", "nope", time.Minute), 1, 0, 404, "UNKNOWN_PRODUCT", api.UnknownProduct},
+		{"not started", "u", "soon", tok("u", "soon", time.Minute), 1, 0, 403, "NOT_STARTED", api.NotStarted},
+		{"ended", "u", "past", tok("u", "past", time.Minute), 1, 0, 403, "ENDED", api.Ended},
+		{"sold out", "u", "flagged", tok("u", "flagged", time.Minute), 1, 0, 410, "SOLD_OUT", api.SoldOut},
+		{"degraded", "u", "busy", tok("u", "busy", time.Minute), 1, 0, 503, "DEGRADED", api.Busy},
+		{"another user's token", "u", "open", tok("v", "open", time.Minute), 1, 0, 403, "BAD_TOKEN", api.BadToken},
+		{"expired token", "u", "open", tok("u", "open", 0), 1, 0, 403, "BAD_TOKEN", api.BadToken},
+		{"quantity above the limit", "u", "open", tok("u", "open", time.Minute), 3, 0, 409, "LIMIT_REACHED", api.LimitReached},
 		// The chain's decisions stand: its sold_out filter passed.
-		{"in stock as the chain decided", "u", "flagged", tok("u", "flagged", time.Minute), 1, api.InStock, 200, ""},
-		{"all decided here", "u", "open", tok("u", "open", time.Minute), 2, 0, 200, ""},
+		{"in stock as the chain decided", "u", "flagged", tok("u", "flagged", time.Minute), 1, api.InStock, 200, "", nil},
+		{"all decided here", "u", "open", tok("u", "open", time.Minute), 2, 0, 200, "", nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			calls, _ := r.stats()
@@ -260,6 +168,20 @@ func TestDoDecidesWhatTheChainDidNot(t *testing.T) {
 			}
 			if c, _ := r.stats(); tc.status != 200 && c != calls {
 				t.Errorf("%d script calls for a refusal the edge can decide", c-calls)
+			}
+			if tc.want != nil {
+				if tc.want.Code != tc.code || !bytes.Equal(res.Body(), tc.want.Body) {
+					t.Errorf("body %s, want the catalogue's %s", res.Body(), tc.want.Body)
+				}
+				return
+			}
+			// A purchase: the order to follow, of this product, pending.
+			var got struct{ OrderID, ProductID, Status string }
+			if err := json.Unmarshal(res.Body(), &got); err != nil {
+				t.Fatalf("body %s: %v", res.Body(), err)
+			}
+			if id, err := strconv.ParseInt(got.OrderID, 10, 64); err != nil || id <= 0 || got.ProductID != tc.product || got.Status != statusPending {
+				t.Errorf("body %s, want a positive orderId, productId %q and status %q", res.Body(), tc.product, statusPending)
 			}
 		})
 	}

@@ -58,15 +58,18 @@ type OrderSink interface {
 
 // Deps are the process-lifetime collaborators of the Service.
 type Deps struct {
-	Store      *stock.Store
-	Sales *catalog.Registry
-	IDs        *orderid.Generator
-	Bought     *catalog.BoughtCache
-	Log        *slog.Logger
-	Node       int
-	Now        func() int64 // unix nanoseconds
-	Orders     OrderSink
-	Ledger     Ledger
+	Store  *stock.Store
+	Sales  *catalog.Registry
+	IDs    *orderid.Generator
+	Bought *catalog.BoughtCache
+	Log    *slog.Logger
+	Node   int
+	Now    func() int64 // unix nanoseconds
+	Orders OrderSink
+	// Settlements takes the events of paid, cancelled and expired orders
+	// (settle.go); nil leaves them to the outbox relay.
+	Settlements EventSink
+	Ledger      Ledger
 	// Catalog is the durable sale catalogue (the order store): admin
 	// changes are written to it first, and Redis' copy is rebuilt from it
 	// (catalog.go). nil keeps the catalogue and the degrade switch in
@@ -202,13 +205,15 @@ func (s *Service) Start(interval time.Duration) {
 			s.d.Log.Warn("sold-out subscription lost; resubscribing", "product", product, "err", err)
 		},
 	}, func(product string, soldOut bool) {
-		st := s.d.Sales.StateOf(product)
-		if !soldOut {
+		changed := false
+		if soldOut {
+			changed = s.d.Sales.StateOf(product).SetSoldOut(true)
+		} else {
 			// Sent on release and restock: buyers may have their allowance
-			// back, so the local "at the limit" answers are forgotten.
-			st.BumpGeneration()
+			// back, so the local "at the limit" answers are forgotten too.
+			changed = s.backOnSale(context.Background(), product, false)
 		}
-		if st.SetSoldOut(soldOut) {
+		if changed {
 			s.d.Log.Info("sold-out flag changed by broadcast", "product", product, "soldOut", soldOut)
 		}
 	}).Stop
@@ -479,13 +484,8 @@ func (s *Service) Restock(ctx context.Context, productID string, add int64) (int
 		}
 		return 0, err
 	}
-	st := s.d.Sales.StateOf(productID)
-	st.SetRemaining(n)
-	st.SetSoldOut(false)
-	st.BumpGeneration()
-	if err := s.d.Store.PublishSoldOut(ctx, productID, false); err != nil {
-		s.d.Log.Warn("sold-out broadcast failed; other edges will catch up on refresh", "product", productID, "err", err)
-	}
+	s.d.Sales.StateOf(productID).SetRemaining(n)
+	s.backOnSale(ctx, productID, true)
 	return n, nil
 }
 

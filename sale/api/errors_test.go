@@ -88,13 +88,6 @@ func TestBodyIsCodeAndMessage(t *testing.T) {
 	}
 }
 
-// The 431 answer once said BAD_REQUEST.
-func TestHeadersTooLargeIsTooLarge(t *testing.T) {
-	if HeadersTooLarge.Status != 431 || HeadersTooLarge.Code != TooLarge.Code {
-		t.Fatalf("%d %s", HeadersTooLarge.Status, HeadersTooLarge.Code)
-	}
-}
-
 func TestWithStatusAndMessage(t *testing.T) {
 	if RateLimited.WithStatus(429) != RateLimited {
 		t.Error("the same status must give the entry itself")
@@ -119,6 +112,24 @@ func TestWriteAllocatesNothing(t *testing.T) {
 		t.Fatalf("response %s", ctx.Response.String())
 	}
 	if n := testing.AllocsPerRun(1000, func() { SoldOut.Write(&ctx) }); n != 0 {
+		t.Fatalf("%v allocations", n)
+	}
+}
+
+// TestWriteJSONAllocs: the one writer of JSON answers keeps what the
+// response holds (a cookie set before it), sets the status it is given and
+// no caching, and allocates nothing.
+func TestWriteJSONAllocs(t *testing.T) {
+	var ctx fasthttp.RequestCtx
+	ctx.Response.Header.Set("X-Kept", "1")
+	body := []byte(`{"ok":true}`)
+	WriteJSON(&ctx, 201, body)
+	if ctx.Response.StatusCode() != 201 || string(ctx.Response.Body()) != string(body) ||
+		string(ctx.Response.Header.ContentType()) != "application/json" ||
+		string(ctx.Response.Header.Peek("Cache-Control")) != "no-store" || string(ctx.Response.Header.Peek("X-Kept")) != "1" {
+		t.Fatalf("response %s", ctx.Response.String())
+	}
+	if n := testing.AllocsPerRun(1000, func() { WriteJSON(&ctx, 200, body) }); n != 0 {
 		t.Fatalf("%v allocations", n)
 	}
 }
