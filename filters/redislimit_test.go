@@ -1,7 +1,6 @@
 package filters
 
 import (
-	"context"
 	"fmt"
 	"math/rand/v2"
 	"net/netip"
@@ -12,6 +11,7 @@ import (
 	"time"
 
 	"flashgate/internal/redistest"
+	"flashgate/internal/stocktest"
 	"flashgate/orders/stock"
 	"flashgate/sale/api"
 )
@@ -20,12 +20,7 @@ import (
 // redis.timeout; generous here unless a test is about it).
 func openStock(t testing.TB, addr string, timeout time.Duration) *stock.Store {
 	t.Helper()
-	s, err := stock.Open(context.Background(), addr, stock.Options{Timeout: timeout, QueueTimeout: timeout, OrderTTL: time.Hour})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s.Close() })
-	return s
+	return stocktest.Open(t, addr, stocktest.Timeout(timeout), stocktest.OrderTTL(time.Hour))
 }
 
 // redisEnv is an edge's Env on store; edgeClock replays the test's clock

@@ -8,9 +8,9 @@ import (
 	"testing"
 	"time"
 
-	"flashgate/conf"
 	"flashgate/internal/await"
 	"flashgate/internal/redistest"
+	"flashgate/internal/stocktest"
 	"flashgate/orders/stock"
 	"flashgate/sale/catalog"
 )
@@ -21,14 +21,7 @@ import (
 func TestSoldOutBroadcastFollowsAdminSalesOnCluster(t *testing.T) {
 	c := redistest.NewCluster(t)
 	open := func() *stock.Store {
-		d := conf.Defaults()
-		st, err := stock.Open(context.Background(), strings.Join(c.Addrs(), ","), stock.Options{
-			Timeout: 2 * time.Second, QueueTimeout: 2 * time.Second, OrderTTL: d.Sale.OrderTTL})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { st.Close() })
-		return st
+		return stocktest.Open(t, strings.Join(c.Addrs(), ","), stocktest.Timeout(2*time.Second))
 	}
 	st, other := open(), open() // other is another edge
 	now := time.Now()

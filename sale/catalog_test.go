@@ -13,9 +13,9 @@ import (
 
 	"github.com/valyala/fasthttp"
 
-	"flashgate/conf"
 	"flashgate/internal/await"
 	"flashgate/internal/redistest"
+	"flashgate/internal/stocktest"
 	"flashgate/orders/orderstore"
 	"flashgate/orders/stock"
 	"flashgate/sale/api"
@@ -27,12 +27,7 @@ import (
 func TestDurableCatalogueRecordsStockAndRestocks(t *testing.T) {
 	ctx := context.Background()
 	srv := redistest.New(t)
-	st, err := stock.Open(ctx, srv.Addr(), stock.Options{Timeout: 10 * time.Second, QueueTimeout: 10 * time.Second,
-		OrderTTL: conf.Defaults().Sale.OrderTTL})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() })
+	st := stocktest.Open(t, srv.Addr())
 	store, err := orderstore.OpenFile(t.TempDir())
 	if err != nil {
 		t.Fatal(err)

@@ -12,6 +12,7 @@ import (
 	"flashgate/internal/await"
 	"flashgate/internal/chtest"
 	"flashgate/internal/redistest"
+	"flashgate/internal/stocktest"
 	"flashgate/orders/orderstore"
 	"flashgate/orders/stock"
 	"flashgate/sale"
@@ -25,14 +26,7 @@ import (
 
 func openRedisStore(t *testing.T, addr string) *stock.Store {
 	t.Helper()
-	st, err := stock.Open(context.Background(), addr, stock.Options{
-		Timeout: 10 * time.Second, QueueTimeout: 10 * time.Second, OrderTTL: edge.Sale.OrderTTL,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() })
-	return st
+	return stocktest.Open(t, addr)
 }
 
 // durableEdge is one edge's sale service on the shared Redis and durable

@@ -17,6 +17,7 @@ import (
 
 	"flashgate/conf"
 	"flashgate/internal/redistest"
+	"flashgate/internal/stocktest"
 	"flashgate/orders/orderid"
 	"flashgate/orders/stock"
 	"flashgate/sale/api"
@@ -63,11 +64,7 @@ func newDoRig(t *testing.T, opts stock.Options, brk *Breakers, products ...strin
 	opts.Timeout = cmp.Or(opts.Timeout, conf.Defaults().Redis.Timeout)
 	opts.QueueTimeout = cmp.Or(opts.QueueTimeout, opts.Timeout)
 	opts.OrderTTL = cmp.Or(opts.OrderTTL, conf.Defaults().Sale.OrderTTL)
-	st, err := stock.Open(context.Background(), srv.Addr(), opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() })
+	st := stocktest.Open(t, srv.Addr(), stocktest.WithOptions(opts))
 	ids, err := orderid.NewGenerator(1, func() int64 { return time.Now().UnixMilli() })
 	if err != nil {
 		t.Fatal(err)

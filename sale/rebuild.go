@@ -333,10 +333,141 @@ func (s *Service) createStock(ctx context.Context, a *catalog.Sale, fence string
 	return nil
 }
 
-// plan computes a lost (or new) sale's rebuild: stock = initial + restocked
-// − units held, where held is the stored orders that keep their units
-// (status 0 unpaid and 1 paid; cancelled and expired ones are status 2 and
-// so already back) plus the orders still in the outbox that the ledger has
+// plan computes a lost (or new) sale's rebuild: it reads the old Redis's
+// outbox, surviving hashes and due set, the ledger and the durable
+// catalogue (planReads), leaves the arithmetic to planStock, then reads the
+// hashes of the stored orders planStock could not decide and gives them the
+// ledger's state (ledgerStates), and pages through the ledger's settled
+// orders while the rebuild writes (Rebuild.Settled). The second int64 is
+// the units of orders still on their way (in the outbox, not yet stored).
+func (s *Service) plan(ctx context.Context, a *catalog.Sale, meta stock.SaleStock, known bool) (stock.Rebuild, int64, error) {
+	p := a.ProductID
+	in, err := s.planReads(ctx, a, meta, known)
+	if err != nil {
+		return stock.Rebuild{}, 0, err
+	}
+	sp := planStock(in)
+	if sp.lostRestock > 0 {
+		// More is held than the sale's figures allow: restocks were lost
+		// with Redis. The ledger proves at least this much was restocked;
+		// recording it keeps reconcile balanced and sells nothing more.
+		s.d.Log.Warn("ledger holds more than the sale's initial stock and known restocks; restocks were lost with Redis",
+			"product", p, "held", sp.held, "initial", sp.rebuild.Initial, "restocked", sp.rebuild.Restocked-sp.lostRestock)
+	}
+	// Stored orders the old Redis has a hash of (the due set's members, the
+	// embedded server's surviving hashes): the ledger's state. One without a
+	// hash any more has nothing stale to correct.
+	have, err := s.d.Store.Orders(ctx, p, sp.lookup)
+	if err != nil {
+		return stock.Rebuild{}, 0, err
+	}
+	plan := sp.rebuild
+	plan.Orders = append(plan.Orders, ledgerStates(sp.lookup, have, in.ledger.Statuses)...)
+	// Every settled order of the ledger, for the hashes a stale Redis still
+	// holds as unpaid (Rebuild.Settled). The sale is fenced: nothing is
+	// settled in Redis meanwhile, and the ledger only gains settlements
+	// that the outbox holds too (settling, written after these).
+	ledger := s.d.Ledger
+	plan.Settled = func(ctx context.Context, after int64) ([]stock.OrderInfo, error) {
+		rows, err := ledger.Settled(ctx, p, after, settledPage)
+		if err != nil {
+			return nil, err
+		}
+		out := make([]stock.OrderInfo, 0, len(rows))
+		for _, r := range rows {
+			info := stock.OrderInfo{Order: r.Order}
+			info.ProductID = p
+			out = append(out, ledgerInfo(info, orderstore.OrderStatus{Status: r.Status, Expired: r.Expired, PayByMs: r.PayByMs, PaidMs: r.PaidMs}))
+		}
+		return out, nil
+	}
+	return plan, sp.pending, nil
+}
+
+// planInput is what a rebuild's arithmetic (planStock) is computed from:
+// everything read before it, and nothing else.
+type planInput struct {
+	sale    stock.SaleStock // the configured sale (saleOf): its Stock is the configured initial stock
+	meta    stock.SaleStock // the old Redis's meta, if known
+	known   bool
+	durable durableSale
+	events  []order.Event    // the old Redis's outbox
+	due     []stock.Deadline // its due set
+	ids     []int64          // the orders asked of the ledger, sorted
+	ledger  orderstore.LedgerState
+}
+
+// planReads gathers planStock's inputs. The outbox is read before the
+// ledger drains: an entry gone from it by then was acknowledged by Kafka,
+// so the drain stores it. No in-flight wait here: recoverSale waited for
+// the edges, or the sale is new.
+func (s *Service) planReads(ctx context.Context, a *catalog.Sale, meta stock.SaleStock, known bool) (planInput, error) {
+	p := a.ProductID
+	in := planInput{sale: saleOf(a), meta: meta, known: known}
+	var err error
+	if in.events, err = s.d.Store.OutboxEvents(ctx, p); err != nil {
+		return planInput{}, err
+	}
+	hashes, err := s.d.Store.SurvivingOrders(ctx, p)
+	if err != nil {
+		return planInput{}, err
+	}
+	if in.due, err = s.d.Store.DueOrders(ctx, p); err != nil {
+		return planInput{}, err
+	}
+	in.ids = askedOrders(in.events, hashes, in.due)
+	if in.ledger, err = s.d.Ledger.Rebuild(ctx, p, in.ids); err != nil {
+		return planInput{}, err
+	}
+	if in.durable, err = s.durableSale(ctx, p); err != nil {
+		return planInput{}, err
+	}
+	return in, nil
+}
+
+// askedOrders is every order the old Redis names (outbox entries,
+// surviving hashes, due set members), once each, sorted: the ledger says
+// which of them are stored.
+func askedOrders(events []order.Event, hashes map[int64]string, due []stock.Deadline) []int64 {
+	asked := make(map[int64]bool, len(events)+len(hashes)+len(due))
+	for _, e := range events {
+		asked[e.ID] = true
+	}
+	for id := range hashes {
+		asked[id] = true
+	}
+	for _, d := range due {
+		asked[d.OrderID] = true
+	}
+	ids := make([]int64, 0, len(asked))
+	for id := range asked {
+		ids = append(ids, id)
+	}
+	slices.Sort(ids)
+	return ids
+}
+
+// stockPlan is planStock's answer.
+type stockPlan struct {
+	// rebuild is the plan but for the stale hashes ledgerStates corrects
+	// and Settled: SaleStock, Buyers, and the orders the ledger's deadlines
+	// and the outbox's settlements decide.
+	rebuild stock.Rebuild
+	pending int64 // units of orders on their way: in the outbox, not stored
+	held    int64 // units held: stored unpaid and paid, plus pending, less the releases on their way
+	// lostRestock is the units held beyond the sale's initial stock and
+	// known restocks, added to Restocked: restocks lost with Redis.
+	lostRestock int64
+	// lookup is the stored orders among ids that neither a deadline nor a
+	// settlement decides: those the old Redis holds a hash of take the
+	// ledger's state (ledgerStates).
+	lookup []int64
+}
+
+// planStock is a rebuild's arithmetic: stock = initial + restocked − units
+// held, where held is the stored orders that keep their units (status 0
+// unpaid and 1 paid; cancelled and expired ones are status 2 and so
+// already back) plus the orders still in the outbox that the ledger has
 // not stored, less the releases still in the outbox; each buyer's count
 // from the same, exactly: for every user the ledger knows (stock.Rebuild
 // sets the users of settled orders it does not name to 0) and every user
@@ -355,63 +486,24 @@ func (s *Service) createStock(ctx context.Context, a *catalog.Sale, fence string
 // page while the rebuild writes: an order without a deadline is in neither
 // the due set nor the outbox) take the ledger's, so that nothing the
 // ledger knows is paid or released twice.
-func (s *Service) plan(ctx context.Context, a *catalog.Sale, meta stock.SaleStock, known bool) (stock.Rebuild, int64, error) {
-	p := a.ProductID
-	events, err := s.d.Store.OutboxEvents(ctx, p)
-	if err != nil {
-		return stock.Rebuild{}, 0, err
+func planStock(in planInput) stockPlan {
+	p := in.sale.ProductID
+	st := in.ledger
+	sale := in.sale
+	sale.Initial = in.sale.Stock
+	if in.durable.Initial > 0 {
+		// An admin-created sale's first stock: the configured stock may be
+		// a restock total the refresh folded in.
+		sale.Initial = in.durable.Initial
 	}
-	hashes, err := s.d.Store.SurvivingOrders(ctx, p)
-	if err != nil {
-		return stock.Rebuild{}, 0, err
-	}
-	dueNow, err := s.d.Store.DueOrders(ctx, p)
-	if err != nil {
-		return stock.Rebuild{}, 0, err
-	}
-	asked := make(map[int64]bool, len(events)+len(hashes)+len(dueNow))
-	for _, e := range events {
-		asked[e.ID] = true
-	}
-	for id := range hashes {
-		asked[id] = true
-	}
-	for _, d := range dueNow {
-		asked[d.OrderID] = true
-	}
-	ids := make([]int64, 0, len(asked))
-	for id := range asked {
-		ids = append(ids, id)
-	}
-	slices.Sort(ids)
-	// The outbox is read before the ledger drains: an entry gone from it
-	// by then was acknowledged by Kafka, so the drain stores it.
-	// No in-flight wait here: recoverSale waited for the edges, or the
-	// sale is new.
-	st, err := s.d.Ledger.Rebuild(ctx, p, ids)
-	if err != nil {
-		return stock.Rebuild{}, 0, err
-	}
-
-	ds, err := s.durableSale(ctx, p)
-	if err != nil {
-		return stock.Rebuild{}, 0, err
-	}
-	sale := saleOf(a)
-	sale.Initial = a.Stock
-	if ds.Initial > 0 {
-		// An admin-created sale's first stock: a.Stock may be a restock
-		// total the refresh folded in.
-		sale.Initial = ds.Initial
-	}
-	if known && meta.Initial > 0 {
+	if in.known && in.meta.Initial > 0 {
 		// The sale's own figures beat the config, which may have changed
 		// since it opened.
-		sale.Initial = meta.Initial
+		sale.Initial = in.meta.Initial
 	}
 	// Restocks: the meta's, unless it is older than the durable catalogue
 	// (a stale snapshot, or no meta at all).
-	sale.Restocked = max(meta.Restocked, ds.Restocked)
+	sale.Restocked = max(in.meta.Restocked, in.durable.Restocked)
 	held := st.Sold
 	sale.Released, sale.Paid, sale.Expired = st.Released, st.Paid, st.Expired
 	buyers := make(map[string]int64, len(st.Buyers))
@@ -419,9 +511,9 @@ func (s *Service) plan(ctx context.Context, a *catalog.Sale, meta stock.SaleStoc
 		buyers[u] = n
 	}
 	// Orders on their way: deducted, the relay re-sends them; they count.
-	onTheWay := make(map[int64]bool, len(events))
+	onTheWay := make(map[int64]bool, len(in.events))
 	var pending int64
-	for _, e := range events {
+	for _, e := range in.events {
 		if e.Type != order.TypeOrder || onTheWay[e.ID] {
 			continue
 		}
@@ -438,7 +530,7 @@ func (s *Service) plan(ctx context.Context, a *catalog.Sale, meta stock.SaleStoc
 	// that are on their way themselves): Redis decided them, the store
 	// will know them.
 	settling := map[int64]order.Event{}
-	for _, e := range events {
+	for _, e := range in.events {
 		if e.Type == order.TypeOrder {
 			continue
 		}
@@ -469,18 +561,15 @@ func (s *Service) plan(ctx context.Context, a *catalog.Sale, meta stock.SaleStoc
 			buyers[user] = 0
 		}
 	}
-	for _, e := range events {
+	for _, e := range in.events {
 		name(e.UserID)
 	}
-	for _, d := range dueNow {
+	for _, d := range in.due {
 		name(d.UserID)
 	}
+	var lost int64
 	if over := held - (sale.Initial + sale.Restocked); over > 0 {
-		// More is held than the sale's figures allow: restocks were lost
-		// with Redis. The ledger proves at least this much was restocked;
-		// recording it keeps reconcile balanced and sells nothing more.
-		s.d.Log.Warn("ledger holds more than the sale's initial stock and known restocks; restocks were lost with Redis",
-			"product", p, "held", held, "initial", sale.Initial, "restocked", sale.Restocked)
+		lost = over
 		sale.Restocked += over
 	}
 	sale.Stock = sale.Initial + sale.Restocked - held
@@ -504,42 +593,27 @@ func (s *Service) plan(ctx context.Context, a *catalog.Sale, meta stock.SaleStoc
 		}
 	}
 	var rest []int64
-	for _, id := range ids {
+	for _, id := range in.ids {
 		if _, stored := st.Statuses[id]; stored && !done[id] {
 			rest = append(rest, id)
 		}
 	}
-	// Stored orders the old Redis has a hash of (the due set's members, the
-	// embedded server's surviving hashes): the ledger's state. One without a
-	// hash any more has nothing stale to correct.
-	have, err := s.d.Store.Orders(ctx, p, rest)
-	if err != nil {
-		return stock.Rebuild{}, 0, err
+	return stockPlan{
+		rebuild: stock.Rebuild{SaleStock: sale, Buyers: buyers, Orders: fix},
+		pending: pending, held: held, lostRestock: lost, lookup: rest,
 	}
-	for _, id := range rest {
+}
+
+// ledgerStates is the ledger's state for each of the ids whose hash the
+// old Redis still has (have), in the order of ids.
+func ledgerStates(ids []int64, have map[int64]stock.OrderInfo, statuses map[int64]orderstore.OrderStatus) []stock.OrderInfo {
+	var out []stock.OrderInfo
+	for _, id := range ids {
 		if info, ok := have[id]; ok {
-			fix = append(fix, ledgerInfo(info, st.Statuses[id]))
+			out = append(out, ledgerInfo(info, statuses[id]))
 		}
 	}
-	// Every settled order of the ledger, for the hashes a stale Redis still
-	// holds as unpaid (Rebuild.Settled). The sale is fenced: nothing is
-	// settled in Redis meanwhile, and the ledger only gains settlements
-	// that the outbox holds too (settling, written after these).
-	ledger := s.d.Ledger
-	settled := func(ctx context.Context, after int64) ([]stock.OrderInfo, error) {
-		rows, err := ledger.Settled(ctx, p, after, settledPage)
-		if err != nil {
-			return nil, err
-		}
-		out := make([]stock.OrderInfo, 0, len(rows))
-		for _, r := range rows {
-			info := stock.OrderInfo{Order: r.Order}
-			info.ProductID = p
-			out = append(out, ledgerInfo(info, orderstore.OrderStatus{Status: r.Status, Expired: r.Expired, PayByMs: r.PayByMs, PaidMs: r.PaidMs}))
-		}
-		return out, nil
-	}
-	return stock.Rebuild{SaleStock: sale, Buyers: buyers, Orders: fix, Settled: settled}, pending, nil
+	return out
 }
 
 // ledgerInfo is the order with the state the ledger gives it.

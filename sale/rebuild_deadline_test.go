@@ -8,6 +8,7 @@ import (
 
 	"flashgate/internal/await"
 	"flashgate/internal/redistest"
+	"flashgate/internal/stocktest"
 	"flashgate/orders/order"
 	"flashgate/orders/stock"
 	"flashgate/sale/catalog"
@@ -512,13 +513,6 @@ func staleSnapshotSale(t *testing.T, kind, p string, units int64, limit int) (*r
 func snapshotRedis(t *testing.T) (*redistest.Server, func() *stock.Store) {
 	srv := redistest.NewPersistent(t)
 	return srv, func() *stock.Store {
-		st, err := stock.Open(context.Background(), srv.Addr(), stock.Options{
-			Timeout: 10 * time.Second, QueueTimeout: 10 * time.Second, OrderTTL: edge.Sale.OrderTTL,
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { st.Close() })
-		return st
+		return stocktest.Open(t, srv.Addr())
 	}
 }

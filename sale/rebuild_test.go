@@ -23,6 +23,7 @@ import (
 	"flashgate/internal/chtest"
 	"flashgate/internal/kafkatest"
 	"flashgate/internal/redistest"
+	"flashgate/internal/stocktest"
 	"flashgate/orders/broker"
 	"flashgate/orders/consumer"
 	"flashgate/orders/order"
@@ -261,13 +262,7 @@ func TestRedisLossRebuildsFromLedger(t *testing.T) {
 func testRedisLoss(t *testing.T, kind string) {
 	ctx := context.Background()
 	srv := redistest.New(t)
-	st, err := stock.Open(ctx, srv.Addr(), stock.Options{
-		Timeout: 10 * time.Second, QueueTimeout: 10 * time.Second, OrderTTL: edge.Sale.OrderTTL,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() })
+	st := stocktest.Open(t, srv.Addr())
 	r := newRig(t, st, openStoreKind(t, kind))
 	r.startConsumer()
 	const limit = 2
@@ -395,12 +390,7 @@ func testRedisLoss(t *testing.T, kind string) {
 func TestEmbeddedCrashRebuildsFromLedger(t *testing.T) {
 	ctx := context.Background()
 	dataDir, crashDir := t.TempDir(), t.TempDir()
-	st1, err := stock.Open(ctx, "embedded", stock.Options{DataDir: dataDir, SaveEvery: 20 * time.Millisecond,
-		Timeout: 10 * time.Second, QueueTimeout: 10 * time.Second, OrderTTL: edge.Sale.OrderTTL})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st1.Close() })
+	st1 := stocktest.Open(t, "embedded", stocktest.Snapshots(dataDir, 20*time.Millisecond))
 	fs, err := orderstore.OpenFile(t.TempDir())
 	if err != nil {
 		t.Fatal(err)
@@ -435,12 +425,7 @@ func TestEmbeddedCrashRebuildsFromLedger(t *testing.T) {
 	}
 
 	// kill -9 and restart: a new store from the crash's file, a new edge.
-	st2, err := stock.Open(ctx, "embedded", stock.Options{DataDir: crashDir, SaveEvery: -1,
-		Timeout: 10 * time.Second, QueueTimeout: 10 * time.Second, OrderTTL: edge.Sale.OrderTTL})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st2.Close() })
+	st2 := stocktest.Open(t, "embedded", stocktest.Snapshots(crashDir, -1))
 	if st2.LostOnOpen() != 1 {
 		t.Fatalf("LostOnOpen %d", st2.LostOnOpen())
 	}
@@ -554,12 +539,7 @@ func copyFile(t *testing.T, from, to string) {
 func TestLostSaleWithoutLedgerStaysClosed(t *testing.T) {
 	ctx := context.Background()
 	dir, crashDir := t.TempDir(), t.TempDir()
-	st1, err := stock.Open(ctx, "embedded", stock.Options{DataDir: dir, SaveEvery: 10 * time.Millisecond,
-		Timeout: 10 * time.Second, QueueTimeout: 10 * time.Second, OrderTTL: edge.Sale.OrderTTL})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st1.Close() })
+	st1 := stocktest.Open(t, "embedded", stocktest.Snapshots(dir, 10*time.Millisecond))
 	a := newActivity("nl", 10, 2)
 	settings := &sale.Settings{Catalog: []*catalog.Sale{a}}
 	if err := sale.New(sale.Deps{Store: st1, Sales: catalog.NewRegistry(), Log: discard}).Apply(ctx, settings); err != nil {
@@ -572,12 +552,7 @@ func TestLostSaleWithoutLedgerStaysClosed(t *testing.T) {
 	waitSnapshotWith(t, dir, at.ID)
 	copyFile(t, filepath.Join(dir, "stock.json"), filepath.Join(crashDir, "stock.json"))
 
-	st2, err := stock.Open(ctx, "embedded", stock.Options{DataDir: crashDir, SaveEvery: -1,
-		Timeout: 10 * time.Second, QueueTimeout: 10 * time.Second, OrderTTL: edge.Sale.OrderTTL})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st2.Close() })
+	st2 := stocktest.Open(t, "embedded", stocktest.Snapshots(crashDir, -1))
 	svc := sale.New(sale.Deps{Store: st2, Sales: catalog.NewRegistry(), Log: discard})
 	if err := svc.Apply(ctx, settings); err == nil || !strings.Contains(err.Error(), "no ledger") {
 		t.Fatalf("Apply after a crash without a ledger: %v", err)

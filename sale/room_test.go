@@ -20,6 +20,7 @@ import (
 	"flashgate/conf"
 	"flashgate/internal/await"
 	"flashgate/internal/redistest"
+	"flashgate/internal/stocktest"
 	"flashgate/orders/orderid"
 	"flashgate/orders/stock"
 	"flashgate/sale/api"
@@ -66,16 +67,11 @@ func newRoomRig(t testing.TB, addr string, edges int, wr conf.RoomConfig) *roomR
 	other, _ := catalog.Build(ac, base)
 	r.set = &Settings{Tokens: tok, Tickets: tickets, Challenges: room.NewChallenger(secret), TokenTTL: time.Minute,
 		Catalog: []*catalog.Sale{a, other}}
-	d := conf.Defaults()
 	// Not the default call budget: these tests are about the room's
 	// decisions, and on a loaded 2-core machine a script call to the
 	// embedded server can exceed it (the answer is then DEGRADED).
 	callBudget := 5 * time.Second
-	st, err := stock.Open(context.Background(), addr, stock.Options{Timeout: callBudget, QueueTimeout: callBudget, OrderTTL: d.Sale.OrderTTL})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() })
+	st := stocktest.Open(t, addr, stocktest.Timeout(callBudget))
 	r.st = st
 	for i := 0; i < edges; i++ {
 		ids, _ := orderid.NewGenerator(i+1, func() int64 { return time.Now().UnixMilli() })

@@ -13,6 +13,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"flashgate/internal/await"
+	"flashgate/internal/stocktest"
 )
 
 // TestPublishAmbiguousTimeouts: REQUEST_TIMED_OUT on produce is applied and
@@ -93,7 +94,7 @@ func TestPublishFailuresKeepOutbox(t *testing.T) {
 	s := openStore(t, "real")
 	brokers, c := startKafka(t)
 	pub := newPublisher(t, PublisherConfig{Brokers: brokers, Outbox: s, MaxAttempts: 2, Timeout: time.Second})
-	warm(t, s, "p1", 1000)
+	stocktest.Warm(t, s, "p1", 1000, 1000)
 	ctx := context.Background()
 	if err := pub.Publish(ctx, testEvent(1)); err != nil { // connect
 		t.Fatal(err)

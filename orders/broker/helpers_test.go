@@ -18,6 +18,7 @@ import (
 	"flashgate/conf"
 	"flashgate/internal/kafkatest"
 	"flashgate/internal/redistest"
+	"flashgate/internal/stocktest"
 	"flashgate/orders/order"
 	"flashgate/orders/stock"
 )
@@ -177,25 +178,7 @@ func openStore(t testing.TB, kind string) *stock.Store {
 	if kind == "real" {
 		addr = redistest.Start(t)
 	}
-	s, err := stock.Open(context.Background(), addr, stock.Options{
-		Timeout: 10 * time.Second, QueueTimeout: 10 * time.Second, OrderTTL: conf.Defaults().Sale.OrderTTL,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s.Close() })
-	return s
-}
-
-func warm(t testing.TB, s *stock.Store, product string, n int64) {
-	t.Helper()
-	now := time.Now()
-	if _, err := s.Warm(context.Background(), stock.SaleStock{
-		ProductID: product, Stock: n, Limit: 1000, Price: 990,
-		StartMs: now.Add(-time.Minute).UnixMilli(), EndMs: now.Add(time.Hour).UnixMilli(),
-	}); err != nil {
-		t.Fatal(err)
-	}
+	return stocktest.Open(t, addr)
 }
 
 var orderSeq atomic.Int64

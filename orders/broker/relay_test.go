@@ -9,6 +9,7 @@ import (
 
 	"flashgate/internal/await"
 	"flashgate/internal/redistest"
+	"flashgate/internal/stocktest"
 	"flashgate/orders/order"
 	"flashgate/orders/stock"
 )
@@ -39,7 +40,7 @@ func TestRelay(t *testing.T) {
 			s := openStore(t, kind)
 			brokers, _ := startKafka(t)
 			pub := newPublisher(t, PublisherConfig{Brokers: brokers, Outbox: s})
-			warm(t, s, "p1", 1000)
+			stocktest.Warm(t, s, "p1", 1000, 1000)
 			const minAge = time.Second
 			r := newRelay(t, RelayConfig{Store: s, Publisher: pub, Products: func() []string { return []string{"p1", "p2"} }, MinAge: minAge, Node: 3})
 			r.Start()
@@ -113,7 +114,7 @@ func TestRelayClaimsFromDeadEdge(t *testing.T) {
 			s := openStore(t, kind)
 			brokers, _ := startKafka(t)
 			pub := newPublisher(t, PublisherConfig{Brokers: brokers})
-			warm(t, s, "p1", 100)
+			stocktest.Warm(t, s, "p1", 100, 1000)
 			products := func() []string { return []string{"p1"} }
 			ctx := context.Background()
 			ids := map[int64]bool{}
@@ -190,7 +191,7 @@ func TestRelayRecreatesGroup(t *testing.T) {
 	s := openStore(t, "real")
 	brokers, _ := startKafka(t)
 	pub := newPublisher(t, PublisherConfig{Brokers: brokers})
-	warm(t, s, "p1", 100)
+	stocktest.Warm(t, s, "p1", 100, 1000)
 	r := newRelay(t, RelayConfig{Store: s, Publisher: pub, Products: func() []string { return []string{"p1"} }, MinAge: 100 * time.Millisecond})
 	ctx := context.Background()
 	if _, err := r.Sweep(ctx); err != nil {
@@ -222,7 +223,7 @@ func TestRelayDeletedPendingEntries(t *testing.T) {
 			s := openStore(t, kind)
 			brokers, _ := startKafka(t)
 			pub := newPublisher(t, PublisherConfig{Brokers: brokers})
-			warm(t, s, "p1", 100)
+			stocktest.Warm(t, s, "p1", 100, 1000)
 			ctx := context.Background()
 			var ids []string
 			for range 3 {
@@ -290,7 +291,7 @@ func TestRelayForgetsDeadEdge(t *testing.T) {
 			s := openStore(t, kind)
 			brokers, _ := startKafka(t)
 			pub := newPublisher(t, PublisherConfig{Brokers: brokers})
-			warm(t, s, "p1", 100)
+			stocktest.Warm(t, s, "p1", 100, 1000)
 			products := func() []string { return []string{"p1"} }
 			ctx := context.Background()
 			ids := map[int64]bool{}
@@ -350,7 +351,7 @@ func TestRelayKeepsLiveRelays(t *testing.T) {
 	s := openStore(t, "real")
 	brokers, _ := startKafka(t)
 	pub := newPublisher(t, PublisherConfig{Brokers: brokers})
-	warm(t, s, "p1", 100)
+	stocktest.Warm(t, s, "p1", 100, 1000)
 	products := func() []string { return []string{"p1"} }
 	ctx := context.Background()
 	const forgetAfter = 300 * time.Millisecond
@@ -423,7 +424,7 @@ func TestRelaySettlementEvents(t *testing.T) {
 	s := openStore(t, "real")
 	brokers, _ := startKafka(t)
 	pub := newPublisher(t, PublisherConfig{Brokers: brokers, Outbox: s})
-	warm(t, s, "ps", 100)
+	stocktest.Warm(t, s, "ps", 100, 1000)
 	ctx := context.Background()
 	var ids []int64
 	for _, payIn := range []time.Duration{time.Hour, time.Hour, 300 * time.Millisecond} {

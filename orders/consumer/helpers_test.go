@@ -22,6 +22,7 @@ import (
 	"flashgate/internal/chtest"
 	"flashgate/internal/kafkatest"
 	"flashgate/internal/redistest"
+	"flashgate/internal/stocktest"
 	"flashgate/orders/broker"
 	"flashgate/orders/order"
 	"flashgate/orders/orderstore"
@@ -64,15 +65,7 @@ func startKafka(t testing.TB) ([]string, *kfake.Cluster) {
 
 func openStock(t testing.TB) *stock.Store {
 	t.Helper()
-	srv := redistest.New(t)
-	s, err := stock.Open(context.Background(), srv.Addr(), stock.Options{
-		Timeout: 10 * time.Second, QueueTimeout: 10 * time.Second, OrderTTL: conf.Defaults().Sale.OrderTTL,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s.Close() })
-	return s
+	return stocktest.Open(t, redistest.New(t).Addr())
 }
 
 var orderSeq atomic.Int64

@@ -14,6 +14,7 @@ import (
 	"flashgate/internal/await"
 	"flashgate/internal/kafkatest"
 	"flashgate/internal/redistest"
+	"flashgate/internal/stocktest"
 	"flashgate/orders/broker"
 	"flashgate/orders/consumer"
 	"flashgate/orders/order"
@@ -37,13 +38,7 @@ type edge struct {
 
 func newEdge(t *testing.T, redis string, brokers []string) edge {
 	t.Helper()
-	st, err := stock.Open(context.Background(), redis, stock.Options{
-		Timeout: 10 * time.Second, QueueTimeout: 10 * time.Second, OrderTTL: conf.Defaults().Sale.OrderTTL,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() })
+	st := stocktest.Open(t, redis)
 	pub, err := broker.NewPublisher(broker.PublisherConfig{Brokers: brokers, Topic: kafkaConf.Topic, DLQTopic: kafkaConf.DLQTopic,
 		BatchTimeout: kafkaConf.BatchTimeout, Timeout: kafkaConf.Timeout, Outbox: st, Log: quiet()})
 	if err != nil {
@@ -62,15 +57,6 @@ func startKafka(t *testing.T) []string {
 		t.Fatal(err)
 	}
 	return brokers
-}
-
-func warm(t *testing.T, st *stock.Store, p string, n int64) {
-	t.Helper()
-	now := time.Now()
-	if _, err := st.Warm(context.Background(), stock.SaleStock{ProductID: p, Stock: n, Limit: 1, Price: 100,
-		StartMs: now.Add(-time.Minute).UnixMilli(), EndMs: now.Add(time.Hour).UnixMilli()}); err != nil {
-		t.Fatal(err)
-	}
 }
 
 // sell makes n orders of product p, one per buyer, due payIn from now plus
@@ -125,7 +111,7 @@ func TestTwoSweepersReleaseEachOrderOnce(t *testing.T) {
 	brokers := startKafka(t)
 	a, b := newEdge(t, redis, brokers), newEdge(t, redis, brokers)
 	ctx := context.Background()
-	warm(t, a.st, "dl", n)
+	stocktest.Warm(t, a.st, "dl", n, 1)
 	sold := sell(t, a, "dl", n, 1500*time.Millisecond)
 	paid := map[int64]bool{}
 	for i := 0; i < n; i += paidEvery {
@@ -240,7 +226,7 @@ func TestSweepSkipsSalesNotOpen(t *testing.T) {
 	brokers := startKafka(t)
 	e := newEdge(t, redis, brokers)
 	ctx := context.Background()
-	warm(t, e.st, "fz", 5)
+	stocktest.Warm(t, e.st, "fz", 5, 1)
 	sold := sell(t, e, "fz", 5, 50*time.Millisecond)
 	if _, err := e.st.Fence(ctx, "fz", stock.FenceID(time.Now().UnixMilli(), 1, "test")); err != nil {
 		t.Fatal(err)
@@ -267,7 +253,7 @@ func TestKafkaDownLeavesReleasesToTheRelay(t *testing.T) {
 	brokers := startKafka(t)
 	e := newEdge(t, redis, brokers)
 	ctx := context.Background()
-	warm(t, e.st, "kd", 3)
+	stocktest.Warm(t, e.st, "kd", 3, 1)
 	sold := sell(t, e, "kd", 3, 50*time.Millisecond)
 	// A publisher whose broker does not answer (nothing listens there).
 	down, err := broker.NewPublisher(broker.PublisherConfig{Brokers: []string{"127.0.0.1:1"}, Topic: kafkaConf.Topic, DLQTopic: kafkaConf.DLQTopic,

@@ -40,10 +40,36 @@ func TestContractFile(t *testing.T) {
 	})
 }
 
+// A second open of the same database finds the first's tables: it keeps
+// their rows and schema rather than creating, migrating or emptying them.
 func TestClickHouseOpenIsIdempotent(t *testing.T) {
+	ctx := context.Background()
 	db := freshDB()
-	openCH(t, db)
-	openCH(t, db) // the table exists with the right schema
+	first := openCH(t, db)
+	want := Row{Order: order.Order{ID: 7, ProductID: "p-idem", UserID: "u1", Qty: 2, PriceCents: 990,
+		CreatedMs: 1_700_000_000_000, Edge: 1}, Status: StatusUnpaid, UpdatedMs: 1_700_000_000_000}
+	if err := first.Insert(ctx, []Row{want}); err != nil {
+		t.Fatal(err)
+	}
+	rows := "SELECT count() FROM `" + db + "`." + Table
+	before := count(t, first.conn, rows)
+	if before != 1 {
+		t.Fatalf("%d rows after one insert", before)
+	}
+
+	second := openCH(t, db)
+	for _, tbl := range []*tableSpec{&orderTable, &catalogTable} {
+		if err := second.checkSchema(ctx, tbl); err != nil {
+			t.Errorf("schema of %s after the second open: %v", tbl.name, err)
+		}
+	}
+	if after := count(t, second.conn, rows); after != before {
+		t.Errorf("%d rows after the second open, %d before", after, before)
+	}
+	got, ok, err := second.Get(ctx, want.ProductID, want.ID)
+	if err != nil || !ok || got != want {
+		t.Fatalf("the first store's order through the second: %+v %v %v, want %+v", got, ok, err, want)
+	}
 }
 
 func TestClickHouseWrongSchema(t *testing.T) {

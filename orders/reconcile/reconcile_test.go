@@ -10,9 +10,9 @@ import (
 	"testing"
 	"time"
 
-	"flashgate/conf"
 	"flashgate/internal/await"
 	"flashgate/internal/redistest"
+	"flashgate/internal/stocktest"
 	"flashgate/orders/order"
 	"flashgate/orders/orderstore"
 	"flashgate/orders/stock"
@@ -29,13 +29,7 @@ type fixture struct {
 
 func newFixture(t *testing.T) *fixture {
 	srv := redistest.New(t)
-	st, err := stock.Open(context.Background(), srv.Addr(), stock.Options{
-		Timeout: 10 * time.Second, QueueTimeout: 10 * time.Second, OrderTTL: conf.Defaults().Sale.OrderTTL,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() })
+	st := stocktest.Open(t, srv.Addr())
 	fs, err := orderstore.OpenFile(t.TempDir())
 	if err != nil {
 		t.Fatal(err)
@@ -49,14 +43,7 @@ func newFixture(t *testing.T) *fixture {
 func (f *fixture) restartRedis() {
 	f.t.Helper()
 	f.srv.Restart()
-	st, err := stock.Open(context.Background(), f.srv.Addr(), stock.Options{
-		Timeout: 10 * time.Second, QueueTimeout: 10 * time.Second, OrderTTL: conf.Defaults().Sale.OrderTTL,
-	})
-	if err != nil {
-		f.t.Fatal(err)
-	}
-	f.t.Cleanup(func() { st.Close() })
-	f.st = st
+	f.st = stocktest.Open(f.t, f.srv.Addr())
 }
 
 func (f *fixture) warm(p string, n int64, limit int) {

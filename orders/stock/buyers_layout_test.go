@@ -503,14 +503,3 @@ func TestDeductOlderCallShape(t *testing.T) {
 		}
 	}
 }
-
-// openOn opens a second store on s's server.
-func openOn(t testing.TB, s *Store, opts Options) *Store {
-	t.Helper()
-	o, err := Open(context.Background(), s.addr, testOptions(opts))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { o.Close() })
-	return o
-}

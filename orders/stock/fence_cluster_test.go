@@ -6,23 +6,7 @@ import (
 	"strings"
 	"testing"
 	"time"
-
-	"flashgate/internal/redistest"
 )
-
-func openCluster(t testing.TB, opts Options) (*Store, *redistest.Cluster) {
-	t.Helper()
-	if testing.Short() {
-		t.Skip("starts a 3+3 Redis Cluster: skipped with -short")
-	}
-	c := redistest.NewCluster(t)
-	s, err := Open(context.Background(), strings.Join(c.Addrs(), ","), testOptions(opts))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s.Close() })
-	return s, c
-}
 
 // redis.wait_replicas: every script call is followed by a WAIT on its
 // master; a replica that cannot acknowledge makes the WAIT time out, which

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -12,6 +13,10 @@ import (
 	"flashgate/internal/redistest"
 	"flashgate/orders/order"
 )
+
+// The package's own test kit: how its tests open a store and warm a sale.
+// Tests elsewhere use internal/stocktest, which these cannot import (it
+// imports this package).
 
 // orderSeq makes order ids (and so token nonces) unique across a test run.
 var orderSeq atomic.Int64
@@ -49,6 +54,31 @@ func openEmbedded(t testing.TB, opts Options) *Store {
 	}
 	t.Cleanup(func() { s.Close() })
 	return s
+}
+
+// openOn opens a second store on s's server.
+func openOn(t testing.TB, s *Store, opts Options) *Store {
+	t.Helper()
+	o, err := Open(context.Background(), s.addr, testOptions(opts))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { o.Close() })
+	return o
+}
+
+func openCluster(t testing.TB, opts Options) (*Store, *redistest.Cluster) {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("starts a 3+3 Redis Cluster: skipped with -short")
+	}
+	c := redistest.NewCluster(t)
+	s, err := Open(context.Background(), strings.Join(c.Addrs(), ","), testOptions(opts))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s, c
 }
 
 func attempt(product, user string, qty, limit int) Attempt {

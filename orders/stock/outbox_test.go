@@ -3,6 +3,7 @@ package stock
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strconv"
 	"sync"
 	"testing"
@@ -277,5 +278,37 @@ func TestForgetDeadRelays(t *testing.T) {
 				t.Errorf("a zero bound was accepted")
 			}
 		})
+	}
+}
+
+func TestOutboxEntryFields(t *testing.T) {
+	s, _ := openReal(t, Options{})
+	warm(t, s, "ob", 5, 5)
+	a := attempt("ob", "alice", 2, 5)
+	a.PayByMs = a.CreatedMs + 900_000
+	if out := mustDeduct(t, s, a); out.Code != OK || out.Remaining != 3 {
+		t.Fatalf("outcome %+v", out)
+	}
+	c := s.c
+	entries, err := c.Do(context.Background(), c.B().Xrange().Key(OutboxKey("ob")).Start("-").End("+").Build()).AsXRange()
+	if err != nil || len(entries) != 1 {
+		t.Fatalf("XRANGE: %v %v", entries, err)
+	}
+	want := map[string]string{
+		fieldOrder: strconv.FormatInt(a.ID, 10), fieldProduct: "ob", fieldUser: "alice", fieldQty: "2",
+		fieldPrice: "1999", fieldCreated: strconv.FormatInt(a.CreatedMs, 10), fieldNode: "7",
+		fieldPayBy: strconv.FormatInt(a.PayByMs, 10),
+	}
+	if fmt.Sprint(entries[0].FieldValues) != fmt.Sprint(want) {
+		t.Errorf("outbox entry %v, want %v", entries[0].FieldValues, want)
+	}
+	// The token's hash lives until the end of the bucket it expires in.
+	end := (a.TokenExpiresMs/tokenBucketMs + 1) * tokenBucketMs
+	if ok, ttl := tokenMark(t, s, a); !ok || ttl <= 50_000 || ttl > end-a.CreatedMs {
+		t.Errorf("token mark %v PTTL %d, want from the token's expiry (about 60s) to the end of its bucket", ok, ttl)
+	}
+	// The buyer hash outlives the sale's end (1h) by BuyerGrace (7d).
+	if _, ttl := buyerStored(t, s, "ob", "alice"); ttl < (7*24*time.Hour + 50*time.Minute).Milliseconds() {
+		t.Errorf("buyer PTTL %d, want > 7d + sale end", ttl)
 	}
 }

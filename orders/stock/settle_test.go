@@ -431,3 +431,81 @@ func TestPublishSettledKinds(t *testing.T) {
 		t.Fatalf("unknown kind = %v", err)
 	}
 }
+
+func TestReleaseIsIdempotent(t *testing.T) {
+	s, _ := openReal(t, Options{})
+	ctx := context.Background()
+	warm(t, s, "rel", 10, 5)
+	a := attempt("rel", "erin", 2, 5)
+	b := attempt("rel", "erin", 3, 5)
+	mustDeduct(t, s, a)
+	mustDeduct(t, s, b)
+	if n, _ := s.MarkSuccess(ctx, "rel", b.ID); n != 1 {
+		t.Fatalf("MarkSuccess changed %d", n)
+	}
+	if got := remaining(t, s, "rel"); got != 5 {
+		t.Fatalf("remaining %d", got)
+	}
+	steps := []struct {
+		name      string
+		order     int64
+		released  bool
+		remaining int64
+		bought    int64
+	}{
+		{"pending order", a.ID, true, 7, 3},
+		{"again", a.ID, false, 7, 3},
+		{"success order", b.ID, true, 10, 0},
+		{"again", b.ID, false, 10, 0},
+		{"unknown order", 1 << 60, false, 10, 0},
+	}
+	for _, st := range steps {
+		got, err := s.Release(ctx, "rel", st.order)
+		if err != nil || got != st.released {
+			t.Fatalf("%s: Release = %v, %v", st.name, got, err)
+		}
+		if r := remaining(t, s, "rel"); r != st.remaining {
+			t.Errorf("%s: remaining %d, want %d", st.name, r, st.remaining)
+		}
+		if n, _ := s.Bought(ctx, "rel", "erin"); n != st.bought {
+			t.Errorf("%s: bought %d, want %d", st.name, n, st.bought)
+		}
+	}
+	for _, id := range []int64{a.ID, b.ID} {
+		info, _, _ := s.OrderState(ctx, "rel", id)
+		if info.State != StateReleased {
+			t.Errorf("order %d state %s", id, info.State)
+		}
+	}
+	if n, _ := s.MarkSuccess(ctx, "rel", a.ID); n != 0 {
+		t.Error("MarkSuccess resurrected a released order")
+	}
+	meta, _, _ := s.SaleInfo(ctx, "rel")
+	if meta.Released != 5 {
+		t.Errorf("meta released %d, want 5", meta.Released)
+	}
+	// The released allowance can be bought again, up to the limit.
+	if out := mustDeduct(t, s, attempt("rel", "erin", 5, 5)); out.Code != OK {
+		t.Errorf("buy after release: %v", out)
+	}
+}
+
+func TestReleaseAfterMemoryLossDoesNotCreateStock(t *testing.T) {
+	s, _ := openReal(t, Options{})
+	ctx := context.Background()
+	warm(t, s, "rl", 10, 5)
+	a := attempt("rl", "u", 2, 5)
+	mustDeduct(t, s, a)
+	// Only the stock key is lost (e.g. evicted, or a partial rebuild).
+	c := s.c
+	c.Do(ctx, c.B().Del().Key(StockKey("rl")).Build())
+	if _, err := s.Release(ctx, "rl", a.ID); !errors.Is(err, ErrNotWarmed) {
+		t.Fatalf("Release: %v", err)
+	}
+	if _, ok, _ := s.Remaining(ctx, "rl"); ok {
+		t.Fatal("release recreated the stock key")
+	}
+	if info, _, _ := s.OrderState(ctx, "rl", a.ID); info.State != StatePending {
+		t.Errorf("state %s, want still pending", info.State)
+	}
+}

@@ -9,6 +9,7 @@ import (
 
 	"flashgate/conf"
 	"flashgate/internal/redistest"
+	"flashgate/internal/stocktest"
 	"flashgate/orders/stock"
 )
 
@@ -20,11 +21,7 @@ func TestHotPathsDoNotAllocate(t *testing.T) {
 		t.Skip("the race detector allocates")
 	}
 	d := conf.Defaults()
-	st, err := stock.Open(context.Background(), redistest.Start(t), stock.Options{Timeout: d.Redis.Timeout, QueueTimeout: d.Redis.Timeout, OrderTTL: d.Sale.OrderTTL})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
+	st := stocktest.Open(t, redistest.Start(t), stocktest.Timeout(d.Redis.Timeout))
 	now := time.Now().UnixNano()
 	ev := d.Events
 	ev.Heartbeat, ev.Deadline = time.Second, time.Hour

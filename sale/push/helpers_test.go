@@ -19,6 +19,7 @@ import (
 	"flashgate/conf"
 	"flashgate/internal/edgetest"
 	"flashgate/internal/redistest"
+	"flashgate/internal/stocktest"
 	"flashgate/orders/stock"
 	"flashgate/sale"
 	"flashgate/sale/api"
@@ -69,11 +70,7 @@ func newEnv(t testing.TB, o envOpts) *env {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	var err error
-	if e.st, err = stock.Open(ctx, addr, stock.Options{
-		Timeout: 2 * time.Second, QueueTimeout: 2 * time.Second, OrderTTL: conf.Defaults().Sale.OrderTTL,
-	}); err != nil {
-		t.Fatal(err)
-	}
+	e.st = stocktest.Open(t, addr, stocktest.Timeout(2*time.Second))
 	if o.cluster == nil {
 		e.raw = redistest.Client(t, addr)
 	} else {
@@ -112,7 +109,6 @@ func newEnv(t testing.TB, o envOpts) *env {
 	t.Cleanup(func() {
 		e.srv.Shutdown()
 		e.hub.Close()
-		e.st.Close()
 	})
 	return e
 }

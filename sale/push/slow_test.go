@@ -12,6 +12,7 @@ import (
 
 	"flashgate/conf"
 	"flashgate/internal/redistest"
+	"flashgate/internal/stocktest"
 	"flashgate/orders/stock"
 )
 
@@ -33,11 +34,7 @@ func TestSlowClientIsDropped(t *testing.T) {
 		{"deadline", func(c net.Conn) net.Conn { return hiddenConn{c} }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			st, err := stock.Open(context.Background(), r.Addr(), stock.Options{Timeout: d.Redis.Timeout, QueueTimeout: d.Redis.Timeout, OrderTTL: d.Sale.OrderTTL})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer st.Close()
+			st := stocktest.Open(t, r.Addr(), stocktest.Timeout(d.Redis.Timeout))
 			ev := d.Events
 			ev.WriteTimeout = 20 * time.Millisecond
 			h, err := New(st, Config{EventsConfig: ev, KeepHijackedConns: true,

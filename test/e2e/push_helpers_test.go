@@ -20,10 +20,10 @@ import (
 
 	"flashgate/conf"
 	"flashgate/internal/edgetest"
+	"flashgate/internal/stocktest"
 	"flashgate/internal/syncbuf"
 	"flashgate/orders/consumer"
 	"flashgate/orders/orderstore"
-	"flashgate/orders/stock"
 	"flashgate/proxy"
 	"flashgate/sale/push"
 )
@@ -79,10 +79,7 @@ func servePushEdge(t testing.TB, path string) *pushEdge {
 // time it was stored, before publishing.
 func pushConsumer(t testing.TB, brokers []string, redisAddr string, store orderstore.Store, seen func(map[string][]int64, time.Time)) {
 	t.Helper()
-	st, err := openStockFor(redisAddr)
-	if err != nil {
-		t.Fatal(err)
-	}
+	st := stocktest.Open(t, redisAddr, stocktest.Timeout(2*time.Second))
 	d := conf.Defaults()
 	c, err := consumer.New(consumer.Config{
 		Brokers: brokers, Topic: d.Kafka.Topic, DLQTopic: d.Kafka.DLQTopic,
@@ -110,15 +107,6 @@ func pushConsumer(t testing.TB, brokers []string, redisAddr string, store orders
 	t.Cleanup(func() {
 		stop()
 		<-done
-		st.Close()
-	})
-}
-
-func openStockFor(addr string) (*stock.Store, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	return stock.Open(ctx, addr, stock.Options{
-		Timeout: 2 * time.Second, QueueTimeout: 2 * time.Second, OrderTTL: conf.Defaults().Sale.OrderTTL,
 	})
 }
 
