@@ -49,7 +49,7 @@ type Result struct {
 	Profile        string             `json:"pprof_top,omitempty"`
 	ServerLatency  []RouteLatency     `json:"server_latency,omitempty"`
 	Failover       *FailoverResult    `json:"failover,omitempty"`
-	WaitingRoom    *RoomResult    `json:"waiting_room,omitempty"`
+	WaitingRoom    *RoomResult        `json:"waiting_room,omitempty"`
 	ResultLine     string             `json:"result_line"`
 	OutDir         string             `json:"-"`
 }

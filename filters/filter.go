@@ -109,10 +109,10 @@ type Env struct {
 	Zones *Zones
 
 	// For the sale filters; nil when the edge runs without a sale.
-	Sales *catalog.Registry
-	Sessions   *session.Codec
-	Tokens     *ptoken.Minter
-	Bought     *catalog.BoughtCache
+	Sales    *catalog.Registry
+	Sessions *session.Codec
+	Tokens   *ptoken.Minter
+	Bought   *catalog.BoughtCache
 
 	// Stock is the edge's Redis store, for the limits with policy redis.
 	// CheckOnly builds a chain only to check it (proxy -t): such filters

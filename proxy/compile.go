@@ -28,8 +28,8 @@ type Env struct {
 	Now       func() int64 // unix nanoseconds; injectable for tests
 
 	// The sale's process-lifetime state.
-	Sales *catalog.Registry
-	Bought     *catalog.BoughtCache
+	Sales  *catalog.Registry
+	Bought *catalog.BoughtCache
 	// Start anchors relative activity times ("+30s") so that a reload does
 	// not move a running demo sale.
 	Start time.Time

@@ -90,11 +90,11 @@ type ReloadResult struct {
 // starting anything: `proxy -t`.
 func Check(doc *conf.Document) (*Snapshot, error) {
 	env := &Env{
-		Zones:      filters.NewZones(),
-		Upstreams:  upstream.NewManager(slog.New(slog.DiscardHandler)),
-		Sales: catalog.NewRegistry(),
-		Start:      time.Now(),
-		CheckOnly:  true,
+		Zones:     filters.NewZones(),
+		Upstreams: upstream.NewManager(slog.New(slog.DiscardHandler)),
+		Sales:     catalog.NewRegistry(),
+		Start:     time.Now(),
+		CheckOnly: true,
 	}
 	return Compile(doc, env, 1)
 }
@@ -120,7 +120,7 @@ func New(doc *conf.Document, opts Options) (*Server, error) {
 		Zones:                 filters.NewZones(),
 		Upstreams:             upstream.NewManager(opts.Logger),
 		Now:                   opts.Now,
-		Sales:            catalog.NewRegistry(),
+		Sales:                 catalog.NewRegistry(),
 		Bought:                bought,
 		Start:                 time.Unix(0, opts.Now()),
 		FallbackSessionSecret: randomBytes(32),

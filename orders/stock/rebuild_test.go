@@ -457,9 +457,9 @@ func TestRebuildRestoresDeadlinesAfterAStaleSnapshot(t *testing.T) {
 		return OrderInfo{Order: a.Order, State: state, PaidMs: paidMs, ClosedMs: closedMs}
 	}
 	r := Rebuild{
-		SaleStock:   SaleStock{ProductID: "sn", Stock: 10 - 4, Initial: 10, Released: 1, Paid: 1, Expired: 1, Limit: 5, Price: 1999, EndMs: info.EndMs},
-		Fence:  info.Fence,
-		Buyers: map[string]int64{"paid": 1, "open": 1, "over": 1, "late": 1},
+		SaleStock: SaleStock{ProductID: "sn", Stock: 10 - 4, Initial: 10, Released: 1, Paid: 1, Expired: 1, Limit: 5, Price: 1999, EndMs: info.EndMs},
+		Fence:     info.Fence,
+		Buyers:    map[string]int64{"paid": 1, "open": 1, "over": 1, "late": 1},
 		Orders: []OrderInfo{
 			ledger(paid, StatePaid, now-1, now-1), ledger(exp, StateExpired, 0, now-1),
 			ledger(open, StateSuccess, 0, 0), ledger(over, StateSuccess, 0, 0), ledger(late, StateSuccess, 0, 0),
