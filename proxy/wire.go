@@ -412,7 +412,7 @@ func storedPublisher(st *stock.Store, log *slog.Logger) func(map[string][]int64)
 // drainFor), for products (nil: every product Redis knows).
 func reconcileOrders(ctx context.Context, cfg *conf.Config, brokers []string, st *stock.Store, store orderstore.Store, products []string, drainFor time.Duration) (reconcile.Report, error) {
 	return reconcile.Run(ctx, st, store, products, nil,
-		reconcile.WithDrain(drainer(cfg, brokers), drainFor), reconcile.WithSettle(10*time.Second, 200*time.Millisecond))
+		reconcile.WithDrain(drainer(cfg, brokers), drainFor), reconcile.WithRetry(10*time.Second, 200*time.Millisecond))
 }
 
 // RunOrders is `proxy orders`: the order consumer on its own, against real

@@ -340,10 +340,10 @@ func TestBreakerOpensOnlyTheFailingProduct(t *testing.T) {
 	}
 }
 
-// TestOpenBreakerAnswerAllocatesNothing: while a product's breaker is open
+// TestOpenBreakerAnswerAllocs: while a product's breaker is open
 // (Redis down: every attempt for it ends here), the purchase call is
 // answered from memory without an allocation.
-func TestOpenBreakerAnswerAllocatesNothing(t *testing.T) {
+func TestOpenBreakerAnswerAllocs(t *testing.T) {
 	brks := NewBreakers(1, time.Hour, nil, nil)
 	r := newDoRig(t, stock.Options{}, brks, "p")
 	brks.For("p").Failure()

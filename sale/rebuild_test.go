@@ -224,7 +224,7 @@ func (r *rig) info(p string) stock.SaleInfo {
 func (r *rig) reconcileClean(products ...string) {
 	r.t.Helper()
 	rep, err := reconcile.Run(context.Background(), r.st, r.store, products, nil,
-		reconcile.WithDrain(r.drain, 30*time.Second), reconcile.WithSettle(5*time.Second, 100*time.Millisecond))
+		reconcile.WithDrain(r.drain, 30*time.Second), reconcile.WithRetry(5*time.Second, 100*time.Millisecond))
 	var b strings.Builder
 	rep.Print(&b)
 	r.t.Log("\n" + b.String())

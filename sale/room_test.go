@@ -468,10 +468,10 @@ func solve(t *testing.T, challenge string, bits int) string {
 	return ""
 }
 
-// TestRoomRefusalFromMemory: a shopper whose ticket carries a place the
+// TestRoomRefusalFromMemoryAllocs: a shopper whose ticket carries a place the
 // line has not reached is refused by the token call from the edge's memory:
 // no Redis command, no allocation.
-func TestRoomRefusalFromMemory(t *testing.T) {
+func TestRoomRefusalFromMemoryAllocs(t *testing.T) {
 	addr := redistest.Start(t)
 	r := newRoomRig(t, addr, 1, conf.RoomConfig{AdmitPerMinute: 1, Order: "fifo"})
 	r.nowMs.Store(r.start + 1)

@@ -168,7 +168,7 @@ func (s *Service) settleOne(a *stock.Attempt) (stock.Verdict, error) {
 		_, found, err := s.d.Results.Get(lctx, a.ProductID, a.ID)
 		cancel()
 		if err != nil {
-			return stock.SettleLater, err
+			return stock.ResolveLater, err
 		}
 		if found {
 			return stock.Placed, nil

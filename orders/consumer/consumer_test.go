@@ -43,7 +43,7 @@ func (h *hookLog) len() int {
 func reconcileClean(t *testing.T, st *stock.Store, s orderstore.Store, c *Consumer, products []string) {
 	t.Helper()
 	rep, err := reconcile.Run(context.Background(), st, s, products, nil,
-		reconcile.WithDrain(c.Drained, 30*time.Second), reconcile.WithSettle(5*time.Second, 100*time.Millisecond))
+		reconcile.WithDrain(c.Drained, 30*time.Second), reconcile.WithRetry(5*time.Second, 100*time.Millisecond))
 	var b strings.Builder
 	rep.Print(&b)
 	t.Log("\n" + b.String())

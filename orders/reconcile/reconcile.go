@@ -115,7 +115,7 @@ type Option func(*options)
 type options struct {
 	drain        func(context.Context) error
 	drainTimeout time.Duration
-	settle       time.Duration
+	retry        time.Duration
 	poll         time.Duration
 }
 
@@ -127,11 +127,11 @@ func WithDrain(wait func(ctx context.Context) error, timeout time.Duration) Opti
 	return func(o *options) { o.drain, o.drainTimeout = wait, timeout }
 }
 
-// WithSettle makes Run count again every poll (default 200ms) while the
-// totals are not zero, for at most settle: a pipeline still working (an
-// outbox sweep, a consumer batch) settles instead of failing the check.
-func WithSettle(settle, poll time.Duration) Option {
-	return func(o *options) { o.settle, o.poll = settle, poll }
+// WithRetry makes Run count again every poll (default 200ms) while the
+// totals are not zero, for at most retry: a pipeline still working (an
+// outbox sweep, a consumer batch) finishes instead of failing the check.
+func WithRetry(retry, poll time.Duration) Option {
+	return func(o *options) { o.retry, o.poll = retry, poll }
 }
 
 // PendingFunc returns the units of one product's events that are on their
@@ -171,7 +171,7 @@ func Run(ctx context.Context, st *stock.Store, store orderstore.Store, products 
 			return rep, fmt.Errorf("reconcile: %w", err)
 		}
 	}
-	deadline := time.Now().Add(o.settle)
+	deadline := time.Now().Add(o.retry)
 	for {
 		drained, derr := rep.Drained, rep.DrainErr
 		rep = Report{Drained: drained, DrainErr: derr}

@@ -283,7 +283,7 @@ func TestSettleWaitsForThePipeline(t *testing.T) {
 		time.Sleep(300 * time.Millisecond)
 		f.store.Insert(context.Background(), []orderstore.Row{r}) // the consumer catching up
 	}()
-	if _, _, err := f.run([]string{"a"}, WithSettle(5*time.Second, 50*time.Millisecond)); err != nil {
+	if _, _, err := f.run([]string{"a"}, WithRetry(5*time.Second, 50*time.Millisecond)); err != nil {
 		t.Fatal(err)
 	}
 }

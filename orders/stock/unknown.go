@@ -18,9 +18,9 @@ var resolveUnknownScript = rueidis.NewLuaScript(orderFnLua + resolveUnknownLua)
 type Verdict uint8
 
 const (
-	// SettleLater: nothing can be concluded now (the sale is closed, or
+	// ResolveLater: nothing can be concluded now (the sale is closed, or
 	// on a Redis not yet verified against the ledger); ask again later.
-	SettleLater Verdict = iota
+	ResolveLater Verdict = iota
 	// Placed: the deduction ran and made the order; it follows the normal
 	// path (outbox, Kafka, stored) and its result call answers it.
 	Placed
@@ -60,13 +60,13 @@ func (v Verdict) String() string {
 // NotPlaced). a's strings are copied.
 func (s *Store) ResolveUnknown(ctx context.Context, a *Attempt, fence bool) (Verdict, error) {
 	if err := checkProduct(a.ProductID); err != nil {
-		return SettleLater, err
+		return ResolveLater, err
 	}
 	if !validNonce(a.TokenNonceHex) {
-		return SettleLater, fmt.Errorf("%w: token nonce %q", ErrInvalid, a.TokenNonceHex)
+		return ResolveLater, fmt.Errorf("%w: token nonce %q", ErrInvalid, a.TokenNonceHex)
 	}
 	if s.closed.Load() {
-		return SettleLater, ErrClosed
+		return ResolveLater, ErrClosed
 	}
 	p := a.ProductID
 	keys := []string{StockKey(p), MetaKey(p), OrderKey(p, a.ID), TokenKey(p, a.TokenNonceHex), TokenBucketKey(p, a.TokenExpiresMs)}
@@ -80,10 +80,10 @@ func (s *Store) ResolveUnknown(ctx context.Context, a *Attempt, fence bool) (Ver
 	defer cancel()
 	n, err := resolveUnknownScript.Exec(ctx, s.c, keys, args).AsInt64()
 	if err != nil {
-		return SettleLater, fmt.Errorf("stock: settle order %s/%d: %w", p, a.ID, err)
+		return ResolveLater, fmt.Errorf("stock: settle order %s/%d: %w", p, a.ID, err)
 	}
 	if n < 0 || n >= int64(len(verdictNames)) {
-		return SettleLater, fmt.Errorf("stock: settle order %s/%d: script answered %d", p, a.ID, n)
+		return ResolveLater, fmt.Errorf("stock: settle order %s/%d: script answered %d", p, a.ID, n)
 	}
 	return Verdict(n), nil
 }

@@ -117,7 +117,7 @@ func TestSettleUnknownWaitsOnARedisThatMayHaveForgotten(t *testing.T) {
 		}
 	}
 	a := attempt("fw", "w", 1, 1)
-	if v := settle(t, s, &a, true); v != SettleLater {
+	if v := settle(t, s, &a, true); v != ResolveLater {
 		t.Fatalf("no stock key: %v, want later", v)
 	}
 	warm(t, s, "fw", 10, 1)
@@ -132,12 +132,12 @@ func TestSettleUnknownWaitsOnARedisThatMayHaveForgotten(t *testing.T) {
 	}
 
 	hset("recovering", "1")
-	if v := settle(t, s, &a, true); v != SettleLater {
+	if v := settle(t, s, &a, true); v != ResolveLater {
 		t.Fatalf("closed for recovery: %v, want later", v)
 	}
 	hdel("recovering")
 	hset("runid", strings.Repeat("0", 40))
-	if v := settle(t, s, &a, true); v != SettleLater {
+	if v := settle(t, s, &a, true); v != ResolveLater {
 		t.Fatalf("another server than the one verified: %v, want later", v)
 	}
 	if o, ok, _ := s.OrderState(ctx, "fw", a.ID); ok {

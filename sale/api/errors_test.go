@@ -102,7 +102,7 @@ func TestWithStatusAndMessage(t *testing.T) {
 	}
 }
 
-func TestWriteAllocatesNothing(t *testing.T) {
+func TestWriteAllocs(t *testing.T) {
 	var ctx fasthttp.RequestCtx
 	ctx.Response.Header.Set("X-Stale", "1")
 	Busy.Write(&ctx)

@@ -16,7 +16,7 @@ import (
 // The per-message and per-tick work runs for every waiting stream of the
 // edge: once warm, it allocates nothing. (Parsing the message is stock's,
 // tested there.)
-func TestHotPathsDoNotAllocate(t *testing.T) {
+func TestHotPathsAllocs(t *testing.T) {
 	if raceEnabled {
 		t.Skip("the race detector allocates")
 	}
