@@ -9,7 +9,7 @@ import (
 )
 
 // ActivityConfig is one entry of `activities:` (a sale), and the body of
-// the admin API's create/update call. activity.Build turns it into the
+// the admin API's create/update call. catalog.Build turns it into the
 // sale's Activity and checks it.
 type ActivityConfig struct {
 	ProductID string `yaml:"product_id" json:"productId"`
@@ -24,7 +24,7 @@ type ActivityConfig struct {
 	Start string `yaml:"start" json:"start"`
 	End   string `yaml:"end" json:"end"`
 	// Room, when enabled, puts shoppers in a queue before they may
-	// buy (sale/waitroom).
+	// buy (sale/room).
 	Room RoomConfig `yaml:"waiting_room" json:"waiting_room"`
 	// PayTimeout is this sale's time to pay (orders.pay_timeout when
 	// absent; 0 = no deadline for this sale). The admin API takes it as
@@ -71,7 +71,7 @@ func (a *ActivityConfig) UnmarshalJSON(b []byte) error {
 }
 
 // validateActivities checks what only the list as a whole can tell; each
-// entry is checked when the sale builds it (activity.Build), since its
+// entry is checked when the sale builds it (catalog.Build), since its
 // times are relative to the edge's start.
 func validateActivities(errs *field.Errors, list []ActivityConfig, orderTTL time.Duration) {
 	seen := map[string]int{}
@@ -87,8 +87,8 @@ func validateActivities(errs *field.Errors, list []ActivityConfig, orderTTL time
 }
 
 // RoomConfig is an activity's `waiting_room:`: shoppers join a queue
-// and are let in to buy at a set rate (package sale/waitroom). Zero values
-// take the defaults of waitroom.Build.
+// and are let in to buy at a set rate (package sale/room). Zero values
+// take the defaults of room.Build.
 type RoomConfig struct {
 	Enabled bool `yaml:"enabled"`
 	// PrequeueOpens is how long before the sale's start the queue opens;

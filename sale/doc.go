@@ -7,6 +7,6 @@
 // the sales current: warm-up, a background refresh from Redis, the
 // sold-out broadcast, the circuit breakers (one per product) and the
 // degrade switch. A sale with a waiting room (room.go, decisions in
-// sale/waitroom) is bought through its queue: join, poll, the lottery's
+// sale/room) is bought through its queue: join, poll, the lottery's
 // record, and the token call minting only for an admitted shopper.
 package sale

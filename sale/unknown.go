@@ -16,7 +16,7 @@ import (
 // its order id (api.OutcomeUnknown), and the page follows the order by its
 // result call. The order may exist or not, and a deduction still on its way
 // may yet make it. The edge settles it in the background
-// (stock.Store.SettleUnknown): once Redis answers again, it finds the order
+// (stock.Store.ResolveUnknown): once Redis answers again, it finds the order
 // (placed: it goes the normal way, the outbox relay sends its event), or
 // makes sure it can never happen and records it as a failed order, which
 // the result call then answers. Until then the result call answers
@@ -156,7 +156,7 @@ func (s *Service) resolveUnknowns() {
 }
 
 // settleOne looks first; only an order neither Redis nor the order store
-// knows is fenced (see stock.Store.SettleUnknown).
+// knows is fenced (see stock.Store.ResolveUnknown).
 func (s *Service) settleOne(a *stock.Attempt) (stock.Verdict, error) {
 	ctx := context.Background()
 	v, err := s.d.Store.ResolveUnknown(ctx, a, false)

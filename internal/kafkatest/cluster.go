@@ -44,7 +44,7 @@ type Cluster struct {
 
 // StartCluster starts an n-broker kfake cluster (node ids 0..n-1) on free
 // loopback ports, closed when the test ends. Topics are not auto-created:
-// create them (orders.EnsureTopics, with a replication factor up to n) or
+// create them (broker.EnsureTopics, with a replication factor up to n) or
 // pass kfake.SeedTopics. opts come after the defaults and may not set
 // kfake.ListenFn (the cluster's own) or kfake.Ports.
 func StartCluster(t testing.TB, n int, opts ...kfake.Opt) *Cluster {

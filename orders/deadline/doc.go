@@ -10,7 +10,7 @@
 //  1. publishes its release event (reason expired) to Kafka and removes its
 //     outbox entry once Kafka acknowledged it — the script wrote the entry,
 //     so if this edge dies first the outbox relay sends it;
-//  2. tells every edge that the orders expired (stock.Store.PublishSettled,
+//  2. tells every edge that the orders expired (stock.Store.PublishChange,
 //     which ends their shoppers' event streams) and that the product has
 //     stock again (PublishSoldOut false);
 //  3. hands the releases to OnReleased (the edge clears its sold-out flag
@@ -36,7 +36,7 @@
 // due set by Redis' clock as the store estimates it, so it does not add d
 // again.
 //
-// The sweep counts as a flight on the Publisher (orders.Flights) from the
+// The sweep counts as a flight on the Publisher (broker.Flights) from the
 // script call until its publishes returned, like a purchase and a relay
 // sweep: a ledger rebuild waits for it, so no release it made before a
 // fence can reach Kafka after the rebuild read the ledger.

@@ -200,15 +200,15 @@ func testMixedLayouts(t *testing.T, s *Store, embedded bool) {
 	// never placed gets a failed order.
 	for _, a := range []Attempt{hashed[3], strs[3]} {
 		if v, err := s.ResolveUnknown(ctx, &a, true); err != nil || v != Placed {
-			t.Fatalf("SettleUnknown(%d) = %v, %v", a.ID, v, err)
+			t.Fatalf("ResolveUnknown(%d) = %v, %v", a.ID, v, err)
 		}
 	}
 	lost := attempt(p, "lost", 1, 10)
 	if v, err := s.ResolveUnknown(ctx, &lost, true); err != nil || v != NotPlaced {
-		t.Fatalf("SettleUnknown(never placed) = %v, %v", v, err)
+		t.Fatalf("ResolveUnknown(never placed) = %v, %v", v, err)
 	}
 	if v, err := s.ResolveUnknown(ctx, &lost, false); err != nil || v != NotPlaced {
-		t.Fatalf("SettleUnknown(failed) again = %v, %v", v, err)
+		t.Fatalf("ResolveUnknown(failed) again = %v, %v", v, err)
 	}
 	mustState(t, s, lost, StateFailed)
 
@@ -296,7 +296,7 @@ func TestOrderHashesForOlderEdges(t *testing.T) {
 	}
 	lost := attempt(p, "lost", 1, 10)
 	if v, err := s.ResolveUnknown(ctx, &lost, true); err != nil || v != NotPlaced {
-		t.Fatalf("SettleUnknown = %v, %v", v, err)
+		t.Fatalf("ResolveUnknown = %v, %v", v, err)
 	}
 	if typ := keyType(t, s, OrderKey(p, lost.ID)); typ != "hash" {
 		t.Fatalf("failed order is a %s with OrderHashes", typ)

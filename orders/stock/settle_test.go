@@ -396,7 +396,7 @@ func TestSettleOnEmbedded(t *testing.T) {
 
 // Every settled kind reaches the subscribers with its kind (and the state
 // it stands for); an unknown kind is refused before anything is sent.
-func TestPublishSettledKinds(t *testing.T) {
+func TestPublishChangeKinds(t *testing.T) {
 	s, _ := openReal(t, Options{})
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()

@@ -12,7 +12,7 @@ func settle(t *testing.T, s *Store, a *Attempt, fence bool) Verdict {
 	t.Helper()
 	v, err := s.ResolveUnknown(context.Background(), a, fence)
 	if err != nil {
-		t.Fatalf("SettleUnknown(%d, fence %v): %v", a.ID, fence, err)
+		t.Fatalf("ResolveUnknown(%d, fence %v): %v", a.ID, fence, err)
 	}
 	return v
 }

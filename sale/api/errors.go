@@ -70,7 +70,7 @@ var (
 	OutcomeUnknown = newRejection(503, "DEGRADED", "the sale is busy; your purchase may have gone through, check its result")
 )
 
-// The waiting room (package sale/waitroom). NotAdmitted's answer also
+// The waiting room (package sale/room). NotAdmitted's answer also
 // carries the shopper's position and etaMs (AppendOpen).
 var (
 	NotAdmitted  = newRejection(403, "NOT_ADMITTED", "it is not your turn yet: join the queue and wait for your turn")

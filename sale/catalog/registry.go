@@ -130,7 +130,7 @@ func (r *Registry) stateLocked(id string) *State {
 	return s
 }
 
-// Put adds or replaces one activity.
+// Put adds or replaces one sale.
 func (r *Registry) Put(a *Sale) {
 	r.mu.Lock()
 	defer r.mu.Unlock()

@@ -5,8 +5,8 @@
 // whoever runs the order consumer calls it after each stored batch, after
 // MarkSuccess, so that the order state in Redis is already final when the
 // message arrives. It sends one PUBLISH per product per batch on
-// stock.SettledChannel (on Redis Cluster one SPUBLISH on the product's own
-// channel, stock.SettledChannelOf, which lives on the node of its slot),
+// stock.ChangesChannel (on Redis Cluster one SPUBLISH on the product's own
+// channel, stock.ChangesChannelOf, which lives on the node of its slot),
 // carrying the batch's order ids as a sorted delta list (a few bytes per
 // order).
 //
