@@ -111,11 +111,6 @@ var (
 	AdminCancelUsage       = newRejection(400, "BAD_REQUEST", `send {"productId": "p1", "orderId": "<id>"}`) // cancel and paid
 	AdminRoomUsage         = newRejection(400, "BAD_REQUEST", `send {"productId": "p3", "action": "pause"|"resume"|"close"|"open"|"rate", "admitPerMinute": 1..10000000 with rate}`)
 	AdminNoReleasableOrder = newRejection(404, "NOT_FOUND", "no order with that id that can be released (unknown, expired, or failed)")
-	// ReconcileFailed: GET /admin/reconcile found a mismatch or could not
-	// finish (the pipeline did not drain, a store failed, no order store
-	// on this edge); sent WithMessage(cause), with the report's text
-	// (AppendOpen).
-	ReconcileFailed = newRejection(409, "RECONCILE_FAILED", "the reconcile found a mismatch or could not finish")
 	// Internal: the edge failed to build an answer (the dashboard's
 	// snapshot); sent WithMessage, carrying the cause, to the operator only.
 	Internal = newRejection(500, "INTERNAL", "internal error")
