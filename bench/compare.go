@@ -423,6 +423,11 @@ func (c *comparer) start(ctx context.Context, root string, skip map[string]strin
 			return err
 		}
 	}
+	if _, ok := skip["attempts-redis"]; !ok && want["attempts"] {
+		if err := c.loadDeductPeers(root); err != nil {
+			return err
+		}
+	}
 	return nil
 }
 
