@@ -106,7 +106,7 @@ func (s *Server) assemble(doc *conf.Document) (*parts, *Snapshot, error) {
 	if err := svc.Apply(ctx, snap.Sale); err != nil {
 		s.log.Warn("sale warm-up incomplete; the refresh loop retries", "err", err)
 	}
-	svc.Start(deps.RefreshInterval)
+	svc.Start()
 	if _, random, _ := cfg.Auth.SessionSecrets(); random {
 		s.log.Warn("auth.secrets is not set: sessions use a random per-process secret (they end on restart and are not valid on other edges)")
 	}

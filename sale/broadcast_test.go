@@ -29,12 +29,13 @@ func TestSoldOutBroadcastFollowsAdminSalesOnCluster(t *testing.T) {
 		return &catalog.Sale{ProductID: p, Name: p, PriceCents: 100, Stock: 10, Limit: 1,
 			StartMs: now.Add(-time.Hour).UnixMilli(), EndMs: now.Add(time.Hour).UnixMilli()}
 	}
-	svc := New(Deps{Store: st, Sales: catalog.NewRegistry(), Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	// No periodic refresh (an hour): only broadcasts set the flag.
+	svc := New(Deps{Store: st, Sales: catalog.NewRegistry(), Log: slog.New(slog.NewTextHandler(io.Discard, nil)), RefreshInterval: time.Hour})
 	ctx := context.Background()
 	if err := svc.Apply(ctx, &Settings{Catalog: []*catalog.Sale{sale("fa")}}); err != nil {
 		t.Fatal(err)
 	}
-	svc.Start(time.Hour) // no periodic refresh: only broadcasts set the flag
+	svc.Start()
 	defer svc.Stop()
 
 	// Stock is left, so a refresh (one runs each time a channel is

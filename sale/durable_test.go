@@ -33,7 +33,14 @@ func openRedisStore(t *testing.T, addr string) *stock.Store {
 // catalogue, with the config catalogue acts; a new one is an edge restarted.
 func durableEdge(t *testing.T, st *stock.Store, cat orderstore.Catalog, acts ...*catalog.Sale) *sale.Service {
 	t.Helper()
-	svc := sale.New(sale.Deps{Store: st, Sales: catalog.NewRegistry(), Log: discard, Catalog: cat})
+	return refreshingEdge(t, 0, st, cat, acts...)
+}
+
+// refreshingEdge is durableEdge whose refresh loop, once started, runs every
+// refresh (0: the default).
+func refreshingEdge(t *testing.T, refresh time.Duration, st *stock.Store, cat orderstore.Catalog, acts ...*catalog.Sale) *sale.Service {
+	t.Helper()
+	svc := sale.New(sale.Deps{Store: st, Sales: catalog.NewRegistry(), Log: discard, Catalog: cat, RefreshInterval: refresh})
 	await.NoError(t, 10*time.Second, "the edge's first warm-up", func() error {
 		return svc.Apply(context.Background(), &sale.Settings{Catalog: acts})
 	})
@@ -52,8 +59,8 @@ func testDegradeShared(t *testing.T, kind string) {
 	store := openStoreKind(t, kind)
 	acts := []*catalog.Sale{newActivity("d1", 10, 1), newActivity("d2", 10, 1)}
 	a := durableEdge(t, openRedisStore(t, srv.Addr()), store, acts...)
-	b := durableEdge(t, openRedisStore(t, srv.Addr()), store, acts...)
-	b.Start(20 * time.Millisecond) // the refresh loop picks the switch up
+	b := refreshingEdge(t, 20*time.Millisecond, openRedisStore(t, srv.Addr()), store, acts...)
+	b.Start() // the refresh loop picks the switch up
 	var stopB sync.Once
 	t.Cleanup(func() { stopB.Do(b.Stop) })
 	degraded := func(s *sale.Service, p string) bool { return s.Degraded([]byte(p)) }

@@ -13,6 +13,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"flashgate/conf"
 	"flashgate/metrics"
 	"flashgate/orders/broker"
 	"flashgate/orders/order"
@@ -89,7 +90,7 @@ type Deps struct {
 	// request): the longest a recovery waits for edges that do not say
 	// they are quiet.
 	InFlight time.Duration
-	// RefreshInterval is the refresh loop's (Start's; default 1s): a
+	// RefreshInterval is the refresh loop's (zero: conf's sale.refresh_interval default): a
 	// recovery trusts the edges' heartbeats after two of them.
 	RefreshInterval time.Duration
 	// Events serves /api/seckill/events; nil answers 404 and the page
@@ -159,7 +160,7 @@ func New(d Deps) *Service {
 		d.Now = func() int64 { return time.Now().UnixNano() }
 	}
 	if d.RefreshInterval <= 0 {
-		d.RefreshInterval = time.Second
+		d.RefreshInterval = conf.SaleConfig{}.WithDefaults().RefreshInterval
 	}
 	s := &Service{d: d, interval: d.RefreshInterval, cat: newCatalogView()}
 	empty := map[string]bool{}
@@ -177,9 +178,8 @@ func (s *Service) Apply(ctx context.Context, st *Settings) error {
 }
 
 // Start subscribes to sold-out broadcasts and refreshes the edge's view of
-// the sales every interval until Stop.
-func (s *Service) Start(interval time.Duration) {
-	s.interval = interval
+// the sales every Deps.RefreshInterval until Stop.
+func (s *Service) Start() {
 	// Wait a little for the channels (a broadcast sent after Start is then
 	// seen), not for a dead master's: the refresh loop is the safety net.
 	subCtx, subCancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -225,7 +225,7 @@ func (s *Service) Start(interval time.Duration) {
 		// Apart from the refresh, which may wait on a ledger: a recovery
 		// counts an edge as alive (and waits for its word) by this beat.
 		defer close(hbDone)
-		t := time.NewTicker(interval)
+		t := time.NewTicker(s.interval)
 		defer t.Stop()
 		for {
 			select {
@@ -244,7 +244,7 @@ func (s *Service) Start(interval time.Duration) {
 	go func() {
 		defer close(s.loopDone)
 		defer func() { <-hbDone; <-roomDone }()
-		t := time.NewTicker(interval)
+		t := time.NewTicker(s.interval)
 		defer t.Stop()
 		for {
 			select {
