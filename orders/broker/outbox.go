@@ -16,15 +16,16 @@ func OrderEvent(o *order.Order) order.Event {
 	return order.Event{V: order.Version, Type: order.TypeOrder, Order: *o}
 }
 
-// EventFromOutbox builds the event an outbox entry records, whatever its
-// type: the order event of a deduction, or the release or paid event of a
-// settlement (stock.OutboxEntry.Event), the same event its writer
-// publishes. An error wraps order.ErrMalformed: such an entry goes to the
-// dead-letter topic.
-func EventFromOutbox(e *stock.OutboxEntry) (order.Event, error) {
-	ev, err := e.Event()
+// EventsFromOutbox builds the events an outbox entry records, whatever its
+// type: the order event of a deduction (every order of a batch entry's
+// script call, ledger "b"), or the release or paid event of a settlement
+// (stock.OutboxEntry.Events), the same events their writers publish. An
+// error wraps order.ErrMalformed: such an entry goes to the dead-letter
+// topic whole.
+func EventsFromOutbox(e *stock.OutboxEntry) ([]order.Event, error) {
+	evs, err := e.Events()
 	if err != nil && !errors.Is(err, order.ErrMalformed) {
 		err = fmt.Errorf("%w: %w", order.ErrMalformed, err)
 	}
-	return ev, err
+	return evs, err
 }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -346,7 +347,8 @@ func (r *Relay) claim(ctx context.Context, product string) (int, time.Duration, 
 func (r *Relay) relay(ctx context.Context, product string, entries []stock.OutboxEntry) (int, time.Duration, error) {
 	var (
 		evs  []order.Event
-		ids  []string // ids of evs, same order
+		ids  []string // the entries of evs, each once
+		ends []int    // ends[i]: evs[ends[i-1]:ends[i]] are ids[i]'s events
 		gone []string // ids whose entries are deleted: only XACK needed
 		dead []string // dead-lettered: remove
 		lag  time.Duration
@@ -361,7 +363,7 @@ func (r *Relay) relay(ctx context.Context, product string, entries []stock.Outbo
 		if t, ok := e.Time(); ok {
 			lag = max(lag, now.Sub(t))
 		}
-		ev, err := EventFromOutbox(e)
+		es, err := EventsFromOutbox(e)
 		if err != nil {
 			v, _ := json.Marshal(e.Fields)
 			if derr := r.cfg.Publisher.DeadLetter(ctx, []byte(e.RawOrderID()), v, "outbox "+stock.OutboxKey(product)+" "+e.ID, err.Error()); derr != nil {
@@ -371,8 +373,9 @@ func (r *Relay) relay(ctx context.Context, product string, entries []stock.Outbo
 			dead = append(dead, e.ID)
 			continue
 		}
-		evs = append(evs, ev)
+		evs = append(evs, es...)
 		ids = append(ids, e.ID)
+		ends = append(ends, len(evs))
 	}
 	var done []string // published: remove
 	var perr error
@@ -382,12 +385,16 @@ func (r *Relay) relay(ctx context.Context, product string, entries []stock.Outbo
 		switch {
 		case perr == nil:
 			done = ids
-		case errors.As(perr, &werr) && len(werr) == len(ids):
-			// Some were acknowledged: remove those, keep the rest pending.
-			for i, e := range werr {
-				if e == nil {
+		case errors.As(perr, &werr) && len(werr) == len(evs):
+			// Some were acknowledged: remove the entries all of whose
+			// events were, keep the rest pending (a batch entry is sent
+			// again whole; the consumer drops what it has).
+			lo := 0
+			for i, hi := range ends {
+				if !slices.ContainsFunc(werr[lo:hi], func(e error) bool { return e != nil }) {
 					done = append(done, ids[i])
 				}
+				lo = hi
 			}
 		}
 	}
@@ -411,7 +418,7 @@ func (r *Relay) relay(ctx context.Context, product string, entries []stock.Outbo
 				}
 			}
 		}
-		return sent, lag, fmt.Errorf("publish %d of %d claimed entries failed: %w", len(evs)-sent, len(evs), perr)
+		return sent, lag, fmt.Errorf("publish %d of %d claimed entries failed: %w", len(ids)-sent, len(ids), perr)
 	}
 	return sent, lag, nil
 }

@@ -188,7 +188,7 @@ func TestBuyerLayoutsGiveTheSameAnswers(t *testing.T) {
 			}
 		}},
 	}
-	s, srv := openReal(t, Options{BuyerKeys: true})
+	s, srv := openReal(t, Options{BuyerKeys: true, OrderKeys: true})
 	h, err := Open(context.Background(), srv.Addr(), testOptions(Options{}))
 	if err != nil {
 		t.Fatal(err)
@@ -317,7 +317,7 @@ func TestBuyerLayoutsRelease(t *testing.T) {
 // does; a new sale takes the warming edge's.
 func TestBuyerLayoutIsTheSales(t *testing.T) {
 	ctx := context.Background()
-	keys, srv := openReal(t, Options{BuyerKeys: true})
+	keys, srv := openReal(t, Options{BuyerKeys: true, OrderKeys: true})
 	hashes, err := Open(ctx, srv.Addr(), testOptions(Options{}))
 	if err != nil {
 		t.Fatal(err)
@@ -383,7 +383,7 @@ func TestBuyerLayoutIsTheSales(t *testing.T) {
 // the limit, no token is used twice, and the stock adds up.
 func TestBuyerKeysRollingUpgrade(t *testing.T) {
 	ctx := context.Background()
-	s, _ := openReal(t, Options{BuyerKeys: true})
+	s, _ := openReal(t, Options{BuyerKeys: true, OrderKeys: true})
 	const p, limit, users, stockN = "roll", 3, 20, 1000
 	warm(t, s, p, stockN, limit)
 	var mu sync.Mutex
@@ -472,7 +472,7 @@ func TestBuyerKeysRollingUpgrade(t *testing.T) {
 // and refuses, writing nothing, a sale whose buyers are hashes.
 func TestDeductOlderCallShape(t *testing.T) {
 	ctx := context.Background()
-	s, _ := openReal(t, Options{BuyerKeys: true})
+	s, _ := openReal(t, Options{BuyerKeys: true, OrderKeys: true})
 	h := openOn(t, s, Options{})
 	warm(t, s, "shk", 10, 3)
 	warm(t, h, "shh", 10, 3)

@@ -82,7 +82,10 @@ type Outcome struct {
 	Code      Code
 	Remaining int64
 	// OutboxID is the id of the outbox stream entry ("<ms>-<seq>") that a
-	// successful deduction wrote, "" for any other code. Once Kafka has
+	// successful deduction wrote, "" for any other code. In ledger "b" the
+	// entry carries every order of its script call, and the id is
+	// "<ms>-<seq>/<orders>": AckOutbox removes the entry once it was given
+	// the id that many times. Once Kafka has
 	// acknowledged the order event, the edge removes the entry with
 	// AckOutbox; an entry left behind is re-sent by the outbox relay.
 	OutboxID string
@@ -156,8 +159,9 @@ type batch struct {
 	keys  []string
 	args  []string
 	// buckets are the token expiry buckets of the attempts sent, one per
-	// used-token hash the call names (in that order).
-	buckets []int64
+	// used-token hash the call names (in that order); obuckets their order
+	// buckets (OrderBucket), one per order bucket hash.
+	buckets, obuckets []int64
 }
 
 type span struct{ lo, hi int32 }
@@ -165,8 +169,9 @@ type span struct{ lo, hi int32 }
 var batchPool = sync.Pool{New: func() any { return new(batch) }}
 
 // spansPerAttempt: buyer, order and token keys, then user qty limit orderId
-// price now tokenTTL node payBy, then the token hash's position.
-const spansPerAttempt = 13
+// price now tokenTTL node payBy, then the token hash's and the order
+// bucket's positions.
+const spansPerAttempt = 14
 
 // Deduct runs one attempt through the product's group commit: while a
 // script call for the product is in flight (inFlightPerProduct), further
@@ -440,7 +445,7 @@ func (e notSent) Unwrap() []error { return []error{ErrNotSent, e.err} }
 // token hashes, one per token expiry bucket, named in the buffer too, so
 // that no call allocates once the buffers have grown.
 func (b *batch) build(p *product, s *Store) {
-	b.buf, b.spans, b.buckets = b.buf[:0], b.spans[:0], b.buckets[:0]
+	b.buf, b.spans, b.buckets, b.obuckets = b.buf[:0], b.spans[:0], b.buckets[:0], b.obuckets[:0]
 	for _, c := range b.send {
 		a := &c.a
 		b.attemptKeys(p, a)
@@ -460,10 +465,25 @@ func (b *batch) build(p *product, s *Store) {
 			b.buckets = append(b.buckets, m)
 		}
 		b.num("", "", int64(j+1))
+		m = OrderBucket(a.ID)
+		j = slices.Index(b.obuckets, m)
+		if j < 0 {
+			j = len(b.obuckets)
+			b.obuckets = append(b.obuckets, m)
+		}
+		b.num("", "", int64(j+1))
 	}
 	for _, m := range b.buckets {
 		b.tokenBucketKey(p, m)
 	}
+	for _, m := range b.obuckets {
+		b.orderBucketKey(p, m)
+	}
+	ttl, now := s.opts.OrderTTL.Milliseconds(), time.Now().UnixMilli()
+	for _, m := range b.obuckets {
+		b.num("", "", orderBucketExpireAtMs(m, now, ttl))
+	}
+	b.num("", "", int64(len(b.obuckets)))
 	n := len(b.send)
 	b.keys = append(b.keys[:0], p.stockKey, p.outboxKey, p.metaKey)
 	b.keys = append(b.keys, p.shardKeys...)
@@ -473,12 +493,18 @@ func (b *batch) build(p *product, s *Store) {
 		b.keys = append(b.keys, b.s(sp[0]), b.s(sp[1]), b.s(sp[2]))
 		b.args = append(b.args, b.s(sp[3]), b.s(sp[4]), b.s(sp[5]), b.s(sp[6]), b.s(sp[7]), b.s(sp[8]), b.s(sp[9]), b.s(sp[10]), b.s(sp[11]))
 	}
-	for j := range b.buckets {
-		b.keys = append(b.keys, b.s(b.spans[n*spansPerAttempt+j]))
+	tail := b.spans[n*spansPerAttempt:] // token buckets, order buckets, their expiries, their count
+	nt, no := len(b.buckets), len(b.obuckets)
+	for _, sp := range tail[:nt+no] {
+		b.keys = append(b.keys, b.s(sp))
 	}
 	b.args = append(b.args, s.layoutArg)
 	for i, c := range b.send {
-		b.args = append(b.args, shardArgs[BuyerShard(c.a.UserID)], b.s(b.spans[i*spansPerAttempt+12]))
+		sp := b.spans[i*spansPerAttempt : (i+1)*spansPerAttempt]
+		b.args = append(b.args, shardArgs[BuyerShard(c.a.UserID)], b.s(sp[12]), b.s(sp[13]))
+	}
+	for _, sp := range tail[nt+no:] {
+		b.args = append(b.args, b.s(sp))
 	}
 }
 

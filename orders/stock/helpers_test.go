@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/rueidis"
+
 	"flashgate/conf"
 	"flashgate/internal/redistest"
 	"flashgate/orders/order"
@@ -147,3 +149,47 @@ func scanKeys(t testing.TB, s *Store, pattern string) []string {
 		}
 	}
 }
+
+// orderHome is the key that holds order id of p: its order bucket hash in
+// ledger "b" (when the field is there), else its own key.
+func orderHome(t testing.TB, s *Store, p string, id int64) string {
+	t.Helper()
+	c := s.c
+	n, err := c.Do(context.Background(), c.B().Hexists().Key(OrderBucketKey(p, id)).Field(i64(id)).Build()).AsInt64()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n == 1 {
+		return OrderBucketKey(p, id)
+	}
+	return OrderKey(p, id)
+}
+
+// outboxOrders is the number of orders in p's outbox, whatever its
+// ledger: one per entry, or many per batch entry.
+func outboxOrders(t testing.TB, s *Store, p string) int64 {
+	t.Helper()
+	os, err := s.OutboxOrders(context.Background(), p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return int64(len(os))
+}
+
+// batchedSale reports whether p's meta says its ledger is "b".
+func batchedSale(t testing.TB, s *Store, p string) bool {
+	t.Helper()
+	v, err := s.c.Do(context.Background(), s.c.B().Hget().Key(MetaKey(p)).Field("ledger").Build()).ToString()
+	if err != nil && !rueidis.IsRedisNil(err) {
+		t.Fatal(err)
+	}
+	return v == ledgerBatches
+}
+
+// The two ledgers (keys.go): "orders" a sale warmed with OrderKeys (one key
+// and one outbox entry per order, the older versions'), "batches" one
+// warmed without (order bucket hashes, one outbox entry per script call).
+var ledgers = []struct {
+	name      string
+	orderKeys bool
+}{{"orders", true}, {"batches", false}}

@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"flashgate/orders/order"
+	"flashgate/orders/orderid"
 )
 
 // Every Redis key and channel name flashgate uses is built in this file,
@@ -47,6 +48,13 @@ const (
 	// (OrderTTL): the order (orderval.go). deduct.lua creates it,
 	// mark_success.lua marks it, settle.lua and fix_orders.lua rewrite it.
 	orderSuffix = "o:"
+	// sk:{p}:ob:<bucket>, hash: order id -> the order in the string
+	// layout's value, for every order whose id's time falls in one
+	// orderBucketMs (OrderBucketKey); TTL the bucket's end + OrderTTL at
+	// least. Ledger "b" (ledgerBatches): deduct.lua writes one HSET per
+	// bucket per call, mark_success.lua one per bucket per stored batch,
+	// settle.lua, fix_orders.lua and resolve_unknown.lua rewrite fields.
+	orderBucketSuffix = "ob:"
 	// sk:{p}:due, sorted set: member dueMember, score the pay deadline (unix
 	// ms). mark_success.lua adds, settle.lua removes, fix_orders.lua puts
 	// back what a rebuild reopens.
@@ -60,8 +68,10 @@ const (
 	// sk:{p}:tk:<bucket>, hash: nonce -> "1", the used tokens expiring in
 	// one tokenBucketMs; TTL the bucket's end. Layout "2": deduct.lua.
 	tokenBucketSuffix = "tk:"
-	// sk:{p}:outbox, stream of order events (the field* constants below).
-	// deduct.lua and settle.lua append, AckOutbox deletes, the relay reads.
+	// sk:{p}:outbox, stream of order events (the field* constants below):
+	// one per order, or in ledger "b" one per deduction call carrying all of
+	// its orders (fieldOrders). deduct.lua and settle.lua append, AckOutbox
+	// deletes, the relay reads.
 	outboxSuffix = "outbox"
 	// sk:{p}:relays, hash: outbox relay consumer -> unix ms it last read
 	// the outbox. TakeOutbox writes, lua/forget_relays.lua prunes.
@@ -176,6 +186,31 @@ func OrderKey(product string, orderID int64) string {
 
 // orderKeyPrefix is sk:{p}:o:, what every OrderKey of p starts with.
 func orderKeyPrefix(product string) string { return prefix(product) + orderSuffix }
+
+// OrderBucketKey is sk:{p}:ob:<bucket>, the hash that holds order orderID
+// in ledger "b": the bucket follows from the id's time (orderid.Time), so a
+// lookup by id needs no index.
+func OrderBucketKey(product string, orderID int64) string {
+	return prefix(product) + orderBucketSuffix + strconv.FormatInt(OrderBucket(orderID), 10)
+}
+
+// OrderBucket is the number of orderID's bucket: the id's milliseconds
+// since orderid.Epoch (orderid.Time) over orderBucketMs.
+func OrderBucket(orderID int64) int64 {
+	return (orderid.Time(orderID).UnixMilli() - orderid.Epoch.UnixMilli()) / orderBucketMs
+}
+
+// orderBucketExpireAtMs is when bucket's hash may go at the earliest, for
+// an order written into it at nowMs: ttl after the later of the bucket's
+// end (its last order id's time) and nowMs (unix ms).
+func orderBucketExpireAtMs(bucket, nowMs, ttl int64) int64 {
+	return max(orderid.Epoch.UnixMilli()+(bucket+1)*orderBucketMs, nowMs) + ttl
+}
+
+// orderBucketKey appends OrderBucketKey of bucket to the batch's buffer.
+func (b *batch) orderBucketKey(p *product, bucket int64) {
+	b.num(p.prefix, orderBucketSuffix, bucket)
+}
 
 // DueKey is sk:{p}:due, the product's pay deadlines.
 func DueKey(product string) string { return prefix(product) + dueSuffix }
@@ -315,6 +350,11 @@ const (
 	fieldPrice    = "price"    // unit price in cents
 	fieldCreated  = "created"  // edge clock, unix ms
 	fieldNode     = "node"     // edge node id
+	// fieldOrders, in ledger "b" the one field besides fieldProduct of a
+	// deduction's entry: its orders, each
+	// "<id>:<user>:<qty>:<price>:<created>:<node>:<payby>", joined by ';'
+	// (neither is in the user alphabet).
+	fieldOrders = "orders"
 )
 
 // dueMember is the member of an order in DueKey: the order id and its
@@ -366,6 +406,24 @@ func buyersArg(perKey bool) string {
 	}
 	return layoutHashes
 }
+
+// ledgerBatches is the meta's ledger field of a sale whose orders live in
+// per-bucket hashes (OrderBucketKey) and whose deductions write one outbox
+// entry per call (docs/ledger.md); absent: one key and one entry per order.
+const ledgerBatches = "b"
+
+// ledgerArg is the warm and rebuild scripts' argument for
+// Options.OrderKeys: the ledger a sale they create is given.
+func ledgerArg(perOrder bool) string {
+	if perOrder {
+		return ""
+	}
+	return ledgerBatches
+}
+
+// orderBucketMs is the span of order id times of one order bucket hash: at
+// 30,000 orders a second, 300,000 fields, a few ms for Redis to free.
+const orderBucketMs = 10_000
 
 // tokenBucketMs is the span of expiry times of one used-token hash
 // (lua/deduct.lua has the same number: the bucket's end is its TTL).

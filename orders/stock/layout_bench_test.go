@@ -93,7 +93,7 @@ func newLayoutBench(b *testing.B, hash bool) *layoutBench {
 	// Per-key buyers and tokens: the only layout the older script knows,
 	// and the shape of call it makes (BenchmarkBuyerLayoutRedisCPU has the
 	// hashes).
-	s, err := Open(ctx, srv.Addr(), testOptions(Options{BuyerKeys: true}))
+	s, err := Open(ctx, srv.Addr(), testOptions(Options{BuyerKeys: true, OrderKeys: true}))
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -71,9 +71,9 @@ func TestOrderLayoutsMixedDuringUpgrade(t *testing.T) {
 			// upgrade's edges warm with BuyerKeys.
 			var s *Store
 			if kind == "real" {
-				s, _ = openReal(t, Options{BuyerKeys: true})
+				s, _ = openReal(t, Options{BuyerKeys: true, OrderKeys: true})
 			} else {
-				s = openEmbedded(t, Options{BuyerKeys: true})
+				s = openEmbedded(t, Options{BuyerKeys: true, OrderKeys: true})
 			}
 			testMixedLayouts(t, s, kind == "embedded")
 		})

@@ -97,11 +97,19 @@ func isWrongType(err error) bool {
 	return ok && strings.HasPrefix(re.Error(), "WRONGTYPE")
 }
 
-// readOrder reads one order in either layout; ok is false when there is
-// none.
+// readOrder reads one order in any layout (its bucket field and its key in
+// one round trip); ok is false when there is none.
 func (s *Store) readOrder(ctx context.Context, productID string, orderID int64) (OrderInfo, bool, error) {
 	key := OrderKey(productID, orderID)
-	v, err := s.c.Do(ctx, s.c.B().Get().Key(key).Build()).ToString()
+	rs := s.c.DoMulti(ctx, s.c.B().Hget().Key(OrderBucketKey(productID, orderID)).Field(i64(orderID)).Build(),
+		s.c.B().Get().Key(key).Build())
+	if v, err := rs[0].ToString(); err == nil {
+		o, ok := parseOrderValue(productID, orderID, v)
+		return o, ok, nil
+	} else if !rueidis.IsRedisNil(err) {
+		return OrderInfo{}, false, err
+	}
+	v, err := rs[1].ToString()
 	switch {
 	case err == nil:
 		o, ok := parseOrderValue(productID, orderID, v)
@@ -126,11 +134,11 @@ func layoutArg(hashes bool) string {
 	return "s"
 }
 
-// ReadOrders reads the orders of one product with the given ids, in either
+// ReadOrders reads the orders of one product with the given ids, in any
 // layout, over a client of the caller's (for tests and tools that read
-// Redis beside a Store): one pipeline of GETs, and one of HGETALLs for the
-// orders among them that are hashes. Ids without an order are absent from
-// the map.
+// Redis beside a Store): one pipeline of their bucket fields and GETs, and
+// one of HGETALLs for the orders among them that are hashes. Ids without
+// an order are absent from the map.
 func ReadOrders(ctx context.Context, c rueidis.Client, productID string, ids []int64) (map[int64]OrderInfo, error) {
 	if err := checkProduct(productID); err != nil {
 		return nil, err
@@ -146,13 +154,23 @@ func readOrders(ctx context.Context, c rueidis.Client, productID string, ids []i
 	if len(ids) == 0 {
 		return nil
 	}
-	cmds := make(rueidis.Commands, len(ids))
-	for i, id := range ids {
-		cmds[i] = c.B().Get().Key(OrderKey(productID, id)).Build()
+	cmds := make(rueidis.Commands, 0, 2*len(ids))
+	for _, id := range ids {
+		cmds = append(cmds, c.B().Hget().Key(OrderBucketKey(productID, id)).Field(i64(id)).Build(),
+			c.B().Get().Key(OrderKey(productID, id)).Build())
 	}
 	var hashes []int64
-	for i, r := range c.DoMulti(ctx, cmds...) {
-		v, err := r.ToString()
+	res := c.DoMulti(ctx, cmds...)
+	for i := range ids {
+		if v, err := res[2*i].ToString(); err == nil {
+			if o, ok := parseOrderValue(productID, ids[i], v); ok {
+				out[ids[i]] = o
+			}
+			continue
+		} else if !rueidis.IsRedisNil(err) {
+			return err
+		}
+		v, err := res[2*i+1].ToString()
 		switch {
 		case err == nil:
 			if o, ok := parseOrderValue(productID, ids[i], v); ok {

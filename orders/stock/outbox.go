@@ -6,7 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/redis/rueidis"
@@ -31,10 +33,18 @@ const RelayGroup = "relay"
 // Deleting an id that is already gone is not an error. On error the entries
 // may or may not be gone: the relay re-sends what is left, and the
 // consumer is idempotent, so the caller only logs it.
+//
+// An id "<entry id>/<n>" (Outcome.OutboxID of ledger "b") is one of the n
+// orders of a batch entry: the entry goes with the n-th of them given to
+// this Store (all of a call's orders are its edge's), and until then
+// stays. An order whose publish failed never comes, and the relay sends
+// the whole entry again; so do the entries whose counts are dropped when
+// more than maxShares are incomplete.
 func (s *Store) AckOutbox(ctx context.Context, productID string, ids ...string) error {
 	if err := checkProduct(productID); err != nil {
 		return err
 	}
+	ids = s.shares.complete(ids)
 	if len(ids) == 0 {
 		return nil
 	}
@@ -50,6 +60,67 @@ func (s *Store) AckOutbox(ctx context.Context, productID string, ids ...string) 
 		}
 	}
 	return nil
+}
+
+// shares counts the acknowledged orders of batch entries (AckOutbox).
+type shares struct {
+	mu sync.Mutex
+	m  map[string]int // entry id -> orders acknowledged so far
+}
+
+// maxShares bounds the batch entries counted at once: beyond it, the
+// counts of entries older than shareAge are dropped (their orders' publish
+// failed or is late: the relay sends them).
+const (
+	maxShares = 1 << 16
+	shareAge  = time.Minute
+)
+
+// complete returns ids with every share id removed, and in its place the
+// entry id of each batch entry that the shares among ids complete (ids
+// itself when it holds no share id).
+func (sh *shares) complete(ids []string) []string {
+	if !slices.ContainsFunc(ids, func(id string) bool { return strings.IndexByte(id, '/') >= 0 }) {
+		return ids
+	}
+	out := make([]string, 0, len(ids))
+	locked := false
+	for _, id := range ids {
+		entry, count, ok := strings.Cut(id, "/")
+		if !ok {
+			out = append(out, id)
+			continue
+		}
+		n, err := strconv.Atoi(count)
+		if err != nil || n < 1 {
+			continue // not one of ours: nothing to delete
+		}
+		if !locked {
+			sh.mu.Lock()
+			locked = true
+			if sh.m == nil {
+				sh.m = map[string]int{}
+			}
+		}
+		if got := sh.m[entry] + 1; got < n {
+			sh.m[entry] = got
+			continue
+		}
+		delete(sh.m, entry)
+		out = append(out, entry)
+	}
+	if locked {
+		if len(sh.m) > maxShares {
+			old := strconv.FormatInt(time.Now().Add(-shareAge).UnixMilli(), 10)
+			for e := range sh.m {
+				if ms, _, _ := strings.Cut(e, "-"); len(ms) < len(old) || len(ms) == len(old) && ms < old {
+					delete(sh.m, e)
+				}
+			}
+		}
+		sh.mu.Unlock()
+	}
+	return out
 }
 
 // ErrNoGroup is wrapped by the errors of TakeOutbox and ClaimOutbox when
@@ -169,8 +240,49 @@ func (e *OutboxEntry) Time() (time.Time, bool) {
 }
 
 // RawOrderID is the entry's order id field as written, parsed or not: the
-// key of its dead letter when Order fails.
+// key of its dead letter when Order fails ("" for a batch entry).
 func (e *OutboxEntry) RawOrderID() string { return e.Fields[fieldOrder] }
+
+// Batch reports whether the entry is a deduction's of ledger "b", carrying
+// every order of its script call (Events).
+func (e *OutboxEntry) Batch() bool {
+	_, ok := e.Fields[fieldOrders]
+	return ok
+}
+
+// Events are the events the entry records: the one of Event, or for a batch
+// entry the order event of each of its orders, in the order the script
+// call made them. An error wraps order.ErrInvalid: some part of the entry
+// is malformed, and none of it can become an event (it is dead-lettered
+// whole).
+func (e *OutboxEntry) Events() ([]order.Event, error) {
+	if !e.Batch() {
+		ev, err := e.Event()
+		if err != nil {
+			return nil, err
+		}
+		return []order.Event{ev}, nil
+	}
+	product, recs := e.Fields[fieldProduct], e.Fields[fieldOrders]
+	evs := make([]order.Event, 0, strings.Count(recs, ";")+1)
+	for rec := range strings.SplitSeq(recs, ";") {
+		idText, v, _ := strings.Cut(rec, ":")
+		id, err := strconv.ParseInt(idText, 10, 64)
+		info, ok := parseOrderValue(product, id, "p:"+v)
+		o := order.Order{ID: id, ProductID: product, UserID: info.UserID, Qty: info.Qty,
+			PriceCents: info.PriceCents, CreatedMs: info.CreatedMs, Edge: info.Edge, PayByMs: info.PayByMs}
+		if err != nil || !ok {
+			err = fmt.Errorf("%w: order %q", order.ErrInvalid, rec)
+		} else {
+			err = o.Validate()
+		}
+		if err != nil {
+			return nil, fmt.Errorf("outbox batch entry %s: %w", e.ID, err)
+		}
+		evs = append(evs, order.Event{V: order.Version, Type: order.TypeOrder, Order: o})
+	}
+	return evs, nil
+}
 
 // Order is the order the entry records. An error wraps order.ErrInvalid:
 // a field is missing or malformed, and the entry cannot become an event.
@@ -324,8 +436,8 @@ func (s *Store) OutboxEvents(ctx context.Context, productID string) ([]order.Eve
 			return nil, fmt.Errorf("stock: outbox %s: %w", key, err)
 		}
 		for _, e := range entries {
-			if ev, err := (&OutboxEntry{ID: e.ID, Fields: e.FieldValues}).Event(); err == nil {
-				out = append(out, ev)
+			if evs, err := (&OutboxEntry{ID: e.ID, Fields: e.FieldValues}).Events(); err == nil {
+				out = append(out, evs...)
 			}
 		}
 		if len(entries) < 1000 {

@@ -54,9 +54,19 @@ func (s *Store) SurvivingOrders(ctx context.Context, productID string) (map[int6
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	pre := orderKeyPrefix(productID)
+	pre, bpre := orderKeyPrefix(productID), prefix(productID)+orderBucketSuffix
 	out := map[int64]string{}
 	for _, k := range s.mini.Keys() {
+		if strings.HasPrefix(k, bpre) && s.mini.Type(k) == "hash" { // ledger "b"
+			fields, _ := s.mini.HKeys(k)
+			for _, f := range fields {
+				id, err := strconv.ParseInt(f, 10, 64)
+				if st := stateOfValue(s.mini.HGet(k, f)); err == nil && st != "" {
+					out[id] = st
+				}
+			}
+			continue
+		}
 		if !strings.HasPrefix(k, pre) {
 			continue
 		}
@@ -279,12 +289,12 @@ func (s *Store) fixOrders(ctx context.Context, fence, p string, orders []OrderIn
 	metaKey, due := MetaKey(p), DueKey(p)
 	for lo := 0; lo < len(orders); lo += rebuildChunk {
 		chunk := orders[lo:min(lo+rebuildChunk, len(orders))]
-		keys := make([]string, 0, 2+len(chunk))
-		args := make([]string, 0, 3+10*len(chunk))
+		keys := make([]string, 0, 2+2*len(chunk))
+		args := make([]string, 0, 5+10*len(chunk))
 		keys = append(keys, metaKey, due)
-		args = append(args, fence, i64(s.opts.OrderTTL.Milliseconds()), mode, s.layoutArg)
+		args = append(args, fence, i64(s.opts.OrderTTL.Milliseconds()), mode, s.layoutArg, s.ledgerArg)
 		for _, o := range chunk {
-			keys = append(keys, OrderKey(p, o.ID))
+			keys = append(keys, OrderKey(p, o.ID), OrderBucketKey(p, o.ID))
 			args = append(args, i64(o.ID), o.State, o.UserID, strconv.Itoa(o.Qty), i64(o.PriceCents),
 				i64(o.CreatedMs), strconv.Itoa(o.Edge), i64(o.PayByMs), i64(o.PaidMs), i64(o.ClosedMs))
 		}

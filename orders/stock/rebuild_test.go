@@ -475,7 +475,7 @@ func TestRebuildRestoresDeadlinesAfterAStaleSnapshot(t *testing.T) {
 			t.Errorf("order %d: %+v %v, want %s", id, o, ok, st)
 		}
 	}
-	if ttl := pttl(t, s, OrderKey("sn", late.ID)); ttl <= 0 {
+	if ttl := pttl(t, s, orderHome(t, s, "sn", late.ID)); ttl <= 0 {
 		t.Errorf("remade hash PTTL %d", ttl)
 	}
 	ds, total, _ := s.NextDeadlines(ctx, "sn", 10)

@@ -4,6 +4,7 @@ import (
 	"context"
 	_ "embed"
 	"fmt"
+	"slices"
 	"strconv"
 
 	"github.com/redis/rueidis"
@@ -85,7 +86,7 @@ func (s *Store) runSaleScript(ctx context.Context, script *rueidis.Lua, what str
 	n, err := script.Exec(ctx, s.c,
 		[]string{StockKey(sale.ProductID), MetaKey(sale.ProductID)},
 		[]string{i64(sale.Stock), i64(initial), i64(sale.Restocked), i64(sale.Released),
-			strconv.Itoa(sale.Limit), i64(sale.Price), i64(sale.StartMs), i64(sale.EndMs), s.fenceArg(), s.buyersArg},
+			strconv.Itoa(sale.Limit), i64(sale.Price), i64(sale.StartMs), i64(sale.EndMs), s.fenceArg(), s.buyersArg, s.ledgerArg},
 	).AsInt64()
 	if err != nil {
 		return false, fmt.Errorf("stock: %s %s: %w", what, sale.ProductID, err)
@@ -168,20 +169,26 @@ type OrderRef struct {
 	ID        int64
 }
 
-// OrderStates reads the state of each order (State*; the GETs pipelined
-// in one round trip, bounded by ctx alone, and an HGET of state in a second
-// one for the orders an older edge wrote as hashes) and appends them to dst
-// in refs' order: "" where it is unknown (no such order, or its read
-// failed).
+// OrderStates reads the state of each order (State*; for each its bucket
+// field and its key's GET pipelined in one round trip, bounded by ctx
+// alone, and an HGET of state in a second one for the orders an older edge
+// wrote as hashes) and appends them to dst in refs' order: "" where it is
+// unknown (no such order, or its read failed).
 func (s *Store) OrderStates(ctx context.Context, refs []OrderRef, dst []string) []string {
-	cmds := make(rueidis.Commands, len(refs))
-	for i, r := range refs {
-		cmds[i] = s.c.B().Get().Key(OrderKey(r.ProductID, r.ID)).Build()
+	cmds := make(rueidis.Commands, 0, 2*len(refs))
+	for _, r := range refs {
+		cmds = append(cmds, s.c.B().Hget().Key(OrderBucketKey(r.ProductID, r.ID)).Field(i64(r.ID)).Build(),
+			s.c.B().Get().Key(OrderKey(r.ProductID, r.ID)).Build())
 	}
 	base := len(dst)
 	var hashes []int
-	for i, r := range s.c.DoMulti(ctx, cmds...) {
-		v, err := r.ToString()
+	res := s.c.DoMulti(ctx, cmds...)
+	for i := range refs {
+		if v, err := res[2*i].ToString(); err == nil {
+			dst = append(dst, stateOfValue(v))
+			continue
+		}
+		v, err := res[2*i+1].ToString()
 		if isWrongType(err) {
 			hashes = append(hashes, i)
 		}
@@ -215,13 +222,7 @@ func (s *Store) MarkSuccess(ctx context.Context, productID string, orderIDs ...i
 	total := 0
 	for lo := 0; lo < len(orderIDs); lo += markSuccessChunk {
 		chunk := orderIDs[lo:min(lo+markSuccessChunk, len(orderIDs))]
-		keys := make([]string, 1, len(chunk)+1)
-		keys[0] = DueKey(productID)
-		args := make([]string, 0, len(chunk))
-		for _, id := range chunk {
-			keys = append(keys, OrderKey(productID, id))
-			args = append(args, i64(id))
-		}
+		keys, args := markSuccessCall(productID, chunk)
 		cctx, cancel := s.call(ctx)
 		n, err := markSuccessScript.Exec(cctx, s.c, keys, args).AsInt64()
 		cancel()
@@ -231,6 +232,30 @@ func (s *Store) MarkSuccess(ctx context.Context, productID string, orderIDs ...i
 		total += int(n)
 	}
 	return total, nil
+}
+
+// markSuccessCall is mark_success.lua's KEYS and ARGV for ids: the due
+// set, the order bucket hashes they fall in, their order keys.
+func markSuccessCall(productID string, ids []int64) (keys, args []string) {
+	keys = make([]string, 1, len(ids)+2)
+	keys[0] = DueKey(productID)
+	args = make([]string, 1, 2*len(ids)+1)
+	var buckets []int64
+	for _, id := range ids {
+		m := OrderBucket(id)
+		j := slices.Index(buckets, m)
+		if j < 0 {
+			j = len(buckets)
+			buckets = append(buckets, m)
+			keys = append(keys, OrderBucketKey(productID, id))
+		}
+		args = append(args, i64(id), strconv.Itoa(j+1))
+	}
+	args[0] = strconv.Itoa(len(buckets))
+	for _, id := range ids {
+		keys = append(keys, OrderKey(productID, id))
+	}
+	return keys, args
 }
 
 // markSuccessChunk bounds the orders of one mark_success.lua call: its one

@@ -140,14 +140,15 @@ func (s *Store) settleOne(ctx context.Context, op, productID string, orderID int
 	okey := OrderKey(productID, orderID)
 	// The buyer key must be declared in KEYS (cluster), so its user is read
 	// first; the script re-checks it under atomicity.
-	user, err := s.orderUser(ctx, okey)
+	obkey := OrderBucketKey(productID, orderID)
+	user, err := s.orderUser(ctx, okey, obkey, orderID)
 	if rueidis.IsRedisNil(err) {
 		return Settlement{}, fmt.Errorf("stock: %s %s: %w", op, okey, ErrUnknownOrder)
 	}
 	if err != nil {
 		return Settlement{}, fmt.Errorf("stock: %s %s: %w", op, okey, err)
 	}
-	keys := append(s.settleKeys(productID), okey, BuyerKey(productID, user), BuyerShardKey(productID, BuyerShard(user)))
+	keys := append(s.settleKeys(productID), okey, BuyerKey(productID, user), BuyerShardKey(productID, BuyerShard(user)), obkey)
 	if replayID != "" {
 		keys = append(keys, ReplayKey(productID, replayID))
 	}
@@ -165,10 +166,17 @@ func (s *Store) settleOne(ctx context.Context, op, productID string, orderID int
 	return st.Settlement, nil
 }
 
-// orderUser reads the buyer of an order in either layout; a Redis nil error
-// when there is no such order.
-func (s *Store) orderUser(ctx context.Context, okey string) (string, error) {
-	v, err := s.c.Do(ctx, s.c.B().Get().Key(okey).Build()).ToString()
+// orderUser reads the buyer of an order in any layout (its bucket hash's
+// field and its key in one round trip); a Redis nil error when there is no
+// such order.
+func (s *Store) orderUser(ctx context.Context, okey, obkey string, orderID int64) (string, error) {
+	rs := s.c.DoMulti(ctx, s.c.B().Hget().Key(obkey).Field(i64(orderID)).Build(), s.c.B().Get().Key(okey).Build())
+	if v, err := rs[0].ToString(); err == nil {
+		return userOfValue(v), nil
+	} else if !rueidis.IsRedisNil(err) {
+		return "", err
+	}
+	v, err := rs[1].ToString()
 	if err == nil {
 		return userOfValue(v), nil
 	}
@@ -285,7 +293,8 @@ func (s *Store) ExpireDue(ctx context.Context, productID string, max int) ([]Set
 			junk = append(junk, m) // not written by mark_success.lua: dropped
 			continue
 		}
-		keys = append(keys, OrderKey(productID, id), BuyerKey(productID, user), BuyerShardKey(productID, BuyerShard(user)))
+		keys = append(keys, OrderKey(productID, id), BuyerKey(productID, user), BuyerShardKey(productID, BuyerShard(user)),
+			OrderBucketKey(productID, id))
 		pairs = append(pairs, user, i64(id))
 		ids = append(ids, id)
 	}

@@ -62,6 +62,15 @@ type Options struct {
 	// was warmed with for life, so sales warmed meanwhile stay per-key
 	// after it is unset; this version serves both.
 	BuyerKeys bool
+	// OrderKeys warms new sales in the per-order ledger: one key per order
+	// (sk:{p}:o:) and one outbox entry per order, the only one older
+	// versions know, instead of ledger "b" (order bucket hashes, one
+	// outbox entry per deduction call; docs/ledger.md). Set it while edges
+	// of such a version serve the same Redis: they can neither read a "b"
+	// sale's orders and outbox entries nor rebuild it. A sale keeps the
+	// ledger it was warmed with for life; this version serves both.
+	// OrderHashes implies it (its versions know no other ledger).
+	OrderKeys bool
 	// BuyerGrace is how long a buyer's count outlives the sale's end
 	// (default 7 days), so that nobody can buy again after it expired.
 	BuyerGrace time.Duration
@@ -170,12 +179,15 @@ type Store struct {
 	graceMs, orderTTLMs string
 	layoutArg           string // "h" or "s": Options.OrderHashes, for the scripts that make orders
 	buyersArg           string // "2" or "": the buyer layout of a sale warmed now (Options.BuyerKeys)
+	ledgerArg           string // "b" or "": the ledger of a sale warmed now (Options.OrderKeys)
 
 	products atomic.Pointer[map[string]*product]
 	pmu      sync.Mutex
 
 	// The broadcast subscriptions, one fanout per kind (pubsub.go).
 	soldOutSubs, changesSubs fanout
+
+	shares shares // batch entries' acknowledged orders (AckOutbox)
 
 	nCalls, nAttempts   atomic.Uint64
 	nWaits, nWaitsShort atomic.Uint64
@@ -224,6 +236,7 @@ func Open(ctx context.Context, addr string, opts Options) (*Store, error) {
 		orderTTLMs: strconv.FormatInt(opts.OrderTTL.Milliseconds(), 10),
 		layoutArg:  layoutArg(opts.OrderHashes),
 		buyersArg:  buyersArg(opts.BuyerKeys),
+		ledgerArg:  ledgerArg(opts.OrderKeys || opts.OrderHashes),
 	}
 	empty := map[string]*product{}
 	s.products.Store(&empty)

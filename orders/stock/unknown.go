@@ -69,13 +69,13 @@ func (s *Store) ResolveUnknown(ctx context.Context, a *Attempt, fence bool) (Ver
 		return ResolveLater, ErrClosed
 	}
 	p := a.ProductID
-	keys := []string{StockKey(p), MetaKey(p), OrderKey(p, a.ID), TokenKey(p, a.TokenNonceHex), TokenBucketKey(p, a.TokenExpiresMs)}
+	keys := []string{StockKey(p), MetaKey(p), OrderKey(p, a.ID), TokenKey(p, a.TokenNonceHex), TokenBucketKey(p, a.TokenExpiresMs), OrderBucketKey(p, a.ID)}
 	f := "0"
 	if fence {
 		f = "1"
 	}
 	args := []string{a.UserID, strconv.Itoa(a.Qty), strconv.FormatInt(a.PriceCents, 10),
-		strconv.FormatInt(a.CreatedMs, 10), strconv.Itoa(a.Edge), s.orderTTLMs, f, s.layoutArg, a.TokenNonceHex}
+		strconv.FormatInt(a.CreatedMs, 10), strconv.Itoa(a.Edge), s.orderTTLMs, f, s.layoutArg, a.TokenNonceHex, strconv.FormatInt(a.ID, 10)}
 	ctx, cancel := s.call(ctx)
 	defer cancel()
 	n, err := resolveUnknownScript.Exec(ctx, s.c, keys, args).AsInt64()

@@ -58,7 +58,7 @@ func fencesALateDeduction(t *testing.T, s *Store) {
 	if err != nil || !ok || o.State != StateFailed || o.UserID != "late" || o.Qty != 1 || o.PriceCents != a.PriceCents {
 		t.Fatalf("fenced order: %+v %v %v; want failed, the attempt's user, qty and price", o, ok, err)
 	}
-	if ttl := pttl(t, s, OrderKey("fu", a.ID)); ttl <= 0 {
+	if ttl := pttl(t, s, orderHome(t, s, "fu", a.ID)); ttl <= 0 {
 		t.Fatalf("fenced order TTL %d, want one", ttl)
 	}
 	if ok, ttl := tokenMark(t, s, a); !ok || ttl < s.opts.OrderTTL.Milliseconds()/2 {

@@ -18,8 +18,20 @@
 -- (payByMs 0: no pay deadline; recorded in the order and the outbox entry,
 -- the deadline itself starts to count once the order is stored: mark_success.lua)
 -- With the buyer hashes ARGV[5+9N] is there, and per attempt
--- ARGV[6+9N+2i] its buyer hash (0..15: KEYS[4+that]) and ARGV[7+9N+2i] its
--- token hash (1..: the one-based position among the token hashes).
+-- ARGV[6+9N+3i] its buyer hash (0..15: KEYS[4+that]), ARGV[7+9N+3i] its
+-- token hash (1..: the one-based position among the token hashes) and
+-- ARGV[8+9N+3i] its order bucket (1..: the position among the order
+-- buckets); then per order bucket j = 1..B the unix ms its hash may expire
+-- at (the bucket's end + order TTL), and last B. The order buckets' names
+-- sk:{p}:ob:<bucket> are the last B keys, after the token hashes.
+--
+-- The orders and the outbox follow the sale's ledger (keys.go), the meta's
+-- "ledger": "b" one HSET per order bucket and ONE outbox entry for the whole
+-- call, carrying all of its orders (field "orders"; r_i is then
+-- "<entry id>/<orders in it>" for every successful attempt, AckOutbox
+-- removes the entry once all of them are acknowledged); absent one order
+-- key and one outbox entry per order. A call of the older shape can only
+-- serve a sale of the per-key buyers and per-order ledger.
 --
 -- The buyer counts and used tokens follow the sale's layout (keys.go), the
 -- meta's "layout": "2" the hashes, absent the per-key keys. The edge passes
@@ -41,8 +53,11 @@
 -- per-key buyer key is sk:{p}:u:..., never sk:{p}:b:0.)
 local pre = string.sub(KEYS[1], 1, -6) -- sk:{p}: ("stock" off)
 local shaped = #KEYS >= 19 and KEYS[4] == pre .. 'b:0'
-local n, kb = (#KEYS - 3) / 3, 4
-if shaped then n, kb = (#ARGV - 5) / 11, 20 end
+local n, kb, nb = (#KEYS - 3) / 3, 4, 0
+if shaped then
+  nb = tonumber(ARGV[#ARGV])
+  n, kb = (#ARGV - 6 - nb) / 12, 20
+end
 local res = {0}
 local function closed(remaining, code)
   res[1] = remaining
@@ -64,7 +79,7 @@ if stock <= 0 then
 end
 -- Buyer counts must outlive the sale, or a buyer could buy again once the
 -- key expired; the end comes from the meta warm-up wrote.
-local meta = redis.call('HMGET', KEYS[3], 'end', 'recovering', 'runid', 'tokens', 'layout')
+local meta = redis.call('HMGET', KEYS[3], 'end', 'recovering', 'runid', 'tokens', 'layout', 'ledger')
 if meta[2] then return closed(-2, 5) end
 if ARGV[4] == '1' then
   -- Went back in time? A restart (even from a snapshot) and a promoted
@@ -78,9 +93,9 @@ if ARGV[4] == '1' then
     return closed(-2, 5)
   end
 end
-local hashed = meta[5] == '2'
-if hashed and not shaped then
-  return redis.error_reply('deduct.lua: the sale keeps its buyers and tokens in hashes; the call names no buyer hash')
+local hashed, batched = meta[5] == '2', meta[6] == 'b'
+if (hashed or batched) and not shaped then
+  return redis.error_reply('deduct.lua: the sale keeps its buyers and tokens or its orders in hashes; the call names none')
 end
 local saleEnd = tonumber(meta[1] or '0') or 0
 -- Tokens that expire before this were minted before the last rebuild: the
@@ -88,7 +103,7 @@ local saleEnd = tonumber(meta[1] or '0') or 0
 -- generation is honoured.
 local tokensFrom = tonumber(meta[4] or '0') or 0
 local product, grace, ottl, hashes = ARGV[1], tonumber(ARGV[2]), ARGV[3], ARGV[5 + 9 * n] == 'h'
-local tail = 6 + 9 * n -- ARGV[tail+2i] buyer hash, ARGV[tail+1+2i] token hash
+local tail = 6 + 9 * n -- ARGV[tail+3i] buyer hash, ARGV[tail+1+3i] token hash, ARGV[tail+2+3i] order bucket
 local nonceAt = #pre + 3 -- sk:{p}:t:<nonce>
 local taken = 0
 
@@ -111,7 +126,7 @@ if hashed then
     local qty, exp = tonumber(ARGV[a + 1]), tonumber(ARGV[a + 5]) + tonumber(ARGV[a + 6])
     qtys[i], exps[i] = qty, exp
     if qty <= stock and exp > tokensFrom then
-      local b, t, nc = ARGV[tail + 2 * i], ARGV[tail + 1 + 2 * i], string.sub(KEYS[kb + 2 + 3 * i], nonceAt)
+      local b, t, nc = ARGV[tail + 3 * i], ARGV[tail + 1 + 3 * i], string.sub(KEYS[kb + 2 + 3 * i], nonceAt)
       nonce[i] = nc
       local f = users[b]
       if not f then f = {}; users[b] = f end
@@ -146,7 +161,7 @@ if hashed then
     elseif exps[i] <= tokensFrom then
       code = 3
     else
-      local t, user, nc = ARGV[tail + 1 + 2 * i], ARGV[a], nonce[i]
+      local t, user, nc = ARGV[tail + 1 + 3 * i], ARGV[a], nonce[i]
       local count = bought[user] + qty
       if used[t][nc] then
         code = 3
@@ -155,7 +170,7 @@ if hashed then
       else
         used[t][nc] = true
         bought[user] = count
-        local b = ARGV[tail + 2 * i]
+        local b = ARGV[tail + 3 * i]
         local w = wb[b]
         if not w then w = {}; wb[b] = w end
         local j = at[user]
@@ -234,6 +249,37 @@ else
 end
 
 -- The orders and their outbox entries.
+if batched then
+  -- Per order bucket one HSET of its orders (the string layout's values)
+  -- and its expiry: NX gives a new hash one, GT lengthens an older one's
+  -- to cover these orders' OrderTTL (never shortening what a rebuild or
+  -- another edge gave it); then one outbox entry for the whole call.
+  local wo, rec = {}, {}
+  for j = 1, #ok do
+    local i = ok[j]
+    local a = 5 + 9 * i
+    local v = ARGV[a] .. ':' .. ARGV[a + 1] .. ':' .. ARGV[a + 4] .. ':' .. ARGV[a + 5] .. ':' ..
+      ARGV[a + 7] .. ':' .. ARGV[a + 8]
+    local ob = tonumber(ARGV[tail + 2 + 3 * i])
+    local w = wo[ob]
+    if not w then w = {}; wo[ob] = w end
+    w[#w + 1] = ARGV[a + 3]
+    w[#w + 1] = 'p:' .. v
+    rec[j] = ARGV[a + 3] .. ':' .. v
+  end
+  for ob, w in pairs(wo) do
+    local key = KEYS[#KEYS - nb + ob]
+    redis.call('HSET', key, unpack(w))
+    local at = ARGV[#ARGV - nb - 1 + ob]
+    redis.call('PEXPIREAT', key, at, 'NX')
+    redis.call('PEXPIREAT', key, at, 'GT')
+  end
+  if #ok > 0 then
+    local share = redis.call('XADD', KEYS[2], '*', 'product', product, 'orders', table.concat(rec, ';')) .. '/' .. #ok
+    for j = 1, #ok do res[ok[j] + 2] = share end
+  end
+  ok = {}
+end
 for j = 1, #ok do
   local i = ok[j]
   local k, a = kb + 3 * i, 5 + 9 * i

@@ -14,29 +14,44 @@
 -- leaves it. Guarded like set_buyers.lua: the settle script refuses while
 -- the sale is fenced, so no settlement can race this.
 --
--- KEYS[1] sk:{p}:meta   KEYS[2] sk:{p}:due   KEYS[3..n] sk:{p}:o:<orderId>
+-- An order made again goes where the sale's ledger (the meta's "ledger")
+-- puts it: "b" its order bucket hash, else its own key. A sale whose meta
+-- was lost with Redis' memory (only the fence is left: no "initial") takes
+-- the ledger ARGV[5] here, as warm-up would have given it (no order of it
+-- survived to be in the other one).
+--
+-- KEYS[1] sk:{p}:meta   KEYS[2] sk:{p}:due
+-- then per order i: KEYS[3+2i] sk:{p}:o:<orderId>   KEYS[4+2i] sk:{p}:ob:<its bucket>
 -- ARGV[1] the fence   ARGV[2] the TTL of an order made again, ms
--- ARGV[3] "1": existing orders only   ARGV[4] "h": an order made again is
--- a hash (Options.OrderHashes)
--- then per order (KEYS[3+i]): ARGV[5+10i..14+10i] = orderId state user qty
+-- ARGV[3] "1": existing orders only   ARGV[4] "h": an order made again in
+-- the per-order ledger is a hash (Options.OrderHashes)
+-- ARGV[5] the ledger for a lost meta ("b" or "")
+-- then per order: ARGV[6+10i..15+10i] = orderId state user qty
 -- price created node payby paid closed
 -- Returns -1 when the fence is not ARGV[1] (nothing written), else the
 -- orders made again.
-if redis.call('HGET', KEYS[1], 'recovering') ~= ARGV[1] then return -1 end
+local meta = redis.call('HMGET', KEYS[1], 'recovering', 'ledger', 'initial')
+if meta[1] ~= ARGV[1] then return -1 end
+local ledger = meta[2]
+if not ledger and not meta[3] and ARGV[5] == 'b' then
+  ledger = 'b'
+  redis.call('HSET', KEYS[1], 'ledger', 'b')
+end
 local existing = ARGV[3] == '1'
 local made = 0
-for i = 0, #KEYS - 3 do
-  local k, a = KEYS[3 + i], 5 + 10 * i
+for i = 0, (#KEYS - 2) / 2 - 1 do
+  local k, bk, a = KEYS[3 + 2 * i], KEYS[4 + 2 * i], 6 + 10 * i
   local state, user, payby = ARGV[a + 1], ARGV[a + 2], ARGV[a + 7]
   local member = ARGV[a] .. ':' .. user
-  local o, str = order_read(k)
-  if o and str then
-    -- An order keeps its layout: a string is written again (KEEPTTL).
+  local o, at = order_read(k, bk, ARGV[a])
+  if o and at ~= 'h' then
+    -- An order keeps its layout: a string or a bucket field is written
+    -- again whole (its key keeps its TTL).
     o[1] = state
     if payby ~= '0' then o[7] = payby end
     if ARGV[a + 8] ~= '0' then o[8] = ARGV[a + 8] end
     if ARGV[a + 9] ~= '0' then o[9] = ARGV[a + 9] end
-    redis.call('SET', k, order_value(o), 'KEEPTTL')
+    order_put(k, bk, ARGV[a], o, at)
   elseif o then
     redis.call('HSET', k, 'state', state) -- keeps the hash's TTL
     if payby ~= '0' then redis.call('HSET', k, 'payby', payby) end
@@ -44,7 +59,7 @@ for i = 0, #KEYS - 3 do
     if ARGV[a + 9] ~= '0' then redis.call('HSET', k, 'closed', ARGV[a + 9]) end
   elseif not existing then
     o = {state, user, ARGV[a + 3], ARGV[a + 4], ARGV[a + 5], ARGV[a + 6], payby, ARGV[a + 8], ARGV[a + 9]}
-    order_make(k, o, ARGV[2], ARGV[4] == 'h')
+    order_make(k, bk, ARGV[a], o, ARGV[2], ARGV[4] == 'h', ledger == 'b')
     made = made + 1
   end
   if payby == '0' and o then payby = o[7] or '0' end

@@ -9,24 +9,25 @@
 -- KEYS[1] sk:{p}:stock   KEYS[2] sk:{p}:meta   KEYS[3] sk:{p}:o:<orderId>   KEYS[4] sk:{p}:t:<nonce>
 -- KEYS[5] sk:{p}:tk:<the token's expiry bucket> (both token layouts' keys:
 -- the meta's layout says which one marks it, keys.go)
+-- KEYS[6] sk:{p}:ob:<the order's bucket> (ledger "b": the order is there)
 -- ARGV[1] user   ARGV[2] qty   ARGV[3] price   ARGV[4] created ms   ARGV[5] node
 -- ARGV[6] order TTL ms   ARGV[7] "1" to fence, "0" to look only
 -- ARGV[8] "h": a failed order is made as a hash (Options.OrderHashes)
--- ARGV[9] the token's nonce (its field in KEYS[5])
+-- ARGV[9] the token's nonce (its field in KEYS[5])   ARGV[10] the order id
 --
 -- Returns 1 placed (the order exists: the deduction ran and succeeded),
 -- 2 not placed (fenced, now or by an earlier call), 3 absent (looked only:
 -- nothing written), 0 not now: the sale is not open on a Redis the ledger
 -- vouches for (stock key missing, closed for recovery, or a server other than
 -- the one last verified), where an order's absence proves nothing.
-local o = order_read(KEYS[3]) -- either layout (order_fn.lua is prepended)
+local o = order_read(KEYS[3], KEYS[6], ARGV[10]) -- any layout (order_fn.lua is prepended)
 if o then
   -- Only this script writes a "failed" order.
   if o[1] == 'failed' then return 2 end
   return 1
 end
 if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
-local meta = redis.call('HMGET', KEYS[2], 'recovering', 'runid', 'layout')
+local meta = redis.call('HMGET', KEYS[2], 'recovering', 'runid', 'layout', 'ledger')
 if meta[1] then return 0 end
 if meta[2] then
   local info = redis.pcall('INFO', 'server')
@@ -45,5 +46,6 @@ else
   redis.call('SET', KEYS[4], '1', 'PX', ARGV[6])
 end
 -- A "failed" order, so that the shopper's result call has an answer.
-order_make(KEYS[3], {'failed', ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], '0'}, ARGV[6], ARGV[8] == 'h')
+order_make(KEYS[3], KEYS[6], ARGV[10], {'failed', ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], '0'}, ARGV[6],
+  ARGV[8] == 'h', meta[4] == 'b')
 return 2

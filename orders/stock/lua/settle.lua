@@ -7,10 +7,12 @@
 -- oversell), and paid and expired never both happen to one order.
 --
 -- KEYS[1] sk:{p}:stock   KEYS[2] sk:{p}:meta   KEYS[3] sk:{p}:outbox   KEYS[4] sk:{p}:due
--- then per order i = 0..N-1: KEYS[5+3i] sk:{p}:o:<orderId>   KEYS[6+3i] sk:{p}:u:<user>
---   KEYS[7+3i] sk:{p}:b:<the user's shard> (both buyer layouts' keys: the
+-- then per order i = 0..N-1: KEYS[5+4i] sk:{p}:o:<orderId>   KEYS[6+4i] sk:{p}:u:<user>
+--   KEYS[7+4i] sk:{p}:b:<the user's shard> (both buyer layouts' keys: the
 --   meta's layout says which holds the count, keys.go)
--- op pay only: KEYS[8] sk:{p}:wh:<replay id>, when the call carries one
+--   KEYS[8+4i] sk:{p}:ob:<the order's bucket> (ledger "b"; order_read
+--   looks there first)
+-- op pay only: KEYS[9] sk:{p}:wh:<replay id>, when the call carries one
 -- ARGV[1] op: "cancel" (one order), "expire" (a batch), "pay" (one order)
 -- ARGV[2] product   ARGV[3] "1": fence the sale when this server is not the
 -- one its meta was verified on (see deduct.lua; "0" for the embedded server)
@@ -62,13 +64,14 @@ local function entry(o, code, xid)
   res[#res + 1] = {code, xid, order_value(o)}
 end
 
--- The settled state, one call either way: a string order is written again
--- whole, once (KEEPTTL keeps its TTL), a hash gets the changed fields.
-local function settle(okey, o, str, state, paidAt)
+-- The settled state, one call either way: a string order or a bucket field
+-- is written again whole, once (the key keeps its TTL), a hash gets the
+-- changed fields.
+local function settle(okey, obkey, id, o, at, state, paidAt)
   o[1], o[9] = state, tostring(now)
   if paidAt then o[8] = o[9] end
-  if str then
-    redis.call('SET', okey, order_value(o), 'KEEPTTL')
+  if at ~= 'h' then
+    order_put(okey, obkey, id, o, at)
   elseif paidAt then
     redis.call('HSET', okey, 'state', state, 'paid', now, 'closed', now)
   else
@@ -77,7 +80,7 @@ local function settle(okey, o, str, state, paidAt)
 end
 
 -- o = {state, user, qty, price, created, node, payby, paid, closed} (order_read)
-local function release(okey, str, bkey, shard, id, o, reason)
+local function release(okey, obkey, at, bkey, shard, id, o, reason)
   local qty = tonumber(o[3])
   redis.call('INCRBY', KEYS[1], qty)
   if hashed then
@@ -99,28 +102,28 @@ local function release(okey, str, bkey, shard, id, o, reason)
     expired = expired + qty
   end
   released = released + qty
-  settle(okey, o, str, state, false)
+  settle(okey, obkey, id, o, at, state, false)
   redis.call('ZREM', KEYS[4], id .. ':' .. o[2])
   return redis.call('XADD', KEYS[3], '*', 'type', 'release', 'reason', reason, 'released', now,
     'order', id, 'product', product, 'user', o[2], 'qty', o[3], 'price', o[4], 'created', o[5],
     'node', o[6], 'payby', o[7] or '0')
 end
 
-local function pay(okey, str, id, o)
+local function pay(okey, obkey, at, id, o)
   paid = paid + tonumber(o[3])
-  settle(okey, o, str, 'paid', true)
+  settle(okey, obkey, id, o, at, 'paid', true)
   redis.call('ZREM', KEYS[4], id .. ':' .. o[2])
   return redis.call('XADD', KEYS[3], '*', 'type', 'paid', 'paid', now,
     'order', id, 'product', product, 'user', o[2], 'qty', o[3], 'price', o[4], 'created', o[5],
     'node', o[6], 'payby', o[7] or '0')
 end
 
-local n = (#KEYS - 4) / 3
+local n = (#KEYS - 4) / 4
 if op == 'pay' then n = 1 end
 for i = 0, n - 1 do
-  local okey, bkey, shard = KEYS[5 + 3 * i], KEYS[6 + 3 * i], KEYS[7 + 3 * i]
+  local okey, bkey, shard, obkey = KEYS[5 + 4 * i], KEYS[6 + 4 * i], KEYS[7 + 4 * i], KEYS[8 + 4 * i]
   local user, id = ARGV[6 + 2 * i], ARGV[7 + 2 * i]
-  local o, str = order_read(okey)
+  local o, at = order_read(okey, obkey, id)
   local open = o and (o[1] == 'pending' or o[1] == 'success')
   local payby = o and tonumber(o[7] or '0') or 0
   if not o then
@@ -131,10 +134,10 @@ for i = 0, n - 1 do
     if op == 'expire' then redis.call('ZREM', KEYS[4], id .. ':' .. user) end -- not this order's member
     entry(o, -5, '')
   elseif op == 'cancel' then
-    if open then entry(o, 1, release(okey, str, bkey, shard, id, o, 'cancelled')) else entry(o, 0, '') end
+    if open then entry(o, 1, release(okey, obkey, at, bkey, shard, id, o, 'cancelled')) else entry(o, 0, '') end
   elseif op == 'expire' then
     if open and payby > 0 and payby <= now then
-      entry(o, 1, release(okey, str, bkey, shard, id, o, 'expired'))
+      entry(o, 1, release(okey, obkey, at, bkey, shard, id, o, 'expired'))
     elseif open and payby > now then
       entry(o, 0, '') -- not due on Redis' clock yet: left for a later sweep
     else
@@ -142,17 +145,17 @@ for i = 0, n - 1 do
       entry(o, 0, '')
     end
   else -- pay
-    if #KEYS == 8 and not redis.call('SET', KEYS[8], '1', 'NX', 'PX', ARGV[5]) then
+    if #KEYS == 9 and not redis.call('SET', KEYS[9], '1', 'NX', 'PX', ARGV[5]) then
       res[1] = -4
       entry(o, 0, '')
     elseif not open then
       entry(o, 0, '') -- paid already, or too late: the state says which
     elseif payby == 0 or now < payby then
-      entry(o, 1, pay(okey, str, id, o))
+      entry(o, 1, pay(okey, obkey, at, id, o))
     else
       -- The deadline passed and no sweep has run yet: the deadline wins,
       -- here, exactly as the sweep would have decided.
-      entry(o, 1, release(okey, str, bkey, shard, id, o, 'expired'))
+      entry(o, 1, release(okey, obkey, at, bkey, shard, id, o, 'expired'))
     end
   end
 end
