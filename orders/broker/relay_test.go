@@ -4,6 +4,7 @@ import (
 	"context"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -228,7 +229,7 @@ func TestRelayDeletedPendingEntries(t *testing.T) {
 			var ids []string
 			for range 3 {
 				_, id := deduct(t, s, "p1")
-				ids = append(ids, id)
+				ids = append(ids, stock.OutboxEntryID(id))
 			}
 			const minAge = 100 * time.Millisecond
 			r := newRelay(t, RelayConfig{Store: s, Publisher: pub, Products: func() []string { return []string{"p1"} }, MinAge: minAge})
@@ -478,5 +479,80 @@ func TestRelaySettlementEvents(t *testing.T) {
 	}
 	if e := got[ids[0]]; e.Type != order.TypePaid || e.PaidMs == 0 {
 		t.Errorf("the payment went out as %+v", e)
+	}
+}
+
+// TestRelayBatchEntries, ledger "b": the orders of one deduction script call
+// share one outbox entry. The direct path publishes each and acknowledges
+// its share; an entry with one order left unpublished stays in the outbox
+// and the relay sends it again whole — the orphan reaches Kafka, the
+// others again (duplicates the consumer drops), and the entry goes. On
+// redis-server and on the embedded miniredis.
+func TestRelayBatchEntries(t *testing.T) {
+	for _, kind := range []string{"real", "embedded"} {
+		t.Run(kind, func(t *testing.T) {
+			s := openStore(t, kind)
+			brokers, _ := startKafka(t)
+			pub := newPublisher(t, PublisherConfig{Brokers: brokers, Outbox: s})
+			stocktest.Warm(t, s, "pb", 1000, 1000)
+			ctx := context.Background()
+			// Concurrent attempts: group commit puts many in one call.
+			type placed struct {
+				a  stock.Attempt
+				id string
+			}
+			out := make([]placed, 40)
+			var wg sync.WaitGroup
+			for i := range out {
+				wg.Go(func() { a, id := deduct(t, s, "pb"); out[i] = placed{a, id} })
+			}
+			wg.Wait()
+			entries := map[string][]placed{}
+			for _, p := range out {
+				e := stock.OutboxEntryID(p.id)
+				entries[e] = append(entries[e], p)
+			}
+			var big string
+			for e, ps := range entries {
+				if len(ps) > len(entries[big]) {
+					big = e
+				}
+			}
+			if len(entries[big]) < 2 || outboxLen(t, s, "pb") != int64(len(entries)) {
+				t.Fatalf("%d entries for %d orders (largest %d): want one per script call, one with several", outboxLen(t, s, "pb"), len(out), len(entries[big]))
+			}
+			orphan := entries[big][0].a.ID
+			for _, p := range out {
+				if p.a.ID == orphan {
+					continue
+				}
+				if err := pub.PublishAndAck(ctx, OrderEvent(&p.a.Order), p.id); err != nil {
+					t.Fatal(err)
+				}
+			}
+			await.Until(t, 20*time.Second, "every complete entry to go", func() bool { return outboxLen(t, s, "pb") == 1 })
+			if _, got := readOrders(t, brokers); got[orphan] != 0 {
+				t.Fatalf("the orphan is in Kafka before the relay ran")
+			}
+			r := newRelay(t, RelayConfig{Store: s, Publisher: pub, Products: func() []string { return []string{"pb"} }, MinAge: 200 * time.Millisecond})
+			r.Start()
+			await.Until(t, 20*time.Second, "the relay to send the batch entry", func() bool {
+				return outboxLen(t, s, "pb") == 0 && r.Stats().Relayed >= 1
+			})
+			got, counts := readOrders(t, brokers)
+			for _, p := range out {
+				if want := OrderEvent(&p.a.Order); got[p.a.ID] != want || counts[p.a.ID] < 1 {
+					t.Errorf("order %d: Kafka has %+v (%d times), want %+v", p.a.ID, got[p.a.ID], counts[p.a.ID], want)
+				}
+			}
+			for _, p := range entries[big] {
+				if counts[p.a.ID] != 2 && p.a.ID != orphan {
+					t.Errorf("order %d of the re-sent entry is in Kafka %d times, want 2", p.a.ID, counts[p.a.ID])
+				}
+			}
+			if n := pendingCount(t, s, "pb"); n != 0 {
+				t.Errorf("relay group still has %d pending entries", n)
+			}
+		})
 	}
 }

@@ -62,6 +62,13 @@ func (s *Store) AckOutbox(ctx context.Context, productID string, ids ...string) 
 	return nil
 }
 
+// OutboxEntryID is the stream entry id of an Outcome.OutboxID, which in
+// ledger "b" is "<entry id>/<orders>".
+func OutboxEntryID(outboxID string) string {
+	id, _, _ := strings.Cut(outboxID, "/")
+	return id
+}
+
 // shares counts the acknowledged orders of batch entries (AckOutbox).
 type shares struct {
 	mu sync.Mutex
