@@ -34,6 +34,12 @@ func Snapshots(dir string, saveEvery time.Duration) Option {
 	return func(o *stock.Options) { o.DataDir, o.SaveEvery = dir, saveEvery }
 }
 
+// OrderKeys warms new sales in the per-order ledger (stock.Options.OrderKeys)
+// when on; off, in ledger "b".
+func OrderKeys(on bool) Option {
+	return func(o *stock.Options) { o.OrderKeys = on }
+}
+
 // WithOptions opens with opts as given, replacing every default.
 func WithOptions(opts stock.Options) Option {
 	return func(o *stock.Options) { *o = opts }

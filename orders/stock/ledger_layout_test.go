@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/redis/rueidis"
 )
@@ -238,5 +239,150 @@ func TestDeductRefusesAnUnknownLedger(t *testing.T) {
 	}
 	if n, _ := s.OutboxLen(ctx, p); n != 0 {
 		t.Errorf("%d outbox entries after a refused call", n)
+	}
+}
+
+// The ledger rebuild is exact in both ledgers, on a standalone Redis and on
+// a cluster: after a loss (the stock key, an order, a buyer's count gone)
+// the rebuild gives every order the ledger's state in the sale's ledger —
+// the lost one made again where this ledger keeps it, with a TTL — the due
+// set exactly the unpaid orders with a deadline, every buyer her count and
+// the stock what is left; and the reopened sale settles each order once.
+func TestRebuildIsExactInBothLedgers(t *testing.T) {
+	for _, kind := range []string{"standalone", "cluster"} {
+		for _, l := range ledgers {
+			t.Run(kind+"/"+l.name, func(t *testing.T) {
+				var s *Store
+				if kind == "cluster" {
+					s, _ = openCluster(t, Options{OrderKeys: l.orderKeys})
+				} else {
+					s, _ = openReal(t, Options{OrderKeys: l.orderKeys})
+				}
+				testRebuildExact(t, s, !l.orderKeys)
+			})
+		}
+	}
+}
+
+func testRebuildExact(t *testing.T, s *Store, batches bool) {
+	ctx := context.Background()
+	const p, stockN, limit = "rx", 40, 5
+	warm(t, s, p, stockN, limit)
+	if batchedSale(t, s, p) != batches {
+		t.Fatalf("sale of ledger b: %v, want %v", !batches, batches)
+	}
+	// Eight purchases at once (group commit: a few calls), all stored.
+	as := make([]Attempt, 8)
+	var wg sync.WaitGroup
+	for i := range as {
+		as[i] = attempt(p, "w"+strconv.Itoa(i), 1+i%2, limit)
+		as[i].PayByMs = as[i].CreatedMs + time.Hour.Milliseconds()
+		wg.Go(func() {
+			if out := mustDeduct(t, s, as[i]); out.Code != OK {
+				t.Errorf("deduct %d: %v", i, out.Code)
+			}
+		})
+	}
+	wg.Wait()
+	ids := make([]int64, len(as))
+	for i, a := range as {
+		ids[i] = a.ID
+	}
+	if n, err := s.MarkSuccess(ctx, p, ids...); err != nil || n != len(as) {
+		t.Fatalf("MarkSuccess = %d, %v", n, err)
+	}
+	paid, err := s.Pay(ctx, p, as[0].ID, "", 0)
+	if err != nil || !paid.Changed {
+		t.Fatalf("pay: %+v %v", paid, err)
+	}
+	cancelled, err := s.Cancel(ctx, p, as[1].ID)
+	if err != nil || !cancelled.Changed {
+		t.Fatalf("cancel: %+v %v", cancelled, err)
+	}
+	for i, a := range as {
+		if home := orderHome(t, s, p, a.ID); (home == OrderBucketKey(p, a.ID)) != batches {
+			t.Fatalf("order %d lives in %s", i, home)
+		}
+	}
+	// The loss: the stock key, order 2 and w3's count.
+	info := saleInfo(t, s, p)
+	c := s.c
+	lost := c.B().Del().Key(OrderKey(p, as[2].ID)).Build()
+	if batches {
+		lost = c.B().Hdel().Key(OrderBucketKey(p, as[2].ID)).Field(i64(as[2].ID)).Build()
+	}
+	for _, cmd := range []rueidis.Completed{c.B().Del().Key(StockKey(p)).Build(), lost} {
+		if err := c.Do(ctx, cmd).Error(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	forgetBuyer(t, s, p, "w3")
+
+	// The ledger's view.
+	var orders []OrderInfo
+	buyers := map[string]int64{}
+	var held int64
+	for i, a := range as {
+		o := OrderInfo{Order: a.Order, State: StateSuccess}
+		switch i {
+		case 0:
+			o.State, o.PaidMs, o.ClosedMs = StatePaid, paid.AtMs, paid.AtMs
+		case 1:
+			o.State, o.ClosedMs = StateReleased, cancelled.AtMs
+		}
+		orders = append(orders, o)
+		if i != 1 {
+			buyers[a.UserID] = int64(a.Qty)
+			held += int64(a.Qty)
+		} else {
+			buyers[a.UserID] = 0
+		}
+	}
+	fence := fenceNow(t, s, p)
+	_, reopened, err := s.Rebuild(ctx, Rebuild{
+		SaleStock: SaleStock{ProductID: p, Stock: stockN - held, Initial: stockN, Released: int64(as[1].Qty),
+			Paid: int64(as[0].Qty), Limit: limit, Price: 1999, EndMs: info.EndMs},
+		Fence: fence, Buyers: buyers, Orders: orders,
+	})
+	if err != nil || !reopened {
+		t.Fatalf("Rebuild = %v, %v", reopened, err)
+	}
+	got, err := s.Orders(ctx, p, ids)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, want := range orders {
+		o := got[want.ID]
+		if o.Order != want.Order || o.State != want.State || o.PaidMs != want.PaidMs || o.ClosedMs != want.ClosedMs {
+			t.Errorf("order %d after the rebuild: %+v, want %+v", i, o, want)
+		}
+		home := orderHome(t, s, p, want.ID)
+		if (home == OrderBucketKey(p, want.ID)) != batches || pttl(t, s, home) <= 0 {
+			t.Errorf("order %d lives in %s, PTTL %d", i, home, pttl(t, s, home))
+		}
+	}
+	if _, total, err := s.NextDeadlines(ctx, p, 20); err != nil || total != int64(len(as)-2) {
+		t.Errorf("due set holds %d (%v), want the %d unpaid orders", total, err, len(as)-2)
+	}
+	for u, n := range buyers {
+		if b, err := s.Bought(ctx, p, u); err != nil || b != n {
+			t.Errorf("%s bought %d (%v), want %d", u, b, err, n)
+		}
+	}
+	if rem := remaining(t, s, p); rem != stockN-held {
+		t.Fatalf("remaining %d, want %d", rem, stockN-held)
+	}
+	// Each order settles once: the lost one cancelled gives its units back
+	// once; the paid one stays paid.
+	for range 2 {
+		if _, err := s.Cancel(ctx, p, as[2].ID); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if again, err := s.Cancel(ctx, p, as[0].ID); err != nil || again.Changed || again.Info.State != StatePaid {
+		t.Errorf("cancel of a paid order after the rebuild: %+v %v", again, err)
+	}
+	if rem := remaining(t, s, p); rem != stockN-held+int64(as[2].Qty) {
+		t.Errorf("remaining %d after one cancel (twice), want %d", rem, stockN-held+int64(as[2].Qty))
 	}
 }
