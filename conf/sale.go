@@ -29,6 +29,13 @@ type SaleConfig struct {
 	// (they know only those keys), unset it once none does. A sale keeps
 	// the layout it was warmed with; this version serves both.
 	BuyerKeys bool `yaml:"buyer_keys"`
+	// OrderKeys warms new sales in the per-order ledger: one Redis key and
+	// one outbox entry per order, the only one the versions before the
+	// order bucket hashes know (they can neither read a batched sale's
+	// orders nor relay or rebuild it). Set it while edges of such a version
+	// serve the same Redis, unset it once none does. A sale keeps the
+	// ledger it was warmed with; this version serves both.
+	OrderKeys bool `yaml:"order_keys"`
 	// RefreshInterval is how often the edge re-reads sales and stock from
 	// Redis (sold-out flags are also pushed; this is the safety net).
 	RefreshInterval time.Duration `yaml:"refresh_interval"`

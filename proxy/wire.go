@@ -205,6 +205,7 @@ func openStock(ctx context.Context, cfg *conf.Config, log *slog.Logger, embedded
 		OrderTTL:      cfg.Sale.OrderTTL,
 		OrderHashes:   cfg.Sale.OrderHashes,
 		BuyerKeys:     cfg.Sale.BuyerKeys,
+		OrderKeys:     cfg.Sale.OrderKeys,
 		DataDir:       dataDir,
 		Username:      username,
 		Password:      password,
