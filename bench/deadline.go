@@ -443,9 +443,16 @@ func deadlineStates(rc *redisConn, product string, ids []int64) (closed []int64,
 
 func str(v any) string { s, _ := v.(string); return s }
 
-// readOrder reads an order in either of orders/stock's layouts: the string
-// (GET), or an older edge's hash (the GET answers WRONGTYPE).
+// readOrder reads an order in any of orders/stock's layouts: a field of
+// its order bucket hash (ledger "b"), the string (GET), or an older edge's
+// hash (the GET answers WRONGTYPE).
 func readOrder(rc *redisConn, product string, id int64) (stock.OrderInfo, error) {
+	if v, err := rc.Do("HGET", stock.OrderBucketKey(product, id), strconv.FormatInt(id, 10)); err != nil {
+		return stock.OrderInfo{}, fmt.Errorf("HGET order %d: %w", id, err)
+	} else if s := str(v); s != "" {
+		o, _ := stock.ParseOrder(product, id, s)
+		return o, nil
+	}
 	key := stock.OrderKey(product, id)
 	v, err := rc.Do("GET", key)
 	if err != nil && strings.Contains(err.Error(), "WRONGTYPE") {

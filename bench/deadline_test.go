@@ -37,9 +37,10 @@ func TestSummarizeDeadlines(t *testing.T) {
 	}
 }
 
-// TestDeadlineStatesReadsBothLayouts: an expired order written as a string
-// (this version) and one written as a hash (an older edge's) both count,
-// with their lateness; an unpaid one and a missing one count as unreleased.
+// TestDeadlineStatesReadsBothLayouts: an expired order written as a string,
+// one in its order bucket hash (ledger "b") and one written as a hash (an
+// older edge's) all count, with their lateness; an unpaid one and a missing
+// one count as unreleased.
 func TestDeadlineStatesReadsBothLayouts(t *testing.T) {
 	srv := redistest.New(t)
 	rc, err := dialRedis(srv.Addr())
@@ -51,13 +52,15 @@ func TestDeadlineStatesReadsBothLayouts(t *testing.T) {
 		{"SET", stock.OrderKey("p", 1), "E:alice:1:1999:1000:1:5000:0:5040"},
 		{"HSET", stock.OrderKey("p", 2), "state", "expired", "user", "bob", "payby", "6000", "closed", "6010"},
 		{"SET", stock.OrderKey("p", 3), "s:carol:1:1999:1000:1:9000"},
+		{"HSET", stock.OrderBucketKey("p", 5), "5", "E:dave:1:1999:1000:1:7000:0:7020"},
 	} {
 		if _, err := rc.Do(cmd...); err != nil {
 			t.Fatal(err)
 		}
 	}
-	closed, late, unreleased, err := deadlineStates(rc, "p", []int64{1, 2, 3, 4})
-	if err != nil || len(closed) != 2 || closed[0] != 5040 || closed[1] != 6010 || late[0] != 40 || late[1] != 10 || unreleased != 2 {
+	closed, late, unreleased, err := deadlineStates(rc, "p", []int64{1, 2, 3, 4, 5})
+	if err != nil || len(closed) != 3 || closed[0] != 5040 || closed[1] != 6010 || closed[2] != 7020 ||
+		late[0] != 40 || late[1] != 10 || late[2] != 20 || unreleased != 2 {
 		t.Fatalf("deadlineStates = %v %v %d %v", closed, late, unreleased, err)
 	}
 }

@@ -194,6 +194,10 @@ func OrderBucketKey(product string, orderID int64) string {
 	return prefix(product) + orderBucketSuffix + strconv.FormatInt(OrderBucket(orderID), 10)
 }
 
+// orderBucketKeyPrefix is sk:{p}:ob:, what every OrderBucketKey of p
+// starts with.
+func orderBucketKeyPrefix(product string) string { return prefix(product) + orderBucketSuffix }
+
 // OrderBucket is the number of orderID's bucket: the id's milliseconds
 // since orderid.Epoch (orderid.Time) over orderBucketMs.
 func OrderBucket(orderID int64) int64 {

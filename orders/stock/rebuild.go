@@ -54,7 +54,7 @@ func (s *Store) SurvivingOrders(ctx context.Context, productID string) (map[int6
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	pre, bpre := orderKeyPrefix(productID), prefix(productID)+orderBucketSuffix
+	pre, bpre := orderKeyPrefix(productID), orderBucketKeyPrefix(productID)
 	out := map[int64]string{}
 	for _, k := range s.mini.Keys() {
 		if strings.HasPrefix(k, bpre) && s.mini.Type(k) == "hash" { // ledger "b"
