@@ -113,7 +113,8 @@ local taken = 0
 -- Redis time is the cost here (~1 µs per redis.call): per-key, a
 -- successful attempt makes 5 calls (6 with OrderHashes), a rejected one at
 -- most 3, a sold-out one none; layout "2" makes 2 per successful attempt
--- (order, outbox entry) and 3 per hash the batch touches.
+-- (order, outbox entry) and 3 per hash the batch touches; with ledger "b"
+-- too, none per attempt: 3 per order bucket and one outbox entry a call.
 local ok = {} -- the successful attempts' i, in queue order
 if hashed then
   -- The batch's counts and marks, one HMGET per hash it touches, into Lua

@@ -1,0 +1,163 @@
+package stock
+
+import (
+	"context"
+	"strconv"
+	"testing"
+	"time"
+
+	"flashgate/internal/redistest"
+)
+
+// BenchmarkLedgerRedisCPU is Redis' own CPU per purchase in the two ledgers
+// (keys.go), side by side: "orders" a sale warmed with OrderKeys (per order
+// a string SET PX and an XADD; its XDEL; its GET + SETRANGE mark), "batches"
+// one warmed without (per call one HSET per order bucket and one XADD; one
+// XDEL per entry; per stored batch one HMGET + one HSET per bucket). Both
+// sales keep their buyers and tokens in hashes (the default). A purchase is
+// the three calls of its life on the hot path: the deduction (the edge's
+// own call, batch.build), the outbox entry's removal once Kafka has the
+// order (AckOutbox, as the publisher's acker sends it per call's orders),
+// and the consumer's success mark (MarkSuccess) with a pay deadline, so
+// that the due set's ZADD counts too. batch64 is one hot product's group
+// commit (64 attempts a call, every one a new shopper with a new token),
+// batch1 a quiet sale (one attempt a call, marked alone). The two servers
+// run in the same time window, call by call alternating, as
+// BenchmarkOrderLayoutRedisCPU does:
+//
+//	go test -run '^$' -bench LedgerRedisCPU -benchtime 64000x -count 4 ./orders/stock/
+//
+// orders-us/op and batches-us/op are the two servers' CPU per purchase,
+// batches/orders their ratio, *-deduct-us, *-ack-us and *-mark-us the
+// split, *-calls/op the commands the scripts and the acks ran per purchase.
+// Results: bench/README.md, Findings.
+func BenchmarkLedgerRedisCPU(b *testing.B) {
+	for _, size := range []int{64, 1} {
+		b.Run("batch"+strconv.Itoa(size), func(b *testing.B) {
+			orders, batches := newLedgerBench(b, true, size), newLedgerBench(b, false, size)
+			ls := []*ledgerBench{orders, batches}
+			b.ResetTimer()
+			for _, step := range []func(*ledgerBench, *testing.B, int){(*ledgerBench).deduct, (*ledgerBench).ack, (*ledgerBench).mark} {
+				for _, l := range ls {
+					l.snap(b)
+				}
+				for i := range orders.calls {
+					for _, l := range ls {
+						step(l, b, i)
+					}
+				}
+			}
+			for _, l := range ls {
+				l.snap(b)
+			}
+			b.StopTimer()
+			n := float64(b.N)
+			for _, l := range ls {
+				l.check(b)
+				b.ReportMetric((l.cpu[3]-l.cpu[0])/n, l.name+"-us/op")
+				b.ReportMetric((l.cpu[1]-l.cpu[0])/n, l.name+"-deduct-us/op")
+				b.ReportMetric((l.cpu[2]-l.cpu[1])/n, l.name+"-ack-us/op")
+				b.ReportMetric((l.cpu[3]-l.cpu[2])/n, l.name+"-mark-us/op")
+				b.ReportMetric((l.cmds[3]-l.cmds[0])/n, l.name+"-calls/op")
+			}
+			b.ReportMetric((batches.cpu[3]-batches.cpu[0])/(orders.cpu[3]-orders.cpu[0]), "batches/orders")
+			b.ReportMetric((batches.cpu[1]-batches.cpu[0])/(orders.cpu[1]-orders.cpu[0]), "deduct-batches/orders")
+		})
+	}
+}
+
+// ledgerBench is one ledger's server, store and prepared calls.
+type ledgerBench struct {
+	name      string
+	orderKeys bool
+	s         *Store
+	calls     []*batch
+	ids       [][]int64  // each call's order ids
+	outboxIDs [][]string // each call's Outcome.OutboxIDs, once deducted
+	redisMeter
+}
+
+const ledgerProduct = "ledger"
+
+func newLedgerBench(b *testing.B, orderKeys bool, size int) *ledgerBench {
+	srv := redistest.New(b)
+	ctx := context.Background()
+	s, err := Open(ctx, srv.Addr(), testOptions(Options{OrderKeys: orderKeys}))
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { s.Close() })
+	p := ledgerProduct
+	if _, err := s.Warm(ctx, SaleStock{ProductID: p, Stock: 1 << 50, Limit: 1 << 30, EndMs: time.Now().Add(time.Hour).UnixMilli()}); err != nil {
+		b.Fatal(err)
+	}
+	l := &ledgerBench{name: map[bool]string{true: "orders", false: "batches"}[orderKeys], orderKeys: orderKeys, s: s}
+	now := time.Now().UnixMilli()
+	// The calls are built before the clock starts: only Redis is measured.
+	pr := s.product(p)
+	for lo := 0; lo < b.N; lo += size {
+		bt := new(batch)
+		var ids []int64
+		for i := lo; i < min(lo+size, b.N); i++ {
+			a := attempt(p, "user"+strconv.Itoa(i), 1, 1<<30)
+			a.CreatedMs, a.TokenExpiresMs, a.PayByMs = now, now+600_000, now+15*time.Minute.Milliseconds()
+			bt.send = append(bt.send, &call{a: a})
+			ids = append(ids, a.ID)
+		}
+		bt.build(pr, s)
+		l.calls = append(l.calls, bt)
+		l.ids = append(l.ids, ids)
+	}
+	l.outboxIDs = make([][]string, len(l.calls))
+	// Loads the scripts (on a sale that is not warmed: nothing is written).
+	const none = "none"
+	if err := deductScript.Exec(ctx, s.c, []string{StockKey(none), OutboxKey(none), MetaKey(none)}, []string{none, s.graceMs, s.orderTTLMs, s.fenceArg()}).Error(); err != nil {
+		b.Fatal(err)
+	}
+	if _, err := s.MarkSuccess(ctx, none, 1); err != nil {
+		b.Fatal(err)
+	}
+	return l
+}
+
+func (l *ledgerBench) snap(b *testing.B) { l.snapOf(b, l.s.c) }
+
+func (l *ledgerBench) deduct(b *testing.B, i int) {
+	c := l.calls[i]
+	res, err := deductScript.Exec(context.Background(), l.s.c, c.keys, c.args).ToArray()
+	placed(b, l.name, res, err, len(c.send))
+	ids := make([]string, len(c.send))
+	for j := range ids {
+		ids[j], _ = res[j+1].ToString()
+	}
+	l.outboxIDs[i] = ids
+}
+
+func (l *ledgerBench) ack(b *testing.B, i int) {
+	if err := l.s.AckOutbox(context.Background(), ledgerProduct, l.outboxIDs[i]...); err != nil {
+		b.Fatal(err)
+	}
+}
+
+func (l *ledgerBench) mark(b *testing.B, i int) {
+	if n, err := l.s.MarkSuccess(context.Background(), ledgerProduct, l.ids[i]...); err != nil || n != len(l.ids[i]) {
+		b.Fatalf("%s mark: %d, %v", l.name, n, err)
+	}
+}
+
+// check: the sale has the ledger measured, its outbox is empty, its first
+// order marked.
+func (l *ledgerBench) check(b *testing.B) {
+	ctx := context.Background()
+	id := l.ids[0][0]
+	o, ok, err := l.s.OrderState(ctx, ledgerProduct, id)
+	if batchedSale(b, l.s, ledgerProduct) == l.orderKeys || !ok || err != nil || o.State != StateSuccess {
+		b.Fatalf("%s ledger: order %+v %v %v", l.name, o, ok, err)
+	}
+	if (orderHome(b, l.s, ledgerProduct, id) == OrderKey(ledgerProduct, id)) != l.orderKeys {
+		b.Fatalf("%s ledger: order %d in %s", l.name, id, orderHome(b, l.s, ledgerProduct, id))
+	}
+	if n, err := l.s.OutboxLen(ctx, ledgerProduct); err != nil || n != 0 {
+		b.Fatalf("%s ledger: %d outbox entries left (%v)", l.name, n, err)
+	}
+}
