@@ -201,6 +201,46 @@ func readOrders(ctx context.Context, c rueidis.Client, productID string, ids []i
 	return nil
 }
 
+// ScanOrderIDs lists the ids of every order of one product in Redis, in
+// either ledger, over a client of the caller's, by SCAN of its order keys
+// and order bucket hashes (HKEYS): for tests and tools on a standalone
+// server, never on a hot path (a SCAN walks the whole keyspace).
+func ScanOrderIDs(ctx context.Context, c rueidis.Client, productID string) ([]int64, error) {
+	if err := checkProduct(productID); err != nil {
+		return nil, err
+	}
+	var ids []int64
+	for _, pre := range []string{orderKeyPrefix(productID), orderBucketKeyPrefix(productID)} {
+		for cursor := uint64(0); ; {
+			e, err := c.Do(ctx, c.B().Scan().Cursor(cursor).Match(pre+"*").Count(1000).Build()).AsScanEntry()
+			if err != nil {
+				return nil, fmt.Errorf("stock: scan %s: %w", pre, err)
+			}
+			for _, k := range e.Elements {
+				if pre == orderKeyPrefix(productID) {
+					if id, err := strconv.ParseInt(k[len(pre):], 10, 64); err == nil {
+						ids = append(ids, id)
+					}
+					continue
+				}
+				fields, err := c.Do(ctx, c.B().Hkeys().Key(k).Build()).AsStrSlice()
+				if err != nil {
+					return nil, fmt.Errorf("stock: order bucket %s: %w", k, err)
+				}
+				for _, f := range fields {
+					if id, err := strconv.ParseInt(f, 10, 64); err == nil {
+						ids = append(ids, id)
+					}
+				}
+			}
+			if cursor = e.Cursor; cursor == 0 {
+				break
+			}
+		}
+	}
+	return ids, nil
+}
+
 // Orders reads the orders of the given ids, in either layout, in chunks
 // (ReadOrders); ids without an order are absent from the map.
 func (s *Store) Orders(ctx context.Context, productID string, ids []int64) (map[int64]OrderInfo, error) {

@@ -290,14 +290,17 @@ func (f *fleet) outboxOf(products []string, node int) []ordID {
 			f.t.Fatalf("XRANGE outbox of %s: %v", p, err)
 		}
 		for _, e := range entries {
-			if e.FieldValues["node"] != strconv.Itoa(node) {
-				continue
-			}
-			id, err := strconv.ParseInt(e.FieldValues["order"], 10, 64)
+			// One order's entry, or a deduction call's (ledger b): all
+			// of its orders are the same edge's.
+			evs, err := (&stock.OutboxEntry{ID: e.ID, Fields: e.FieldValues}).Events()
 			if err != nil {
-				f.t.Fatalf("outbox entry %s of %s: order %q", e.ID, p, e.FieldValues["order"])
+				f.t.Fatalf("outbox entry %s of %s: %v", e.ID, p, err)
 			}
-			out = append(out, ordID{p, id})
+			for _, ev := range evs {
+				if ev.Edge == node {
+					out = append(out, ordID{p, ev.ID})
+				}
+			}
 		}
 	}
 	return out

@@ -343,33 +343,20 @@ func (r *rdb) orders(p string) (orders []string, units int64) {
 	r.t.Helper()
 	ctx, cancel := r.ctx()
 	defer cancel()
-	prefix := "sk:{" + p + "}:o:"
-	var keys []string
-	var cursor uint64
-	for {
-		e, err := r.c.Do(ctx, r.c.B().Scan().Cursor(cursor).Match(prefix+"*").Count(1000).Build()).AsScanEntry()
-		if err != nil {
-			r.t.Fatalf("SCAN %s: %v", prefix, err)
-		}
-		keys = append(keys, e.Elements...)
-		if cursor = e.Cursor; cursor == 0 {
-			break
-		}
-	}
-	ids := make([]int64, len(keys))
-	for i, k := range keys {
-		ids[i], _ = strconv.ParseInt(strings.TrimPrefix(k, prefix), 10, 64)
+	ids, err := stock.ScanOrderIDs(ctx, r.c, p)
+	if err != nil {
+		r.t.Fatal(err)
 	}
 	m, err := stock.ReadOrders(ctx, r.c, p, ids)
 	if err != nil {
 		r.t.Fatalf("read orders of %s: %v", p, err)
 	}
-	for i, k := range keys {
-		o, ok := m[ids[i]]
+	for _, id := range ids {
+		o, ok := m[id]
 		if !ok {
-			r.t.Fatalf("order %s: unreadable", k)
+			r.t.Fatalf("order %s/%d: unreadable", p, id)
 		}
-		orders = append(orders, strings.TrimPrefix(k, prefix))
+		orders = append(orders, strconv.FormatInt(id, 10))
 		units += int64(o.Qty)
 	}
 	return orders, units

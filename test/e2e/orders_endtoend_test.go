@@ -8,8 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redis/rueidis"
-
+	"flashgate/internal/stocktest"
 	"flashgate/orders/stock"
 )
 
@@ -99,7 +98,7 @@ func TestTenThousandOrdersEndToEnd(t *testing.T) {
 	_, created := env.orderStates(ok)
 	lat := watch.latencies(ok, created)
 	if len(lat) != len(ok) {
-		t.Errorf("saw %d of %d orders turn success through keyspace events", len(lat), len(ok))
+		t.Errorf("saw %d of %d orders turn success through their stored broadcasts", len(lat), len(ok))
 	}
 	e2e := lastStored.Sub(l.start)
 	t.Logf("%d purchases answered in %v (%.0f orders/s, token+do, 64 buyers); do+token latency p50 %v p99 %v",
@@ -111,53 +110,49 @@ func TestTenThousandOrdersEndToEnd(t *testing.T) {
 		percentile(lat, 0.5), percentile(lat, 0.9), percentile(lat, 0.99), percentile(lat, 1))
 }
 
-// storedWatch records when each order's state turns success, from Redis
-// keyspace events: the deduction script's SET creates the order (pending),
-// the consumer's MarkSuccess SETRANGEs its state byte to success only after
-// the row is inserted into ClickHouse and the offsets committed. An order
-// key's setrange is therefore an upper bound of "row visible".
+// storedWatch records when each order's state turns success, from the
+// edges' own broadcast of it (stock.Store.PublishStored, which the consumer
+// sends right after MarkSuccess, after the rows were inserted into
+// ClickHouse and before the offsets are committed): an upper bound of "row
+// visible", in either ledger (a keyspace event would name the order's key
+// in one, only its order bucket hash in the other).
 type storedWatch struct {
 	mu    sync.Mutex
-	seen  map[string]int
-	at    map[string]time.Time
+	at    map[ordID]time.Time
 	final time.Time
 }
 
 func watchStored(t *testing.T, env *ordEnv) *storedWatch {
 	t.Helper()
-	c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{env.redis.Addr()}, DisableCache: true})
-	if err != nil {
-		t.Fatal(err)
-	}
+	st := stocktest.Open(t, env.redis.Addr())
 	ctx, cancel := context.WithCancel(context.Background())
-	w := &storedWatch{seen: map[string]int{}, at: map[string]time.Time{}}
-	done := make(chan struct{})
-	t.Cleanup(func() { cancel(); <-done; c.Close() })
-	if err := c.Do(ctx, c.B().ConfigSet().ParameterValue().ParameterValue("notify-keyspace-events", "E$").Build()).Error(); err != nil {
-		t.Fatalf("CONFIG SET notify-keyspace-events: %v", err)
-	}
-	const channel = "__keyevent@0__:setrange"
-	go func() {
-		defer close(done)
-		c.Receive(ctx, c.B().Subscribe().Channel(channel).Build(), func(m rueidis.PubSubMessage) {
-			if !strings.Contains(m.Message, "}:o:") {
-				return
-			}
-			now := time.Now()
-			w.mu.Lock()
-			w.seen[m.Message]++
-			if w.seen[m.Message] == 1 {
-				w.at[m.Message] = now
+	w := &storedWatch{at: map[ordID]time.Time{}}
+	subscribed := make(chan struct{}, 1)
+	sub := st.SubscribeChanges(ctx, stock.Follow{Missed: func(context.Context) {
+		select {
+		case subscribed <- struct{}{}:
+		default:
+		}
+	}}, func(c stock.StateChange) {
+		if c.Kind != stock.KindStored {
+			return
+		}
+		now := time.Now()
+		w.mu.Lock()
+		for _, id := range c.OrderIDs {
+			k := ordID{product: strings.Clone(c.ProductID), id: id}
+			if _, seen := w.at[k]; !seen {
+				w.at[k] = now
 				w.final = now
 			}
-			w.mu.Unlock()
-		})
-	}()
-	if !waitFor(5*time.Second, func() bool {
-		m, err := env.rd.c.Do(ctx, env.rd.c.B().PubsubNumsub().Channel(channel).Build()).AsIntMap()
-		return err == nil && m[channel] == 1
-	}) {
-		t.Fatal("keyspace event subscription not active within 5s")
+		}
+		w.mu.Unlock()
+	}, func(msg string) { t.Errorf("malformed state change %q", msg) })
+	t.Cleanup(func() { cancel(); sub.Stop() })
+	select {
+	case <-subscribed:
+	case <-time.After(5 * time.Second):
+		t.Fatal("state change subscription not active within 5s")
 	}
 	return w
 }
@@ -174,7 +169,7 @@ func (w *storedWatch) latencies(ids []ordID, createdMs []int64) []time.Duration 
 	defer w.mu.Unlock()
 	var out []time.Duration
 	for i, id := range ids {
-		if at, ok := w.at[stock.OrderKey(id.product, id.id)]; ok && createdMs[i] > 0 {
+		if at, ok := w.at[id]; ok && createdMs[i] > 0 {
 			out = append(out, at.Sub(time.UnixMilli(createdMs[i])).Round(time.Millisecond))
 		}
 	}
