@@ -34,7 +34,8 @@ type SaleConfig struct {
 	// order bucket hashes know (they can neither read a batched sale's
 	// orders nor relay or rebuild it). Set it while edges of such a version
 	// serve the same Redis, unset it once none does. A sale keeps the
-	// ledger it was warmed with; this version serves both.
+	// ledger it was warmed with; this version serves both. BuyerKeys and
+	// OrderHashes imply it: their older versions know only this ledger.
 	OrderKeys bool `yaml:"order_keys"`
 	// RefreshInterval is how often the edge re-reads sales and stock from
 	// Redis (sold-out flags are also pushed; this is the safety net).

@@ -132,9 +132,17 @@ func runNoOversell(t *testing.T, s *Store, tag string, minQty, maxQty, limit, go
 }
 
 func TestNoOversell(t *testing.T) {
-	for _, l := range ledgers {
+	// Both ledgers; and ledger b with per-key buyers and tokens (no option
+	// warms such a sale, BuyerKeys implies OrderKeys, but the script
+	// serves whatever the meta says).
+	for _, l := range []struct {
+		name    string
+		opts    Options
+		perKeys bool
+	}{{"orders", Options{OrderKeys: true}, false}, {"batches", Options{}, false}, {"batches-buyerkeys", Options{}, true}} {
 		t.Run(l.name, func(t *testing.T) {
-			s, _ := openReal(t, Options{OrderKeys: l.orderKeys})
+			s, _ := openReal(t, l.opts)
+			s.buyersArg = buyersArg(l.perKeys)
 			for _, tc := range []struct {
 				name                string
 				minQty, maxQty, lim int
@@ -144,6 +152,10 @@ func TestNoOversell(t *testing.T) {
 			} {
 				t.Run(tc.name, func(t *testing.T) {
 					runNoOversell(t, s, tc.name, tc.minQty, tc.maxQty, tc.lim, 64, 40)
+					p := tc.name + "-a"
+					if batchedSale(t, s, p) == l.opts.OrderKeys || hashedSale(t, s, p) == l.perKeys {
+						t.Errorf("%s: ledger b %v, buyer hashes %v", p, batchedSale(t, s, p), hashedSale(t, s, p))
+					}
 				})
 			}
 			calls, attempts := s.Stats()

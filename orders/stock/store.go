@@ -69,7 +69,8 @@ type Options struct {
 	// of such a version serve the same Redis: they can neither read a "b"
 	// sale's orders and outbox entries nor rebuild it. A sale keeps the
 	// ledger it was warmed with for life; this version serves both.
-	// OrderHashes implies it (its versions know no other ledger).
+	// OrderHashes and BuyerKeys imply it (their versions know no other
+	// ledger).
 	OrderKeys bool
 	// BuyerGrace is how long a buyer's count outlives the sale's end
 	// (default 7 days), so that nobody can buy again after it expired.
@@ -236,7 +237,7 @@ func Open(ctx context.Context, addr string, opts Options) (*Store, error) {
 		orderTTLMs: strconv.FormatInt(opts.OrderTTL.Milliseconds(), 10),
 		layoutArg:  layoutArg(opts.OrderHashes),
 		buyersArg:  buyersArg(opts.BuyerKeys),
-		ledgerArg:  ledgerArg(opts.OrderKeys || opts.OrderHashes),
+		ledgerArg:  ledgerArg(opts.OrderKeys || opts.OrderHashes || opts.BuyerKeys),
 	}
 	empty := map[string]*product{}
 	s.products.Store(&empty)
