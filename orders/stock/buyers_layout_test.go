@@ -438,21 +438,7 @@ func TestBuyerKeysRollingUpgrade(t *testing.T) {
 		}()
 	}
 	wg.Wait()
-	var sold int
-	for u, n := range bought {
-		if n > limit {
-			t.Errorf("%s bought %d, limit %d", u, n, limit)
-		}
-		if got, err := s.Bought(ctx, p, u); err != nil || got != int64(n) {
-			t.Errorf("Bought(%s) = %d, %v; want %d", u, got, err, n)
-		}
-		sold += n
-	}
-	for nonce, n := range uses {
-		if n > 1 {
-			t.Errorf("token %s used %d times", nonce, n)
-		}
-	}
+	sold := checkRaced(t, s, p, limit, bought, uses)
 	if oks == 0 || len(bought) != users {
 		t.Errorf("%d successes for %d buyers of %d: the test sold too little to prove anything", oks, len(bought), users)
 	}

@@ -193,3 +193,26 @@ var ledgers = []struct {
 	name      string
 	orderKeys bool
 }{{"orders", true}, {"batches", false}}
+
+// checkRaced checks what a race of edges on sale p sold: bought is what
+// each user was told she bought, uses how often each token was accepted.
+// Nobody is over the limit, Redis holds each count, no token twice; it
+// returns the units sold.
+func checkRaced(t testing.TB, s *Store, p string, limit int, bought, uses map[string]int) (sold int) {
+	t.Helper()
+	for u, n := range bought {
+		if n > limit {
+			t.Errorf("%s bought %d, limit %d", u, n, limit)
+		}
+		if got, err := s.Bought(context.Background(), p, u); err != nil || got != int64(n) {
+			t.Errorf("Bought(%s) = %d, %v; want %d", u, got, err, n)
+		}
+		sold += n
+	}
+	for nonce, n := range uses {
+		if n > 1 {
+			t.Errorf("token %s used %d times", nonce, n)
+		}
+	}
+	return sold
+}

@@ -126,21 +126,7 @@ func TestLedgerRollingUpgrade(t *testing.T) {
 				})
 			}
 			wg.Wait()
-			var sold int
-			for u, n := range bought {
-				if n > limit {
-					t.Errorf("%s bought %d, limit %d", u, n, limit)
-				}
-				if got, err := s.Bought(ctx, p, u); err != nil || got != int64(n) {
-					t.Errorf("Bought(%s) = %d, %v; want %d", u, got, err, n)
-				}
-				sold += n
-			}
-			for nonce, n := range uses {
-				if n > 1 {
-					t.Errorf("token %s used %d times", nonce, n)
-				}
-			}
+			sold := checkRaced(t, s, p, limit, bought, uses)
 			if len(byOld) == 0 || len(byOld) == len(placed) || len(bought) != users {
 				t.Fatalf("%d successes (%d by the previous version) for %d buyers of %d: the test sold too little to prove anything",
 					len(placed), len(byOld), len(bought), users)
