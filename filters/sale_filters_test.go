@@ -2,6 +2,7 @@ package filters
 
 import (
 	"bytes"
+	"cmp"
 	"net"
 	"net/netip"
 	"runtime/debug"
@@ -204,7 +205,7 @@ func TestSessionFilter(t *testing.T) {
 		name string
 		call saleCall
 		user string // "" = must be rejected 401, unless pass is set
-		pass bool
+		pass bool   // passes whatever the session; with user, reads it
 	}
 	var cases []tc
 	for _, ep := range []api.Endpoint{api.EndpointToken, api.EndpointDo, api.EndpointResult, api.EndpointEvents} {
@@ -237,14 +238,23 @@ func TestSessionFilter(t *testing.T) {
 			tc{name: p + " does not look at a forged one", call: saleCall{ep: ep, bearer: forged}, pass: true},
 		)
 	}
+	// The status answer carries a purchase token for a signed-in shopper:
+	// a valid session is read, a bad one refuses nothing and names nobody.
+	st := salePaths[api.EndpointStatus]
+	cases = append(cases,
+		tc{name: st + " reads a valid bearer", call: saleCall{ep: api.EndpointStatus, bearer: valid}, pass: true, user: "alice"},
+		tc{name: st + " reads a valid cookie", call: saleCall{ep: api.EndpointStatus, cookie: valid}, pass: true, user: "alice"},
+		tc{name: st + " expired: nobody", call: saleCall{ep: api.EndpointStatus, bearer: expired}, pass: true},
+		tc{name: st + " payload swapped: nobody", call: saleCall{ep: api.EndpointStatus, bearer: swapped}, pass: true},
+	)
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			v, r := f.run(ch, c.call)
 			switch {
 			case c.pass:
 				checkVerdict(t, v, 0, "")
-				if string(r.UserID) != c.call.user {
-					t.Fatalf("UserID = %q, want it untouched", r.UserID)
+				if want := cmp.Or(c.user, c.call.user); string(r.UserID) != want {
+					t.Fatalf("UserID = %q, want %q", r.UserID, want)
 				}
 			case c.user == "":
 				checkVerdict(t, v, 401, "UNAUTHENTICATED")

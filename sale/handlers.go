@@ -71,6 +71,18 @@ func (s *Service) status(r *api.Call, st *Settings) {
 	nowMs := r.NowNano / 1e6
 	s.hit(e, nowMs, st)
 	r.Scratch = e.AppendStatus(r.Scratch[:0], nowMs)
+	if len(r.UserID) > 0 && e.Room == nil && s.checkRules(r) == nil {
+		// A signed-in shopper's status, once the sale is open, carries the
+		// purchase token the token call would mint (the same rules, the
+		// same token): a purchase is then a status and a do. A sale with a
+		// waiting room hands it out at admission instead.
+		exp := nowMs + st.TokenTTL.Milliseconds()
+		b := append(r.Scratch[:len(r.Scratch)-1], `,"token":"`...) // the closing brace goes
+		b = st.Tokens.Mint(b, r.UserID, r.ProductID, exp)
+		b = append(b, `","tokenExpiresMs":`...)
+		b = strconv.AppendInt(b, exp, 10)
+		r.Scratch = append(b, '}')
+	}
 	api.WriteJSON(r.Ctx, fasthttp.StatusOK, r.Scratch)
 }
 

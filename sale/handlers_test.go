@@ -23,6 +23,7 @@ import (
 	"flashgate/sale/api"
 	"flashgate/sale/catalog"
 	"flashgate/sale/ptoken"
+	saleroom "flashgate/sale/room"
 )
 
 // nonceSeq makes purchase-token nonces unique across the test run.
@@ -181,5 +182,103 @@ func TestDoDecidesWhatTheChainDidNot(t *testing.T) {
 				t.Errorf("body %s, want a positive orderId, productId %q and status %q", res.Body(), tc.product, statusPending)
 			}
 		})
+	}
+}
+
+// TestStatusCarriesAToken (issue 26, one request per purchase): a signed-in
+// shopper's status answer, once the sale is open, carries the purchase
+// token the token call would mint — bound to her and the product, one use —
+// so that a purchase is a status and a do. An anonymous status, a sale not
+// open, sold out or degraded, and a sale with a waiting room carry none.
+func TestStatusCarriesAToken(t *testing.T) {
+	r := newDoRig(t, stock.Options{}, NewBreakers(3, time.Hour, nil, nil))
+	minter, err := ptoken.New([]byte("0123456789abcdef0123456789abcdef"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now()
+	sale := func(p string, start, end time.Duration) *catalog.Sale {
+		return &catalog.Sale{ProductID: p, Name: p, PriceCents: 100, Stock: 1000, Limit: 2,
+			StartMs: now.Add(start).UnixMilli(), EndMs: now.Add(end).UnixMilli()}
+	}
+	room := sale("queued", -time.Hour, time.Hour)
+	room.Room = &saleroom.Room{OpensMs: now.Add(-2 * time.Hour).UnixMilli(), StartMs: room.StartMs, AdmitPerMinute: 60, MaxActive: 10, SessionMs: 60_000}
+	sales := []*catalog.Sale{sale("open", -time.Hour, time.Hour), sale("flagged", -time.Hour, time.Hour),
+		sale("busy", -time.Hour, time.Hour), sale("soon", time.Hour, 2*time.Hour), room}
+	if err := r.svc.Apply(context.Background(), &Settings{Catalog: sales, Tokens: minter, TokenTTL: time.Minute}); err != nil {
+		t.Fatal(err)
+	}
+	r.svc.d.Sales.StateOf("flagged").SetSoldOut(true)
+	if _, err := r.svc.SetDegraded(context.Background(), "busy", true); err != nil {
+		t.Fatal(err)
+	}
+	status := func(user, product string) (token string, expMs int64) {
+		t.Helper()
+		req := &api.Call{Ctx: new(fasthttp.RequestCtx), NowNano: time.Now().UnixNano(), Endpoint: api.EndpointStatus,
+			UserID: []byte(user), ProductID: []byte(product)}
+		r.svc.Handle(req)
+		var got struct {
+			Status         string
+			Token          string
+			TokenExpiresMs int64
+		}
+		if err := json.Unmarshal(req.Ctx.Response.Body(), &got); req.Ctx.Response.StatusCode() != 200 || err != nil || got.Status == "" {
+			t.Fatalf("status %s for %q: %d %s (%v)", product, user, req.Ctx.Response.StatusCode(), req.Ctx.Response.Body(), err)
+		}
+		return got.Token, got.TokenExpiresMs
+	}
+	do := func(user, product, token string) (int, string) {
+		req := &api.Call{Ctx: new(fasthttp.RequestCtx), NowNano: time.Now().UnixNano(), Endpoint: api.EndpointDo,
+			UserID: []byte(user), ProductID: []byte(product), Token: []byte(token), Qty: 1}
+		r.svc.Handle(req)
+		return req.Ctx.Response.StatusCode(), string(req.Ctx.Response.Body())
+	}
+	tok, exp := status("alice", "open")
+	if tok == "" || exp < now.Add(50*time.Second).UnixMilli() || exp > time.Now().Add(time.Minute).UnixMilli() {
+		t.Fatalf("alice's status on an open sale: token %q expiring %d, want one for the token TTL", tok, exp)
+	}
+	if code, body := do("bob", "open", tok); code != 403 || !bytes.Contains([]byte(body), []byte("BAD_TOKEN")) {
+		t.Errorf("alice's token for bob: %d %s", code, body)
+	}
+	if code, body := do("alice", "open", tok); code != 200 {
+		t.Fatalf("alice's do with her status token: %d %s", code, body)
+	}
+	if code, body := do("alice", "open", tok); code != 403 || !bytes.Contains([]byte(body), []byte("BAD_TOKEN")) {
+		t.Errorf("the token used twice: %d %s", code, body)
+	}
+	for _, c := range []struct{ user, product string }{
+		{"", "open"}, {"alice", "soon"}, {"alice", "flagged"}, {"alice", "busy"}, {"alice", "queued"},
+	} {
+		if tok, _ := status(c.user, c.product); tok != "" {
+			t.Errorf("status of %s for %q carries a token", c.product, c.user)
+		}
+	}
+}
+
+// TestStatusWithTokenAllocs: the status answer with its token allocates
+// nothing once its buffers have grown (the hot path: every signed-in
+// shopper polls it).
+func TestStatusWithTokenAllocs(t *testing.T) {
+	r := newDoRig(t, stock.Options{}, NewBreakers(3, time.Hour, nil, nil), "open")
+	minter, err := ptoken.New([]byte("0123456789abcdef0123456789abcdef"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := *r.svc.settings.Load()
+	st.Tokens, st.TokenTTL = minter, time.Minute
+	r.svc.settings.Store(&st)
+	req := &api.Call{Ctx: new(fasthttp.RequestCtx), Endpoint: api.EndpointStatus, UserID: []byte("alice"), ProductID: []byte("open")}
+	run := func() {
+		req.NowNano = time.Now().UnixNano()
+		req.Sale = catalog.Entry{}
+		req.Checked = 0
+		r.svc.Handle(req)
+	}
+	run()
+	if !bytes.Contains(req.Ctx.Response.Body(), []byte(`"token":"`)) {
+		t.Fatalf("no token in %s", req.Ctx.Response.Body())
+	}
+	if n := testing.AllocsPerRun(200, run); n != 0 {
+		t.Errorf("%.1f allocations per status answer with a token", n)
 	}
 }

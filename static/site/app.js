@@ -82,6 +82,8 @@
     polling: false,
     pay: null,           // the order to pay {id, qty, payByMs}, while it is unpaid
     payTimer: 0,
+    token: null,         // a purchase token the status answer carried {value, expiresMs}, unused
+    openPolled: false,   // polled once the countdown reached the start
     room: newRoom()
   };
 
@@ -249,6 +251,8 @@
   function signIn(id) {
     resetRoom();
     state.user = id;
+    state.token = null;  // the previous shopper's, if any
+    schedulePoll(0);     // this shopper's status, with her token once the sale is open
     state.limitReached = false;
     state.bought = 0;
     saveUser(id);
@@ -265,6 +269,7 @@
     resetRoom();
     stopPay();
     state.user = '';
+    state.token = null;
     saveUser('');
     renderUser();
     if (reason) setMessage(reason, 'bad', 'auth');
@@ -336,6 +341,10 @@
   function applyStatus(d) {
     var prev = state.product;
     state.product = d;
+    // A signed-in shopper's status carries a purchase token once the sale
+    // is open: the Buy button then needs no token call of its own.
+    state.token = typeof d.token === 'string' && typeof d.tokenExpiresMs === 'number' ?
+      { value: d.token, expiresMs: d.tokenExpiresMs } : null;
     state.unknown = false;
     setText(el.name, d.name || state.productId);
     document.title = (d.name || state.productId) + ' — Flash sale';
@@ -423,6 +432,13 @@
     var p = state.product;
     var now = serverNow();
 
+    // The countdown reached the start: ask at once, so that the answer (and
+    // the purchase token it carries) is there when Buy is pressed.
+    if (st === 'active' && p && p.status === 'upcoming' && !state.openPolled) {
+      state.openPolled = true;
+      schedulePoll(0);
+    }
+
     el.status.setAttribute('data-status', st || (state.unknown ? 'ended' : 'loading'));
     setText(el.status, STATUS_TEXT[st] || (state.unknown ? 'Unavailable' : 'Loading…'));
 
@@ -456,6 +472,9 @@
     else if (wait > 0) text = 'Try again in ' + wait + 's';
     else { text = 'Buy now'; enabled = true; }
     setText(el.buy, text);
+    // Says whether Buy will use a token the status answer carried (one
+    // request, do) or ask for one (two: token, do).
+    el.buy.toggleAttribute('data-token', !!state.token);
     if (el.buy.disabled === enabled) el.buy.disabled = !enabled;
     // The quantity can be chosen ahead of the start, so the shopper only has
     // to press one button when the countdown ends.
@@ -475,7 +494,13 @@
     showOrder('');
     setMessage('Reserving your item…', 'info');
     render();
-    request('POST', '/api/seckill/token', { productId: pid }, 8000).then(function (r) {
+    // The token the status answer carried, while it has a few seconds left;
+    // else one from the token call. Either is used once.
+    var held = state.token && state.token.expiresMs - serverNow() > 3000 ? state.token.value : '';
+    state.token = null;
+    var got = held ? Promise.resolve({ ok: true, data: { token: held } }) :
+      request('POST', '/api/seckill/token', { productId: pid }, 8000);
+    got.then(function (r) {
       if (r.data && typeof r.data.admittedUntilMs === 'number' && state.room.q) state.room.q.admittedUntilMs = r.data.admittedUntilMs;
       if (!r.ok || !r.data || typeof r.data.token !== 'string') return refused(r);
       return request('POST', '/api/seckill/do', { productId: pid, token: r.data.token, quantity: qty }, 10000).then(function (r) {

@@ -37,11 +37,17 @@ func TestBuyFlow(t *testing.T) {
 
 	b.signIn("alice")
 	b.waitBuy(3*time.Second, `^Buy now$`, true)
+	// Signed in on an open sale, her status answer carries a purchase
+	// token: the purchase is one request, no token call (issue 26).
+	b.waitJS(5*time.Second, "the status answer's token", `document.getElementById('buy').hasAttribute('data-token')`)
 
 	mark := b.mark()
 	b.clickBuy()
 	b.waitText(10*time.Second, "message", regexp.MustCompile(`^Success! Order \d+ confirmed\.$`))
 
+	if n := b.countReqs(mark, "/api/seckill/token"); n != 0 {
+		t.Errorf("%d token calls for a purchase with the status answer's token", n)
+	}
 	// The id on the page is the one the API answered to the page's own do.
 	b.keepShot("success")
 	apiID := doOrderID(t, b, mark)
