@@ -59,6 +59,9 @@ type Server struct {
 	store  *stock.Store
 	dash   *dashboard.Handler
 	orders *pipeline
+	// history is the charts' ring, filled once a second by the sampler
+	// (charts.go).
+	history *dashboard.History
 
 	// realServers names the backing services this process runs on (not
 	// the embedded stand-ins), set once when it is assembled.
@@ -155,7 +158,8 @@ func New(doc *conf.Document, opts Options) (*Server, error) {
 	s.m.lastReloadOK.Store(true)
 	s.m.lastReloadUnix.Store(snap.LoadedAt.Unix())
 	s.reqPool.New = func() any { return new(filters.Request) }
-	s.dash = dashboard.New(s.dashboardSnapshot)
+	s.history = dashboard.NewHistory()
+	s.dash = dashboard.New(s.dashboardSnapshot, s.history)
 	if snap.TLS != nil {
 		s.tls = tlsterm.New(doc.Config.Listen.TLS, snap.TLS, tlsterm.Options{Log: opts.Logger})
 		s.tls.RegisterMetrics(&s.m.reg)
