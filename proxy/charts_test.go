@@ -1,0 +1,94 @@
+package proxy
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"flashgate/proxy/dashboard"
+	"flashgate/proxy/report"
+)
+
+// TestChartsSampleAnswersAndMarks: `do` answers counted on the request path
+// reach the ring as one second's codes and latency, the sale's record in its
+// timeline in Redis says the same, and the degrade switch leaves its markers.
+func TestChartsSampleAnswersAndMarks(t *testing.T) {
+	e, jwt := soldOutEdge(t, allocEdgeChain)
+	srv := e.srv
+	srv.stopCharts() // the test ticks its own sampler
+	<-srv.chartsDone
+	sp := srv.newSampler()
+	ctx := context.Background()
+	now := time.Now().UnixMilli()
+	sp.tick(ctx, now) // first sight: what came before is not this second
+
+	const n = 7
+	for range n {
+		c := requestCtx("POST", "/api/seckill/do", `{"productId":"p1","token":"x","quantity":1}`, jwt)
+		srv.Handle(c)
+		if c.Response.StatusCode() != 410 {
+			t.Fatalf("do: %d", c.Response.StatusCode())
+		}
+	}
+	if _, err := srv.Sale().SetDegraded(ctx, "", true); err != nil {
+		t.Fatal(err)
+	}
+	sp.tick(ctx, now+1000)
+	if _, err := srv.Sale().SetDegraded(ctx, "", false); err != nil {
+		t.Fatal(err)
+	}
+	sp.tick(ctx, now+2000)
+
+	v := srv.history.View(now)
+	if len(v.T) != 2 || len(v.Products) != 1 || v.Products[0].ProductID != "p1" {
+		t.Fatalf("view: %+v", v)
+	}
+	p := v.Products[0]
+	if p.Attempts[0] != n || p.Codes[dashboard.CodeIndex(410)][0] != n || p.Attempts[1] != 0 {
+		t.Fatalf("attempts %v, 410s %v; want %d then 0", p.Attempts, p.Codes[dashboard.CodeIndex(410)], n)
+	}
+	if p.P50[0] <= 0 || p.P99[0] < p.P50[0] || p.P50[1] != -1 {
+		t.Fatalf("latency p50 %v p99 %v", p.P50, p.P99)
+	}
+	if p.Left[0] != 0 {
+		t.Fatalf("left %v, want 0 (sold out)", p.Left)
+	}
+	kinds := []string{}
+	for _, m := range v.Marks {
+		kinds = append(kinds, m.Kind)
+	}
+	if len(kinds) != 2 || kinds[0] != dashboard.MarkDegradeOn || kinds[1] != dashboard.MarkDegradeOff {
+		t.Fatalf("marks %v, want degrade on then off", kinds)
+	}
+
+	recs, err := srv.Store().Timeline(ctx, "p1", now/1000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []report.Second
+	for _, b := range recs {
+		r, err := report.DecodeSecond(b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, r)
+	}
+	// The first sight writes the sale's state; the busy second its answers;
+	// the third its flags going back (degrade off).
+	if len(got) != 3 || got[1].Sec != (now+1000)/1000 || got[1].Codes[dashboard.CodeIndex(410)] != n ||
+		got[1].Flags&report.FlagDegraded == 0 || got[2].Flags&report.FlagDegraded != 0 {
+		t.Fatalf("timeline records %+v", got)
+	}
+	var lat uint32
+	for _, c := range got[1].Buckets {
+		lat += c
+	}
+	if lat != n {
+		t.Fatalf("latency buckets hold %d answers, want %d", lat, n)
+	}
+	// A quiet second writes nothing.
+	sp.tick(ctx, now+3000)
+	if again, _ := srv.Store().Timeline(ctx, "p1", now/1000); len(again) != 3 {
+		t.Fatalf("a quiet second was written: %d records", len(again))
+	}
+}
