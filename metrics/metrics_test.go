@@ -53,7 +53,7 @@ func TestObserveAllocs(t *testing.T) {
 func TestQuantile(t *testing.T) {
 	bounds := []float64{0.001, 0.01, 0.1}
 	for _, tc := range []struct {
-		counts []uint64
+		counts  []uint64
 		q, want float64
 	}{
 		{[]uint64{0, 0, 0, 0}, 0.5, -1},
