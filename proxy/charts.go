@@ -93,6 +93,7 @@ type sampler struct {
 	frame dashboard.Frame
 	seen  map[string]*saleSeen
 	buf   []uint64 // bucket scratch
+	all   []uint64 // every sale's buckets of the second
 	rec   []byte   // record scratch
 
 	degradedAll   bool
@@ -106,7 +107,7 @@ type sampler struct {
 }
 
 func (s *Server) newSampler() *sampler {
-	sp := &sampler{s: s, seen: map[string]*saleSeen{}, buf: make([]uint64, report.NumBuckets)}
+	sp := &sampler{s: s, seen: map[string]*saleSeen{}, buf: make([]uint64, report.NumBuckets), all: make([]uint64, report.NumBuckets)}
 	if s.store != nil {
 		sp.timeline = s.store.AppendTimeline
 	}
@@ -133,6 +134,7 @@ func (sp *sampler) tick(ctx context.Context, nowMs int64) {
 	s := sp.s
 	f := &sp.frame
 	f.TimeMs, f.N = nowMs, 0
+	clear(sp.all)
 	f.Outbox, f.Lag = s.orders.outbox.Load(), s.orders.lag.Load()
 	if s.orders.consumer == nil {
 		f.Lag = -1
@@ -170,6 +172,7 @@ func (sp *sampler) tick(ctx context.Context, nowMs int64) {
 			sp.buf[i] = v - seen.buckets[i]
 			seen.buckets[i] = v
 			rec.Buckets[i] = uint32(sp.buf[i])
+			sp.all[i] += sp.buf[i]
 		}
 		ps.P50, ps.P99 = quantileMs(sp.buf, 0.5), quantileMs(sp.buf, 0.99)
 		ps.Left = e.Remaining()
@@ -193,6 +196,7 @@ func (sp *sampler) tick(ctx context.Context, nowMs int64) {
 		}
 		sp.record(ctx, id, seen, &rec)
 	}
+	f.P50, f.P99 = quantileMs(sp.all, 0.5), quantileMs(sp.all, 0.99)
 	s.history.Add(f)
 }
 

@@ -80,9 +80,12 @@ var absent = ProductSample{P50: -1, P99: -1, Left: -1, Unpaid: -1, Paid: -1, Exp
 type Frame struct {
 	TimeMs      int64
 	Outbox, Lag int64 // -1: unknown
-	N           int   // sales in IDs and P
-	IDs         [HistoryProducts]string
-	P           [HistoryProducts]ProductSample
+	// P50 and P99 are the `do` latency of every sale together, ms (-1:
+	// none answered).
+	P50, P99 float32
+	N        int // sales in IDs and P
+	IDs      [HistoryProducts]string
+	P        [HistoryProducts]ProductSample
 }
 
 // Mark kinds: the moments that explain a line.
@@ -113,6 +116,7 @@ type History struct {
 	head int // the next sample's index
 
 	t, outbox, lag [HistoryLen]int64
+	p50, p99       [HistoryLen]float32
 
 	ids      [HistoryProducts]string
 	lastSeen [HistoryProducts]int64 // the slot's sale was last in a frame at this time (ms)
@@ -135,6 +139,7 @@ func (h *History) Add(f *Frame) {
 	defer h.mu.Unlock()
 	i := h.head
 	h.t[i], h.outbox[i], h.lag[i] = f.TimeMs, f.Outbox, f.Lag
+	h.p50[i], h.p99[i] = f.P50, f.P99
 	for _, p := range h.prods {
 		if p != nil {
 			p[i] = absent
@@ -201,6 +206,8 @@ type HistoryView struct {
 	T        []int64         `json:"t"`     // unix ms
 	Outbox   []int64         `json:"outbox"`
 	Lag      []int64         `json:"lag"`
+	P50      []float32       `json:"p50"` // every sale's `do` together, ms
+	P99      []float32       `json:"p99"`
 	Products []ProductSeries `json:"products"`
 	Marks    []Mark          `json:"marks"`
 	Dropped  int             `json:"dropped"` // sales not charted (more than HistoryProducts)
@@ -240,9 +247,10 @@ func (h *History) View(sinceMs int64) HistoryView {
 		v.T = append(v.T, h.t[i])
 		v.Outbox = append(v.Outbox, h.outbox[i])
 		v.Lag = append(v.Lag, h.lag[i])
+		v.P50, v.P99 = append(v.P50, h.p50[i]), append(v.P99, h.p99[i])
 	}
 	if v.T == nil {
-		v.T, v.Outbox, v.Lag = []int64{}, []int64{}, []int64{}
+		v.T, v.Outbox, v.Lag, v.P50, v.P99 = []int64{}, []int64{}, []int64{}, []float32{}, []float32{}
 	}
 	for s, p := range h.prods {
 		if p == nil || (len(idx) > 0 && h.lastSeen[s] < h.t[idx[0]]) || (len(idx) == 0 && h.lastSeen[s] <= sinceMs) {
