@@ -58,6 +58,8 @@ func (s *Server) handleCharts(ctx *fasthttp.RequestCtx, path string) bool {
 			return true
 		}
 		api.WriteJSON(ctx, fasthttp.StatusOK, jsonOf(v))
+	case PathReport:
+		s.serveReport(ctx)
 	default:
 		return false
 	}

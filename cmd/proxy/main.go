@@ -30,6 +30,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 	if len(args) > 0 && args[0] == "health" {
 		return health(args[1:], stdout, stderr)
 	}
+	if len(args) > 0 && args[0] == "report" {
+		return reportCmd(args[1:], stdout, stderr)
+	}
 	fs := flag.NewFlagSet("proxy", flag.ContinueOnError)
 	fs.Usage = func() {
 		fmt.Fprint(stderr, "usage: proxy [-c FILE] [-t] [-version]   run the edge (or test its config)\n"+

@@ -397,15 +397,23 @@
     });
     // The lines; a gap where a value is unknown. The total goes on top.
     c.lines.slice().sort(function (a, b) { return (a.top ? 1 : 0) - (b.top ? 1 : 0); }).forEach(function (ln) {
-      var d = '', pen = false, last = null;
-      for (var i = 0; i < ln.v.length; i++) {
-        var v = num(ln.v[i]);
-        if (v === null || ln.t[i] <= x0) { pen = false; continue; }
-        d += (pen ? 'L' : 'M') + X(ln.t[i]).toFixed(1) + ' ' + Y(v).toFixed(1);
-        pen = true;
+      // A lone second (a gap on each side) is drawn as a dot.
+      var d = '', run = 0, last = null, lone = [];
+      for (var i = 0; i <= ln.v.length; i++) {
+        var v = i < ln.v.length ? num(ln.v[i]) : null;
+        if (v === null || ln.t[i] <= x0) {
+          if (run === 1) lone.push(i - 1);
+          run = 0;
+          continue;
+        }
+        d += (run ? 'L' : 'M') + X(ln.t[i]).toFixed(1) + ' ' + Y(v).toFixed(1);
+        run++;
         last = v;
       }
       if (!d) return;
+      lone.forEach(function (i) {
+        svg('circle', { cx: X(ln.t[i]).toFixed(1), cy: Y(num(ln.v[i])).toFixed(1), r: 2.5, class: 'dot ' + ln.cls }, s);
+      });
       var p = svg('path', { d: d, class: 'ln ' + ln.cls, 'data-series': ln.name, 'data-last': last }, s);
       if (ln.width) p.setAttribute('stroke-width', ln.width);
       if (ln.dash) p.setAttribute('stroke-dasharray', '4 3');
