@@ -28,9 +28,11 @@ type doStats struct {
 
 func newDoStats() *doStats { return &doStats{lat: metrics.NewHistogram(metrics.LatencyBuckets)} }
 
-// chartStats holds every sale's doStats. The sampler adds the sales of the
-// catalogue (copy on write); an answer for a sale it has not added yet, or
-// for an unknown product, counts in other.
+// chartStats holds every sale's doStats. The edge adds the catalogue's
+// sales at start and the sampler adds new ones once a second (copy on
+// write); an answer for a sale not added yet (at most a second of a sale
+// created through the admin API), or for an unknown product, counts in
+// other.
 type chartStats struct {
 	mu        sync.Mutex
 	byProduct atomic.Pointer[map[string]*doStats]
@@ -147,14 +149,12 @@ func (sp *sampler) tick(ctx context.Context, nowMs int64) {
 		seen := sp.seen[id]
 		st := s.charts.get(id)
 		if seen == nil {
-			// First sight: the counters so far are history, not this second.
+			// First sight: the states as they are (no marker for them);
+			// the counters from zero — every answer since the sale's stats
+			// were made belongs to this second.
 			seen = &saleSeen{breaker: s.sale.ProductBreakerState(id)}
 			seen.recovering, _ = s.sale.Recovering(id)
 			seen.degraded = s.sale.Degraded([]byte(id))
-			for c := range seen.codes {
-				seen.codes[c] = st.codes[c].Value()
-			}
-			st.lat.ReadBuckets(seen.buckets[:])
 			sp.seen[id] = seen
 		}
 		var rec report.Second

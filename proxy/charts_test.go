@@ -20,7 +20,7 @@ func TestChartsSampleAnswersAndMarks(t *testing.T) {
 	sp := srv.newSampler()
 	ctx := context.Background()
 	now := time.Now().UnixMilli()
-	sp.tick(ctx, now) // first sight: what came before is not this second
+	sp.tick(ctx, now) // first sight: nothing answered yet
 
 	const n = 7
 	for range n {

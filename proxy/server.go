@@ -162,6 +162,9 @@ func New(doc *conf.Document, opts Options) (*Server, error) {
 	s.m.lastReloadUnix.Store(snap.LoadedAt.Unix())
 	s.reqPool.New = func() any { return new(filters.Request) }
 	s.history, s.charts = dashboard.NewHistory(), newChartStats()
+	for _, id := range s.productIDs() {
+		s.charts.get(id) // counted from the first answer on
+	}
 	s.dash = dashboard.New(s.dashboardSnapshot, s.history)
 	cctx, stopCharts := context.WithCancel(context.Background())
 	s.stopCharts, s.chartsDone = stopCharts, make(chan struct{})
