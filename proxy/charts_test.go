@@ -92,3 +92,41 @@ func TestChartsSampleAnswersAndMarks(t *testing.T) {
 		t.Fatalf("a quiet second was written: %d records", len(again))
 	}
 }
+
+// TestFleetSumsTheEdges: GET /admin/dashboard/fleet sums every edge's
+// records of the sales' timelines by second: this edge's and another's
+// (written here as that edge would), each edge's attempts kept apart.
+func TestFleetSumsTheEdges(t *testing.T) {
+	e, jwt := soldOutEdge(t, allocEdgeChain)
+	srv := e.srv
+	srv.stopCharts()
+	<-srv.chartsDone
+	sp := srv.newSampler()
+	ctx := context.Background()
+	now := time.Now().UnixMilli()
+	for range 4 {
+		srv.Handle(requestCtx("POST", "/api/seckill/do", `{"productId":"p1","token":"x","quantity":1}`, jwt))
+	}
+	sp.tick(ctx, now)
+	other := report.Second{Node: 9, Sec: now / 1000, Left: 0, Joined: -1, Waiting: -1, Admitted: -1, Active: -1}
+	other.Codes[dashboard.CodeIndex(200)] = 6
+	other.Buckets[5] = 6
+	if err := srv.Store().AppendTimeline(ctx, "p1", other.Sec, other.Append(nil)); err != nil {
+		t.Fatal(err)
+	}
+	v, err := srv.fleet(ctx, now-5000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(v.Products) != 1 || v.Products[0].ProductID != "p1" {
+		t.Fatalf("products %+v", v.Products)
+	}
+	s := v.Products[0].Series
+	k := int(now/1000 - s.FromSec)
+	if len(s.Nodes) != 2 || s.Nodes[1] != 9 || s.Attempts[k] != 10 || s.ByNode["9"][k] != 6 || s.ByNode["0"][k] != 4 {
+		t.Fatalf("nodes %v attempts %v by node %v (second %d)", s.Nodes, s.Attempts, s.ByNode, k)
+	}
+	if s.Codes[dashboard.CodeIndex(200)][k] != 6 || s.Codes[dashboard.CodeIndex(410)][k] != 4 || v.All.Attempts[k] != 10 {
+		t.Fatalf("codes %v all %v", s.Codes, v.All.Attempts)
+	}
+}
