@@ -2,7 +2,6 @@ package proxy
 
 import (
 	"context"
-	"strconv"
 	"time"
 
 	"github.com/valyala/fasthttp"
@@ -41,14 +40,10 @@ func (s *Server) handleCharts(ctx *fasthttp.RequestCtx, path string) bool {
 			api.MethodNotAllowed.Write(ctx)
 			return true
 		}
-		var since int64
-		if v := ctx.QueryArgs().Peek("since"); len(v) > 0 {
-			n, err := strconv.ParseInt(string(v), 10, 64)
-			if err != nil || n < 0 {
-				api.BadRequest.WithMessage("since: a unix time in milliseconds").Write(ctx)
-				return true
-			}
-			since = n
+		since, rej := dashboard.Since(ctx)
+		if rej != nil {
+			rej.Write(ctx)
+			return true
 		}
 		actx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()

@@ -257,28 +257,25 @@ func (sp *sampler) saleMarks(id string, seen *saleSeen, nowMs int64) uint8 {
 	if br != sale.Closed {
 		flags |= report.FlagBreakerOpen
 	}
-	rec, _ := s.sale.Recovering(id)
-	if rec != seen.recovering {
-		if rec {
-			mark(dashboard.MarkFenced)
-		} else {
-			mark(dashboard.MarkRecovered)
+	// changed marks a flag turning on or off.
+	changed := func(now bool, was *bool, on, off string) {
+		if now != *was {
+			if now {
+				mark(on)
+			} else {
+				mark(off)
+			}
+			*was = now
 		}
-		seen.recovering = rec
 	}
+	rec, _ := s.sale.Recovering(id)
+	changed(rec, &seen.recovering, dashboard.MarkFenced, dashboard.MarkRecovered)
 	if rec {
 		flags |= report.FlagRecovering
 	}
 	all, _ := s.sale.DegradeState()
 	deg := s.sale.Degraded([]byte(id)) && !all // the switch of every sale is the edge's mark
-	if deg != seen.degraded {
-		if deg {
-			mark(dashboard.MarkDegradeOn)
-		} else {
-			mark(dashboard.MarkDegradeOff)
-		}
-		seen.degraded = deg
-	}
+	changed(deg, &seen.degraded, dashboard.MarkDegradeOn, dashboard.MarkDegradeOff)
 	if deg || all {
 		flags |= report.FlagDegraded
 	}

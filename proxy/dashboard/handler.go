@@ -252,6 +252,11 @@ func (h *Handler) serveJSON(ctx *fasthttp.RequestCtx) {
 		return
 	}
 	b, err := h.encode()
+	writeData(ctx, b, err)
+}
+
+// writeData answers one of the page's data calls: JSON, never cached.
+func writeData(ctx *fasthttp.RequestCtx, b []byte, err error) {
 	if err != nil {
 		writeError(ctx, api.Internal.WithMessage(err.Error()))
 		return
@@ -267,25 +272,29 @@ func (h *Handler) serveHistory(ctx *fasthttp.RequestCtx) {
 	if !getOrHead(ctx) {
 		return
 	}
-	var since int64
-	if v := ctx.QueryArgs().Peek("since"); len(v) > 0 {
-		n, err := strconv.ParseInt(string(v), 10, 64)
-		if err != nil || n < 0 {
-			writeError(ctx, api.BadRequest.WithMessage("since: a unix time in milliseconds"))
-			return
-		}
-		since = n
-	}
-	b, err := json.Marshal(h.history.View(since))
-	if err != nil {
-		writeError(ctx, api.Internal.WithMessage(err.Error()))
+	since, rej := Since(ctx)
+	if rej != nil {
+		writeError(ctx, rej)
 		return
 	}
-	rh := &ctx.Response.Header
-	rh.SetContentType("application/json")
-	rh.Set(fasthttp.HeaderCacheControl, "no-store")
-	setSecurityHeaders(rh)
-	ctx.SetBody(b)
+	b, err := json.Marshal(h.history.View(since))
+	writeData(ctx, b, err)
+}
+
+var errSince = api.BadRequest.WithMessage("since: a unix time in milliseconds")
+
+// Since reads a chart call's ?since=<unix ms> (0 when absent): only the
+// seconds after it are asked for.
+func Since(ctx *fasthttp.RequestCtx) (int64, *api.Rejection) {
+	v := ctx.QueryArgs().Peek("since")
+	if len(v) == 0 {
+		return 0, nil
+	}
+	n, err := strconv.ParseInt(string(v), 10, 64)
+	if err != nil || n < 0 {
+		return 0, errSince
+	}
+	return n, nil
 }
 
 // encode calls the source and marshals its answer. A panicking source
