@@ -149,12 +149,11 @@ func (sp *sampler) tick(ctx context.Context, nowMs int64) {
 		seen := sp.seen[id]
 		st := s.charts.get(id)
 		if seen == nil {
-			// First sight: the states as they are (no marker for them);
-			// the counters from zero — every answer since the sale's stats
-			// were made belongs to this second.
-			seen = &saleSeen{breaker: s.sale.ProductBreakerState(id)}
-			seen.recovering, _ = s.sale.Recovering(id)
-			seen.degraded = s.sale.Degraded([]byte(id))
+			// First sight: the states as a healthy sale's, so that one met
+			// fenced, degraded or with its breaker open is marked so; the
+			// counters from zero — every answer since the sale's stats were
+			// made belongs to this second.
+			seen = &saleSeen{breaker: sale.Closed}
 			sp.seen[id] = seen
 		}
 		var rec report.Second
@@ -216,9 +215,10 @@ func (sp *sampler) edgeMarks(nowMs int64) {
 	lr := s.LastReload()
 	all, _ := s.sale.DegradeState()
 	if !sp.started {
+		// The start is not a reload; a degrade switch already on is marked
+		// below, as one met at first sight.
 		sp.started = true
-		sp.reloadVersion, sp.reloadAt, sp.degradedAll = lr.Version, lr.At, all
-		return
+		sp.reloadVersion, sp.reloadAt = lr.Version, lr.At
 	}
 	if lr.At != sp.reloadAt {
 		kind := dashboard.MarkReload
