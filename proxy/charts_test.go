@@ -130,3 +130,31 @@ func TestFleetSumsTheEdges(t *testing.T) {
 		t.Fatalf("codes %v all %v", s.Codes, v.All.Attempts)
 	}
 }
+
+// BenchmarkChartsObserve is what a `do` answer costs the charts on the
+// request path: the sale's stats by name, its code, its latency bucket.
+func BenchmarkChartsObserve(b *testing.B) {
+	c := newChartStats()
+	for _, id := range []string{"p1", "p2", "p3", "p4"} {
+		c.get(id)
+	}
+	id := []byte("p3")
+	b.ReportAllocs()
+	for b.Loop() {
+		c.observe(id, 200, 1500*time.Microsecond)
+	}
+}
+
+// BenchmarkHistoryAdd is the sampler's once-a-second copy into the ring.
+func BenchmarkHistoryAdd(b *testing.B) {
+	h := dashboard.NewHistory()
+	f := &dashboard.Frame{N: 4}
+	for k := range 4 {
+		f.IDs[k] = "p" + string(rune('1'+k))
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		f.TimeMs += 1000
+		h.Add(f)
+	}
+}
