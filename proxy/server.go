@@ -378,6 +378,7 @@ func (s *Server) Handle(ctx *fasthttp.RequestCtx) {
 	if snap.HSTS != nil && ctx.IsTLS() {
 		writeHSTS(&ctx.Response.Header, snap.HSTS)
 	}
+	ep := r.Call.Endpoint
 	r.Finish()
 	r.Reset()
 	s.reqPool.Put(r)
@@ -385,6 +386,9 @@ func (s *Server) Handle(ctx *fasthttp.RequestCtx) {
 	status := ctx.Response.StatusCode()
 	d := time.Since(start)
 	s.m.observeRequest(rt, status, d)
+	if ep == api.EndpointDo {
+		s.m.doLatency.Observe(d)
+	}
 	s.m.active.Add(-1)
 	s.accessLog(ctx, snap, rt, status, d)
 }
