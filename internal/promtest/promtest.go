@@ -126,7 +126,9 @@ func writeConfig(dir string, cfg Config) error {
 func (s *Server) Addr() string { return net.JoinHostPort("127.0.0.1", strconv.Itoa(s.port)) }
 
 // Log is the tail of Prometheus's log, for a failing test's message.
-func (s *Server) Log() string { return string(proctest.Tail(filepath.Join(s.proc.Dir(), "prometheus.log"))) }
+func (s *Server) Log() string {
+	return string(proctest.Tail(filepath.Join(s.proc.Dir(), "prometheus.log")))
+}
 
 func (s *Server) ready() error {
 	resp, err := s.hc.Get("http://" + s.Addr() + "/-/ready")
