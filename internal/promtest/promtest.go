@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"testing"
@@ -298,4 +299,17 @@ func DashboardQueries(src []byte) ([]Panel, error) {
 	}
 	walk(d.Panels)
 	return out, nil
+}
+
+// seriesName matches a flashgate series in PromQL, not the middle of a
+// recording rule's name (level:metric:operations).
+var seriesName = regexp.MustCompile(`(?:^|[^:\w])(flashgate_[a-z0-9_]+)`)
+
+// SeriesNames is every flashgate_ series named in PromQL text.
+func SeriesNames(promql string) map[string]bool {
+	out := map[string]bool{}
+	for _, m := range seriesName.FindAllStringSubmatch(promql, -1) {
+		out[m[1]] = true
+	}
+	return out
 }

@@ -142,19 +142,6 @@ func TestDashboardQueries(t *testing.T) {
 	promtool(t, dir, "check", "rules", "panels.yml")
 }
 
-// seriesName matches a flashgate series in PromQL, not inside a recording
-// rule's name (level:metric:operation).
-var seriesName = regexp.MustCompile(`(?:^|[^:\w])(flashgate_[a-z0-9_]+)`)
-
-// SeriesNames is every flashgate_ series named in PromQL text.
-func SeriesNames(promql string) map[string]bool {
-	out := map[string]bool{}
-	for _, m := range seriesName.FindAllStringSubmatch(promql, -1) {
-		out[m[1]] = true
-	}
-	return out
-}
-
 // TestNamedSeriesAreRegistered: every flashgate_ series the rules and the
 // dashboard read is a family the code registers (a histogram's by its
 // name without _bucket, _sum or _count).
@@ -196,7 +183,7 @@ func TestNamedSeriesAreRegistered(t *testing.T) {
 	for _, p := range panels {
 		text.WriteString(p.Expr + "\n")
 	}
-	names := SeriesNames(text.String())
+	names := promtest.SeriesNames(text.String())
 	if len(names) < 20 {
 		t.Fatalf("only %d series named", len(names))
 	}
