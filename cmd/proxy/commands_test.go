@@ -4,9 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -21,17 +19,9 @@ func TestUnknownCommandRefused(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds the binary")
 	}
-	dir := t.TempDir()
-	bin := filepath.Join(dir, "proxy")
-	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
-		t.Fatalf("build: %v\n%s", err, out)
-	}
 	// A valid config on free ports: were a command line wrongly taken for
-	// "run the edge", it would start and serve instead of failing to bind.
-	cfg := filepath.Join(dir, "edge.yaml")
-	if err := os.WriteFile(cfg, []byte("listen:\n  addr: \"127.0.0.1:0\"\nadmin:\n  addr: \"127.0.0.1:0\"\nlog:\n  format: text\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	// "run the edge", it would start and serve instead of failing.
+	bin, cfg := buildWithConfig(t)
 	for _, tc := range []struct {
 		args []string
 		says string

@@ -3,6 +3,7 @@ package e2e
 import (
 	"crypto/tls"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
@@ -46,16 +47,8 @@ func (s promShopper) post(path, jwt, body string) (int, string) {
 		return 0, err.Error()
 	}
 	defer res.Body.Close()
-	var b strings.Builder
-	buf := make([]byte, 512)
-	for {
-		n, err := res.Body.Read(buf)
-		b.Write(buf[:n])
-		if err != nil {
-			break
-		}
-	}
-	return res.StatusCode, b.String()
+	b, _ := io.ReadAll(io.LimitReader(res.Body, 4096))
+	return res.StatusCode, string(b)
 }
 
 // TestPrometheusAlerts: two edges (one with listen.tls, its certificate due
