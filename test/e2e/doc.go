@@ -66,7 +66,8 @@
 //     name is scraped, a healthy fleet fires only the certificate alert
 //     (its TLS edge's certificate is due in a day), and Redis stopped makes
 //     FlashgateRedisDown go pending, then firing, then resolve once it
-//     answers again.
+//     answers again; the Kafka broker's process killed and started again
+//     does the same with FlashgateKafkaDown.
 //
 // Run with `go test ./e2e/` (redis-server must be installed: see
 // scripts/test.sh); -short skips the load test.

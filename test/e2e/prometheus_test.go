@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"flashgate/internal/await"
+	"flashgate/internal/kafkatest"
 	"flashgate/internal/promtest"
 	"flashgate/internal/tlstest"
 )
@@ -60,7 +61,8 @@ func (s promShopper) post(path, jwt, body string) (int, string) {
 // dashboard name is scraped. On the healthy fleet only the certificate
 // alert fires, for the TLS edge only. Redis stopped (SIGSTOP): the
 // FlashgateRedisDown alert goes pending, then firing, for both edges; Redis
-// resumed: it resolves.
+// resumed: it resolves. The Kafka broker's process killed (SIGKILL):
+// FlashgateKafkaDown the same; the broker started again: it resolves.
 func TestPrometheusAlerts(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts ClickHouse, two edge processes and Prometheus")
@@ -70,6 +72,9 @@ func TestPrometheusAlerts(t *testing.T) {
 	}
 	bin := buildProxy(t)
 	env := newOrdEnv(t)
+	// The broker in a process of its own, to be killed.
+	kafkaProc := kafkatest.StartProcess(t)
+	env.brokers, env.kafka = []string{kafkaProc.Addr()}, nil
 	ca := tlstest.NewCA(t)
 	cert, key := ca.Issue(t, tlstest.Leaf{Name: "shop", DNSNames: []string{"localhost"}, IPs: []net.IP{net.IPv4(127, 0, 0, 1)}})
 	sales := activities(
@@ -220,23 +225,39 @@ func TestPrometheusAlerts(t *testing.T) {
 	awaitAlert(t, prom, "FlashgateRedisDown", admins, since)
 	t.Logf("%s: also active during the fault: %v", since(), activeExcept(t, prom, "FlashgateCertificateExpiring", "FlashgateRedisDown"))
 
-	// The heal: it resolves (a resolved alert leaves /api/v1/alerts).
+	// The heal: it resolves.
 	env.redis.Resume()
 	paused = false
 	t.Logf("%s: redis resumed (SIGCONT)", since())
-	await.NoError(t, 30*time.Second, "FlashgateRedisDown resolved", func() error {
+	awaitResolved(t, prom, "FlashgateRedisDown", since)
+
+	// The broker process killed: the consumers cannot read their lag.
+	kafkaProc.Kill()
+	t.Logf("%s: kafka broker killed (SIGKILL)", since())
+	awaitAlert(t, prom, "FlashgateKafkaDown", admins, since)
+	t.Logf("%s: also active during the fault: %v", since(), activeExcept(t, prom, "FlashgateCertificateExpiring", "FlashgateKafkaDown"))
+	kafkaProc.Start(t)
+	t.Logf("%s: kafka broker started again", since())
+	awaitResolved(t, prom, "FlashgateKafkaDown", since)
+}
+
+// awaitResolved waits until alert name is neither pending nor firing (a
+// resolved alert leaves /api/v1/alerts).
+func awaitResolved(t *testing.T, prom *promtest.Server, name string, since func() string) {
+	t.Helper()
+	await.NoError(t, 30*time.Second, name+" resolved", func() error {
 		alerts, err := prom.Alerts()
 		if err != nil {
 			return err
 		}
 		for _, a := range alerts {
-			if a.Name() == "FlashgateRedisDown" {
+			if a.Name() == name {
 				return fmt.Errorf("still %s for %s", a.State, a.Labels["instance"])
 			}
 		}
 		return nil
 	})
-	t.Logf("%s: FlashgateRedisDown resolved", since())
+	t.Logf("%s: %s resolved", since(), name)
 }
 
 // awaitAlert waits until alert name fires for every instance in instances,
