@@ -252,6 +252,29 @@ func Duration(d time.Duration) string {
 	return strconv.FormatInt(d.Milliseconds(), 10) + "ms"
 }
 
+// Records lists the recording rules' names of a rules file.
+func Records(src []byte) ([]string, error) {
+	var f struct {
+		Groups []struct {
+			Rules []struct {
+				Record string `yaml:"record"`
+			} `yaml:"rules"`
+		} `yaml:"groups"`
+	}
+	if err := yaml.Unmarshal(src, &f); err != nil {
+		return nil, err
+	}
+	var out []string
+	for _, g := range f.Groups {
+		for _, r := range g.Rules {
+			if r.Record != "" {
+				out = append(out, r.Record)
+			}
+		}
+	}
+	return out, nil
+}
+
 // value is the value node of key in mapping node m, or nil.
 func value(m *yaml.Node, key string) *yaml.Node {
 	if m.Kind != yaml.MappingNode {

@@ -22,6 +22,9 @@ func TestRules(t *testing.T) {
 	if strings.Contains(got, "5m") || strings.Count(got, "for: 1500ms") != 1 {
 		t.Errorf("only the rule's for: changes:\n%s", got)
 	}
+	if recs, err := Records([]byte(src)); err != nil || len(recs) != 1 || recs[0] != "r" {
+		t.Errorf("records %v %v", recs, err)
+	}
 	for _, bad := range []string{"", "groups: []\n", "rules: []\n", "groups: [\n"} {
 		if _, err := Rules([]byte(bad), time.Second); err == nil {
 			t.Errorf("%q: no error", bad)

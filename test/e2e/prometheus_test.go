@@ -57,8 +57,8 @@ func (s promShopper) post(path, jwt, body string) (int, string) {
 // both, and Debian's Prometheus scraping both admin listeners with the admin
 // token and evaluating deploy/prometheus/flashgate.rules.yml (every `for:`
 // shortened, nothing else changed). Every panel of deploy/grafana's
-// dashboard returns series, and every flashgate series the rules and the
-// dashboard name is scraped. On the healthy fleet only the certificate
+// dashboard and every recording rule returns series, and every flashgate
+// series the rules and the dashboard name is scraped. On the healthy fleet only the certificate
 // alert fires, for the TLS edge only. Redis stopped (SIGSTOP): the
 // FlashgateRedisDown alert goes pending, then firing, for both edges; Redis
 // resumed: it resolves. The Kafka broker's process killed (SIGKILL):
@@ -199,6 +199,25 @@ func TestPrometheusAlerts(t *testing.T) {
 		slices.Sort(missing)
 		if len(missing) > 0 {
 			return fmt.Errorf("not scraped: %v", missing)
+		}
+		return nil
+	})
+
+	// Every recording rule gives series (a ratio 0 rather than nothing
+	// while there is no 5xx).
+	records, err := promtest.Records(src)
+	if err != nil || len(records) == 0 {
+		t.Fatalf("recording rules: %v %v", records, err)
+	}
+	await.NoError(t, 30*time.Second, "every recording rule gives series", func() error {
+		for _, r := range records {
+			res, err := prom.Query(r)
+			if err != nil {
+				return err
+			}
+			if len(res) == 0 {
+				return fmt.Errorf("%s: no series", r)
+			}
 		}
 		return nil
 	})
