@@ -33,6 +33,9 @@ type serverMetrics struct {
 
 	requests [numRoutes][600]metrics.Counter
 	latency  [numRoutes]*metrics.Histogram
+	// doLatency is the purchase call's alone (POST /api/seckill/do, every
+	// answer): route api mixes it with status polls and tokens.
+	doLatency *metrics.Histogram
 
 	reloadOK, reloadFailed metrics.Counter
 	lastReloadOK           atomic.Bool
@@ -67,6 +70,7 @@ func newServerMetrics(zones *filters.Zones, ups *upstream.Manager, version strin
 	for i := range m.latency {
 		m.latency[i] = metrics.NewHistogram(metrics.LatencyBuckets)
 	}
+	m.doLatency = metrics.NewHistogram(metrics.LatencyBuckets)
 	empty := map[string]*poolMetrics{}
 	m.pools.Store(&empty)
 	m.reconcileMismatch.Set(-1)
@@ -96,6 +100,9 @@ func newServerMetrics(zones *filters.Zones, ups *upstream.Manager, version strin
 		for r, h := range m.latency {
 			w.Histogram(h, metrics.Label{Name: "route", Value: routeNames[r]})
 		}
+	})
+	m.reg.Register("flashgate_sale_do_duration_seconds", "Time the edge took to answer POST /api/seckill/do (every answer, the filter chain's refusals included).", "histogram", func(w *metrics.Writer) {
+		w.Histogram(m.doLatency)
 	})
 	m.reg.Register("flashgate_http_requests_in_flight", "Requests being handled now.", "gauge", func(w *metrics.Writer) {
 		w.Value(float64(m.active.Value()))

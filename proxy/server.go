@@ -405,6 +405,9 @@ func (s *Server) Handle(ctx *fasthttp.RequestCtx) {
 	s.reqPool.Put(r)
 
 	s.m.observeRequest(rt, status, d)
+	if isDo {
+		s.m.doLatency.Observe(d)
+	}
 	s.m.active.Add(-1)
 	s.accessLog(ctx, snap, rt, status, d)
 }

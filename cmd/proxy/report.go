@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"flag"
 	"fmt"
 	"io"
 	"net/http"
@@ -26,18 +25,17 @@ import (
 // With real Redis, Kafka and ClickHouse it reads them itself; with the
 // embedded stand-ins, which live inside the running edge, it asks that
 // edge's admin listener, as `proxy reconcile` does.
-func reportCmd(args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("proxy report", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+func reportCmd(c *command, args []string, stdout, stderr io.Writer) int {
+	fs := c.flags(stderr)
 	cfgPath := fs.String("c", "conf/edge.yaml", "config file")
 	product := fs.String("product", "", "the sale's product id (required)")
 	out := fs.String("out", ".", "directory to write report-<product>.html and .json into")
-	if err := fs.Parse(args); err != nil {
+	if !parseArgs(fs, args, stderr) {
 		return 2
 	}
-	if fs.NArg() > 0 || !order.ValidProductID([]byte(*product)) {
-		fmt.Fprintln(stderr, "usage: proxy report -c FILE -product P [-out DIR]")
-		fs.PrintDefaults()
+	if !order.ValidProductID([]byte(*product)) {
+		fmt.Fprintf(stderr, "proxy report: -product: a product id, got %q\n", *product)
+		fs.Usage()
 		return 2
 	}
 	doc, err := conf.LoadFile(*cfgPath)
