@@ -61,6 +61,16 @@ func (h *Histogram) Observe(d time.Duration) {
 // Count returns the number of observations.
 func (h *Histogram) Count() uint64 { return h.count.Load() }
 
+// AddFrom adds o's observations to h (same bounds): a scrape sums the
+// histograms of parts (a sale's each) into one family this way.
+func (h *Histogram) AddFrom(o *Histogram) {
+	for i := range h.counts {
+		h.counts[i].Add(o.counts[i].Load())
+	}
+	h.sumNano.Add(o.sumNano.Load())
+	h.count.Add(o.count.Load())
+}
+
 // Bounds returns the upper bounds in seconds (the last bucket, beyond
 // them, has none). The caller must not change the slice.
 func (h *Histogram) Bounds() []float64 { return h.bounds }

@@ -74,4 +74,11 @@ func TestQuantile(t *testing.T) {
 	if dst[1] != 1 || dst[0]+dst[2]+dst[3] != 0 {
 		t.Fatalf("ReadBuckets %v", dst)
 	}
+	sum := NewHistogram(bounds)
+	sum.Observe(50 * time.Millisecond)
+	sum.AddFrom(h)
+	sum.ReadBuckets(dst)
+	if sum.Count() != 2 || dst[1] != 1 || dst[2] != 1 || sum.sumNano.Load() != int64(55*time.Millisecond) {
+		t.Fatalf("AddFrom: count %d buckets %v sum %d", sum.Count(), dst, sum.sumNano.Load())
+	}
 }

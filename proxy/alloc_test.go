@@ -80,7 +80,7 @@ func TestHotPathsAllocs(t *testing.T) {
 	}
 	// The purchase calls went through flashgate_sale_do_duration_seconds,
 	// and only they did.
-	if got := e.srv.m.doLatency.Count(); got != 202 {
+	if got := e.srv.m.charts.latency().Count(); got != 202 {
 		t.Errorf("do latency observed %d times, want 202 (the sold-out do calls: ours, AllocsPerRun's warm-up and its 200)", got)
 	}
 }

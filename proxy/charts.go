@@ -56,6 +56,17 @@ func (c *chartStats) observe(product []byte, status int, d time.Duration) {
 	st.lat.Observe(d)
 }
 
+// latency is every sale's `do` latency summed (and other's), for the
+// Prometheus family; it allocates one histogram per scrape.
+func (c *chartStats) latency() *metrics.Histogram {
+	sum := metrics.NewHistogram(metrics.LatencyBuckets)
+	sum.AddFrom(c.other.lat)
+	for _, st := range *c.byProduct.Load() {
+		sum.AddFrom(st.lat)
+	}
+	return sum
+}
+
 // get returns id's stats, adding them on first sight.
 func (c *chartStats) get(id string) *doStats {
 	if st := (*c.byProduct.Load())[id]; st != nil {
@@ -147,7 +158,7 @@ func (sp *sampler) tick(ctx context.Context, nowMs int64) {
 	for _, e := range s.env.Sales.List() {
 		id := e.ProductID
 		seen := sp.seen[id]
-		st := s.charts.get(id)
+		st := s.m.charts.get(id)
 		if seen == nil {
 			// First sight: the states as a healthy sale's, so that one met
 			// fenced, degraded or with its breaker open is marked so; the

@@ -33,9 +33,12 @@ type serverMetrics struct {
 
 	requests [numRoutes][600]metrics.Counter
 	latency  [numRoutes]*metrics.Histogram
-	// doLatency is the purchase call's alone (POST /api/seckill/do, every
-	// answer): route api mixes it with status polls and tokens.
-	doLatency *metrics.Histogram
+	// charts count the purchase call's answers alone (POST
+	// /api/seckill/do, every answer), per sale, by code and latency: the
+	// dashboard's charts and the sale's timeline read them, and
+	// flashgate_sale_do_duration_seconds is their latencies summed (route
+	// api mixes the call with status polls and tokens).
+	charts *chartStats
 
 	reloadOK, reloadFailed metrics.Counter
 	lastReloadOK           atomic.Bool
@@ -70,7 +73,7 @@ func newServerMetrics(zones *filters.Zones, ups *upstream.Manager, version strin
 	for i := range m.latency {
 		m.latency[i] = metrics.NewHistogram(metrics.LatencyBuckets)
 	}
-	m.doLatency = metrics.NewHistogram(metrics.LatencyBuckets)
+	m.charts = newChartStats()
 	empty := map[string]*poolMetrics{}
 	m.pools.Store(&empty)
 	m.reconcileMismatch.Set(-1)
@@ -102,7 +105,7 @@ func newServerMetrics(zones *filters.Zones, ups *upstream.Manager, version strin
 		}
 	})
 	m.reg.Register("flashgate_sale_do_duration_seconds", "Time the edge took to answer POST /api/seckill/do (every answer, the filter chain's refusals included).", "histogram", func(w *metrics.Writer) {
-		w.Histogram(m.doLatency)
+		w.Histogram(m.charts.latency())
 	})
 	m.reg.Register("flashgate_http_requests_in_flight", "Requests being handled now.", "gauge", func(w *metrics.Writer) {
 		w.Value(float64(m.active.Value()))

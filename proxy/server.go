@@ -60,9 +60,8 @@ type Server struct {
 	dash   *dashboard.Handler
 	orders *pipeline
 	// history is the charts' ring, filled once a second by the sampler
-	// (charts.go) from charts, the `do` answers per sale.
+	// (charts.go) from m.charts, the `do` answers per sale.
 	history    *dashboard.History
-	charts     *chartStats
 	stopCharts context.CancelFunc
 	chartsDone chan struct{}
 
@@ -161,9 +160,9 @@ func New(doc *conf.Document, opts Options) (*Server, error) {
 	s.m.lastReloadOK.Store(true)
 	s.m.lastReloadUnix.Store(snap.LoadedAt.Unix())
 	s.reqPool.New = func() any { return new(filters.Request) }
-	s.history, s.charts = dashboard.NewHistory(), newChartStats()
+	s.history = dashboard.NewHistory()
 	for _, id := range s.productIDs() {
-		s.charts.get(id) // counted from the first answer on
+		s.m.charts.get(id) // counted from the first answer on
 	}
 	s.dash = dashboard.New(s.dashboardSnapshot, s.history)
 	cctx, stopCharts := context.WithCancel(context.Background())
@@ -398,16 +397,13 @@ func (s *Server) Handle(ctx *fasthttp.RequestCtx) {
 	status := ctx.Response.StatusCode()
 	d := time.Since(start)
 	if isDo {
-		s.charts.observe(r.Call.ProductID, status, d)
+		s.m.charts.observe(r.Call.ProductID, status, d)
 	}
 	r.Finish()
 	r.Reset()
 	s.reqPool.Put(r)
 
 	s.m.observeRequest(rt, status, d)
-	if isDo {
-		s.m.doLatency.Observe(d)
-	}
 	s.m.active.Add(-1)
 	s.accessLog(ctx, snap, rt, status, d)
 }
