@@ -102,11 +102,12 @@ func (r *doRig) doBody(product, user string) (int, string) {
 	return req.Ctx.Response.StatusCode(), string(req.Ctx.Response.Body())
 }
 
-// TestDoDecidesWhatTheChainDidNot: an edge whose config has no sale filter
-// gives every refusal the chain would, from the handler, without a script
-// call; and a rule the chain decided is not decided again.
-func TestDoDecidesWhatTheChainDidNot(t *testing.T) {
-	r := newDoRig(t, stock.Options{}, NewBreakers(3, time.Hour, nil, nil))
+// kindsOfSales applies on r's service the sales every kind of refusal
+// needs, limit 2 each: open, flagged (sold out on the edge, Redis still has
+// stock), busy (degraded), soon (not started), past (ended), and more, and
+// returns the purchase token minter and the sales' clock.
+func (r *doRig) kindsOfSales(t *testing.T, more ...func(now time.Time) *catalog.Sale) (*ptoken.Minter, time.Time) {
+	t.Helper()
 	minter, err := ptoken.New([]byte("0123456789abcdef0123456789abcdef"))
 	if err != nil {
 		t.Fatal(err)
@@ -120,13 +121,25 @@ func TestDoDecidesWhatTheChainDidNot(t *testing.T) {
 		sale("open", -time.Hour, time.Hour), sale("flagged", -time.Hour, time.Hour), sale("busy", -time.Hour, time.Hour),
 		sale("soon", time.Hour, 2*time.Hour), sale("past", -2*time.Hour, -time.Hour),
 	}
-	if err := r.svc.Apply(context.Background(), &Settings{Catalog: sales, Tokens: minter}); err != nil {
+	for _, m := range more {
+		sales = append(sales, m(now))
+	}
+	if err := r.svc.Apply(context.Background(), &Settings{Catalog: sales, Tokens: minter, TokenTTL: time.Minute}); err != nil {
 		t.Fatal(err)
 	}
-	r.svc.d.Sales.StateOf("flagged").SetSoldOut(true) // Redis still has stock
+	r.svc.d.Sales.StateOf("flagged").SetSoldOut(true)
 	if _, err := r.svc.SetDegraded(context.Background(), "busy", true); err != nil {
 		t.Fatal(err)
 	}
+	return minter, now
+}
+
+// TestDoDecidesWhatTheChainDidNot: an edge whose config has no sale filter
+// gives every refusal the chain would, from the handler, without a script
+// call; and a rule the chain decided is not decided again.
+func TestDoDecidesWhatTheChainDidNot(t *testing.T) {
+	r := newDoRig(t, stock.Options{}, NewBreakers(3, time.Hour, nil, nil))
+	minter, now := r.kindsOfSales(t)
 
 	tok := func(user, product string, ttl time.Duration) []byte {
 		return minter.Mint(nil, []byte(user), []byte(product), now.Add(ttl).UnixMilli())
@@ -192,26 +205,12 @@ func TestDoDecidesWhatTheChainDidNot(t *testing.T) {
 // open, sold out or degraded, and a sale with a waiting room carry none.
 func TestStatusCarriesAToken(t *testing.T) {
 	r := newDoRig(t, stock.Options{}, NewBreakers(3, time.Hour, nil, nil))
-	minter, err := ptoken.New([]byte("0123456789abcdef0123456789abcdef"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	now := time.Now()
-	sale := func(p string, start, end time.Duration) *catalog.Sale {
-		return &catalog.Sale{ProductID: p, Name: p, PriceCents: 100, Stock: 1000, Limit: 2,
-			StartMs: now.Add(start).UnixMilli(), EndMs: now.Add(end).UnixMilli()}
-	}
-	room := sale("queued", -time.Hour, time.Hour)
-	room.Room = &saleroom.Room{OpensMs: now.Add(-2 * time.Hour).UnixMilli(), StartMs: room.StartMs, AdmitPerMinute: 60, MaxActive: 10, SessionMs: 60_000}
-	sales := []*catalog.Sale{sale("open", -time.Hour, time.Hour), sale("flagged", -time.Hour, time.Hour),
-		sale("busy", -time.Hour, time.Hour), sale("soon", time.Hour, 2*time.Hour), room}
-	if err := r.svc.Apply(context.Background(), &Settings{Catalog: sales, Tokens: minter, TokenTTL: time.Minute}); err != nil {
-		t.Fatal(err)
-	}
-	r.svc.d.Sales.StateOf("flagged").SetSoldOut(true)
-	if _, err := r.svc.SetDegraded(context.Background(), "busy", true); err != nil {
-		t.Fatal(err)
-	}
+	_, now := r.kindsOfSales(t, func(now time.Time) *catalog.Sale {
+		return &catalog.Sale{ProductID: "queued", Name: "queued", PriceCents: 100, Stock: 1000, Limit: 2,
+			StartMs: now.Add(-time.Hour).UnixMilli(), EndMs: now.Add(time.Hour).UnixMilli(),
+			Room: &saleroom.Room{OpensMs: now.Add(-2 * time.Hour).UnixMilli(), StartMs: now.Add(-time.Hour).UnixMilli(),
+				AdmitPerMinute: 60, MaxActive: 10, SessionMs: 60_000}}
+	})
 	status := func(user, product string) (token string, expMs int64) {
 		t.Helper()
 		req := &api.Call{Ctx: new(fasthttp.RequestCtx), NowNano: time.Now().UnixNano(), Endpoint: api.EndpointStatus,
@@ -247,7 +246,7 @@ func TestStatusCarriesAToken(t *testing.T) {
 		t.Errorf("the token used twice: %d %s", code, body)
 	}
 	for _, c := range []struct{ user, product string }{
-		{"", "open"}, {"alice", "soon"}, {"alice", "flagged"}, {"alice", "busy"}, {"alice", "queued"},
+		{"", "open"}, {"alice", "soon"}, {"alice", "past"}, {"alice", "flagged"}, {"alice", "busy"}, {"alice", "queued"},
 	} {
 		if tok, _ := status(c.user, c.product); tok != "" {
 			t.Errorf("status of %s for %q carries a token", c.product, c.user)
