@@ -321,101 +321,93 @@ func TestOutboxEntryFields(t *testing.T) {
 // with the last of its orders acknowledged (an entry id alone, the relay's,
 // removes it at once) — on redis-server and on the embedded server.
 func TestOutboxBatchEntryAndAck(t *testing.T) {
-	for _, kind := range []string{"real", "embedded"} {
-		t.Run(kind, func(t *testing.T) {
-			var s *Store
-			if kind == "real" {
-				s, _ = openReal(t, Options{})
-			} else {
-				s = openEmbedded(t, Options{})
+	onBothServers(t, func(t *testing.T, s *Store) {
+		ctx := context.Background()
+		const p = "back"
+		warm(t, s, p, 40, 1)
+		if !batchedSale(t, s, p) {
+			t.Fatal("a sale warmed without OrderKeys is not of ledger b")
+		}
+		// 24 concurrent attempts: most share a script call.
+		outs := make([]Outcome, 24)
+		as := make([]Attempt, 24)
+		var wg sync.WaitGroup
+		for i := range outs {
+			as[i] = attempt(p, "u"+strconv.Itoa(i), 1, 1)
+			as[i].PayByMs = as[i].CreatedMs + 900_000
+			wg.Go(func() { outs[i] = mustDeduct(t, s, as[i]) })
+		}
+		wg.Wait()
+		c := s.c
+		entries, err := c.Do(ctx, c.B().Xrange().Key(OutboxKey(p)).Start("-").End("+").Build()).AsXRange()
+		if err != nil || len(entries) == 0 || len(entries) >= len(outs) {
+			t.Fatalf("XRANGE: %d entries for %d orders, %v: want fewer, not none", len(entries), len(outs), err)
+		}
+		byEntry := map[string]map[int64]order.Order{}
+		for _, e := range entries {
+			oe := OutboxEntry{ID: e.ID, Fields: e.FieldValues}
+			evs, err := oe.Events()
+			if err != nil || !oe.Batch() || len(e.FieldValues) != 2 {
+				t.Fatalf("entry %v: %v", e.FieldValues, err)
 			}
-			ctx := context.Background()
-			const p = "back"
-			warm(t, s, p, 40, 1)
-			if !batchedSale(t, s, p) {
-				t.Fatal("a sale warmed without OrderKeys is not of ledger b")
+			m := map[int64]order.Order{}
+			for _, ev := range evs {
+				m[ev.ID] = ev.Order
 			}
-			// 24 concurrent attempts: most share a script call.
-			outs := make([]Outcome, 24)
-			as := make([]Attempt, 24)
-			var wg sync.WaitGroup
-			for i := range outs {
-				as[i] = attempt(p, "u"+strconv.Itoa(i), 1, 1)
-				as[i].PayByMs = as[i].CreatedMs + 900_000
-				wg.Go(func() { outs[i] = mustDeduct(t, s, as[i]) })
+			byEntry[e.ID] = m
+		}
+		shares := map[string][]string{} // entry -> the outcomes' ids
+		for i, out := range outs {
+			entry, n, _ := strings.Cut(out.OutboxID, "/")
+			got, ok := byEntry[entry][as[i].ID]
+			if out.Code != OK || !ok || got != as[i].Order || n != strconv.Itoa(len(byEntry[entry])) {
+				t.Fatalf("attempt %d: %+v, its entry holds %+v (%v) of %d", i, out, got, ok, len(byEntry[entry]))
 			}
-			wg.Wait()
-			c := s.c
-			entries, err := c.Do(ctx, c.B().Xrange().Key(OutboxKey(p)).Start("-").End("+").Build()).AsXRange()
-			if err != nil || len(entries) == 0 || len(entries) >= len(outs) {
-				t.Fatalf("XRANGE: %d entries for %d orders, %v: want fewer, not none", len(entries), len(outs), err)
+			shares[entry] = append(shares[entry], out.OutboxID)
+		}
+		// Every order readable by id, from its bucket, with its TTL.
+		for _, a := range as {
+			mustState(t, s, a, StatePending)
+			if home := orderHome(t, s, p, a.ID); home != OrderBucketKey(p, a.ID) || pttl(t, s, home) <= 0 {
+				t.Fatalf("order %d lives in %s, PTTL %d", a.ID, home, pttl(t, s, home))
 			}
-			byEntry := map[string]map[int64]order.Order{}
-			for _, e := range entries {
-				oe := OutboxEntry{ID: e.ID, Fields: e.FieldValues}
-				evs, err := oe.Events()
-				if err != nil || !oe.Batch() || len(e.FieldValues) != 2 {
-					t.Fatalf("entry %v: %v", e.FieldValues, err)
-				}
-				m := map[int64]order.Order{}
-				for _, ev := range evs {
-					m[ev.ID] = ev.Order
-				}
-				byEntry[e.ID] = m
+		}
+		// All of an entry's orders but one acknowledged: it stays; the
+		// last removes it. An id given twice counts twice: the edge
+		// gives each order's once.
+		var big string
+		for e, ids := range shares {
+			if len(ids) > len(shares[big]) {
+				big = e
 			}
-			shares := map[string][]string{} // entry -> the outcomes' ids
-			for i, out := range outs {
-				entry, n, _ := strings.Cut(out.OutboxID, "/")
-				got, ok := byEntry[entry][as[i].ID]
-				if out.Code != OK || !ok || got != as[i].Order || n != strconv.Itoa(len(byEntry[entry])) {
-					t.Fatalf("attempt %d: %+v, its entry holds %+v (%v) of %d", i, out, got, ok, len(byEntry[entry]))
-				}
-				shares[entry] = append(shares[entry], out.OutboxID)
-			}
-			// Every order readable by id, from its bucket, with its TTL.
-			for _, a := range as {
-				mustState(t, s, a, StatePending)
-				if home := orderHome(t, s, p, a.ID); home != OrderBucketKey(p, a.ID) || pttl(t, s, home) <= 0 {
-					t.Fatalf("order %d lives in %s, PTTL %d", a.ID, home, pttl(t, s, home))
-				}
-			}
-			// All of an entry's orders but one acknowledged: it stays; the
-			// last removes it. An id given twice counts twice: the edge
-			// gives each order's once.
-			var big string
-			for e, ids := range shares {
-				if len(ids) > len(shares[big]) {
-					big = e
-				}
-			}
-			ids := shares[big]
-			if len(ids) < 2 {
-				t.Fatalf("no entry with two orders: %v", shares)
-			}
-			before, _ := s.OutboxLen(ctx, p)
-			if err := s.AckOutbox(ctx, p, ids[:len(ids)-1]...); err != nil {
-				t.Fatal(err)
-			}
-			if n, _ := s.OutboxLen(ctx, p); n != before {
-				t.Fatalf("outbox %d entries after all but one order of an entry acknowledged, want %d", n, before)
-			}
-			if err := s.AckOutbox(ctx, p, ids[len(ids)-1]); err != nil {
-				t.Fatal(err)
-			}
-			if n, _ := s.OutboxLen(ctx, p); n != before-1 {
-				t.Fatalf("outbox %d entries after its last order acknowledged, want %d", n, before-1)
-			}
-			// The relay acknowledges entries whole.
-			for e := range shares {
-				if e != big {
-					if err := s.AckOutbox(ctx, p, e); err != nil {
-						t.Fatal(err)
-					}
+		}
+		ids := shares[big]
+		if len(ids) < 2 {
+			t.Fatalf("no entry with two orders: %v", shares)
+		}
+		before, _ := s.OutboxLen(ctx, p)
+		if err := s.AckOutbox(ctx, p, ids[:len(ids)-1]...); err != nil {
+			t.Fatal(err)
+		}
+		if n, _ := s.OutboxLen(ctx, p); n != before {
+			t.Fatalf("outbox %d entries after all but one order of an entry acknowledged, want %d", n, before)
+		}
+		if err := s.AckOutbox(ctx, p, ids[len(ids)-1]); err != nil {
+			t.Fatal(err)
+		}
+		if n, _ := s.OutboxLen(ctx, p); n != before-1 {
+			t.Fatalf("outbox %d entries after its last order acknowledged, want %d", n, before-1)
+		}
+		// The relay acknowledges entries whole.
+		for e := range shares {
+			if e != big {
+				if err := s.AckOutbox(ctx, p, e); err != nil {
+					t.Fatal(err)
 				}
 			}
-			if n, _ := s.OutboxLen(ctx, p); n != 0 {
-				t.Fatalf("outbox %d entries after the relay acknowledged every entry", n)
-			}
-		})
-	}
+		}
+		if n, _ := s.OutboxLen(ctx, p); n != 0 {
+			t.Fatalf("outbox %d entries after the relay acknowledged every entry", n)
+		}
+	})
 }
