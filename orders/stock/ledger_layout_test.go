@@ -372,3 +372,36 @@ func testRebuildExact(t *testing.T, s *Store, batches bool) {
 		t.Errorf("remaining %d after one cancel (twice), want %d", rem, stockN-held+int64(as[2].Qty))
 	}
 }
+
+// The consumer's success mark, in both ledgers: one call for a stored
+// batch, each order marked once even when its id comes twice (a retried
+// batch beside a new one), its deadline in the due set once, and a second
+// mark changes nothing.
+func TestMarkSuccessOnceInBothLedgers(t *testing.T) {
+	for _, l := range ledgers {
+		t.Run(l.name, func(t *testing.T) {
+			ctx := context.Background()
+			s, _ := openReal(t, Options{OrderKeys: l.orderKeys})
+			const p = "mk"
+			warm(t, s, p, 10, 5)
+			a, b := attempt(p, "alice", 1, 5), attempt(p, "bob", 1, 5)
+			a.PayByMs = a.CreatedMs + time.Hour.Milliseconds()
+			for _, x := range []Attempt{a, b} {
+				if out := mustDeduct(t, s, x); out.Code != OK {
+					t.Fatalf("deduct: %v", out.Code)
+				}
+			}
+			if n, err := s.MarkSuccess(ctx, p, a.ID, b.ID, a.ID); err != nil || n != 2 {
+				t.Fatalf("MarkSuccess(a, b, a) = %d, %v; want 2", n, err)
+			}
+			mustState(t, s, a, StateSuccess)
+			mustState(t, s, b, StateSuccess)
+			if _, total, err := s.NextDeadlines(ctx, p, 10); err != nil || total != 1 {
+				t.Errorf("due set holds %d (%v), want a's deadline once", total, err)
+			}
+			if n, err := s.MarkSuccess(ctx, p, a.ID, b.ID); err != nil || n != 0 {
+				t.Errorf("second MarkSuccess = %d, %v; want 0", n, err)
+			}
+		})
+	}
+}

@@ -24,14 +24,17 @@ for i = 0, n - 1 do
   f[#f + 1] = ARGV[2 + 2 * i]
   at[i] = #f
 end
-local vals, marks = {}, {}
+local vals, marks, seen = {}, {}, {}
 for b, f in pairs(ids) do vals[b] = redis.call('HMGET', KEYS[1 + b], unpack(f)) end
 for i = 0, n - 1 do
   local id, b = ARGV[2 + 2 * i], tonumber(ARGV[3 + 2 * i])
   local v = vals[b][at[i]]
   local user, payby
   if v then
-    if string.byte(v, 1) == 112 then -- 'p'
+    -- Read before any mark is written: an id given twice (a retried
+    -- batch beside a new one) is marked once.
+    if string.byte(v, 1) == 112 and not seen[id] then -- 'p'
+      seen[id] = true
       local w = marks[b]
       if not w then w = {}; marks[b] = w end
       w[#w + 1] = id
