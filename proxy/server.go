@@ -68,6 +68,9 @@ type Server struct {
 	// for its latency and the request's NowNano.
 	wallClock bool
 
+	// stopRooms ends the route rooms' upkeep (roomsLoop).
+	stopRooms context.CancelFunc
+
 	draining atomic.Bool
 	sampleN  atomic.Uint64
 	reqPool  sync.Pool
@@ -125,6 +128,7 @@ func New(doc *conf.Document, opts Options) (*Server, error) {
 		Start:                 time.Unix(0, opts.Now()),
 		FallbackSessionSecret: randomBytes(32),
 		FallbackTokenSecret:   randomBytes(32),
+		Log:                   opts.Logger,
 	}
 	s.m = newServerMetrics(s.env.Zones, s.env.Upstreams, opts.Version)
 	s.env.Upstreams.OnResponse = s.m.observeUpstream
@@ -150,6 +154,7 @@ func New(doc *conf.Document, opts Options) (*Server, error) {
 	s.registerDeadlineMetrics()
 	s.snap.Store(snap)
 	s.sweeper.Start()
+	s.startRooms()
 	s.env.Upstreams.Activate(snap.Upstreams)
 	s.lastReload.Store(&ReloadResult{At: snap.LoadedAt, Trigger: "start", Version: snap.Version})
 	s.m.lastReloadOK.Store(true)
@@ -257,6 +262,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		s.tls.Close()
 	}
 	s.env.Upstreams.Close()
+	s.stopRooms()
 	s.sale.Stop()
 	s.sweeper.Close() // before the publisher it publishes with
 	perr := s.orders.close()
@@ -410,6 +416,10 @@ func (s *Server) dispatch(ctx *fasthttp.RequestCtx, snap *Snapshot, r *filters.R
 		if up == nil {
 			api.NotFound.Write(ctx)
 			return routeNotFound
+		}
+		if rm := snap.Rooms[up]; rm != nil {
+			s.serveRoom(ctx, snap, r, up, rm)
+			return rt
 		}
 		up.Serve(ctx, r.ClientIP, snap.RealIP)
 	}
