@@ -2,6 +2,7 @@ package conf
 
 import (
 	"net/netip"
+	"slices"
 	"strings"
 	"time"
 
@@ -51,6 +52,29 @@ type RouteRoomConfig struct {
 	Abandon time.Duration `yaml:"abandon"`
 	// Bypass lets requests past the room without a place and uncounted.
 	Bypass RoomBypassConfig `yaml:"bypass"`
+	// Events are scheduled windows with their own settings.
+	Events []RoomEventConfig `yaml:"events"`
+}
+
+// RoomEventConfig is one scheduled window of a route room: from Prequeue
+// to Start everyone waits (nobody is let in) and, with Shuffle, their order
+// is drawn at random at the start; from Start to End the event's settings
+// replace the room's. Times are RFC 3339, or relative to the edge's start
+// ("+30s") as an activity's. An operator's live method still wins.
+type RoomEventConfig struct {
+	Name     string `yaml:"name"`
+	Prequeue string `yaml:"prequeue"` // "" = no pre-queue
+	Start    string `yaml:"start"`
+	End      string `yaml:"end"`
+	// AdmitPerMinute, MaxActive (0: the room's), Method ("": the room's)
+	// and Page ("": the room's) apply from Start to End.
+	AdmitPerMinute int    `yaml:"admit_per_minute"`
+	MaxActive      int    `yaml:"max_active"`
+	Method         string `yaml:"method"`
+	Page           string `yaml:"page"`
+	// Shuffle draws the pre-queue's order at random at the start (the
+	// lottery); off, it keeps the order of arrival. Default true.
+	Shuffle *bool `yaml:"shuffle"`
 }
 
 // RoomBypassConfig is a route room's `bypass:`. A signed bypass token
@@ -111,10 +135,16 @@ func (c *RouteRoomConfig) fill() {
 	orDefault(&c.EndHeader, "Flashgate-Room")
 	orDefault(&c.Poll, 5*time.Second)
 	orDefault(&c.Abandon, time.Minute)
+	for i := range c.Events {
+		if c.Events[i].Shuffle == nil {
+			c.Events[i].Shuffle = boolPtr(true)
+		}
+	}
 }
 
 // WithDefaults returns c with the defaults Parse gives it.
 func (c RouteRoomConfig) WithDefaults() RouteRoomConfig {
+	c.Events = slices.Clone(c.Events)
 	c.fill()
 	return c
 }
@@ -153,6 +183,28 @@ func (c *RouteRoomConfig) validate(errs *field.Errors, at string) {
 	for i, s := range c.Bypass.CIDRs {
 		if _, err := ParseRoomCIDR(s); err != nil {
 			errs.Add(field.Join(at, field.Join("bypass", field.Index("cidrs", i))), "%v", err)
+		}
+	}
+	for i := range c.Events {
+		ev := &c.Events[i]
+		eat := field.Join(at, field.Index("events", i))
+		if ev.Name == "" {
+			errs.Add(field.Join(eat, "name"), "required")
+		}
+		if ev.Start == "" || ev.End == "" {
+			errs.Add(eat, "start and end are required")
+		}
+		if ev.Method != "" && !ValidRoomMethod(ev.Method) {
+			errs.Add(field.Join(eat, "method"), "%q must be one of %s", ev.Method, strings.Join(RoomMethods, ", "))
+		}
+		if ev.AdmitPerMinute < 0 || ev.AdmitPerMinute > 10_000_000 {
+			errs.Add(field.Join(eat, "admit_per_minute"), "must be between 0 (the room's) and 10000000, got %d", ev.AdmitPerMinute)
+		}
+		if ev.MaxActive < 0 || ev.MaxActive > 100_000_000 {
+			errs.Add(field.Join(eat, "max_active"), "must be between 0 (the room's) and 100000000, got %d", ev.MaxActive)
+		}
+		if ev.Shuffle == nil {
+			errs.Add(field.Join(eat, "shuffle"), "required (Parse fills it)")
 		}
 	}
 	for i, p := range c.Bypass.Paths {

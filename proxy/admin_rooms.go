@@ -77,7 +77,10 @@ func (s *Server) adminRoomChange(ctx *fasthttp.RequestCtx) {
 		api.NotFound.WithMessage("no route room " + req.Room).Write(ctx)
 		return
 	}
-	if req.Method != "" && !conf.ValidRoomMethod(req.Method) {
+	switch {
+	case req.Method == "config":
+		req.Method = "-" // the operator's method is dropped: the config's (and its events') again
+	case req.Method != "" && !conf.ValidRoomMethod(req.Method):
 		api.AdminRouteRoomUsage.Write(ctx)
 		return
 	}

@@ -31,7 +31,7 @@ func compileRooms(cfg *conf.Config, env *Env, set *upstream.Set) (map[*upstream.
 			tsec = env.FallbackTokenSecret
 		}
 		rm, err := routeroom.New(*rc.WaitingRoom, routeroom.Options{Secrets: routeroom.DeriveSecrets(tsec), Store: env.Stock,
-			Registry: env.Rooms, CookieSecure: cfg.Auth.CookieSecure || cfg.Listen.TLS.Enabled(), Log: env.Log})
+			Registry: env.Rooms, CookieSecure: cfg.Auth.CookieSecure || cfg.Listen.TLS.Enabled(), Log: env.Log, Start: env.Start})
 		if err != nil {
 			errs.Add(at, "%v", err)
 			continue

@@ -162,20 +162,22 @@ func (s *Store) RouteEnd(ctx context.Context, room, id string) (bool, error) {
 // RouteRoomInfo is a route room's state: the operator's overrides ("" or
 // -1: the config's) and the counters.
 type RouteRoomInfo struct {
-	Method    string `json:"method"`
-	Rate      int64  `json:"admitPerMinute"`
-	Cap       int64  `json:"maxActive"`
-	Waiting   int64  `json:"waiting"`
-	Active    int64  `json:"active"`
-	Joined    int64  `json:"joined"`
-	Admitted  int64  `json:"admitted"`
-	Abandoned int64  `json:"abandoned"`
-	Ended     int64  `json:"ended"`
-	Overlimit int64  `json:"overLimit"` // passthrough visitors the rules would have queued
+	Method string `json:"method"`
+	// MethodSet: Method is the operator's (in Redis), not the config's.
+	MethodSet bool  `json:"methodSet"`
+	Rate      int64 `json:"admitPerMinute"`
+	Cap       int64 `json:"maxActive"`
+	Waiting   int64 `json:"waiting"`
+	Active    int64 `json:"active"`
+	Joined    int64 `json:"joined"`
+	Admitted  int64 `json:"admitted"`
+	Abandoned int64 `json:"abandoned"`
+	Ended     int64 `json:"ended"`
+	Overlimit int64 `json:"overLimit"` // passthrough visitors the rules would have queued
 }
 
 // RouteChange is an operator's change of a room: "" and nil keep a
-// setting; a -1 rate or cap goes back to the config's.
+// setting; a -1 rate or cap, and the method "-", go back to the config's.
 type RouteChange struct {
 	Method    string
 	Rate, Cap *int64
@@ -225,7 +227,8 @@ func (s *Store) RouteAdmin(ctx context.Context, r RouteRoom, change RouteChange,
 	}
 	info := RouteRoomInfo{Method: str[0], Rate: r.Rate, Cap: r.Cap, Waiting: n[0], Active: n[1], Joined: n[2],
 		Admitted: n[3], Abandoned: n[4], Ended: n[5], Overlimit: n[6]}
-	if info.Method == "" {
+	info.MethodSet = info.Method != ""
+	if !info.MethodSet {
 		info.Method = r.Method
 	}
 	if str[1] != "" {

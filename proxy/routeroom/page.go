@@ -14,13 +14,14 @@ import (
 // operator's template (waiting_room.page) may use every field:
 //
 //	{{.Room}}        the room's title
-//	{{.Status}}      waiting, closed (method reject) or busy (Redis failed)
+//	{{.Status}}      waiting, prequeue (an event not started), closed (method reject) or busy (Redis failed)
 //	{{.Place}}       the visitor's place, 1 = next
 //	{{.Ahead}}       visitors before them
 //	{{.ETA}}         the estimated wait, in words of the page's language ("" unknown)
 //	{{.ETASeconds}}  the same in seconds (-1 unknown)
 //	{{.Progress}}    how far the visitor came since they joined, 0..100
 //	{{.Lang}}        en or zh, from Accept-Language
+//	{{.PollSeconds}} the poll interval in seconds (e.g. for a noscript refresh)
 //	{{.Script}}      the poll script: include it, or the page never moves on
 type PageData struct {
 	Room       string
@@ -32,7 +33,10 @@ type PageData struct {
 	Progress   int64
 	Lang       string
 	PollMs     int64
-	Script     template.HTML
+	// PollSeconds is PollMs in whole seconds (a page without JavaScript
+	// refreshes itself at this pace).
+	PollSeconds int64
+	Script      template.HTML
 	// T is the built-in page's text in Lang.
 	T Text
 }
@@ -40,17 +44,21 @@ type PageData struct {
 // Text is the built-in page's words in one language.
 type Text struct {
 	Title, Waiting, Place, Ahead, Wait, Unknown, Closed, ClosedBody, Busy, Note string
+	PreTitle, PreBody, Starts                                                   string
 }
 
 var texts = map[string]Text{
 	"en": {Title: "You are in the queue", Waiting: "This site is busy. You will be let in automatically when it is your turn; keep this page open.",
 		Place: "Your place", Ahead: "Ahead of you", Wait: "Estimated wait", Unknown: "being worked out",
 		Closed: "Closed", ClosedBody: "This page is not open at the moment. Please come back later.",
-		Busy: "The queue is busy; this page tries again by itself.", Note: "Leaving this page for more than a minute loses your place."},
+		Busy: "The queue is busy; this page tries again by itself.", Note: "Leaving this page for more than a minute loses your place.",
+		PreTitle: "Not started yet", PreBody: "Everyone who arrives before the start gets a place drawn at random at the start; you need not hurry. Keep this page open.",
+		Starts: "Starts in"},
 	"zh": {Title: "您正在排队", Waiting: "当前访问人数较多。轮到您时将自动进入，请保持此页面打开。",
 		Place: "您的位置", Ahead: "前面还有", Wait: "预计等待", Unknown: "正在计算",
 		Closed: "暂未开放", ClosedBody: "此页面暂时关闭，请稍后再来。",
-		Busy: "排队服务繁忙，本页面会自动重试。", Note: "离开此页面超过一分钟将失去排队位置。"},
+		Busy: "排队服务繁忙，本页面会自动重试。", Note: "离开此页面超过一分钟将失去排队位置。",
+		PreTitle: "活动尚未开始", PreBody: "开始前到达的访客将在开始时随机排序，无需抢先。请保持此页面打开。", Starts: "距离开始"},
 }
 
 //go:embed page.html
@@ -94,6 +102,7 @@ func LoadPage(path string) (*Page, error) {
 
 func (p *Page) render(w *bytes.Buffer, d PageData) error {
 	d.T = texts[d.Lang]
+	d.PollSeconds = max((d.PollMs+999)/1000, 1)
 	d.Script = template.HTML(fmt.Sprintf(pollScript, d.PollMs))
 	return p.tmpl.Execute(w, d)
 }

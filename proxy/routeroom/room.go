@@ -18,6 +18,7 @@ import (
 	"flashgate/conf"
 	"flashgate/metrics"
 	"flashgate/orders/stock"
+	"flashgate/sale/catalog"
 	"flashgate/sale/ptoken"
 	"flashgate/sale/room"
 )
@@ -80,6 +81,19 @@ type Room struct {
 	page      *Page
 	recheckMs int64
 	secure    bool
+	base      uint32 // the config's method
+	events    []event
+}
+
+// event is a compiled RoomEventConfig: times in unix ms, 0 / "" / nil
+// where the room's setting applies.
+type event struct {
+	name                  string
+	preMs, startMs, endMs int64
+	rate, cap             int64
+	method                string
+	page                  *Page
+	shuffle               bool
 }
 
 // Options are what New needs beside the room's config.
@@ -89,6 +103,9 @@ type Options struct {
 	Registry     *Registry
 	CookieSecure bool
 	Log          *slog.Logger
+	// Start anchors the events' relative times ("+30s"), as the
+	// activities': the edge's start, so a reload does not move them.
+	Start time.Time
 }
 
 // New compiles a route's room: its page (read and checked now: proxy -t
@@ -124,12 +141,96 @@ func New(c conf.RouteRoomConfig, o Options) (*Room, error) {
 	if rm.page, err = LoadPage(c.Page); err != nil {
 		return nil, fmt.Errorf("page: %w", err)
 	}
+	rm.base = methodIndex(c.Method)
+	for i, ec := range c.Events {
+		ev, err := newEvent(ec, o.Start, rm.page)
+		if err != nil {
+			return nil, fmt.Errorf("events[%d]: %w", i, err)
+		}
+		rm.events = append(rm.events, ev)
+	}
 	if o.Registry != nil {
 		rm.live = o.Registry.ensure(rm.rr)
 	} else {
 		rm.live = newLive(rm.rr)
 	}
 	return rm, nil
+}
+
+func newEvent(c conf.RoomEventConfig, base time.Time, page *Page) (event, error) {
+	ev := event{name: c.Name, rate: int64(c.AdmitPerMinute), cap: int64(c.MaxActive), method: c.Method, page: page,
+		shuffle: c.Shuffle == nil || *c.Shuffle}
+	var err error
+	if ev.startMs, err = catalog.ParseTime(c.Start, base); err != nil {
+		return ev, fmt.Errorf("start %v", err)
+	}
+	if ev.endMs, err = catalog.ParseTime(c.End, base); err != nil {
+		return ev, fmt.Errorf("end %v", err)
+	}
+	ev.preMs = ev.startMs
+	if c.Prequeue != "" {
+		if ev.preMs, err = catalog.ParseTime(c.Prequeue, base); err != nil {
+			return ev, fmt.Errorf("prequeue %v", err)
+		}
+	}
+	if ev.preMs > ev.startMs || ev.startMs >= ev.endMs {
+		return ev, fmt.Errorf("want prequeue <= start < end")
+	}
+	if c.Page != "" {
+		if ev.page, err = LoadPage(c.Page); err != nil {
+			return ev, fmt.Errorf("page: %w", err)
+		}
+	}
+	return ev, nil
+}
+
+// eventAt is the event whose window holds nowMs (pre: its pre-queue), or nil.
+func (rm *Room) eventAt(nowMs int64) (ev *event, pre bool) {
+	for i := range rm.events {
+		e := &rm.events[i]
+		if nowMs >= e.preMs && nowMs < e.endMs {
+			return e, nowMs < e.startMs
+		}
+	}
+	return nil, false
+}
+
+// methodAt is the method in force at nowMs: the operator's, else the
+// event's (its pre-queue holds everyone), else the config's.
+func (rm *Room) methodAt(nowMs int64) (m uint32, ev *event, pre bool) {
+	ev, pre = rm.eventAt(nowMs)
+	switch o := rm.live.override.Load(); {
+	case o != 0:
+		m = o - 1
+	case pre && ev.shuffle:
+		m = methodPrequeue
+	case pre:
+		m = methodQueueAll // arrival order, nobody let in
+	case ev != nil && ev.method != "":
+		m = methodIndex(ev.method)
+	default:
+		m = rm.base
+	}
+	if rm.live.method.Load() != m {
+		rm.live.method.Store(m)
+	}
+	return m, ev, pre
+}
+
+// configAt is what the scripts are told at nowMs: the room's settings with
+// the event's and the method in force.
+func (rm *Room) configAt(m uint32, ev *event, pre bool) stock.RouteRoom {
+	c := rm.live.config()
+	c.Method = methodName(m)
+	if ev != nil && !pre {
+		if ev.rate > 0 {
+			c.Rate = ev.rate
+		}
+		if ev.cap > 0 {
+			c.Cap = ev.cap
+		}
+	}
+	return c
 }
 
 // Name is the room's name.
@@ -151,7 +252,7 @@ type Visit struct {
 // call.
 func (rm *Room) Gate(ctx *fasthttp.RequestCtx, clientIP netip.Addr, nowMs int64) (Visit, bool) {
 	var v Visit
-	m := rm.live.Method()
+	m, ev, pre := rm.methodAt(nowMs)
 	if m == methodReject {
 		rm.live.count(resClosed)
 		rm.answerClosed(ctx)
@@ -168,11 +269,12 @@ func (rm *Room) Gate(ctx *fasthttp.RequestCtx, clientIP netip.Addr, nowMs int64)
 		copy(v.id[:], payload[:room.IDLen])
 		v.known = true
 		check := int64(binary.BigEndian.Uint64(payload[room.IDLen:]))
-		if m != methodQueueAll && nowMs < check && !poll {
+		hold := m == methodQueueAll || m == methodPrequeue
+		if !hold && nowMs < check && !poll {
 			rm.live.count(resPass)
 			return v, true
 		}
-		if m != methodQueueAll {
+		if !hold {
 			if ok := rm.recheck(&v, until, nowMs); ok {
 				if poll {
 					rm.answerAdmitted(ctx, &v)
@@ -186,7 +288,7 @@ func (rm *Room) Gate(ctx *fasthttp.RequestCtx, clientIP netip.Addr, nowMs int64)
 	} else {
 		rand.Read(v.id[:])
 	}
-	return rm.visit(ctx, &v, nowMs, poll)
+	return rm.visit(ctx, &v, nowMs, poll, rm.configAt(m, ev, pre), ev, pre)
 }
 
 // recheck asks Redis whether an admitted visitor's session still runs (and
@@ -220,17 +322,17 @@ func (rm *Room) recheck(v *Visit, until, nowMs int64) bool {
 
 // visit is one script call for a visitor without a running pass: let in,
 // or told their place.
-func (rm *Room) visit(ctx *fasthttp.RequestCtx, v *Visit, nowMs int64, poll bool) (Visit, bool) {
+func (rm *Room) visit(ctx *fasthttp.RequestCtx, v *Visit, nowMs int64, poll bool, cfg stock.RouteRoom, ev *event, pre bool) (Visit, bool) {
 	var hex [2 * room.IDLen]byte
 	id := string(v.id.AppendHex(hex[:0]))
 	idc := v.id // hashed by the score: a copy escapes, not the caller's Visit
 	cctx, cancel := context.WithTimeout(context.Background(), time.Second)
-	a, err := rm.store.RouteVisit(cctx, rm.live.config(), id, room.Score(rm.scoreKey, idc[:]), nowMs)
+	a, err := rm.store.RouteVisit(cctx, cfg, id, room.Score(rm.scoreKey, idc[:]), nowMs)
 	cancel()
 	if err != nil {
 		rm.live.count(resError)
 		rm.log.Warn("route room: visit failed; the visitor waits", "room", rm.cfg.Name, "err", err)
-		rm.answerWaiting(ctx, v, waitAnswer{status: "busy", etaMs: -1}, nowMs)
+		rm.answerWaiting(ctx, v, waitAnswer{status: "busy", etaMs: -1, page: rm.pageOf(ev, pre)}, nowMs)
 		return *v, false
 	}
 	rm.live.observe(a)
@@ -244,8 +346,25 @@ func (rm *Room) visit(ctx *fasthttp.RequestCtx, v *Visit, nowMs int64, poll bool
 		return *v, true
 	}
 	rm.live.count(resWaiting)
-	rm.answerWaiting(ctx, v, waitAnswer{status: "waiting", place: a.Place, etaMs: eta(&a, nowMs)}, nowMs)
+	w := waitAnswer{status: "waiting", place: a.Place, etaMs: eta(&a, nowMs), page: rm.pageOf(ev, pre)}
+	if pre {
+		// The event has not started: the wait is until the start at least,
+		// and a shuffled pre-queue has no place until then.
+		w.status, w.etaMs = "prequeue", ev.startMs-nowMs
+		if ev.shuffle {
+			w.place = 0
+		}
+	}
+	rm.answerWaiting(ctx, v, w, nowMs)
 	return *v, false
+}
+
+// pageOf is the page in force: the event's, else the room's.
+func (rm *Room) pageOf(ev *event, pre bool) *Page {
+	if ev != nil && ev.page != nil {
+		return ev.page
+	}
+	return rm.page
 }
 
 // eta is the estimated wait of a waiting visitor: the rate's line N(t)
@@ -253,7 +372,7 @@ func (rm *Room) visit(ctx *fasthttp.RequestCtx, v *Visit, nowMs int64, poll bool
 // in now, or the seat the cap makes them wait for, whichever is later; -1
 // under queue_all.
 func eta(a *stock.VisitAnswer, nowMs int64) int64 {
-	if a.Method == conf.RoomQueueAll {
+	if a.Method == conf.RoomQueueAll || a.Method == methodPrequeueName {
 		return -1
 	}
 	var e int64
@@ -336,10 +455,14 @@ func (rm *Room) MintBypass(expiresMs int64) string {
 // operator's live change, on every edge.
 func (rm *Room) Info(ctx context.Context, change stock.RouteChange, nowMs int64) (stock.RouteRoomInfo, error) {
 	info, err := rm.store.RouteAdmin(ctx, rm.live.config(), change, nowMs)
-	if err == nil {
-		rm.live.apply(&info)
+	if err != nil {
+		return info, err
 	}
-	return info, err
+	rm.live.apply(&info)
+	// The method in force, events included (the operator's wins).
+	m, _, _ := rm.methodAt(nowMs)
+	info.Method = methodName(m)
+	return info, nil
 }
 
 // wantsJSON: an API or native client (Accept: application/json without
@@ -352,6 +475,7 @@ func wantsJSON(ctx *fasthttp.RequestCtx) bool {
 type waitAnswer struct {
 	status       string
 	place, etaMs int64
+	page         *Page
 }
 
 func (rm *Room) answerWaiting(ctx *fasthttp.RequestCtx, v *Visit, w waitAnswer, nowMs int64) {
@@ -404,7 +528,7 @@ func (rm *Room) answerWaiting(ctx *fasthttp.RequestCtx, v *Visit, w waitAnswer, 
 		return
 	}
 	var out bytes.Buffer
-	err := rm.page.render(&out, PageData{Room: rm.cfg.Title, Status: w.status, Place: w.place, Ahead: max(w.place-1, 0),
+	err := w.page.render(&out, PageData{Room: rm.cfg.Title, Status: w.status, Place: w.place, Ahead: max(w.place-1, 0),
 		ETA: etaWords(lang, w.etaMs), ETASeconds: etaS, Progress: progress, Lang: lang, PollMs: rm.cfg.Poll.Milliseconds()})
 	if err != nil {
 		rm.log.Warn("route room: page template failed", "room", rm.cfg.Name, "err", err)
@@ -492,7 +616,19 @@ const (
 	methodPassthrough
 	methodReject
 	methodQueueAll
+	// methodPrequeue is an event's shuffled pre-queue: nobody let in, the
+	// places drawn by the lottery's score. The edge's, not the operator's.
+	methodPrequeue
 )
+
+const methodPrequeueName = "prequeue"
+
+func methodName(m uint32) string {
+	if m == methodPrequeue {
+		return methodPrequeueName
+	}
+	return conf.RoomMethods[m]
+}
 
 func methodIndex(m string) uint32 {
 	for i, x := range conf.RoomMethods {
@@ -523,12 +659,15 @@ var resultNames = [numResults]string{"pass", "renewed", "admitted", "waiting", "
 // from Redis every tick and after each visit), the counts Redis last
 // answered and this edge's own counters.
 type Live struct {
-	method  atomic.Uint32
-	cfg     atomic.Pointer[stock.RouteRoom]
-	waiting atomic.Int64
-	active  atomic.Int64
-	info    atomic.Pointer[stock.RouteRoomInfo]
-	results [numResults]metrics.Counter
+	// override is the operator's method from Redis, index+1 (0: none);
+	// method the method in force as this edge last decided it.
+	override atomic.Uint32
+	method   atomic.Uint32
+	cfg      atomic.Pointer[stock.RouteRoom]
+	waiting  atomic.Int64
+	active   atomic.Int64
+	info     atomic.Pointer[stock.RouteRoomInfo]
+	results  [numResults]metrics.Counter
 }
 
 func newLive(rr stock.RouteRoom) *Live {
@@ -546,14 +685,17 @@ func (l *Live) config() stock.RouteRoom { return *l.cfg.Load() }
 func (l *Live) count(r int) { l.results[r].Inc() }
 
 func (l *Live) observe(a stock.VisitAnswer) {
-	l.method.Store(methodIndex(a.Method))
 	if a.Status == stock.VisitWaiting {
 		l.waiting.Store(a.Waiting)
 	}
 }
 
 func (l *Live) apply(info *stock.RouteRoomInfo) {
-	l.method.Store(methodIndex(info.Method))
+	var o uint32
+	if info.MethodSet {
+		o = methodIndex(info.Method) + 1
+	}
+	l.override.Store(o)
 	l.waiting.Store(info.Waiting)
 	l.active.Store(info.Active)
 	l.info.Store(info)
@@ -645,8 +787,21 @@ func (r *Registry) RegisterMetrics(reg *metrics.Registry) {
 		each(func(w *metrics.Writer, n string, l *Live) { w.Value(float64(l.active.Load()), label(n)) }))
 	reg.Register("flashgate_route_room_method", "The queueing method in force (1 for the method's label).", "gauge",
 		each(func(w *metrics.Writer, n string, l *Live) {
-			w.Value(1, label(n), metrics.Label{Name: "method", Value: conf.RoomMethods[l.Method()]})
+			w.Value(1, label(n), metrics.Label{Name: "method", Value: methodName(l.Method())})
 		}))
+	fleet := func(name, help string, v func(i *stock.RouteRoomInfo) int64) {
+		reg.Register(name, help+" Counted in Redis for every edge (the same on each), as this edge last read it.", "counter",
+			each(func(w *metrics.Writer, n string, l *Live) {
+				if i := l.info.Load(); i != nil {
+					w.Value(float64(v(i)), label(n))
+				}
+			}))
+	}
+	fleet("flashgate_route_room_joined_total", "Visitors who joined a route room's queue.", func(i *stock.RouteRoomInfo) int64 { return i.Joined })
+	fleet("flashgate_route_room_admitted_total", "Visitors let in.", func(i *stock.RouteRoomInfo) int64 { return i.Admitted })
+	fleet("flashgate_route_room_abandoned_total", "Waiting visitors who stopped polling and lost their place.", func(i *stock.RouteRoomInfo) int64 { return i.Abandoned })
+	fleet("flashgate_route_room_ended_total", "Sessions the origin ended with its end header.", func(i *stock.RouteRoomInfo) int64 { return i.Ended })
+	fleet("flashgate_route_room_over_limit_total", "Visitors passthrough let in whom the rules would have queued.", func(i *stock.RouteRoomInfo) int64 { return i.Overlimit })
 	reg.Register("flashgate_route_room_requests_total", "Requests on a route room's route on this edge, by what the room did.", "counter",
 		each(func(w *metrics.Writer, n string, l *Live) {
 			for i := range l.results {

@@ -17,6 +17,9 @@ local method = st[1] or ARGV[8]
 local rate = tonumber(st[2] or ARGV[4])
 local cap = tonumber(st[3] or ARGV[5])
 local ttl = tonumber(ARGV[9])
+-- queue_all and an event's pre-queue (method prequeue, which the edge
+-- sends, never the operator) let nobody in, the admitted neither.
+local hold = method == 'queue_all' or method == 'prequeue'
 -- Who stopped polling loses the place, so nobody waits behind them.
 local gone = redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', now - tonumber(ARGV[7]), 'LIMIT', 0, 256)
 if #gone > 0 then
@@ -29,11 +32,13 @@ local function keep()
   for i = 1, 4 do redis.call('PEXPIRE', KEYS[i], ttl) end
 end
 local untilMs = tonumber(redis.call('ZSCORE', KEYS[4], id) or '0')
-if untilMs > now and method ~= 'queue_all' then
-  -- A place left from an emergency brake (queue_all) is not held twice.
-  redis.call('ZREM', KEYS[2], id)
-  redis.call('ZREM', KEYS[3], id)
+if untilMs > now then
   keep()
+  if hold then
+    -- Held with a running session: waits without a place, and walks in
+    -- on the pass they hold once the hold ends.
+    return {0, 0, 0, -1, rate, 0, cap, 0, redis.call('ZCARD', KEYS[2]), method}
+  end
   return {1, untilMs, 0, 0, rate, 0, cap, 0, 0, method}
 end
 local active = redis.call('ZCARD', KEYS[4])
@@ -74,7 +79,10 @@ if method == 'passthrough' then
 end
 local score = redis.call('ZSCORE', KEYS[2], id)
 if not score then
-  if method == 'random' then
+  if method == 'random' or method == 'prequeue' then
+    -- The lottery's score is in [0, 1), before every fifo number: a
+    -- pre-queue drawn this way is shuffled at the start, ahead of later
+    -- arrivals.
     score = ARGV[3]
   else
     score = redis.call('HINCRBY', KEYS[1], 'seq', 1)
@@ -84,7 +92,7 @@ if not score then
 end
 redis.call('ZADD', KEYS[3], now, id)
 local pos = redis.call('ZRANK', KEYS[2], id) + 1
-if method ~= 'queue_all' then
+if not hold then
   local avail = pos
   if credit >= 0 then avail = math.min(avail, math.floor(credit)) end
   if free >= 0 then avail = math.min(avail, free) end
