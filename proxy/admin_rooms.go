@@ -45,6 +45,20 @@ func roomsByName(snap *Snapshot) map[string]*routeroom.Room {
 	return out
 }
 
+// decodeRoomCall reads an operator's call into req and finds the room its
+// name field names; nil when it answered the refusal itself.
+func (s *Server) decodeRoomCall(ctx *fasthttp.RequestCtx, req any, name *string) *routeroom.Room {
+	if rej := decodeAdmin(ctx, req); rej != nil {
+		rej.Write(ctx)
+		return nil
+	}
+	rm := roomsByName(s.snap.Load())[*name]
+	if rm == nil {
+		api.NotFound.WithMessage("no route room " + *name).Write(ctx)
+	}
+	return rm
+}
+
 func (s *Server) adminRoomList(ctx *fasthttp.RequestCtx) {
 	actx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
@@ -68,13 +82,8 @@ func (s *Server) adminRoomChange(ctx *fasthttp.RequestCtx) {
 		AdmitPerMinute *int64 `json:"admitPerMinute"`
 		MaxActive      *int64 `json:"maxActive"`
 	}
-	if rej := decodeAdmin(ctx, &req); rej != nil {
-		rej.Write(ctx)
-		return
-	}
-	rm := roomsByName(s.snap.Load())[req.Room]
+	rm := s.decodeRoomCall(ctx, &req, &req.Room)
 	if rm == nil {
-		api.NotFound.WithMessage("no route room " + req.Room).Write(ctx)
 		return
 	}
 	switch {
@@ -103,13 +112,8 @@ func (s *Server) adminRoomBypass(ctx *fasthttp.RequestCtx) {
 		Room string `json:"room"`
 		TTL  string `json:"ttl"`
 	}
-	if rej := decodeAdmin(ctx, &req); rej != nil {
-		rej.Write(ctx)
-		return
-	}
-	rm := roomsByName(s.snap.Load())[req.Room]
+	rm := s.decodeRoomCall(ctx, &req, &req.Room)
 	if rm == nil {
-		api.NotFound.WithMessage("no route room " + req.Room).Write(ctx)
 		return
 	}
 	ttl, err := time.ParseDuration(req.TTL)

@@ -103,17 +103,6 @@ func (v *visitor) get(t *testing.T, url string, hdr ...string) (int, http.Header
 	return resp.StatusCode, resp.Header, string(b)
 }
 
-func roomPost(t *testing.T, url, body string) (int, string) {
-	t.Helper()
-	resp, err := http.Post(url, "application/json", strings.NewReader(body))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	return resp.StatusCode, string(b)
-}
-
 // TestRouteRoomOnEmbeddedRedis: a room with max_active 2 in front of a
 // route, on one edge with the embedded Redis. The first two visitors reach
 // the origin, the third gets the queue page (JSON with its place and
@@ -155,7 +144,7 @@ func TestRouteRoomOnEmbeddedRedis(t *testing.T) {
 		t.Fatalf("bypass path: %d", st)
 	}
 	// A minted bypass token walks past.
-	code, out := roomPost(t, e.adminBase+"/admin/rooms/bypass", `{"room":"shop","ttl":"1h"}`)
+	code, out := post(t, e.adminBase+"/admin/rooms/bypass", `{"room":"shop","ttl":"1h"}`)
 	var tok struct{ Token string }
 	if json.Unmarshal([]byte(out), &tok); code != 200 || tok.Token == "" {
 		t.Fatalf("mint: %d %s", code, out)
@@ -192,24 +181,24 @@ func TestRouteRoomOnEmbeddedRedis(t *testing.T) {
 	}
 	// Methods, live: reject closes; queue_all holds even the admitted; back
 	// to fifo lets them through again.
-	if code, out := roomPost(t, e.adminBase+"/admin/rooms", `{"room":"shop","method":"reject"}`); code != 200 || !strings.Contains(out, `"method":"reject"`) {
+	if code, out := post(t, e.adminBase+"/admin/rooms", `{"room":"shop","method":"reject"}`); code != 200 || !strings.Contains(out, `"method":"reject"`) {
 		t.Fatalf("switch: %d %s", code, out)
 	}
 	if st, _, body := b.get(t, e.base+"/shop/item"); st != 503 || !strings.Contains(body, "Closed") {
 		t.Fatalf("reject: %d %s", st, body)
 	}
-	roomPost(t, e.adminBase+"/admin/rooms", `{"room":"shop","method":"queue_all"}`)
+	post(t, e.adminBase+"/admin/rooms", `{"room":"shop","method":"queue_all"}`)
 	if st, h, _ := b.get(t, e.base+"/shop/item"); st != 200 || h.Get("X-Origin") != "" {
 		t.Fatalf("queue_all let an admitted visitor through: %d", st)
 	}
-	roomPost(t, e.adminBase+"/admin/rooms", `{"room":"shop","method":"fifo"}`)
+	post(t, e.adminBase+"/admin/rooms", `{"room":"shop","method":"fifo"}`)
 	if st, h, _ := b.get(t, e.base+"/shop/item"); st != 200 || h.Get("X-Origin") != "yes" {
 		t.Fatalf("back to fifo: %d", st)
 	}
-	if code, out := roomPost(t, e.adminBase+"/admin/rooms", `{"room":"shop","method":"lifo"}`); code != 400 {
+	if code, out := post(t, e.adminBase+"/admin/rooms", `{"room":"shop","method":"lifo"}`); code != 400 {
 		t.Fatalf("a bad method: %d %s", code, out)
 	}
-	if code, _ := roomPost(t, e.adminBase+"/admin/rooms", `{"room":"nope","method":"fifo"}`); code != 404 {
+	if code, _ := post(t, e.adminBase+"/admin/rooms", `{"room":"nope","method":"fifo"}`); code != 404 {
 		t.Fatalf("an unknown room: %d", code)
 	}
 	// The list.

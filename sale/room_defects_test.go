@@ -1,16 +1,15 @@
 package sale
 
 import (
-	"bytes"
 	"log/slog"
 	"os"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 
 	"flashgate/conf"
 	"flashgate/internal/redistest"
+	"flashgate/internal/syncbuf"
 	"flashgate/sale/api"
 )
 
@@ -116,7 +115,7 @@ func TestRoomSpentChallengeAgreesWithREADME(t *testing.T) {
 // challenge or nonce the client sent.
 func TestRoomJoinLogsChallengeRefusal(t *testing.T) {
 	r := newRoomRig(t, redistest.Start(t), 1, conf.RoomConfig{AdmitPerMinute: 60, Challenge: conf.RoomChallenge{Difficulty: 4}})
-	var buf syncBuffer
+	var buf syncbuf.Buffer
 	r.edges[0].d.Log = slog.New(slog.NewTextHandler(&buf, nil))
 	ch := r.call(0, api.EndpointChallenge, "c1", roomProduct, "", nil)
 	const evil = "9999999999\nlevel=ERROR"
@@ -132,21 +131,4 @@ func TestRoomJoinLogsChallengeRefusal(t *testing.T) {
 	if strings.Contains(out, ch.str("challenge")) || strings.Contains(out, "9999999999") {
 		t.Fatalf("raw client input in the log: %q", out)
 	}
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }

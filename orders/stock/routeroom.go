@@ -8,6 +8,8 @@ import (
 	"strconv"
 
 	"github.com/redis/rueidis"
+
+	"flashgate/conf"
 )
 
 // A route's waiting room (package proxy/routeroom decides what a request
@@ -45,28 +47,13 @@ type RouteRoom struct {
 }
 
 func (r *RouteRoom) check() error {
-	if !validRoomName(r.Name) {
+	if !conf.ValidRoomName(r.Name) {
 		return fmt.Errorf("%w: route room %q", ErrInvalid, r.Name)
 	}
 	if r.SessionMs <= 0 || r.TTLMs <= 0 || r.AbandonMs <= 0 {
 		return fmt.Errorf("%w: route room %q without session, abandon or ttl", ErrInvalid, r.Name)
 	}
 	return nil
-}
-
-// validRoomName: the alphabet of conf.ValidRoomName, which has no brace.
-func validRoomName(n string) bool {
-	if n == "" || len(n) > 64 {
-		return false
-	}
-	for i := 0; i < len(n); i++ {
-		switch c := n[i]; {
-		case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9', c == '-', c == '_':
-		default:
-			return false
-		}
-	}
-	return true
 }
 
 // Visit outcomes.
@@ -146,7 +133,7 @@ func (s *Store) RouteRenew(ctx context.Context, r RouteRoom, id string, nowMs, n
 // RouteEnd ends a visitor's session (the origin said so); false: it was
 // not running.
 func (s *Store) RouteEnd(ctx context.Context, room, id string) (bool, error) {
-	if !validRoomName(room) || !validVisitor(id) {
+	if !conf.ValidRoomName(room) || !validVisitor(id) {
 		return false, fmt.Errorf("%w: route room %q visitor %q", ErrInvalid, room, id)
 	}
 	k := routeRoomKeys(room)
@@ -186,7 +173,7 @@ type RouteChange struct {
 // RouteAdmin applies change (the zero change only reads) and answers the
 // room's state, with the config's value where there is no override.
 func (s *Store) RouteAdmin(ctx context.Context, r RouteRoom, change RouteChange, nowMs int64) (RouteRoomInfo, error) {
-	if !validRoomName(r.Name) {
+	if !conf.ValidRoomName(r.Name) {
 		return RouteRoomInfo{}, fmt.Errorf("%w: route room %q", ErrInvalid, r.Name)
 	}
 	num := func(p *int64, max int64) (string, error) {
