@@ -469,7 +469,13 @@ func (r *wrRun) journey(ctx context.Context, s *wrShopper) {
 			}
 			return
 		}
-		next := time.Now().Add(r.w.PollMin + time.Duration(rnd.Int64N(int64(r.w.PollMax-r.w.PollMin)+1)))
+		// As the page does: every poll_min..poll_max, or when the line is
+		// due to reach her place if that is sooner.
+		wait := r.w.PollMin + time.Duration(rnd.Int64N(int64(r.w.PollMax-r.w.PollMin)+1))
+		if a.Status == "waiting" && a.EtaMs > 0 {
+			wait = min(wait, time.Duration(a.EtaMs+50)*time.Millisecond)
+		}
+		next := time.Now().Add(wait)
 		if !sleepUntil(ctx, next) {
 			return
 		}

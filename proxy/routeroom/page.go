@@ -67,11 +67,12 @@ var builtinPage string
 var builtin = template.Must(template.New("room").Parse(builtinPage))
 
 // pollScript asks for the place every PollMs (three times as seldom in a
-// hidden tab) with the poll header, on the same URL, and reloads the page
-// once admitted: the reload is the visitor's request, now let through.
+// hidden tab), or when the estimate says the turn comes if sooner, with the
+// poll header, on the same URL, and reloads the page once admitted: the
+// reload is the visitor's request, now let through.
 const pollScript = `<script>(function(){var P=%d;function q(){fetch(location.href,{headers:{"Flashgate-Room-Poll":"1","Accept":"application/json"},credentials:"same-origin",cache:"no-store"}).then(function(r){return r.json()}).then(function(a){if(a.status==="admitted"){location.reload();return}
-var s=function(id,v){var e=document.getElementById(id);if(e&&v!==undefined)e.textContent=v};s("fg-place",a.place);s("fg-ahead",a.ahead);if(a.eta!==undefined)s("fg-eta",a.eta);var b=document.getElementById("fg-bar");if(b)b.style.width=a.progress+"%%";t()}).catch(t)}
-function t(){setTimeout(q,document.hidden?3*P:P)}t()})()</script>`
+var s=function(id,v){var e=document.getElementById(id);if(e&&v!==undefined)e.textContent=v};s("fg-place",a.place);s("fg-ahead",a.ahead);if(a.eta!==undefined)s("fg-eta",a.eta);var b=document.getElementById("fg-bar");if(b)b.style.width=a.progress+"%%";t(a.etaMs)}).catch(function(){t()})}
+function t(e){var d=document.hidden?3*P:P;if(e>0&&!document.hidden)d=Math.min(d,e+50);setTimeout(q,d)}t()})()</script>`
 
 // Page renders the queue page: the operator's template, or the built-in one.
 type Page struct {

@@ -820,6 +820,10 @@
       return jitter(QUEUE_SLOW_MS);
     }
     if (document.hidden || q.status === 'admitted') return jitter(QUEUE_SLOW_MS);
+    // Ask again when the line is due to reach the place, if that is
+    // sooner: the turn is then seen when the estimate said, not up to a
+    // poll later.
+    if (q.etaMs > 0) return Math.min(jitter(QUEUE_POLL_MS), q.etaMs + 50);
     return jitter(QUEUE_POLL_MS);
   }
 
