@@ -1084,6 +1084,7 @@
     } else if (status === 'prequeue') {
       var fifo = w.order === 'fifo';
       line = now >= w.startMs ? 'You\u2019re in the queue. ' + (fifo ? 'Your place is being worked out…' : 'Places are being drawn…') :
+        fifo && q.number > 0 ? 'You are number ' + formatNumber(q.number) + ' in line, in the order people joined; the sale opens in ' + formatClock(w.startMs - now) + '.' :
         fifo ? 'You\u2019re in the queue. Your place is kept in the order you joined; the sale opens in ' + formatClock(w.startMs - now) + '.' :
         'You\u2019re in the queue. Places are drawn at random when the sale opens in ' + formatClock(w.startMs - now) + '.';
       note = 'Keep this page open. Your place is kept if you reload.';
