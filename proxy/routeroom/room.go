@@ -432,9 +432,10 @@ func (rm *Room) bypassed(ctx *fasthttp.RequestCtx, ip netip.Addr, nowMs int64) b
 	}
 	var one [1]byte
 	if t := ctx.Request.Header.Peek(BypassHeader); len(t) > 0 {
-		if _, err := rm.bypass.Open(t, nil, rm.name, nowMs, one[:]); err == nil {
-			// The token is the operator's: the origin does not need it.
-			ctx.Request.Header.Del(BypassHeader)
+		_, err := rm.bypass.Open(t, nil, rm.name, nowMs, one[:])
+		// A token is the operator's, good or not: the origin never gets it.
+		ctx.Request.Header.Del(BypassHeader)
+		if err == nil {
 			return true
 		}
 	}

@@ -129,11 +129,13 @@ func TestBypass(t *testing.T) {
 			t.Errorf("%s: bypassed %v, want %v", c.name, got, c.want)
 		}
 	}
-	// The origin never sees the operator's token.
-	ctx := reqCtx("/shop/", BypassHeader, tok)
-	rm.bypassed(ctx, netip.MustParseAddr("10.0.0.1"), now)
-	if len(ctx.Request.Header.Peek(BypassHeader)) != 0 {
-		t.Error("the bypass header reaches the origin")
+	// The origin never sees an operator's token, good or bad.
+	for _, tk := range []string{tok, "forged"} {
+		ctx := reqCtx("/shop/", BypassHeader, tk)
+		rm.bypassed(ctx, netip.MustParseAddr("10.0.0.1"), now)
+		if len(ctx.Request.Header.Peek(BypassHeader)) != 0 {
+			t.Errorf("the bypass header %q reaches the origin", tk)
+		}
 	}
 }
 
