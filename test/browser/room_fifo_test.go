@@ -1,11 +1,14 @@
 package browser
 
 import (
+	"context"
 	"regexp"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/chromedp/cdproto/cdp"
+	"github.com/chromedp/cdproto/network"
 	"github.com/chromedp/chromedp"
 )
 
@@ -90,5 +93,41 @@ func TestWaitingRoomHiddenTabPollsSlower(t *testing.T) {
 	t.Logf("queue polls over %v: %d in front, %d hidden", window, front, hidden)
 	if front < 3 || hidden > 2 {
 		t.Errorf("queue polls over %v: %d with the tab in front (want 3 or more: every 1-2 s), %d hidden (want at most 2: every 5-6 s)", window, front, hidden)
+	}
+}
+
+// TestWaitingRoomJoinAgainAfterBadTicket (issue 28): a shopper whose ticket
+// cookie no longer verifies (another device's, tampered, a rotated secret)
+// hears BAD_TICKET at the next poll, gets the Join button back, and joining
+// again gives her the place she had: one ticket per shopper and sale.
+func TestWaitingRoomJoinAgainAfterBadTicket(t *testing.T) {
+	t.Parallel()
+	b := newTab(t, "badticket")
+	b.initScript(roomRecorder)
+	e := startEdge(t, activities("  - {product_id: p6, name: \"Ticket Cup\", price: \"5.00\", stock: 5, limit: 1,"+
+		" start: \"+1s\", end: \"+1h\", waiting_room: {enabled: true, prequeue_opens: 1h, admit_per_minute: 1,"+
+		" session: 5m, order: fifo}}\n"))
+	for _, u := range []string{"c1", "c2", "c3"} {
+		e.joinRoom(u, "p6")
+	}
+	b.open(e.page("p6"))
+	b.signIn("cup-fan")
+	b.waitJS(5*time.Second, "Join on", `!document.getElementById('join').disabled`)
+	b.do(chromedp.Click(chromedp.ID("join")))
+	place := regexp.MustCompile(`^You are number (\d+) in line`)
+	before := place.FindStringSubmatch(b.waitText(5*time.Second, "room-line", place))[1]
+
+	httpOnly := true
+	b.call(func(ctx context.Context, tg *chromedp.Target) error {
+		_, err := cdp.Call(ctx, tg, network.SetCookie, network.SetCookieParams{Name: "fg_wr_p6", Value: "AAAA-not-a-ticket",
+			URL: e.base + "/api/seckill/queue", Path: "/api/seckill", HTTPOnly: &httpOnly})
+		return err
+	})
+	b.waitText(8*time.Second, "message", regexp.MustCompile(`^Your place in the queue could not be confirmed on this device — please join again\.$`))
+	b.waitJS(5*time.Second, "Join back on", `!document.getElementById('join').disabled && document.getElementById('join').offsetParent !== null`)
+	b.do(chromedp.Click(chromedp.ID("join")))
+	again := place.FindStringSubmatch(b.waitText(5*time.Second, "room-line", place))[1]
+	if again != before {
+		t.Errorf("joined again at number %s, had number %s", again, before)
 	}
 }
