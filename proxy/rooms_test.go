@@ -201,6 +201,12 @@ func TestRouteRoomOnEmbeddedRedis(t *testing.T) {
 	if code, _ := post(t, e.adminBase+"/admin/rooms", `{"room":"nope","method":"fifo"}`); code != 404 {
 		t.Fatalf("an unknown room: %d", code)
 	}
+	// The wait histogram: c, who waited, and b, held by queue_all and let in
+	// again after it.
+	if _, _, m := newVisitor().get(t, e.adminBase+"/metrics"); !strings.Contains(m, `flashgate_route_room_wait_seconds_count{room="shop"} 2`+"\n") ||
+		!strings.Contains(m, `flashgate_route_room_ended_total{room="shop"}`) {
+		t.Errorf("metrics: %s", grepLines(m, "flashgate_route_room"))
+	}
 	// The list.
 	_, _, body = newVisitor().get(t, e.adminBase+"/admin/rooms")
 	var rooms map[string]struct {

@@ -239,10 +239,11 @@ func (rm *Room) Name() string { return rm.cfg.Name }
 // Visit is what Gate learnt of a request that goes on to the origin, for
 // Finish.
 type Visit struct {
-	id      room.ID
-	known   bool  // id is an admitted visitor's
-	passTo  int64 // > 0: give a new pass valid until then (session end)
-	checkAt int64
+	id       room.ID
+	joinedMs int64 // when a waiting visitor's ticket was issued (0: none)
+	known    bool  // id is an admitted visitor's
+	passTo   int64 // > 0: give a new pass valid until then (session end)
+	checkAt  int64
 }
 
 // Gate decides one request on the room's route: true, the request goes to
@@ -283,8 +284,8 @@ func (rm *Room) Gate(ctx *fasthttp.RequestCtx, clientIP netip.Addr, nowMs int64)
 				return v, true
 			}
 		}
-	} else if id, _, err := rm.tickets.Check(c, visitorUser, rm.name, nowMs); err == nil {
-		v.id = id
+	} else if id, _, exp, err := rm.tickets.CheckExpiry(c, visitorUser, rm.name, nowMs); err == nil {
+		v.id, v.joinedMs = id, exp-ticketLife.Milliseconds()
 	} else {
 		rand.Read(v.id[:])
 	}
@@ -338,6 +339,10 @@ func (rm *Room) visit(ctx *fasthttp.RequestCtx, v *Visit, nowMs int64, poll bool
 	rm.live.observe(a)
 	if a.Status == stock.VisitAdmitted || a.Status == stock.VisitPassthrough {
 		rm.live.count(resAdmitted)
+		if v.joinedMs > 0 && nowMs >= v.joinedMs {
+			// How long the visitor waited, from the ticket's issue to here.
+			rm.live.wait.Observe(time.Duration(nowMs-v.joinedMs) * time.Millisecond)
+		}
 		v.known, v.passTo, v.checkAt = true, a.UntilMs, min(a.UntilMs, nowMs+rm.recheckMs)
 		if poll {
 			rm.answerAdmitted(ctx, v)
@@ -669,10 +674,15 @@ type Live struct {
 	active   atomic.Int64
 	info     atomic.Pointer[stock.RouteRoomInfo]
 	results  [numResults]metrics.Counter
+	// wait is how long the visitors this edge let in had waited.
+	wait *metrics.Histogram
 }
 
+// waitBounds are the wait histogram's buckets, in seconds.
+var waitBounds = []float64{1, 5, 15, 30, 60, 120, 300, 600, 1200, 1800, 3600}
+
 func newLive(rr stock.RouteRoom) *Live {
-	l := &Live{}
+	l := &Live{wait: metrics.NewHistogram(waitBounds)}
 	l.cfg.Store(&rr)
 	l.method.Store(methodIndex(rr.Method))
 	return l
@@ -803,6 +813,8 @@ func (r *Registry) RegisterMetrics(reg *metrics.Registry) {
 	fleet("flashgate_route_room_abandoned_total", "Waiting visitors who stopped polling and lost their place.", func(i *stock.RouteRoomInfo) int64 { return i.Abandoned })
 	fleet("flashgate_route_room_ended_total", "Sessions the origin ended with its end header.", func(i *stock.RouteRoomInfo) int64 { return i.Ended })
 	fleet("flashgate_route_room_over_limit_total", "Visitors passthrough let in whom the rules would have queued.", func(i *stock.RouteRoomInfo) int64 { return i.Overlimit })
+	reg.Register("flashgate_route_room_wait_seconds", "How long the visitors this edge let in had waited (from their first queue answer).", "histogram",
+		each(func(w *metrics.Writer, n string, l *Live) { w.Histogram(l.wait, label(n)) }))
 	reg.Register("flashgate_route_room_requests_total", "Requests on a route room's route on this edge, by what the room did.", "counter",
 		each(func(w *metrics.Writer, n string, l *Live) {
 			for i := range l.results {
