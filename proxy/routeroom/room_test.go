@@ -207,3 +207,21 @@ func TestETAWords(t *testing.T) {
 	}
 	_ = time.Second
 }
+
+// BenchmarkGatePass is an admitted visitor's request through the room:
+// the pass verified from memory.
+func BenchmarkGatePass(b *testing.B) {
+	rm := testRoom(b, conf.RouteRoomConfig{})
+	now := int64(1_000_000)
+	cookie := passCookie(rm, now, now+60_000, now+30_000)
+	ctx := reqCtx("/shop/x", "Cookie", CookiePrefix+"shop="+cookie)
+	ip := netip.MustParseAddr("10.1.2.3")
+	b.ReportAllocs()
+	for b.Loop() {
+		v, ok := rm.Gate(ctx, ip, now+1)
+		if !ok {
+			b.Fatal("refused")
+		}
+		rm.Finish(ctx, &v)
+	}
+}
