@@ -61,6 +61,30 @@ func (h *Histogram) Observe(d time.Duration) {
 // Count returns the number of observations.
 func (h *Histogram) Count() uint64 { return h.count.Load() }
 
+// AddFrom adds o's observations to h (same bounds): a scrape sums the
+// histograms of parts (a sale's each) into one family this way.
+func (h *Histogram) AddFrom(o *Histogram) {
+	for i := range h.counts {
+		h.counts[i].Add(o.counts[i].Load())
+	}
+	h.sumNano.Add(o.sumNano.Load())
+	h.count.Add(o.count.Load())
+}
+
+// Bounds returns the upper bounds in seconds (the last bucket, beyond
+// them, has none). The caller must not change the slice.
+func (h *Histogram) Bounds() []float64 { return h.bounds }
+
+// ReadBuckets copies each bucket's own count (not cumulative; one more
+// than Bounds: the last is beyond the highest bound) into dst, which must
+// have room for them, so a sampler can take differences without
+// allocating.
+func (h *Histogram) ReadBuckets(dst []uint64) {
+	for i := range h.counts {
+		dst[i] = h.counts[i].Load()
+	}
+}
+
 // Label is one name="value" pair.
 type Label struct{ Name, Value string }
 
@@ -194,4 +218,37 @@ func (c *countingWriter) Write(p []byte) (int, error) {
 	n, err := c.w.Write(p)
 	c.n += int64(n)
 	return n, err
+}
+
+// Quantile estimates the q-quantile (0..1) in seconds of observations
+// counted in buckets with the given upper bounds (counts as ReadBuckets
+// gives them: one more than bounds), interpolating linearly inside the
+// bucket it falls in, as Prometheus' histogram_quantile does. The last
+// bucket has no bound: a quantile there reads as the highest bound. -1
+// when nothing was counted.
+func Quantile(bounds []float64, counts []uint64, q float64) float64 {
+	var total uint64
+	for _, c := range counts {
+		total += c
+	}
+	if total == 0 || len(bounds) == 0 {
+		return -1
+	}
+	rank := q * float64(total)
+	var cum uint64
+	for i, c := range counts {
+		if c == 0 || float64(cum+c) < rank {
+			cum += c
+			continue
+		}
+		if i >= len(bounds) {
+			return bounds[len(bounds)-1]
+		}
+		lo := 0.0
+		if i > 0 {
+			lo = bounds[i-1]
+		}
+		return lo + (bounds[i]-lo)*(rank-float64(cum))/float64(c)
+	}
+	return bounds[len(bounds)-1]
 }

@@ -1,6 +1,7 @@
 package metrics
 
 import (
+	"math"
 	"strings"
 	"testing"
 	"time"
@@ -46,5 +47,38 @@ func TestObserveAllocs(t *testing.T) {
 	var c Counter
 	if n := testing.AllocsPerRun(1000, func() { h.Observe(3 * time.Millisecond); c.Inc() }); n != 0 {
 		t.Fatalf("allocs = %v", n)
+	}
+}
+
+func TestQuantile(t *testing.T) {
+	bounds := []float64{0.001, 0.01, 0.1}
+	for _, tc := range []struct {
+		counts  []uint64
+		q, want float64
+	}{
+		{[]uint64{0, 0, 0, 0}, 0.5, -1},
+		{[]uint64{10, 0, 0, 0}, 0.5, 0.0005},
+		{[]uint64{0, 10, 0, 0}, 0.5, 0.0055},
+		{[]uint64{50, 0, 50, 0}, 0.99, 0.01 + 0.09*0.98},
+		{[]uint64{0, 0, 0, 4}, 0.5, 0.1}, // beyond the last bound
+		{[]uint64{1, 0, 0, 1}, 0.5, 0.001},
+	} {
+		if got := Quantile(bounds, tc.counts, tc.q); math.Abs(got-tc.want) > 1e-12 {
+			t.Errorf("Quantile(%v, %v) = %v, want %v", tc.counts, tc.q, got, tc.want)
+		}
+	}
+	h := NewHistogram(bounds)
+	h.Observe(5 * time.Millisecond)
+	dst := make([]uint64, len(h.Bounds())+1)
+	h.ReadBuckets(dst)
+	if dst[1] != 1 || dst[0]+dst[2]+dst[3] != 0 {
+		t.Fatalf("ReadBuckets %v", dst)
+	}
+	sum := NewHistogram(bounds)
+	sum.Observe(50 * time.Millisecond)
+	sum.AddFrom(h)
+	sum.ReadBuckets(dst)
+	if sum.Count() != 2 || dst[1] != 1 || dst[2] != 1 || sum.sumNano.Load() != int64(55*time.Millisecond) {
+		t.Fatalf("AddFrom: count %d buckets %v sum %d", sum.Count(), dst, sum.sumNano.Load())
 	}
 }

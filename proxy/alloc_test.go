@@ -78,4 +78,9 @@ func TestHotPathsAllocs(t *testing.T) {
 			t.Errorf("%s: %v allocations per request", c.name, n)
 		}
 	}
+	// The purchase calls went through flashgate_sale_do_duration_seconds,
+	// and only they did.
+	if got := e.srv.m.charts.latency().Count(); got != 202 {
+		t.Errorf("do latency observed %d times, want 202 (the sold-out do calls: ours, AllocsPerRun's warm-up and its 200)", got)
+	}
 }

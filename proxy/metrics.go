@@ -33,6 +33,12 @@ type serverMetrics struct {
 
 	requests [numRoutes][600]metrics.Counter
 	latency  [numRoutes]*metrics.Histogram
+	// charts count the purchase call's answers alone (POST
+	// /api/seckill/do, every answer), per sale, by code and latency: the
+	// dashboard's charts and the sale's timeline read them, and
+	// flashgate_sale_do_duration_seconds is their latencies summed (route
+	// api mixes the call with status polls and tokens).
+	charts *chartStats
 
 	reloadOK, reloadFailed metrics.Counter
 	lastReloadOK           atomic.Bool
@@ -67,6 +73,7 @@ func newServerMetrics(zones *filters.Zones, ups *upstream.Manager, version strin
 	for i := range m.latency {
 		m.latency[i] = metrics.NewHistogram(metrics.LatencyBuckets)
 	}
+	m.charts = newChartStats()
 	empty := map[string]*poolMetrics{}
 	m.pools.Store(&empty)
 	m.reconcileMismatch.Set(-1)
@@ -96,6 +103,9 @@ func newServerMetrics(zones *filters.Zones, ups *upstream.Manager, version strin
 		for r, h := range m.latency {
 			w.Histogram(h, metrics.Label{Name: "route", Value: routeNames[r]})
 		}
+	})
+	m.reg.Register("flashgate_sale_do_duration_seconds", "Time the edge took to answer POST /api/seckill/do (every answer, the filter chain's refusals included).", "histogram", func(w *metrics.Writer) {
+		w.Histogram(m.charts.latency())
 	})
 	m.reg.Register("flashgate_http_requests_in_flight", "Requests being handled now.", "gauge", func(w *metrics.Writer) {
 		w.Value(float64(m.active.Value()))

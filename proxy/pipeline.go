@@ -33,9 +33,14 @@ type pipeline struct {
 
 	// Sampled by watch.
 	outbox, lag atomic.Int64
-	perProduct  atomic.Pointer[map[string]productPipe]
-	stopWatch   context.CancelFunc
-	watchDone   chan struct{}
+	// up is whether the last sample reached each backend (1 yes, 0 a call
+	// failed, -1 not sampled: this edge does not use it, or nothing to ask
+	// yet); storeName is the order store's backend label.
+	up         [numBackends]atomic.Int32
+	storeName  string
+	perProduct atomic.Pointer[map[string]productPipe]
+	stopWatch  context.CancelFunc
+	watchDone  chan struct{}
 }
 
 // productPipe is one product's backlog and payment figures as last
@@ -46,6 +51,15 @@ type productPipe struct {
 	due                   int64
 	deadlines             []stock.Deadline
 }
+
+// The backends whose reachability the watch samples, for
+// flashgate_backend_up.
+const (
+	backendRedis = iota
+	backendKafka
+	backendStore
+	numBackends
+)
 
 // deadlinesShown is how many of a sale's next pay deadlines the dashboard
 // lists.
@@ -91,9 +105,21 @@ func (p *pipeline) watch(ctx context.Context, st *stock.Store, products func() [
 	for {
 		var outbox int64
 		per := map[string]productPipe{}
+		// Each backend is up when every call of this sample to it
+		// answered; a sale's meta not there yet is an answer.
+		up := [numBackends]int32{-1, -1, -1}
+		answered := func(b int, err error) {
+			if err != nil {
+				up[b] = 0
+			} else if up[b] != 0 {
+				up[b] = 1
+			}
+		}
 		for _, id := range products() {
 			pp := productPipe{outbox: -1, stored: -1, unpaid: -1, paid: -1, expired: -1, due: -1}
-			if n, err := st.OutboxLen(ctx, id); err == nil {
+			n, err := st.OutboxLen(ctx, id)
+			answered(backendRedis, err)
+			if err == nil {
 				pp.outbox = n
 				if outbox >= 0 {
 					outbox += n
@@ -102,17 +128,23 @@ func (p *pipeline) watch(ctx context.Context, st *stock.Store, products func() [
 				outbox = -1
 			}
 			if p.store != nil {
-				if t, err := p.store.Totals(ctx, id); err == nil {
+				t, err := p.store.Totals(ctx, id)
+				answered(backendStore, err)
+				if err == nil {
 					pp.stored = t.HeldOrders()
 				}
 			}
-			if info, ok, err := st.SaleInfo(ctx, id); err == nil && ok {
+			info, ok, err := st.SaleInfo(ctx, id)
+			answered(backendRedis, err)
+			if err == nil && ok {
 				// initial + restocked = paid + unpaid + remaining: what the
 				// held orders keep is what is neither paid nor left.
 				pp.paid, pp.expired = info.Paid, info.Expired
 				pp.unpaid = max(0, info.Initial+info.Restocked-info.Paid-info.Remaining)
 			}
-			if list, total, err := st.NextDeadlines(ctx, id, deadlinesShown); err == nil {
+			list, total, err := st.NextDeadlines(ctx, id, deadlinesShown)
+			answered(backendRedis, err)
+			if err == nil {
 				pp.deadlines, pp.due = list, total
 			}
 			per[id] = pp
@@ -121,10 +153,17 @@ func (p *pipeline) watch(ctx context.Context, st *stock.Store, products func() [
 		p.perProduct.Store(&per)
 		if p.consumer != nil {
 			lag, err := p.consumer.Lag(ctx)
+			answered(backendKafka, err)
 			if err != nil {
 				lag = -1
 			}
 			p.lag.Store(lag)
+		}
+		if ctx.Err() != nil {
+			return // a sample cut short by shutdown tells nothing
+		}
+		for b := range up {
+			p.up[b].Store(up[b])
 		}
 		select {
 		case <-ctx.Done():
@@ -185,6 +224,39 @@ func (p *pipeline) registerMetrics(reg *metrics.Registry) {
 			}
 		})
 	}
+	// When the next unsettled pay deadline of each sale falls: long past
+	// means the deadline sweep is behind (or not running anywhere).
+	reg.Register("flashgate_pay_deadline_next_timestamp_seconds", "Unix time of the earliest pay deadline of a sale's unsettled orders, overdue ones included (sampled every 2s; absent when none waits).", "gauge", func(w *metrics.Writer) {
+		per := p.perProduct.Load()
+		if per == nil {
+			return
+		}
+		for _, id := range slices.Sorted(maps.Keys(*per)) {
+			if dl := (*per)[id].deadlines; len(dl) > 0 {
+				w.Value(float64(dl[0].PayByMs)/1e3, metrics.Label{Name: "product", Value: id})
+			}
+		}
+	})
+	backends := [numBackends]string{backendRedis: "redis", backendKafka: "kafka", backendStore: p.storeName}
+	reg.Register("flashgate_backend_up", "1 when every call of the last sample (every 2s) to the backend answered, 0 when one failed; absent for a backend this edge does not sample (kafka: only with orders.consumer).", "gauge", func(w *metrics.Writer) {
+		for b, name := range backends {
+			if v := p.up[b].Load(); v >= 0 {
+				w.Value(float64(v), metrics.Label{Name: "backend", Value: name})
+			}
+		}
+	})
+	reg.Register("flashgate_orders_errors_total", "Failed calls of the order pipeline by stage: publish (Kafka did not take an event; the outbox keeps it), outbox_ack (Redis: an entry not removed), relay (a product's outbox sweep), store (ClickHouse inserts, retried), commit (Kafka offsets), mark (Redis order states, retried).", "counter", func(w *metrics.Writer) {
+		pub, rel := p.pub.Stats(), p.relay.Stats()
+		w.Value(float64(pub.Failed), metrics.Label{Name: "stage", Value: "publish"})
+		w.Value(float64(pub.AckErrors), metrics.Label{Name: "stage", Value: "outbox_ack"})
+		w.Value(float64(rel.Errors), metrics.Label{Name: "stage", Value: "relay"})
+		if p.consumer != nil {
+			cs := p.consumer.Stats()
+			w.Value(float64(cs.InsertErrors), metrics.Label{Name: "stage", Value: "store"})
+			w.Value(float64(cs.CommitErrors), metrics.Label{Name: "stage", Value: "commit"})
+			w.Value(float64(cs.MarkErrors), metrics.Label{Name: "stage", Value: "mark"})
+		}
+	})
 	reg.Register("flashgate_outbox_pending", "Outbox entries not yet removed (sampled every 2s; -1 unknown).", "gauge", func(w *metrics.Writer) {
 		w.Value(float64(p.outbox.Load()))
 	})

@@ -59,6 +59,11 @@ type Server struct {
 	store  *stock.Store
 	dash   *dashboard.Handler
 	orders *pipeline
+	// history is the charts' ring, filled once a second by the sampler
+	// (charts.go) from m.charts, the `do` answers per sale.
+	history    *dashboard.History
+	stopCharts context.CancelFunc
+	chartsDone chan struct{}
 
 	// realServers names the backing services this process runs on (not
 	// the embedded stand-ins), set once when it is assembled.
@@ -160,7 +165,14 @@ func New(doc *conf.Document, opts Options) (*Server, error) {
 	s.m.lastReloadOK.Store(true)
 	s.m.lastReloadUnix.Store(snap.LoadedAt.Unix())
 	s.reqPool.New = func() any { return new(filters.Request) }
-	s.dash = dashboard.New(s.dashboardSnapshot)
+	s.history = dashboard.NewHistory()
+	for _, id := range s.productIDs() {
+		s.m.charts.get(id) // counted from the first answer on
+	}
+	s.dash = dashboard.New(s.dashboardSnapshot, s.history)
+	cctx, stopCharts := context.WithCancel(context.Background())
+	s.stopCharts, s.chartsDone = stopCharts, make(chan struct{})
+	go func() { defer close(s.chartsDone); s.runCharts(cctx, time.Second) }()
 	if snap.TLS != nil {
 		s.tls = tlsterm.New(doc.Config.Listen.TLS, snap.TLS, tlsterm.Options{Log: opts.Logger})
 		s.tls.RegisterMetrics(&s.m.reg)
@@ -263,6 +275,8 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	}
 	s.env.Upstreams.Close()
 	s.stopRooms()
+	s.stopCharts()
+	<-s.chartsDone
 	s.sale.Stop()
 	s.sweeper.Close() // before the publisher it publishes with
 	perr := s.orders.close()
@@ -364,10 +378,12 @@ func (s *Server) Handle(ctx *fasthttp.RequestCtx) {
 		chain = snap.APIChain
 	}
 	var v filters.Verdict
+	isDo := false
 	if rt == routeAPI {
 		if rej := sale.Parse(&r.Call, snap.Sale.MaxBody); rej != nil {
 			v.Reject = rej
 		}
+		isDo = r.Call.Endpoint == api.EndpointDo
 	}
 	if v.Reject == nil {
 		v = chain.Run(r)
@@ -384,12 +400,15 @@ func (s *Server) Handle(ctx *fasthttp.RequestCtx) {
 	if snap.HSTS != nil && ctx.IsTLS() {
 		writeHSTS(&ctx.Response.Header, snap.HSTS)
 	}
+	status := ctx.Response.StatusCode()
+	d := time.Since(start)
+	if isDo {
+		s.m.charts.observe(r.Call.ProductID, status, d)
+	}
 	r.Finish()
 	r.Reset()
 	s.reqPool.Put(r)
 
-	status := ctx.Response.StatusCode()
-	d := time.Since(start)
 	s.m.observeRequest(rt, status, d)
 	s.m.active.Add(-1)
 	s.accessLog(ctx, snap, rt, status, d)

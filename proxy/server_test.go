@@ -353,6 +353,22 @@ func TestAdminTokenAndRedaction(t *testing.T) {
 	if code != 200 || !strings.Contains(body, `"breaker":"closed"`) || !strings.Contains(body, `"filters":[`) {
 		t.Fatalf("dashboard data: %d %s", code, body)
 	}
+	// The charts' data and the sale report are data too.
+	for _, path := range []string{"/admin/dashboard/history", "/admin/dashboard/fleet", "/admin/report?productId=p1"} {
+		if code, _, _ := get(t, e.adminBase+path); code != 401 {
+			t.Errorf("%s without token: %d", path, code)
+		}
+	}
+	for path, want := range map[string]int{
+		"/admin/dashboard/history":          200,
+		"/admin/dashboard/history?since=-1": 400,
+		"/admin/dashboard/fleet?since=x":    400,
+		"/admin/report?productId=bad}id":    400,
+	} {
+		if code, _, body := get(t, e.adminBase+path, "Authorization", "Bearer "+secret); code != want {
+			t.Errorf("%s: %d %s, want %d", path, code, body, want)
+		}
+	}
 }
 
 func TestShutdownDrainsInFlightRequests(t *testing.T) {

@@ -269,7 +269,13 @@ func (k sink) PublishAndAck(ctx context.Context, o *order.Order, outboxID string
 // consumer with its order store when orders.consumer is set — else the
 // order store alone when one is configured, for warm-up and results.
 func openPipeline(cfg *conf.Config, st *stock.Store, products func() []string, onStored func(map[string][]int64), log *slog.Logger) (*pipeline, error) {
-	p := &pipeline{}
+	p := &pipeline{storeName: "clickhouse"}
+	if cfg.ClickHouse.Addr == "" {
+		p.storeName = "embedded_store"
+	}
+	for b := range p.up {
+		p.up[b].Store(-1)
+	}
 	fail := func(err error) (*pipeline, error) {
 		p.close()
 		return nil, err

@@ -133,3 +133,26 @@ func (s *Service) RoomAction(ctx context.Context, productID, action string, rate
 	}
 	return s.roomRow(ctx, e, nowMs)
 }
+
+// RoomFigures is one room as this edge last read it (its tending, every
+// 250 ms), from memory: for the dashboard's charts and the sale's
+// timeline. ok is false for a sale without a room.
+type RoomFigures struct {
+	Joined, Waiting, Admitted, Active int64
+}
+
+// RoomFigures reads e's room from memory; no Redis call.
+func (s *Service) RoomFigures(e catalog.Entry, nowMs int64) (RoomFigures, bool) {
+	if e.Room == nil {
+		return RoomFigures{}, false
+	}
+	v := s.rooms.get([]byte(e.ProductID))
+	if v == nil {
+		return RoomFigures{}, true
+	}
+	vs := v.state.Load()
+	if vs == nil {
+		return RoomFigures{Active: v.active.Load()}, true
+	}
+	return RoomFigures{Joined: vs.Joined, Waiting: vs.Waiting(nowMs), Admitted: vs.Admitted, Active: v.active.Load()}, true
+}

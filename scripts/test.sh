@@ -15,6 +15,9 @@ command -v redis-server >/dev/null 2>&1 || need+=(redis-server)
 [ -f /usr/share/java/zookeeper.jar ] || need+=(zookeeper)
 # proxy's TLS tests check the edge's HTTPS listener with curl (OpenSSL).
 command -v curl >/dev/null 2>&1 || need+=(curl)
+# test/deploy checks deploy/prometheus with promtool, test/e2e's TestPrometheusAlerts runs
+# /usr/bin/prometheus (internal/promtest); Debian's prometheus package ships both.
+{ [ -x /usr/bin/prometheus ] && [ -x /usr/bin/promtool ]; } || need+=(prometheus)
 # test/browser drives Debian's chromium (headless) at /usr/bin/chromium.
 [ -x /usr/bin/chromium ] || need+=(chromium)
 if ((${#need[@]})); then

@@ -18,12 +18,11 @@ import (
 // /healthz and exits 0 only when it answers 200. It is the probe of the
 // Docker image's HEALTHCHECK, whose base has no shell and no curl; it reads
 // the address from the same config (and environment) as the edge.
-func health(args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("proxy health", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+func health(c *command, args []string, stdout, stderr io.Writer) int {
+	fs := c.flags(stderr)
 	cfgPath := fs.String("c", "conf/edge.yaml", "config file: the admin.addr to probe")
 	timeout := fs.Duration("timeout", 3*time.Second, "give up after this long")
-	if err := fs.Parse(args); err != nil {
+	if !parseArgs(fs, args, stderr) {
 		return 2
 	}
 	cfgSet := false

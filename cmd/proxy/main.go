@@ -24,18 +24,16 @@ func main() {
 }
 
 func run(args []string, stdout, stderr io.Writer) int {
-	if len(args) > 0 && (args[0] == "orders" || args[0] == "reconcile") {
-		return subcommand(args[0], args[1:], stdout, stderr)
-	}
-	if len(args) > 0 && args[0] == "health" {
-		return health(args[1:], stdout, stderr)
+	if cmd, word := findCommand(args); cmd != nil {
+		return cmd.run(cmd, args[1:], stdout, stderr)
+	} else if word != "" {
+		fmt.Fprintf(stderr, "proxy: unknown command %q\n", word)
+		usage(stderr)
+		return 2
 	}
 	fs := flag.NewFlagSet("proxy", flag.ContinueOnError)
 	fs.Usage = func() {
-		fmt.Fprint(stderr, "usage: proxy [-c FILE] [-t] [-version]   run the edge (or test its config)\n"+
-			"       proxy orders -c FILE                run the order consumer on its own\n"+
-			"       proxy reconcile -c FILE             check stock against stored orders\n"+
-			"       proxy health [-c FILE]              probe the running edge's /healthz (exit 0 when it answers)\n")
+		usage(stderr)
 		fs.PrintDefaults()
 	}
 	fs.SetOutput(stderr)
@@ -44,7 +42,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	showVersion := fs.Bool("version", false, "print the version and exit")
 	pprofAddr := fs.String("pprof", "", "serve the Go profiler on this loopback address (e.g. 127.0.0.1:6060; profiling only)")
 	blockRate := fs.Int("block-rate", 0, "with -pprof: runtime.SetBlockProfileRate in ns (0: off), for /debug/pprof/block")
-	if err := fs.Parse(args); err != nil {
+	if !parseArgs(fs, args, stderr) {
 		return 2
 	}
 	if *showVersion {

@@ -56,13 +56,7 @@ func TestSIGTERMExitsZero(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds the binary")
 	}
-	dir := t.TempDir()
-	bin := filepath.Join(dir, "proxy")
-	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
-		t.Fatalf("build: %v\n%s", err, out)
-	}
-	cfg := filepath.Join(dir, "edge.yaml")
-	os.WriteFile(cfg, []byte("listen:\n  addr: \"127.0.0.1:0\"\nadmin:\n  addr: \"127.0.0.1:0\"\nlog:\n  format: text\n"), 0o644)
+	bin, cfg := buildWithConfig(t)
 	cmd := exec.Command(bin, "-c", cfg)
 	var logs syncbuf.Buffer
 	cmd.Stderr = &logs
@@ -84,6 +78,22 @@ func TestSIGTERMExitsZero(t *testing.T) {
 	if !strings.Contains(logs.String(), "stopped") {
 		t.Fatalf("logs: %s", logs.String())
 	}
+}
+
+// buildWithConfig builds the binary into a temporary directory and writes
+// a valid config beside it, both listeners on free loopback ports.
+func buildWithConfig(t *testing.T) (bin, cfg string) {
+	t.Helper()
+	dir := t.TempDir()
+	bin = filepath.Join(dir, "proxy")
+	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
+		t.Fatalf("build: %v\n%s", err, out)
+	}
+	cfg = filepath.Join(dir, "edge.yaml")
+	if err := os.WriteFile(cfg, []byte("listen:\n  addr: \"127.0.0.1:0\"\nadmin:\n  addr: \"127.0.0.1:0\"\nlog:\n  format: text\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return bin, cfg
 }
 
 func TestPprofFlag(t *testing.T) {

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"flag"
 	"fmt"
 	"io"
 	"net/http"
@@ -15,11 +14,11 @@ import (
 )
 
 // subcommand runs `proxy orders` or `proxy reconcile`.
-func subcommand(name string, args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("proxy "+name, flag.ContinueOnError)
-	fs.SetOutput(stderr)
+func subcommand(c *command, args []string, stdout, stderr io.Writer) int {
+	name := c.name
+	fs := c.flags(stderr)
 	cfgPath := fs.String("c", "conf/edge.yaml", "config file")
-	if err := fs.Parse(args); err != nil {
+	if !parseArgs(fs, args, stderr) {
 		return 2
 	}
 	doc, err := conf.LoadFile(*cfgPath)

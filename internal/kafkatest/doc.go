@@ -10,4 +10,8 @@
 // kfake moves its partitions' leadership to the others. kfake does not
 // replicate (its brokers share one log): see Cluster for what that means
 // for a test.
+//
+// StartProcess is one broker in a process of its own (the test binary run
+// again; its TestMain calls ServeChild first), for a test that kills the
+// broker the way a machine loses it and starts it again with its data.
 package kafkatest

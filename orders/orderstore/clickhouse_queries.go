@@ -118,8 +118,19 @@ func (s *ClickHouse) Deadlines(ctx context.Context, productID string) ([]Row, er
 // PREWHERE): still right, since a settled row always outranks the order's
 // unpaid row (FromEvent's versions) and only unpaid rows are filtered out.
 func (s *ClickHouse) Settled(ctx context.Context, productID string, afterID int64, limit int) ([]Row, error) {
+	return s.page(ctx, "settled", productID, afterID, limit, " AND status IN (1, 2)")
+}
+
+// Rows lists a page of every row, by order id, after FINAL.
+func (s *ClickHouse) Rows(ctx context.Context, productID string, afterID int64, limit int) ([]Row, error) {
+	return s.page(ctx, "rows", productID, afterID, limit, "")
+}
+
+// page lists the rows after afterID matching the extra condition (text of
+// the caller's, never of outside input), by order id, at most limit.
+func (s *ClickHouse) page(ctx context.Context, what, productID string, afterID int64, limit int, cond string) ([]Row, error) {
 	if limit < 1 || afterID < 0 {
-		return nil, fmt.Errorf("orderstore: settled %s: after %d limit %d", productID, afterID, limit)
+		return nil, fmt.Errorf("orderstore: %s %s: after %d limit %d", what, productID, afterID, limit)
 	}
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
@@ -127,21 +138,21 @@ func (s *ClickHouse) Settled(ctx context.Context, productID string, afterID int6
 	// server version.
 	rows, err := s.conn.Query(ctx, "SELECT "+colsList+" FROM "+s.table+
 		" FINAL WHERE product_id = ? AND order_id > "+strconv.FormatInt(afterID, 10)+
-		" AND status IN (1, 2) ORDER BY order_id LIMIT "+strconv.Itoa(limit), productID)
+		cond+" ORDER BY order_id LIMIT "+strconv.Itoa(limit), productID)
 	if err != nil {
-		return nil, fmt.Errorf("orderstore: settled %s: %w", productID, err)
+		return nil, fmt.Errorf("orderstore: %s %s: %w", what, productID, err)
 	}
 	defer rows.Close()
 	out := []Row{}
 	for rows.Next() {
 		r, err := scanRow(rows)
 		if err != nil {
-			return nil, fmt.Errorf("orderstore: settled %s: %w", productID, err)
+			return nil, fmt.Errorf("orderstore: %s %s: %w", what, productID, err)
 		}
 		out = append(out, r)
 	}
 	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("orderstore: settled %s: %w", productID, err)
+		return nil, fmt.Errorf("orderstore: %s %s: %w", what, productID, err)
 	}
 	return out, nil
 }

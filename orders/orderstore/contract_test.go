@@ -278,6 +278,18 @@ func contract(t *testing.T, open func(t *testing.T) (s Store, reopen func() Stor
 			if _, err := s.Settled(ctx, "ps", 0, 0); err == nil {
 				t.Error("a page of 0 rows was accepted")
 			}
+			// Rows: every status, the newest row of each order.
+			all, err := s.Rows(ctx, "ps", 0, 100)
+			var statuses []uint8
+			for _, r := range all {
+				statuses = append(statuses, r.Status)
+			}
+			if err != nil || len(all) != 6 || all[0].ID != 1 || !reflect.DeepEqual(statuses, []uint8{0, 1, 2, 2, 1, 2}) {
+				t.Errorf("rows %v (statuses %v), want orders 1..6 with their final statuses", err, statuses)
+			}
+			if page, err := s.Rows(ctx, "ps", 4, 1); err != nil || len(page) != 1 || page[0].ID != 5 {
+				t.Errorf("rows after 4, limit 1: %+v %v", page, err)
+			}
 		}
 		check(s)
 		if reopen != nil {

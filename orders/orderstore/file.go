@@ -295,14 +295,25 @@ func (s *File) Deadlines(_ context.Context, productID string) ([]Row, error) {
 
 // Settled lists a page of the settled rows, by order id.
 func (s *File) Settled(_ context.Context, productID string, afterID int64, limit int) ([]Row, error) {
+	return s.page("settled", productID, afterID, limit, func(r *Row) bool { return r.Status != StatusUnpaid })
+}
+
+// Rows lists a page of every row, by order id.
+func (s *File) Rows(_ context.Context, productID string, afterID int64, limit int) ([]Row, error) {
+	return s.page("rows", productID, afterID, limit, func(*Row) bool { return true })
+}
+
+// page lists the rows after afterID that keep says to keep, by order id,
+// at most limit.
+func (s *File) page(what, productID string, afterID int64, limit int, keep func(*Row) bool) ([]Row, error) {
 	if limit < 1 {
-		return nil, fmt.Errorf("orderstore: settled %s: limit %d", productID, limit)
+		return nil, fmt.Errorf("orderstore: %s %s: limit %d", what, productID, limit)
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	out := []Row{}
 	for id := range s.products[productID] {
-		if r := s.rows[fileKey{productID, id}]; id > afterID && r.Status != StatusUnpaid {
+		if r := s.rows[fileKey{productID, id}]; id > afterID && keep(&r) {
 			out = append(out, r)
 		}
 	}

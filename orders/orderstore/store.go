@@ -103,6 +103,10 @@ type Store interface {
 	// order hash a Redis restored from an old snapshot may still hold as
 	// unpaid the ledger's final state.
 	Settled(ctx context.Context, productID string, afterID int64, limit int) ([]Row, error)
+	// Rows is one page of every row of the product, whatever its status,
+	// by order id, paged as Settled is: the sale report reads the whole
+	// sale's story from it.
+	Rows(ctx context.Context, productID string, afterID int64, limit int) ([]Row, error)
 	// Catalog is the durable sale catalogue beside the ledger (catalog.go).
 	Catalog
 	Close() error

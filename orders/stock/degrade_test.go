@@ -13,44 +13,38 @@ import (
 
 // Both the real server and the embedded one run the switch's script.
 func TestDegradeSwitchNewestVersionWins(t *testing.T) {
-	for name, open := range map[string]func(t *testing.T) *Store{
-		"redis":    func(t *testing.T) *Store { s, _ := openReal(t, Options{}); return s },
-		"embedded": func(t *testing.T) *Store { return openEmbedded(t, Options{}) },
-	} {
-		t.Run(name, func(t *testing.T) {
-			s := open(t)
-			ctx := context.Background()
-			set := func(p string, on bool, v int64, want bool) {
-				t.Helper()
-				applied, err := s.SetDegrade(ctx, p, Degrade{On: on, Version: v})
-				if err != nil || applied != want {
-					t.Fatalf("SetDegrade(%q, %v, %d) = %v %v, want %v", p, on, v, applied, err, want)
-				}
+	onBothServers(t, func(t *testing.T, s *Store) {
+		ctx := context.Background()
+		set := func(p string, on bool, v int64, want bool) {
+			t.Helper()
+			applied, err := s.SetDegrade(ctx, p, Degrade{On: on, Version: v})
+			if err != nil || applied != want {
+				t.Fatalf("SetDegrade(%q, %v, %d) = %v %v, want %v", p, on, v, applied, err, want)
 			}
-			all, ps, err := s.DegradeState(ctx)
-			if err != nil || all != (Degrade{}) || len(ps) != 0 {
-				t.Fatalf("fresh Redis: %+v %v %v", all, ps, err)
-			}
-			set("d1", true, 100, true)
-			set("d1", false, 100, false) // the same version: already there
-			set("d1", false, 99, false)  // an older write-back changes nothing
-			set("d2", true, 5, true)
-			set("d2", false, 6, true) // lifted, and its version kept
-			set("", true, 50, true)
-			set("", false, 40, false)
-			all, ps, err = s.DegradeState(ctx)
-			want := map[string]Degrade{"d1": {On: true, Version: 100}, "d2": {Version: 6}}
-			if err != nil || all != (Degrade{On: true, Version: 50}) || !reflect.DeepEqual(ps, want) {
-				t.Fatalf("state %+v %v %v, want all on at 50 and %v", all, ps, err, want)
-			}
-			if _, err := s.SetDegrade(ctx, "bad id", Degrade{On: true, Version: 1}); !errors.Is(err, ErrInvalid) {
-				t.Fatalf("bad product id: %v", err)
-			}
-			if _, err := s.SetDegrade(ctx, "d1", Degrade{On: true}); !errors.Is(err, ErrInvalid) {
-				t.Fatalf("no version: %v", err)
-			}
-		})
-	}
+		}
+		all, ps, err := s.DegradeState(ctx)
+		if err != nil || all != (Degrade{}) || len(ps) != 0 {
+			t.Fatalf("fresh Redis: %+v %v %v", all, ps, err)
+		}
+		set("d1", true, 100, true)
+		set("d1", false, 100, false) // the same version: already there
+		set("d1", false, 99, false)  // an older write-back changes nothing
+		set("d2", true, 5, true)
+		set("d2", false, 6, true) // lifted, and its version kept
+		set("", true, 50, true)
+		set("", false, 40, false)
+		all, ps, err = s.DegradeState(ctx)
+		want := map[string]Degrade{"d1": {On: true, Version: 100}, "d2": {Version: 6}}
+		if err != nil || all != (Degrade{On: true, Version: 50}) || !reflect.DeepEqual(ps, want) {
+			t.Fatalf("state %+v %v %v, want all on at 50 and %v", all, ps, err, want)
+		}
+		if _, err := s.SetDegrade(ctx, "bad id", Degrade{On: true, Version: 1}); !errors.Is(err, ErrInvalid) {
+			t.Fatalf("bad product id: %v", err)
+		}
+		if _, err := s.SetDegrade(ctx, "d1", Degrade{On: true}); !errors.Is(err, ErrInvalid) {
+			t.Fatalf("no version: %v", err)
+		}
+	})
 }
 
 func TestCatalogVersionsAndRestore(t *testing.T) {

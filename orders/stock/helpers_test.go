@@ -147,3 +147,14 @@ func scanKeys(t testing.TB, s *Store, pattern string) []string {
 		}
 	}
 }
+
+// onBothServers runs the test on a real redis-server and on the embedded
+// one, each a fresh store.
+func onBothServers(t *testing.T, test func(t *testing.T, s *Store)) {
+	for name, open := range map[string]func(t *testing.T) *Store{
+		"redis":    func(t *testing.T) *Store { s, _ := openReal(t, Options{}); return s },
+		"embedded": func(t *testing.T) *Store { return openEmbedded(t, Options{}) },
+	} {
+		t.Run(name, func(t *testing.T) { test(t, open(t)) })
+	}
+}

@@ -69,6 +69,11 @@ const (
 	// sk:{p}:wr and sk:{p}:wr:*: the waiting room, written by the
 	// lua/room_*.lua scripts (room.go); they expire with the sale.
 	roomSuffix = "wr"
+	// sk:{p}:tl, sorted set: score a unix second, member one edge's record
+	// of that second of the sale (opaque here; it starts with the node and
+	// the second, so two never collide). AppendTimeline adds and trims it
+	// (timeline.go); the sale report reads it.
+	timelineSuffix = "tl"
 )
 
 // The waiting room's keys under sk:{p}:wr:.
@@ -162,6 +167,9 @@ func OutboxKey(product string) string { return prefix(product) + outboxSuffix }
 // expires when no relay has read the outbox for the keepAlive TakeOutbox
 // was given.
 func RelaysKey(product string) string { return prefix(product) + relaysSuffix }
+
+// TimelineKey is sk:{p}:tl, the edges' per-second records of the sale.
+func TimelineKey(product string) string { return prefix(product) + timelineSuffix }
 
 // recoverKey is sk:{p}:recover, the lock of the edge rebuilding the sale.
 func recoverKey(product string) string { return prefix(product) + recoverSuffix }

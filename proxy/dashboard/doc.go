@@ -9,9 +9,14 @@
 // admin listener's GET /admin/waitroom and whose pause, resume, rate and
 // close buttons post to POST /admin/waitroom.
 //
+// The charts (site/charts.js) draw the last 15 minutes at 1 s from the
+// edge's History, a fixed ring the edge fills once a second (GET
+// /admin/dashboard/history), with markers for the moments that explain a
+// line (a breaker, a fence and its recovery, a reload, the degrade switch).
+//
 // The package knows nothing about how those numbers are produced: the edge
 // hands New a function that fills a Snapshot, called once per JSON request
-// and once per second per event stream. The page is plain JS and CSS,
+// and once per second per event stream, and the History it fills. The page is plain JS and CSS,
 // embedded and served from memory (ETag, gzip) under a self-only CSP, so an
 // on-call engineer gets it from any edge without a build step or a CDN.
 //

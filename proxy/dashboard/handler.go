@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"io/fs"
 	"path"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -29,6 +30,9 @@ const (
 	PathPage   = "/admin/dashboard"
 	PathJSON   = "/admin/dashboard.json"
 	PathEvents = "/admin/dashboard/events"
+	// PathHistory is the charts' history (History.View as JSON);
+	// ?since=<unix ms> asks only for the seconds after it.
+	PathHistory = "/admin/dashboard/history"
 	// AssetPrefix is where the page's JS, CSS and icon are served.
 	AssetPrefix = "/admin/_static/"
 )
@@ -50,9 +54,10 @@ const (
 // Handler serves the dashboard page, its assets, the snapshot as JSON and
 // as a Server-Sent Events stream. It is safe for concurrent use.
 type Handler struct {
-	source func() Snapshot
-	page   *file
-	assets map[string]*file
+	source  func() Snapshot
+	history *History
+	page    *file
+	assets  map[string]*file
 
 	interval, heartbeat, maxStream time.Duration
 	maxStreams                     int32
@@ -73,9 +78,11 @@ type file struct {
 // New prepares the embedded page. source is called once per JSON request
 // and once per second per open stream, from any goroutine; it must be
 // cheap (read atomics and cached values, never block on Redis or Kafka).
-func New(source func() Snapshot) *Handler {
+// history is the ring the edge's sampler fills, served for the charts.
+func New(source func() Snapshot, history *History) *Handler {
 	h := &Handler{
 		source:     source,
+		history:    history,
 		assets:     map[string]*file{},
 		interval:   eventInterval,
 		heartbeat:  heartbeatInterval,
@@ -174,6 +181,8 @@ func (h *Handler) Serve(ctx *fasthttp.RequestCtx) bool {
 		h.serveJSON(ctx)
 	case PathEvents:
 		h.serveEvents(ctx)
+	case PathHistory:
+		h.serveHistory(ctx)
 	default:
 		name, ok := bytes.CutPrefix(p, []byte(AssetPrefix))
 		if !ok {
@@ -243,6 +252,11 @@ func (h *Handler) serveJSON(ctx *fasthttp.RequestCtx) {
 		return
 	}
 	b, err := h.encode()
+	writeData(ctx, b, err)
+}
+
+// writeData answers one of the page's data calls: JSON, never cached.
+func writeData(ctx *fasthttp.RequestCtx, b []byte, err error) {
 	if err != nil {
 		writeError(ctx, api.Internal.WithMessage(err.Error()))
 		return
@@ -252,6 +266,35 @@ func (h *Handler) serveJSON(ctx *fasthttp.RequestCtx) {
 	rh.Set(fasthttp.HeaderCacheControl, "no-store")
 	setSecurityHeaders(rh)
 	ctx.SetBody(b)
+}
+
+func (h *Handler) serveHistory(ctx *fasthttp.RequestCtx) {
+	if !getOrHead(ctx) {
+		return
+	}
+	since, rej := Since(ctx)
+	if rej != nil {
+		writeError(ctx, rej)
+		return
+	}
+	b, err := json.Marshal(h.history.View(since))
+	writeData(ctx, b, err)
+}
+
+var errSince = api.BadRequest.WithMessage("since: a unix time in milliseconds")
+
+// Since reads a chart call's ?since=<unix ms> (0 when absent): only the
+// seconds after it are asked for.
+func Since(ctx *fasthttp.RequestCtx) (int64, *api.Rejection) {
+	v := ctx.QueryArgs().Peek("since")
+	if len(v) == 0 {
+		return 0, nil
+	}
+	n, err := strconv.ParseInt(string(v), 10, 64)
+	if err != nil || n < 0 {
+		return 0, errSince
+	}
+	return n, nil
 }
 
 // encode calls the source and marshals its answer. A panicking source

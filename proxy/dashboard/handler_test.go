@@ -85,7 +85,7 @@ func readAll(t *testing.T, r *http.Response) []byte {
 
 func TestPageAndAssets(t *testing.T) {
 	src, _ := fakeSource()
-	h := New(src)
+	h := New(src, NewHistory())
 	base, _ := serve(t, h)
 
 	for _, p := range []string{"/admin/", "/admin/dashboard", "/admin"} {
@@ -169,7 +169,7 @@ func TestPageAndAssets(t *testing.T) {
 
 func TestETag(t *testing.T) {
 	src, _ := fakeSource()
-	base, _ := serve(t, New(src))
+	base, _ := serve(t, New(src, NewHistory()))
 	for _, enc := range []string{"", "gzip"} {
 		for _, p := range []string{"/admin/", "/admin/_static/dash.js", "/admin/_static/dash.css"} {
 			r := get(t, base+p, "Accept-Encoding", enc)
@@ -208,7 +208,7 @@ func TestAcceptsGzip(t *testing.T) {
 
 func TestJSON(t *testing.T) {
 	src, _ := fakeSource()
-	base, _ := serve(t, New(src))
+	base, _ := serve(t, New(src, NewHistory()))
 	r := get(t, base+"/admin/dashboard.json")
 	body := readAll(t, r)
 	if r.StatusCode != 200 || r.Header.Get("Content-Type") != "application/json" || r.Header.Get("Cache-Control") != "no-store" {
@@ -238,7 +238,7 @@ func TestJSONEmptyListsAndPanics(t *testing.T) {
 			panic("boom")
 		}
 		return Snapshot{}
-	})
+	}, NewHistory())
 	base, _ := serve(t, h)
 	b := readAll(t, get(t, base+"/admin/dashboard.json"))
 	if !bytes.Contains(b, []byte(`"products":[]`)) || !bytes.Contains(b, []byte(`"filters":[]`)) {
@@ -253,7 +253,7 @@ func TestJSONEmptyListsAndPanics(t *testing.T) {
 
 func TestNotMine(t *testing.T) {
 	src, _ := fakeSource()
-	base, _ := serve(t, New(src))
+	base, _ := serve(t, New(src, NewHistory()))
 	for _, p := range []string{"/admin/reload", "/admin/activities", "/metrics", "/healthz", "/admin/dashboardx", "/admin/dashboard/other", "/", "/seckill/p1", "/admin/_staticx"} {
 		if r := get(t, base+p); r.StatusCode != fasthttp.StatusTeapot {
 			t.Errorf("%s: handler claimed it (status %d)", p, r.StatusCode)
@@ -296,7 +296,7 @@ func readEvent(t *testing.T, br *bufio.Reader) string {
 
 func TestEvents(t *testing.T) {
 	src, _ := fakeSource()
-	h := New(src)
+	h := New(src, NewHistory())
 	h.interval = 50 * time.Millisecond
 	base, _ := serve(t, h)
 
@@ -344,7 +344,7 @@ func TestEventsOutliveWriteTimeoutAndEnd(t *testing.T) {
 		t.Skip("takes 3 s")
 	}
 	src, _ := fakeSource()
-	h := New(src)
+	h := New(src, NewHistory())
 	h.interval = 100 * time.Millisecond
 	h.heartbeat = 500 * time.Millisecond
 	h.maxStream = 3 * time.Second
@@ -369,7 +369,7 @@ func TestEventsOutliveWriteTimeoutAndEnd(t *testing.T) {
 
 func TestEventsClose(t *testing.T) {
 	src, _ := fakeSource()
-	h := New(src)
+	h := New(src, NewHistory())
 	base, _ := serve(t, h)
 	r := get(t, base+"/admin/dashboard/events")
 	readEvent(t, bufio.NewReader(r.Body))
@@ -382,7 +382,7 @@ func TestEventsClose(t *testing.T) {
 
 func TestEventsLimit(t *testing.T) {
 	src, _ := fakeSource()
-	h := New(src)
+	h := New(src, NewHistory())
 	h.maxStreams = 2
 	base, _ := serve(t, h)
 	for i := 0; i < 2; i++ {
@@ -403,7 +403,7 @@ func TestEventsLimit(t *testing.T) {
 // engineer loads over a bad VPN in an incident.
 func TestPageWeight(t *testing.T) {
 	src, _ := fakeSource()
-	h := New(src)
+	h := New(src, NewHistory())
 	total := gzLen(h.page)
 	for _, f := range h.assets {
 		total += gzLen(f)

@@ -17,7 +17,7 @@ import (
 // fails inside Redis (its stock key holds the wrong type) until its breaker
 // opens, while another product sells on. The dashboard shows the breaker per
 // product — open for the one, closed for the other — and its badge counts
-// the open ones.
+// the open ones; the charts mark the moment it opened, on that product only.
 func TestDashboardShowsEachProductsBreaker(t *testing.T) {
 	t.Parallel()
 	srv := redistest.New(t)
@@ -51,7 +51,14 @@ func TestDashboardShowsEachProductsBreaker(t *testing.T) {
 		t.Errorf("good's breaker cell %q, want state and text closed", got)
 	}
 	b.waitText(3*time.Second, "breaker", regexp.MustCompile(`^Breaker: open \(1 open of 2 products\)$`))
+	// The charts mark the moment bad's breaker opened, on bad's lines
+	// and not on good's.
+	b.waitJS(5*time.Second, "bad's breaker marked on the charts",
+		`!!document.querySelector('[data-chart=attempts] svg g[data-mark=breaker_open][data-product=bad]') && !!document.querySelector('#chart-marks li[data-mark=breaker_open]')`)
 	b.keepShot("breakers")
+	b.do(chromedp.SetValue(chromedp.ID("chart-product"), "good"))
+	b.do(chromedp.Evaluate[chromedp.Void](`document.getElementById('chart-product').dispatchEvent(new Event('change'))`))
+	b.waitJS(3*time.Second, "no breaker marker on good's charts", `!document.querySelector('svg g[data-mark=breaker_open]')`)
 	if tone := eval[string](b, `document.getElementById('breaker').getAttribute('data-tone')`); tone != "bad" {
 		t.Errorf("#breaker tone %q, want bad", tone)
 	}

@@ -59,6 +59,15 @@
 //     unnoticed, and an edge killed with orders only in its outbox:
 //     exactly 10,000 stored, every 200 once, nobody over the limit, the
 //     survivors relay the killed edge's outbox, reconcile clean.
+//   - TestPrometheusAlerts (prometheus_test.go): Debian's Prometheus
+//     scrapes two edge processes with the admin token and evaluates the
+//     shipped deploy/prometheus rules (`for:` shortened): every panel of
+//     deploy/grafana's dashboard returns series, every series the rules
+//     name is scraped, a healthy fleet fires only the certificate alert
+//     (its TLS edge's certificate is due in a day), and Redis stopped makes
+//     FlashgateRedisDown go pending, then firing, then resolve once it
+//     answers again; the Kafka broker's process killed and started again
+//     does the same with FlashgateKafkaDown.
 //
 // Run with `go test ./e2e/` (redis-server must be installed: see
 // scripts/test.sh); -short skips the load test.

@@ -3,6 +3,7 @@ package e2e
 import (
 	"bufio"
 	"encoding/json"
+	"flashgate/internal/kafkatest"
 	"io"
 	"os"
 	"os/exec"
@@ -204,6 +205,7 @@ func buildProxy(t *testing.T) string {
 }
 
 func TestMain(m *testing.M) {
+	kafkatest.ServeChild() // the broker process of kafkatest.StartProcess
 	code := m.Run()
 	if buildOnce.bin != "" {
 		os.RemoveAll(filepath.Dir(buildOnce.bin))
