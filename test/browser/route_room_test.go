@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"regexp"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -149,4 +150,35 @@ upstreams:
 			}
 		}
 	}
+}
+
+// TestRouteRoomDashboard: the dashboard's Route rooms panel shows a room
+// and switches its method live (POST /admin/rooms), which the edge then
+// applies to the next visitor.
+func TestRouteRoomDashboard(t *testing.T) {
+	origin, _ := startShopOrigin(t)
+	e := startEdge(t, fmt.Sprintf(`
+upstreams:
+  pools:
+    - name: shop
+      servers: [%q]
+  routes:
+    - prefix: /shop/
+      pool: shop
+      waiting_room: {name: shop, max_active: 5}
+`, origin))
+	b := newTab(t, "dashboard")
+	b.open(e.admin + "/admin/")
+	b.waitJS(8*time.Second, "the route rooms panel", `(function () {
+  var p = document.getElementById('routerooms'), r = document.querySelector('#routerooms-rows tr[data-room="shop"] .method');
+  return !!p && !p.hidden && !!r && r.textContent === 'fifo';
+})()`)
+	b.do(chromedp.SetValue(chromedp.CSS(`#routerooms-rows tr[data-room="shop"] select`), "queue_all"))
+	b.do(chromedp.Click(chromedp.CSS(`#routerooms-rows tr[data-room="shop"] button`)))
+	b.waitText(5*time.Second, "routerooms-result", regexp.MustCompile(`^Room shop now queues by queue_all, on every edge\.$`))
+	b.waitJS(5*time.Second, "the panel shows the operator's method", `document.querySelector('#routerooms-rows tr[data-room="shop"] .method').textContent === 'queue_all (operator)'`)
+	visitor := newTab(t, "visitor")
+	visitor.open(e.base + "/shop/")
+	visitor.waitJS(5*time.Second, "the queue page", `!!document.getElementById('fg-room')`)
+	b.keepShot("route-rooms-panel")
 }
