@@ -41,6 +41,21 @@ func startShopOrigin(t *testing.T) (addr string, served *atomic.Int64) {
 	return ln.Addr().String(), served
 }
 
+// startShopEdge is an edge whose /shop/ route goes to origin behind the
+// waiting room room (a YAML flow mapping).
+func startShopEdge(t *testing.T, origin, room string) *edge {
+	return startEdge(t, fmt.Sprintf(`
+upstreams:
+  pools:
+    - name: shop
+      servers: [%q]
+  routes:
+    - prefix: /shop/
+      pool: shop
+      waiting_room: %s
+`, origin, room))
+}
+
 func (b *tab) setCookie(base, name, value string) {
 	b.t.Helper()
 	b.call(func(ctx context.Context, t *chromedp.Target) error {
@@ -66,21 +81,7 @@ func (b *tab) setHeaders(h map[string]any) {
 // page asks anything of another origin.
 func TestRouteRoomInBrowser(t *testing.T) {
 	origin, served := startShopOrigin(t)
-	e := startEdge(t, fmt.Sprintf(`
-upstreams:
-  pools:
-    - name: shop
-      servers: [%q]
-  routes:
-    - prefix: /shop/
-      pool: shop
-      waiting_room:
-        name: shop
-        title: Launch day
-        max_active: 1
-        session: 1m
-        poll: 1s
-`, origin))
+	e := startShopEdge(t, origin, "{name: shop, title: Launch day, max_active: 1, session: 1m, poll: 1s}")
 	first, second := newTab(t, "first"), newTab(t, "second")
 	first.open(e.base + "/shop/")
 	first.waitJS(5*time.Second, "the origin's page", `!!document.getElementById('origin')`)
@@ -157,16 +158,7 @@ upstreams:
 // applies to the next visitor.
 func TestRouteRoomDashboard(t *testing.T) {
 	origin, _ := startShopOrigin(t)
-	e := startEdge(t, fmt.Sprintf(`
-upstreams:
-  pools:
-    - name: shop
-      servers: [%q]
-  routes:
-    - prefix: /shop/
-      pool: shop
-      waiting_room: {name: shop, max_active: 5}
-`, origin))
+	e := startShopEdge(t, origin, "{name: shop, max_active: 5}")
 	b := newTab(t, "dashboard")
 	b.open(e.admin + "/admin/")
 	b.waitJS(8*time.Second, "the route rooms panel", `(function () {
