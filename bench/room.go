@@ -40,6 +40,9 @@ type Room struct {
 	// Startup is how long bench allows the edges to start before the
 	// first join (the sale's times are fixed in their config).
 	Startup time.Duration `yaml:"startup"`
+	// Challenge is the proof of work's difficulty (leading zero bits, 0:
+	// none); bench asks for a challenge and solves it before each join.
+	Challenge int `yaml:"challenge"`
 }
 
 func (sc *Scenario) validateRoom(errs *field.Errors) {
@@ -89,6 +92,9 @@ func (sc *Scenario) validateRoom(errs *field.Errors) {
 	}
 	if w.Order != "lottery_then_fifo" && w.Order != "fifo" {
 		errs.Add("waiting_room.order", "must be lottery_then_fifo or fifo, not %q", w.Order)
+	}
+	if w.Challenge < 0 || w.Challenge > 24 {
+		errs.Add("waiting_room.challenge", "want 0 (none) to 24 bits")
 	}
 	if w.PollMin <= 0 || w.PollMax < w.PollMin {
 		errs.Add("waiting_room.poll_min", "want 0 < poll_min <= poll_max")

@@ -201,7 +201,7 @@ func TestCheckLotteryAgainstAStandInEdge(t *testing.T) {
 	r := testRun(time.Now())
 	r.addrs, r.admins = []string{ln.Addr().String()}, []string{ln.Addr().String()}
 	for i, id := range tickets {
-		r.shoppers = append(r.shoppers, wrShopper{idx: i, pre: true, ticketID: id, position: int64(i + 1)})
+		r.shoppers = append(r.shoppers, wrShopper{idx: i, pre: true, joinStatus: "prequeue", ticketID: id, position: int64(i + 1)})
 	}
 	if l := r.checkLottery(); !l.Reproduced || !l.CommitOK || !l.OrderOK || l.PositionsOK != 50 || l.Err != "" {
 		t.Fatalf("the key's order: %+v, want reproduced", l)

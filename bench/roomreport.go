@@ -32,6 +32,9 @@ func (r *Result) waitRoomLine() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "RESULT scenario=%s edges=%d shoppers=%d", r.Scenario, wr.Edges, wr.Shoppers)
 	for _, n := range wrCallNames {
+		if n == "challenge" && wr.PowSolveMs == nil {
+			continue
+		}
 		_, _, p999 := r.endpointStats(n)
 		fmt.Fprintf(&b, " %s_p999_ms=%.3f", n, p999)
 	}
@@ -51,6 +54,10 @@ func (r *Result) waitRoomLine() string {
 	fmt.Fprintf(&b, " admit_dev_pct=%s out_of_turn=%d sold=%d stock=%d %s lottery_reproduced=%v errors=%d oversold=%s lost=%s duplicated=%s",
 		strings.Join(devs, ","), wr.OutOfTurn, wr.Sold, wr.Stock, fair,
 		wr.Lottery.Reproduced, r.Errors(), na(rc.Oversold), na(rc.Lost), na(rc.Duplicated))
+	fmt.Fprintf(&b, " eta_n=%d eta_first_p90_pct=%.1f eta_half_p90_pct=%.1f", wr.ETA.N, wr.ETA.FirstP90, wr.ETA.HalfP90)
+	if p := wr.PowSolveMs; p != nil {
+		fmt.Fprintf(&b, " pow_bits=%d pow_solve_p90_ms=%.1f", p.Bits, p.P90)
+	}
 	return b.String()
 }
 
@@ -60,6 +67,9 @@ func printRoom(w io.Writer, r *Result) {
 	fmt.Fprintf(w, "waiting room: %d edges on %s; %d shoppers (%d in the pre-queue, %d after the opening at %s); admission %d/min\n",
 		wr.Edges, wr.Redis, wr.Shoppers, wr.PreJoins, wr.PostJoins, wr.OpensAt, wr.AdmitPerMinute)
 	for _, n := range wrCallNames {
+		if n == "challenge" && wr.PowSolveMs == nil {
+			continue
+		}
 		p50, p99, p999 := r.endpointStats(n)
 		verdict := ""
 		if n != "do" && !math.IsNaN(p999) {
@@ -92,6 +102,15 @@ func printRoom(w io.Writer, r *Result) {
 	}
 	if fa.PostN > 0 {
 		fmt.Fprintf(w, "  after the opening (%d shoppers, FIFO): Spearman rank correlation of arrival and position %.4f\n", fa.PostN, fa.PostSpearman)
+	}
+	if e := wr.ETA; e.N > 0 {
+		fmt.Fprintf(w, "  ETA (%d shoppers waiting %.0f s or more): |etaMs − real wait| / real wait at the first estimate p50 %.1f %% p90 %.1f %%, at half-way p50 %.1f %% p90 %.1f %% (target p90 ≤ 10 %%); median real wait − estimate %.0f ms (the poll's delay)\n",
+			e.N, e.MinWaitS, e.FirstP50, e.FirstP90, e.HalfP50, e.HalfP90, e.MedianLag)
+	} else {
+		fmt.Fprintf(w, "  ETA: no shopper waited %.0f s or more with an estimate\n", e.MinWaitS)
+	}
+	if p := wr.PowSolveMs; p != nil {
+		fmt.Fprintf(w, "  proof of work (%d bits) solved by bench's shoppers (Go, one core): p50 %.1f ms p90 %.1f ms over %d joins\n", p.Bits, p.P50, p.P90, p.N)
 	}
 	l := wr.Lottery
 	if l.Err != "" {

@@ -26,7 +26,7 @@ import (
 
 // The calls of a waiting-room shopper, also the report's endpoint names.
 // "queue" is the status poll (GET /api/seckill/queue).
-var wrCallNames = []string{"join", "queue", "token", "do"}
+var wrCallNames = []string{"challenge", "join", "queue", "token", "do"}
 
 // wrShopper is one shopper's journey; only her goroutine writes it until
 // the load is over.
@@ -47,6 +47,23 @@ type wrShopper struct {
 	earlyBought  bool   // ... and whether it got a token or an order: out of turn
 	outcome      string
 	lastPosition int64
+	// etas are the estimates she was shown after the opening (the pre-queue's
+	// join says only "the opening"): when, and etaMs.
+	etas []etaSeen
+	// solveMs is how long bench took to solve her proof of work.
+	solveMs float64
+}
+
+// inPrequeue: her join was answered as the pre-queue's (the lottery ranks
+// her), which her schedule alone does not decide: a join scheduled just
+// before the opening may arrive after it (the proof of work, a slow
+// answer) and get a FIFO place.
+func (s *wrShopper) inPrequeue() bool { return s.joinStatus == "prequeue" }
+
+// etaSeen is one answer's estimate.
+type etaSeen struct {
+	at  time.Time
+	eta int64
 }
 
 // wrAnswer is every field bench reads from the room's, token's and do's
@@ -62,6 +79,7 @@ type wrAnswer struct {
 	Ticket          string `json:"ticket"`
 	TicketID        string `json:"ticketId"`
 	SoldOut         bool   `json:"soldOut"`
+	Challenge       string `json:"challenge"`
 	Token           string `json:"token"`
 	OrderID         string `json:"orderId"`
 }
@@ -102,6 +120,19 @@ type RoomResult struct {
 
 	Fairness Fairness `json:"fairness"`
 	Lottery  Lottery  `json:"lottery"`
+
+	// ETA is how right the estimates were (roometa.go); PowSolveMs what
+	// the proof of work cost bench's shoppers (nil: no challenge).
+	ETA        ETAAccuracy `json:"eta"`
+	PowSolveMs *PowSolve   `json:"pow_solve_ms,omitempty"`
+}
+
+// PowSolve is the proof of work's cost on bench's machine.
+type PowSolve struct {
+	N    int     `json:"n"`
+	Bits int     `json:"bits"`
+	P50  float64 `json:"p50"`
+	P90  float64 `json:"p90"`
 }
 
 // EdgeRate is the admission rate one edge showed over the window.
@@ -228,7 +259,7 @@ func runRoom(ctx context.Context, root string, sc *Scenario, f runFlags, stderr 
 	room := map[string]any{
 		"enabled": true, "prequeue_opens": (w.Startup + w.PreOver + 5*time.Second).String(),
 		"admit_per_minute": w.AdmitPerMinute, "max_active": w.MaxActive, "session": w.Session.String(),
-		"order": w.Order, "challenge": map[string]any{"difficulty": 0},
+		"order": w.Order, "challenge": map[string]any{"difficulty": w.Challenge},
 	}
 	product := productID(0)
 	spec := EdgeSpec{RedisAddr: env.RedisAddr, OriginAddr: env.OriginAddr, Extra: sc.Edge,
@@ -395,7 +426,19 @@ func (r *wrRun) journey(ctx context.Context, s *wrShopper) {
 	r.arrived.Add(1)
 	rnd := rand.New(rand.NewPCG(uint64(s.idx), 99))
 	body := []byte(`{"productId":"` + r.product + `"}`)
-	st, a := r.call(s, "join", "POST", "/api/seckill/queue", body, s.arrive)
+	joinBody := body
+	if r.w.Challenge > 0 {
+		st, c := r.call(s, "challenge", "GET", "/api/seckill/challenge?productId="+r.product, nil, s.arrive)
+		if st != 200 {
+			s.outcome = "challenge refused " + orDefault(c.Code, httpCodeName(st))
+			return
+		}
+		t0 := time.Now()
+		nonce := solvePow(c.Challenge, r.w.Challenge)
+		s.solveMs = float64(time.Since(t0).Microseconds()) / 1000
+		joinBody = []byte(`{"productId":"` + r.product + `","challenge":"` + c.Challenge + `","nonce":"` + nonce + `"}`)
+	}
+	st, a := r.call(s, "join", "POST", "/api/seckill/queue", joinBody, s.arrive)
 	if st != 200 {
 		s.outcome = "join refused " + orDefault(a.Code, httpCodeName(st))
 		return
@@ -426,7 +469,13 @@ func (r *wrRun) journey(ctx context.Context, s *wrShopper) {
 			}
 			return
 		}
-		next := time.Now().Add(r.w.PollMin + time.Duration(rnd.Int64N(int64(r.w.PollMax-r.w.PollMin)+1)))
+		// As the page does: every poll_min..poll_max, or when the line is
+		// due to reach her place if that is sooner.
+		wait := r.w.PollMin + time.Duration(rnd.Int64N(int64(r.w.PollMax-r.w.PollMin)+1))
+		if a.Status == "waiting" && a.EtaMs > 0 {
+			wait = min(wait, time.Duration(a.EtaMs+50)*time.Millisecond)
+		}
+		next := time.Now().Add(wait)
 		if !sleepUntil(ctx, next) {
 			return
 		}
@@ -471,6 +520,9 @@ func (r *wrRun) seen(s *wrShopper, a wrAnswer, now time.Time) {
 	if a.Admitted && s.admittedAt.IsZero() {
 		s.admittedAt, s.admittedPos = now, a.Position
 		r.admitted.Add(1)
+	}
+	if !a.Admitted && a.Status == "waiting" && a.EtaMs > 0 && !now.Before(r.opens) {
+		s.etas = append(s.etas, etaSeen{at: now, eta: a.EtaMs})
 	}
 }
 
@@ -652,16 +704,27 @@ func (r *wrRun) figures(wr *RoomResult, samples [][]AdmitSample) {
 				wr.EarlySucceeded++
 			}
 		}
-		if s.pre && s.position > 0 {
+		if s.inPrequeue() && s.position > 0 {
 			arrival = append(arrival, float64(s.idx))
 			position = append(position, float64(s.position))
 		}
-		if !s.pre && s.position > 0 {
+		if !s.inPrequeue() && s.position > 0 {
 			postArrival = append(postArrival, float64(s.idx))
 			postPosition = append(postPosition, float64(s.position))
 		}
 	}
 	wr.OutOfTurn = wr.EarlySucceeded + wr.AheadOfSchedule
+	wr.ETA = r.etaAccuracy()
+	var solves []float64
+	for i := range r.shoppers {
+		if ms := r.shoppers[i].solveMs; ms > 0 {
+			solves = append(solves, ms)
+		}
+	}
+	if len(solves) > 0 {
+		sort.Float64s(solves)
+		wr.PowSolveMs = &PowSolve{N: len(solves), P50: quantile(solves, 0.5), P90: quantile(solves, 0.9), Bits: w.Challenge}
+	}
 	wr.Sold = r.bought.Load()
 	fa := &wr.Fairness
 	fa.N = len(arrival)
@@ -758,7 +821,7 @@ func (r *wrRun) checkLottery() Lottery {
 	}
 	for i := range r.shoppers {
 		s := &r.shoppers[i]
-		if !s.pre || s.ticketID == "" || s.position == 0 {
+		if !s.inPrequeue() || s.ticketID == "" || s.position == 0 {
 			continue
 		}
 		if rank[s.ticketID] == s.position {

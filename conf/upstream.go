@@ -82,6 +82,9 @@ type RouteConfig struct {
 	// microcache in front of the pool (upstream/cache.go says what is
 	// stored and for how long).
 	Cache *CacheConfig `yaml:"cache"`
+	// WaitingRoom, when set, queues the route's visitors in front of its
+	// pool (conf/routeroom.go, package proxy/routeroom).
+	WaitingRoom *RouteRoomConfig `yaml:"waiting_room"`
 }
 
 // CacheConfig is a route's microcache: nginx proxy_cache with
@@ -170,6 +173,9 @@ func (c *UpstreamsConfig) fill() {
 	}
 	for i := range c.Routes {
 		orDefault(&c.Routes[i].Prefix, "/")
+		if w := c.Routes[i].WaitingRoom; w != nil {
+			w.fill()
+		}
 		if cc := c.Routes[i].Cache; cc != nil {
 			orDefault(&cc.MaxBytes, 64<<20)
 			orDefault(&cc.LockTimeout, 5*time.Second)
@@ -193,6 +199,10 @@ func (c UpstreamsConfig) WithDefaults() UpstreamsConfig {
 			cp := *cc
 			cp.Key = slices.Clone(cc.Key)
 			c.Routes[i].Cache = &cp
+		}
+		if w := c.Routes[i].WaitingRoom; w != nil {
+			cp := *w
+			c.Routes[i].WaitingRoom = &cp
 		}
 	}
 	c.fill()
@@ -292,6 +302,9 @@ func (c *UpstreamsConfig) Validate() field.Errors {
 		}
 		if r.Cache != nil {
 			validateCache(&errs, field.Join(at, "cache"), r.Cache)
+		}
+		if r.WaitingRoom != nil {
+			r.WaitingRoom.validate(&errs, field.Join(at, "waiting_room"))
 		}
 		k := routeKey{host, r.Prefix}
 		if j, dup := routes[k]; dup {

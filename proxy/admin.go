@@ -78,7 +78,7 @@ func (s *Server) handleAdmin(ctx *fasthttp.RequestCtx) {
 		ctx.SetContentType("application/yaml; charset=utf-8")
 		ctx.SetBody(out)
 	default:
-		if !s.dash.Serve(ctx) && !s.handleDebug(ctx, path) && !s.handleAdminSale(ctx, path) && !s.handleAdminOrders(ctx, path) && !s.handleCharts(ctx, path) {
+		if !s.dash.Serve(ctx) && !s.handleDebug(ctx, path) && !s.handleAdminSale(ctx, path) && !s.handleAdminOrders(ctx, path) && !s.handleCharts(ctx, path) && !s.handleAdminRooms(ctx, path) {
 			api.NotFound.Write(ctx)
 		}
 	}

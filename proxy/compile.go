@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"fmt"
+	"log/slog"
 	"strconv"
 	"time"
 
@@ -9,6 +10,7 @@ import (
 	"flashgate/conf/field"
 	"flashgate/filters"
 	"flashgate/orders/stock"
+	"flashgate/proxy/routeroom"
 	"flashgate/proxy/tlsterm"
 	"flashgate/sale"
 	"flashgate/sale/catalog"
@@ -43,6 +45,10 @@ type Env struct {
 	// snapshot.
 	Stock     *stock.Store
 	CheckOnly bool
+	// Rooms keeps the route rooms' live state (nil: check only); Log is
+	// the edge's logger for what they log.
+	Rooms *routeroom.Registry
+	Log   *slog.Logger
 }
 
 // Snapshot is a compiled, immutable configuration. The proxy reads it
@@ -59,6 +65,8 @@ type Snapshot struct {
 	EdgeChain *filters.Chain
 	Static    *static.Handler
 	Upstreams *upstream.Set
+	// Rooms are the waiting rooms of the routes that have one, by route.
+	Rooms map[*upstream.Route]*routeroom.Room
 
 	// Sale holds the reloadable sale settings (sessions, tokens, catalog).
 	Sale *sale.Settings
@@ -131,6 +139,9 @@ func Compile(doc *conf.Document, env *Env, version uint64) (*Snapshot, error) {
 		errs.Add("upstreams", "%v", err)
 	}
 	s.Upstreams = ups
+	rooms, rerrs := compileRooms(cfg, env, ups)
+	errs = append(errs, rerrs...)
+	s.Rooms = rooms
 
 	if t := &cfg.Listen.TLS; t.Enabled() {
 		certs, terrs := tlsterm.Load(t, time.Now())

@@ -73,6 +73,9 @@ type Server struct {
 	// for its latency and the request's NowNano.
 	wallClock bool
 
+	// stopRooms ends the route rooms' upkeep (roomsLoop).
+	stopRooms context.CancelFunc
+
 	draining atomic.Bool
 	sampleN  atomic.Uint64
 	reqPool  sync.Pool
@@ -130,6 +133,7 @@ func New(doc *conf.Document, opts Options) (*Server, error) {
 		Start:                 time.Unix(0, opts.Now()),
 		FallbackSessionSecret: randomBytes(32),
 		FallbackTokenSecret:   randomBytes(32),
+		Log:                   opts.Logger,
 	}
 	s.m = newServerMetrics(s.env.Zones, s.env.Upstreams, opts.Version)
 	s.env.Upstreams.OnResponse = s.m.observeUpstream
@@ -155,6 +159,7 @@ func New(doc *conf.Document, opts Options) (*Server, error) {
 	s.registerDeadlineMetrics()
 	s.snap.Store(snap)
 	s.sweeper.Start()
+	s.startRooms()
 	s.env.Upstreams.Activate(snap.Upstreams)
 	s.lastReload.Store(&ReloadResult{At: snap.LoadedAt, Trigger: "start", Version: snap.Version})
 	s.m.lastReloadOK.Store(true)
@@ -269,6 +274,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		s.tls.Close()
 	}
 	s.env.Upstreams.Close()
+	s.stopRooms()
 	s.stopCharts()
 	<-s.chartsDone
 	s.sale.Stop()
@@ -429,6 +435,10 @@ func (s *Server) dispatch(ctx *fasthttp.RequestCtx, snap *Snapshot, r *filters.R
 		if up == nil {
 			api.NotFound.Write(ctx)
 			return routeNotFound
+		}
+		if rm := snap.Rooms[up]; rm != nil {
+			s.serveRoom(ctx, snap, r, up, rm)
+			return rt
 		}
 		up.Serve(ctx, r.ClientIP, snap.RealIP)
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"errors"
+	"flashgate/proxy/routeroom"
 	"fmt"
 	"log/slog"
 	"os"
@@ -57,6 +58,8 @@ func (s *Server) assemble(doc *conf.Document) (*parts, *Snapshot, error) {
 		return nil, nil, err
 	}
 	s.env.Stock = store
+	s.env.Rooms = routeroom.NewRegistry(store, s.log, s.opts.Now)
+	s.env.Rooms.RegisterMetrics(&s.m.reg)
 	filters.RegisterRedisMetrics(&s.m.reg, store)
 	snap, err := Compile(doc, s.env, s.version.Add(1))
 	if err != nil {

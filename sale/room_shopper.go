@@ -3,6 +3,7 @@ package sale
 import (
 	"context"
 	"crypto/rand"
+	"errors"
 	"strconv"
 	"time"
 
@@ -117,8 +118,15 @@ func (s *Service) join(r *api.Call, st *Settings) {
 	}
 	j := stock.Join{User: string(r.UserID), NowMs: nowMs, Lottery: rm.Lottery(), MaxActive: rm.MaxActive, SessionMs: rm.SessionMs}
 	if rm.Difficulty > 0 {
-		if len(r.Challenge) == 0 || st.Challenges.Verify(r.Challenge, r.Nonce, r.UserID, r.ProductID, nowMs) != nil {
+		err := errNoChallenge
+		if len(r.Challenge) > 0 {
+			err = st.Challenges.Verify(r.Challenge, r.Nonce, r.UserID, r.ProductID, nowMs)
+		}
+		if err != nil {
 			rv.joins[joinBadChallenge].Inc()
+			// The reason is one of Verify's fixed errors: nothing the
+			// client sent reaches the log.
+			s.d.Log.Info("queue join refused: bad challenge", "product", e.ProductID, "reason", err.Error())
 			api.BadChallenge.Write(r.Ctx)
 			return
 		}
@@ -160,12 +168,51 @@ func (s *Service) join(r *api.Call, st *Settings) {
 		api.Busy.Write(r.Ctx)
 		return
 	}
+	ans.Place = s.drawnPlace(e, rm, r.UserID, tid, ans.Place, nowMs)
 	a, rej := s.placeAnswer(rm, rv, tid, ans.Place, -1, true, r.NowNano/1e6)
 	if rej != nil {
 		rej.Write(r.Ctx)
 		return
 	}
 	s.answerRoom(r, st, a)
+}
+
+// errNoChallenge is the join's refusal reason when no challenge was sent.
+var errNoChallenge = errors.New("no challenge sent")
+
+// drawnPlace is p, unless p is a pre-queue member's place asked for after
+// the opening before any edge drew the lottery: then this edge draws it
+// (or waits, briefly, for the edge drawing it) and answers the real place,
+// so no answer says position 0 once the opening has passed.
+func (s *Service) drawnPlace(e catalog.Entry, rm *room.Room, user []byte, id room.ID, p stock.RoomPlace, nowMs int64) stock.RoomPlace {
+	if !p.Found || p.Mismatch || p.Seq != 0 || p.Place != 0 || !rm.Lottery() || nowMs < rm.StartMs {
+		return p
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	var idHex [2 * room.IDLen]byte
+	for ctx.Err() == nil {
+		if err := s.drawLottery(ctx, e, roomSaleOf(e.Sale)); err != nil {
+			s.d.Log.Warn("waiting room: lottery not drawn at a shopper's call", "product", e.ProductID, "err", err)
+			return p
+		}
+		q, err := s.d.Store.RoomPlace(ctx, roomSaleOf(e.Sale), stock.PlaceAsk{User: string(user),
+			ID: string(id.AppendHex(idHex[:0])), NowMs: nowMs, MaxActive: rm.MaxActive, SessionMs: rm.SessionMs})
+		if err != nil {
+			return p
+		}
+		if q.Place != 0 || !q.Found || q.Mismatch {
+			return q
+		}
+		// Another edge holds the draw's lock: its ranks are moments away.
+		t := time.NewTimer(10 * time.Millisecond)
+		select {
+		case <-ctx.Done():
+		case <-t.C:
+		}
+		t.Stop()
+	}
+	return p
 }
 
 // queue answers the ticket holder's place (the page's poll).
@@ -220,6 +267,7 @@ func (s *Service) place(r *api.Call, rm *room.Room, rv *roomView, id room.ID, he
 		s.d.Log.Warn("queue place failed", "product", r.Sale.ProductID, "err", err)
 		return roomAnswer{}, api.Busy
 	}
+	p = s.drawnPlace(r.Sale, rm, r.UserID, id, p, nowMs)
 	return s.placeAnswer(rm, rv, id, p, held, false, nowMs)
 }
 
@@ -267,6 +315,12 @@ func roomAnswerOf(rm *room.Room, p *stock.RoomPlace, vs *room.State, nowMs int64
 	case p.Place == 0 && p.Seq == 0:
 		a.status = roomPrequeue
 		a.etaMs = max(rm.StartMs-nowMs, 0)
+	case nowMs < rm.StartMs:
+		// Joined before the opening with a place already known (a fifo
+		// room's): still the pre-queue, with the place and its estimate.
+		a.status = roomPrequeue
+		a.etaMs = vs.ETA(p.Place, nowMs)
+		a.ahead = max(p.Place-1-vs.Frontier(nowMs), 0)
 	case p.Place == 0:
 		a.status = roomWaiting // after the opening, before the lottery's ranks
 		a.etaMs = max(rm.StartMs-nowMs, 0)
@@ -438,9 +492,12 @@ func (s *Service) lottery(r *api.Call) {
 	b = append(b, r.Sale.ProductID...)
 	b = append(b, `","order":"`...)
 	b = append(b, rm.Order.String()...)
-	b = append(b, `","commit":"`...)
-	b = append(b, info.Commit...)
 	b = append(b, '"')
+	if info.Commit != "" {
+		b = append(b, `,"commit":"`...)
+		b = append(b, info.Commit...)
+		b = append(b, '"')
+	}
 	if info.Key != "" {
 		b = append(b, `,"key":"`...)
 		b = append(b, info.Key...)
@@ -460,7 +517,7 @@ func (s *Service) lottery(r *api.Call) {
 type Lottery struct {
 	ProductID string   `json:"productId"`
 	Order     string   `json:"order"`
-	Commit    string   `json:"commit"`
+	Commit    string   `json:"commit,omitempty"`
 	Key       string   `json:"key,omitempty"`
 	Members   int64    `json:"members"`
 	Ranked    bool     `json:"ranked"`
@@ -480,6 +537,15 @@ func (s *Service) roomLottery(ctx context.Context, e catalog.Entry, rm *room.Roo
 		}
 	}
 	l := Lottery{ProductID: e.ProductID, Order: rm.Order.String(), Commit: info.Commit, Ranked: info.Ranked}
+	if !rm.Lottery() {
+		// A fifo room draws nothing: the key Redis keeps for the opening's
+		// bookkeeping is no lottery's, and is not shown.
+		l.Commit, l.Ranked = "", false
+		if info.Frozen {
+			l.Members = info.Members
+		}
+		return l, nil
+	}
 	if info.Frozen {
 		l.Key, l.Members = info.Key, info.Members
 	} else if rm.Lottery() {

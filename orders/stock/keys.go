@@ -312,6 +312,36 @@ func productKeyRest(key string) (string, bool) {
 	return key[end+2:], true
 }
 
+// A route's waiting room (routeroom.go, lua/route_room_*.lua): its keys
+// carry the room's name as their hash tag, sk:room:{<name>}:<suffix>, so
+// every script of one room is one slot.
+const (
+	routeRoomPrefix = "sk:room:{"
+	// sk:room:{r}:st, hash: method rate cap (the operator's overrides of
+	// the config), credit creditms (the admission rate's bucket), seq (the
+	// fifo numbers given), joined admitted abandoned ended over (counters;
+	// over: passthrough visitors the rules would have queued).
+	routeRoomStateSuffix = "st"
+	// sk:room:{r}:q, sorted set: visitor id -> place score (fifo: the
+	// arrival number; random: the lottery's score), the waiting visitors.
+	routeRoomQueueSuffix = "q"
+	// sk:room:{r}:seen, sorted set: visitor id -> unix ms of their last
+	// poll; who is not seen for the room's abandon time loses the place.
+	routeRoomSeenSuffix = "seen"
+	// sk:room:{r}:act, sorted set: visitor id -> session end (unix ms),
+	// the admitted visitors, which max_active counts.
+	routeRoomActiveSuffix = "act"
+)
+
+// RouteRoomKeys are a route room's keys, in the order its scripts take them.
+type RouteRoomKeys struct{ State, Queue, Seen, Active string }
+
+func routeRoomKeys(name string) RouteRoomKeys {
+	p := routeRoomPrefix + name + "}:"
+	return RouteRoomKeys{State: p + routeRoomStateSuffix, Queue: p + routeRoomQueueSuffix,
+		Seen: p + routeRoomSeenSuffix, Active: p + routeRoomActiveSuffix}
+}
+
 // isRoomKey reports whether k is a waiting-room key (sk:{p}:wr...).
 func isRoomKey(k string) bool {
 	i := strings.Index(k, "}:")
@@ -322,7 +352,8 @@ func isRoomKey(k string) bool {
 // flashgate's keys, except the rate limits and the waiting rooms (lost on
 // restart, like a local limiter's zone and a demo's queue).
 func snapshotted(k string) bool {
-	return strings.HasPrefix(k, keySpace) && !strings.HasPrefix(k, rateKeyPrefix) && !isRoomKey(k)
+	return strings.HasPrefix(k, keySpace) && !strings.HasPrefix(k, rateKeyPrefix) && !isRoomKey(k) &&
+		!strings.HasPrefix(k, routeRoomPrefix)
 }
 
 // lostKind tells the keys a snapshot that is not clean cannot be trusted

@@ -194,7 +194,7 @@ func (s *Store) RoomPlace(ctx context.Context, r RoomSale, q PlaceAsk) (RoomPlac
 	cctx, cancel := s.call(ctx)
 	defer cancel()
 	vals, err := wrPlaceScript.Exec(cctx, s.c,
-		[]string{roomKey(r.Product), roomUserKey(r.Product, q.User), roomRankKey(r.Product), roomActiveKey(r.Product)},
+		[]string{roomKey(r.Product), roomUserKey(r.Product, q.User), roomRankKey(r.Product), roomActiveKey(r.Product), roomPreKey(r.Product)},
 		[]string{i64(q.NowMs), q.ID, i64(q.MaxActive), i64(q.SessionMs), i64(r.ExpireAtMs), i64(r.StartMs), i64(r.RatePerMinute)}).ToArray()
 	if err != nil {
 		return RoomPlace{}, fmt.Errorf("stock: room place: %w", err)

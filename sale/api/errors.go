@@ -109,6 +109,7 @@ var (
 	AdminRestockUsage      = newRejection(400, "BAD_REQUEST", "productId must be a valid id and add a whole number from 1 to 1000000000")
 	AdminDegradeUsage      = newRejection(400, "BAD_REQUEST", `send {"productId": "p1" or "" for all, "on": true|false}`)
 	AdminCancelUsage       = newRejection(400, "BAD_REQUEST", `send {"productId": "p1", "orderId": "<id>"}`) // cancel and paid
+	AdminRouteRoomUsage    = newRejection(400, "BAD_REQUEST", `send {"room": "shop", "method": "fifo"|"random"|"passthrough"|"reject"|"queue_all"|"config", "admitPerMinute": -1..10000000, "maxActive": -1..100000000} (-1: the config's), or to /admin/rooms/bypass {"room": "shop", "ttl": "1h"} (1s..720h)`)
 	AdminRoomUsage         = newRejection(400, "BAD_REQUEST", `send {"productId": "p3", "action": "pause"|"resume"|"close"|"open"|"rate", "admitPerMinute": 1..10000000 with rate}`)
 	AdminNoReleasableOrder = newRejection(404, "NOT_FOUND", "no order with that id that can be released (unknown, expired, or failed)")
 	// Internal: the edge failed to build an answer (the dashboard's

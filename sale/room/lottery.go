@@ -4,6 +4,7 @@ import (
 	"crypto/hmac"
 	"crypto/rand"
 	"crypto/sha256"
+	"encoding/binary"
 	"encoding/hex"
 	"slices"
 	"strings"
@@ -64,4 +65,15 @@ func Rank(key string, ids []string) ([]string, error) {
 		out[i] = rs[i].id
 	}
 	return out, nil
+}
+
+// Score is ticket id's lottery score under key: HMAC-SHA256(key, id) read
+// as a number in [0, 1). Ordering by it is Rank's order; a route room's
+// random method places its visitors by it as they come.
+func Score(key, id []byte) float64 {
+	m := hmac.New(sha256.New, key)
+	m.Write(id)
+	var sum [sha256.Size]byte
+	m.Sum(sum[:0])
+	return float64(binary.BigEndian.Uint64(sum[:8])>>11) / (1 << 53)
 }

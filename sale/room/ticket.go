@@ -108,19 +108,27 @@ func (t *Tickets) Append(dst, user, product []byte, id ID, place, expiresMs int6
 // Check verifies a ticket for (user, product) at nowMs and returns its id
 // and place. It allocates nothing.
 func (t *Tickets) Check(ticket, user, product []byte, nowMs int64) (id ID, place int64, err error) {
+	id, place, _, err = t.CheckExpiry(ticket, user, product, nowMs)
+	return id, place, err
+}
+
+// CheckExpiry is Check, also answering the ticket's expiry (which, less
+// the lifetime it was given with, is when it was issued).
+func (t *Tickets) CheckExpiry(ticket, user, product []byte, nowMs int64) (id ID, place, expiresMs int64, err error) {
 	var payload [payloadLen]byte
-	switch _, err := t.env.Open(ticket, user, product, nowMs, payload[:]); {
+	exp, err := t.env.Open(ticket, user, product, nowMs, payload[:])
+	switch {
 	case errors.Is(err, ptoken.ErrForged):
-		return id, 0, ErrForged
+		return id, 0, 0, ErrForged
 	case errors.Is(err, ptoken.ErrExpired):
-		return id, 0, ErrExpired
+		return id, 0, 0, ErrExpired
 	case err != nil:
-		return id, 0, ErrMalformed
+		return id, 0, 0, ErrMalformed
 	}
 	copy(id[:], payload[:IDLen])
 	place = int64(binary.BigEndian.Uint64(payload[IDLen:]))
 	if place < 0 {
-		return ID{}, 0, ErrMalformed
+		return ID{}, 0, 0, ErrMalformed
 	}
-	return id, place, nil
+	return id, place, exp, nil
 }

@@ -845,6 +845,10 @@
       return jitter(QUEUE_SLOW_MS);
     }
     if (document.hidden || q.status === 'admitted') return jitter(QUEUE_SLOW_MS);
+    // Ask again when the line is due to reach the place, if that is
+    // sooner: the turn is then seen when the estimate said, not up to a
+    // poll later.
+    if (q.etaMs > 0) return Math.min(jitter(QUEUE_POLL_MS), q.etaMs + 50);
     return jitter(QUEUE_POLL_MS);
   }
 
@@ -1105,6 +1109,7 @@
     } else if (status === 'prequeue') {
       var fifo = w.order === 'fifo';
       line = now >= w.startMs ? 'You\u2019re in the queue. ' + (fifo ? 'Your place is being worked out…' : 'Places are being drawn…') :
+        fifo && q.number > 0 ? 'You are number ' + formatNumber(q.number) + ' in line, in the order people joined; the sale opens in ' + formatClock(w.startMs - now) + '.' :
         fifo ? 'You\u2019re in the queue. Your place is kept in the order you joined; the sale opens in ' + formatClock(w.startMs - now) + '.' :
         'You\u2019re in the queue. Places are drawn at random when the sale opens in ' + formatClock(w.startMs - now) + '.';
       note = 'Keep this page open. Your place is kept if you reload.';

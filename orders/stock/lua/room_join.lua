@@ -14,7 +14,7 @@
 -- before (these two alone). The place is answered in the same call, so a
 -- join is one round trip.
 local function answer(result, id)
-  local p = place(KEYS[1], KEYS[2], KEYS[5], KEYS[6],
+  local p = place(KEYS[1], KEYS[2], KEYS[5], KEYS[6], KEYS[3],
     {ARGV[1], id, ARGV[10], ARGV[11], ARGV[6], ARGV[2], ARGV[12]})
   return {result, id, unpack(p)}
 end

@@ -3,14 +3,14 @@
 -- purchase-token call) and room_join.lua (the join answers the place at once).
 -- Go prepends this file to both scripts (waitroom.go).
 -- kRoom sk:{p}:wr, kUser sk:{p}:wr:u:<user>, kRank sk:{p}:wr:rank,
--- kActive sk:{p}:wr:active; a: now ms, the ticket id the shopper holds ("":
+-- kActive sk:{p}:wr:active, kPre sk:{p}:wr:pre; a: now ms, the ticket id the shopper holds ("":
 -- not checked), max active (0: no cap), session ms, expire-at ms, the
 -- sale's start ms, the configured rate per minute.
 -- Returns {result, seq, place, admitted until ms, frozen, members, ranked,
 -- base, base ms, rate, paused, closed, admitted count, joined count}:
 -- result 1, or -1 not joined, -2 the ticket is not this shopper's (nothing
 -- changed). place 0: not known yet (before the lottery).
-local function place(kRoom, kUser, kRank, kActive, a)
+local function place(kRoom, kUser, kRank, kActive, kPre, a)
   local u = redis.call('HMGET', kUser, 'id', 'seq', 'until')
   if not u[1] then
     return {-1}
@@ -37,6 +37,11 @@ local function place(kRoom, kUser, kRank, kActive, a)
     end
   elseif frozen then
     pos = members + seq
+  else
+    -- Before the opening is counted (a fifo room's pre-queue, or the first
+    -- moments after the start): the pre-queue joins no more after the
+    -- start, so its size now is what the opening will count.
+    pos = redis.call('SCARD', kPre) + seq
   end
   local untilMs = tonumber(u[3] or '0')
   if untilMs == 0 and pos > 0 and not closed then

@@ -1,0 +1,137 @@
+package stock
+
+import (
+	"context"
+	"fmt"
+	"testing"
+)
+
+func visitorID(i int) string { return fmt.Sprintf("%016x", i) }
+
+func routeRoom(method string, rate, cap int64) RouteRoom {
+	return RouteRoom{Name: "shop", Method: method, Rate: rate, Cap: cap, SessionMs: 60_000, AbandonMs: 30_000, TTLMs: 3_600_000}
+}
+
+// TestRouteRoomCapFIFO: with max_active 3 the first three visitors are let
+// in, the next wait in arrival order; an ended session lets exactly the
+// next one in, and a place nobody polls for is given up after abandon.
+func TestRouteRoomCapFIFO(t *testing.T) {
+	s, _ := openReal(t, Options{})
+	ctx := context.Background()
+	r := routeRoom("fifo", 0, 3)
+	now := int64(1_000_000)
+	for i := 1; i <= 3; i++ {
+		a, err := s.RouteVisit(ctx, r, visitorID(i), 0, now)
+		if err != nil || a.Status != VisitAdmitted || a.UntilMs != now+r.SessionMs {
+			t.Fatalf("visitor %d: %+v %v", i, a, err)
+		}
+	}
+	for i := 4; i <= 6; i++ {
+		a, err := s.RouteVisit(ctx, r, visitorID(i), 0, now)
+		if err != nil || a.Status != VisitWaiting || a.Place != int64(i-3) || a.Active != 3 {
+			t.Fatalf("visitor %d: %+v %v", i, a, err)
+		}
+		// The cap holds them: the seat they wait for frees when the
+		// (place)-th session ends.
+		if a.SeatMs != r.SessionMs {
+			t.Errorf("visitor %d: seat in %d ms, want %d", i, a.SeatMs, r.SessionMs)
+		}
+	}
+	// Visitor 5 polls first: still behind 4.
+	if a, _ := s.RouteVisit(ctx, r, visitorID(5), 0, now+1); a.Status != VisitWaiting || a.Place != 2 {
+		t.Fatalf("visitor 5 jumped the line: %+v", a)
+	}
+	if ok, err := s.RouteEnd(ctx, "shop", visitorID(2)); !ok || err != nil {
+		t.Fatalf("end: %v %v", ok, err)
+	}
+	if a, _ := s.RouteVisit(ctx, r, visitorID(5), 0, now+2); a.Status != VisitWaiting || a.Place != 2 {
+		t.Fatalf("visitor 5 took 4's seat: %+v", a)
+	}
+	if a, _ := s.RouteVisit(ctx, r, visitorID(4), 0, now+3); a.Status != VisitAdmitted {
+		t.Fatalf("visitor 4 not let in after a session ended: %+v", a)
+	}
+	// Renewal: an admitted visitor's session runs on; an ended one is over.
+	if u, err := s.RouteRenew(ctx, r, visitorID(1), now+10, now+10+r.SessionMs); err != nil || u != now+10+r.SessionMs {
+		t.Fatalf("renew: %d %v", u, err)
+	}
+	if u, _ := s.RouteRenew(ctx, r, visitorID(2), now+10, now+10+r.SessionMs); u != 0 {
+		t.Fatalf("an ended session renewed: %d", u)
+	}
+	// Visitor 5 stops polling; 6 polls on. After abandon 5 is gone and 6 is
+	// next (and let in when a seat frees).
+	s.RouteVisit(ctx, r, visitorID(6), 0, now+r.AbandonMs/2)
+	later := now + r.AbandonMs + 5
+	a, _ := s.RouteVisit(ctx, r, visitorID(6), 0, later)
+	if a.Place != 1 || a.Waiting != 1 {
+		t.Fatalf("abandoned place kept: %+v", a)
+	}
+	info, err := s.RouteAdmin(ctx, r, RouteChange{}, later)
+	if err != nil || info.Abandoned != 1 || info.Admitted != 4 || info.Ended != 1 || info.Joined != 6 || info.Method != "fifo" || info.Cap != 3 {
+		t.Fatalf("info %+v %v", info, err)
+	}
+}
+
+// TestRouteRoomRate: at 120 a minute the bucket holds two; the third
+// waits, and is let in half a second later.
+func TestRouteRoomRate(t *testing.T) {
+	s, _ := openReal(t, Options{})
+	ctx := context.Background()
+	r := routeRoom("fifo", 120, 0)
+	now := int64(5_000_000)
+	for i := 1; i <= 2; i++ {
+		if a, err := s.RouteVisit(ctx, r, visitorID(i), 0, now); err != nil || a.Status != VisitAdmitted {
+			t.Fatalf("visitor %d: %+v %v", i, a, err)
+		}
+	}
+	a, _ := s.RouteVisit(ctx, r, visitorID(3), 0, now)
+	if a.Status != VisitWaiting || a.Place != 1 || a.Credit != 0 || a.Rate != 120 {
+		t.Fatalf("third: %+v", a)
+	}
+	if a, _ := s.RouteVisit(ctx, r, visitorID(3), 0, now+499); a.Status != VisitWaiting {
+		t.Fatalf("let in early: %+v", a)
+	}
+	if a, _ := s.RouteVisit(ctx, r, visitorID(3), 0, now+500); a.Status != VisitAdmitted {
+		t.Fatalf("not let in on time: %+v", a)
+	}
+}
+
+// TestRouteRoomMethods: the operator's method wins over the config's on
+// the next call; queue_all admits nobody, passthrough everyone (counted),
+// random places by the score, and -1 returns to the config's cap.
+func TestRouteRoomMethods(t *testing.T) {
+	s, _ := openReal(t, Options{})
+	ctx := context.Background()
+	r := routeRoom("fifo", 0, 1)
+	now := int64(9_000_000)
+	if _, err := s.RouteAdmin(ctx, r, RouteChange{Method: "queue_all"}, now); err != nil {
+		t.Fatal(err)
+	}
+	if a, _ := s.RouteVisit(ctx, r, visitorID(1), 0, now); a.Status != VisitWaiting || a.Method != "queue_all" {
+		t.Fatalf("queue_all let in: %+v", a)
+	}
+	s.RouteAdmin(ctx, r, RouteChange{Method: "passthrough"}, now)
+	for i := 2; i <= 4; i++ {
+		if a, _ := s.RouteVisit(ctx, r, visitorID(i), 0, now); a.Status != VisitPassthrough {
+			t.Fatalf("passthrough: %+v", a)
+		}
+	}
+	info, _ := s.RouteAdmin(ctx, r, RouteChange{}, now)
+	if info.Overlimit != 3 || info.Active != 3 { // visitor 1 waits; 2 over the cap of 1, 3 and 4 too
+		t.Fatalf("passthrough counts: %+v", info)
+	}
+	cap := int64(10)
+	s.RouteAdmin(ctx, r, RouteChange{Method: "random", Cap: &cap}, now)
+	// Visitor 1 holds place 1 (fifo score 1); a random score below it goes first.
+	if a, _ := s.RouteVisit(ctx, r, visitorID(9), 0.5, now); a.Status != VisitAdmitted {
+		t.Fatalf("random with room: %+v", a)
+	}
+	back := int64(-1)
+	info, err := s.RouteAdmin(ctx, r, RouteChange{Cap: &back}, now)
+	if err != nil || info.Cap != 1 || info.Method != "random" {
+		t.Fatalf("cap back to the config's: %+v %v", info, err)
+	}
+	bad := int64(-5)
+	if _, err := s.RouteAdmin(ctx, r, RouteChange{Rate: &bad}, now); err == nil {
+		t.Fatal("a rate of -5 accepted")
+	}
+}

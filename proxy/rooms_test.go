@@ -1,0 +1,242 @@
+package proxy
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/cookiejar"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/valyala/fasthttp"
+
+	"flashgate/conf"
+	"flashgate/proxy/routeroom"
+)
+
+// roomOrigin is a loopback origin that records every request it sees (by
+// the visitor's room cookie) and ends the session on /shop/done.
+type roomOrigin struct {
+	addr string
+	mu   sync.Mutex
+	seen []string // "path cookie"
+}
+
+func startRoomOrigin(t testing.TB) *roomOrigin {
+	t.Helper()
+	o := &roomOrigin{}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &fasthttp.Server{Handler: func(ctx *fasthttp.RequestCtx) {
+		o.mu.Lock()
+		o.seen = append(o.seen, string(ctx.Path())+" "+string(ctx.Request.Header.Cookie(routeroom.CookiePrefix+"shop")))
+		o.mu.Unlock()
+		ctx.Response.Header.Set("X-Origin", "yes")
+		if string(ctx.Path()) == "/shop/done" {
+			ctx.Response.Header.Set("Flashgate-Room", "end")
+		}
+		fmt.Fprintf(ctx, "origin page %s", ctx.Path())
+	}}
+	go s.Serve(ln)
+	t.Cleanup(func() { s.Shutdown() })
+	o.addr = ln.Addr().String()
+	return o
+}
+
+func (o *roomOrigin) requests() []string {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return append([]string(nil), o.seen...)
+}
+
+const roomConfig = `
+node_id: 1
+listen: {addr: "127.0.0.1:0"}
+admin: {addr: "127.0.0.1:0"}
+log: {access_sample: 0}
+sale: {token_secret: "0123456789abcdef0123456789abcdef"}
+upstreams:
+  pools:
+    - name: origin
+      servers: ["%s"]
+  routes:
+    - prefix: /
+      pool: origin
+    - prefix: /shop/
+      pool: origin
+      waiting_room:
+        name: shop
+        title: The Shop
+        max_active: 2
+        session: 1m
+        bypass: {paths: [/shop/static/]}
+`
+
+type visitor struct {
+	c *http.Client
+}
+
+func newVisitor() *visitor {
+	jar, _ := cookiejar.New(nil)
+	return &visitor{c: &http.Client{Jar: jar}}
+}
+
+func (v *visitor) get(t *testing.T, url string, hdr ...string) (int, http.Header, string) {
+	t.Helper()
+	req, _ := http.NewRequest("GET", url, nil)
+	for i := 0; i+1 < len(hdr); i += 2 {
+		req.Header.Set(hdr[i], hdr[i+1])
+	}
+	resp, err := v.c.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, resp.Header, string(b)
+}
+
+// TestRouteRoomOnEmbeddedRedis: a room with max_active 2 in front of a
+// route, on one edge with the embedded Redis. The first two visitors reach
+// the origin, the third gets the queue page (JSON with its place and
+// Retry-After for an app); the origin ending a session lets the third in
+// on its next poll; the origin never sees the third before that, nor the
+// poll itself; a bypass path and a minted bypass token walk past; the
+// methods switch live.
+func TestRouteRoomOnEmbeddedRedis(t *testing.T) {
+	o := startRoomOrigin(t)
+	e := startEdge(t, fmt.Sprintf(roomConfig, o.addr))
+	a, b, c := newVisitor(), newVisitor(), newVisitor()
+	for _, v := range []*visitor{a, b} {
+		if st, h, body := v.get(t, e.base+"/shop/item"); st != 200 || h.Get("X-Origin") != "yes" {
+			t.Fatalf("admitted visitor: %d %s", st, body)
+		}
+	}
+	st, h, body := c.get(t, e.base+"/shop/item", "Accept-Language", "en")
+	if st != 200 || h.Get("X-Origin") != "" || !strings.Contains(body, "The Shop") || !strings.Contains(body, `id="fg-place">1<`) {
+		t.Fatalf("third visitor: %d %v %s", st, h, body)
+	}
+	if !strings.Contains(h.Get("Content-Security-Policy"), "default-src 'none'") || h.Get("Cache-Control") != "no-store" {
+		t.Errorf("queue page headers: %v", h)
+	}
+	st, h, body = c.get(t, e.base+"/shop/item", "Accept", "application/json")
+	var j struct {
+		Status string `json:"status"`
+		Place  int64  `json:"place"`
+		EtaMs  int64  `json:"etaMs"`
+	}
+	if err := json.Unmarshal([]byte(body), &j); err != nil || st != 503 || j.Status != "waiting" || j.Place != 1 || h.Get("Retry-After") != "5" || j.EtaMs <= 0 {
+		t.Fatalf("app's answer: %d %v %s", st, h, body)
+	}
+	// The rest of the site is not behind the room.
+	if st, h, _ := c.get(t, e.base+"/about"); st != 200 || h.Get("X-Origin") != "yes" {
+		t.Fatalf("route without a room: %d", st)
+	}
+	// A bypass path walks past.
+	if st, h, _ := c.get(t, e.base+"/shop/static/app.css"); st != 200 || h.Get("X-Origin") != "yes" {
+		t.Fatalf("bypass path: %d", st)
+	}
+	// A minted bypass token walks past.
+	code, out := post(t, e.adminBase+"/admin/rooms/bypass", `{"room":"shop","ttl":"1h"}`)
+	var tok struct{ Token string }
+	if json.Unmarshal([]byte(out), &tok); code != 200 || tok.Token == "" {
+		t.Fatalf("mint: %d %s", code, out)
+	}
+	if st, h, _ := newVisitor().get(t, e.base+"/shop/staff", routeroom.BypassHeader, tok.Token); st != 200 || h.Get("X-Origin") != "yes" {
+		t.Fatalf("bypass token: %d", st)
+	}
+	// A: the origin ends the session; the header never reaches A.
+	if st, h, _ := a.get(t, e.base+"/shop/done"); st != 200 || h.Get("Flashgate-Room") != "" {
+		t.Fatalf("end: %d %v", st, h)
+	}
+	// C's poll now admits them (answered by the edge), then C reaches the origin.
+	st, _, body = c.get(t, e.base+"/shop/item", routeroom.PollHeader, "1", "Accept", "application/json")
+	if st != 200 || !strings.Contains(body, `"status":"admitted"`) {
+		t.Fatalf("poll after the end: %d %s", st, body)
+	}
+	if st, h, _ := c.get(t, e.base+"/shop/item"); st != 200 || h.Get("X-Origin") != "yes" {
+		t.Fatalf("admitted third: %d", st)
+	}
+	// A, whose session the origin ended, queues again.
+	if st, h, _ := a.get(t, e.base+"/shop/item"); st != 200 || h.Get("X-Origin") != "" {
+		t.Fatalf("an ended session still reaches the origin: %d", st)
+	}
+	// The origin saw /shop/ only from admitted visitors (the bypassed ones
+	// aside): a's two, b's one, c's one, and never a poll.
+	var shop []string
+	for _, r := range o.requests() {
+		if strings.HasPrefix(r, "/shop/") && !strings.HasPrefix(r, "/shop/static/") && !strings.HasPrefix(r, "/shop/staff") {
+			shop = append(shop, r)
+		}
+	}
+	if len(shop) != 4 {
+		t.Errorf("origin saw %d room requests, want 4: %q", len(shop), shop)
+	}
+	// Methods, live: reject closes; queue_all holds even the admitted; back
+	// to fifo lets them through again.
+	if code, out := post(t, e.adminBase+"/admin/rooms", `{"room":"shop","method":"reject"}`); code != 200 || !strings.Contains(out, `"method":"reject"`) {
+		t.Fatalf("switch: %d %s", code, out)
+	}
+	if st, _, body := b.get(t, e.base+"/shop/item"); st != 503 || !strings.Contains(body, "Closed") {
+		t.Fatalf("reject: %d %s", st, body)
+	}
+	post(t, e.adminBase+"/admin/rooms", `{"room":"shop","method":"queue_all"}`)
+	if st, h, _ := b.get(t, e.base+"/shop/item"); st != 200 || h.Get("X-Origin") != "" {
+		t.Fatalf("queue_all let an admitted visitor through: %d", st)
+	}
+	post(t, e.adminBase+"/admin/rooms", `{"room":"shop","method":"fifo"}`)
+	if st, h, _ := b.get(t, e.base+"/shop/item"); st != 200 || h.Get("X-Origin") != "yes" {
+		t.Fatalf("back to fifo: %d", st)
+	}
+	if code, out := post(t, e.adminBase+"/admin/rooms", `{"room":"shop","method":"lifo"}`); code != 400 {
+		t.Fatalf("a bad method: %d %s", code, out)
+	}
+	if code, _ := post(t, e.adminBase+"/admin/rooms", `{"room":"nope","method":"fifo"}`); code != 404 {
+		t.Fatalf("an unknown room: %d", code)
+	}
+	// The wait histogram: c, who waited, and b, held by queue_all and let in
+	// again after it.
+	if _, _, m := newVisitor().get(t, e.adminBase+"/metrics"); !strings.Contains(m, `flashgate_route_room_wait_seconds_count{room="shop"} 2`+"\n") ||
+		!strings.Contains(m, `flashgate_route_room_ended_total{room="shop"}`) {
+		t.Errorf("metrics: %s", grepLines(m, "flashgate_route_room"))
+	}
+	// The list.
+	_, _, body = newVisitor().get(t, e.adminBase+"/admin/rooms")
+	var rooms map[string]struct {
+		Method   string `json:"method"`
+		Admitted int64  `json:"admitted"`
+		Ended    int64  `json:"ended"`
+	}
+	if err := json.Unmarshal([]byte(body), &rooms); err != nil || rooms["shop"].Method != "fifo" || rooms["shop"].Ended != 1 || rooms["shop"].Admitted < 3 {
+		t.Fatalf("list: %s", body)
+	}
+}
+
+// TestRouteRoomPageChecked: proxy -t (Check) refuses a room whose page
+// template does not parse, naming the field.
+func TestRouteRoomPageChecked(t *testing.T) {
+	dir := t.TempDir()
+	page := filepath.Join(dir, "queue.html")
+	os.WriteFile(page, []byte("<p>{{.Place</p>"), 0o644)
+	cfg := fmt.Sprintf(roomConfig, "127.0.0.1:9") + "        page: " + page + "\n"
+	path := filepath.Join(dir, "edge.yaml")
+	writeConfig(t, path, cfg)
+	doc, err := conf.LoadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Check(doc); err == nil || !strings.Contains(err.Error(), "upstreams.routes[1].waiting_room") {
+		t.Fatalf("a broken page passes proxy -t: %v", err)
+	}
+	os.WriteFile(page, []byte("<p>{{.Room}}: {{.Place}}</p>{{.Script}}"), 0o644)
+	if _, err := Check(doc); err != nil {
+		t.Fatalf("a good page refused: %v", err)
+	}
+}

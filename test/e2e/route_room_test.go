@@ -1,0 +1,190 @@
+package e2e
+
+import (
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/cookiejar"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/valyala/fasthttp"
+
+	"flashgate/internal/await"
+	"flashgate/internal/redistest"
+)
+
+// roomOrigin counts the visitors it serves at once: a visitor is active
+// from their first request until the origin answers their /shop/done with
+// the end header. It removes them before the edge frees the seat, so its
+// count never runs ahead of the room's.
+type routeRoomOrigin struct {
+	addr      string
+	mu        sync.Mutex
+	active    map[string]bool
+	served    map[string]bool
+	maxActive int
+	requests  int
+}
+
+func startRouteRoomOrigin(t *testing.T) *routeRoomOrigin {
+	o := &routeRoomOrigin{active: map[string]bool{}, served: map[string]bool{}}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &fasthttp.Server{Handler: func(ctx *fasthttp.RequestCtx) {
+		v := string(ctx.Request.Header.Peek("X-Visitor"))
+		o.mu.Lock()
+		o.requests++
+		if string(ctx.Path()) == "/shop/done" {
+			delete(o.active, v)
+			ctx.Response.Header.Set("Flashgate-Room", "end")
+		} else {
+			o.active[v] = true
+			o.served[v] = true
+			o.maxActive = max(o.maxActive, len(o.active))
+		}
+		o.mu.Unlock()
+		ctx.Response.Header.Set("X-Origin", "yes")
+		ctx.SetBodyString("origin")
+	}}
+	go s.Serve(ln)
+	t.Cleanup(func() { s.Shutdown() })
+	o.addr = ln.Addr().String()
+	return o
+}
+
+// TestRouteRoomTwoEdges: two real edge processes (the proxy binary) on one
+// real Redis in front of a loopback origin, a room with max_active 4. 16
+// visitors, each sending every request to the two edges in turn, wait
+// until they reach the origin, make three requests there, and end their
+// session at the origin. The origin never serves more than 4 at once (the
+// cap holds across the edges, and nobody unadmitted reaches it), everyone
+// gets in, and a method switched on one edge's admin API closes the room
+// on the other within the tick.
+func TestRouteRoomTwoEdges(t *testing.T) {
+	bin := buildProxy(t)
+	r := redistest.New(t)
+	o := startRouteRoomOrigin(t)
+	cfg := fmt.Sprintf(`
+upstreams:
+  pools:
+    - name: origin
+      servers: [%q]
+  routes:
+    - prefix: /
+      pool: origin
+    - prefix: /shop/
+      pool: origin
+      waiting_room:
+        name: shop
+        max_active: 4
+        session: 1m
+        poll: 1s
+`, o.addr)
+	adminA := ordFreePort(t)
+	edges := []*process{
+		startProcess(t, bin, r.Addr(), cfg, "node_id: 1\nadmin: {addr: \""+adminA+"\"}\n"),
+		startProcess(t, bin, r.Addr(), cfg, "node_id: 2\n"),
+	}
+	const visitors = 16
+	type outcome struct {
+		queued, admitted bool
+		err              error
+	}
+	results := make(chan outcome, visitors)
+	for i := range visitors {
+		go func() {
+			jar, _ := cookiejar.New(nil) // cookies ignore the port: both edges see them
+			c := &http.Client{Jar: jar, Timeout: 10 * time.Second}
+			n := 0
+			get := func(path string, poll bool) (*http.Response, error) {
+				req, _ := http.NewRequest("GET", "http://"+edges[n%2].addr+path, nil)
+				n++
+				req.Header.Set("X-Visitor", strconv.Itoa(i))
+				if poll {
+					req.Header.Set("Flashgate-Room-Poll", "1")
+				}
+				resp, err := c.Do(req)
+				if err == nil {
+					io.Copy(io.Discard, resp.Body)
+					resp.Body.Close()
+				}
+				return resp, err
+			}
+			var out outcome
+			deadline := time.Now().Add(60 * time.Second)
+			for time.Now().Before(deadline) {
+				resp, err := get("/shop/item", false)
+				if err != nil {
+					out.err = err
+					break
+				}
+				if resp.Header.Get("X-Origin") == "yes" {
+					out.admitted = true
+					break
+				}
+				out.queued = true
+				// Poll (answered by the edges, never the origin) until admitted.
+				for time.Now().Before(deadline) {
+					p, err := get("/shop/item", true)
+					if err != nil || p.StatusCode != 200 {
+						break
+					}
+					if strings.Contains(p.Header.Get("Content-Type"), "json") && p.Header.Get("Retry-After") == "" {
+						break // admitted: the next page request goes through
+					}
+					time.Sleep(20 * time.Millisecond)
+				}
+			}
+			if out.admitted {
+				for range 2 {
+					if resp, err := get("/shop/item", false); err != nil || resp.Header.Get("X-Origin") != "yes" {
+						out.err = fmt.Errorf("an admitted visitor lost the way: %v", err)
+					}
+				}
+				if _, err := get("/shop/done", false); err != nil {
+					out.err = err
+				}
+			}
+			results <- out
+		}()
+	}
+	queued := 0
+	for range visitors {
+		out := <-results
+		if out.err != nil || !out.admitted {
+			t.Errorf("visitor: %+v", out)
+		}
+		if out.queued {
+			queued++
+		}
+	}
+	o.mu.Lock()
+	maxActive, served := o.maxActive, len(o.served)
+	o.mu.Unlock()
+	t.Logf("%d visitors, %d queued first; the origin served at most %d at once", visitors, queued, maxActive)
+	if maxActive > 4 || served != visitors || queued == 0 {
+		t.Fatalf("origin: at most %d at once (cap 4), %d served, %d queued", maxActive, served, queued)
+	}
+
+	// A switch on edge 1's admin API closes the room on edge 2 too.
+	resp, err := http.Post("http://"+adminA+"/admin/rooms", "application/json", strings.NewReader(`{"room":"shop","method":"reject"}`))
+	if err != nil || resp.StatusCode != 200 {
+		t.Fatalf("switch: %v %v", err, resp)
+	}
+	resp.Body.Close()
+	await.Until(t, 5*time.Second, "edge 2 closes the room", func() bool {
+		r, err := http.Get("http://" + edges[1].addr + "/shop/item")
+		if err != nil {
+			return false
+		}
+		r.Body.Close()
+		return r.StatusCode == 503
+	})
+}
