@@ -50,6 +50,7 @@ type Result struct {
 	ServerLatency  []RouteLatency     `json:"server_latency,omitempty"`
 	Failover       *FailoverResult    `json:"failover,omitempty"`
 	WaitingRoom    *RoomResult        `json:"waiting_room,omitempty"`
+	RouteRoom      *RouteRoomResult   `json:"route_room,omitempty"`
 	ResultLine     string             `json:"result_line"`
 	OutDir         string             `json:"-"`
 }

@@ -7,6 +7,7 @@ import (
 	"math/bits"
 	"sort"
 	"strconv"
+	"time"
 )
 
 // ETAAccuracy compares the estimates shoppers were shown with the waits
@@ -29,10 +30,26 @@ type ETAAccuracy struct {
 const etaMinWait = 5.0 // seconds: shorter waits are all poll delay
 
 func (r *wrRun) etaAccuracy() ETAAccuracy {
-	a := ETAAccuracy{MinWaitS: etaMinWait}
-	var first, half, lag []float64
+	waits := make([]etaWait, 0, len(r.shoppers))
 	for i := range r.shoppers {
 		s := &r.shoppers[i]
+		waits = append(waits, etaWait{admittedAt: s.admittedAt, etas: s.etas})
+	}
+	return etaAccuracyOf(waits)
+}
+
+// etaWait is one waiter's estimates and when she saw her admission (zero:
+// never), the input of etaAccuracyOf: a sale room's shopper or a route
+// room's visitor.
+type etaWait struct {
+	admittedAt time.Time
+	etas       []etaSeen
+}
+
+func etaAccuracyOf(waits []etaWait) ETAAccuracy {
+	a := ETAAccuracy{MinWaitS: etaMinWait}
+	var first, half, lag []float64
+	for _, s := range waits {
 		if s.admittedAt.IsZero() || len(s.etas) == 0 {
 			continue
 		}

@@ -127,6 +127,9 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 	if sc.Fleet != nil || f.edges != "" {
 		return cmdFleet(ctx, root, sc, f, stdout, stderr)
 	}
+	if sc.RouteRoom != nil {
+		return cmdRouteRoom(ctx, root, sc, f, stdout, stderr)
+	}
 	run := runScenario
 	if sc.Failover != nil {
 		run = runFailover

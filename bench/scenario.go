@@ -64,6 +64,10 @@ type Scenario struct {
 	// token, do), so steps is not read.
 	WaitingRoom *Room `yaml:"waiting_room"`
 
+	// RouteRoom runs two route rooms (a cap and a rate) on several edges
+	// in front of a loopback origin (routeroom.go); steps is not read.
+	RouteRoom *RouteRoomBench `yaml:"route_room"`
+
 	// Quick is the -quick run's overrides, as -set key=value pairs
 	// (applied before any -set).
 	Quick map[string]string `yaml:"quick"`
@@ -238,7 +242,7 @@ func (sc *Scenario) validate() field.Errors {
 	var errs field.Errors
 	switch sc.Mode {
 	case "open":
-		if sc.Rate <= 0 && sc.Burst <= 0 && sc.WaitingRoom == nil {
+		if sc.Rate <= 0 && sc.Burst <= 0 && sc.WaitingRoom == nil && sc.RouteRoom == nil {
 			errs.Add("rate", "open mode needs rate > 0 or burst > 0")
 		}
 		if sc.Rate < 0 {
@@ -310,7 +314,7 @@ func (sc *Scenario) validate() field.Errors {
 			errs.Add("faults.redis", "not with failover (the edges talk to the cluster directly)")
 		}
 	}
-	if len(sc.Steps) == 0 && sc.WaitingRoom == nil {
+	if len(sc.Steps) == 0 && sc.WaitingRoom == nil && sc.RouteRoom == nil {
 		errs.Add("steps", "at least one step")
 	}
 	for i := range sc.Steps {
@@ -373,6 +377,7 @@ func (sc *Scenario) validate() field.Errors {
 	}
 	sc.validateFleet(&errs)
 	sc.validateRoom(&errs)
+	sc.validateRouteRoom(&errs)
 	return errs
 }
 
