@@ -61,6 +61,9 @@ func (h *Histogram) Observe(d time.Duration) {
 // Count returns the number of observations.
 func (h *Histogram) Count() uint64 { return h.count.Load() }
 
+// SumNanos returns the sum of the observations in nanoseconds.
+func (h *Histogram) SumNanos() int64 { return h.sumNano.Load() }
+
 // AddFrom adds o's observations to h (same bounds): a scrape sums the
 // histograms of parts (a sale's each) into one family this way.
 func (h *Histogram) AddFrom(o *Histogram) {

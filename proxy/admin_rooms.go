@@ -63,14 +63,24 @@ func (s *Server) adminRoomList(ctx *fasthttp.RequestCtx) {
 	actx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
 	nowMs := s.opts.Now() / 1e6
-	out := map[string]stock.RouteRoomInfo{}
+	// A room's state from Redis, and its last minute as this edge's tick
+	// computed it (the dashboard's over-time figures).
+	type answer struct {
+		stock.RouteRoomInfo
+		routeroom.Stats
+	}
+	out := map[string]answer{}
 	for name, rm := range roomsByName(s.snap.Load()) {
 		info, err := rm.Info(actx, stock.RouteChange{}, nowMs)
 		if err != nil {
 			api.AdminUnavailable.WithMessage(err.Error()).Write(ctx)
 			return
 		}
-		out[name] = info
+		a := answer{RouteRoomInfo: info}
+		if s.env.Rooms != nil {
+			a.Stats, _ = s.env.Rooms.Stats(name)
+		}
+		out[name] = a
 	}
 	api.WriteJSON(ctx, fasthttp.StatusOK, jsonOf(out))
 }

@@ -204,7 +204,9 @@ func TestRouteRoomOnEmbeddedRedis(t *testing.T) {
 	// The wait histogram: c, who waited, and b, held by queue_all and let in
 	// again after it.
 	if _, _, m := newVisitor().get(t, e.adminBase+"/metrics"); !strings.Contains(m, `flashgate_route_room_wait_seconds_count{room="shop"} 2`+"\n") ||
-		!strings.Contains(m, `flashgate_route_room_ended_total{room="shop"}`) {
+		!strings.Contains(m, `flashgate_route_room_ended_total{room="shop"}`) ||
+		!strings.Contains(m, `flashgate_route_room_admitted_per_minute{room="shop"}`) ||
+		!strings.Contains(m, `flashgate_route_room_wait_p90_seconds{room="shop"}`) {
 		t.Errorf("metrics: %s", grepLines(m, "flashgate_route_room"))
 	}
 	// The list.
@@ -213,8 +215,12 @@ func TestRouteRoomOnEmbeddedRedis(t *testing.T) {
 		Method   string `json:"method"`
 		Admitted int64  `json:"admitted"`
 		Ended    int64  `json:"ended"`
+		// The last minute's figures ride along (their values: window_test.go).
+		AbandonRate *float64 `json:"abandonRate"`
+		WaitP90S    *float64 `json:"waitP90S"`
 	}
-	if err := json.Unmarshal([]byte(body), &rooms); err != nil || rooms["shop"].Method != "fifo" || rooms["shop"].Ended != 1 || rooms["shop"].Admitted < 3 {
+	if err := json.Unmarshal([]byte(body), &rooms); err != nil || rooms["shop"].Method != "fifo" || rooms["shop"].Ended != 1 || rooms["shop"].Admitted < 3 ||
+		rooms["shop"].AbandonRate == nil || rooms["shop"].WaitP90S == nil {
 		t.Fatalf("list: %s", body)
 	}
 }

@@ -676,13 +676,18 @@ type Live struct {
 	results  [numResults]metrics.Counter
 	// wait is how long the visitors this edge let in had waited.
 	wait *metrics.Histogram
+	// win is the last minute's figures, fed by Tend.
+	win *window
 }
 
 // waitBounds are the wait histogram's buckets, in seconds.
-var waitBounds = []float64{1, 5, 15, 30, 60, 120, 300, 600, 1200, 1800, 3600}
+var (
+	waitBoundsArr = [...]float64{1, 5, 15, 30, 60, 120, 300, 600, 1200, 1800, 3600}
+	waitBounds    = waitBoundsArr[:]
+)
 
 func newLive(rr stock.RouteRoom) *Live {
-	l := &Live{wait: metrics.NewHistogram(waitBounds)}
+	l := &Live{wait: metrics.NewHistogram(waitBounds), win: newWindow()}
 	l.cfg.Store(&rr)
 	l.method.Store(methodIndex(rr.Method))
 	return l
@@ -765,7 +770,20 @@ func (r *Registry) Tend(ctx context.Context) {
 			continue
 		}
 		l.apply(&info)
+		l.win.add(nowMs, &info, l.wait)
 	}
+}
+
+// Stats is a room's figures over the last minute, as this edge's Tend
+// last computed them (the zero Stats, and false, for no such room).
+func (r *Registry) Stats(name string) (Stats, bool) {
+	r.mu.Lock()
+	l := r.rooms[name]
+	r.mu.Unlock()
+	if l == nil {
+		return Stats{}, false
+	}
+	return l.win.stats(), true
 }
 
 // Run tends the rooms every tick until ctx ends.
@@ -815,6 +833,14 @@ func (r *Registry) RegisterMetrics(reg *metrics.Registry) {
 	fleet("flashgate_route_room_over_limit_total", "Visitors passthrough let in whom the rules would have queued.", func(i *stock.RouteRoomInfo) int64 { return i.Overlimit })
 	reg.Register("flashgate_route_room_wait_seconds", "How long the visitors this edge let in had waited (from their first queue answer).", "histogram",
 		each(func(w *metrics.Writer, n string, l *Live) { w.Histogram(l.wait, label(n)) }))
+	window := func(name, help string, v func(s Stats) float64) {
+		reg.Register(name, help+" Over the last minute, as this edge's tick last computed it.", "gauge",
+			each(func(w *metrics.Writer, n string, l *Live) { w.Value(v(l.win.stats()), label(n)) }))
+	}
+	window("flashgate_route_room_admitted_per_minute", "Visitors let in a minute (every edge's).", func(s Stats) float64 { return s.AdmittedPerMin })
+	window("flashgate_route_room_abandon_ratio", "Of the visitors who left the line, the share who abandoned it (-1: nobody left).", func(s Stats) float64 { return s.AbandonRate })
+	window("flashgate_route_room_wait_avg_seconds", "The average wait of the visitors this edge let in (-1: none).", func(s Stats) float64 { return s.WaitAvgS })
+	window("flashgate_route_room_wait_p90_seconds", "The p90 wait of the visitors this edge let in (-1: none).", func(s Stats) float64 { return s.WaitP90S })
 	reg.Register("flashgate_route_room_requests_total", "Requests on a route room's route on this edge, by what the room did.", "counter",
 		each(func(w *metrics.Writer, n string, l *Live) {
 			for i := range l.results {

@@ -172,5 +172,13 @@ func TestRouteRoomDashboard(t *testing.T) {
 	visitor := newTab(t, "visitor")
 	visitor.open(e.base + "/shop/")
 	visitor.waitJS(5*time.Second, "the queue page", `!!document.getElementById('fg-room')`)
+	// Over time: the waiting visitor reaches the panel's count and its line
+	// (two polls at least), and the last minute's figures are shown.
+	b.waitJS(10*time.Second, "the room's line over time", `(function () {
+  var tr = document.querySelector('#routerooms-rows tr[data-room="shop"]');
+  var p = tr && tr.querySelector('.spark polyline.spark-w');
+  return tr.querySelector('.waiting').textContent === '1' && !!p && p.getAttribute('points').split(' ').length >= 2 &&
+    tr.querySelector('.perMin').textContent !== '' && tr.querySelector('.abandonRate').textContent !== '';
+})()`)
 	b.keepShot("route-rooms-panel")
 }

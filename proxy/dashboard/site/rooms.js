@@ -1,6 +1,9 @@
 // The route rooms' panel (issue 28): every route room's state from
 // GET /admin/rooms, polled every 2 s, and its queueing method switched with
-// POST /admin/rooms, live on every edge. A file of its own beside dash.js:
+// POST /admin/rooms, live on every edge; over time: the last minute's
+// figures the edge computes (admitted a minute, abandon rate, average and p90
+// wait) and a line of waiting and active over the last 10 minutes this page
+// has seen. A file of its own beside dash.js:
 // it shares nothing with it but the admin token the page keeps.
 (function () {
   'use strict';
@@ -12,6 +15,9 @@
   var result = document.getElementById('routerooms-result');
   if (!panel || !body) return;
   var timer = 0, busy = false;
+  var HISTORY = 300; // 10 minutes of polls
+  var hist = {};     // room → [{w: waiting, a: active}]
+  var SVG = 'http://www.w3.org/2000/svg';
 
   function token() {
     var t = '';
@@ -27,6 +33,39 @@
   }
   function show(ok, msg) { result.textContent = msg; result.setAttribute('data-ok', ok); }
   function num(n) { return typeof n === 'number' && isFinite(n) ? n.toLocaleString('en-US') : '—'; }
+  function secs(n) { return typeof n === 'number' && n >= 0 ? (n < 10 ? n.toFixed(1) : Math.round(n)) + ' s' : '—'; }
+  function pct(n) { return typeof n === 'number' && n >= 0 ? (100 * n).toFixed(1) + ' %' : '—'; }
+
+  // spark draws waiting (and active, dashed) over the room's history.
+  function spark(td, h) {
+    var W = 120, H = 28, svg = td.querySelector('svg');
+    if (!svg) {
+      svg = document.createElementNS(SVG, 'svg');
+      svg.setAttribute('viewBox', '0 0 ' + W + ' ' + H);
+      svg.setAttribute('width', W);
+      svg.setAttribute('height', H);
+      svg.setAttribute('role', 'img');
+      ['w', 'a'].forEach(function (k) {
+        var p = document.createElementNS(SVG, 'polyline');
+        p.setAttribute('class', 'spark-' + k);
+        p.setAttribute('fill', 'none');
+        p.setAttribute('stroke', 'currentColor');
+        if (k === 'a') p.setAttribute('stroke-dasharray', '3 2');
+        svg.appendChild(p);
+      });
+      td.appendChild(svg);
+    }
+    var top = 1;
+    h.forEach(function (x) { top = Math.max(top, x.w, x.a); });
+    ['w', 'a'].forEach(function (k) {
+      var pts = h.map(function (x, i) {
+        return (h.length > 1 ? i * W / (HISTORY - 1) : 0).toFixed(1) + ',' + (H - 1 - x[k] * (H - 2) / top).toFixed(1);
+      });
+      svg.querySelector('.spark-' + k).setAttribute('points', pts.join(' '));
+    });
+    var last = h[h.length - 1];
+    svg.setAttribute('aria-label', 'Waiting ' + last.w + ', active ' + last.a + '; the highest over the last ' + h.length + ' readings: ' + top);
+  }
 
   function row(name) {
     var tr = body.querySelector('tr[data-room="' + name + '"]');
@@ -36,7 +75,8 @@
     var th = document.createElement('th');
     th.textContent = name;
     tr.appendChild(th);
-    ['method', 'num waiting', 'num active', 'num admitted', 'num abandoned', 'num ended'].forEach(function (c) {
+    ['method', 'num waiting', 'num active', 'num admitted', 'num abandoned', 'num ended', 'num perMin', 'num waitAvg',
+      'num waitP90', 'num abandonRate', 'spark'].forEach(function (c) {
       var td = document.createElement('td');
       td.className = c;
       tr.appendChild(td);
@@ -72,6 +112,14 @@
       ['waiting', 'active', 'admitted', 'abandoned', 'ended'].forEach(function (k) {
         tr.querySelector('.' + k).textContent = num(r[k]);
       });
+      tr.querySelector('.perMin').textContent = num(Math.round(r.admittedPerMin || 0));
+      tr.querySelector('.waitAvg').textContent = secs(r.waitAvgS);
+      tr.querySelector('.waitP90').textContent = secs(r.waitP90S);
+      tr.querySelector('.abandonRate').textContent = pct(r.abandonRate);
+      var h = hist[n] || (hist[n] = []);
+      h.push({ w: r.waiting || 0, a: r.active || 0 });
+      if (h.length > HISTORY) h.shift();
+      spark(tr.querySelector('.spark'), h);
     });
   }
 
