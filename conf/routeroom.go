@@ -54,6 +54,9 @@ type RouteRoomConfig struct {
 	Bypass RoomBypassConfig `yaml:"bypass"`
 	// Events are scheduled windows with their own settings.
 	Events []RoomEventConfig `yaml:"events"`
+	// Challenge asks a new visitor for a proof of work (the sale room's)
+	// before they get a place (difficulty 0: none).
+	Challenge RoomChallenge `yaml:"challenge"`
 }
 
 // RoomEventConfig is one scheduled window of a route room: from Prequeue

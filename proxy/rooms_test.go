@@ -1,14 +1,18 @@
 package proxy
 
 import (
+	"crypto/sha256"
+	"encoding/binary"
 	"encoding/json"
 	"fmt"
 	"io"
+	"math/bits"
 	"net"
 	"net/http"
 	"net/http/cookiejar"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -36,7 +40,11 @@ func startRoomOrigin(t testing.TB) *roomOrigin {
 	}
 	s := &fasthttp.Server{Handler: func(ctx *fasthttp.RequestCtx) {
 		o.mu.Lock()
-		o.seen = append(o.seen, string(ctx.Path())+" "+string(ctx.Request.Header.Cookie(routeroom.CookiePrefix+"shop")))
+		seen := string(ctx.Path()) + " " + string(ctx.Request.Header.Cookie(routeroom.CookiePrefix+"shop"))
+		if len(ctx.Request.Header.Peek(routeroom.ChallengeHeader))+len(ctx.Request.Header.Peek(routeroom.NonceHeader)) > 0 {
+			seen += " +proof of work" // the edge's business, never the origin's
+		}
+		o.seen = append(o.seen, seen)
 		o.mu.Unlock()
 		ctx.Response.Header.Set("X-Origin", "yes")
 		if string(ctx.Path()) == "/shop/done" {
@@ -244,5 +252,95 @@ func TestRouteRoomPageChecked(t *testing.T) {
 	os.WriteFile(page, []byte("<p>{{.Room}}: {{.Place}}</p>{{.Script}}"), 0o644)
 	if _, err := Check(doc); err != nil {
 		t.Fatalf("a good page refused: %v", err)
+	}
+}
+
+// solveRoomPow finds the nonce a route room's challenge asks for, as the
+// sale page's worker (static/site/pow.js) does.
+func solveRoomPow(challenge string, zeros int) string {
+	for i := uint64(0); ; i++ {
+		n := strconv.FormatUint(i, 10)
+		sum := sha256.Sum256([]byte(challenge + ":" + n))
+		if bits.LeadingZeros32(binary.BigEndian.Uint32(sum[:4])) >= zeros {
+			return n
+		}
+	}
+}
+
+// TestRouteRoomChallenge: a room with challenge.difficulty asks a new
+// visitor for a proof of work before a place; a solved one gets the place
+// (here: in) and never reaches the origin; the same proof again — a
+// replay, by a visitor without the first one's cookie — and a forged or
+// unsolved one are refused 403 BAD_CHALLENGE with a fresh challenge, and
+// counted; a visitor with a place is not asked again.
+func TestRouteRoomChallenge(t *testing.T) {
+	o := startRoomOrigin(t)
+	e := startEdge(t, fmt.Sprintf(roomConfig, o.addr)+"        challenge: {difficulty: 8}\n")
+	type answer struct {
+		Status, Challenge, Code string
+		Difficulty              int
+	}
+	ask := func(v *visitor, hdr ...string) (int, answer, http.Header) {
+		t.Helper()
+		st, h, body := v.get(t, e.base+"/shop/item", append([]string{"Accept", "application/json"}, hdr...)...)
+		var a answer
+		if h.Get("X-Origin") == "" {
+			if err := json.Unmarshal([]byte(body), &a); err != nil {
+				t.Fatalf("%d %s", st, body)
+			}
+		}
+		return st, a, h
+	}
+	a := newVisitor()
+	st, ch, _ := ask(a)
+	if st != 503 || ch.Status != "challenge" || ch.Challenge == "" || ch.Difficulty != 8 || ch.Code != "" {
+		t.Fatalf("a new visitor: %d %+v, want 503 and a challenge", st, ch)
+	}
+	// The browser's page carries the challenge for its script.
+	if st, h, body := newVisitor().get(t, e.base+"/shop/item"); st != 200 || !strings.Contains(body, `data-status="challenge"`) ||
+		!strings.Contains(body, "/seckill/_static/pow.js") || !strings.Contains(h.Get("Content-Security-Policy"), "worker-src 'self'") {
+		t.Fatalf("the page: %d %v %s", st, h, body)
+	}
+	nonce := solveRoomPow(ch.Challenge, ch.Difficulty)
+	proof := []string{routeroom.ChallengeHeader, ch.Challenge, routeroom.NonceHeader, nonce}
+	if st, _, h := ask(a, proof...); st != 200 || h.Get("X-Origin") != "yes" {
+		t.Fatalf("a solved proof: %d, want the origin's answer", st)
+	}
+	// Admitted: no new proof asked.
+	if st, _, h := ask(a); st != 200 || h.Get("X-Origin") != "yes" {
+		t.Fatalf("the admitted visitor again: %d", st)
+	}
+	refused := func(what string, hdr ...string) {
+		t.Helper()
+		st, r, _ := ask(newVisitor(), hdr...)
+		if st != 403 || r.Code != "BAD_CHALLENGE" || r.Status != "challenge" || r.Challenge == "" || r.Challenge == ch.Challenge {
+			t.Errorf("%s: %d %+v, want 403 BAD_CHALLENGE with a fresh challenge", what, st, r)
+		}
+	}
+	refused("replayed", proof...)
+	forged := []byte(ch.Challenge)
+	forged[len(forged)/2] ^= 1
+	refused("forged", routeroom.ChallengeHeader, string(forged), routeroom.NonceHeader, nonce)
+	_, fresh, _ := ask(newVisitor())
+	refused("unsolved", routeroom.ChallengeHeader, fresh.Challenge, routeroom.NonceHeader, "x")
+	// A second visitor solves their own and waits for a place: asked once.
+	b := newVisitor()
+	_, ch2, _ := ask(b)
+	ask(b, routeroom.ChallengeHeader, ch2.Challenge, routeroom.NonceHeader, solveRoomPow(ch2.Challenge, ch2.Difficulty))
+	c := newVisitor()
+	_, ch3, _ := ask(c)
+	if st, w, _ := ask(c, routeroom.ChallengeHeader, ch3.Challenge, routeroom.NonceHeader, solveRoomPow(ch3.Challenge, ch3.Difficulty)); st != 503 || w.Status != "waiting" {
+		t.Fatalf("the third solver: %d %+v, want waiting (cap 2)", st, w)
+	}
+	if st, w, _ := ask(c); st != 503 || w.Status != "waiting" {
+		t.Fatalf("the waiting visitor polls: %d %+v, want waiting without a new challenge", st, w)
+	}
+	for _, r := range o.requests() {
+		if strings.Contains(r, "proof of work") {
+			t.Errorf("the origin got a proof of work: %q", r)
+		}
+	}
+	if _, _, m := newVisitor().get(t, e.adminBase+"/metrics"); !strings.Contains(m, `flashgate_route_room_requests_total{room="shop",result="bad_challenge"} 3`+"\n") {
+		t.Errorf("metrics: %s", grepLines(m, "bad_challenge"))
 	}
 }

@@ -331,7 +331,15 @@ const (
 	// sk:room:{r}:act, sorted set: visitor id -> session end (unix ms),
 	// the admitted visitors, which max_active counts.
 	routeRoomActiveSuffix = "act"
+	// sk:room:{r}:c:<challenge id>, string "1" until the challenge expires:
+	// a proof of work spent by the visit that placed its visitor (single use).
+	routeRoomChallengeSuffix = "c:"
 )
+
+// routeRoomChallengeKey is the key that spends a route room's challenge.
+func routeRoomChallengeKey(name, challengeID string) string {
+	return routeRoomPrefix + name + "}:" + routeRoomChallengeSuffix + challengeID
+}
 
 // RouteRoomKeys are a route room's keys, in the order its scripts take them.
 type RouteRoomKeys struct{ State, Queue, Seen, Active string }

@@ -61,6 +61,9 @@ const (
 	VisitWaiting     = 0
 	VisitAdmitted    = 1
 	VisitPassthrough = 2
+	// VisitReplayed: the proof of work the visit came with was spent
+	// already; nothing was written.
+	VisitReplayed = 3
 )
 
 // VisitAnswer is a visit's outcome and the room as the script saw it.
@@ -78,6 +81,16 @@ type VisitAnswer struct {
 // nowMs: joins, admits or answers the place; score is the id's lottery
 // score, used by the random method.
 func (s *Store) RouteVisit(ctx context.Context, r RouteRoom, id string, score float64, nowMs int64) (VisitAnswer, error) {
+	return s.RouteVisitSpending(ctx, r, id, score, nowMs, "", 0)
+}
+
+// RouteVisitSpending is RouteVisit for a new visitor who solved a proof of
+// work: in the same call it spends challengeID (sk:room:{r}:c:<id>, kept
+// until expiresMs) and answers VisitReplayed, writing nothing else, when
+// it was spent already. challengeID "" spends nothing. The key lives
+// expiresMs − nowMs on Redis's clock (the challenge's own check is the
+// edge's).
+func (s *Store) RouteVisitSpending(ctx context.Context, r RouteRoom, id string, score float64, nowMs int64, challengeID string, expiresMs int64) (VisitAnswer, error) {
 	if err := r.check(); err != nil {
 		return VisitAnswer{}, err
 	}
@@ -85,11 +98,18 @@ func (s *Store) RouteVisit(ctx context.Context, r RouteRoom, id string, score fl
 		return VisitAnswer{}, fmt.Errorf("%w: visitor %q", ErrInvalid, id)
 	}
 	k := routeRoomKeys(r.Name)
+	keys := []string{k.State, k.Queue, k.Seen, k.Active}
+	if challengeID != "" {
+		if !validChallengeID(challengeID) || expiresMs <= nowMs {
+			return VisitAnswer{}, fmt.Errorf("%w: challenge %q until %d", ErrInvalid, challengeID, expiresMs)
+		}
+		keys = append(keys, routeRoomChallengeKey(r.Name, challengeID))
+	}
 	cctx, cancel := s.call(ctx)
 	defer cancel()
-	vals, err := routeVisitScript.Exec(cctx, s.c, []string{k.State, k.Queue, k.Seen, k.Active},
+	vals, err := routeVisitScript.Exec(cctx, s.c, keys,
 		[]string{i64(nowMs), id, strconv.FormatFloat(score, 'f', -1, 64), i64(r.Rate), i64(r.Cap), i64(r.SessionMs),
-			i64(r.AbandonMs), r.Method, i64(r.TTLMs)}).ToArray()
+			i64(r.AbandonMs), r.Method, i64(r.TTLMs), i64(expiresMs - nowMs)}).ToArray()
 	if err == nil && len(vals) != 10 {
 		err = errors.New("unexpected reply")
 	}

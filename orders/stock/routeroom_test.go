@@ -135,3 +135,34 @@ func TestRouteRoomMethods(t *testing.T) {
 		t.Fatal("a rate of -5 accepted")
 	}
 }
+
+// TestRouteRoomChallengeSpentOnce: a proof of work places one visitor; the
+// same challenge again (another visitor id, as a replaying bot has) is
+// refused with nothing written, until it expires.
+func TestRouteRoomChallengeSpentOnce(t *testing.T) {
+	onBothServers(t, func(t *testing.T, s *Store) {
+		ctx := context.Background()
+		r := routeRoom("fifo", 0, 1)
+		now := int64(1_000_000)
+		const cid = "AAAAAAAAAAAAAAAA"
+		a, err := s.RouteVisitSpending(ctx, r, visitorID(1), 0, now, cid, now+120_000)
+		if err != nil || a.Status != VisitAdmitted {
+			t.Fatalf("first spend: %+v %v", a, err)
+		}
+		a, err = s.RouteVisitSpending(ctx, r, visitorID(2), 0, now+1, cid, now+120_000)
+		if err != nil || a.Status != VisitReplayed {
+			t.Fatalf("replayed: %+v %v, want VisitReplayed", a, err)
+		}
+		info, err := s.RouteAdmin(ctx, r, RouteChange{}, now+2)
+		if err != nil || info.Joined != 1 || info.Waiting != 0 || info.Active != 1 {
+			t.Fatalf("the replay wrote something: %+v %v", info, err)
+		}
+		// Another challenge places the next visitor.
+		if a, err := s.RouteVisitSpending(ctx, r, visitorID(2), 0, now+3, "BBBBBBBBBBBBBBBB", now+120_000); err != nil || a.Status != VisitWaiting || a.Place != 1 {
+			t.Fatalf("a fresh challenge: %+v %v", a, err)
+		}
+		if _, err := s.RouteVisitSpending(ctx, r, visitorID(3), 0, now, "bad{id}", now+120_000); err == nil {
+			t.Error("a malformed challenge id was sent to Redis")
+		}
+	})
+}

@@ -33,6 +33,11 @@ type PageData struct {
 	Progress   int64
 	Lang       string
 	PollMs     int64
+	// Challenge and Difficulty: the proof of work the poll script solves
+	// (in the sale page's worker, /seckill/_static/pow.js) before the
+	// visitor gets a place ("" : none asked).
+	Challenge  string
+	Difficulty int
 	// PollSeconds is PollMs in whole seconds (a page without JavaScript
 	// refreshes itself at this pace).
 	PollSeconds int64
@@ -70,9 +75,13 @@ var builtin = template.Must(template.New("room").Parse(builtinPage))
 // hidden tab), or when the estimate says the turn comes if sooner, with the
 // poll header, on the same URL, and reloads the page once admitted: the
 // reload is the visitor's request, now let through.
-const pollScript = `<script>(function(){var P=%d;function q(){fetch(location.href,{headers:{"Flashgate-Room-Poll":"1","Accept":"application/json"},credentials:"same-origin",cache:"no-store"}).then(function(r){return r.json()}).then(function(a){if(a.status==="admitted"){location.reload();return}
+const pollScript = `<script>(function(){var P=%d,C=%s,D=%d,N="";
+function w(c,d){C="";try{var k=new Worker("/seckill/_static/pow.js");k.onmessage=function(e){k.terminate();if(e.data&&e.data.nonce!==undefined){C=c;N=e.data.nonce;q()}else t()};k.postMessage({challenge:c,difficulty:d})}catch(x){t()}}
+function q(){var h={"Flashgate-Room-Poll":"1","Accept":"application/json"};if(C){h["Flashgate-Room-Challenge"]=C;h["Flashgate-Room-Nonce"]=N;C=""}
+fetch(location.href,{headers:h,credentials:"same-origin",cache:"no-store"}).then(function(r){return r.json()}).then(function(a){if(a.status==="admitted"){location.reload();return}
+if(a.status==="challenge"){w(a.challenge,a.difficulty);return}
 var s=function(id,v){var e=document.getElementById(id);if(e&&v!==undefined)e.textContent=v};s("fg-place",a.place);s("fg-ahead",a.ahead);if(a.eta!==undefined)s("fg-eta",a.eta);var b=document.getElementById("fg-bar");if(b)b.style.width=a.progress+"%%";t(a.etaMs)}).catch(function(){t()})}
-function t(e){var d=document.hidden?3*P:P;if(e>0&&!document.hidden)d=Math.min(d,e+50);setTimeout(q,d)}t()})()</script>`
+function t(e){var d=document.hidden?3*P:P;if(e>0&&!document.hidden)d=Math.min(d,e+50);setTimeout(q,d)}if(C)w(C,D);else t()})()</script>`
 
 // Page renders the queue page: the operator's template, or the built-in one.
 type Page struct {
@@ -104,7 +113,9 @@ func LoadPage(path string) (*Page, error) {
 func (p *Page) render(w *bytes.Buffer, d PageData) error {
 	d.T = texts[d.Lang]
 	d.PollSeconds = max((d.PollMs+999)/1000, 1)
-	d.Script = template.HTML(fmt.Sprintf(pollScript, d.PollMs))
+	// The challenge is base64url (the edge's own): quoted, it is a safe
+	// JavaScript string.
+	d.Script = template.HTML(fmt.Sprintf(pollScript, d.PollMs, strconv.Quote(d.Challenge), d.Difficulty))
 	return p.tmpl.Execute(w, d)
 }
 

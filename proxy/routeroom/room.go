@@ -34,6 +34,10 @@ const (
 	// PollHeader marks the queue page's poll: answered with JSON by the
 	// edge, never sent to the origin.
 	PollHeader = "Flashgate-Room-Poll"
+	// ChallengeHeader and NonceHeader carry a solved proof of work (a room
+	// with challenge.difficulty): the challenge the edge gave and the nonce.
+	ChallengeHeader = "Flashgate-Room-Challenge"
+	NonceHeader     = "Flashgate-Room-Nonce"
 	// EndValue is the end header's value that ends the session.
 	EndValue = "end"
 
@@ -52,13 +56,14 @@ var visitorUser = []byte("visitor") // the tickets' "user": the cookie names the
 // Secrets are the keys a room signs with, derived from sale.token_secret
 // (room.DeriveSecret), the same on every edge.
 type Secrets struct {
-	Tickets, Passes, Bypass, Score []byte
+	Tickets, Passes, Bypass, Score, Challenge []byte
 }
 
 // DeriveSecrets derives the route rooms' keys from the token secret.
 func DeriveSecrets(tokenSecret []byte) Secrets {
 	return Secrets{Tickets: room.DeriveSecret(tokenSecret, "route ticket"), Passes: room.DeriveSecret(tokenSecret, "route pass"),
-		Bypass: room.DeriveSecret(tokenSecret, "route bypass"), Score: room.DeriveSecret(tokenSecret, "route lottery")}
+		Bypass: room.DeriveSecret(tokenSecret, "route bypass"), Score: room.DeriveSecret(tokenSecret, "route lottery"),
+		Challenge: room.DeriveSecret(tokenSecret, "route challenge")}
 }
 
 // Room is one route's waiting room, compiled into a snapshot; Live is the
@@ -83,6 +88,10 @@ type Room struct {
 	secure    bool
 	base      uint32 // the config's method
 	events    []event
+	// challenger and difficulty: the proof of work a new visitor solves
+	// before a place (difficulty 0: none).
+	challenger *room.Challenger
+	difficulty int
 }
 
 // event is a compiled RoomEventConfig: times in unix ms, 0 / "" / nil
@@ -140,6 +149,15 @@ func New(c conf.RouteRoomConfig, o Options) (*Room, error) {
 	}
 	if rm.page, err = LoadPage(c.Page); err != nil {
 		return nil, fmt.Errorf("page: %w", err)
+	}
+	if err := room.CheckChallengeDifficulty(c.Challenge.Difficulty); err != nil {
+		return nil, fmt.Errorf("challenge: %w", err)
+	}
+	if rm.difficulty = c.Challenge.Difficulty; rm.difficulty > 0 {
+		if len(o.Secrets.Challenge) == 0 {
+			return nil, fmt.Errorf("challenge: no secret")
+		}
+		rm.challenger = room.NewChallenger(o.Secrets.Challenge)
 	}
 	rm.base = methodIndex(c.Method)
 	for i, ec := range c.Events {
@@ -288,8 +306,79 @@ func (rm *Room) Gate(ctx *fasthttp.RequestCtx, clientIP netip.Addr, nowMs int64)
 		v.id, v.joinedMs = id, exp-ticketLife.Milliseconds()
 	} else {
 		rand.Read(v.id[:])
+		if rm.difficulty > 0 {
+			// A new visitor: a place only for a solved proof of work.
+			return rm.challenged(ctx, &v, nowMs, poll, rm.configAt(m, ev, pre), ev, pre)
+		}
 	}
-	return rm.visit(ctx, &v, nowMs, poll, rm.configAt(m, ev, pre), ev, pre)
+	return rm.visit(ctx, &v, nowMs, poll, rm.configAt(m, ev, pre), ev, pre, "", 0)
+}
+
+// challenged is a new visitor at a room that asks for a proof of work: with
+// a solved one (spent by the visit, single use), a visit; else a challenge
+// to solve, with the reason of a refusal logged.
+func (rm *Room) challenged(ctx *fasthttp.RequestCtx, v *Visit, nowMs int64, poll bool, cfg stock.RouteRoom, ev *event, pre bool) (Visit, bool) {
+	h := &ctx.Request.Header
+	c, n := h.Peek(ChallengeHeader), h.Peek(NonceHeader)
+	if len(c) == 0 {
+		rm.answerChallenge(ctx, nowMs, false)
+		return *v, false
+	}
+	err := rm.challenger.Verify(c, n, visitorUser, rm.name, nowMs)
+	exp, _ := room.ChallengeExpiresMs(c)
+	id := string(room.ChallengeID(c))
+	// The proof is the edge's business: the origin never gets it.
+	h.Del(ChallengeHeader)
+	h.Del(NonceHeader)
+	if err != nil {
+		rm.live.count(resBadChallenge)
+		rm.log.Info("route room: proof of work refused", "room", rm.cfg.Name, "reason", err)
+		rm.answerChallenge(ctx, nowMs, true)
+		return *v, false
+	}
+	return rm.visit(ctx, v, nowMs, poll, cfg, ev, pre, id, exp)
+}
+
+// answerChallenge asks for a proof of work: JSON for the page's poll and
+// apps (403 BAD_CHALLENGE after a refused one, else 503 / the poll's 200),
+// else the queue page, whose script solves it.
+func (rm *Room) answerChallenge(ctx *fasthttp.RequestCtx, nowMs int64, refused bool) {
+	chal := rm.challenger.Issue(visitorUser, rm.name, rm.difficulty, nowMs)
+	retry := (rm.cfg.Poll.Milliseconds() + 999) / 1000
+	ctx.Response.Header.Set(fasthttp.HeaderCacheControl, "no-store")
+	poll := len(ctx.Request.Header.Peek(PollHeader)) > 0
+	if poll || wantsJSON(ctx) {
+		b := append([]byte(nil), `{"room":`...)
+		b = strconv.AppendQuote(b, rm.cfg.Name)
+		b = append(b, `,"status":"challenge","challenge":"`...)
+		b = append(b, chal...)
+		b = append(b, `","difficulty":`...)
+		b = strconv.AppendInt(b, int64(rm.difficulty), 10)
+		if refused {
+			b = append(b, `,"code":"BAD_CHALLENGE"`...)
+		}
+		b = append(b, '}')
+		status := fasthttp.StatusServiceUnavailable
+		switch {
+		case refused:
+			status = fasthttp.StatusForbidden
+		case poll:
+			status = fasthttp.StatusOK
+		}
+		ctx.Response.Header.Set(fasthttp.HeaderRetryAfter, strconv.FormatInt(retry, 10))
+		ctx.SetStatusCode(status)
+		ctx.SetContentType("application/json")
+		ctx.SetBody(b)
+		return
+	}
+	lang := Lang(ctx.Request.Header.Peek(fasthttp.HeaderAcceptLanguage))
+	var out bytes.Buffer
+	err := rm.page.render(&out, PageData{Room: rm.cfg.Title, Status: "challenge", ETA: etaWords(lang, -1), ETASeconds: -1,
+		Lang: lang, PollMs: rm.cfg.Poll.Milliseconds(), Challenge: chal, Difficulty: rm.difficulty})
+	if err != nil {
+		rm.log.Warn("route room: page template failed", "room", rm.cfg.Name, "err", err)
+	}
+	rm.writePage(ctx, fasthttp.StatusOK, out.Bytes())
 }
 
 // recheck asks Redis whether an admitted visitor's session still runs (and
@@ -323,17 +412,23 @@ func (rm *Room) recheck(v *Visit, until, nowMs int64) bool {
 
 // visit is one script call for a visitor without a running pass: let in,
 // or told their place.
-func (rm *Room) visit(ctx *fasthttp.RequestCtx, v *Visit, nowMs int64, poll bool, cfg stock.RouteRoom, ev *event, pre bool) (Visit, bool) {
+func (rm *Room) visit(ctx *fasthttp.RequestCtx, v *Visit, nowMs int64, poll bool, cfg stock.RouteRoom, ev *event, pre bool, challengeID string, challengeExpMs int64) (Visit, bool) {
 	var hex [2 * room.IDLen]byte
 	id := string(v.id.AppendHex(hex[:0]))
 	idc := v.id // hashed by the score: a copy escapes, not the caller's Visit
 	cctx, cancel := context.WithTimeout(context.Background(), time.Second)
-	a, err := rm.store.RouteVisit(cctx, cfg, id, room.Score(rm.scoreKey, idc[:]), nowMs)
+	a, err := rm.store.RouteVisitSpending(cctx, cfg, id, room.Score(rm.scoreKey, idc[:]), nowMs, challengeID, challengeExpMs)
 	cancel()
 	if err != nil {
 		rm.live.count(resError)
 		rm.log.Warn("route room: visit failed; the visitor waits", "room", rm.cfg.Name, "err", err)
 		rm.answerWaiting(ctx, v, waitAnswer{status: "busy", etaMs: -1, page: rm.pageOf(ev, pre)}, nowMs)
+		return *v, false
+	}
+	if a.Status == stock.VisitReplayed {
+		rm.live.count(resBadChallenge)
+		rm.log.Info("route room: proof of work refused", "room", rm.cfg.Name, "reason", "spent already")
+		rm.answerChallenge(ctx, nowMs, true)
 		return *v, false
 	}
 	rm.live.observe(a)
@@ -548,7 +643,7 @@ func (rm *Room) writePage(ctx *fasthttp.RequestCtx, status int, body []byte) {
 	h := &ctx.Response.Header
 	h.Set(fasthttp.HeaderCacheControl, "no-store")
 	// The page asks nothing of anyone but this edge.
-	h.Set("Content-Security-Policy", "default-src 'none'; style-src 'unsafe-inline'; script-src 'unsafe-inline'; connect-src 'self'; img-src 'self' data:")
+	h.Set("Content-Security-Policy", "default-src 'none'; style-src 'unsafe-inline'; script-src 'unsafe-inline'; worker-src 'self'; connect-src 'self'; img-src 'self' data:")
 	h.Set(fasthttp.HeaderVary, "Accept, Accept-Language")
 	ctx.SetBody(body)
 }
@@ -656,10 +751,11 @@ const (
 	resOver
 	resEnded
 	resError
+	resBadChallenge
 	numResults
 )
 
-var resultNames = [numResults]string{"pass", "renewed", "admitted", "waiting", "bypass", "closed", "session_over", "ended_by_origin", "error"}
+var resultNames = [numResults]string{"pass", "renewed", "admitted", "waiting", "bypass", "closed", "session_over", "ended_by_origin", "error", "bad_challenge"}
 
 // Live is a room's state that outlives reloads: the method in force (read
 // from Redis every tick and after each visit), the counts Redis last

@@ -182,3 +182,33 @@ func TestRouteRoomDashboard(t *testing.T) {
 })()`)
 	b.keepShot("route-rooms-panel")
 }
+
+// TestRouteRoomChallengeInBrowser: a room with challenge.difficulty serves
+// a new visitor the queue page with a proof of work, which its script
+// solves in the sale page's worker (/seckill/_static/pow.js, allowed by the
+// page's worker-src) and sends with its poll; there is a free seat, so the
+// visitor lands on the origin's page without a click, and the origin
+// served nothing before.
+func TestRouteRoomChallengeInBrowser(t *testing.T) {
+	origin, served := startShopOrigin(t)
+	e := startShopEdge(t, origin, "{name: shop, max_active: 5, poll: 1s, challenge: {difficulty: 10}}")
+	b := newTab(t, "visitor")
+	b.open(e.base + "/shop/")
+	// The page reloads itself once in: wait across the navigation.
+	await.Until(t, 15*time.Second, "the origin's page after the proof of work", func() bool {
+		ctx, cancel := context.WithTimeout(b.ctx, time.Second)
+		defer cancel()
+		ok, err := chromedp.Run(ctx, chromedp.Evaluate[bool](`!!document.getElementById('origin')`))
+		return err == nil && ok
+	})
+	var worker bool
+	for _, r := range b.requests(0) {
+		worker = worker || strings.HasSuffix(r.URL, "/seckill/_static/pow.js")
+	}
+	if !worker {
+		t.Error("the page did not load the proof-of-work worker")
+	}
+	if n := served.Load(); n != 1 {
+		t.Errorf("the origin served %d pages, want 1 (none before the proof)", n)
+	}
+}

@@ -1,14 +1,17 @@
 -- A visitor at a route's waiting room (routeroom.go): joins the queue if
 -- new, is let in if their place is within what the room may admit now, and
 -- hears their place otherwise. One call per waiting visitor's request.
--- KEYS: 1 sk:room:{r}:st, 2 sk:room:{r}:q, 3 sk:room:{r}:seen, 4 sk:room:{r}:act
+-- KEYS: 1 sk:room:{r}:st, 2 sk:room:{r}:q, 3 sk:room:{r}:seen, 4 sk:room:{r}:act,
+-- 5 (a new visitor's proof of work, optional) sk:room:{r}:c:<challenge id>
 -- ARGV: 1 now ms, 2 visitor id, 3 the id's lottery score (method random),
 -- 4 the configured admissions per minute (0: no bound), 5 the configured
 -- max active (0: no cap), 6 session ms, 7 abandon ms, 8 the configured
--- method, 9 the keys' lifetime ms after this call
+-- method, 9 the keys' lifetime ms after this call, 10 how long the
+-- challenge lives on, ms (with KEYS[5]; its key lives as long)
 -- Returns {status, until ms, place, credit, rate, active, cap, seat ms,
 -- waiting, method}: status 1 admitted (until: the session's end), 0 waiting
--- at place (1: the next), 2 let in by passthrough. credit: admissions the
+-- at place (1: the next), 2 let in by passthrough, 3 the challenge was
+-- spent already (nothing written). credit: admissions the
 -- rate allows now (-1: no bound); seat ms: when the cap is what holds the
 -- place, how long until the seat it waits for frees (0: not the cap).
 local now, id = tonumber(ARGV[1]), ARGV[2]
@@ -17,6 +20,10 @@ local method = st[1] or ARGV[8]
 local rate = tonumber(st[2] or ARGV[4])
 local cap = tonumber(st[3] or ARGV[5])
 local ttl = tonumber(ARGV[9])
+-- A proof of work is good for one visitor: spent here, with the visit.
+if KEYS[5] and not redis.call('SET', KEYS[5], '1', 'NX', 'PX', ARGV[10]) then
+  return {3, 0, 0, -1, rate, 0, cap, 0, 0, method}
+end
 -- queue_all and an event's pre-queue (method prequeue, which the edge
 -- sends, never the operator) let nobody in, the admitted neither.
 local hold = method == 'queue_all' or method == 'prequeue'
