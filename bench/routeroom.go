@@ -41,6 +41,9 @@ type RouteRoomBench struct {
 	PollMin        time.Duration `yaml:"poll_min"`         // a waiting visitor asks every poll_min..poll_max
 	PollMax        time.Duration `yaml:"poll_max"`
 	Sample         time.Duration `yaml:"sample"` // the rooms' state (GET /admin/rooms) is read this often
+	// Challenge is both rooms' proof of work (leading zero bits, 0: none):
+	// a new visitor solves it (solvePow, as the page's worker) first.
+	Challenge int `yaml:"challenge"`
 }
 
 func (sc *Scenario) validateRouteRoom(errs *field.Errors) {
@@ -78,6 +81,9 @@ func (sc *Scenario) validateRouteRoom(errs *field.Errors) {
 	if r.PollMin <= 0 || r.PollMax < r.PollMin {
 		errs.Add("route_room.poll_min", "want 0 < poll_min <= poll_max")
 	}
+	if r.Challenge < 0 || r.Challenge > 24 {
+		errs.Add("route_room.challenge", "must be 0..24 bits (bench solves each one)")
+	}
 	if sc.WaitingRoom != nil || sc.Fleet != nil || sc.Failover != nil {
 		errs.Add("route_room", "not with waiting_room, fleet or failover")
 	}
@@ -114,6 +120,11 @@ type RouteRoomResult struct {
 	RateMax10s   float64        `json:"rate_max_10s_per_min"`  // the busiest 10 s, per minute
 	RateETA      ETAAccuracy    `json:"rate_eta"`
 	Outcomes     map[string]int `json:"outcomes"`
+	// PowBits and PowSolveP90Ms: the proof of work asked, and what solving
+	// it cost bench's visitors (p90 ms of one core).
+	PowBits       int     `json:"pow_bits"`
+	PowSolveP90Ms float64 `json:"pow_solve_p90_ms"`
+	PowRefused    int     `json:"pow_refused"`
 }
 
 // rrOrigin is the loopback origin: it counts the cap room's visitors in
@@ -158,6 +169,8 @@ type rrVisitor struct {
 	admittedAt time.Time
 	etas       []etaSeen
 	outcome    string
+	solveMs    float64 // the proof of work's cost (0: none asked)
+	refused    int     // BAD_CHALLENGE answers
 }
 
 // rrSample is one read of both rooms' state.
@@ -219,7 +232,8 @@ func runRouteRoom(ctx context.Context, root string, sc *Scenario, f runFlags, st
 		return nil, err
 	}
 	room := func(name string, extra map[string]any) map[string]any {
-		m := map[string]any{"name": name, "session": rr.Session.String(), "poll": rr.PollMax.String(), "method": "fifo"}
+		m := map[string]any{"name": name, "session": rr.Session.String(), "poll": rr.PollMax.String(), "method": "fifo",
+			"challenge": map[string]any{"difficulty": rr.Challenge}}
 		for k, v := range extra {
 			m[k] = v
 		}
@@ -286,8 +300,14 @@ func runRouteRoom(ctx context.Context, root string, sc *Scenario, f runFlags, st
 	res.Seconds = time.Since(first).Seconds()
 
 	var capWaits, rateWaits []etaWait
+	var solves []float64
+	out.PowBits = rr.Challenge
 	for i := range vs {
 		v := &vs[i]
+		if v.solveMs > 0 {
+			solves = append(solves, v.solveMs)
+		}
+		out.PowRefused += v.refused
 		out.Outcomes[v.room+": "+v.outcome]++
 		w := etaWait{admittedAt: v.admittedAt, etas: v.etas}
 		if v.room == rrCap {
@@ -303,6 +323,10 @@ func runRouteRoom(ctx context.Context, root string, sc *Scenario, f runFlags, st
 		}
 	}
 	out.CapETA, out.RateETA = etaAccuracyOf(capWaits), etaAccuracyOf(rateWaits)
+	if len(solves) > 0 {
+		sort.Float64s(solves)
+		out.PowSolveP90Ms = quantile(solves, 0.9)
+	}
 	o.mu.Lock()
 	out.OriginMax = o.max
 	rateAt := append([]time.Time(nil), o.rateAt...)
@@ -347,6 +371,7 @@ func rrJourney(ctx context.Context, v *rrVisitor, idx int, rr *RouteRoomBench, a
 	c := &http.Client{Jar: jar, Transport: tr, Timeout: timeout}
 	rnd := rand.New(rand.NewPCG(uint64(idx), 28))
 	n := 0
+	var proof [2]string // a solved challenge and its nonce, sent once
 	get := func(path string) (int, map[string]any, bool, error) {
 		req, err := http.NewRequestWithContext(ctx, "GET", "http://"+addrs[n%len(addrs)]+path, nil)
 		if err != nil {
@@ -355,6 +380,11 @@ func rrJourney(ctx context.Context, v *rrVisitor, idx int, rr *RouteRoomBench, a
 		n++
 		req.Header.Set("Accept", "application/json")
 		req.Header.Set("X-Bench-Visitor", v.id)
+		if proof[0] != "" {
+			req.Header.Set("Flashgate-Room-Challenge", proof[0])
+			req.Header.Set("Flashgate-Room-Nonce", proof[1])
+			proof = [2]string{}
+		}
 		resp, err := c.Do(req)
 		if err != nil {
 			return 0, nil, false, err
@@ -377,6 +407,21 @@ func rrJourney(ctx context.Context, v *rrVisitor, idx int, rr *RouteRoomBench, a
 		if origin && st == 200 {
 			v.admittedAt = now
 			break
+		}
+		if m["status"] == "challenge" {
+			if m["code"] == "BAD_CHALLENGE" {
+				v.refused++
+				if v.refused > 3 {
+					v.outcome = "proof of work refused"
+					return
+				}
+			}
+			c, _ := m["challenge"].(string)
+			d, _ := m["difficulty"].(float64)
+			t0 := time.Now()
+			proof = [2]string{c, solvePow(c, int(d))}
+			v.solveMs += float64(time.Since(t0).Microseconds()) / 1000
+			continue
 		}
 		if st != 503 || m["status"] != "waiting" {
 			v.outcome = fmt.Sprintf("answer %d %v", st, m["status"])
@@ -476,6 +521,9 @@ func printRouteRoom(w io.Writer, r *Result) {
 		x.Rate, x.RateAdmitted, x.RateVisitors, x.RatePerMin, x.RateMax10s)
 	fmt.Fprintf(w, "  ETA error (waits ≥ %.0f s, n=%d): join p50 %.1f %% p90 %.1f %%; half-way p50 %.1f %% p90 %.1f %%\n",
 		x.RateETA.MinWaitS, x.RateETA.N, x.RateETA.FirstP50, x.RateETA.FirstP90, x.RateETA.HalfP50, x.RateETA.HalfP90)
+	if x.PowBits > 0 {
+		fmt.Fprintf(w, "proof of work: %d bits, solved by bench in p90 %.1f ms of one core; %d refused\n", x.PowBits, x.PowSolveP90Ms, x.PowRefused)
+	}
 	fmt.Fprintf(w, "outcomes: %s\n", countList(x.Outcomes))
 	for _, n := range r.Notes {
 		fmt.Fprintln(w, "note:", n)
@@ -483,7 +531,7 @@ func printRouteRoom(w io.Writer, r *Result) {
 	if r.OutDir != "" {
 		fmt.Fprintln(w, "result:", r.OutDir)
 	}
-	fmt.Fprintf(w, "RESULT scenario=%s edges=%d overshoot_pct=%.1f queued_below_cap_pct=%.1f idle_seats=%.1f cap_eta_join_p90_pct=%.1f cap_eta_half_p90_pct=%.1f rate_eta_join_p90_pct=%.1f rate_eta_half_p90_pct=%.1f admitted_per_min=%.0f admit_per_minute=%d busiest_10s_per_min=%.0f\n",
+	fmt.Fprintf(w, "RESULT scenario=%s edges=%d overshoot_pct=%.1f queued_below_cap_pct=%.1f idle_seats=%.1f cap_eta_join_p90_pct=%.1f cap_eta_half_p90_pct=%.1f rate_eta_join_p90_pct=%.1f rate_eta_half_p90_pct=%.1f admitted_per_min=%.0f admit_per_minute=%d busiest_10s_per_min=%.0f pow_bits=%d pow_solve_p90_ms=%.1f\n",
 		r.Scenario, x.Edges, x.OvershootPct, x.QueuedBelowPct, x.IdleSeats, x.CapETA.FirstP90, x.CapETA.HalfP90,
-		x.RateETA.FirstP90, x.RateETA.HalfP90, x.RatePerMin, x.Rate, x.RateMax10s)
+		x.RateETA.FirstP90, x.RateETA.HalfP90, x.RatePerMin, x.Rate, x.RateMax10s, x.PowBits, x.PowSolveP90Ms)
 }
