@@ -648,3 +648,11 @@ func renderHTML(w io.Writer, r *Result) error {
 		"Cmds":        cmds,
 	})
 }
+
+// runResult is a run's Result head: the scenario, the machine, the build
+// and the flags the edges run with.
+func runResult(root string, sc *Scenario, f runFlags) *Result {
+	return &Result{Scenario: sc.Name, Description: sc.Description, Started: time.Now().UTC(), Config: sc,
+		Machine: machineInfo(), GoVersion: runtime.Version(), Commit: proxyCommit(root, f.proxyRev),
+		EdgeGoMaxProcs: f.gomaxprocs, Kafka: f.kafka, Consumer: f.consumer, ClickHouse: f.clickhouse}
+}

@@ -225,9 +225,7 @@ func runRoom(ctx context.Context, root string, sc *Scenario, f runFlags, stderr 
 	env := newEnv(EnvOptions{Root: root, Dir: dir, GoMaxProcs: f.gomaxprocs, InfraCPU: -1, Kafka: f.kafka,
 		Consumer: f.consumer, ClickHouse: f.clickhouse, ProxyBin: f.proxyBin, ProxyRev: f.proxyRev, Quiet: progress})
 	defer env.Close()
-	res := &Result{Scenario: sc.Name, Description: sc.Description, Started: time.Now().UTC(), Config: sc,
-		Machine: machineInfo(), GoVersion: runtime.Version(), Commit: proxyCommit(root, f.proxyRev),
-		EdgeGoMaxProcs: f.gomaxprocs, Kafka: f.kafka, Consumer: f.consumer, ClickHouse: f.clickhouse}
+	res := runResult(root, sc, f)
 	wr := &RoomResult{Edges: w.Edges, Redis: "one standalone redis-server", Shoppers: w.shoppers(), PreJoins: w.PreJoins,
 		PostJoins: w.PostJoins, AdmitPerMinute: w.AdmitPerMinute, Stock: sc.Stock,
 		JoinStatuses: map[string]int{}, Outcomes: map[string]int{}, EarlyAnswers: map[string]int{}}

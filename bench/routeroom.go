@@ -10,7 +10,6 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"net/http/cookiejar"
-	"runtime"
 	"sort"
 	"strconv"
 	"sync"
@@ -206,9 +205,8 @@ func runRouteRoom(ctx context.Context, root string, sc *Scenario, f runFlags, st
 	env := newEnv(EnvOptions{Root: root, Dir: dir, GoMaxProcs: f.gomaxprocs, InfraCPU: -1, Kafka: "bench",
 		Consumer: "edge", ProxyBin: f.proxyBin, ProxyRev: f.proxyRev, Quiet: progress})
 	defer env.Close()
-	res := &Result{Scenario: sc.Name, Description: sc.Description, Started: time.Now().UTC(), Config: sc,
-		Machine: machineInfo(), GoVersion: runtime.Version(), Commit: proxyCommit(root, f.proxyRev),
-		EdgeGoMaxProcs: f.gomaxprocs, Kafka: "bench"}
+	res := runResult(root, sc, f)
+	res.Kafka, res.Consumer, res.ClickHouse = "bench", "edge", false
 	out := &RouteRoomResult{Edges: rr.Edges, Cap: rr.MaxActive, Rate: rr.AdmitPerMinute, CapVisitors: rr.Visitors,
 		RateVisitors: rr.Visitors, Outcomes: map[string]int{}}
 	res.RouteRoom = out
