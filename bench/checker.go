@@ -273,6 +273,7 @@ func checkOrders(h *History, v *Verdict, spec map[string]ProductSpec, stored map
 			v.add("duplicated", h.LoadEndMs, stored[id].Product, stored[id].User, id, "%d rows of one order in seckill_order FINAL", n)
 		}
 	}
+	lost := map[string]bool{}
 	acked := map[string]Op{}
 	attempts := map[string]int{} // product/user -> purchases that may have happened
 	for _, op := range h.Ops {
@@ -293,7 +294,7 @@ func checkOrders(h *History, v *Verdict, spec map[string]ProductSpec, stored map
 		s, ok := stored[op.OrderID]
 		switch {
 		case !ok:
-			v.Lost++
+			lost[op.OrderID] = true
 			v.add("lost", op.EndMs, op.Product, op.User, op.OrderID, "answered %d (%s) on edge %d, not in seckill_order", op.Status, orDefault(op.State, "pending"), op.Edge)
 		case s.Product != op.Product || s.User != op.User:
 			v.add("stored_wrong", op.EndMs, op.Product, op.User, op.OrderID, "stored as %s/%s", s.Product, s.User)
@@ -304,15 +305,17 @@ func checkOrders(h *History, v *Verdict, spec map[string]ProductSpec, stored map
 		if e.Type != "order" {
 			continue
 		}
-		if prev, ok := events[e.OrderID]; ok && (prev.Product != e.Product || prev.User != e.User || prev.Qty != e.Qty) {
+		prev, seen := events[e.OrderID]
+		if seen && (prev.Product != e.Product || prev.User != e.User || prev.Qty != e.Qty) {
 			v.add("event_conflict", h.LoadEndMs, e.Product, e.User, e.OrderID, "two order events disagree: %+v and %+v", prev, e)
 		}
 		events[e.OrderID] = e
-		if _, ok := stored[e.OrderID]; !ok {
-			v.Lost++
+		if _, ok := stored[e.OrderID]; !ok && !seen && !lost[e.OrderID] {
+			lost[e.OrderID] = true
 			v.add("lost", h.LoadEndMs, e.Product, e.User, e.OrderID, "an order event on the topic, not in seckill_order")
 		}
 	}
+	v.Lost = int64(len(lost))
 	perBuyer := map[string]int64{}
 	storedPerBuyer := map[string]int{}
 	for _, s := range h.Stored {
