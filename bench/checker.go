@@ -1,7 +1,10 @@
 package main
 
 import (
+	"encoding/json"
 	"fmt"
+	"io"
+	"os"
 	"sort"
 	"strings"
 )
@@ -140,8 +143,8 @@ type History struct {
 	Stored    []Stored      `json:"stored"`
 	// StoredRows counts rows per order id in the FINAL read (more than
 	// one is a duplicate the table should have merged).
-	StoredRows map[string]int `json:"-"`
-	Events     []Event        `json:"-"`
+	StoredRows map[string]int `json:"stored_rows"`
+	Events     []Event        `json:"events"`
 	Redis      []RedisSale    `json:"redis"`
 	// ReadErrs are the facts the checker could not read (each is a
 	// violation: a check that cannot be made has not passed).
@@ -506,37 +509,51 @@ func saleVerdict(op *Op) bool {
 }
 
 // reopenAfter is how long after t every edge and every product that was
-// tried answered a sale verdict again (ms): -1 when one never did while
-// purchases were tried on it, -2 when nothing was tried after t.
+// tried answered purchases again (ms): for each, the end of the last
+// purchase answered without a verdict (503, no answer) before its first
+// verdict (200, 409, 410), 0 when the first try after t got one. It is
+// -1 when one was tried after t and never got a verdict, -2 when nothing
+// was tried. (Measured from the shoppers' own purchases: its resolution
+// is their pace, a few per second per edge.)
 func reopenAfter(h *History, t int64) int64 {
-	type firsts struct{ tried, verdict map[string]int64 }
-	f := firsts{map[string]int64{}, map[string]int64{}}
+	cut := func(op *Op) bool { return op.Status == 0 && op.EndMs >= h.LoadEndMs } // the end of the load cut it short
+	verdict := map[string]int64{}
+	tried := map[string]bool{}
 	for i := range h.Ops {
 		op := &h.Ops[i]
-		if op.Kind != opDo || op.StartMs < t {
+		if op.Kind != opDo || op.StartMs < t || cut(op) {
 			continue
 		}
 		for _, k := range []string{fmt.Sprintf("edge%d", op.Edge), op.Product} {
-			if _, ok := f.tried[k]; !ok {
-				f.tried[k] = op.StartMs
-			}
+			tried[k] = true
 			if saleVerdict(op) {
-				if at, ok := f.verdict[k]; !ok || op.EndMs < at {
-					f.verdict[k] = op.EndMs
+				if at, ok := verdict[k]; !ok || op.EndMs < at {
+					verdict[k] = op.EndMs
 				}
 			}
 		}
 	}
-	if len(f.tried) == 0 {
+	if len(tried) == 0 {
 		return -2
 	}
+	closed := map[string]int64{}
+	for i := range h.Ops {
+		op := &h.Ops[i]
+		if op.Kind != opDo || op.StartMs < t || saleVerdict(op) || cut(op) {
+			continue
+		}
+		for _, k := range []string{fmt.Sprintf("edge%d", op.Edge), op.Product} {
+			if v, ok := verdict[k]; !ok || op.EndMs <= v {
+				closed[k] = max(closed[k], op.EndMs-t)
+			}
+		}
+	}
 	var worst int64
-	for k := range f.tried {
-		at, ok := f.verdict[k]
-		if !ok {
+	for k := range tried {
+		if _, ok := verdict[k]; !ok {
 			return -1
 		}
-		worst = max(worst, at-t)
+		worst = max(worst, closed[k])
 	}
 	return worst
 }
@@ -583,6 +600,32 @@ func CompareReconcile(v *Verdict, rec Reconciled, at int64) {
 	case !rec.Clean && len(v.Violations) == 0:
 		v.add("reconcile_disagrees", at, "", "", "", "proxy reconcile is not clean where the checker found nothing: %s", firstLines(rec.Text, 6))
 	}
+}
+
+// cmdCheck is `bench check HISTORY.json`: the checker run again over a
+// schedule's history as -keep kept it (its facts included), e.g. after a
+// change to the checker.
+func cmdCheck(args []string, stdout, stderr io.Writer) int {
+	if len(args) != 1 {
+		fmt.Fprintln(stderr, "bench check: want one history.json (bench run -s nemesis -keep writes one per schedule)")
+		return 2
+	}
+	b, err := os.ReadFile(args[0])
+	if err != nil {
+		fmt.Fprintln(stderr, "bench check:", err)
+		return 1
+	}
+	var h History
+	if err := json.Unmarshal(b, &h); err != nil {
+		fmt.Fprintln(stderr, "bench check:", err)
+		return 1
+	}
+	sr := ScheduleResult{Seed: h.Seed, Verdict: Check(&h), Faults: h.Faults, Ops: len(h.Ops), history: &h}
+	printSchedule(stdout, &sr)
+	if len(sr.Verdict.Violations) > 0 {
+		return 1
+	}
+	return 0
 }
 
 func firstLines(s string, n int) string {

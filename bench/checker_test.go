@@ -76,8 +76,8 @@ func TestCheckerCleanHistoryPasses(t *testing.T) {
 	if v.Unknown != 1 || v.Resolved["cancelled"] != 1 {
 		t.Errorf("the unknown purchase: %d, resolved %v", v.Unknown, v.Resolved)
 	}
-	if v.FinalReopenMs != 600 {
-		t.Errorf("reopen after the last heal: %d ms, want 600 (edge 1's first verdict at 5.6 s)", v.FinalReopenMs)
+	if v.FinalReopenMs != 200 {
+		t.Errorf("reopen after the last heal: %d ms, want 200 (edge 1's 503 before its first verdict ended at 5.2 s)", v.FinalReopenMs)
 	}
 }
 
@@ -169,10 +169,18 @@ func TestCheckerFindsEachViolation(t *testing.T) {
 		{"a token out of turn", func(h *History) { h.Ops[8].Status, h.Ops[8].Code = 200, "" }, []string{"out_of_turn"}, nil},
 		{"admitted before the line reached her", func(h *History) { h.Ops[9].Position = 40 }, []string{"admitted_early"}, nil},
 		{"a sale slow to reopen", func(h *History) {
-			h.Ops[13].EndMs = 8500
+			h.Ops[12].StartMs, h.Ops[12].EndMs = 8000, 8500 // still 503 RECOVERING at 8.5 s
+			h.Ops[13].StartMs, h.Ops[13].EndMs = 8600, 8700
 		}, []string{"reopen_slow"}, func(t *testing.T, v *Verdict) {
 			if v.FinalReopenMs != 3500 {
 				t.Errorf("final reopen %d ms, want 3500", v.FinalReopenMs)
+			}
+		}},
+		{"a sale nobody tried for a while is not slow", func(h *History) {
+			h.Ops[12].Kind = opResult // edge 1's first purchase after the heal is at 5.5 s, a verdict
+		}, nil, func(t *testing.T, v *Verdict) {
+			if v.FinalReopenMs != 0 {
+				t.Errorf("final reopen %d ms, want 0", v.FinalReopenMs)
 			}
 		}},
 		{"an edge stuck", func(h *History) {

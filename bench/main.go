@@ -46,6 +46,7 @@ func usage(w io.Writer) {
   bench compare [flags]           flashgate against its peers, same load, one run, ratio table
   bench deadlines [flags]         the pay-deadline sweep: releases/s and lateness, 1 and 2 edges
   bench list                      the scenarios
+  bench check HISTORY.json        run the nemesis checker again over a kept schedule's history
   bench run -h | bench compare -h the flags
 `)
 }
@@ -79,6 +80,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return 0
 	case "kfake":
 		return cmdKfake(args[1:], stderr)
+	case "check":
+		return cmdCheck(args[1:], stdout, stderr)
 	case "-h", "-help", "--help", "help":
 		usage(stdout)
 		return 0
