@@ -177,6 +177,31 @@ func cmdNemesis(ctx context.Context, root string, sc *Scenario, f runFlags, stdo
 			return 2
 		}
 	}
+	var seeds []int64
+	for i := range n.Schedules {
+		seeds = append(seeds, n.Seed+int64(i))
+	}
+	if f.seeds != "" {
+		seeds = nil
+		for _, x := range strings.Split(f.seeds, ",") {
+			v, err := strconv.ParseInt(strings.TrimSpace(x), 10, 64)
+			if err != nil {
+				fmt.Fprintf(stderr, "bench run: -seeds %q: %v\n", f.seeds, err)
+				return 2
+			}
+			seeds = append(seeds, v)
+		}
+	}
+	if f.plan {
+		for _, seed := range seeds {
+			fmt.Fprintf(stdout, "seed %d:", seed)
+			for _, p := range drawFaults(seed, n.Faults, n.Duration, n.Edges, n.Consumers, sc.Products, n.Brokers, n.Kinds) {
+				fmt.Fprintf(stdout, "  [%s]", strings.Join(strings.Fields(p.String()), " "))
+			}
+			fmt.Fprintln(stdout)
+		}
+		return 0
+	}
 	if f.target != "" || f.pin || f.pprof || f.kafka != "bench" {
 		fmt.Fprintln(stderr, "bench run: the nemesis starts its own fleet: no -target, -pin, -pprof or -kafka edge")
 		return 2
@@ -197,8 +222,8 @@ func cmdNemesis(ctx context.Context, root string, sc *Scenario, f runFlags, stdo
 		return 1
 	}
 	res := &NemesisResult{Scenario: sc.Name, Started: time.Now().UTC(), Commit: proxyCommit(root, f.proxyRev), Machine: machineInfo()}
-	for i := range n.Schedules {
-		seed := n.Seed + int64(i)
+	out := outDir(root, f, sc, res.Started)
+	for _, seed := range seeds {
 		t0 := time.Now()
 		sr := runSchedule(ctx, sc, f, b.bins, filepath.Join(dir, fmt.Sprintf("s%d", seed)), seed, progress)
 		sr.Seconds = time.Since(t0).Seconds()
@@ -207,9 +232,16 @@ func cmdNemesis(ctx context.Context, root string, sc *Scenario, f runFlags, stdo
 			return 130
 		}
 		printSchedule(stdout, &sr)
+		if sr.history != nil && (len(sr.Verdict.Violations) > 0 || f.keep) {
+			// A violation's history stays: `bench check` reads it again.
+			path := filepath.Join(out, fmt.Sprintf("history-%d.json", seed))
+			if err := os.MkdirAll(out, 0o755); err == nil && writeHistory(path, sr.history) == nil {
+				fmt.Fprintf(stdout, "  history: %s\n", path)
+			}
+		}
+		sr.history = nil
 		res.Schedules = append(res.Schedules, sr)
 	}
-	out := outDir(root, f, sc, res.Started)
 	if err := writeNemesis(out, res); err != nil {
 		fmt.Fprintln(stderr, "bench:", err)
 	}
@@ -349,9 +381,6 @@ func runSchedule(ctx context.Context, sc *Scenario, f runFlags, bins map[string]
 		if ok, err := p.Exited(); ok {
 			sr.Notes = append(sr.Notes, fmt.Sprintf("%s exited (%v): %s", p.Name, err, firstLines(p.Tail(), 3)))
 		}
-	}
-	if err := writeHistory(filepath.Join(dir, "history.json"), h); err == nil && f.keep {
-		sr.Notes = append(sr.Notes, "history: "+filepath.Join(dir, "history.json"))
 	}
 	env.Close()
 	return sr

@@ -56,6 +56,8 @@ type runFlags struct {
 	seedSet   bool
 	duration  time.Duration
 	kinds     string
+	plan      bool
+	seeds     string // a list of seeds instead of -seed/-schedules
 }
 
 func cmdRun(args []string, stdout, stderr io.Writer) int {
@@ -89,6 +91,8 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 		return err
 	})
 	fs.DurationVar(&f.duration, "duration", 0, "-s nemesis: each schedule's load (at least 20s; faults heal before its last 10 s)")
+	fs.StringVar(&f.seeds, "seeds", "", "-s nemesis: the schedules' seeds, comma-separated (instead of -seed and -schedules)")
+	fs.BoolVar(&f.plan, "plan", false, "-s nemesis: print each schedule's drawn faults and start nothing")
 	fs.StringVar(&f.kinds, "kinds", "", "-s nemesis: the fault kinds drawn, comma-separated (default all)")
 	if err := fs.Parse(args); err != nil {
 		return 2
@@ -143,8 +147,8 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 	if sc.Nemesis != nil {
 		return cmdNemesis(ctx, root, sc, f, stdout, stderr)
 	}
-	if f.schedules != 0 || f.seedSet || f.duration != 0 || f.kinds != "" {
-		fmt.Fprintln(stderr, "bench run: -schedules, -seed, -duration and -kinds are for -s nemesis")
+	if f.schedules != 0 || f.seedSet || f.duration != 0 || f.kinds != "" || f.plan || f.seeds != "" {
+		fmt.Fprintln(stderr, "bench run: -schedules, -seed, -seeds, -duration, -kinds and -plan are for -s nemesis")
 		return 2
 	}
 	if sc.Fleet != nil || f.edges != "" {
