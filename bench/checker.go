@@ -149,6 +149,9 @@ type History struct {
 	// ReadErrs are the facts the checker could not read (each is a
 	// violation: a check that cannot be made has not passed).
 	ReadErrs []string `json:"read_errors,omitempty"`
+	// Stalled says the pipeline had not settled a whole drain after the
+	// load (orders acknowledged, not stored yet): a violation of liveness.
+	Stalled []string `json:"stalled,omitempty"`
 }
 
 // Violation is one broken promise.
@@ -204,6 +207,9 @@ func Check(h *History) *Verdict {
 	v := &Verdict{Answers: map[string]int64{}, Outcomes: map[string]int64{}, Resolved: map[string]int{}, FinalReopenMs: -2}
 	for _, e := range h.ReadErrs {
 		v.add("unreadable", h.LoadEndMs, "", "", "", "%s", e)
+	}
+	for _, e := range h.Stalled {
+		v.add("pipeline_stalled", h.LoadEndMs, "", "", "", "%s", e)
 	}
 	spec := map[string]ProductSpec{}
 	for _, p := range h.Products {

@@ -187,6 +187,7 @@ func TestCheckerFindsEachViolation(t *testing.T) {
 			h.Ops[13].Status, h.Ops[13].Code = 503, "RECOVERING"
 		}, []string{"edge_stuck"}, nil},
 		{"a fact unreadable", func(h *History) { h.ReadErrs = []string{"clickhouse: connection refused"} }, []string{"unreadable"}, nil},
+		{"the pipeline stalled", func(h *History) { h.Stalled = []string{"consumer lag 21 after 60s"} }, []string{"pipeline_stalled"}, nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			h := cleanHistory()
