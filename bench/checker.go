@@ -402,8 +402,11 @@ func checkPayments(h *History, v *Verdict, stored map[string]Stored) {
 				v.add("paid_not_stored", op.EndMs, op.Product, op.User, op.OrderID, "payment accepted (%s), order not in seckill_order", op.Kind)
 				continue
 			}
-			if s.Status != 1 {
-				v.add("paid_then_released", op.EndMs, op.Product, op.User, op.OrderID, "payment accepted (%s), stored status %d expired=%v", op.Kind, s.Status, s.Expired)
+			switch s.Status {
+			case 2:
+				v.add("paid_then_released", op.EndMs, op.Product, op.User, op.OrderID, "payment accepted (%s), stored released (expired=%v)", op.Kind, s.Expired)
+			case 0:
+				v.add("payment_not_stored", op.EndMs, op.Product, op.User, op.OrderID, "payment accepted (%s), the order stored unpaid", op.Kind)
 			}
 			if s.PayByMs > 0 && op.PaidMs >= s.PayByMs {
 				v.add("paid_after_deadline", op.EndMs, op.Product, op.User, op.OrderID, "paid at %d, deadline %d (+%d ms)", op.PaidMs, s.PayByMs, op.PaidMs-s.PayByMs)
