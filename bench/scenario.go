@@ -64,6 +64,10 @@ type Scenario struct {
 	// token, do), so steps is not read.
 	WaitingRoom *Room `yaml:"waiting_room"`
 
+	// Nemesis plays random fault schedules over a fleet and checks every
+	// promise from outside (nemesis.go).
+	Nemesis *Nemesis `yaml:"nemesis"`
+
 	// Quick is the -quick run's overrides, as -set key=value pairs
 	// (applied before any -set).
 	Quick map[string]string `yaml:"quick"`
@@ -310,7 +314,7 @@ func (sc *Scenario) validate() field.Errors {
 			errs.Add("faults.redis", "not with failover (the edges talk to the cluster directly)")
 		}
 	}
-	if len(sc.Steps) == 0 && sc.WaitingRoom == nil {
+	if len(sc.Steps) == 0 && sc.WaitingRoom == nil && sc.Nemesis == nil {
 		errs.Add("steps", "at least one step")
 	}
 	for i := range sc.Steps {
@@ -373,6 +377,7 @@ func (sc *Scenario) validate() field.Errors {
 	}
 	sc.validateFleet(&errs)
 	sc.validateRoom(&errs)
+	sc.validateNemesis(&errs)
 	return errs
 }
 
