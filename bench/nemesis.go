@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"math"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -620,14 +619,6 @@ func summarizeNemesis(list []ScheduleResult) nemesisSummary {
 	}
 	sort.Slice(s.Reopen, func(i, j int) bool { return s.Reopen[i] < s.Reopen[j] })
 	return s
-}
-
-func quantile(sorted []int64, q float64) int64 {
-	if len(sorted) == 0 {
-		return 0
-	}
-	i := int(math.Ceil(q*float64(len(sorted)))) - 1
-	return sorted[max(0, min(i, len(sorted)-1))]
 }
 
 func (s nemesisSummary) resultLine() string {
