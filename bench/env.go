@@ -46,8 +46,9 @@ type Env struct {
 	procs *Procs
 
 	Redis, Kafka, Origin, Edge *Proc
-	Orders                     *Proc // the separate order consumer (a second cmd/proxy), if any
-	RedisAddr, Brokers         string
+	Orders                     *Proc  // the separate order consumer (a second cmd/proxy), if any
+	RedisAddr, Brokers         string // Brokers: comma-separated
+	KafkaControl               string // StartKafkaCluster's control listener
 	OriginAddr                 string
 	EdgeAddr, AdminAddr        string
 	OrdersAdmin                string // admin listener of the process holding the order store
@@ -196,6 +197,43 @@ func (e *Env) StartKafka(ctx context.Context) error {
 	return waitFor(ctx, e.Kafka, "kfake", 15*time.Second, tcpReady(e.Brokers))
 }
 
+// StartKafkaCluster starts n kfake brokers in one child process (`bench
+// kfake -ports …`), with a control listener at KafkaControl that takes one
+// broker away and brings it back (POST /stop?node=N, /start?node=N).
+func (e *Env) StartKafkaCluster(ctx context.Context, n int) error {
+	self, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	var ports []string
+	var addrs []string
+	for range n {
+		p, err := freePort()
+		if err != nil {
+			return err
+		}
+		ports = append(ports, strconv.Itoa(p))
+		addrs = append(addrs, "127.0.0.1:"+strconv.Itoa(p))
+	}
+	if e.KafkaControl, err = freeAddr(); err != nil {
+		return err
+	}
+	e.Brokers = strings.Join(addrs, ",")
+	e.Kafka, err = e.procs.Start("kafka", e.cpu(e.opt.InfraCPU), []string{"GOMAXPROCS=1"}, self, "kfake",
+		"-ports", strings.Join(ports, ","), "-control", e.KafkaControl)
+	if err != nil {
+		return err
+	}
+	return waitFor(ctx, e.Kafka, "kfake", 15*time.Second, func() error {
+		for _, a := range append(addrs, e.KafkaControl) {
+			if err := tcpReady(a)(); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
 // StartClickHouse starts clickhouse-server (Debian) as the order store.
 func (e *Env) StartClickHouse() error {
 	if err := need("-clickhouse", toolClickHouse); err != nil {
@@ -242,6 +280,8 @@ type Activity struct {
 	Start, End time.Time
 	// WaitingRoom is the sale's waiting_room: section (nil: none).
 	WaitingRoom map[string]any
+	// PayTimeout is the sale's pay_timeout (0: the config's default).
+	PayTimeout time.Duration
 }
 
 // edgeBase is the edge bench runs: loopback listeners, the whole sale
@@ -342,6 +382,9 @@ func (e *Env) writeConfig(spec EdgeSpec, name string, node int, consumer bool) (
 		if a.WaitingRoom != nil {
 			act["waiting_room"] = a.WaitingRoom
 		}
+		if a.PayTimeout > 0 {
+			act["pay_timeout"] = a.PayTimeout.String()
+		}
 		acts = append(acts, act)
 	}
 	set := map[string]any{
@@ -356,7 +399,11 @@ func (e *Env) writeConfig(spec EdgeSpec, name string, node int, consumer bool) (
 		"activities": acts,
 	}
 	if e.opt.Kafka == "bench" {
-		set["kafka"] = map[string]any{"brokers": []any{e.Brokers}}
+		var brokers []any
+		for _, b := range strings.Split(e.Brokers, ",") {
+			brokers = append(brokers, b)
+		}
+		set["kafka"] = map[string]any{"brokers": brokers}
 	}
 	if e.ch != nil {
 		set["clickhouse"] = map[string]any{"addr": e.ch.Addr()}

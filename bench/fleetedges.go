@@ -12,7 +12,9 @@ import (
 type EdgeSet struct {
 	Procs          []*Proc
 	Addrs, Admins  []string
-	ConsumerConfig string // the config of the process holding the order store: `proxy reconcile -c` reads it
+	Configs        []string // each edge's config file (a restart reads it again)
+	Consumers      []bool   // which edges run the order consumer
+	ConsumerConfig string   // the config of a process holding the order store: `proxy reconcile -c` reads it
 }
 
 // StartEdges starts n edges on spec, each ready and answering the status
@@ -21,6 +23,17 @@ type EdgeSet struct {
 // load), so there is one order store, which reconcile reads. The edges run
 // with GOMAXPROCS=goMaxProcs (0: Go's default).
 func (e *Env) StartEdges(ctx context.Context, spec EdgeSpec, n int, separate bool, goMaxProcs int) (*EdgeSet, error) {
+	consumers := 1
+	if separate {
+		consumers = 0
+	}
+	return e.StartEdgesWith(ctx, spec, n, consumers, separate, goMaxProcs)
+}
+
+// StartEdgesWith is StartEdges with the order consumer in the first
+// consumers edges (a consumer group of that many members; the nemesis
+// scenario runs two), or with separate in a process of its own.
+func (e *Env) StartEdgesWith(ctx context.Context, spec EdgeSpec, n, consumers int, separate bool, goMaxProcs int) (*EdgeSet, error) {
 	if n < 1 || len(spec.Products) == 0 {
 		return nil, errors.New("StartEdges: want at least one edge and one product")
 	}
@@ -44,7 +57,7 @@ func (e *Env) StartEdges(ctx context.Context, spec EdgeSpec, n int, separate boo
 	}
 	for i := range n {
 		name := fmt.Sprintf("edge%d", i+1)
-		consumer := !separate && i == 0
+		consumer := !separate && i < consumers
 		path, addr, admin, err := e.writeConfig(spec, name, i+1, consumer)
 		if err != nil {
 			return nil, err
@@ -56,11 +69,27 @@ func (e *Env) StartEdges(ctx context.Context, spec EdgeSpec, n int, separate boo
 		if err := e.waitEdge(ctx, p, admin, addr, spec.Products[0].ID); err != nil {
 			return nil, err
 		}
-		if consumer {
+		if consumer && set.ConsumerConfig == "" {
 			set.ConsumerConfig, e.OrdersAdmin = path, admin
 		}
 		set.Procs, set.Addrs, set.Admins = append(set.Procs, p), append(set.Addrs, addr), append(set.Admins, admin)
+		set.Configs, set.Consumers = append(set.Configs, path), append(set.Consumers, consumer)
 	}
 	e.Edge, e.EdgeAddr, e.AdminAddr = set.Procs[0], set.Addrs[0], set.Admins[0]
 	return set, nil
+}
+
+// RestartEdge starts edge i again on its config (after a kill -9) under a
+// new log name, and waits until it is ready; set.Procs[i] is the new one.
+func (e *Env) RestartEdge(ctx context.Context, set *EdgeSet, i int, goMaxProcs int, firstProduct string, run int) error {
+	var env []string
+	if goMaxProcs > 0 {
+		env = []string{"GOMAXPROCS=" + strconv.Itoa(goMaxProcs)}
+	}
+	p, err := e.procs.Start(fmt.Sprintf("edge%d.%d", i+1, run), -1, env, e.bins["proxy"], "-c", set.Configs[i])
+	if err != nil {
+		return err
+	}
+	set.Procs[i] = p
+	return e.waitEdge(ctx, p, set.Admins[i], set.Addrs[i], firstProduct)
 }

@@ -6,6 +6,8 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net"
+	"net/http"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -13,10 +15,13 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+	"time"
 
+	"github.com/twmb/franz-go/pkg/kfake"
 	"golang.org/x/sys/unix"
 
 	"flashgate/conf"
+	"flashgate/internal/kafkatest"
 	"flashgate/orders/broker"
 )
 
@@ -41,6 +46,7 @@ func usage(w io.Writer) {
   bench compare [flags]           flashgate against its peers, same load, one run, ratio table
   bench deadlines [flags]         the pay-deadline sweep: releases/s and lateness, 1 and 2 edges
   bench list                      the scenarios
+  bench check HISTORY.json        run the nemesis checker again over a kept schedule's history
   bench run -h | bench compare -h the flags
 `)
 }
@@ -74,6 +80,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return 0
 	case "kfake":
 		return cmdKfake(args[1:], stderr)
+	case "check":
+		return cmdCheck(args[1:], stdout, stderr)
 	case "-h", "-help", "--help", "help":
 		usage(stdout)
 		return 0
@@ -165,17 +173,30 @@ func setAffinity(pid, cpu int) error {
 }
 
 // cmdKfake runs the Kafka-protocol broker (kfake) bench starts for a run
-// when the edge should not carry it: `bench kfake -port P`.
+// when the edge should not carry it: `bench kfake -port P`, or several
+// brokers with `-ports P1,P2,P3` and a control listener (-control ADDR:
+// POST /stop?node=N and /start?node=N take one broker away and bring it
+// back, for the nemesis scenario).
 func cmdKfake(args []string, stderr io.Writer) int {
 	fs := flag.NewFlagSet("bench kfake", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	port := fs.Int("port", 0, "port on 127.0.0.1")
+	ports := fs.String("ports", "", "several brokers: their ports on 127.0.0.1, comma-separated (instead of -port)")
+	control := fs.String("control", "", "with -ports: the control listener's host:port")
 	parts := fs.Int("partitions", 6, "partitions of the orders topic")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
 	k := conf.Defaults().Kafka
-	brokers, stop, err := broker.StartEmbeddedWith(broker.EmbeddedConfig{Port: *port, Topics: broker.Topics(k.Topic, k.DLQTopic, *parts)})
+	topics := broker.Topics(k.Topic, k.DLQTopic, *parts)
+	var brokers []string
+	var stop func()
+	var err error
+	if *ports != "" {
+		brokers, stop, err = kfakeCluster(*ports, *control, topics)
+	} else {
+		brokers, stop, err = broker.StartEmbeddedWith(broker.EmbeddedConfig{Port: *port, Topics: topics})
+	}
 	if err != nil {
 		fmt.Fprintln(stderr, "bench kfake:", err)
 		return 1
@@ -186,4 +207,57 @@ func cmdKfake(args []string, stderr io.Writer) int {
 	<-sigs
 	stop()
 	return 0
+}
+
+// kfakeCluster starts one broker per port (internal/kafkatest: a stopped
+// broker's connections close as a dead process's would) and the control
+// listener.
+func kfakeCluster(portList, control string, topics []broker.Topic) ([]string, func(), error) {
+	var ps []int
+	for _, f := range strings.Split(portList, ",") {
+		p, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil {
+			return nil, nil, fmt.Errorf("-ports %q: %v", portList, err)
+		}
+		ps = append(ps, p)
+	}
+	c, err := kafkatest.LaunchCluster(len(ps), kfake.Ports(ps...), kfake.ClusterID("flashgate-bench"))
+	if err != nil {
+		return nil, nil, err
+	}
+	brokers := c.Brokers()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := broker.EnsureTopics(ctx, brokers, broker.Security{}, broker.Replicated(topics, len(ps), 1)...); err != nil {
+		c.Close()
+		return nil, nil, err
+	}
+	var srv *http.Server
+	if control != "" {
+		mux := http.NewServeMux()
+		node := func(w http.ResponseWriter, r *http.Request, f func(int32) error) {
+			n, err := strconv.Atoi(r.URL.Query().Get("node"))
+			if err == nil {
+				err = f(int32(n))
+			}
+			if err != nil {
+				http.Error(w, err.Error(), http.StatusConflict)
+			}
+		}
+		mux.HandleFunc("POST /stop", func(w http.ResponseWriter, r *http.Request) { node(w, r, c.StopBrokerErr) })
+		mux.HandleFunc("POST /start", func(w http.ResponseWriter, r *http.Request) { node(w, r, c.StartBrokerErr) })
+		ln, err := net.Listen("tcp", control)
+		if err != nil {
+			c.Close()
+			return nil, nil, err
+		}
+		srv = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+		go srv.Serve(ln)
+	}
+	return brokers, func() {
+		if srv != nil {
+			srv.Close()
+		}
+		c.Close()
+	}, nil
 }

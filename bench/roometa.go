@@ -85,15 +85,6 @@ func etaAccuracyOf(waits []etaWait) ETAAccuracy {
 	return a
 }
 
-// quantile of sorted xs (nearest rank).
-func quantile(xs []float64, q float64) float64 {
-	if len(xs) == 0 {
-		return math.NaN()
-	}
-	i := int(math.Ceil(q*float64(len(xs)))) - 1
-	return xs[max(i, 0)]
-}
-
 // solvePow finds a decimal nonce such that SHA-256(challenge + ":" +
 // nonce) starts with bits zero bits, as the page's worker does.
 func solvePow(challenge string, zeros int) string {

@@ -12,6 +12,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"strings"
 	"time"
 
@@ -48,6 +49,15 @@ type runFlags struct {
 	edges string
 	// quick applies the scenario's quick: overrides (a short run).
 	quick bool
+	// The nemesis scenario: schedules to play, the first one's seed (set
+	// or not), each schedule's load, the fault kinds drawn.
+	schedules int
+	seed      int64
+	seedSet   bool
+	duration  time.Duration
+	kinds     string
+	plan      bool
+	seeds     string // a list of seeds instead of -seed/-schedules
 }
 
 func cmdRun(args []string, stdout, stderr io.Writer) int {
@@ -74,6 +84,16 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 	fs.IntVar(&f.waitReplicas, "wait-replicas", 0, "set redis.wait_replicas: N in the edges' config (each deduction waits for N replicas; for -s failover); 0 leaves it out")
 	fs.StringVar(&f.edges, "edges", "", "-s fleet: the points, edges per point, e.g. 1,2,3 (default the scenario's fleet.edges); with -target, the edges are the targets")
 	fs.BoolVar(&f.quick, "quick", false, "a short run: apply the scenario's quick: overrides (before any -set)")
+	fs.IntVar(&f.schedules, "schedules", 0, "-s nemesis: fault schedules to play, each on a fresh fleet (default the scenario's nemesis.schedules)")
+	fs.Func("seed", "-s nemesis: the first schedule's seed; schedule i plays seed+i (-seed S -schedules 1 replays S)", func(v string) error {
+		n, err := strconv.ParseInt(v, 10, 64)
+		f.seed, f.seedSet = n, true
+		return err
+	})
+	fs.DurationVar(&f.duration, "duration", 0, "-s nemesis: each schedule's load (at least 20s; faults heal before its last 10 s)")
+	fs.StringVar(&f.seeds, "seeds", "", "-s nemesis: the schedules' seeds, comma-separated (instead of -seed and -schedules)")
+	fs.BoolVar(&f.plan, "plan", false, "-s nemesis: print each schedule's drawn faults and start nothing")
+	fs.StringVar(&f.kinds, "kinds", "", "-s nemesis: the fault kinds drawn, comma-separated (default all)")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -124,6 +144,13 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 	}
 	ctx, stop := signalContext()
 	defer stop()
+	if sc.Nemesis != nil {
+		return cmdNemesis(ctx, root, sc, f, stdout, stderr)
+	}
+	if f.schedules != 0 || f.seedSet || f.duration != 0 || f.kinds != "" || f.plan || f.seeds != "" {
+		fmt.Fprintln(stderr, "bench run: -schedules, -seed, -seeds, -duration, -kinds and -plan are for -s nemesis")
+		return 2
+	}
 	if sc.Fleet != nil || f.edges != "" {
 		return cmdFleet(ctx, root, sc, f, stdout, stderr)
 	}

@@ -68,6 +68,10 @@ type Scenario struct {
 	// in front of a loopback origin (routeroom.go); steps is not read.
 	RouteRoom *RouteRoomBench `yaml:"route_room"`
 
+	// Nemesis plays random fault schedules over a fleet and checks every
+	// promise from outside (nemesis.go).
+	Nemesis *Nemesis `yaml:"nemesis"`
+
 	// Quick is the -quick run's overrides, as -set key=value pairs
 	// (applied before any -set).
 	Quick map[string]string `yaml:"quick"`
@@ -314,7 +318,7 @@ func (sc *Scenario) validate() field.Errors {
 			errs.Add("faults.redis", "not with failover (the edges talk to the cluster directly)")
 		}
 	}
-	if len(sc.Steps) == 0 && sc.WaitingRoom == nil && sc.RouteRoom == nil {
+	if len(sc.Steps) == 0 && sc.WaitingRoom == nil && sc.RouteRoom == nil && sc.Nemesis == nil {
 		errs.Add("steps", "at least one step")
 	}
 	for i := range sc.Steps {
@@ -378,6 +382,7 @@ func (sc *Scenario) validate() field.Errors {
 	sc.validateFleet(&errs)
 	sc.validateRoom(&errs)
 	sc.validateRouteRoom(&errs)
+	sc.validateNemesis(&errs)
 	return errs
 }
 

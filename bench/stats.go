@@ -325,3 +325,13 @@ func sortedKeys(m map[string]int64) []string {
 	sort.Strings(keys)
 	return keys
 }
+
+// quantile is the nearest-rank q-quantile of sorted values; zero when
+// there are none.
+func quantile[T int64 | float64](sorted []T, q float64) T {
+	if len(sorted) == 0 {
+		return 0
+	}
+	i := int(math.Ceil(q*float64(len(sorted)))) - 1
+	return sorted[max(0, min(i, len(sorted)-1))]
+}

@@ -76,11 +76,8 @@ func (s *Service) status(r *api.Call, st *Settings) {
 		// purchase token the token call would mint (the same rules, the
 		// same token): a purchase is then a status and a do. A sale with a
 		// waiting room hands it out at admission instead.
-		exp := nowMs + st.TokenTTL.Milliseconds()
-		b := append(r.Scratch[:len(r.Scratch)-1], `,"token":"`...) // the closing brace goes
-		b = st.Tokens.Mint(b, r.UserID, r.ProductID, exp)
-		b = append(b, `","tokenExpiresMs":`...)
-		b = strconv.AppendInt(b, exp, 10)
+		b := append(r.Scratch[:len(r.Scratch)-1], ',') // the closing brace goes
+		b = appendToken(b, r, st, "tokenExpiresMs", nowMs+st.TokenTTL.Milliseconds())
 		r.Scratch = append(b, '}')
 	}
 	api.WriteJSON(r.Ctx, fasthttp.StatusOK, r.Scratch)
@@ -161,10 +158,7 @@ func (s *Service) token(r *api.Call, st *Settings) {
 		}
 		exp = min(exp, until)
 	}
-	b := append(r.Scratch[:0], `{"token":"`...)
-	b = st.Tokens.Mint(b, r.UserID, r.ProductID, exp)
-	b = append(b, `","expiresMs":`...)
-	b = strconv.AppendInt(b, exp, 10)
+	b := appendToken(append(r.Scratch[:0], '{'), r, st, "expiresMs", exp)
 	if until > 0 {
 		b = append(b, `,"admittedUntilMs":`...)
 		b = strconv.AppendInt(b, until, 10)
@@ -172,6 +166,19 @@ func (s *Service) token(r *api.Call, st *Settings) {
 	b = append(b, '}')
 	r.Scratch = b
 	api.WriteJSON(r.Ctx, fasthttp.StatusOK, b)
+}
+
+// appendToken appends `"token":"…","<expKey>":exp`: a purchase token for
+// the call's user and product, valid until exp. Every answer that hands one
+// out (the token call, the status, the queue's admission) writes it so, and
+// only after the token call's rules (checkRules, and a room's admission).
+func appendToken(b []byte, r *api.Call, st *Settings, expKey string, exp int64) []byte {
+	b = append(b, `"token":"`...)
+	b = st.Tokens.Mint(b, r.UserID, r.ProductID, exp)
+	b = append(b, `","`...)
+	b = append(b, expKey...)
+	b = append(b, `":`...)
+	return strconv.AppendInt(b, exp, 10)
 }
 
 // do is a purchase, read top to bottom: the rules the chain left

@@ -183,8 +183,16 @@ func (s *Service) recoverSale(ctx context.Context, a *catalog.Sale, fence string
 	}
 	plan.Fence = fence
 	if st := s.settings.Load(); st != nil {
-		// Every token minted before now expires by now + its lifetime.
-		plan.TokensFromMs = s.d.Now()/1e6 + st.TokenTTL.Milliseconds()
+		// Every token minted before now expires by now + its lifetime; a
+		// waiting room's token also by the end of its shopper's turn,
+		// which began before now. A horizon past the turns of shoppers
+		// admitted after the rebuild would refuse every token they get
+		// (nemesis seed 11: BAD_TOKEN for token_ttl after a failover).
+		life := st.TokenTTL.Milliseconds()
+		if a.Room != nil && a.Room.SessionMs > 0 {
+			life = min(life, a.Room.SessionMs)
+		}
+		plan.TokensFromMs = s.d.Now()/1e6 + life
 	}
 	res, reopened, err := s.d.Store.Rebuild(ctx, plan)
 	if err != nil {

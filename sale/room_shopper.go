@@ -26,7 +26,9 @@ import (
 //
 // and the gate of the purchase-token call (token): a sale with a room mints
 // tokens only for admitted shoppers, valid until their session ends, so
-// `do` needs nothing more.
+// `do` needs nothing more. The join and the poll that answer "admitted"
+// carry the token the token call would mint then (admittedToken), so a
+// turn's purchase is a poll and a `do`.
 
 // The shopper's status in the room.
 const (
@@ -174,6 +176,7 @@ func (s *Service) join(r *api.Call, st *Settings) {
 		rej.Write(r.Ctx)
 		return
 	}
+	s.admittedToken(r, st, &a)
 	s.answerRoom(r, st, a)
 }
 
@@ -253,6 +256,7 @@ func (s *Service) queue(r *api.Call, st *Settings) {
 		rej.Write(r.Ctx)
 		return
 	}
+	s.admittedToken(r, st, &a)
 	s.answerRoom(r, st, a)
 }
 
@@ -301,6 +305,21 @@ type roomAnswer struct {
 	// id and reissue: the ticket to give (a new one when its place changed).
 	id      room.ID
 	reissue bool
+	// tokenExpMs > 0: the answer carries a purchase token valid until then.
+	tokenExpMs int64
+}
+
+// admittedToken gives an admitted shopper's answer the purchase token the
+// token call would mint at this moment: the same rules (checkRules: signed
+// in, the sale open, in stock, not degraded), the admission read from Redis
+// by this very call (placeAnswer: a.status is admitted only while the turn
+// lasts), and the same expiry, no later than the turn's end. Any other
+// answer carries none.
+func (s *Service) admittedToken(r *api.Call, st *Settings, a *roomAnswer) {
+	if a.status != roomAdmitted || s.checkRules(r) != nil {
+		return
+	}
+	a.tokenExpMs = min(r.NowNano/1e6+st.TokenTTL.Milliseconds(), a.admittedUntilMs)
 }
 
 func roomAnswerOf(rm *room.Room, p *stock.RoomPlace, vs *room.State, nowMs int64) roomAnswer {
@@ -336,7 +355,8 @@ func roomAnswerOf(rm *room.Room, p *stock.RoomPlace, vs *room.State, nowMs int64
 }
 
 // answerRoom writes {productId, status, position, ahead, admitted, etaMs, opensMs,
-// admittedUntilMs, soldOut, ticket} and, with a.reissue, the ticket cookie.
+// admittedUntilMs, soldOut, ticket, token?, expiresMs?} and, with a.reissue,
+// the ticket cookie.
 func (s *Service) answerRoom(r *api.Call, st *Settings, a roomAnswer) {
 	e := r.Sale
 	b := append(r.Scratch[:0], `{"productId":"`...)
@@ -374,6 +394,9 @@ func (s *Service) answerRoom(r *api.Call, st *Settings, a roomAnswer) {
 		if a.reissue {
 			s.setTicketCookie(r, st, ticket)
 		}
+	}
+	if a.tokenExpMs > 0 {
+		b = appendToken(append(b, ','), r, st, "expiresMs", a.tokenExpMs)
 	}
 	b = append(b, '}')
 	r.Scratch = b

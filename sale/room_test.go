@@ -647,3 +647,133 @@ func TestRoomBuyFreesSeat(t *testing.T) {
 		return r.call(0, api.EndpointToken, "e2", roomProduct, t2, nil).code == 200
 	})
 }
+
+// TestRoomPollCarriesToken (issue 26, one request per purchase): the queue
+// poll that admits a shopper, and every poll while her turn lasts, carries
+// the purchase token the token call would mint then — bound to her and the
+// sale, one use, valid no longer than the turn — so a turn's purchase is a
+// poll and a do; a join that admits carries one too. A waiting shopper's
+// poll, an expired turn's, and an admitted shopper's while the sale is
+// degraded carry none; the token call keeps working beside it.
+func TestRoomPollCarriesToken(t *testing.T) {
+	r := newRoomRig(t, redistest.Start(t), 1, conf.RoomConfig{AdmitPerMinute: 60, Order: "fifo", Session: 10 * time.Second})
+	r.nowMs.Store(r.start + 1)
+	r.tend()
+	t1, t2 := r.join(0, "f1").cookie, r.join(0, "f2").cookie
+	poll := func(user, ticket string) answer {
+		t.Helper()
+		a := r.call(0, api.EndpointQueue, user, roomProduct, ticket, nil)
+		if a.code != 200 {
+			t.Fatalf("poll of %s: %d %s", user, a.code, a.raw)
+		}
+		return a
+	}
+	do := func(user, token string) (int, string) {
+		ctx := new(fasthttp.RequestCtx)
+		r.edges[0].Handle(&api.Call{Ctx: ctx, NowNano: r.nowMs.Load() * 1e6, Endpoint: api.EndpointDo,
+			UserID: []byte(user), ProductID: []byte(roomProduct), Token: []byte(token), Qty: 1})
+		return ctx.Response.StatusCode(), string(ctx.Response.Body())
+	}
+	if a := poll("f1", t1); a.str("status") != "waiting" || a.body["token"] != nil || a.body["expiresMs"] != nil {
+		t.Fatalf("a waiting shopper's poll: %s", a.raw)
+	}
+
+	r.nowMs.Store(r.start + 2000) // the line reaches place 2
+	now := r.nowMs.Load()
+	until := now + 10_000
+	a := poll("f1", t1)
+	tok := a.str("token")
+	if a.str("status") != "admitted" || a.num("admittedUntilMs") != until || tok == "" || a.num("expiresMs") != until {
+		t.Fatalf("the admitting poll: %s, want admitted until %d with a token expiring then", a.raw, until)
+	}
+	if _, exp, err := r.set.Tokens.Check([]byte(tok), []byte("f1"), []byte(roomProduct), now); err != nil || exp != until {
+		t.Fatalf("the poll's token: expiry %d, %v", exp, err)
+	}
+	if _, _, err := r.set.Tokens.Check([]byte(tok), []byte("f2"), []byte(roomProduct), now); err == nil {
+		t.Fatal("f1's token passes for f2")
+	}
+	if _, _, err := r.set.Tokens.Check([]byte(tok), []byte("f1"), []byte("wr2"), now); err == nil {
+		t.Fatal("f1's token passes for another sale")
+	}
+	// Every poll of the turn carries a fresh one; the token call still
+	// answers, with the same expiry.
+	again := poll("f1", t1)
+	if again.str("token") == "" || again.str("token") == tok || again.num("expiresMs") != until {
+		t.Fatalf("a second poll of the turn: %s (first token %s)", again.raw, tok)
+	}
+	if tc := r.call(0, api.EndpointToken, "f1", roomProduct, t1, nil); tc.code != 200 || tc.str("token") == "" || tc.num("expiresMs") != until {
+		t.Fatalf("the token call beside the poll: %d %s", tc.code, tc.raw)
+	}
+	if code, body := do("f2", tok); code != 403 || !strings.Contains(body, "BAD_TOKEN") {
+		t.Fatalf("f1's token used by f2: %d %s", code, body)
+	}
+	if code, body := do("f1", tok); code != 200 {
+		t.Fatalf("f1 buys with the poll's token: %d %s", code, body)
+	}
+	if code, body := do("f1", tok); code != 403 || !strings.Contains(body, "BAD_TOKEN") {
+		t.Fatalf("the poll's token used twice: %d %s", code, body)
+	}
+
+	// Degraded: the admission stands, but no token (the token call says busy).
+	if _, err := r.edges[0].SetDegraded(context.Background(), roomProduct, true); err != nil {
+		t.Fatal(err)
+	}
+	if a := poll("f2", t2); a.str("status") != "admitted" || a.body["token"] != nil {
+		t.Fatalf("an admitted shopper's poll on a degraded sale: %s", a.raw)
+	}
+	if _, err := r.edges[0].SetDegraded(context.Background(), roomProduct, false); err != nil {
+		t.Fatal(err)
+	}
+
+	// The turn is over: no token, from the poll or the token call.
+	r.nowMs.Store(until)
+	if a := poll("f1", t1); a.str("status") != "expired" || a.body["token"] != nil {
+		t.Fatalf("the poll after the turn: %s", a.raw)
+	}
+	if tc := r.call(0, api.EndpointToken, "f1", roomProduct, t1, nil); tc.code != 403 {
+		t.Fatalf("the token call after the turn: %d %s", tc.code, tc.raw)
+	}
+
+	// A join the line has already passed admits at once, with a token.
+	j := r.join(0, "f3")
+	if j.str("status") != "admitted" || j.str("token") == "" || j.num("expiresMs") != r.nowMs.Load()+10_000 {
+		t.Fatalf("a join admitted at once: %s", j.raw)
+	}
+	if code, body := do("f3", j.str("token")); code != 200 {
+		t.Fatalf("f3 buys with the join's token: %d %s", code, body)
+	}
+}
+
+// TestRoomAdmittedPollTokenAllocs: the token an admitted shopper's poll
+// carries costs no allocation. The poll itself reads the place with a
+// script call, which allocates; the same poll on a degraded sale (no
+// token) is the measure.
+func TestRoomAdmittedPollTokenAllocs(t *testing.T) {
+	r := newRoomRig(t, redistest.Start(t), 1, conf.RoomConfig{AdmitPerMinute: 6000, Order: "fifo"})
+	r.nowMs.Store(r.start + 1)
+	r.tend()
+	ticket := r.join(0, "g1").cookie
+	r.nowMs.Add(60_000)
+	ctx := new(fasthttp.RequestCtx)
+	ctx.Request.Header.SetCookie(room.CookiePref+roomProduct, ticket)
+	call := &api.Call{Ctx: ctx, Endpoint: api.EndpointQueue, UserID: []byte("g1"), ProductID: []byte(roomProduct), Scratch: make([]byte, 0, 1024)}
+	svc := r.edges[0]
+	run := func() {
+		call.NowNano, call.Checked, call.Sale = r.nowMs.Load()*1e6, 0, catalog.Entry{}
+		svc.Handle(call)
+	}
+	measure := func(degraded bool) float64 {
+		if _, err := svc.SetDegraded(context.Background(), roomProduct, degraded); err != nil {
+			t.Fatal(err)
+		}
+		run()
+		if body := string(ctx.Response.Body()); !strings.Contains(body, `"status":"admitted"`) || strings.Contains(body, `"token"`) != !degraded {
+			t.Fatalf("degraded %v: %s", degraded, body)
+		}
+		return testing.AllocsPerRun(200, run)
+	}
+	without := measure(true)
+	if with := measure(false); with > without {
+		t.Errorf("the admitted poll allocates %.1f times with its token, %.1f without", with, without)
+	}
+}

@@ -49,24 +49,38 @@ type Cluster struct {
 // kfake.ListenFn (the cluster's own) or kfake.Ports.
 func StartCluster(t testing.TB, n int, opts ...kfake.Opt) *Cluster {
 	t.Helper()
-	c := &Cluster{tb: t, port: map[int32]int{}, lns: map[int]*trackingListener{}, down: map[int32]bool{}}
-	all := append([]kfake.Opt{kfake.NumBrokers(n), kfake.ListenFn(c.listen)}, opts...)
-	kc, err := kfake.NewCluster(all...)
+	c, err := LaunchCluster(n, opts...)
 	if err != nil {
 		t.Fatalf("kafkatest: %v", err)
 	}
-	t.Cleanup(kc.Close)
+	t.Cleanup(c.Close)
+	c.tb = t
+	return c
+}
+
+// LaunchCluster starts the same cluster outside any test (a load tool);
+// Close stops it. Outside a test StopBroker and StartBroker return their
+// failure as a panic with an error (StopBrokerErr, StartBrokerErr return
+// it).
+func LaunchCluster(n int, opts ...kfake.Opt) (*Cluster, error) {
+	c := &Cluster{port: map[int32]int{}, lns: map[int]*trackingListener{}, down: map[int32]bool{}}
+	all := append([]kfake.Opt{kfake.NumBrokers(n), kfake.ListenFn(c.listen)}, opts...)
+	kc, err := kfake.NewCluster(all...)
+	if err != nil {
+		return nil, err
+	}
 	c.Cluster = kc
 	// kfake numbers its brokers 0..n-1 in the order ListenAddrs lists them.
 	c.brokers = kc.ListenAddrs()
 	for i, a := range c.brokers {
 		_, p, err := net.SplitHostPort(a)
 		if err != nil {
-			t.Fatalf("kafkatest: broker address %q: %v", a, err)
+			kc.Close()
+			return nil, fmt.Errorf("broker address %q: %v", a, err)
 		}
 		c.port[int32(i)], _ = strconv.Atoi(p)
 	}
-	return c
+	return c, nil
 }
 
 // Brokers is every broker's address, stopped ones included: the bootstrap
@@ -80,41 +94,69 @@ func (c *Cluster) Addr(node int32) string { return c.brokers[node] }
 // connection to it are closed, and the partitions it led get other
 // leaders. The test fails if node is not a running broker.
 func (c *Cluster) StopBroker(node int32) {
-	c.tb.Helper()
+	if c.tb != nil {
+		c.tb.Helper()
+	}
+	c.must(c.StopBrokerErr(node))
+}
+
+// StopBrokerErr is StopBroker returning its failure.
+func (c *Cluster) StopBrokerErr(node int32) error {
 	c.mu.Lock()
 	_, known := c.port[node]
 	wasDown := c.down[node]
 	c.mu.Unlock()
 	if !known || wasDown {
-		c.tb.Fatalf("kafkatest: broker %d is not running", node)
+		return fmt.Errorf("kafkatest: broker %d is not running", node)
 	}
 	// RemoveNode closes the broker's listener, a trackingListener, which
 	// closes the connections it accepted.
 	if err := c.RemoveNode(node); err != nil {
-		c.tb.Fatalf("kafkatest: stop broker %d: %v", node, err)
+		return fmt.Errorf("kafkatest: stop broker %d: %v", node, err)
 	}
 	c.mu.Lock()
 	c.down[node] = true
 	c.mu.Unlock()
+	return nil
 }
 
 // StartBroker brings a stopped broker back, with its node id and port;
 // kfake chooses every partition's leader again among the brokers up.
 func (c *Cluster) StartBroker(node int32) {
-	c.tb.Helper()
+	if c.tb != nil {
+		c.tb.Helper()
+	}
+	c.must(c.StartBrokerErr(node))
+}
+
+// StartBrokerErr is StartBroker returning its failure.
+func (c *Cluster) StartBrokerErr(node int32) error {
 	c.mu.Lock()
 	port, known := c.port[node]
 	wasDown := c.down[node]
 	c.mu.Unlock()
 	if !known || !wasDown {
-		c.tb.Fatalf("kafkatest: broker %d is not stopped", node)
+		return fmt.Errorf("kafkatest: broker %d is not stopped", node)
 	}
 	if _, _, err := c.AddNode(node, port); err != nil {
-		c.tb.Fatalf("kafkatest: start broker %d on port %d: %v", node, port, err)
+		return fmt.Errorf("kafkatest: start broker %d on port %d: %v", node, port, err)
 	}
 	c.mu.Lock()
 	c.down[node] = false
 	c.mu.Unlock()
+	return nil
+}
+
+// must fails the test with err, or outside a test panics with it.
+func (c *Cluster) must(err error) {
+	if err == nil {
+		return
+	}
+	if c.tb != nil {
+		c.tb.Helper()
+		c.tb.Fatal(err)
+	}
+	panic(err)
 }
 
 // OpenConns is how many client connections broker node has open.

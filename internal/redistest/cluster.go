@@ -168,7 +168,9 @@ func launchNode(dir string) (*clusterNode, error) {
 				"--logfile", n.log,
 			)
 		},
-		Fresh:   []string{n.log, nodesConf},
+		// nodes.conf is removed before a first launch (pick, below)
+		// only: Revive restarts a node with it, as the same member.
+		Fresh:   []string{n.log},
 		Log:     func() []byte { return proctest.Tail(n.log) },
 		Ready:   func() error { return pingOwn(n.addr(), n.proc) },
 		Probe:   "PING",
@@ -181,7 +183,7 @@ func launchNode(dir string) (*clusterNode, error) {
 			return err
 		}
 		n.port, n.bus = ports[0], ports[1]
-		return nil
+		return os.RemoveAll(nodesConf)
 	})
 	if err != nil {
 		return nil, err
@@ -292,6 +294,29 @@ func (c *Cluster) Kill(addr string) {
 	n := c.node(addr)
 	n.proc.Stop()
 	c.setState(n, nodeDead)
+}
+
+// Revive restarts a killed node on its ports with its nodes.conf and no
+// data, as a crashed server that comes back without persistence: it
+// rejoins the cluster as the member it was, learns that its slots moved
+// to the replica promoted meanwhile, becomes that master's replica and
+// syncs from it. Revive returns once it answers PING; AwaitSynced waits
+// for the rest.
+func (c *Cluster) Revive(addr string) {
+	if c.tb != nil {
+		c.tb.Helper()
+	}
+	n := c.node(addr)
+	if err := n.proc.Start(); err != nil {
+		c.fail("Revive(%s): %v\n%s", addr, err, c.describe())
+	}
+	c.setState(n, nodeUp)
+}
+
+// Settled waits until every running node reports cluster_state:ok, they
+// agree on the slot map and every master's replica is in sync with it.
+func (c *Cluster) Settled(timeout time.Duration) error {
+	return retry(timeout, func() error { _, err := c.settled(true); return err })
 }
 
 // Pause freezes the node (SIGSTOP): its connections stay open, nothing is

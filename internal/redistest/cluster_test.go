@@ -155,6 +155,32 @@ func TestKillFailsTheMasterOverToItsReplica(t *testing.T) {
 	}
 }
 
+// TestReviveRejoinsAsTheNewMastersReplica: a killed master restarted
+// with its nodes.conf (and no data) rejoins as the member it was, becomes
+// the replica of the node promoted in its place, and syncs from it; the
+// cluster settles with every master replicated again.
+func TestReviveRejoinsAsTheNewMastersReplica(t *testing.T) {
+	c := NewCluster(t)
+	key := "sk:{p1}:stock"
+	m := c.MasterOf(key)
+	setAndWait(t, m, key, "7")
+	c.Kill(m)
+	promoted := c.AwaitMaster(key, m, 30*time.Second)
+	c.Revive(m)
+	if err := c.Settled(30 * time.Second); err != nil {
+		t.Fatalf("not settled after Revive: %v", err)
+	}
+	if got := c.ReplicaOf(promoted); got != m {
+		t.Fatalf("the replica of %s is %s, want the revived %s", promoted, got, m)
+	}
+	if mo := c.MasterOf(key); mo != promoted {
+		t.Fatalf("MasterOf after Revive = %s, want %s (a revived node takes nothing back)", mo, promoted)
+	}
+	if role := infoField(rdo(t, m, "INFO", "replication").(string), "role"); role != "slave" {
+		t.Fatalf("the revived %s is a %s, want a replica", m, role)
+	}
+}
+
 // TestLagFailoverLosesAcknowledgedWrites: a counter written before the
 // failover (and replicated) survives it, increments acknowledged while the
 // replica was frozen do not, and the key still exists on the new master.

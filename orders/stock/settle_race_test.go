@@ -43,9 +43,12 @@ func racePayAgainstDeadline(t *testing.T, a, b *Store, product string) {
 	warm(t, a, product, orders*qty, 1)
 	stores := []*Store{a, b}
 
-	// Deadlines 150-250 ms from now, 1 ms apart give or take: the sweeps
-	// and the payments meet on every one of them.
-	base := time.Now().Add(150 * time.Millisecond).UnixMilli()
+	// Deadlines 1.5-1.6 s from now, 1 ms apart give or take: the sweeps
+	// and the payments meet on every one of them. The margin is for the
+	// set-up (300 deductions and their success marks), which must end
+	// before the first deadline: on a loaded 2-core machine it took over
+	// 150 ms, and deadlines before the orders' own creation were refused.
+	base := time.Now().Add(1500 * time.Millisecond).UnixMilli()
 	list := make([]Attempt, orders)
 	for i := range list {
 		at := attempt(product, "u"+strconv.Itoa(i), qty, 1)
@@ -61,6 +64,9 @@ func racePayAgainstDeadline(t *testing.T, a, b *Store, product string) {
 	}
 	if n, err := a.MarkSuccess(ctx, product, ids...); err != nil || n != orders {
 		t.Fatalf("MarkSuccess = %d, %v", n, err)
+	}
+	if late := time.Now().UnixMilli() - base; late >= 0 {
+		t.Fatalf("the set-up ended %d ms after the first deadline: the race cannot be run", late)
 	}
 
 	var mu sync.Mutex

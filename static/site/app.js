@@ -93,6 +93,7 @@
     return {
       checked: false,  // asked the server whether this shopper already has a place
       q: null,         // last queue answer {status, position, etaMs, admittedUntilMs, soldOut, ...}
+      token: null,     // the purchase token the last queue answer carried at the turn {value, expiresMs}, unused
       qAt: 0,          // browser ms when it arrived
       firstPosition: 0,
       step: '',        // '' | 'checking' (the browser check runs) | 'joining'
@@ -472,9 +473,9 @@
     else if (wait > 0) text = 'Try again in ' + wait + 's';
     else { text = 'Buy now'; enabled = true; }
     setText(el.buy, text);
-    // Says whether Buy will use a token the status answer carried (one
-    // request, do) or ask for one (two: token, do).
-    el.buy.toggleAttribute('data-token', !!state.token);
+    // Says whether Buy will use a token the status answer or the queue poll
+    // carried (one request, do) or ask for one (two: token, do).
+    el.buy.toggleAttribute('data-token', !!(state.token || state.room.token));
     if (el.buy.disabled === enabled) el.buy.disabled = !enabled;
     // The quantity can be chosen ahead of the start, so the shopper only has
     // to press one button when the countdown ends.
@@ -494,10 +495,12 @@
     showOrder('');
     setMessage('Reserving your item…', 'info');
     render();
-    // The token the status answer carried, while it has a few seconds left;
-    // else one from the token call. Either is used once.
-    var held = state.token && state.token.expiresMs - serverNow() > 3000 ? state.token.value : '';
+    // The token the status answer (a sale without a room) or the queue
+    // poll (the shopper's turn) carried, while it has a few seconds left;
+    // else one from the token call. Any of them is used once.
+    var held = heldToken(state.token) || heldToken(state.room.token);
     state.token = null;
+    state.room.token = null;
     var got = held ? Promise.resolve({ ok: true, data: { token: held } }) :
       request('POST', '/api/seckill/token', { productId: pid }, 8000);
     got.then(function (r) {
@@ -529,6 +532,10 @@
       state.busy = false;
       render();
     });
+  }
+
+  function heldToken(t) {
+    return t && t.expiresMs - serverNow() > 3000 ? t.value : '';
   }
 
   // refused turns an error answer into words and into what it implies for
@@ -866,6 +873,10 @@
       soldOut: !!d.soldOut
     };
     if (d.admitted === true && q.status === 'waiting') q.status = 'admitted';
+    // The answer that says it is the shopper's turn carries her purchase
+    // token: Buy then needs no token call. Any other answer carries none.
+    rm.token = q.status === 'admitted' && typeof d.token === 'string' && typeof d.expiresMs === 'number' ?
+      { value: d.token, expiresMs: d.expiresMs } : null;
     q.number = q.position > 0 ? (q.ahead >= 0 ? q.ahead + 1 : q.position) : 0;
     if (q.status === 'waiting' && q.number > rm.firstPosition) rm.firstPosition = q.number;
     if (q.soldOut && state.product) state.product.status = 'soldout';

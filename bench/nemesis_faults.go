@@ -1,0 +1,332 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"net/http"
+	"sort"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"flashgate/orders/stock"
+)
+
+// The nemesis: faults drawn at random from the schedule's seed — kind,
+// target, when, for how long — and injected into the running fleet, each
+// healed after its drawn duration. Faults on different components
+// overlap freely; two on the same component (the Redis cluster, the
+// brokers, one edge, ClickHouse) are put one after the other.
+
+// The fault kinds, most valuable first.
+const (
+	fEdgeKill     = "edge-kill"      // kill -9 an edge, start it again
+	fEdgePause    = "edge-pause"     // SIGSTOP an edge, SIGCONT
+	fRedisKill    = "redis-kill"     // kill -9 a master (its replica in sync), promotion, the old one back as a replica
+	fRedisLagKill = "redis-lag-kill" // the same onto a replica that lags (redistest.LagFailover)
+	fRedisPause   = "redis-pause"    // SIGSTOP a master past the node timeout: promoted replica, old master demoted on resume
+	fBrokerOne    = "broker-one"     // one broker gone (its connections closed), back
+	fBrokerAll    = "broker-all"     // every broker gone (the kfake process SIGSTOPped), back
+	fClickHouse   = "clickhouse-kill"
+	fConsumerKill = "consumer-kill" // kill -9 an edge running the consumer while orders flow
+	fReload       = "reload"        // POST /admin/reload on an edge, during another fault
+)
+
+// faultKinds are the kinds drawn, with their weights and durations.
+var faultKinds = []struct {
+	kind     string
+	weight   int
+	min, max time.Duration // how long it lasts before it heals
+	group    string        // faults of one group never overlap ("edge" is per edge)
+}{
+	{fEdgeKill, 14, 2 * time.Second, 6 * time.Second, "edge"},
+	{fRedisKill, 12, 6 * time.Second, 9 * time.Second, "redis"},
+	{fBrokerOne, 8, 3 * time.Second, 6 * time.Second, "kafka"},
+	{fBrokerAll, 8, 2 * time.Second, 5 * time.Second, "kafka"},
+	{fConsumerKill, 10, 2 * time.Second, 6 * time.Second, "edge"},
+	{fClickHouse, 8, 3 * time.Second, 7 * time.Second, "clickhouse"},
+	{fEdgePause, 8, 1 * time.Second, 4 * time.Second, "edge"},
+	{fRedisPause, 8, 4 * time.Second, 7 * time.Second, "redis"},
+	{fRedisLagKill, 5, 6 * time.Second, 9 * time.Second, "redis"},
+	{fReload, 6, 0, 0, ""},
+}
+
+// plannedFault is one fault of a schedule, drawn before it runs.
+type plannedFault struct {
+	Kind   string
+	Target int // the edge (0-based) or the product whose master; the broker node
+	At     time.Duration
+	For    time.Duration
+	group  string
+}
+
+func (f plannedFault) String() string {
+	return fmt.Sprintf("%5.1fs +%.1fs %s %s", f.At.Seconds(), f.For.Seconds(), f.Kind, f.targetName())
+}
+
+func (f plannedFault) targetName() string {
+	switch f.Kind {
+	case fEdgeKill, fEdgePause, fConsumerKill, fReload:
+		return fmt.Sprintf("edge%d", f.Target+1)
+	case fRedisKill, fRedisLagKill, fRedisPause:
+		return "master of " + productID(f.Target)
+	case fBrokerOne:
+		return fmt.Sprintf("broker %d", f.Target)
+	case fBrokerAll:
+		return "all brokers"
+	}
+	return "clickhouse"
+}
+
+// drawFaults draws n faults over a load of length d from seed: every
+// fault starts after 2 s and heals before the last 10 s (the schedule's
+// quiet tail, where every sale must reopen). kinds, if not empty, limits
+// the kinds drawn.
+func drawFaults(seed int64, n int, d time.Duration, edges, consumers, products, brokers int, kinds []string) []plannedFault {
+	rnd := rand.New(rand.NewPCG(uint64(seed), 0x6e656d65736973))
+	first, last := 2*time.Second, d-10*time.Second
+	if last <= first {
+		return nil
+	}
+	allowed := func(k string) bool { return len(kinds) == 0 || contains(kinds, k) }
+	total := 0
+	for _, k := range faultKinds {
+		if allowed(k.kind) {
+			total += k.weight
+		}
+	}
+	if total == 0 {
+		return nil
+	}
+	var out, reloads []plannedFault
+	for range n {
+		w := rnd.IntN(total)
+		var f plannedFault
+		for _, k := range faultKinds {
+			if !allowed(k.kind) {
+				continue
+			}
+			if w < k.weight {
+				f = plannedFault{Kind: k.kind, group: k.group, For: k.min}
+				if k.max > k.min {
+					f.For += time.Duration(rnd.Int64N(int64(k.max - k.min)))
+				}
+				break
+			}
+			w -= k.weight
+		}
+		f.For = f.For.Round(100 * time.Millisecond)
+		f.At = (first + time.Duration(rnd.Int64N(int64(last-first)))).Round(100 * time.Millisecond)
+		switch f.Kind {
+		case fEdgeKill, fEdgePause, fReload:
+			f.Target = rnd.IntN(edges)
+		case fConsumerKill:
+			f.Target = rnd.IntN(max(1, consumers))
+		case fRedisKill, fRedisLagKill, fRedisPause:
+			f.Target = rnd.IntN(products)
+		case fBrokerOne:
+			f.Target = rnd.IntN(brokers)
+		}
+		if f.group == "edge" {
+			f.group = fmt.Sprintf("edge%d", f.Target)
+		}
+		if f.Kind == fReload {
+			reloads = append(reloads, f)
+			continue
+		}
+		out = append(out, f)
+	}
+	sort.SliceStable(out, func(i, j int) bool { return out[i].At < out[j].At })
+	// One fault at a time per group: a later one waits for the earlier
+	// to heal (and a second more), or is dropped past the quiet tail.
+	busy := map[string]time.Duration{}
+	var kept []plannedFault
+	for _, f := range out {
+		if until, ok := busy[f.group]; ok && f.At < until {
+			f.At = until
+		}
+		if f.At+f.For > last {
+			continue
+		}
+		busy[f.group] = f.At + f.For + 2*time.Second // heal and settle
+		kept = append(kept, f)
+	}
+	// A reload lands in the middle of another fault, when there is one.
+	for _, r := range reloads {
+		if len(kept) > 0 {
+			o := kept[rnd.IntN(len(kept))]
+			r.At = (o.At + o.For/2).Round(100 * time.Millisecond)
+		}
+		kept = append(kept, r)
+	}
+	sort.SliceStable(kept, func(i, j int) bool { return kept[i].At < kept[j].At })
+	return kept
+}
+
+// nemesis injects a schedule's faults into its fleet.
+type nemesis struct {
+	env     *Env
+	cluster interface {
+		MasterOf(string) string
+		ReplicaOf(string) string
+		Kill(string)
+		Pause(string)
+		Resume(string)
+		Revive(string)
+		AwaitMaster(string, string, time.Duration) string
+		LagFailover(string, time.Duration) string
+		Settled(time.Duration) error
+	}
+	set       *EdgeSet
+	gomaxproc int
+	start     time.Time
+	log       func(format string, args ...any)
+
+	mu       sync.Mutex
+	edgeDown []bool // edges killed and not yet back
+	restarts int
+	events   []FaultEvent
+}
+
+func (n *nemesis) ms() int64 { return time.Since(n.start).Milliseconds() }
+
+// alive reports whether edge i runs (for the calls after the run).
+func (n *nemesis) alive(i int) bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return !n.edgeDown[i]
+}
+
+// run injects every fault at its time and heals it; it returns once all
+// healed (or ctx ended).
+func (n *nemesis) run(ctx context.Context, plan []plannedFault) []FaultEvent {
+	var wg sync.WaitGroup
+	for _, f := range plan {
+		wg.Go(func() {
+			if !pause(ctx, time.Until(n.start.Add(f.At))) {
+				return
+			}
+			ev := n.inject(ctx, f)
+			n.mu.Lock()
+			n.events = append(n.events, ev)
+			n.mu.Unlock()
+		})
+	}
+	wg.Wait()
+	sort.SliceStable(n.events, func(i, j int) bool { return n.events[i].AtMs < n.events[j].AtMs })
+	return n.events
+}
+
+// inject is one fault, from injection to healed.
+func (n *nemesis) inject(ctx context.Context, f plannedFault) (ev FaultEvent) {
+	ev = FaultEvent{Kind: f.Kind, Target: f.targetName(), AtMs: n.ms()}
+	defer func() {
+		if r := recover(); r != nil { // a cluster kit method failing outside a test panics
+			ev.Err = fmt.Sprint(r)
+		}
+		if ev.Err != "" {
+			n.log("nemesis: %s %s: %s", f.Kind, ev.Target, firstLines(ev.Err, 3))
+		}
+	}()
+	heal := func() bool { return pause(ctx, time.Until(n.start.Add(f.At+f.For))) }
+	n.log("nemesis: %5.1fs %s %s for %.1fs", float64(ev.AtMs)/1000, f.Kind, ev.Target, f.For.Seconds())
+	switch f.Kind {
+	case fEdgeKill, fConsumerKill:
+		i := f.Target
+		n.mu.Lock()
+		p := n.set.Procs[i]
+		n.edgeDown[i] = true
+		n.mu.Unlock()
+		syscall.Kill(p.Pid(), syscall.SIGKILL)
+		<-p.done
+		heal()
+		n.mu.Lock()
+		n.restarts++
+		run := n.restarts
+		n.mu.Unlock()
+		if err := n.env.RestartEdge(context.WithoutCancel(ctx), n.set, i, n.gomaxproc, productID(0), run); err != nil {
+			ev.Err = err.Error()
+		}
+		n.mu.Lock()
+		n.edgeDown[i] = false
+		n.mu.Unlock()
+	case fEdgePause:
+		p := n.set.Procs[f.Target]
+		syscall.Kill(p.Pid(), syscall.SIGSTOP)
+		heal()
+		syscall.Kill(p.Pid(), syscall.SIGCONT)
+	case fRedisKill, fRedisPause, fRedisLagKill:
+		key := stock.StockKey(productID(f.Target))
+		master := n.cluster.MasterOf(key)
+		ev.Target += " (" + master + ")"
+		switch f.Kind {
+		case fRedisKill:
+			n.cluster.Kill(master)
+			ev.Note = "promoted " + n.cluster.AwaitMaster(key, master, 30*time.Second)
+		case fRedisLagKill:
+			ev.Note = "promoted (lagging) " + n.cluster.LagFailover(key, 30*time.Second)
+		case fRedisPause:
+			n.cluster.Pause(master)
+		}
+		heal()
+		if f.Kind == fRedisPause {
+			n.cluster.Resume(master)
+		} else {
+			n.cluster.Revive(master)
+		}
+		if err := n.cluster.Settled(60 * time.Second); err != nil {
+			ev.Err = "cluster not settled after the heal: " + err.Error()
+		}
+	case fBrokerOne:
+		if err := n.brokerControl("stop", f.Target); err != nil {
+			ev.Err = err.Error()
+			return ev
+		}
+		heal()
+		if err := n.brokerControl("start", f.Target); err != nil {
+			ev.Err = err.Error()
+		}
+	case fBrokerAll:
+		pid := n.env.Kafka.Pid()
+		syscall.Kill(pid, syscall.SIGSTOP)
+		heal()
+		syscall.Kill(pid, syscall.SIGCONT)
+	case fClickHouse:
+		n.env.ch.Stop()
+		heal()
+		if err := n.env.ch.Start(); err != nil {
+			ev.Err = err.Error()
+		}
+	case fReload:
+		n.mu.Lock()
+		down := n.edgeDown[f.Target]
+		admin := n.set.Admins[f.Target]
+		n.mu.Unlock()
+		if down {
+			ev.Note = "edge down: no reload"
+		} else if st, err := postEmpty("http://" + admin + "/admin/reload"); err != nil || st != 200 {
+			ev.Err = fmt.Sprintf("POST /admin/reload: %d %v", st, err)
+		}
+	}
+	ev.HealMs = n.ms()
+	return ev
+}
+
+func (n *nemesis) brokerControl(action string, node int) error {
+	st, err := postEmpty(fmt.Sprintf("http://%s/%s?node=%d", n.env.KafkaControl, action, node))
+	if err == nil && st != 200 {
+		err = fmt.Errorf("kfake control %s node %d: %d", action, node, st)
+	}
+	return err
+}
+
+func postEmpty(u string) (int, error) {
+	resp, err := (&http.Client{Timeout: 10 * time.Second}).Post(u, "application/json", strings.NewReader("{}"))
+	if err != nil {
+		return 0, err
+	}
+	resp.Body.Close()
+	return resp.StatusCode, nil
+}
