@@ -96,6 +96,6 @@ func TestConsumerRejoinsAfterRepeatedKills(t *testing.T) {
 		t.Fatalf("%d of %d orders answered 200 stored %v after the load ended (bound %v: session 10 s + rebalance 5 s + join deadline); a restarted consumer's log:\n%s",
 			n, len(ok), time.Since(loadEnd).Round(time.Millisecond), bound, cons[1].p.logTail())
 	}
-	t.Logf("all %d orders answered 200 stored %v after the load ended (%v after the last restart)", len(ok),
+	t.Logf("all %d orders answered 200 stored %v after the load ended (%v after the first kill)", len(ok),
 		time.Since(loadEnd).Round(time.Millisecond), time.Since(t0).Round(time.Millisecond))
 }
