@@ -56,7 +56,18 @@ type Config struct {
 	// SessionTimeout is the group session (default 10s): a consumer that
 	// died is replaced after it. Heartbeats go on while an insert retries.
 	SessionTimeout time.Duration
-	Log            *slog.Logger
+	// RebalanceTimeout is how long the coordinator waits for the members
+	// to rejoin in a rebalance (default SessionTimeout/2: 5s). A
+	// JoinGroup's read deadline in kafka-go is 5s + RebalanceTimeout; the
+	// embedded broker (kfake) restarts that wait at every join, leave and
+	// expiry, and expires a member parked in JoinGroup when its session
+	// lapses without answering it. With kafka-go's 30s default, consumers
+	// killed and restarted a few times kept the group rebalancing for
+	// minutes (TestConsumerRejoinsAfterRepeatedKills); under the session
+	// timeout, the rebalance ends, dropping the dead members, before a
+	// live member's session or its JoinGroup's deadline runs out.
+	RebalanceTimeout time.Duration
+	Log              *slog.Logger
 }
 
 // check rejects a config without what it needs, fills the zero edge.yaml
@@ -83,6 +94,9 @@ func (c *Config) check() error {
 	}
 	if c.SessionTimeout <= 0 {
 		c.SessionTimeout = 10 * time.Second
+	}
+	if c.RebalanceTimeout <= 0 {
+		c.RebalanceTimeout = c.SessionTimeout / 2
 	}
 	if c.Log == nil {
 		c.Log = slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -177,6 +191,7 @@ func (c *Consumer) Run(ctx context.Context) error {
 		StartOffset:       kafka.FirstOffset,
 		HeartbeatInterval: time.Second,
 		SessionTimeout:    c.cfg.SessionTimeout,
+		RebalanceTimeout:  c.cfg.RebalanceTimeout,
 		JoinGroupBackoff:  500 * time.Millisecond,
 		ReadBackoffMin:    10 * time.Millisecond,
 		ReadBackoffMax:    500 * time.Millisecond,
