@@ -108,8 +108,17 @@ type CacheConfig struct {
 	// answered stale if it can be, else it goes to the origin itself.
 	LockTimeout time.Duration `yaml:"lock_timeout"`
 	// WithAuthorization caches requests that carry Authorization too;
-	// off, they bypass the cache (their answer may be the user's own).
+	// off, they bypass the cache (their answer may be the user's own). On,
+	// the key must name the header (header:Authorization), so that each
+	// credential has its own answers, or Public must say that the route's
+	// answers are the same for every user: else one user's page would be
+	// served to the next (Validate refuses it).
 	WithAuthorization bool `yaml:"with_authorization"`
+	// Public says, on purpose, that the route's answers are the same for
+	// everyone, whoever the Authorization header names: with
+	// with_authorization and a key without header:Authorization, one
+	// stored answer serves every user. Off by default.
+	Public bool `yaml:"public"`
 	// XCache adds X-Cache: HIT, MISS, STALE, UPDATING or BYPASS to the
 	// answers. A pointer so that an explicit false differs from "not set"
 	// (default true).
@@ -334,6 +343,20 @@ func validateCache(errs *field.Errors, at string, c *CacheConfig) {
 	if c.XCache == nil {
 		errs.Add(field.Join(at, "x_cache"), "required (Parse fills it)")
 	}
+	if c.WithAuthorization && !c.Public && !c.keyNames(KeyHeaderPrefix+"authorization") {
+		errs.Add(field.Join(at, "with_authorization"), "serves one user's answer to another: add %q to key, or say public: true if the route's answers are the same for every user",
+			KeyHeaderPrefix+"Authorization")
+	}
+}
+
+// keyNames reports whether the key has part (any case).
+func (c *CacheConfig) keyNames(part string) bool {
+	for _, p := range c.Key {
+		if strings.EqualFold(p, part) {
+			return true
+		}
+	}
+	return false
 }
 
 // checkKeyPart returns why part is not a cache key part, or "".
