@@ -57,6 +57,17 @@ func startEchoOrigin(t *testing.T) *echoOrigin {
 					return
 				}
 			}
+			// ?status=201&loc=/c/item: an answer with that status and
+			// Location (for the unsafe methods' tests).
+			if st := ctx.QueryArgs().GetUintOrZero("status"); st > 0 {
+				ctx.SetStatusCode(st)
+			}
+			if loc := ctx.QueryArgs().Peek("loc"); len(loc) > 0 {
+				ctx.Response.Header.SetBytesV("Location", loc)
+			}
+			if cloc := ctx.QueryArgs().Peek("cloc"); len(cloc) > 0 {
+				ctx.Response.Header.SetBytesV("Content-Location", cloc)
+			}
 			ctx.SetContentType("text/plain")
 			fmt.Fprintf(ctx, "page %s\n%s", ctx.RequestURI(), head)
 		},

@@ -21,13 +21,29 @@ import (
 // What is stored: the answer to a GET without Authorization (unless
 // with_authorization), Range or a body, whose status is one of
 // cacheableStatus, without Set-Cookie, whose Cache-Control has none of
-// no-store, no-cache, private, and whose Vary is not "*". max-age (s-maxage
-// first) shortens the route's ttl, never lengthens it; 0 stores nothing.
-// must-revalidate and proxy-revalidate forbid the stale answers. Expires and
-// the request's own Cache-Control are not read: a client's no-cache must not
-// let a flood through to the origin. The headers a Vary response lists
-// become part of its key: the route's key then holds a marker naming them,
-// and each variant is stored under the key plus their values.
+// no-store, no-cache, private, and whose Vary is not "*". The origin's
+// freshness lifetime — s-maxage, else max-age, else Expires minus Date (an
+// invalid Expires is in the past) — shortens the route's ttl, never
+// lengthens it, and the age the answer arrives with (the origin's Age plus
+// the time it took to answer) is taken off; nothing left stores nothing,
+// and a hit's Age counts from that age (RFC 9111 §4.2). must-revalidate and
+// proxy-revalidate forbid the stale answers. The request's own
+// Cache-Control is not read: a client's no-cache must not let a flood
+// through to the origin. The headers a Vary response lists become part of
+// its key: the route's key then holds a marker naming them, and each
+// variant is stored under the key plus their values. A key's header part
+// and a Vary header are read as the origin reads them, every line
+// comma-joined; a request naming a key's cookie twice bypasses the cache.
+//
+// Validators: the cache asks the origin for the full answer (its requests
+// go without the client's If-* headers), and a client's If-None-Match (or
+// If-Modified-Since) is answered 304 from a full 200 — stored, shared or
+// fetched. A 304 is never stored nor shared.
+//
+// An unsafe request (not GET, HEAD, OPTIONS, TRACE) that the origin answers
+// 2xx or 3xx drops the stored answers of its URL — every variant — and of
+// its Location and Content-Location when they name the same host (RFC 9111
+// §4.4). The operator's purge drops by route or key prefix (purge).
 //
 // A HEAD is answered from the GET's answer; a HEAD that misses goes to the
 // origin and is not stored.

@@ -79,11 +79,16 @@ type TrustedProxies interface {
 //     X-Forwarded-For = the immediate peer, X-Real-IP = clientIP (the real
 //     client as resolved by the caller; the peer if invalid),
 //     X-Forwarded-Proto = http or https (of the edge's listener); and
-//     X-Forwarded-Host, X-Forwarded-Port and Forwarded, which it does not.
-//     When the peer is one of proxies (real_ip's trusted proxies), its
-//     testimony stands: X-Forwarded-For is its list extended with the peer
-//     (nginx $proxy_add_x_forwarded_for), and its X-Forwarded-Proto, -Host,
-//     -Port and Forwarded pass on.
+//     X-Forwarded-Host, X-Forwarded-Port, Forwarded, and the scheme headers
+//     Rack and gunicorn read (X-Forwarded-Scheme, -Ssl, -Protocol), which
+//     it does not. When the peer is one of proxies (real_ip's trusted
+//     proxies), its testimony stands: X-Forwarded-For is its list extended
+//     with the peer (nginx $proxy_add_x_forwarded_for), and its
+//     X-Forwarded-Proto, -Host, -Port, -Scheme, -Ssl, -Protocol and
+//     Forwarded pass on. The edge's own are written after the hop-by-hop
+//     headers are removed, so a Connection header naming them cannot
+//     remove them (a proxy's X-Forwarded-Proto it names is replaced by the
+//     edge's).
 //
 // The Host header goes exactly as the client sent it (nginx
 // `proxy_set_header Host $host`: origins do virtual hosting and build links
