@@ -21,7 +21,7 @@ func TestValidTraceparent(t *testing.T) {
 	}{
 		{"00-" + validTrace + "-" + validParent + "-01", true},
 		{"00-" + validTrace + "-" + validParent + "-00", true},
-		{"cc-" + validTrace + "-" + validParent + "-01", true},          // a later version: its first fields
+		{"cc-" + validTrace + "-" + validParent + "-01", true},           // a later version: its first fields
 		{"cc-" + validTrace + "-" + validParent + "-01-what-ever", true}, // and what follows them ignored
 		{"cc-" + validTrace + "-" + validParent + "-01what", false},
 		{"00-" + validTrace + "-" + validParent + "-01-", false}, // version 00 is exactly 55 bytes
