@@ -25,7 +25,7 @@ import (
 // freshness lifetime — s-maxage, else max-age, else Expires minus Date (an
 // invalid Expires is in the past) — shortens the route's ttl, never
 // lengthens it, and the age the answer arrives with (the origin's Age plus
-// the time it took to answer) is taken off; nothing left stores nothing,
+// the time it took to answer, when it sent an Age) is taken off; nothing left stores nothing,
 // and a hit's Age counts from that age (RFC 9111 §4.2). must-revalidate and
 // proxy-revalidate forbid the stale answers. The request's own
 // Cache-Control is not read: a client's no-cache must not let a flood
@@ -603,8 +603,8 @@ func (c *Cache) refresh(ctx *fasthttp.RequestCtx, key []byte, primary int, stale
 //
 // Its life (RFC 9111 §4.2): the route's ttl, shortened by the origin's
 // freshness lifetime (s-maxage, else max-age, else Expires minus Date),
-// less the age it already had: the origin's Age plus the time the origin
-// took to answer. A hit's Age counts from there.
+// less the age it already had when the origin sent an Age: that Age plus
+// the time the origin took to answer. A hit's Age counts from there.
 func (c *Cache) settle(ctx *fasthttp.RequestCtx, resp *fasthttp.Response, key []byte, primary int, stale *entry, sent int64) (*entry, cacheResult) {
 	now := c.now()
 	status := resp.StatusCode()
@@ -622,7 +622,15 @@ func (c *Cache) settle(ctx *fasthttp.RequestCtx, resp *fasthttp.Response, key []
 	if j.maxAge >= 0 && j.maxAge < ttl {
 		ttl = j.maxAge
 	}
-	age := j.age + time.Duration(max(now-sent, 0))
+	// RFC 9111 §4.2.3's corrected_age_value. Its apparent_age (now - Date)
+	// is left out, as Varnish does: an origin clock a second behind would
+	// expire every 1 s answer. Without an Age the answer is new: the time a
+	// slow origin took is not held against the route's ttl (nginx's
+	// proxy_cache_valid counts from the store too).
+	var age time.Duration
+	if j.hasAge {
+		age = j.age + time.Duration(max(now-sent, 0))
+	}
 	ttl -= age
 	e := &entry{stored: now - int64(age), freshUntil: now + int64(ttl)}
 	e.revalidateUntil, e.errorUntil = e.freshUntil, e.freshUntil

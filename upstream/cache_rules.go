@@ -19,8 +19,9 @@ type verdict struct {
 	noStale bool
 	// vary lists the request headers the answer varies on (lower case).
 	vary []string
-	// age is the origin's Age (0 when absent or not delta-seconds).
-	age time.Duration
+	// age is the origin's Age; hasAge: it sent a valid one.
+	age    time.Duration
+	hasAge bool
 }
 
 // judge reads Set-Cookie, Cache-Control, Vary, Expires, Date and Age (the
@@ -35,7 +36,7 @@ func judge(h *fasthttp.ResponseHeader, now int64) verdict {
 	}
 	sMaxAge := time.Duration(-1)
 	var expires, date []byte
-	hasExpires, hasAge := false, false
+	hasExpires, sawAge := false, false
 	h.VisitAll(func(key, value []byte) {
 		switch {
 		case equalFold(key, "expires"):
@@ -47,11 +48,9 @@ func judge(h *fasthttp.ResponseHeader, now int64) verdict {
 				date = value
 			}
 		case equalFold(key, "age"):
-			if !hasAge {
-				hasAge = true
-				if n, ok := deltaSeconds(value); ok {
-					v.age = n
-				}
+			if !sawAge {
+				sawAge = true
+				v.age, v.hasAge = deltaSeconds(value)
 			}
 		case equalFold(key, "cache-control"):
 			eachToken(value, func(tok []byte) {
