@@ -103,20 +103,6 @@ func TestCacheUnsafeMethodsInvalidate(t *testing.T) {
 	}
 }
 
-// adminPost sends an admin call with a JSON body.
-func adminPost(t *testing.T, e *edge, path, contentType, body string) (int, string) {
-	t.Helper()
-	req, _ := http.NewRequest("POST", e.adminBase+path, strings.NewReader(body))
-	req.Header.Set("Content-Type", contentType)
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	return resp.StatusCode, string(b)
-}
-
 func scrapeEdgeMetrics(t *testing.T, e *edge) map[string]float64 {
 	t.Helper()
 	resp, err := http.Get(e.adminBase + "/metrics")
@@ -174,7 +160,7 @@ func TestAdminCachePurge(t *testing.T) {
 		}
 	}
 
-	st, body := adminPost(t, e, "/admin/cache/purge", "application/json", `{"prefix":"GET|shop.example|/c/b/"}`)
+	st, body := post(t, e.adminBase+"/admin/cache/purge", `{"prefix":"GET|shop.example|/c/b/"}`)
 	if st != 200 || !strings.Contains(body, `"purged":2`) {
 		t.Fatalf("purge by prefix: %d %s", st, body)
 	}
@@ -183,7 +169,7 @@ func TestAdminCachePurge(t *testing.T) {
 			t.Errorf("%s after the prefix purge: %s, want %s", p, xc, want)
 		}
 	}
-	st, body = adminPost(t, e, "/admin/cache/purge", "application/json", `{"route":"/c/"}`)
+	st, body = post(t, e.adminBase+"/admin/cache/purge", `{"route":"/c/"}`)
 	if st != 200 || !strings.Contains(body, `"purged":3`) {
 		t.Fatalf("purge by route: %d %s", st, body)
 	}

@@ -91,30 +91,17 @@ func (o *echoOrigin) requests(path string) []string {
 	return append([]string(nil), o.heads[path]...)
 }
 
-// cacheEdgeConfig: /c/ is cached (the key in %s), / is not; 127.0.0.1 is a
-// trusted proxy.
-const cacheEdgeConfig = `
-listen: {addr: "127.0.0.1:0"}
-admin: {addr: "127.0.0.1:0"}
-log: {access_sample: 0}
-real_ip:
-  header: X-Forwarded-For
-  trusted_proxies: ["127.0.0.1/32"]
-filters:
-  - {type: access, scope: all, rules: ["allow all"]}
-upstreams:
-  pools:
-    - {name: origin, servers: ["%s"], read_timeout: 30s}
-  routes:
-    - {prefix: /, pool: origin}
-    - prefix: /c/
-      pool: origin
-      cache: {ttl: 30s, lock_timeout: 30s%s}
-`
-
+// cacheEdge is forwardConfig's edge in front of o (127.0.0.1 a trusted
+// proxy, / not cached) with one more route, /c/, cached (cacheExtra goes
+// into its cache settings).
 func cacheEdge(t *testing.T, o *echoOrigin, cacheExtra string) *edge {
 	t.Helper()
-	return startEdge(t, fmt.Sprintf(cacheEdgeConfig, o.addr, cacheExtra))
+	return startEdge(t, cacheEdgeConfig(o.addr, cacheExtra))
+}
+
+func cacheEdgeConfig(origin, cacheExtra string) string {
+	return fmt.Sprintf(forwardConfig, "", origin, origin) +
+		"    - prefix: /c/\n      pool: origin\n      cache: {ttl: 30s, lock_timeout: 30s" + cacheExtra + "}\n"
 }
 
 // plainGet is a browser's GET of path on shop.example, with the given
@@ -268,7 +255,7 @@ func TestCacheKeyReadsEveryLine(t *testing.T) {
 // Accept-Language is keyed by all its lines.
 func TestCacheVaryReadsEveryLine(t *testing.T) {
 	vary := startEchoOriginVary(t)
-	e := startEdge(t, fmt.Sprintf(cacheEdgeConfig, vary, ""))
+	e := startEdge(t, cacheEdgeConfig(vary, ""))
 	get := func(raw string) (string, string) {
 		resp, body := send(t, e, fromClient, raw)
 		return resp.Header.Get("X-Cache"), body

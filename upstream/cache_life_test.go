@@ -1,7 +1,6 @@
 package upstream
 
 import (
-	"strconv"
 	"testing"
 	"time"
 
@@ -71,24 +70,6 @@ func TestCacheLifeFromTheOrigin(t *testing.T) {
 			}
 		})
 	}
-}
-
-// getAge is get with the answer's Age (-1 when absent).
-func (e *edge) getAge(t testing.TB, path string) (int, string, string, int) {
-	t.Helper()
-	req, resp := fasthttp.AcquireRequest(), fasthttp.AcquireResponse()
-	defer fasthttp.ReleaseRequest(req)
-	defer fasthttp.ReleaseResponse(resp)
-	req.SetRequestURI(path)
-	req.Header.SetHost("shop.example")
-	if err := e.c.DoTimeout(req, resp, 10*time.Second); err != nil {
-		t.Fatalf("GET %s: %v", path, err)
-	}
-	age := -1
-	if v := resp.Header.Peek("Age"); v != nil {
-		age, _ = strconv.Atoi(string(v))
-	}
-	return resp.StatusCode(), string(resp.Body()), string(resp.Header.Peek("X-Cache")), age
 }
 
 // TestCacheConditionalHitAllocs: a hit keyed by every line of a header and
