@@ -88,8 +88,8 @@ type RouteConfig struct {
 // proxy_cache_lock and proxy_cache_use_stale updating error timeout, Varnish's
 // grace. Only TTL is required.
 type CacheConfig struct {
-	// TTL is how long an answer stays fresh. An origin's max-age or
-	// s-maxage may shorten it, never lengthen it.
+	// TTL is how long an answer stays fresh. An origin's s-maxage, max-age
+	// or Expires, and the Age it sends, may shorten it, never lengthen it.
 	TTL time.Duration `yaml:"ttl"`
 	// StaleWhileRevalidate: for this long after TTL a request is answered
 	// from the stale copy while one background request refreshes it.
