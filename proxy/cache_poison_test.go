@@ -275,17 +275,10 @@ func TestCacheVaryReadsEveryLine(t *testing.T) {
 // and render every line of it.
 func startEchoOriginVary(t *testing.T) string {
 	t.Helper()
-	s := &fasthttp.Server{Handler: func(ctx *fasthttp.RequestCtx) {
+	return startQuietOrigin(t, func(ctx *fasthttp.RequestCtx) {
 		ctx.Response.Header.Set("Vary", "Accept-Language")
 		fmt.Fprintf(ctx, "lang %q", ctx.Request.Header.PeekAll("Accept-Language"))
-	}}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	go s.Serve(ln)
-	t.Cleanup(func() { s.Shutdown() })
-	return ln.Addr().String()
+	})
 }
 
 // TestForwardedSchemeFromClients (defect 4): X-Forwarded-Scheme (and the
