@@ -25,9 +25,9 @@ import (
 // freshness lifetime — s-maxage, else max-age, else Expires minus Date (an
 // invalid Expires is in the past) — shortens the route's ttl, never
 // lengthens it, and the age the answer arrives with (the origin's Age plus
-// the time it took to answer, when it sent an Age) is taken off; nothing left stores nothing,
-// and a hit's Age counts from that age (RFC 9111 §4.2). must-revalidate and
-// proxy-revalidate forbid the stale answers. The request's own
+// the time it took to answer, when it sent an Age) is taken off; nothing
+// left stores nothing, and a hit's Age counts from that age (RFC 9111
+// §4.2). must-revalidate and proxy-revalidate forbid the stale answers. The request's own
 // Cache-Control is not read: a client's no-cache must not let a flood
 // through to the origin. The headers a Vary response lists become part of
 // its key: the route's key then holds a marker naming them, and each
@@ -162,8 +162,8 @@ type entry struct {
 	// request headers the variants are keyed by; the marker has no answer.
 	vary   []string
 	marker bool
-	// url is the key's method, host, path and query parts (urlKey): the
-	// index an unsafe request and a purge find the entry by.
+	// url is the key's method, host, path and query parts (appendURL):
+	// the index an unsafe request and a purge find the entry by.
 	url string
 	// live: counted in the cache's entries; the one way out of the count
 	// (Cache.left) clears it, so an entry leaves the count once.
@@ -313,19 +313,21 @@ func (c *Cache) retire(wg *sync.WaitGroup) {
 func (c *Cache) serve(ctx *fasthttp.RequestCtx, pool *Pool, clientIP netip.Addr, proxies TrustedProxies) {
 	c.users.Add(1)
 	st := c.store.Load()
-	kb := keyBufPool.Get().(*keyBuf)
+	var kb *keyBuf
 	ok := st != nil && c.eligible(ctx)
 	if ok {
-		kb.b, ok = c.appendKey(kb.b[:0], ctx)
+		kb = keyBufPool.Get().(*keyBuf)
+		if kb.b, ok = c.appendKey(kb.b[:0], ctx); !ok {
+			keyBufPool.Put(kb)
+		}
 	}
 	if !ok {
+		c.users.Add(-1)
 		pool.Serve(ctx, clientIP, proxies)
 		c.mark(ctx, resultBypass)
-		if st != nil && unsafeMethod(ctx) {
-			c.invalidate(ctx, st, kb)
+		if unsafeMethod(ctx) {
+			c.invalidate(ctx)
 		}
-		keyBufPool.Put(kb)
-		c.users.Add(-1)
 		return
 	}
 	c.lookup(ctx, st, kb, pool, clientIP, proxies)

@@ -47,11 +47,19 @@ func unsafeMethod(ctx *fasthttp.RequestCtx) bool {
 // invalidate drops the stored answers of the request's URL, and of the
 // Location and Content-Location of the answer when they name the same host,
 // once the origin answered the unsafe request ctx with a non-error status
-// (2xx or 3xx; RFC 9111 §4.4). kb is scratch.
-func (c *Cache) invalidate(ctx *fasthttp.RequestCtx, st *ristretto.Cache[[]byte, *entry], kb *keyBuf) {
+// (2xx or 3xx; RFC 9111 §4.4).
+func (c *Cache) invalidate(ctx *fasthttp.RequestCtx) {
 	if status := ctx.Response.StatusCode(); status < 200 || status >= 400 {
 		return
 	}
+	c.users.Add(1)
+	defer c.users.Add(-1)
+	st := c.store.Load()
+	if st == nil {
+		return
+	}
+	kb := keyBufPool.Get().(*keyBuf)
+	defer keyBufPool.Put(kb)
 	host := ctx.Host()
 	kb.b = c.appendURL(kb.b[:0], host, ctx.URI().PathOriginal(), ctx.URI().QueryString())
 	n := c.dropURL(st, kb.b)
