@@ -112,3 +112,35 @@ func TestCacheConditionalHitAllocs(t *testing.T) {
 		})
 	}
 }
+
+// TestCacheAsksForTheFullAnswer: the cache's origin request goes without
+// any of the client's conditional headers (a miss fetches the full answer
+// for everyone); a request that bypasses the cache keeps them.
+func TestCacheAsksForTheFullAnswer(t *testing.T) {
+	seen := make(chan []string, 4)
+	origin := startOrigin(t, func(ctx *fasthttp.RequestCtx) {
+		var got []string
+		for _, h := range conditionalHeaders {
+			if len(ctx.Request.Header.Peek(h)) > 0 {
+				got = append(got, h)
+			}
+		}
+		seen <- got
+		ctx.SetBodyString("page")
+	})
+	e, _, _ := cachedRoute(t, conf.CacheConfig{TTL: time.Minute}, origin)
+	validators := []string{"If-None-Match", `"v1"`, "If-Modified-Since", "Mon, 01 Jan 2024 00:00:00 GMT",
+		"If-Match", `"v1"`, "If-Unmodified-Since", "Mon, 01 Jan 2024 00:00:00 GMT", "If-Range", `"v1"`}
+	if _, _, xc := e.get(t, "/p", validators...); xc != "MISS" {
+		t.Fatalf("X-Cache %s, want MISS", xc)
+	}
+	if got := <-seen; len(got) != 0 {
+		t.Errorf("the cache's origin request carried %q", got)
+	}
+	if _, _, xc := e.get(t, "/p", append(validators, "Authorization", "Bearer x")...); xc != "BYPASS" {
+		t.Fatalf("X-Cache %s, want BYPASS", xc)
+	}
+	if got := <-seen; len(got) != len(conditionalHeaders) {
+		t.Errorf("a bypassing request reached the origin with %q, want all five", got)
+	}
+}
