@@ -91,8 +91,8 @@ type RouteConfig struct {
 // proxy_cache_lock and proxy_cache_use_stale updating error timeout, Varnish's
 // grace. Only TTL is required.
 type CacheConfig struct {
-	// TTL is how long an answer stays fresh. An origin's max-age or
-	// s-maxage may shorten it, never lengthen it.
+	// TTL is how long an answer stays fresh. An origin's s-maxage, max-age
+	// or Expires, and the Age it sends, may shorten it, never lengthen it.
 	TTL time.Duration `yaml:"ttl"`
 	// StaleWhileRevalidate: for this long after TTL a request is answered
 	// from the stale copy while one background request refreshes it.
@@ -111,8 +111,17 @@ type CacheConfig struct {
 	// answered stale if it can be, else it goes to the origin itself.
 	LockTimeout time.Duration `yaml:"lock_timeout"`
 	// WithAuthorization caches requests that carry Authorization too;
-	// off, they bypass the cache (their answer may be the user's own).
+	// off, they bypass the cache (their answer may be the user's own). On,
+	// the key must name the header (header:Authorization), so that each
+	// credential has its own answers, or Public must say that the route's
+	// answers are the same for every user: else one user's page would be
+	// served to the next (Validate refuses it).
 	WithAuthorization bool `yaml:"with_authorization"`
+	// Public says, on purpose, that the route's answers are the same for
+	// everyone, whoever the Authorization header names: with
+	// with_authorization and a key without header:Authorization, one
+	// stored answer serves every user. Off by default.
+	Public bool `yaml:"public"`
 	// XCache adds X-Cache: HIT, MISS, STALE, UPDATING or BYPASS to the
 	// answers. A pointer so that an explicit false differs from "not set"
 	// (default true).
@@ -347,6 +356,20 @@ func validateCache(errs *field.Errors, at string, c *CacheConfig) {
 	if c.XCache == nil {
 		errs.Add(field.Join(at, "x_cache"), "required (Parse fills it)")
 	}
+	if c.WithAuthorization && !c.Public && !c.keyNames(KeyHeaderPrefix+"authorization") {
+		errs.Add(field.Join(at, "with_authorization"), "serves one user's answer to another: add %q to key, or say public: true if the route's answers are the same for every user",
+			KeyHeaderPrefix+"Authorization")
+	}
+}
+
+// keyNames reports whether the key has part (any case).
+func (c *CacheConfig) keyNames(part string) bool {
+	for _, p := range c.Key {
+		if strings.EqualFold(p, part) {
+			return true
+		}
+	}
+	return false
 }
 
 // checkKeyPart returns why part is not a cache key part, or "".

@@ -172,6 +172,14 @@ func TestRouteCacheValidate(t *testing.T) {
 		{"duplicate part", CacheConfig{TTL: time.Second, Key: []string{"path", "header:X-A", "header:x-a"}},
 			[]string{`routes[0].cache.key[2]: duplicate part "header:x-a" (also key[1])`}},
 		{"named parts are fine", CacheConfig{TTL: time.Second, Key: []string{"method", "host", "path", "query", "header:Accept-Language", "cookie:currency"}}, nil},
+		// One user's answer served to another: refused unless the key
+		// names Authorization or the route says it is public on purpose.
+		{"with_authorization on the default key", CacheConfig{TTL: time.Second, WithAuthorization: true},
+			[]string{`routes[0].cache.with_authorization: serves one user's answer to another: add "header:Authorization" to key, or say public: true`}},
+		{"with_authorization, a key without it", CacheConfig{TTL: time.Second, WithAuthorization: true, Key: []string{"path", "cookie:sid"}},
+			[]string{"routes[0].cache.with_authorization: serves one user's answer to another"}},
+		{"with_authorization keyed by it", CacheConfig{TTL: time.Second, WithAuthorization: true, Key: []string{"path", "header:authorization"}}, nil},
+		{"with_authorization, public", CacheConfig{TTL: time.Second, WithAuthorization: true, Public: true}, nil},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -5,6 +5,7 @@ import (
 	"crypto/subtle"
 	"encoding/json"
 	"reflect"
+	"strconv"
 	"strings"
 
 	"github.com/valyala/fasthttp"
@@ -69,6 +70,8 @@ func (s *Server) handleAdmin(ctx *fasthttp.RequestCtx) {
 			status = fasthttp.StatusUnprocessableEntity
 		}
 		api.WriteJSON(ctx, status, jsonOf(s.LastReload()))
+	case "/admin/cache/purge":
+		s.purgeCache(ctx)
 	case "/admin/config":
 		out, err := s.RedactedConfig()
 		if err != nil {
@@ -322,4 +325,37 @@ func mappingValue(m *yaml.Node, key string) *yaml.Node {
 func itoa(v uint64) string {
 	b, _ := json.Marshal(v)
 	return string(b)
+}
+
+// purgeCache drops stored answers of the route microcaches:
+// POST /admin/cache/purge {"route": "shop.example/products/", "prefix":
+// "GET|shop.example|/products/a"}. route is a cached route's label on
+// /metrics ("" or absent: every cached route); prefix is the start of the
+// keys to drop, each key read as its parts in order, each followed by '|'
+// ("" or absent: all of them). One of the two is required, so that an empty
+// call cannot empty every cache by mistake; {"route": "", "prefix": ""}
+// cannot either. It answers {"purged": n}.
+func (s *Server) purgeCache(ctx *fasthttp.RequestCtx) {
+	if !s.requirePost(ctx) {
+		return
+	}
+	var req struct {
+		Route  string `json:"route"`
+		Prefix string `json:"prefix"`
+	}
+	if rej := decodeAdmin(ctx, &req); rej != nil {
+		rej.Write(ctx)
+		return
+	}
+	if req.Route == "" && req.Prefix == "" {
+		api.AdminPurgeUsage.Write(ctx)
+		return
+	}
+	s.audit(ctx, "cache_purge", "route", req.Route, "prefix", req.Prefix)
+	n, found := s.env.Upstreams.Purge(req.Route, req.Prefix)
+	if !found {
+		api.NotFound.WithMessage("no cached route " + strconv.Quote(req.Route)).Write(ctx)
+		return
+	}
+	api.WriteJSON(ctx, fasthttp.StatusOK, jsonOf(map[string]any{"ok": true, "purged": n}))
 }

@@ -223,6 +223,12 @@ func registerCacheMetrics(reg *metrics.Registry, ups *upstream.Manager) {
 	family("flashgate_cache_rejected_total", "Storable answers the cache did not take: admission preferred what it holds, or its write buffer was full.", "counter", func(w *metrics.Writer, route metrics.Label, s *upstream.CacheStats) {
 		w.Value(float64(s.Rejected), route)
 	})
+	family("flashgate_cache_purged_total", "Stored answers (and Vary markers) an admin purge dropped (POST /admin/cache/purge).", "counter", func(w *metrics.Writer, route metrics.Label, s *upstream.CacheStats) {
+		w.Value(float64(s.Purged), route)
+	})
+	family("flashgate_cache_invalidated_total", "Stored answers (and Vary markers) dropped because an unsafe request to their URL (or its Location) succeeded (RFC 9111 4.4).", "counter", func(w *metrics.Writer, route metrics.Label, s *upstream.CacheStats) {
+		w.Value(float64(s.Invalidated), route)
+	})
 	family("flashgate_cache_entries", "Answers (and Vary markers) a route's cache holds.", "gauge", func(w *metrics.Writer, route metrics.Label, s *upstream.CacheStats) {
 		w.Value(float64(s.Entries), route)
 	})

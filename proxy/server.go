@@ -462,6 +462,12 @@ func (s *Server) accessLog(ctx *fasthttp.RequestCtx, snap *Snapshot, rt route, s
 	if status < 500 && (every == 0 || s.sampleN.Add(1)%every != 0) {
 		return
 	}
+	// The trace id: the one the origin got for a proxied request, a
+	// client's valid one otherwise, "-" without (upstream.TraceID).
+	trace := "-"
+	if id := upstream.TraceID(&ctx.Request.Header); id != nil {
+		trace = string(id)
+	}
 	s.log.LogAttrs(context.Background(), slog.LevelInfo, "access",
 		slog.String("method", string(ctx.Method())),
 		slog.String("path", string(ctx.Path())),
@@ -470,6 +476,7 @@ func (s *Server) accessLog(ctx *fasthttp.RequestCtx, snap *Snapshot, rt route, s
 		slog.String("client", snap.RealIP.Resolve(ctx).String()),
 		slog.Int64("bytes", int64(len(ctx.Response.Body()))),
 		slog.Float64("ms", float64(d.Microseconds())/1000),
+		slog.String("trace", trace),
 	)
 }
 

@@ -86,6 +86,12 @@ func writeConfig(t testing.TB, path, body string) {
 
 func startEdge(t testing.TB, body string) *edge {
 	t.Helper()
+	return startEdgeWith(t, body, slog.New(slog.NewTextHandler(io.Discard, nil)))
+}
+
+// startEdgeWith is startEdge logging to log.
+func startEdgeWith(t testing.TB, body string, log *slog.Logger) *edge {
+	t.Helper()
 	dir := t.TempDir()
 	path := filepath.Join(dir, "edge.yaml")
 	writeConfig(t, path, body)
@@ -93,7 +99,7 @@ func startEdge(t testing.TB, body string) *edge {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv, err := New(doc, Options{ConfigPath: path, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	srv, err := New(doc, Options{ConfigPath: path, Logger: log})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -21,13 +21,29 @@ import (
 // What is stored: the answer to a GET without Authorization (unless
 // with_authorization), Range or a body, whose status is one of
 // cacheableStatus, without Set-Cookie, whose Cache-Control has none of
-// no-store, no-cache, private, and whose Vary is not "*". max-age (s-maxage
-// first) shortens the route's ttl, never lengthens it; 0 stores nothing.
-// must-revalidate and proxy-revalidate forbid the stale answers. Expires and
-// the request's own Cache-Control are not read: a client's no-cache must not
-// let a flood through to the origin. The headers a Vary response lists
-// become part of its key: the route's key then holds a marker naming them,
-// and each variant is stored under the key plus their values.
+// no-store, no-cache, private, and whose Vary is not "*". The origin's
+// freshness lifetime — s-maxage, else max-age, else Expires minus Date (an
+// invalid Expires is in the past) — shortens the route's ttl, never
+// lengthens it, and the age the answer arrives with (the origin's Age plus
+// the time it took to answer, when it sent an Age) is taken off; nothing
+// left stores nothing, and a hit's Age counts from that age (RFC 9111
+// §4.2). must-revalidate and proxy-revalidate forbid the stale answers. The request's own
+// Cache-Control is not read: a client's no-cache must not let a flood
+// through to the origin. The headers a Vary response lists become part of
+// its key: the route's key then holds a marker naming them, and each
+// variant is stored under the key plus their values. A key's header part
+// and a Vary header are read as the origin reads them, every line
+// comma-joined; a request naming a key's cookie twice bypasses the cache.
+//
+// Validators: the cache asks the origin for the full answer (its requests
+// go without the client's If-* headers), and a client's If-None-Match (or
+// If-Modified-Since) is answered 304 from a full 200 — stored, shared or
+// fetched. A 304 is never stored nor shared.
+//
+// An unsafe request (not GET, HEAD, OPTIONS, TRACE) that the origin answers
+// 2xx or 3xx drops the stored answers of its URL — every variant — and of
+// its Location and Content-Location when they name the same host (RFC 9111
+// §4.4). The operator's purge drops by route or key prefix (purge).
 //
 // A HEAD is answered from the GET's answer; a HEAD that misses goes to the
 // origin and is not stored.
@@ -74,6 +90,12 @@ type Cache struct {
 
 	mu      sync.Mutex
 	flights map[string]*flight
+
+	// imu guards byURL, the stored answers and markers by their url: what
+	// an unsafe request drops (RFC 9111 §4.4) and a purge walks. Written on
+	// the miss path and in ristretto's OnExit, never on a hit.
+	imu   sync.Mutex
+	byURL map[string][]*entry
 	// waiting counts the requests waiting for a flight (tests await it).
 	waiting atomic.Int64
 
@@ -89,6 +111,8 @@ type cacheStats struct {
 	evicted  atomic.Uint64                  // answers ristretto evicted to make room for another
 	rejected atomic.Uint64                  // storable answers not stored: admission refused them, or ristretto's set buffer was full
 	entries  atomic.Int64                   // answers and Vary markers in the store
+	purged   atomic.Uint64                  // answers and markers dropped by an admin purge
+	dropped  atomic.Uint64                  // answers and markers dropped by an unsafe request's success (RFC 9111 §4.4)
 }
 
 var (
@@ -136,8 +160,11 @@ type entry struct {
 	body   []byte
 	// vary, on a marker entry (stored under the route's key), lists the
 	// request headers the variants are keyed by; the marker has no answer.
-	vary   [][]byte
+	vary   []string
 	marker bool
+	// url is the key's method, host, path and query parts (appendURL):
+	// the index an unsafe request and a purge find the entry by.
+	url string
 	// live: counted in the cache's entries; the one way out of the count
 	// (Cache.left) clears it, so an entry leaves the count once.
 	live atomic.Bool
@@ -187,6 +214,7 @@ func newCache(cfg conf.CacheConfig) *Cache {
 		life:    cfg.TTL + max(cfg.StaleWhileRevalidate, cfg.StaleIfError),
 		now:     func() int64 { return time.Now().UnixNano() },
 		flights: map[string]*flight{},
+		byURL:   map[string][]*entry{},
 	}
 	c.cfg.Key = append([]string(nil), cfg.Key...)
 	for _, p := range cfg.Key {
@@ -222,7 +250,7 @@ func (c *Cache) sameConfig(cfg conf.CacheConfig) bool {
 	return a.TTL == b.TTL && a.StaleWhileRevalidate == b.StaleWhileRevalidate &&
 		a.StaleIfError == b.StaleIfError && a.MaxBytes == b.MaxBytes &&
 		a.LockTimeout == b.LockTimeout && a.WithAuthorization == b.WithAuthorization &&
-		*a.XCache == *b.XCache
+		a.Public == b.Public && *a.XCache == *b.XCache
 }
 
 // start creates the store. ristretto runs a goroutine per cache, so it
@@ -285,15 +313,25 @@ func (c *Cache) retire(wg *sync.WaitGroup) {
 func (c *Cache) serve(ctx *fasthttp.RequestCtx, pool *Pool, clientIP netip.Addr, proxies TrustedProxies) {
 	c.users.Add(1)
 	st := c.store.Load()
-	if st == nil || !c.eligible(ctx) {
+	var kb *keyBuf
+	ok := st != nil && c.eligible(ctx)
+	if ok {
+		kb = keyBufPool.Get().(*keyBuf)
+		if kb.b, ok = c.appendKey(kb.b[:0], ctx); !ok {
+			keyBufPool.Put(kb)
+		}
+	}
+	if !ok {
 		c.users.Add(-1)
 		pool.Serve(ctx, clientIP, proxies)
 		c.mark(ctx, resultBypass)
+		if unsafeMethod(ctx) {
+			c.invalidate(ctx)
+		}
 		return
 	}
-	kb := keyBufPool.Get().(*keyBuf)
-	kb.b = c.appendKey(kb.b[:0], ctx)
 	c.lookup(ctx, st, kb, pool, clientIP, proxies)
+	answerConditional(ctx)
 	keyBufPool.Put(kb)
 	c.users.Add(-1)
 }
@@ -363,13 +401,14 @@ func (c *Cache) get(st *ristretto.Cache[[]byte, *entry], key []byte) *entry {
 }
 
 // eligible: GET or HEAD, no body, no Range, no Authorization unless
-// configured.
+// configured, no userinfo in the request-target (refused by the pool, and
+// its refusal is not the key's answer).
 func (c *Cache) eligible(ctx *fasthttp.RequestCtx) bool {
 	h := &ctx.Request.Header
 	if !h.IsGet() && !h.IsHead() {
 		return false
 	}
-	if len(ctx.Request.Body()) > 0 || len(h.Peek(fasthttp.HeaderRange)) > 0 {
+	if len(ctx.Request.Body()) > 0 || len(h.Peek(fasthttp.HeaderRange)) > 0 || hasUserinfo(ctx) {
 		return false
 	}
 	return c.cfg.WithAuthorization || len(h.Peek(fasthttp.HeaderAuthorization)) == 0
@@ -377,43 +416,70 @@ func (c *Cache) eligible(ctx *fasthttp.RequestCtx) bool {
 
 // appendKey writes the request's key: each part followed by a 0 byte, which
 // no header value holds, so parts cannot run into each other. HEAD is keyed
-// as GET: it is answered from the GET's answer.
-func (c *Cache) appendKey(b []byte, ctx *fasthttp.RequestCtx) []byte {
+// as GET: it is answered from the GET's answer. A header part is read as
+// the origin reads the header: every line of it, comma-joined (RFC 9110
+// §5.3). false: the request has no key — it names a key's cookie twice, and
+// the origin may read either.
+func (c *Cache) appendKey(b []byte, ctx *fasthttp.RequestCtx) ([]byte, bool) {
 	for _, p := range c.key {
 		switch p.kind {
 		case partMethod:
 			b = append(b, "GET"...)
 		case partHost:
-			for _, ch := range ctx.Host() {
-				if 'A' <= ch && ch <= 'Z' {
-					ch += 'a' - 'A'
-				}
-				b = append(b, ch)
-			}
+			b = appendLower(b, ctx.Host())
 		case partPath:
 			b = append(b, ctx.URI().PathOriginal()...)
 		case partQuery:
 			b = append(b, ctx.URI().QueryString()...)
 		case partHeader:
-			b = append(b, ctx.Request.Header.Peek(p.name)...)
+			b = appendHeaderLines(b, &ctx.Request.Header, p.name)
 		case partCookie:
-			b = append(b, ctx.Request.Header.Cookie(p.name)...)
+			n := 0
+			for k, v := range ctx.Request.Header.Cookies() {
+				if string(k) == p.name {
+					if n++; n > 1 {
+						return b, false
+					}
+					b = append(b, v...)
+				}
+			}
 		}
 		b = append(b, 0)
+	}
+	return b, true
+}
+
+func appendLower(b, s []byte) []byte {
+	for _, ch := range s {
+		if 'A' <= ch && ch <= 'Z' {
+			ch += 'a' - 'A'
+		}
+		b = append(b, ch)
 	}
 	return b
 }
 
-// appendVary adds the values of the headers a Vary answer named, after a 1
-// byte that marks a variant key.
-func appendVary(b []byte, names [][]byte, ctx *fasthttp.RequestCtx) []byte {
+// appendHeaderLines appends every line of the header name, joined by ", ".
+func appendHeaderLines(b []byte, h *fasthttp.RequestHeader, name string) []byte {
+	for i, v := range h.PeekAll(name) {
+		if i > 0 {
+			b = append(b, ", "...)
+		}
+		b = append(b, v...)
+	}
+	return b
+}
+
+// appendVary adds the values of the headers a Vary answer named (every
+// line of each), after a 1 byte that marks a variant key.
+func appendVary(b []byte, names []string, ctx *fasthttp.RequestCtx) []byte {
 	return appendVaryHeader(b, names, &ctx.Request.Header)
 }
 
-func appendVaryHeader(b []byte, names [][]byte, h *fasthttp.RequestHeader) []byte {
+func appendVaryHeader(b []byte, names []string, h *fasthttp.RequestHeader) []byte {
 	b = append(b, 1)
 	for _, n := range names {
-		b = append(b, h.PeekBytes(n)...)
+		b = appendHeaderLines(b, h, n)
 		b = append(b, 0)
 	}
 	return b
@@ -461,8 +527,9 @@ func (c *Cache) fetch(ctx *fasthttp.RequestCtx, key []byte, primary int, stale *
 		c.flights[k] = f
 		c.mu.Unlock()
 
+		sent := c.now()
 		c.toOrigin(ctx, pool, clientIP, proxies)
-		res, xc = c.settle(&ctx.Request.Header, &ctx.Response, key, primary, stale)
+		res, xc = c.settle(ctx, &ctx.Response, key, primary, stale, sent)
 		if res != nil && res == stale {
 			c.write(ctx, res, c.now(), xc)
 		} else {
@@ -520,24 +587,36 @@ func (c *Cache) refresh(ctx *fasthttp.RequestCtx, key []byte, primary int, stale
 		defer c.users.Add(-1)
 		var bg fasthttp.RequestCtx
 		bg.Init(req, remote, nil)
+		sent := c.now()
 		c.toOrigin(&bg, pool, clientIP, proxies)
-		res, xc := c.settle(&bg.Request.Header, &bg.Response, []byte(k), primary, stale)
+		res, xc := c.settle(&bg, &bg.Response, []byte(k), primary, stale, sent)
 		c.finish(k, f, res, xc)
 	}()
 }
 
-// settle judges the origin's answer resp to the request with header req
-// and key: stores it when it may be, and returns what the flight's waiters
-// get and how they are answered: the stored answer (HIT), a shareable one
-// not stored (MISS), the stale one on an origin failure within
-// stale_if_error (STALE), or nil when the answer is private to its request.
-func (c *Cache) settle(req *fasthttp.RequestHeader, resp *fasthttp.Response, key []byte, primary int, stale *entry) (*entry, cacheResult) {
+// settle judges the origin's answer resp to the request ctx with key, sent
+// to the origin at sent: stores it when it may be, and returns what the
+// flight's waiters get and how they are answered: the stored answer (HIT),
+// a shareable one not stored (MISS), the stale one on an origin failure
+// within stale_if_error (STALE), or nil when the answer is private to its
+// request — or a 304, which answers only the validators of the request
+// that got it (the cache's own requests carry none; an origin that sends
+// one anyway is not believed for anyone else).
+//
+// Its life (RFC 9111 §4.2): the route's ttl, shortened by the origin's
+// freshness lifetime (s-maxage, else max-age, else Expires minus Date),
+// less the age it already had when the origin sent an Age: that Age plus
+// the time the origin took to answer. A hit's Age counts from there.
+func (c *Cache) settle(ctx *fasthttp.RequestCtx, resp *fasthttp.Response, key []byte, primary int, stale *entry, sent int64) (*entry, cacheResult) {
 	now := c.now()
 	status := resp.StatusCode()
 	if status >= 500 && stale != nil && now < stale.errorUntil {
 		return stale, resultStale
 	}
-	j := judge(&resp.Header)
+	if status == fasthttp.StatusNotModified {
+		return nil, resultMiss
+	}
+	j := judge(&resp.Header, now)
 	if !j.shareable {
 		return nil, resultMiss
 	}
@@ -545,7 +624,17 @@ func (c *Cache) settle(req *fasthttp.RequestHeader, resp *fasthttp.Response, key
 	if j.maxAge >= 0 && j.maxAge < ttl {
 		ttl = j.maxAge
 	}
-	e := &entry{stored: now, freshUntil: now + int64(ttl)}
+	// RFC 9111 §4.2.3's corrected_age_value. Its apparent_age (now - Date)
+	// is left out, as Varnish does: an origin clock a second behind would
+	// expire every 1 s answer. Without an Age the answer is new: the time a
+	// slow origin took is not held against the route's ttl (nginx's
+	// proxy_cache_valid counts from the store too).
+	var age time.Duration
+	if j.hasAge {
+		age = j.age + time.Duration(max(now-sent, 0))
+	}
+	ttl -= age
+	e := &entry{stored: now - int64(age), freshUntil: now + int64(ttl)}
 	e.revalidateUntil, e.errorUntil = e.freshUntil, e.freshUntil
 	if !j.noStale {
 		e.revalidateUntil += int64(c.cfg.StaleWhileRevalidate)
@@ -557,7 +646,7 @@ func (c *Cache) settle(req *fasthttp.RequestHeader, resp *fasthttp.Response, key
 	if len(j.vary) > 0 {
 		// Stored under the route's key plus the values of the headers it
 		// varies on, as the leader's request had them.
-		e.key = appendVaryHeader(append([]byte(nil), key[:primary]...), j.vary, req)
+		e.key = appendVaryHeader(append([]byte(nil), key[:primary]...), j.vary, &ctx.Request.Header)
 	} else {
 		e.key = append([]byte(nil), key[:primary]...)
 	}
@@ -570,9 +659,10 @@ func (c *Cache) settle(req *fasthttp.RequestHeader, resp *fasthttp.Response, key
 	if st == nil {
 		return e, resultMiss
 	}
+	e.url = string(c.appendURL(nil, ctx.Host(), ctx.URI().PathOriginal(), ctx.URI().QueryString()))
 	life := time.Duration(max(e.revalidateUntil, e.errorUntil) - now)
 	if len(e.vary) > 0 {
-		m := &entry{key: e.key[:primary], vary: e.vary, marker: true}
+		m := &entry{key: e.key[:primary], vary: e.vary, marker: true, url: e.url}
 		c.set(st, m, int64(primary)+256, life)
 	}
 	stored := c.set(st, e, cost, life)
@@ -590,7 +680,7 @@ func (c *Cache) settle(req *fasthttp.RequestHeader, resp *fasthttp.Response, key
 // was the cache's).
 func (c *Cache) toOrigin(ctx *fasthttp.RequestCtx, pool *Pool, clientIP netip.Addr, proxies TrustedProxies) {
 	c.stats.origin.Add(1)
-	pool.Serve(ctx, clientIP, proxies)
+	pool.serve(ctx, clientIP, proxies, true)
 }
 
 // set stores e under its key. It is counted in entries before the Set:
@@ -600,6 +690,9 @@ func (c *Cache) toOrigin(ctx *fasthttp.RequestCtx, pool *Pool, clientIP netip.Ad
 func (c *Cache) set(st *ristretto.Cache[[]byte, *entry], e *entry, cost int64, life time.Duration) bool {
 	e.live.Store(true)
 	c.stats.entries.Add(1)
+	c.imu.Lock()
+	c.byURL[e.url] = append(c.byURL[e.url], e)
+	c.imu.Unlock()
 	if st.SetWithTTL(e.key, e, cost, life) {
 		return true
 	}
@@ -612,6 +705,21 @@ func (c *Cache) set(st *ristretto.Cache[[]byte, *entry], e *entry, cost int64, l
 func (c *Cache) left(e *entry) {
 	if e != nil && e.live.CompareAndSwap(true, false) {
 		c.stats.entries.Add(-1)
+		c.imu.Lock()
+		list := c.byURL[e.url]
+		for i, x := range list {
+			if x == e {
+				list[i] = list[len(list)-1]
+				list = list[:len(list)-1]
+				break
+			}
+		}
+		if len(list) == 0 {
+			delete(c.byURL, e.url)
+		} else {
+			c.byURL[e.url] = list
+		}
+		c.imu.Unlock()
 	}
 }
 
@@ -633,6 +741,10 @@ type CacheStats struct {
 	// Rejected storable answers ristretto did not take (admission, or its
 	// set buffer full).
 	Evictions, Rejected uint64
+	// Purged counts the answers and markers an admin purge dropped,
+	// Invalidated those an unsafe request the origin accepted dropped
+	// (RFC 9111 §4.4).
+	Purged, Invalidated uint64
 	// Entries are the stored answers and Vary markers (expired ones
 	// until ristretto's sweep removes them), Bytes their cost as
 	// max_bytes counts it, MaxBytes the bound.
@@ -660,6 +772,8 @@ func (c *Cache) snapshot(route string) CacheStats {
 		OriginRequests: c.stats.origin.Load(),
 		Evictions:      c.stats.evicted.Load(),
 		Rejected:       c.stats.rejected.Load(),
+		Purged:         c.stats.purged.Load(),
+		Invalidated:    c.stats.dropped.Load(),
 		Entries:        c.stats.entries.Load(),
 		MaxBytes:       c.cfg.MaxBytes,
 	}

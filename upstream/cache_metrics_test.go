@@ -57,6 +57,10 @@ func TestCacheStatsCountEachAnswer(t *testing.T) {
 	if _, _, xc := e.get(t, "/p", "Authorization", "Bearer x"); xc != "BYPASS" {
 		t.Fatalf("with Authorization: X-Cache %s, want BYPASS", xc)
 	}
+	if s := statsOf(t, m); s.Route != "/" || s.Entries != 1 || s.Bytes <= 0 || s.Bytes > s.MaxBytes || s.MaxBytes != 64<<20 {
+		t.Errorf("route %q entries %d bytes %d of %d, want \"/\", 1, in (0, 64 MiB]", s.Route, s.Entries, s.Bytes, s.MaxBytes)
+	}
+	// A POST the origin accepts drops the page (RFC 9111 §4.4).
 	if code, _, _ := e.do(t, "POST", "shop.example", "/p", []byte("x")); code != 200 {
 		t.Fatalf("POST: %d", code)
 	}
@@ -71,8 +75,8 @@ func TestCacheStatsCountEachAnswer(t *testing.T) {
 	if s.OriginRequests != 2 || n.Load() != 4 {
 		t.Errorf("origin requests: the cache's %d (want 2), the origin saw %d (want 4)", s.OriginRequests, n.Load())
 	}
-	if s.Route != "/" || s.Entries != 1 || s.Bytes <= 0 || s.Bytes > s.MaxBytes || s.MaxBytes != 64<<20 {
-		t.Errorf("route %q entries %d bytes %d of %d, want \"/\", 1, in (0, 64 MiB]", s.Route, s.Entries, s.Bytes, s.MaxBytes)
+	if s.Entries != 0 || s.Invalidated != 1 || s.Purged != 0 {
+		t.Errorf("after the POST: entries %d, invalidated %d, purged %d, want 0, 1, 0", s.Entries, s.Invalidated, s.Purged)
 	}
 }
 

@@ -76,6 +76,13 @@ func countingOrigin(t testing.TB, before func(n int64, ctx *fasthttp.RequestCtx)
 // get sends GET host/path with the headers (name, value pairs) through e.
 func (e *edge) get(t testing.TB, path string, headers ...string) (int, string, string) {
 	t.Helper()
+	status, body, xc, _ := e.getAge(t, path, headers...)
+	return status, body, xc
+}
+
+// getAge is get with the answer's Age (-1 when absent).
+func (e *edge) getAge(t testing.TB, path string, headers ...string) (int, string, string, int) {
+	t.Helper()
 	req, resp := fasthttp.AcquireRequest(), fasthttp.AcquireResponse()
 	defer fasthttp.ReleaseRequest(req)
 	defer fasthttp.ReleaseResponse(resp)
@@ -87,7 +94,11 @@ func (e *edge) get(t testing.TB, path string, headers ...string) (int, string, s
 	if err := e.c.DoTimeout(req, resp, 10*time.Second); err != nil {
 		t.Fatalf("GET %s: %v", path, err)
 	}
-	return resp.StatusCode(), string(resp.Body()), string(resp.Header.Peek("X-Cache"))
+	age := -1
+	if v := resp.Header.Peek("Age"); v != nil {
+		age, _ = strconv.Atoi(string(v))
+	}
+	return resp.StatusCode(), string(resp.Body()), string(resp.Header.Peek("X-Cache")), age
 }
 
 // burstEnv hands TestCacheBurstClient the edge's address and the body

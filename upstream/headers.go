@@ -34,6 +34,11 @@ const (
 	hXForwardedHost
 	hXForwardedPort
 	hForwarded
+	hXForwardedScheme
+	hXForwardedSsl
+	hXForwardedProtocol
+	hTraceparent
+	hTracestate
 	hOddName
 
 	hopMask    = hExpect - 1     // the hop-by-hop ones
@@ -41,7 +46,8 @@ const (
 
 	// testimonyMask: what a proxy in front says about the request. The
 	// edge keeps it only from a trusted proxy; anyone else's claim goes.
-	testimonyMask = hXForwardedProto | hXForwardedHost | hXForwardedPort | hForwarded
+	testimonyMask = hXForwardedProto | hXForwardedHost | hXForwardedPort | hForwarded |
+		hXForwardedScheme | hXForwardedSsl | hXForwardedProtocol
 )
 
 // hopByHop names the hop-by-hop bits, by bit position.
@@ -66,6 +72,11 @@ const (
 	headerXForwardedHost  = "X-Forwarded-Host"
 	headerXForwardedPort  = "X-Forwarded-Port"
 	headerForwarded       = "Forwarded"
+	// The scheme as Rack (X-Forwarded-Scheme, X-Forwarded-Ssl: on) and
+	// gunicorn's secure_scheme_headers (X-Forwarded-Protocol: ssl) read it.
+	headerXForwardedScheme   = "X-Forwarded-Scheme"
+	headerXForwardedSsl      = "X-Forwarded-Ssl"
+	headerXForwardedProtocol = "X-Forwarded-Protocol"
 )
 
 // The forwarding headers the edge writes, spelled as fasthttp normalizes
@@ -88,6 +99,9 @@ var testimony = [...]struct {
 	{hXForwardedHost, headerXForwardedHost},
 	{hXForwardedPort, headerXForwardedPort},
 	{hForwarded, headerForwarded},
+	{hXForwardedScheme, headerXForwardedScheme},
+	{hXForwardedSsl, headerXForwardedSsl},
+	{hXForwardedProtocol, headerXForwardedProtocol},
 }
 
 // headerBit returns the bit of the header named key (any case), 0 for
@@ -123,10 +137,19 @@ func headerBit(key []byte) uint32 {
 			return hConnection
 		case equalFold(key, "keep-alive"):
 			return hKeepAlive
+		case equalFold(key, "tracestate"):
+			return hTracestate
+		}
+	case 11:
+		if equalFold(key, "traceparent") {
+			return hTraceparent
 		}
 	case 15:
-		if equalFold(key, "x-forwarded-for") {
+		switch {
+		case equalFold(key, "x-forwarded-for"):
 			return hXForwardedFor
+		case equalFold(key, "x-forwarded-ssl"):
+			return hXForwardedSsl
 		}
 	case 16:
 		switch {
@@ -145,12 +168,19 @@ func headerBit(key []byte) uint32 {
 			return hXForwardedProto
 		}
 	case 18:
-		if equalFold(key, "proxy-authenticate") {
+		switch {
+		case equalFold(key, "proxy-authenticate"):
 			return hProxyAuthenticate
+		case equalFold(key, "x-forwarded-scheme"):
+			return hXForwardedScheme
 		}
 	case 19:
 		if equalFold(key, "proxy-authorization") {
 			return hProxyAuthorization
+		}
+	case 20:
+		if equalFold(key, "x-forwarded-protocol") {
+			return hXForwardedProtocol
 		}
 	}
 	return 0
@@ -239,7 +269,7 @@ func classOf(name []byte) byte {
 // spellsHandled reports whether name, with '_' read as '-', is a header
 // Serve removes or writes.
 func spellsHandled(name []byte) bool {
-	var buf [len("proxy-authorization")]byte
+	var buf [len("x-forwarded-protocol")]byte
 	if len(name) > len(buf) {
 		return false
 	}
@@ -480,15 +510,34 @@ type hop struct {
 	trusted bool
 	// underscores: upstreams.underscores_in_headers.
 	underscores bool
+	// full: the request is the cache's (a miss or a refresh): it goes
+	// without the client's conditional headers.
+	full bool
+}
+
+// conditionalHeaders make an origin answer 304, 412 or a part: never what
+// a cache asks for on behalf of everyone.
+var conditionalHeaders = [...]string{
+	fasthttp.HeaderIfNoneMatch, fasthttp.HeaderIfModifiedSince, fasthttp.HeaderIfMatch,
+	fasthttp.HeaderIfUnmodifiedSince, fasthttp.HeaderIfRange,
 }
 
 // prepare fills out with the request for the origin, or reports false when
-// the request must not be proxied (a header name nginx would refuse). The
+// the request must not be proxied (a header name nginx would refuse); the
+// scratch it returns holds the traceparent out carries (writeTrace). The
 // body is referenced, not copied: out lives only while Serve runs on the
 // handler's goroutine, which is also why ctx's slices never outlive the
 // handler.
 func prepare(out *fasthttp.Request, ctx *fasthttp.RequestCtx, from hop, buf []byte) ([]byte, bool) {
 	copyRequest(out, ctx)
+	if from.full {
+		// The cache's own request: the full answer, whatever validators
+		// the client that led it held (Cache.answerConditional answers
+		// those from it).
+		for _, name := range conditionalHeaders {
+			out.Header.Del(name)
+		}
+	}
 	// One scan of the raw header block finds which of the headers
 	// rewriteHeaders handles are there; the absent ones are not searched for.
 	return rewriteHeaders(out, ctx, from, requestPresent(&out.Header, from.underscores), buf)
@@ -567,15 +616,19 @@ func rewriteHeaders(out *fasthttp.Request, ctx *fasthttp.RequestCtx, from hop, p
 	}
 	out.Header.SetCanonical(keyXRealIP, buf[mark:])
 
-	// X-Forwarded-Proto, -Host, -Port and Forwarded: a trusted proxy's
-	// pass; anyone else's go. The edge writes X-Forwarded-Proto (of its own
-	// listener) when none is left.
+	// X-Forwarded-Proto, -Host, -Port, -Scheme, -Ssl, -Protocol and
+	// Forwarded: a trusted proxy's pass; anyone else's go. The edge writes
+	// X-Forwarded-Proto (of its own listener) when none is left, also when
+	// the Connection header named the proxy's (it was for this hop only).
 	if !from.trusted {
 		for _, t := range testimony {
 			if present&t.bit != 0 {
 				out.Header.Del(t.name)
 			}
 		}
+	} else if present&(hConnection|hXForwardedProto) == hConnection|hXForwardedProto &&
+		len(out.Header.Peek(headerXForwardedProto)) == 0 {
+		present &^= hXForwardedProto
 	}
 	if !from.trusted || present&hXForwardedProto == 0 {
 		if ctx.IsTLS() {
@@ -584,7 +637,35 @@ func rewriteHeaders(out *fasthttp.Request, ctx *fasthttp.RequestCtx, from hop, p
 			out.Header.SetCanonical(keyXForwardedProto, valueHTTP)
 		}
 	}
+	buf = writeTrace(&out.Header, &ctx.Request.Header, present, buf)
 	return buf, true
+}
+
+// requestRejection is the answer to a request the edge does not proxy, nil
+// for the others: a method methodRejection refuses, or userinfo in an
+// absolute request-target (http://user:pw@host/): fasthttp's client would
+// turn it into an Authorization header, an origin would answer as that
+// user, and a cache would keep it for everyone. It is refused (400) rather
+// than dropped: no browser sends it, so it is someone's probe.
+func requestRejection(ctx *fasthttp.RequestCtx) *api.Rejection {
+	if rej := methodRejection(ctx.Method()); rej != nil {
+		return rej
+	}
+	if hasUserinfo(ctx) {
+		return api.BadRequest
+	}
+	return nil
+}
+
+// hasUserinfo: the request-target names a user or a password. Only the
+// absolute form can (the origin form starts with '/', which fasthttp reads
+// as a path even when it is "//user@host").
+func hasUserinfo(ctx *fasthttp.RequestCtx) bool {
+	if uri := ctx.Request.Header.RequestURI(); len(uri) > 0 && uri[0] == '/' {
+		return false
+	}
+	u := ctx.URI()
+	return len(u.Username()) > 0 || len(u.Password()) > 0
 }
 
 // methodRejection is the answer to a method the edge does not proxy, nil for

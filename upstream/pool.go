@@ -79,11 +79,16 @@ type TrustedProxies interface {
 //     X-Forwarded-For = the immediate peer, X-Real-IP = clientIP (the real
 //     client as resolved by the caller; the peer if invalid),
 //     X-Forwarded-Proto = http or https (of the edge's listener); and
-//     X-Forwarded-Host, X-Forwarded-Port and Forwarded, which it does not.
-//     When the peer is one of proxies (real_ip's trusted proxies), its
-//     testimony stands: X-Forwarded-For is its list extended with the peer
-//     (nginx $proxy_add_x_forwarded_for), and its X-Forwarded-Proto, -Host,
-//     -Port and Forwarded pass on.
+//     X-Forwarded-Host, X-Forwarded-Port, Forwarded, and the scheme headers
+//     Rack and gunicorn read (X-Forwarded-Scheme, -Ssl, -Protocol), which
+//     it does not. When the peer is one of proxies (real_ip's trusted
+//     proxies), its testimony stands: X-Forwarded-For is its list extended
+//     with the peer (nginx $proxy_add_x_forwarded_for), and its
+//     X-Forwarded-Proto, -Host, -Port, -Scheme, -Ssl, -Protocol and
+//     Forwarded pass on. The edge's own are written after the hop-by-hop
+//     headers are removed, so a Connection header naming them cannot
+//     remove them (a proxy's X-Forwarded-Proto it names is replaced by the
+//     edge's).
 //
 // The Host header goes exactly as the client sent it (nginx
 // `proxy_set_header Host $host`: origins do virtual hosting and build links
@@ -93,7 +98,11 @@ type TrustedProxies interface {
 //
 // Refused, not proxied, and the connection closed: TRACE and CONNECT (405),
 // a method other than upper-case letters, '_' and '-', and a header name
-// with a space (400), as nginx does.
+// with a space (400), as nginx does; userinfo in an absolute request-target
+// (400: it would become Authorization).
+//
+// The origin also gets a traceparent the edge wrote (trace.go), and the
+// client's request keeps it for the access log (TraceID).
 //
 // Bodies are buffered both ways, within the edge server's
 // MaxRequestBodySize and without a response limit: origins here serve
@@ -104,11 +113,17 @@ type TrustedProxies interface {
 // retried on another server, up to max_retries; nothing else is retried,
 // since the origin may already have acted on it.
 func (p *Pool) Serve(ctx *fasthttp.RequestCtx, clientIP netip.Addr, proxies TrustedProxies) {
-	if rej := methodRejection(ctx.Method()); rej != nil {
+	p.serve(ctx, clientIP, proxies, false)
+}
+
+// serve is Serve; full: the request is the cache's, sent without the
+// client's conditional headers.
+func (p *Pool) serve(ctx *fasthttp.RequestCtx, clientIP netip.Addr, proxies TrustedProxies, full bool) {
+	if rej := requestRejection(ctx); rej != nil {
 		refuse(ctx, rej)
 		return
 	}
-	from := hop{clientIP: clientIP, underscores: p.underscores}
+	from := hop{clientIP: clientIP, underscores: p.underscores, full: full}
 	if proxies != nil {
 		peer, _ := netip.AddrFromSlice(ctx.RemoteIP())
 		from.trusted = proxies.Trusted(peer.Unmap())
@@ -122,6 +137,8 @@ func (p *Pool) Serve(ctx *fasthttp.RequestCtx, clientIP netip.Addr, proxies Trus
 		refuse(ctx, api.BadRequest)
 		return
 	}
+	// The access log names the trace the origin got (TraceID).
+	ctx.Request.Header.SetCanonical(keyTraceparent, c.buf)
 
 	// OnResponse's time is the wait for the origin: from here, with the
 	// request ready, to the last attempt's answer or failure. ctx.Time()

@@ -108,6 +108,7 @@ var (
 	AdminUnavailable       = newRejection(503, "DEGRADED", "the store is unavailable")
 	AdminRestockUsage      = newRejection(400, "BAD_REQUEST", "productId must be a valid id and add a whole number from 1 to 1000000000")
 	AdminDegradeUsage      = newRejection(400, "BAD_REQUEST", `send {"productId": "p1" or "" for all, "on": true|false}`)
+	AdminPurgeUsage        = newRejection(400, "BAD_REQUEST", `send {"route": "shop.example/products/" or "" for every cached route, "prefix": "GET|shop.example|/products/" or "" for every key}, not both empty`)
 	AdminCancelUsage       = newRejection(400, "BAD_REQUEST", `send {"productId": "p1", "orderId": "<id>"}`) // cancel and paid
 	AdminRouteRoomUsage    = newRejection(400, "BAD_REQUEST", `send {"room": "shop", "method": "fifo"|"random"|"passthrough"|"reject"|"queue_all"|"config", "admitPerMinute": -1..10000000, "maxActive": -1..100000000} (-1: the config's), or to /admin/rooms/bypass {"room": "shop", "ttl": "1h"} (1s..720h)`)
 	AdminRoomUsage         = newRejection(400, "BAD_REQUEST", `send {"productId": "p3", "action": "pause"|"resume"|"close"|"open"|"rate", "admitPerMinute": 1..10000000 with rate}`)
