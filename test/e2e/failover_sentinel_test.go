@@ -25,7 +25,10 @@ func TestFailoverSentinel(t *testing.T) {
 	if testing.Short() {
 		t.Skip("fails a Sentinel master over under load through two edge processes: skipped with -short")
 	}
-	const units, limit, forgotten = 60, 1, 15
+	// 120 units at 20 purchases a second each: the 48 MB fill takes from
+	// one to three seconds on a loaded 2-core machine, and 60 units ran out
+	// during it, before the 15 purchases only the master holds.
+	const units, limit, forgotten = 120, 1, 15
 	s := redistest.NewSentinel(t)
 	env := newOrdEnvOn(t, nil, s.Master())
 	products := []string{"sen1", "sen2"}
