@@ -34,13 +34,47 @@ if #gone > 0 then
   redis.call('ZREM', KEYS[3], unpack(gone))
   redis.call('HINCRBY', KEYS[1], 'abandoned', #gone)
 end
-redis.call('ZREMRANGEBYSCORE', KEYS[4], '-inf', now)
+-- Lapsed sessions free their seats; seats freed are counted, decayed with
+-- a time constant of 20 s (fr at frms; fr0: the first), for the estimate
+-- of a capped place below.
+local lapsed = redis.call('ZREMRANGEBYSCORE', KEYS[4], '-inf', now)
+local fr = redis.call('HMGET', KEYS[1], 'fr', 'frms', 'fr0')
+local freed = tonumber(fr[1] or '0') * math.exp(-math.max(now - tonumber(fr[2] or now), 0) / 20000)
+if lapsed > 0 then
+  freed = freed + lapsed
+  redis.call('HSET', KEYS[1], 'fr', tostring(freed), 'frms', now)
+  if not fr[3] then redis.call('HSET', KEYS[1], 'fr0', now); fr[3] = now end
+end
+-- A free seat goes at once to the next in line, as a reservation they
+-- claim with their next request (the same lines in route_room_end.lua):
+-- its score, now + abandon, ends in .5. Only under a cap without a rate
+-- (a rate's bucket lets in by the line), and not while held.
+if cap > 0 and rate == 0 and (method == 'fifo' or method == 'random') then
+  local free = cap - redis.call('ZCARD', KEYS[4])
+  if free > 0 then
+    local head = redis.call('ZRANGE', KEYS[2], 0, free - 1)
+    for _, v in ipairs(head) do
+      redis.call('ZADD', KEYS[4], string.format('%d.5', now + tonumber(ARGV[7])), v)
+    end
+    if #head > 0 then
+      redis.call('ZREM', KEYS[2], unpack(head))
+      redis.call('ZREM', KEYS[3], unpack(head))
+    end
+  end
+end
 local function keep()
   for i = 1, 4 do redis.call('PEXPIRE', KEYS[i], ttl) end
 end
 local untilMs = tonumber(redis.call('ZSCORE', KEYS[4], id) or '0')
 if untilMs > now then
   keep()
+  if untilMs % 1 ~= 0 and not hold then
+    -- A reservation, claimed: the session starts now.
+    local u = now + tonumber(ARGV[6])
+    redis.call('ZADD', KEYS[4], u, id)
+    redis.call('HINCRBY', KEYS[1], 'admitted', 1)
+    return {1, u, 0, 0, rate, 0, cap, 0, 0, method}
+  end
   if hold then
     -- Held with a running session: waits without a place, and walks in
     -- on the pass they hold once the hold ends.
@@ -112,7 +146,13 @@ end
 local seat = 0
 if free >= 0 and pos > free then
   local k = pos - free
-  if k <= active then
+  local since = now - tonumber(fr[3] or now)
+  if since >= 1000 and freed > 0 then
+    -- Seats have been freeing: at the rate they did (the decayed count
+    -- over its horizon, exact for a steady rate).
+    local perMs = freed / (20000 * (1 - math.exp(-since / 20000)))
+    seat = math.ceil(k / perMs)
+  elseif k <= active then
     local e = redis.call('ZRANGE', KEYS[4], k - 1, k - 1, 'WITHSCORES')
     if e[2] then seat = tonumber(e[2]) - now end
   else
