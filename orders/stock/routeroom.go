@@ -19,6 +19,8 @@ import (
 // admitted visitor's pass check; an admitted visitor between checks costs
 // Redis nothing.
 var (
+	//go:embed lua/route_room_seats.lua
+	routeSeatsLua string
 	//go:embed lua/route_room_visit.lua
 	routeVisitLua string
 	//go:embed lua/route_room_renew.lua
@@ -28,9 +30,9 @@ var (
 	//go:embed lua/route_room_admin.lua
 	routeAdminLua string
 
-	routeVisitScript = rueidis.NewLuaScript(routeVisitLua)
+	routeVisitScript = rueidis.NewLuaScript(routeSeatsLua + routeVisitLua)
 	routeRenewScript = rueidis.NewLuaScript(routeRenewLua)
-	routeEndScript   = rueidis.NewLuaScript(routeEndLua)
+	routeEndScript   = rueidis.NewLuaScript(routeSeatsLua + routeEndLua)
 	routeAdminScript = rueidis.NewLuaScript(routeAdminLua)
 )
 

@@ -34,34 +34,12 @@ if #gone > 0 then
   redis.call('ZREM', KEYS[3], unpack(gone))
   redis.call('HINCRBY', KEYS[1], 'abandoned', #gone)
 end
--- Lapsed sessions free their seats; seats freed are counted, decayed with
--- a time constant of 20 s (fr at frms; fr0: the first), for the estimate
--- of a capped place below.
+-- Lapsed sessions free their seats (counted for the estimate of a capped
+-- place below), and free seats go to the head of the line at once
+-- (route_room_seats.lua).
 local lapsed = redis.call('ZREMRANGEBYSCORE', KEYS[4], '-inf', now)
-local fr = redis.call('HMGET', KEYS[1], 'fr', 'frms', 'fr0')
-local freed = tonumber(fr[1] or '0') * math.exp(-math.max(now - tonumber(fr[2] or now), 0) / 20000)
-if lapsed > 0 then
-  freed = freed + lapsed
-  redis.call('HSET', KEYS[1], 'fr', tostring(freed), 'frms', now)
-  if not fr[3] then redis.call('HSET', KEYS[1], 'fr0', now); fr[3] = now end
-end
--- A free seat goes at once to the next in line, as a reservation they
--- claim with their next request (the same lines in route_room_end.lua):
--- its score, now + abandon, ends in .5. Only under a cap without a rate
--- (a rate's bucket lets in by the line), and not while held.
-if cap > 0 and rate == 0 and (method == 'fifo' or method == 'random') then
-  local free = cap - redis.call('ZCARD', KEYS[4])
-  if free > 0 then
-    local head = redis.call('ZRANGE', KEYS[2], 0, free - 1)
-    for _, v in ipairs(head) do
-      redis.call('ZADD', KEYS[4], string.format('%d.5', now + tonumber(ARGV[7])), v)
-    end
-    if #head > 0 then
-      redis.call('ZREM', KEYS[2], unpack(head))
-      redis.call('ZREM', KEYS[3], unpack(head))
-    end
-  end
-end
+local freed, fr0 = seatsFreed(KEYS[1], now, lapsed)
+reserveSeats(KEYS[4], KEYS[2], KEYS[3], method, rate, cap, now, tonumber(ARGV[7]))
 local function keep()
   for i = 1, 4 do redis.call('PEXPIRE', KEYS[i], ttl) end
 end
@@ -146,7 +124,7 @@ end
 local seat = 0
 if free >= 0 and pos > free then
   local k = pos - free
-  local since = now - tonumber(fr[3] or now)
+  local since = now - fr0
   if since >= 1000 and freed > 0 then
     -- Seats have been freeing: at the rate they did (the decayed count
     -- over its horizon, exact for a steady rate).
