@@ -107,9 +107,13 @@ type RouteRoomResult struct {
 	QueuedSamples int     `json:"queued_samples"`        // samples with someone waiting
 	// QueuedBelow: of those, with active < cap − 1 %; IdleSeats the mean
 	// of cap − active over the queued samples.
-	QueuedBelow    int         `json:"queued_below_cap_samples"`
-	QueuedBelowPct float64     `json:"queued_below_cap_pct"`
-	IdleSeats      float64     `json:"idle_seats_mean"`
+	QueuedBelow    int     `json:"queued_below_cap_samples"`
+	QueuedBelowPct float64 `json:"queued_below_cap_pct"`
+	IdleSeats      float64 `json:"idle_seats_mean"`
+	// The same by the origin's count: Redis counts a seat reserved for the
+	// next in line and not yet claimed; the origin sees it idle.
+	OriginBelowPct float64     `json:"queued_below_cap_origin_pct"`
+	OriginIdle     float64     `json:"idle_seats_origin_mean"`
 	CapETA         ETAAccuracy `json:"cap_eta"`
 	// The rate room.
 	Rate         int            `json:"admit_per_minute"`
@@ -176,6 +180,7 @@ type rrVisitor struct {
 type rrSample struct {
 	at              time.Time
 	waiting, active int64
+	origin          int64 // the cap room's visitors in at once, as the origin counted them
 }
 
 // cmdRouteRoom runs the routeroom scenario and prints its report.
@@ -330,12 +335,17 @@ func runRouteRoom(ctx context.Context, root string, sc *Scenario, f runFlags, st
 	rateAt := append([]time.Time(nil), o.rateAt...)
 	o.mu.Unlock()
 	below := float64(rr.MaxActive) * 0.99
-	var idle float64
+	var idle, oidle float64
+	var obelow int
 	for _, s := range samples[rrCap] {
 		out.RedisMax = max(out.RedisMax, s.active)
 		if s.waiting > 0 {
 			out.QueuedSamples++
 			idle += float64(int64(rr.MaxActive) - s.active)
+			oidle += float64(int64(rr.MaxActive) - s.origin)
+			if float64(s.origin) < below {
+				obelow++
+			}
 			if float64(s.active) < below {
 				out.QueuedBelow++
 			}
@@ -344,6 +354,8 @@ func runRouteRoom(ctx context.Context, root string, sc *Scenario, f runFlags, st
 	if out.QueuedSamples > 0 {
 		out.QueuedBelowPct = 100 * float64(out.QueuedBelow) / float64(out.QueuedSamples)
 		out.IdleSeats = idle / float64(out.QueuedSamples)
+		out.OriginBelowPct = 100 * float64(obelow) / float64(out.QueuedSamples)
+		out.OriginIdle = oidle / float64(out.QueuedSamples)
 	}
 	out.OvershootPct = math.Max(0, 100*float64(max(out.OriginMax, out.RedisMax)-int64(rr.MaxActive))/float64(rr.MaxActive))
 	out.RatePerMin, out.RateMax10s = admissionRate(rateAt, 10*time.Second)
@@ -475,7 +487,7 @@ func sampleRooms(ctx context.Context, admin string, interval time.Duration, o *r
 		}
 		now := time.Now()
 		for name, r := range rooms {
-			out[name] = append(out[name], rrSample{at: now, waiting: r.Waiting, active: r.Active})
+			out[name] = append(out[name], rrSample{at: now, waiting: r.Waiting, active: r.Active, origin: o.capCount.Load()})
 		}
 		originMax.Store(max(originMax.Load(), o.capCount.Load()))
 	}
@@ -513,6 +525,8 @@ func printRouteRoom(w io.Writer, r *Result) {
 		x.Cap, x.CapAdmitted, x.CapVisitors, x.OriginMax, x.RedisMax, x.OvershootPct)
 	fmt.Fprintf(w, "  queued while active < cap − 1 %%: %d of %d samples with someone waiting (%.1f %%); idle seats while queued: %.1f on average\n",
 		x.QueuedBelow, x.QueuedSamples, x.QueuedBelowPct, x.IdleSeats)
+	fmt.Fprintf(w, "  the same by the origin's count (a reserved seat not yet claimed is idle there): %.1f %%; idle seats %.1f\n",
+		x.OriginBelowPct, x.OriginIdle)
 	fmt.Fprintf(w, "  ETA error (waits ≥ %.0f s, n=%d): join p50 %.1f %% p90 %.1f %%; half-way p50 %.1f %% p90 %.1f %%\n",
 		x.CapETA.MinWaitS, x.CapETA.N, x.CapETA.FirstP50, x.CapETA.FirstP90, x.CapETA.HalfP50, x.CapETA.HalfP90)
 	fmt.Fprintf(w, "rate room (admit_per_minute %d): %d of %d let in; %.0f/min first to last, busiest 10 s %.0f/min\n",
@@ -529,7 +543,7 @@ func printRouteRoom(w io.Writer, r *Result) {
 	if r.OutDir != "" {
 		fmt.Fprintln(w, "result:", r.OutDir)
 	}
-	fmt.Fprintf(w, "RESULT scenario=%s edges=%d overshoot_pct=%.1f queued_below_cap_pct=%.1f idle_seats=%.1f cap_eta_join_p90_pct=%.1f cap_eta_half_p90_pct=%.1f rate_eta_join_p90_pct=%.1f rate_eta_half_p90_pct=%.1f admitted_per_min=%.0f admit_per_minute=%d busiest_10s_per_min=%.0f pow_bits=%d pow_solve_p90_ms=%.1f\n",
+	fmt.Fprintf(w, "RESULT scenario=%s edges=%d overshoot_pct=%.1f queued_below_cap_pct=%.1f idle_seats=%.1f cap_eta_join_p90_pct=%.1f cap_eta_half_p90_pct=%.1f rate_eta_join_p90_pct=%.1f rate_eta_half_p90_pct=%.1f admitted_per_min=%.0f admit_per_minute=%d busiest_10s_per_min=%.0f pow_bits=%d pow_solve_p90_ms=%.1f queued_below_cap_origin_pct=%.1f idle_seats_origin=%.1f\n",
 		r.Scenario, x.Edges, x.OvershootPct, x.QueuedBelowPct, x.IdleSeats, x.CapETA.FirstP90, x.CapETA.HalfP90,
-		x.RateETA.FirstP90, x.RateETA.HalfP90, x.RatePerMin, x.Rate, x.RateMax10s, x.PowBits, x.PowSolveP90Ms)
+		x.RateETA.FirstP90, x.RateETA.HalfP90, x.RatePerMin, x.Rate, x.RateMax10s, x.PowBits, x.PowSolveP90Ms, x.OriginBelowPct, x.OriginIdle)
 }

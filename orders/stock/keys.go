@@ -320,7 +320,8 @@ const (
 	// sk:room:{r}:st, hash: method rate cap (the operator's overrides of
 	// the config), credit creditms (the admission rate's bucket), seq (the
 	// fifo numbers given), joined admitted abandoned ended over (counters;
-	// over: passthrough visitors the rules would have queued).
+	// over: passthrough visitors the rules would have queued), fr frms fr0
+	// (seats freed, decayed over 20 s, at frms; fr0: the first).
 	routeRoomStateSuffix = "st"
 	// sk:room:{r}:q, sorted set: visitor id -> place score (fifo: the
 	// arrival number; random: the lottery's score), the waiting visitors.
@@ -329,7 +330,8 @@ const (
 	// poll; who is not seen for the room's abandon time loses the place.
 	routeRoomSeenSuffix = "seen"
 	// sk:room:{r}:act, sorted set: visitor id -> session end (unix ms),
-	// the admitted visitors, which max_active counts.
+	// the admitted visitors, which max_active counts; a score ending in .5
+	// is a seat reserved for the next in line until then, not yet claimed.
 	routeRoomActiveSuffix = "act"
 	// sk:room:{r}:c:<challenge id>, string "1" until the challenge expires:
 	// a proof of work spent by the visit that placed its visitor (single use).

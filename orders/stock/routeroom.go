@@ -19,6 +19,8 @@ import (
 // admitted visitor's pass check; an admitted visitor between checks costs
 // Redis nothing.
 var (
+	//go:embed lua/route_room_seats.lua
+	routeSeatsLua string
 	//go:embed lua/route_room_visit.lua
 	routeVisitLua string
 	//go:embed lua/route_room_renew.lua
@@ -28,9 +30,9 @@ var (
 	//go:embed lua/route_room_admin.lua
 	routeAdminLua string
 
-	routeVisitScript = rueidis.NewLuaScript(routeVisitLua)
+	routeVisitScript = rueidis.NewLuaScript(routeSeatsLua + routeVisitLua)
 	routeRenewScript = rueidis.NewLuaScript(routeRenewLua)
-	routeEndScript   = rueidis.NewLuaScript(routeEndLua)
+	routeEndScript   = rueidis.NewLuaScript(routeSeatsLua + routeEndLua)
 	routeAdminScript = rueidis.NewLuaScript(routeAdminLua)
 )
 
@@ -150,16 +152,22 @@ func (s *Store) RouteRenew(ctx context.Context, r RouteRoom, id string, nowMs, n
 	return u, nil
 }
 
-// RouteEnd ends a visitor's session (the origin said so); false: it was
-// not running.
-func (s *Store) RouteEnd(ctx context.Context, room, id string) (bool, error) {
-	if !conf.ValidRoomName(room) || !validVisitor(id) {
-		return false, fmt.Errorf("%w: route room %q visitor %q", ErrInvalid, room, id)
+// RouteEnd ends a visitor's session at nowMs (the origin said so); false:
+// it was not running. The seat goes in the same call to the next in line,
+// reserved until they ask again (RouteVisit claims it), and counts in the
+// rate of seats freed that a capped place's estimate comes from.
+func (s *Store) RouteEnd(ctx context.Context, r RouteRoom, id string, nowMs int64) (bool, error) {
+	if err := r.check(); err != nil {
+		return false, err
 	}
-	k := routeRoomKeys(room)
+	if !validVisitor(id) {
+		return false, fmt.Errorf("%w: route room %q visitor %q", ErrInvalid, r.Name, id)
+	}
+	k := routeRoomKeys(r.Name)
 	cctx, cancel := s.call(ctx)
 	defer cancel()
-	n, err := routeEndScript.Exec(cctx, s.c, []string{k.Active, k.State}, []string{id}).AsInt64()
+	n, err := routeEndScript.Exec(cctx, s.c, []string{k.Active, k.State, k.Queue, k.Seen},
+		[]string{id, i64(nowMs), i64(r.Rate), i64(r.Cap), i64(r.AbandonMs), r.Method}).AsInt64()
 	if err != nil {
 		return false, fmt.Errorf("stock: route room end: %w", err)
 	}

@@ -41,13 +41,15 @@ func TestRouteRoomCapFIFO(t *testing.T) {
 	if a, _ := s.RouteVisit(ctx, r, visitorID(5), 0, now+1); a.Status != VisitWaiting || a.Place != 2 {
 		t.Fatalf("visitor 5 jumped the line: %+v", a)
 	}
-	if ok, err := s.RouteEnd(ctx, "shop", visitorID(2)); !ok || err != nil {
+	if ok, err := s.RouteEnd(ctx, r, visitorID(2), now+2); !ok || err != nil {
 		t.Fatalf("end: %v %v", ok, err)
 	}
-	if a, _ := s.RouteVisit(ctx, r, visitorID(5), 0, now+2); a.Status != VisitWaiting || a.Place != 2 {
+	// The end gave the seat to 4 at once (a reservation, which holds the
+	// seat): 5 is next, and still waits.
+	if a, _ := s.RouteVisit(ctx, r, visitorID(5), 0, now+2); a.Status != VisitWaiting || a.Place != 1 || a.Active != 3 {
 		t.Fatalf("visitor 5 took 4's seat: %+v", a)
 	}
-	if a, _ := s.RouteVisit(ctx, r, visitorID(4), 0, now+3); a.Status != VisitAdmitted {
+	if a, _ := s.RouteVisit(ctx, r, visitorID(4), 0, now+3); a.Status != VisitAdmitted || a.UntilMs != now+3+r.SessionMs {
 		t.Fatalf("visitor 4 not let in after a session ended: %+v", a)
 	}
 	// Renewal: an admitted visitor's session runs on; an ended one is over.
@@ -163,6 +165,86 @@ func TestRouteRoomChallengeSpentOnce(t *testing.T) {
 		}
 		if _, err := s.RouteVisitSpending(ctx, r, visitorID(3), 0, now, "bad{id}", now+120_000); err == nil {
 			t.Error("a malformed challenge id was sent to Redis")
+		}
+	})
+}
+
+// routeRoomStores: the route room's scripts on a real redis-server and on
+// the embedded server.
+func routeRoomStores(t *testing.T, f func(t *testing.T, s *Store)) {
+	t.Run("redis", func(t *testing.T) { s, _ := openReal(t, Options{}); f(t, s) })
+	t.Run("embedded", func(t *testing.T) { f(t, openEmbedded(t, Options{})) })
+}
+
+// TestRouteRoomSeatGoesToNextInLine: a seat the origin frees goes to the
+// next in line in the same call (reserved: the room stays full and its
+// queue shorter), the reserved visitor's next request starts a session,
+// the cap holds exactly, and a reservation nobody claims frees its seat
+// after abandon, for the next.
+func TestRouteRoomSeatGoesToNextInLine(t *testing.T) {
+	routeRoomStores(t, func(t *testing.T, s *Store) {
+		ctx := context.Background()
+		r := routeRoom("fifo", 0, 2)
+		now := int64(5_000_000)
+		for i := 1; i <= 5; i++ {
+			s.RouteVisit(ctx, r, visitorID(i), 0, now)
+		}
+		if ok, err := s.RouteEnd(ctx, r, visitorID(1), now+10); !ok || err != nil {
+			t.Fatalf("end: %v %v", ok, err)
+		}
+		info, err := s.RouteAdmin(ctx, r, RouteChange{}, now+10)
+		if err != nil || info.Active != 2 || info.Waiting != 2 {
+			t.Fatalf("after the end, want 2 seats taken and 2 waiting: %+v %v", info, err)
+		}
+		if a, _ := s.RouteVisit(ctx, r, visitorID(4), 0, now+15); a.Status != VisitWaiting || a.Place != 1 {
+			t.Fatalf("visitor 4 took 3's reserved seat: %+v", a)
+		}
+		if a, _ := s.RouteVisit(ctx, r, visitorID(3), 0, now+20); a.Status != VisitAdmitted || a.UntilMs != now+20+r.SessionMs {
+			t.Fatalf("visitor 3 did not claim the seat: %+v", a)
+		}
+		if a, _ := s.RouteVisit(ctx, r, visitorID(3), 0, now+25); a.Status != VisitAdmitted || a.UntilMs != now+20+r.SessionMs {
+			t.Fatalf("a claimed seat claimed again: %+v", a)
+		}
+		// 2 ends: 4 is given the seat but never comes back; 5 polls on.
+		s.RouteEnd(ctx, r, visitorID(2), now+30)
+		s.RouteVisit(ctx, r, visitorID(5), 0, now+30+r.AbandonMs/2)
+		if a, _ := s.RouteVisit(ctx, r, visitorID(5), 0, now+31+r.AbandonMs); a.Status != VisitAdmitted {
+			t.Fatalf("an unclaimed reservation kept its seat: %+v", a)
+		}
+		info, _ = s.RouteAdmin(ctx, r, RouteChange{}, now+31+r.AbandonMs)
+		if info.Active != 2 || info.Waiting != 0 || info.Admitted != 4 || info.Ended != 2 {
+			t.Fatalf("counts: %+v", info)
+		}
+	})
+}
+
+// TestRouteRoomCapETAFromFreeRate: when the origin ends sessions early (one
+// every 100 ms, sessions of a minute), a capped place's estimate follows
+// the rate seats actually free at, not the sessions' ends.
+func TestRouteRoomCapETAFromFreeRate(t *testing.T) {
+	routeRoomStores(t, func(t *testing.T, s *Store) {
+		ctx := context.Background()
+		r := routeRoom("fifo", 0, 10)
+		now := int64(7_000_000)
+		for i := 1; i <= 40; i++ {
+			s.RouteVisit(ctx, r, visitorID(i), 0, now)
+		}
+		for i := 1; i <= 20; i++ {
+			t0 := now + 100*int64(i)
+			if ok, err := s.RouteEnd(ctx, r, visitorID(i), t0); !ok || err != nil {
+				t.Fatalf("end %d: %v %v", i, ok, err)
+			}
+			if a, _ := s.RouteVisit(ctx, r, visitorID(10+i), 0, t0); a.Status != VisitAdmitted {
+				t.Fatalf("visitor %d: %+v", 10+i, a)
+			}
+		}
+		a, err := s.RouteVisit(ctx, r, visitorID(35), 0, now+2050)
+		if err != nil || a.Status != VisitWaiting || a.Place != 5 {
+			t.Fatalf("visitor 35: %+v %v", a, err)
+		}
+		// Five seats at ten a second: about 500 ms.
+		if a.SeatMs < 250 || a.SeatMs > 750 {
+			t.Fatalf("place 5 estimated %d ms, want about 500", a.SeatMs)
 		}
 	})
 }

@@ -262,6 +262,7 @@ type Visit struct {
 	known    bool  // id is an admitted visitor's
 	passTo   int64 // > 0: give a new pass valid until then (session end)
 	checkAt  int64
+	nowMs    int64 // Gate's clock, for Finish
 }
 
 // Gate decides one request on the room's route: true, the request goes to
@@ -270,7 +271,7 @@ type Visit struct {
 // allocation; a renewal, a waiting visitor and a new one cost one script
 // call.
 func (rm *Room) Gate(ctx *fasthttp.RequestCtx, clientIP netip.Addr, nowMs int64) (Visit, bool) {
-	var v Visit
+	v := Visit{nowMs: nowMs}
 	m, ev, pre := rm.methodAt(nowMs)
 	if m == methodReject {
 		rm.live.count(resClosed)
@@ -506,7 +507,8 @@ func (rm *Room) Finish(ctx *fasthttp.RequestCtx, v *Visit) {
 	var hex [2 * room.IDLen]byte
 	id := string(v.id.AppendHex(hex[:0]))
 	cctx, cancel := context.WithTimeout(context.Background(), time.Second)
-	_, err := rm.store.RouteEnd(cctx, rm.cfg.Name, id)
+	m, ev, pre := rm.methodAt(v.nowMs)
+	_, err := rm.store.RouteEnd(cctx, rm.configAt(m, ev, pre), id, v.nowMs)
 	cancel()
 	if err != nil {
 		rm.log.Warn("route room: the origin's end of a session not recorded; it ends by itself", "room", rm.cfg.Name, "err", err)

@@ -34,13 +34,25 @@ if #gone > 0 then
   redis.call('ZREM', KEYS[3], unpack(gone))
   redis.call('HINCRBY', KEYS[1], 'abandoned', #gone)
 end
-redis.call('ZREMRANGEBYSCORE', KEYS[4], '-inf', now)
+-- Lapsed sessions free their seats (counted for the estimate of a capped
+-- place below), and free seats go to the head of the line at once
+-- (route_room_seats.lua).
+local lapsed = redis.call('ZREMRANGEBYSCORE', KEYS[4], '-inf', now)
+local freed, fr0 = seatsFreed(KEYS[1], now, lapsed)
+reserveSeats(KEYS[4], KEYS[2], KEYS[3], method, rate, cap, now, tonumber(ARGV[7]))
 local function keep()
   for i = 1, 4 do redis.call('PEXPIRE', KEYS[i], ttl) end
 end
 local untilMs = tonumber(redis.call('ZSCORE', KEYS[4], id) or '0')
 if untilMs > now then
   keep()
+  if untilMs % 1 ~= 0 and not hold then
+    -- A reservation, claimed: the session starts now.
+    local u = now + tonumber(ARGV[6])
+    redis.call('ZADD', KEYS[4], u, id)
+    redis.call('HINCRBY', KEYS[1], 'admitted', 1)
+    return {1, u, 0, 0, rate, 0, cap, 0, 0, method}
+  end
   if hold then
     -- Held with a running session: waits without a place, and walks in
     -- on the pass they hold once the hold ends.
@@ -112,7 +124,13 @@ end
 local seat = 0
 if free >= 0 and pos > free then
   local k = pos - free
-  if k <= active then
+  local since = now - fr0
+  if since >= 1000 and freed > 0 then
+    -- Seats have been freeing: at the rate they did (the decayed count
+    -- over its horizon, exact for a steady rate).
+    local perMs = freed / (20000 * (1 - math.exp(-since / 20000)))
+    seat = math.ceil(k / perMs)
+  elseif k <= active then
     local e = redis.call('ZRANGE', KEYS[4], k - 1, k - 1, 'WITHSCORES')
     if e[2] then seat = tonumber(e[2]) - now end
   else
