@@ -5,7 +5,6 @@ import (
 	"encoding/binary"
 	"encoding/json"
 	"fmt"
-	"io"
 	"math/bits"
 	"net"
 	"net/http"
@@ -98,17 +97,7 @@ func newVisitor() *visitor {
 
 func (v *visitor) get(t *testing.T, url string, hdr ...string) (int, http.Header, string) {
 	t.Helper()
-	req, _ := http.NewRequest("GET", url, nil)
-	for i := 0; i+1 < len(hdr); i += 2 {
-		req.Header.Set(hdr[i], hdr[i+1])
-	}
-	resp, err := v.c.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	return resp.StatusCode, resp.Header, string(b)
+	return getWith(t, v.c, url, hdr...)
 }
 
 // TestRouteRoomOnEmbeddedRedis: a room with max_active 2 in front of a

@@ -127,11 +127,18 @@ func startEdgeWith(t testing.TB, body string, log *slog.Logger) *edge {
 
 func get(t *testing.T, url string, hdr ...string) (int, http.Header, string) {
 	t.Helper()
+	return getWith(t, http.DefaultClient, url, hdr...)
+}
+
+// getWith is get through client c (a visitor's cookie jar); hdr are
+// name, value pairs.
+func getWith(t *testing.T, c *http.Client, url string, hdr ...string) (int, http.Header, string) {
+	t.Helper()
 	req, _ := http.NewRequest("GET", url, nil)
 	for i := 0; i+1 < len(hdr); i += 2 {
 		req.Header.Set(hdr[i], hdr[i+1])
 	}
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := c.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
