@@ -2,6 +2,7 @@ package stock
 
 import (
 	"context"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -153,4 +154,57 @@ func reportParts(b *testing.B, whole, cut *ledgerBench) {
 	b.ReportMetric(w/n, "whole-us/op")
 	b.ReportMetric(c/n, "part-us/op")
 	b.ReportMetric(c/w, "part/whole")
+}
+
+// hashFieldLua writes ARGV[2] calls of ARGV[1] new fields each, every call
+// reading them first (HMGET) and then writing them (HSET) as a deduction
+// does, into one hash ("big") or into a new hash per 128 fields ("small",
+// which Redis keeps as a listpack). ARGV[4] makes the names unique per run.
+const hashFieldLua = `
+local per, calls, small, run = tonumber(ARGV[1]), tonumber(ARGV[2]), ARGV[3] == 'small', ARGV[4]
+for c = 0, calls - 1 do
+  local key = KEYS[1]
+  if small then key = KEYS[1] .. run .. ':' .. math.floor(c * per / 128) end
+  local f, w = {}, {}
+  for i = 1, per do
+    local name = run .. ':' .. c .. ':' .. i
+    f[i], w[2 * i - 1], w[2 * i] = name, name, '1'
+  end
+  redis.call('HMGET', key, unpack(f))
+  redis.call('HSET', key, unpack(w))
+end
+return calls * per
+`
+
+// BenchmarkHashFieldCost is Redis' CPU per field read and written, 64
+// fields a call, in one hash that grows to b.N fields against hashes of 128
+// fields, side by side on two servers (the "smaller hashes" idea of issue
+// 26; a field is one HMGET miss and one HSET):
+//
+//	go test -run '^$' -bench HashFieldCost -benchtime 640000x ./orders/stock/
+func BenchmarkHashFieldCost(b *testing.B) {
+	script := rueidis.NewLuaScript(hashFieldLua)
+	big, small := newLedgerBench(b, false, 1), newLedgerBench(b, false, 1)
+	const per, calls = 64, 100 // fields a call, calls a script run
+	key := "hashfieldcost"     // no key of the stock package's
+	b.ResetTimer()
+	big.snap(b)
+	small.snap(b)
+	for run := 0; run*per*calls < b.N; run++ {
+		for _, l := range []*ledgerBench{big, small} {
+			mode := map[bool]string{true: "big", false: "small"}[l == big]
+			if err := script.Exec(context.Background(), l.s.c, []string{key},
+				[]string{strconv.Itoa(per), strconv.Itoa(calls), mode, strconv.Itoa(run)}).Error(); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+	big.snap(b)
+	small.snap(b)
+	b.StopTimer()
+	fields := float64((b.N + per*calls - 1) / (per * calls) * per * calls)
+	bw, sw := big.cpu[1]-big.cpu[0], small.cpu[1]-small.cpu[0]
+	b.ReportMetric(bw/fields, "big-us/field")
+	b.ReportMetric(sw/fields, "small-us/field")
+	b.ReportMetric(sw/bw, "small/big")
 }
