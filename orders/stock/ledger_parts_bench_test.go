@@ -7,6 +7,8 @@ import (
 	"testing"
 
 	"github.com/redis/rueidis"
+
+	"flashgate/internal/redistest"
 )
 
 // The parts of a purchase's Redis CPU: what each part of deduct.lua and
@@ -184,23 +186,27 @@ return calls * per
 //	go test -run '^$' -bench HashFieldCost -benchtime 640000x ./orders/stock/
 func BenchmarkHashFieldCost(b *testing.B) {
 	script := rueidis.NewLuaScript(hashFieldLua)
-	big, small := newLedgerBench(b, false, 1), newLedgerBench(b, false, 1)
+	type server struct {
+		c rueidis.Client
+		redisMeter
+	}
+	big, small := &server{c: redistest.Client(b, redistest.New(b).Addr())}, &server{c: redistest.Client(b, redistest.New(b).Addr())}
 	const per, calls = 64, 100 // fields a call, calls a script run
 	key := "hashfieldcost"     // no key of the stock package's
 	b.ResetTimer()
-	big.snap(b)
-	small.snap(b)
+	big.snapOf(b, big.c)
+	small.snapOf(b, small.c)
 	for run := 0; run*per*calls < b.N; run++ {
-		for _, l := range []*ledgerBench{big, small} {
+		for _, l := range []*server{big, small} {
 			mode := map[bool]string{true: "big", false: "small"}[l == big]
-			if err := script.Exec(context.Background(), l.s.c, []string{key},
+			if err := script.Exec(context.Background(), l.c, []string{key},
 				[]string{strconv.Itoa(per), strconv.Itoa(calls), mode, strconv.Itoa(run)}).Error(); err != nil {
 				b.Fatal(err)
 			}
 		}
 	}
-	big.snap(b)
-	small.snap(b)
+	big.snapOf(b, big.c)
+	small.snapOf(b, small.c)
 	b.StopTimer()
 	fields := float64((b.N + per*calls - 1) / (per * calls) * per * calls)
 	bw, sw := big.cpu[1]-big.cpu[0], small.cpu[1]-small.cpu[0]
