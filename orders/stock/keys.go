@@ -338,6 +338,17 @@ const (
 	routeRoomChallengeSuffix = "c:"
 )
 
+// The route rooms' broadcasts (routeroom.go): who a seat was reserved for,
+// whose session the origin ended. Standalone: one keyless channel for every
+// room; on a cluster one sharded channel per room, sk:{<name>}:roomwake, in
+// the slot of the room's keys (their hash tag is the name too).
+const (
+	RouteRoomChannel    = "sk:roomwake"
+	routeRoomWakeSuffix = "roomwake"
+)
+
+var routeRoomKind = channelKind{RouteRoomChannel, routeRoomWakeSuffix}
+
 // routeRoomChallengeKey is the key that spends a route room's challenge.
 func routeRoomChallengeKey(name, challengeID string) string {
 	return routeRoomPrefix + name + "}:" + routeRoomChallengeSuffix + challengeID

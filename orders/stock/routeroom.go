@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 
 	"github.com/redis/rueidis"
 
@@ -112,7 +113,7 @@ func (s *Store) RouteVisitSpending(ctx context.Context, r RouteRoom, id string, 
 	vals, err := routeVisitScript.Exec(cctx, s.c, keys,
 		[]string{i64(nowMs), id, strconv.FormatFloat(score, 'f', -1, 64), i64(r.Rate), i64(r.Cap), i64(r.SessionMs),
 			i64(r.AbandonMs), r.Method, i64(r.TTLMs), i64(expiresMs - nowMs)}).ToArray()
-	if err == nil && len(vals) != 10 {
+	if err == nil && len(vals) != 11 {
 		err = errors.New("unexpected reply")
 	}
 	var n [9]int64
@@ -128,7 +129,48 @@ func (s *Store) RouteVisitSpending(ctx context.Context, r RouteRoom, id string, 
 	}
 	a.Status, a.UntilMs, a.Place, a.Credit, a.Rate, a.Active, a.Cap, a.SeatMs, a.Waiting =
 		int(n[0]), n[1], n[2], n[3], n[4], n[5], n[6], n[7], n[8]
+	if woken, err := vals[10].AsStrSlice(); err == nil && len(woken) > 0 {
+		s.publishRoute(cctx, r.Name, "", woken)
+	}
 	return a, nil
+}
+
+// publishRoute tells every edge (SubscribeRouteRooms) that the origin
+// ended visitor ended's session ("" for none) and that seats were reserved
+// for the visitors woken: one message "<room> e<id> w<id> w<id>...". A lost
+// broadcast costs time, not correctness: a woken visitor claims the seat
+// at her next request, an ended pass fails at its next check.
+func (s *Store) publishRoute(ctx context.Context, name, ended string, woken []string) {
+	b := make([]byte, 0, len(name)+18*(len(woken)+1))
+	b = append(b, name...)
+	if ended != "" {
+		b = append(b, " e"...)
+		b = append(b, ended...)
+	}
+	for _, w := range woken {
+		b = append(b, " w"...)
+		b = append(b, w...)
+	}
+	// The reservations and the end are written: only the wake-up is lost
+	// if the broadcast fails.
+	_ = s.c.Do(ctx, s.publishCmd(routeRoomKind, name, string(b))).Error()
+}
+
+// SubscribeRouteRooms calls fn for each visitor a route room's broadcast
+// names: ended, the origin ended her session; else a seat was reserved for
+// her. fol.Products names the rooms (on a cluster, a channel each). As
+// SubscribeSoldOut, it waits at most until ctx is done for the channels.
+func (s *Store) SubscribeRouteRooms(ctx context.Context, fol Follow, fn func(room, id string, ended bool)) *Subscription {
+	return s.subscribe(ctx, &s.routeRoomSubs, routeRoomKind, fol, func(msg string) {
+		name, rest, _ := strings.Cut(msg, " ")
+		for rest != "" {
+			var f string
+			f, rest, _ = strings.Cut(rest, " ")
+			if len(f) == 17 && (f[0] == 'e' || f[0] == 'w') && validVisitor(f[1:]) {
+				fn(name, f[1:], f[0] == 'e')
+			}
+		}
+	})
 }
 
 // RouteRenew checks an admitted visitor's session at nowMs and, with
@@ -155,7 +197,8 @@ func (s *Store) RouteRenew(ctx context.Context, r RouteRoom, id string, nowMs, n
 // RouteEnd ends a visitor's session at nowMs (the origin said so); false:
 // it was not running. The seat goes in the same call to the next in line,
 // reserved until they ask again (RouteVisit claims it), and counts in the
-// rate of seats freed that a capped place's estimate comes from.
+// rate of seats freed that a capped place's estimate comes from. Every
+// edge is told (SubscribeRouteRooms): the end, and whom to wake.
 func (s *Store) RouteEnd(ctx context.Context, r RouteRoom, id string, nowMs int64) (bool, error) {
 	if err := r.check(); err != nil {
 		return false, err
@@ -166,10 +209,26 @@ func (s *Store) RouteEnd(ctx context.Context, r RouteRoom, id string, nowMs int6
 	k := routeRoomKeys(r.Name)
 	cctx, cancel := s.call(ctx)
 	defer cancel()
-	n, err := routeEndScript.Exec(cctx, s.c, []string{k.Active, k.State, k.Queue, k.Seen},
-		[]string{id, i64(nowMs), i64(r.Rate), i64(r.Cap), i64(r.AbandonMs), r.Method}).AsInt64()
+	vals, err := routeEndScript.Exec(cctx, s.c, []string{k.Active, k.State, k.Queue, k.Seen},
+		[]string{id, i64(nowMs), i64(r.Rate), i64(r.Cap), i64(r.AbandonMs), r.Method}).ToArray()
+	var n int64
+	if err == nil && len(vals) == 0 {
+		err = errors.New("unexpected reply")
+	}
+	if err == nil {
+		n, err = vals[0].AsInt64()
+	}
+	woken := make([]string, 0, len(vals))
+	for i := 1; err == nil && i < len(vals); i++ {
+		var w string
+		w, err = vals[i].ToString()
+		woken = append(woken, w)
+	}
 	if err != nil {
 		return false, fmt.Errorf("stock: route room end: %w", err)
+	}
+	if n == 1 {
+		s.publishRoute(cctx, r.Name, id, woken)
 	}
 	return n == 1, nil
 }

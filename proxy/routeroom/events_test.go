@@ -52,7 +52,8 @@ func (v *visitorAt) id(t *testing.T, rm *Room, nowMs int64) room.ID {
 func TestEventPrequeueShuffle(t *testing.T) {
 	st := stocktest.Open(t, redistest.Start(t))
 	t0 := time.UnixMilli(1_900_000_000_000)
-	c := conf.RouteRoomConfig{Name: "shop", MaxActive: 1, Session: time.Minute, Events: []conf.RoomEventConfig{
+	// Poll 1s: the late arrival's JSON request near the head is held that long.
+	c := conf.RouteRoomConfig{Name: "shop", MaxActive: 1, Session: time.Minute, Poll: time.Second, Events: []conf.RoomEventConfig{
 		{Name: "launch", Prequeue: "+10s", Start: "+20s", End: "+60s", MaxActive: 3}}}
 	rm, err := New(c.WithDefaults(), Options{Secrets: testSecrets, Store: st, Start: t0})
 	if err != nil {

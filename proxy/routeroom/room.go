@@ -172,6 +172,7 @@ func New(c conf.RouteRoomConfig, o Options) (*Room, error) {
 	} else {
 		rm.live = newLive(rm.rr)
 	}
+	rm.live.recheckMs.Store(rm.recheckMs)
 	return rm, nil
 }
 
@@ -290,7 +291,7 @@ func (rm *Room) Gate(ctx *fasthttp.RequestCtx, clientIP netip.Addr, nowMs int64)
 		v.known = true
 		check := int64(binary.BigEndian.Uint64(payload[room.IDLen:]))
 		hold := m == methodQueueAll || m == methodPrequeue
-		if !hold && nowMs < check && !poll {
+		if !hold && nowMs < check && !poll && !rm.live.endedBefore(v.id, check) {
 			rm.live.count(resPass)
 			return v, true
 		}
@@ -417,9 +418,33 @@ func (rm *Room) visit(ctx *fasthttp.RequestCtx, v *Visit, nowMs int64, poll bool
 	var hex [2 * room.IDLen]byte
 	id := string(v.id.AppendHex(hex[:0]))
 	idc := v.id // hashed by the score: a copy escapes, not the caller's Visit
-	cctx, cancel := context.WithTimeout(context.Background(), time.Second)
-	a, err := rm.store.RouteVisitSpending(cctx, cfg, id, room.Score(rm.scoreKey, idc[:]), nowMs, challengeID, challengeExpMs)
-	cancel()
+	score := room.Score(rm.scoreKey, idc[:])
+	call := func(nowMs int64, challengeID string, challengeExpMs int64) (stock.VisitAnswer, error) {
+		cctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		return rm.store.RouteVisitSpending(cctx, cfg, id, score, nowMs, challengeID, challengeExpMs)
+	}
+	// Where a freed seat goes to the head of the line at once, the edge
+	// may hold a waiting visitor's poll or app request (not her first: she
+	// hears her place at once; not a page: it shows at once), and listens
+	// for her wake-up before it asks (one between the answer and the hold
+	// is not lost).
+	var wake chan struct{}
+	if !pre && v.joinedMs > 0 && (poll || wantsJSON(ctx)) && holdable(cfg.Method, cfg.Rate, cfg.Cap) {
+		if wake = rm.live.await(v.id); wake != nil {
+			defer rm.live.unawait(v.id, wake)
+		}
+	}
+	a, err := call(nowMs, challengeID, challengeExpMs)
+	if err == nil && wake != nil && a.Status == stock.VisitWaiting {
+		if held, now := rm.hold(&a, wake, nowMs); held {
+			// Her seat was reserved meanwhile (or the hold ran out): one
+			// more call claims it or tells the place now. The proof of
+			// work was spent by the first.
+			nowMs, v.nowMs = now, now
+			a, err = call(nowMs, "", 0)
+		}
+	}
 	if err != nil {
 		rm.live.count(resError)
 		rm.log.Warn("route room: visit failed; the visitor waits", "room", rm.cfg.Name, "err", err)
@@ -458,6 +483,44 @@ func (rm *Room) visit(ctx *fasthttp.RequestCtx, v *Visit, nowMs int64, poll bool
 	}
 	rm.answerWaiting(ctx, v, w, nowMs)
 	return *v, false
+}
+
+// holdMax bounds how long the edge holds a waiting visitor's request (at
+// most the room's poll: she would have asked again by then anyway).
+const holdMax = 5 * time.Second
+
+// holdable: a capped room without a rate under fifo or random, where a
+// freed seat is reserved for the head of the line at once
+// (route_room_seats.lua) and the edges are told whom to wake.
+func holdable(method string, rate, cap int64) bool {
+	return cap > 0 && rate == 0 && (method == conf.RoomFIFO || method == conf.RoomRandom)
+}
+
+// maxHeld is how many requests one edge holds in a room of the cap at
+// most: as many as it has seats, 16 at least, 1024 at most. Whoever comes
+// beyond is answered at once, as without the hold.
+func maxHeld(cap int64) int64 { return min(max(cap, 16), 1024) }
+
+// hold holds a waiting visitor's request near the head (among the next
+// cap in line, or her seat due within the hold by the estimate) until a
+// seat is reserved for her, on any edge, or the hold runs out: true, and
+// the time then, when it held. A visitor near the head thus walks in the
+// moment her seat frees, not at her next poll.
+func (rm *Room) hold(a *stock.VisitAnswer, wake chan struct{}, nowMs int64) (bool, int64) {
+	limit := min(rm.cfg.Poll, holdMax)
+	near := a.Place <= a.Cap || eta(a, nowMs) <= limit.Milliseconds()
+	if !holdable(a.Method, a.Rate, a.Cap) || !near || !rm.live.hold(maxHeld(a.Cap)) {
+		return false, nowMs
+	}
+	defer rm.live.held.Add(-1)
+	start := time.Now()
+	t := time.NewTimer(limit)
+	select {
+	case <-wake:
+	case <-t.C:
+	}
+	t.Stop()
+	return true, nowMs + time.Since(start).Milliseconds()
 }
 
 // pageOf is the page in force: the event's, else the room's.
@@ -504,6 +567,9 @@ func (rm *Room) Finish(ctx *fasthttp.RequestCtx, v *Visit) {
 		}
 		return
 	}
+	// This edge knows at once, the others from the broadcast: a copy of
+	// the pass replayed is checked in Redis, not let in from memory.
+	rm.live.markEnded(v.id, v.nowMs)
 	var hex [2 * room.IDLen]byte
 	id := string(v.id.AppendHex(hex[:0]))
 	cctx, cancel := context.WithTimeout(context.Background(), time.Second)
@@ -776,6 +842,110 @@ type Live struct {
 	wait *metrics.Histogram
 	// win is the last minute's figures, fed by Tend.
 	win *window
+
+	// waiters are the waiting visitors whose request this edge may hold,
+	// woken when a seat is reserved for them (Registry.deliver); held
+	// counts the requests held now (maxHeld bounds it).
+	wmu     sync.Mutex
+	waiters map[room.ID]chan struct{}
+	held    atomic.Int64
+	// ended holds the visitors whose session the origin ended (on any
+	// edge), with when this edge learnt it, for a recheck interval: a pass
+	// issued before then goes to Redis instead of in from memory. nEnded
+	// is its size, so that the admitted path reads no lock while it is
+	// empty; recheckMs the room's recheck.
+	emu       sync.RWMutex
+	ended     map[room.ID]int64
+	nEnded    atomic.Int64
+	recheckMs atomic.Int64
+}
+
+// await registers a waiting visitor's wake-up (nil: another request of
+// hers has it already); unawait removes it.
+func (l *Live) await(id room.ID) chan struct{} {
+	l.wmu.Lock()
+	defer l.wmu.Unlock()
+	if _, dup := l.waiters[id]; dup {
+		return nil
+	}
+	if l.waiters == nil {
+		l.waiters = map[room.ID]chan struct{}{}
+	}
+	c := make(chan struct{}, 1)
+	l.waiters[id] = c
+	return c
+}
+
+func (l *Live) unawait(id room.ID, c chan struct{}) {
+	l.wmu.Lock()
+	if l.waiters[id] == c {
+		delete(l.waiters, id)
+	}
+	l.wmu.Unlock()
+}
+
+// wake tells a visitor's held request that a seat was reserved for her.
+func (l *Live) wake(id room.ID) {
+	l.wmu.Lock()
+	c := l.waiters[id]
+	l.wmu.Unlock()
+	if c != nil {
+		select {
+		case c <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// hold takes one of the room's held requests if fewer than most are held.
+func (l *Live) hold(most int64) bool {
+	if l.held.Add(1) > most {
+		l.held.Add(-1)
+		return false
+	}
+	return true
+}
+
+// markEnded notes that visitor id's session ended at atMs.
+func (l *Live) markEnded(id room.ID, atMs int64) {
+	l.emu.Lock()
+	if l.ended == nil {
+		l.ended = map[room.ID]int64{}
+	}
+	if _, ok := l.ended[id]; !ok {
+		l.nEnded.Add(1)
+	}
+	l.ended[id] = max(l.ended[id], atMs)
+	l.emu.Unlock()
+}
+
+// endedBefore: visitor id's session ended after a pass whose check is due
+// at checkMs was issued (it was issued at checkMs − recheck at the latest).
+// Without an allocation: the admitted path asks it.
+func (l *Live) endedBefore(id room.ID, checkMs int64) bool {
+	if l.nEnded.Load() == 0 {
+		return false
+	}
+	l.emu.RLock()
+	at, ok := l.ended[id]
+	l.emu.RUnlock()
+	return ok && checkMs <= at+l.recheckMs.Load()
+}
+
+// pruneEnded forgets the ends whose every earlier pass is due for its check.
+func (l *Live) pruneEnded(nowMs int64) {
+	if l.nEnded.Load() == 0 {
+		return
+	}
+	keep := l.recheckMs.Load()
+	l.emu.Lock()
+	for id, at := range l.ended {
+		if at+keep < nowMs {
+			delete(l.ended, id)
+			l.nEnded.Add(-1)
+		}
+	}
+	l.emu.Unlock()
 }
 
 // waitBounds are the wait histogram's buckets, in seconds.
@@ -869,7 +1039,36 @@ func (r *Registry) Tend(ctx context.Context) {
 		}
 		l.apply(&info)
 		l.win.add(nowMs, &info, l.wait)
+		l.pruneEnded(nowMs)
 	}
+}
+
+// names are the rooms' names (the channels a cluster follows).
+func (r *Registry) names() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := make([]string, 0, len(r.rooms))
+	for n := range r.rooms {
+		out = append(out, n)
+	}
+	return out
+}
+
+// deliver is a room broadcast: a seat reserved for visitor id (her held
+// request, if this edge holds it, goes on) or her session ended.
+func (r *Registry) deliver(name, id string, ended bool) {
+	r.mu.Lock()
+	l := r.rooms[name]
+	r.mu.Unlock()
+	v, ok := room.ParseID(id)
+	if l == nil || !ok {
+		return
+	}
+	if ended {
+		l.markEnded(v, r.now()/1e6)
+		return
+	}
+	l.wake(v)
 }
 
 // Stats is a room's figures over the last minute, as this edge's Tend
@@ -884,8 +1083,16 @@ func (r *Registry) Stats(name string) (Stats, bool) {
 	return l.win.stats(), true
 }
 
-// Run tends the rooms every tick until ctx ends.
+// Run listens to the rooms' broadcasts (seats reserved, sessions ended)
+// and tends the rooms every tick until ctx ends. A broadcast lost (Redis
+// unreachable a while) costs time, not a promise: a woken visitor's held
+// request asks again when its hold runs out, and an ended pass fails at
+// its next check.
 func (r *Registry) Run(ctx context.Context, tick time.Duration) {
+	if r.store != nil {
+		sub := r.store.SubscribeRouteRooms(ctx, stock.Follow{Products: r.names}, r.deliver)
+		defer sub.Stop()
+	}
 	t := time.NewTicker(tick)
 	defer t.Stop()
 	for {
@@ -912,6 +1119,8 @@ func (r *Registry) RegisterMetrics(reg *metrics.Registry) {
 		each(func(w *metrics.Writer, n string, l *Live) { w.Value(float64(l.waiting.Load()), label(n)) }))
 	reg.Register("flashgate_route_room_active", "Admitted visitors whose session runs, as this edge last read it.", "gauge",
 		each(func(w *metrics.Writer, n string, l *Live) { w.Value(float64(l.active.Load()), label(n)) }))
+	reg.Register("flashgate_route_room_held", "Waiting visitors' requests this edge holds until their seat frees (at most max(16, min(max_active, 1024)) a room).", "gauge",
+		each(func(w *metrics.Writer, n string, l *Live) { w.Value(float64(l.held.Load()), label(n)) }))
 	reg.Register("flashgate_route_room_method", "The queueing method in force (1 for the method's label).", "gauge",
 		each(func(w *metrics.Writer, n string, l *Live) {
 			w.Value(1, label(n), metrics.Label{Name: "method", Value: methodName(l.Method())})

@@ -22,13 +22,14 @@ end
 -- that the visitor's next visit claims, and that frees the seat again
 -- unclaimed. Only under a cap without a rate (a rate's bucket admits by
 -- the line) and for fifo and random (not while held, not passthrough).
+-- Answers the visitors a seat was reserved for (the edges wake them).
 local function reserveSeats(act, q, seen, method, rate, cap, now, life)
   if cap <= 0 or rate ~= 0 or (method ~= 'fifo' and method ~= 'random') then
-    return
+    return {}
   end
   local free = cap - redis.call('ZCARD', act)
   if free <= 0 then
-    return
+    return {}
   end
   local head = redis.call('ZRANGE', q, 0, free - 1)
   for _, v in ipairs(head) do
@@ -38,4 +39,5 @@ local function reserveSeats(act, q, seen, method, rate, cap, now, life)
     redis.call('ZREM', q, unpack(head))
     redis.call('ZREM', seen, unpack(head))
   end
+  return head
 end

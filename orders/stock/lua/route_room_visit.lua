@@ -9,20 +9,23 @@
 -- method, 9 the keys' lifetime ms after this call, 10 how long the
 -- challenge lives on, ms (with KEYS[5]; its key lives as long)
 -- Returns {status, until ms, place, credit, rate, active, cap, seat ms,
--- waiting, method}: status 1 admitted (until: the session's end), 0 waiting
+-- waiting, method, reserved}: status 1 admitted (until: the session's end), 0 waiting
 -- at place (1: the next), 2 let in by passthrough, 3 the challenge was
 -- spent already (nothing written). credit: admissions the
 -- rate allows now (-1: no bound); seat ms: when the cap is what holds the
--- place, how long until the seat it waits for frees (0: not the cap).
+-- place, how long until the seat it waits for frees (0: not the cap);
+-- reserved: the visitors a seat was reserved for in this call (routeroom.go
+-- wakes them on every edge).
 local now, id = tonumber(ARGV[1]), ARGV[2]
 local st = redis.call('HMGET', KEYS[1], 'method', 'rate', 'cap', 'credit', 'creditms')
 local method = st[1] or ARGV[8]
 local rate = tonumber(st[2] or ARGV[4])
 local cap = tonumber(st[3] or ARGV[5])
 local ttl = tonumber(ARGV[9])
+local reserved = {}
 -- A proof of work is good for one visitor: spent here, with the visit.
 if KEYS[5] and not redis.call('SET', KEYS[5], '1', 'NX', 'PX', ARGV[10]) then
-  return {3, 0, 0, -1, rate, 0, cap, 0, 0, method}
+  return {3, 0, 0, -1, rate, 0, cap, 0, 0, method, reserved}
 end
 -- queue_all and an event's pre-queue (method prequeue, which the edge
 -- sends, never the operator) let nobody in, the admitted neither.
@@ -39,7 +42,7 @@ end
 -- (route_room_seats.lua).
 local lapsed = redis.call('ZREMRANGEBYSCORE', KEYS[4], '-inf', now)
 local freed, fr0 = seatsFreed(KEYS[1], now, lapsed)
-reserveSeats(KEYS[4], KEYS[2], KEYS[3], method, rate, cap, now, tonumber(ARGV[7]))
+reserved = reserveSeats(KEYS[4], KEYS[2], KEYS[3], method, rate, cap, now, tonumber(ARGV[7]))
 local function keep()
   for i = 1, 4 do redis.call('PEXPIRE', KEYS[i], ttl) end
 end
@@ -51,14 +54,14 @@ if untilMs > now then
     local u = now + tonumber(ARGV[6])
     redis.call('ZADD', KEYS[4], u, id)
     redis.call('HINCRBY', KEYS[1], 'admitted', 1)
-    return {1, u, 0, 0, rate, 0, cap, 0, 0, method}
+    return {1, u, 0, 0, rate, 0, cap, 0, 0, method, reserved}
   end
   if hold then
     -- Held with a running session: waits without a place, and walks in
     -- on the pass they hold once the hold ends.
-    return {0, 0, 0, -1, rate, 0, cap, 0, redis.call('ZCARD', KEYS[2]), method}
+    return {0, 0, 0, -1, rate, 0, cap, 0, redis.call('ZCARD', KEYS[2]), method, reserved}
   end
-  return {1, untilMs, 0, 0, rate, 0, cap, 0, 0, method}
+  return {1, untilMs, 0, 0, rate, 0, cap, 0, 0, method, reserved}
 end
 local active = redis.call('ZCARD', KEYS[4])
 -- The rate's bucket: a minute's rate, at most a second's worth banked (one
@@ -94,7 +97,7 @@ if method == 'passthrough' then
   end
   local u = admit(2)
   save()
-  return {2, u, 0, math.floor(credit), rate, active + 1, cap, 0, 0, method}
+  return {2, u, 0, math.floor(credit), rate, active + 1, cap, 0, 0, method, reserved}
 end
 local score = redis.call('ZSCORE', KEYS[2], id)
 if not score then
@@ -118,7 +121,7 @@ if not hold then
   if pos <= avail then
     local u = admit(1)
     save()
-    return {1, u, 0, math.floor(credit), rate, active + 1, cap, 0, 0, method}
+    return {1, u, 0, math.floor(credit), rate, active + 1, cap, 0, 0, method, reserved}
   end
 end
 local seat = 0
@@ -144,4 +147,4 @@ end
 save()
 local cr = -1
 if credit >= 0 then cr = math.floor(credit) end
-return {0, 0, pos, cr, rate, active, cap, seat, redis.call('ZCARD', KEYS[2]), method}
+return {0, 0, pos, cr, rate, active, cap, seat, redis.call('ZCARD', KEYS[2]), method, reserved}
