@@ -101,7 +101,7 @@ func (s *Store) RouteVisitSpending(ctx context.Context, r RouteRoom, id string, 
 		return VisitAnswer{}, fmt.Errorf("%w: visitor %q", ErrInvalid, id)
 	}
 	k := routeRoomKeys(r.Name)
-	keys := []string{k.State, k.Queue, k.Seen, k.Active}
+	keys := []string{k.State, k.Queue, k.Seen, k.Active, k.Since}
 	if challengeID != "" {
 		if !validChallengeID(challengeID) || expiresMs <= nowMs {
 			return VisitAnswer{}, fmt.Errorf("%w: challenge %q until %d", ErrInvalid, challengeID, expiresMs)
@@ -196,8 +196,8 @@ func (s *Store) RouteRenew(ctx context.Context, r RouteRoom, id string, nowMs, n
 
 // RouteEnd ends a visitor's session at nowMs (the origin said so); false:
 // it was not running. The seat goes in the same call to the next in line,
-// reserved until they ask again (RouteVisit claims it), and counts in the
-// rate of seats freed that a capped place's estimate comes from. Every
+// reserved until they ask again (RouteVisit claims it), and its occupancy
+// counts in the mean that a capped place's estimate comes from. Every
 // edge is told (SubscribeRouteRooms): the end, and whom to wake.
 func (s *Store) RouteEnd(ctx context.Context, r RouteRoom, id string, nowMs int64) (bool, error) {
 	if err := r.check(); err != nil {
@@ -209,7 +209,7 @@ func (s *Store) RouteEnd(ctx context.Context, r RouteRoom, id string, nowMs int6
 	k := routeRoomKeys(r.Name)
 	cctx, cancel := s.call(ctx)
 	defer cancel()
-	vals, err := routeEndScript.Exec(cctx, s.c, []string{k.Active, k.State, k.Queue, k.Seen},
+	vals, err := routeEndScript.Exec(cctx, s.c, []string{k.Active, k.State, k.Queue, k.Seen, k.Since},
 		[]string{id, i64(nowMs), i64(r.Rate), i64(r.Cap), i64(r.AbandonMs), r.Method}).ToArray()
 	var n int64
 	if err == nil && len(vals) == 0 {

@@ -436,8 +436,10 @@ func (rm *Room) visit(ctx *fasthttp.RequestCtx, v *Visit, nowMs int64, poll bool
 		}
 	}
 	a, err := call(nowMs, challengeID, challengeExpMs)
+	held := false
 	if err == nil && wake != nil && a.Status == stock.VisitWaiting {
-		if held, now := rm.hold(&a, wake, nowMs); held {
+		var now int64
+		if held, now = rm.hold(&a, wake, nowMs); held {
 			// Her seat was reserved meanwhile (or the hold ran out): one
 			// more call claims it or tells the place now. The proof of
 			// work was spent by the first.
@@ -472,7 +474,10 @@ func (rm *Room) visit(ctx *fasthttp.RequestCtx, v *Visit, nowMs int64, poll bool
 		return *v, true
 	}
 	rm.live.count(resWaiting)
-	w := waitAnswer{status: "waiting", place: a.Place, etaMs: eta(&a, nowMs), page: rm.pageOf(ev, pre)}
+	// Held and still waiting (the hold ran out): she is near the head, and
+	// asks again at once, to be held again — so that her seat, when it
+	// frees, finds her here.
+	w := waitAnswer{status: "waiting", place: a.Place, etaMs: eta(&a, nowMs), page: rm.pageOf(ev, pre), now: held}
 	if pre {
 		// The event has not started: the wait is until the start at least,
 		// and a shuffled pre-queue has no place until then.
@@ -517,7 +522,9 @@ func (rm *Room) hold(a *stock.VisitAnswer, wake chan struct{}, nowMs int64) (boo
 	t := time.NewTimer(limit)
 	select {
 	case <-wake:
+		rm.live.holds[0].Inc()
 	case <-t.C:
+		rm.live.holds[1].Inc()
 	}
 	t.Stop()
 	return true, nowMs + time.Since(start).Milliseconds()
@@ -645,6 +652,7 @@ type waitAnswer struct {
 	status       string
 	place, etaMs int64
 	page         *Page
+	now          bool // ask again at once (Retry-After 0)
 }
 
 func (rm *Room) answerWaiting(ctx *fasthttp.RequestCtx, v *Visit, w waitAnswer, nowMs int64) {
@@ -662,6 +670,9 @@ func (rm *Room) answerWaiting(ctx *fasthttp.RequestCtx, v *Visit, w waitAnswer, 
 	}
 	lang := Lang(ctx.Request.Header.Peek(fasthttp.HeaderAcceptLanguage))
 	retry := (rm.cfg.Poll.Milliseconds() + 999) / 1000
+	if w.now {
+		retry = 0
+	}
 	h := &ctx.Response.Header
 	h.Set(fasthttp.HeaderCacheControl, "no-store")
 	h.Set(fasthttp.HeaderRetryAfter, strconv.FormatInt(retry, 10))
@@ -849,6 +860,7 @@ type Live struct {
 	wmu     sync.Mutex
 	waiters map[room.ID]chan struct{}
 	held    atomic.Int64
+	holds   [2]metrics.Counter // held requests ended: woken, timed out
 	// ended holds the visitors whose session the origin ended (on any
 	// edge), with when this edge learnt it, for a recheck interval: a pass
 	// issued before then goes to Redis instead of in from memory. nEnded
@@ -1121,6 +1133,11 @@ func (r *Registry) RegisterMetrics(reg *metrics.Registry) {
 		each(func(w *metrics.Writer, n string, l *Live) { w.Value(float64(l.active.Load()), label(n)) }))
 	reg.Register("flashgate_route_room_held", "Waiting visitors' requests this edge holds until their seat frees (at most max(16, min(max_active, 1024)) a room).", "gauge",
 		each(func(w *metrics.Writer, n string, l *Live) { w.Value(float64(l.held.Load()), label(n)) }))
+	reg.Register("flashgate_route_room_holds_total", "Held requests ended: woken (a seat was reserved for the visitor, on any edge) or timed_out (the hold ran out).", "counter",
+		each(func(w *metrics.Writer, n string, l *Live) {
+			w.Value(float64(l.holds[0].Value()), label(n), metrics.Label{Name: "end", Value: "woken"})
+			w.Value(float64(l.holds[1].Value()), label(n), metrics.Label{Name: "end", Value: "timed_out"})
+		}))
 	reg.Register("flashgate_route_room_method", "The queueing method in force (1 for the method's label).", "gauge",
 		each(func(w *metrics.Writer, n string, l *Live) {
 			w.Value(1, label(n), metrics.Label{Name: "method", Value: methodName(l.Method())})

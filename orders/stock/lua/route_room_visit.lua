@@ -2,12 +2,13 @@
 -- new, is let in if their place is within what the room may admit now, and
 -- hears their place otherwise. One call per waiting visitor's request.
 -- KEYS: 1 sk:room:{r}:st, 2 sk:room:{r}:q, 3 sk:room:{r}:seen, 4 sk:room:{r}:act,
--- 5 (a new visitor's proof of work, optional) sk:room:{r}:c:<challenge id>
+-- 5 sk:room:{r}:since, 6 (a new visitor's proof of work, optional)
+-- sk:room:{r}:c:<challenge id>
 -- ARGV: 1 now ms, 2 visitor id, 3 the id's lottery score (method random),
 -- 4 the configured admissions per minute (0: no bound), 5 the configured
 -- max active (0: no cap), 6 session ms, 7 abandon ms, 8 the configured
 -- method, 9 the keys' lifetime ms after this call, 10 how long the
--- challenge lives on, ms (with KEYS[5]; its key lives as long)
+-- challenge lives on, ms (with KEYS[6]; its key lives as long)
 -- Returns {status, until ms, place, credit, rate, active, cap, seat ms,
 -- waiting, method, reserved}: status 1 admitted (until: the session's end), 0 waiting
 -- at place (1: the next), 2 let in by passthrough, 3 the challenge was
@@ -24,7 +25,7 @@ local cap = tonumber(st[3] or ARGV[5])
 local ttl = tonumber(ARGV[9])
 local reserved = {}
 -- A proof of work is good for one visitor: spent here, with the visit.
-if KEYS[5] and not redis.call('SET', KEYS[5], '1', 'NX', 'PX', ARGV[10]) then
+if KEYS[6] and not redis.call('SET', KEYS[6], '1', 'NX', 'PX', ARGV[10]) then
   return {3, 0, 0, -1, rate, 0, cap, 0, 0, method, reserved}
 end
 -- queue_all and an event's pre-queue (method prequeue, which the edge
@@ -40,11 +41,10 @@ end
 -- Lapsed sessions free their seats (counted for the estimate of a capped
 -- place below), and free seats go to the head of the line at once
 -- (route_room_seats.lua).
-local lapsed = redis.call('ZREMRANGEBYSCORE', KEYS[4], '-inf', now)
-local freed, fr0 = seatsFreed(KEYS[1], now, lapsed)
-reserved = reserveSeats(KEYS[4], KEYS[2], KEYS[3], method, rate, cap, now, tonumber(ARGV[7]))
+lapse(KEYS[4], KEYS[1], KEYS[5], now)
+reserved = reserveSeats(KEYS[4], KEYS[2], KEYS[3], KEYS[5], method, rate, cap, now, tonumber(ARGV[7]))
 local function keep()
-  for i = 1, 4 do redis.call('PEXPIRE', KEYS[i], ttl) end
+  for i = 1, 5 do redis.call('PEXPIRE', KEYS[i], ttl) end
 end
 local untilMs = tonumber(redis.call('ZSCORE', KEYS[4], id) or '0')
 if untilMs > now then
@@ -76,6 +76,7 @@ end
 local function admit(status)
   local u = now + tonumber(ARGV[6])
   redis.call('ZADD', KEYS[4], u, id)
+  redis.call('HSET', KEYS[5], id, now)
   redis.call('ZREM', KEYS[2], id)
   redis.call('ZREM', KEYS[3], id)
   redis.call('HINCRBY', KEYS[1], 'admitted', 1)
@@ -127,13 +128,14 @@ end
 local seat = 0
 if free >= 0 and pos > free then
   local k = pos - free
-  local since = now - fr0
-  if since >= 1000 and freed > 0 then
-    -- Seats have been freeing: at the rate they did (the decayed count
-    -- over its horizon, exact for a steady rate).
-    local perMs = freed / (20000 * (1 - math.exp(-since / 20000)))
-    seat = math.ceil(k / perMs)
+  local occ = meanOccupancy(KEYS[1])
+  if occ then
+    -- The room is full while anyone waits: its seats free at cap / the
+    -- mean occupancy of the seats freed so far (by the origin's end, a
+    -- time-out, a reservation unclaimed), whatever the sessions' limit.
+    seat = math.ceil(k * occ / cap)
   elseif k <= active then
+    -- None freed yet: at the latest when the sessions run out.
     local e = redis.call('ZRANGE', KEYS[4], k - 1, k - 1, 'WITHSCORES')
     if e[2] then seat = tonumber(e[2]) - now end
   else
