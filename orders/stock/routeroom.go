@@ -3,6 +3,7 @@ package stock
 import (
 	"context"
 	_ "embed"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"strconv"
@@ -248,6 +249,14 @@ type RouteRoomInfo struct {
 	Abandoned int64 `json:"abandoned"`
 	Ended     int64 `json:"ended"`
 	Overlimit int64 `json:"overLimit"` // passthrough visitors the rules would have queued
+	// The lottery (methods random and an event's shuffled pre-queue):
+	// LotteryCommit is SHA-256 of the running draw's key (hex, set by the
+	// edge: room.Commit), public while it runs; LotteryKey the last
+	// finished draw's key, revealed. Key is the running draw's key, the
+	// edges' own (never shown).
+	LotteryCommit string `json:"lotteryCommit,omitempty"`
+	LotteryKey    string `json:"lotteryKey,omitempty"`
+	Key           string `json:"-"`
 }
 
 // RouteChange is an operator's change of a room: "" and nil keep a
@@ -255,6 +264,10 @@ type RouteRoomInfo struct {
 type RouteChange struct {
 	Method    string
 	Rate, Cap *int64
+	// DrawKey is a lottery key (hex, room.NewKey) for the draw if it has
+	// none yet; EndDraw reveals the draw's key (the draw is over).
+	DrawKey string
+	EndDraw bool
 }
 
 // RouteAdmin applies change (the zero change only reads) and answers the
@@ -283,9 +296,16 @@ func (s *Store) RouteAdmin(ctx context.Context, r RouteRoom, change RouteChange,
 	k := routeRoomKeys(r.Name)
 	cctx, cancel := s.call(ctx)
 	defer cancel()
+	if change.DrawKey != "" && !validLotteryKey(change.DrawKey) {
+		return RouteRoomInfo{}, fmt.Errorf("%w: lottery key", ErrInvalid)
+	}
+	end := ""
+	if change.EndDraw {
+		end = "1"
+	}
 	vals, err := routeAdminScript.Exec(cctx, s.c, []string{k.State, k.Queue, k.Active},
-		[]string{i64(nowMs), change.Method, rate, capArg, i64(max(r.TTLMs, 1))}).ToArray()
-	if err == nil && len(vals) != 10 {
+		[]string{i64(nowMs), change.Method, rate, capArg, i64(max(r.TTLMs, 1)), change.DrawKey, end}).ToArray()
+	if err == nil && len(vals) != 12 {
 		err = errors.New("unexpected reply")
 	}
 	var str [3]string
@@ -296,10 +316,14 @@ func (s *Store) RouteAdmin(ctx context.Context, r RouteRoom, change RouteChange,
 	for i := 0; err == nil && i < len(n); i++ {
 		n[i], err = vals[3+i].AsInt64()
 	}
+	var lot [2]string
+	for i := 0; err == nil && i < 2; i++ {
+		lot[i], err = vals[10+i].ToString()
+	}
 	if err != nil {
 		return RouteRoomInfo{}, fmt.Errorf("stock: route room admin: %w", err)
 	}
-	info := RouteRoomInfo{Method: str[0], Rate: r.Rate, Cap: r.Cap, Waiting: n[0], Active: n[1], Joined: n[2],
+	info := RouteRoomInfo{Key: lot[0], LotteryKey: lot[1], Method: str[0], Rate: r.Rate, Cap: r.Cap, Waiting: n[0], Active: n[1], Joined: n[2],
 		Admitted: n[3], Abandoned: n[4], Ended: n[5], Overlimit: n[6]}
 	info.MethodSet = info.Method != ""
 	if !info.MethodSet {
@@ -312,6 +336,12 @@ func (s *Store) RouteAdmin(ctx context.Context, r RouteRoom, change RouteChange,
 		info.Cap, _ = strconv.ParseInt(str[2], 10, 64)
 	}
 	return info, nil
+}
+
+// validLotteryKey: 64 lower-case hex digits (32 bytes).
+func validLotteryKey(k string) bool {
+	b, err := hex.DecodeString(k)
+	return err == nil && len(b) == 32 && hex.EncodeToString(b) == k
 }
 
 // validVisitor: a visitor id is 16 lower-case hex digits.

@@ -80,7 +80,7 @@ func TestEventPrequeueShuffle(t *testing.T) {
 	byScore := slices.Clone(pre)
 	slices.SortFunc(byScore, func(x, y *visitorAt) int {
 		ix, iy := x.id(t, rm, ms(20*time.Second)), y.id(t, rm, ms(20*time.Second))
-		sx, sy := room.Score(rm.scoreKey, ix[:]), room.Score(rm.scoreKey, iy[:])
+		sx, sy := room.Score(*rm.live.lkey.Load(), ix.AppendHex(nil)), room.Score(*rm.live.lkey.Load(), iy.AppendHex(nil))
 		switch {
 		case sx < sy:
 			return -1

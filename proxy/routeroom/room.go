@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/binary"
+	"encoding/hex"
 	"fmt"
 	"log/slog"
 	"net/netip"
@@ -56,13 +57,13 @@ var visitorUser = []byte("visitor") // the tickets' "user": the cookie names the
 // Secrets are the keys a room signs with, derived from sale.token_secret
 // (room.DeriveSecret), the same on every edge.
 type Secrets struct {
-	Tickets, Passes, Bypass, Score, Challenge []byte
+	Tickets, Passes, Bypass, Challenge []byte
 }
 
 // DeriveSecrets derives the route rooms' keys from the token secret.
 func DeriveSecrets(tokenSecret []byte) Secrets {
 	return Secrets{Tickets: room.DeriveSecret(tokenSecret, "route ticket"), Passes: room.DeriveSecret(tokenSecret, "route pass"),
-		Bypass: room.DeriveSecret(tokenSecret, "route bypass"), Score: room.DeriveSecret(tokenSecret, "route lottery"),
+		Bypass:    room.DeriveSecret(tokenSecret, "route bypass"),
 		Challenge: room.DeriveSecret(tokenSecret, "route challenge")}
 }
 
@@ -79,7 +80,6 @@ type Room struct {
 	tickets   *room.Tickets
 	passes    *ptoken.Envelope
 	bypass    *ptoken.Envelope
-	scoreKey  []byte
 	cidrs     []netip.Prefix
 	paths     [][]byte
 	endHeader []byte
@@ -121,7 +121,7 @@ type Options struct {
 // and a reload refuse a broken template), bypass rules and keys.
 func New(c conf.RouteRoomConfig, o Options) (*Room, error) {
 	rm := &Room{cfg: c, store: o.Store, log: o.Log, name: []byte(c.Name), cookie: []byte(CookiePrefix + c.Name),
-		endHeader: []byte(c.EndHeader), recheckMs: c.Recheck.Milliseconds(), secure: o.CookieSecure, scoreKey: o.Secrets.Score}
+		endHeader: []byte(c.EndHeader), recheckMs: c.Recheck.Milliseconds(), secure: o.CookieSecure}
 	if rm.log == nil {
 		rm.log = slog.New(slog.DiscardHandler)
 	}
@@ -417,8 +417,17 @@ func (rm *Room) recheck(v *Visit, until, nowMs int64) bool {
 func (rm *Room) visit(ctx *fasthttp.RequestCtx, v *Visit, nowMs int64, poll bool, cfg stock.RouteRoom, ev *event, pre bool, challengeID string, challengeExpMs int64) (Visit, bool) {
 	var hex [2 * room.IDLen]byte
 	id := string(v.id.AppendHex(hex[:0]))
-	idc := v.id // hashed by the score: a copy escapes, not the caller's Visit
-	score := room.Score(rm.scoreKey, idc[:])
+	var score float64
+	if cfg.Method == conf.RoomRandom || cfg.Method == methodPrequeueName {
+		key, err := rm.lotteryKey(nowMs)
+		if err != nil {
+			rm.live.count(resError)
+			rm.log.Warn("route room: no lottery key; the visitor waits", "room", rm.cfg.Name, "err", err)
+			rm.answerWaiting(ctx, v, waitAnswer{status: "busy", etaMs: -1, page: rm.pageOf(ev, pre)}, nowMs)
+			return *v, false
+		}
+		score = room.Score(key, []byte(id))
+	}
 	call := func(nowMs int64, challengeID string, challengeExpMs int64) (stock.VisitAnswer, error) {
 		cctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		defer cancel()
@@ -477,7 +486,8 @@ func (rm *Room) visit(ctx *fasthttp.RequestCtx, v *Visit, nowMs int64, poll bool
 	// Held and still waiting (the hold ran out): she is near the head, and
 	// asks again at once, to be held again — so that her seat, when it
 	// frees, finds her here.
-	w := waitAnswer{status: "waiting", place: a.Place, etaMs: eta(&a, nowMs), page: rm.pageOf(ev, pre), now: held}
+	w := waitAnswer{status: "waiting", place: a.Place, etaMs: eta(&a, nowMs), page: rm.pageOf(ev, pre), now: held,
+		lottery: a.Method == conf.RoomRandom || a.Method == methodPrequeueName}
 	if pre {
 		// The event has not started: the wait is until the start at least,
 		// and a shuffled pre-queue has no place until then.
@@ -488,6 +498,27 @@ func (rm *Room) visit(ctx *fasthttp.RequestCtx, v *Visit, nowMs int64, poll bool
 	}
 	rm.answerWaiting(ctx, v, w, nowMs)
 	return *v, false
+}
+
+// lotteryKey is the running draw's key, every edge's (Redis keeps it):
+// the one this edge read last, else read now — drawn now if the draw has
+// none yet.
+func (rm *Room) lotteryKey(nowMs int64) ([]byte, error) {
+	if k := rm.live.lkey.Load(); k != nil {
+		return *k, nil
+	}
+	key, _ := room.NewKey()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	info, err := rm.store.RouteAdmin(ctx, rm.live.config(), stock.RouteChange{DrawKey: key}, nowMs)
+	if err != nil {
+		return nil, err
+	}
+	rm.live.apply(&info)
+	if k := rm.live.lkey.Load(); k != nil {
+		return *k, nil
+	}
+	return nil, fmt.Errorf("the draw's key was revealed meanwhile")
 }
 
 // holdMax bounds how long the edge holds a waiting visitor's request (at
@@ -653,6 +684,7 @@ type waitAnswer struct {
 	place, etaMs int64
 	page         *Page
 	now          bool // ask again at once (Retry-After 0)
+	lottery      bool // placed by the lottery: the draw's commit and the visitor's id
 }
 
 func (rm *Room) answerWaiting(ctx *fasthttp.RequestCtx, v *Visit, w waitAnswer, nowMs int64) {
@@ -697,6 +729,23 @@ func (rm *Room) answerWaiting(ctx *fasthttp.RequestCtx, v *Visit, w waitAnswer, 
 		b = strconv.AppendInt(b, progress, 10)
 		b = append(b, `,"retryAfter":`...)
 		b = strconv.AppendInt(b, retry, 10)
+		if w.lottery {
+			// Checkable: her score is HMAC-SHA256(key, id) once the key is
+			// out, and SHA-256(key) the commit shown now.
+			b = append(b, `,"id":"`...)
+			b = v.id.AppendHex(b)
+			b = append(b, '"')
+			if i := rm.live.info.Load(); i != nil && i.LotteryCommit != "" {
+				b = append(b, `,"lotteryCommit":"`...)
+				b = append(b, i.LotteryCommit...)
+				b = append(b, '"')
+			}
+		}
+		if i := rm.live.info.Load(); i != nil && i.LotteryKey != "" {
+			b = append(b, `,"lotteryKey":"`...) // the last finished draw's
+			b = append(b, i.LotteryKey...)
+			b = append(b, '"')
+		}
 		b = append(b, '}')
 		status := fasthttp.StatusServiceUnavailable // an API client must not take it for the route's answer
 		if poll {
@@ -866,6 +915,10 @@ type Live struct {
 	// issued before then goes to Redis instead of in from memory. nEnded
 	// is its size, so that the admitted path reads no lock while it is
 	// empty; recheckMs the room's recheck.
+	// lkey is the running lottery draw's key as this edge last read it
+	// (nil: none, or not read yet).
+	lkey atomic.Pointer[[]byte]
+
 	emu       sync.RWMutex
 	ended     map[room.ID]int64
 	nEnded    atomic.Int64
@@ -992,6 +1045,12 @@ func (l *Live) apply(info *stock.RouteRoomInfo) {
 		o = methodIndex(info.Method) + 1
 	}
 	l.override.Store(o)
+	info.LotteryCommit = ""
+	l.lkey.Store(nil)
+	if k, err := hex.DecodeString(info.Key); err == nil && len(k) > 0 {
+		info.LotteryCommit = room.Commit(info.Key)
+		l.lkey.Store(&k)
+	}
 	l.waiting.Store(info.Waiting)
 	l.active.Store(info.Active)
 	l.info.Store(info)
@@ -1042,7 +1101,7 @@ func (r *Registry) Tend(ctx context.Context) {
 	}
 	nowMs := r.now() / 1e6
 	for name, l := range r.list() {
-		info, err := r.store.RouteAdmin(ctx, l.config(), stock.RouteChange{}, nowMs)
+		info, err := r.store.RouteAdmin(ctx, l.config(), l.drawChange(), nowMs)
 		if err != nil {
 			if ctx.Err() == nil {
 				r.log.Warn("route room: state not read", "room", name, "err", err)
@@ -1053,6 +1112,25 @@ func (r *Registry) Tend(ctx context.Context) {
 		l.win.add(nowMs, &info, l.wait)
 		l.pruneEnded(nowMs)
 	}
+}
+
+// drawChange is what Tend asks of the lottery: a key for a draw that runs
+// (random, a shuffled pre-queue) and has none; the key revealed when the
+// draw is over (the method in force is another).
+func (l *Live) drawChange() stock.RouteChange {
+	m := l.method.Load()
+	if o := l.override.Load(); o != 0 {
+		m = o - 1
+	}
+	drawing := m == methodRandom || m == methodPrequeue
+	var c stock.RouteChange
+	switch i := l.info.Load(); {
+	case drawing && l.lkey.Load() == nil:
+		c.DrawKey, _ = room.NewKey()
+	case !drawing && i != nil && i.Key != "":
+		c.EndDraw = true
+	}
+	return c
 }
 
 // names are the rooms' names (the channels a cluster follows).
