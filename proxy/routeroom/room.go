@@ -423,7 +423,7 @@ func (rm *Room) visit(ctx *fasthttp.RequestCtx, v *Visit, nowMs int64, poll bool
 		if err != nil {
 			rm.live.count(resError)
 			rm.log.Warn("route room: no lottery key; the visitor waits", "room", rm.cfg.Name, "err", err)
-			rm.answerWaiting(ctx, v, waitAnswer{status: "busy", etaMs: -1, page: rm.pageOf(ev, pre)}, nowMs)
+			rm.answerWaiting(ctx, v, waitAnswer{status: "busy", etaMs: -1, page: rm.pageOf(ev, pre), retryMs: rm.cfg.Poll.Milliseconds()}, nowMs)
 			return *v, false
 		}
 		score = room.Score(key, []byte(id))
@@ -459,7 +459,7 @@ func (rm *Room) visit(ctx *fasthttp.RequestCtx, v *Visit, nowMs int64, poll bool
 	if err != nil {
 		rm.live.count(resError)
 		rm.log.Warn("route room: visit failed; the visitor waits", "room", rm.cfg.Name, "err", err)
-		rm.answerWaiting(ctx, v, waitAnswer{status: "busy", etaMs: -1, page: rm.pageOf(ev, pre)}, nowMs)
+		rm.answerWaiting(ctx, v, waitAnswer{status: "busy", etaMs: -1, page: rm.pageOf(ev, pre), retryMs: rm.cfg.Poll.Milliseconds()}, nowMs)
 		return *v, false
 	}
 	if a.Status == stock.VisitReplayed {
@@ -483,11 +483,18 @@ func (rm *Room) visit(ctx *fasthttp.RequestCtx, v *Visit, nowMs int64, poll bool
 		return *v, true
 	}
 	rm.live.count(resWaiting)
-	// Held and still waiting (the hold ran out): she is near the head, and
-	// asks again at once, to be held again — so that her seat, when it
-	// frees, finds her here.
-	w := waitAnswer{status: "waiting", place: a.Place, etaMs: eta(&a, nowMs), page: rm.pageOf(ev, pre), now: held,
+	// When to ask again: where the edge holds requests, before the turn,
+	// so that her seat, when it frees, finds her held here — at once when
+	// a hold ran out (she is near the head), else half a hold before the
+	// estimate; elsewhere at the poll.
+	w := waitAnswer{status: "waiting", place: a.Place, etaMs: eta(&a, nowMs), page: rm.pageOf(ev, pre),
 		lottery: a.Method == conf.RoomRandom || a.Method == methodPrequeueName}
+	w.retryMs = rm.cfg.Poll.Milliseconds()
+	if limit := min(rm.cfg.Poll, holdMax).Milliseconds(); held {
+		w.retryMs = 0
+	} else if holdable(a.Method, a.Rate, a.Cap) && w.etaMs >= 0 {
+		w.retryMs = min(w.retryMs, max(w.etaMs-limit/2, 0))
+	}
 	if pre {
 		// The event has not started: the wait is until the start at least,
 		// and a shuffled pre-queue has no place until then.
@@ -683,7 +690,7 @@ type waitAnswer struct {
 	status       string
 	place, etaMs int64
 	page         *Page
-	now          bool // ask again at once (Retry-After 0)
+	retryMs      int64 // ask again after this long (rounded up to seconds in Retry-After)
 	lottery      bool // placed by the lottery: the draw's commit and the visitor's id
 }
 
@@ -701,10 +708,7 @@ func (rm *Room) answerWaiting(ctx *fasthttp.RequestCtx, v *Visit, w waitAnswer, 
 		progress = min((first-w.place)*100/first, 99)
 	}
 	lang := Lang(ctx.Request.Header.Peek(fasthttp.HeaderAcceptLanguage))
-	retry := (rm.cfg.Poll.Milliseconds() + 999) / 1000
-	if w.now {
-		retry = 0
-	}
+	retry := (w.retryMs + 999) / 1000
 	h := &ctx.Response.Header
 	h.Set(fasthttp.HeaderCacheControl, "no-store")
 	h.Set(fasthttp.HeaderRetryAfter, strconv.FormatInt(retry, 10))
@@ -729,6 +733,8 @@ func (rm *Room) answerWaiting(ctx *fasthttp.RequestCtx, v *Visit, w waitAnswer, 
 		b = strconv.AppendInt(b, progress, 10)
 		b = append(b, `,"retryAfter":`...)
 		b = strconv.AppendInt(b, retry, 10)
+		b = append(b, `,"retryMs":`...)
+		b = strconv.AppendInt(b, w.retryMs, 10)
 		if w.lottery {
 			// Checkable: her score is HMAC-SHA256(key, id) once the key is
 			// out, and SHA-256(key) the commit shown now.
