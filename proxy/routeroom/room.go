@@ -691,7 +691,7 @@ type waitAnswer struct {
 	place, etaMs int64
 	page         *Page
 	retryMs      int64 // ask again after this long (rounded up to seconds in Retry-After)
-	lottery      bool // placed by the lottery: the draw's commit and the visitor's id
+	lottery      bool  // placed by the lottery: the draw's commit and the visitor's id
 }
 
 func (rm *Room) answerWaiting(ctx *fasthttp.RequestCtx, v *Visit, w waitAnswer, nowMs int64) {
