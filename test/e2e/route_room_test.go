@@ -60,6 +60,27 @@ func startRouteRoomOrigin(t *testing.T) *routeRoomOrigin {
 	return o
 }
 
+// shopRoomConfig is the edges' config: the origin on /, and on /shop/
+// behind room shop of the cap, sessions of a minute, polls every poll.
+func shopRoomConfig(origin string, maxActive int, poll string) string {
+	return fmt.Sprintf(`
+upstreams:
+  pools:
+    - name: origin
+      servers: [%q]
+  routes:
+    - prefix: /
+      pool: origin
+    - prefix: /shop/
+      pool: origin
+      waiting_room:
+        name: shop
+        max_active: %d
+        session: 1m
+        poll: %s
+`, origin, maxActive, poll)
+}
+
 // TestRouteRoomTwoEdges: two real edge processes (the proxy binary) on one
 // real Redis in front of a loopback origin, a room with max_active 4. 16
 // visitors, each sending every request to the two edges in turn, wait
@@ -72,22 +93,7 @@ func TestRouteRoomTwoEdges(t *testing.T) {
 	bin := buildProxy(t)
 	r := redistest.New(t)
 	o := startRouteRoomOrigin(t)
-	cfg := fmt.Sprintf(`
-upstreams:
-  pools:
-    - name: origin
-      servers: [%q]
-  routes:
-    - prefix: /
-      pool: origin
-    - prefix: /shop/
-      pool: origin
-      waiting_room:
-        name: shop
-        max_active: 4
-        session: 1m
-        poll: 1s
-`, o.addr)
+	cfg := shopRoomConfig(o.addr, 4, "1s")
 	adminA := ordFreePort(t)
 	edges := []*process{
 		startProcess(t, bin, r.Addr(), cfg, "node_id: 1\nadmin: {addr: \""+adminA+"\"}\n"),
@@ -200,22 +206,7 @@ func TestRouteRoomTwoEdgesWakeAndEnd(t *testing.T) {
 	bin := buildProxy(t)
 	r := redistest.New(t)
 	o := startRouteRoomOrigin(t)
-	cfg := fmt.Sprintf(`
-upstreams:
-  pools:
-    - name: origin
-      servers: [%q]
-  routes:
-    - prefix: /
-      pool: origin
-    - prefix: /shop/
-      pool: origin
-      waiting_room:
-        name: shop
-        max_active: 1
-        session: 1m
-        poll: 5s
-`, o.addr)
+	cfg := shopRoomConfig(o.addr, 1, "5s")
 	admin2 := ordFreePort(t)
 	e1 := startProcess(t, bin, r.Addr(), cfg, "node_id: 1\n")
 	e2 := startProcess(t, bin, r.Addr(), cfg, "node_id: 2\nadmin: {addr: \""+admin2+"\"}\n")
