@@ -493,7 +493,9 @@ func (rm *Room) visit(ctx *fasthttp.RequestCtx, v *Visit, nowMs int64, poll bool
 	if limit := min(rm.cfg.Poll, holdMax).Milliseconds(); held {
 		w.retryMs = 0
 	} else if holdable(a.Method, a.Rate, a.Cap) && w.etaMs >= 0 {
-		w.retryMs = min(w.retryMs, max(w.etaMs-limit/2, 0))
+		// Not held (her first request, or the edge holds its most): not
+		// at once, or she would ask again and again.
+		w.retryMs = min(w.retryMs, max(w.etaMs-limit/2, limit/4))
 	}
 	if pre {
 		// The event has not started: the wait is until the start at least,
