@@ -442,10 +442,14 @@ func rrJourney(ctx context.Context, v *rrVisitor, idx int, rr *RouteRoomBench, a
 			v.etas = append(v.etas, etaSeen{at: now, eta: int64(eta)})
 		}
 		// As the queue page does: every poll_min..poll_max, or when the
-		// estimate says the turn comes if that is sooner.
+		// estimate says the turn comes if that is sooner, or at retryMs if
+		// that is sooner.
 		wait := rr.PollMin + time.Duration(rnd.Int64N(int64(rr.PollMax-rr.PollMin)+1))
 		if eta > 0 {
 			wait = min(wait, time.Duration(eta+50)*time.Millisecond)
+		}
+		if r, ok := m["retryMs"].(float64); ok && r >= 0 {
+			wait = min(wait, time.Duration(r)*time.Millisecond) // the edge's advice (held near the head: sooner)
 		}
 		if !sleepUntil(ctx, now.Add(wait)) {
 			return

@@ -9,16 +9,19 @@ import (
 	"net"
 	"net/http"
 	"net/http/cookiejar"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/valyala/fasthttp"
 
 	"flashgate/conf"
+	"flashgate/internal/await"
 	"flashgate/proxy/routeroom"
 )
 
@@ -123,13 +126,15 @@ func TestRouteRoomOnEmbeddedRedis(t *testing.T) {
 	if !strings.Contains(h.Get("Content-Security-Policy"), "default-src 'none'") || h.Get("Cache-Control") != "no-store" {
 		t.Errorf("queue page headers: %v", h)
 	}
-	st, h, body = c.get(t, e.base+"/shop/item", "Accept", "application/json")
+	// An app's first request hears its place at once (its later ones near
+	// the head are held: TestRouteRoomHeldPollWalksIn).
+	st, h, body = newVisitor().get(t, e.base+"/shop/item", "Accept", "application/json")
 	var j struct {
 		Status string `json:"status"`
 		Place  int64  `json:"place"`
 		EtaMs  int64  `json:"etaMs"`
 	}
-	if err := json.Unmarshal([]byte(body), &j); err != nil || st != 503 || j.Status != "waiting" || j.Place != 1 || h.Get("Retry-After") != "5" || j.EtaMs <= 0 {
+	if err := json.Unmarshal([]byte(body), &j); err != nil || st != 503 || j.Status != "waiting" || j.Place != 2 || h.Get("Retry-After") != "5" || j.EtaMs <= 0 {
 		t.Fatalf("app's answer: %d %v %s", st, h, body)
 	}
 	// The rest of the site is not behind the room.
@@ -153,7 +158,8 @@ func TestRouteRoomOnEmbeddedRedis(t *testing.T) {
 	if st, h, _ := a.get(t, e.base+"/shop/done"); st != 200 || h.Get("Flashgate-Room") != "" {
 		t.Fatalf("end: %d %v", st, h)
 	}
-	// C's poll now admits them (answered by the edge), then C reaches the origin.
+	// C's poll now admits them (answered by the edge), then C reaches the
+	// origin. (The seat was reserved for C at the end: the poll claims it.)
 	st, _, body = c.get(t, e.base+"/shop/item", routeroom.PollHeader, "1", "Accept", "application/json")
 	if st != 200 || !strings.Contains(body, `"status":"admitted"`) {
 		t.Fatalf("poll after the end: %d %s", st, body)
@@ -264,7 +270,8 @@ func solveRoomPow(challenge string, zeros int) string {
 // counted; a visitor with a place is not asked again.
 func TestRouteRoomChallenge(t *testing.T) {
 	o := startRoomOrigin(t)
-	e := startEdge(t, fmt.Sprintf(roomConfig, o.addr)+"        challenge: {difficulty: 8}\n")
+	// poll 1s: the waiting visitor's request near the head is held that long.
+	e := startEdge(t, fmt.Sprintf(roomConfig, o.addr)+"        challenge: {difficulty: 8}\n        poll: 1s\n")
 	type answer struct {
 		Status, Challenge, Code string
 		Difficulty              int
@@ -331,5 +338,111 @@ func TestRouteRoomChallenge(t *testing.T) {
 	}
 	if _, _, m := newVisitor().get(t, e.adminBase+"/metrics"); !strings.Contains(m, `flashgate_route_room_requests_total{room="shop",result="bad_challenge"} 3`+"\n") {
 		t.Errorf("metrics: %s", grepLines(m, "bad_challenge"))
+	}
+}
+
+// roomHeld is the edge's count of held requests in room shop.
+func roomHeld(t *testing.T, adminBase string) string {
+	_, _, m := newVisitor().get(t, adminBase+"/metrics")
+	return grepLines(m, `flashgate_route_room_held{room="shop"}`)
+}
+
+// TestRouteRoomHeldPollWalksIn: a waiting visitor's poll at the head of a
+// capped room's line is held by the edge, and the moment the origin ends
+// an admitted visitor's session the held poll answers admitted (the seat
+// reserved for her is claimed at once, not at her next poll); an app's
+// held request goes on to the origin itself.
+func TestRouteRoomHeldPollWalksIn(t *testing.T) {
+	o := startRoomOrigin(t)
+	e := startEdge(t, fmt.Sprintf(roomConfig, o.addr))
+	a, b, c, d := newVisitor(), newVisitor(), newVisitor(), newVisitor()
+	for _, v := range []*visitor{a, b} {
+		if st, h, body := v.get(t, e.base+"/shop/item"); st != 200 || h.Get("X-Origin") != "yes" {
+			t.Fatalf("admitted visitor: %d %s", st, body)
+		}
+	}
+	for _, v := range []*visitor{c, d} { // places 1 and 2: tickets, answered at once
+		if st, h, _ := v.get(t, e.base+"/shop/item", "Accept", "application/json"); st != 503 || h.Get("X-Origin") != "" {
+			t.Fatalf("waiting visitor's first request: %d", st)
+		}
+	}
+	type answer struct {
+		st     int
+		origin bool
+		body   string
+	}
+	polled, app := make(chan answer, 1), make(chan answer, 1)
+	go func() {
+		st, h, body := getWith(t, c.c, e.base+"/shop/item", routeroom.PollHeader, "1", "Accept", "application/json")
+		polled <- answer{st, h.Get("X-Origin") != "", body}
+	}()
+	go func() {
+		st, h, body := getWith(t, d.c, e.base+"/shop/item", "Accept", "application/json")
+		app <- answer{st, h.Get("X-Origin") != "", body}
+	}()
+	await.Until(t, 5*time.Second, "both requests held", func() bool { return strings.HasSuffix(roomHeld(t, e.adminBase), " 2") })
+	if st, _, _ := a.get(t, e.base+"/shop/done"); st != 200 {
+		t.Fatalf("end: %d", st)
+	}
+	select {
+	case r := <-polled:
+		if r.st != 200 || r.origin || !strings.Contains(r.body, `"status":"admitted"`) {
+			t.Fatalf("held poll: %+v", r)
+		}
+	case r := <-app:
+		t.Fatalf("the app (place 2) went first: %+v", r)
+	}
+	if st, _, _ := b.get(t, e.base+"/shop/done"); st != 200 {
+		t.Fatalf("end: %d", st)
+	}
+	if r := <-app; r.st != 200 || !r.origin {
+		t.Fatalf("held app request: %+v", r)
+	}
+	if h := roomHeld(t, e.adminBase); !strings.HasSuffix(h, " 0") {
+		t.Errorf("still held: %s", h)
+	}
+}
+
+// TestRouteRoomEndedPassReplayed: a copy of a pass kept from before the
+// origin ended its session does not reach the origin again while the room
+// is full (it used to, from memory, until its recheck 30 s later): it
+// queues behind the visitor the freed seat went to.
+func TestRouteRoomEndedPassReplayed(t *testing.T) {
+	o := startRoomOrigin(t)
+	e := startEdge(t, fmt.Sprintf(roomConfig, o.addr))
+	a, b, c := newVisitor(), newVisitor(), newVisitor()
+	for _, v := range []*visitor{a, b} {
+		if st, h, _ := v.get(t, e.base+"/shop/item"); st != 200 || h.Get("X-Origin") != "yes" {
+			t.Fatalf("admitted: %d", st)
+		}
+	}
+	if st, h, _ := c.get(t, e.base+"/shop/item"); st != 200 || h.Get("X-Origin") != "" {
+		t.Fatalf("c waits: %d", st)
+	}
+	u, err := url.Parse(e.base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var pass string
+	for _, ck := range a.c.Jar.Cookies(u) {
+		if ck.Name == routeroom.CookiePrefix+"shop" {
+			pass = ck.Value
+		}
+	}
+	if pass == "" {
+		t.Fatal("no pass")
+	}
+	if st, h, _ := a.get(t, e.base+"/shop/done"); st != 200 || h.Get("X-Origin") != "yes" {
+		t.Fatalf("end: %d", st)
+	}
+	before := len(o.requests())
+	replay := &http.Client{}
+	st, h, _ := getWith(t, replay, e.base+"/shop/item", "Cookie", routeroom.CookiePrefix+"shop="+pass)
+	if st != 200 || h.Get("X-Origin") != "" || len(o.requests()) != before {
+		t.Fatalf("the ended pass replayed reached the origin: %d %v", st, h)
+	}
+	// The seat went to c, who walks in.
+	if st, h, _ := c.get(t, e.base+"/shop/item"); st != 200 || h.Get("X-Origin") != "yes" {
+		t.Fatalf("c after the end: %d", st)
 	}
 }

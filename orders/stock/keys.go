@@ -320,8 +320,9 @@ const (
 	// sk:room:{r}:st, hash: method rate cap (the operator's overrides of
 	// the config), credit creditms (the admission rate's bucket), seq (the
 	// fifo numbers given), joined admitted abandoned ended over (counters;
-	// over: passthrough visitors the rules would have queued), fr frms fr0
-	// (seats freed, decayed over 20 s, at frms; fr0: the first).
+	// over: passthrough visitors the rules would have queued), occ occn
+	// occms (the seats' occupancy, ms, and their count, decayed over 60 s,
+	// at occms: lua/route_room_seats.lua).
 	routeRoomStateSuffix = "st"
 	// sk:room:{r}:q, sorted set: visitor id -> place score (fifo: the
 	// arrival number; random: the lottery's score), the waiting visitors.
@@ -333,10 +334,24 @@ const (
 	// the admitted visitors, which max_active counts; a score ending in .5
 	// is a seat reserved for the next in line until then, not yet claimed.
 	routeRoomActiveSuffix = "act"
+	// sk:room:{r}:since, hash: visitor id -> unix ms their seat was taken
+	// (admitted or reserved), for the seats' mean occupancy.
+	routeRoomSinceSuffix = "since"
 	// sk:room:{r}:c:<challenge id>, string "1" until the challenge expires:
 	// a proof of work spent by the visit that placed its visitor (single use).
 	routeRoomChallengeSuffix = "c:"
 )
+
+// The route rooms' broadcasts (routeroom.go): who a seat was reserved for,
+// whose session the origin ended. Standalone: one keyless channel for every
+// room; on a cluster one sharded channel per room, sk:{<name>}:roomwake, in
+// the slot of the room's keys (their hash tag is the name too).
+const (
+	RouteRoomChannel    = "sk:roomwake"
+	routeRoomWakeSuffix = "roomwake"
+)
+
+var routeRoomKind = channelKind{RouteRoomChannel, routeRoomWakeSuffix}
 
 // routeRoomChallengeKey is the key that spends a route room's challenge.
 func routeRoomChallengeKey(name, challengeID string) string {
@@ -344,12 +359,12 @@ func routeRoomChallengeKey(name, challengeID string) string {
 }
 
 // RouteRoomKeys are a route room's keys, in the order its scripts take them.
-type RouteRoomKeys struct{ State, Queue, Seen, Active string }
+type RouteRoomKeys struct{ State, Queue, Seen, Active, Since string }
 
 func routeRoomKeys(name string) RouteRoomKeys {
 	p := routeRoomPrefix + name + "}:"
 	return RouteRoomKeys{State: p + routeRoomStateSuffix, Queue: p + routeRoomQueueSuffix,
-		Seen: p + routeRoomSeenSuffix, Active: p + routeRoomActiveSuffix}
+		Seen: p + routeRoomSeenSuffix, Active: p + routeRoomActiveSuffix, Since: p + routeRoomSinceSuffix}
 }
 
 // isRoomKey reports whether k is a waiting-room key (sk:{p}:wr...).

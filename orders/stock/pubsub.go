@@ -551,4 +551,5 @@ func (f *fanout) receive(ctx context.Context, r *receiver) {
 func (s *Store) stopSubscription() {
 	s.soldOutSubs.stop()
 	s.changesSubs.stop()
+	s.routeRoomSubs.stop()
 }

@@ -3,9 +3,11 @@ package stock
 import (
 	"context"
 	_ "embed"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 
 	"github.com/redis/rueidis"
 
@@ -100,7 +102,7 @@ func (s *Store) RouteVisitSpending(ctx context.Context, r RouteRoom, id string, 
 		return VisitAnswer{}, fmt.Errorf("%w: visitor %q", ErrInvalid, id)
 	}
 	k := routeRoomKeys(r.Name)
-	keys := []string{k.State, k.Queue, k.Seen, k.Active}
+	keys := []string{k.State, k.Queue, k.Seen, k.Active, k.Since}
 	if challengeID != "" {
 		if !validChallengeID(challengeID) || expiresMs <= nowMs {
 			return VisitAnswer{}, fmt.Errorf("%w: challenge %q until %d", ErrInvalid, challengeID, expiresMs)
@@ -112,7 +114,7 @@ func (s *Store) RouteVisitSpending(ctx context.Context, r RouteRoom, id string, 
 	vals, err := routeVisitScript.Exec(cctx, s.c, keys,
 		[]string{i64(nowMs), id, strconv.FormatFloat(score, 'f', -1, 64), i64(r.Rate), i64(r.Cap), i64(r.SessionMs),
 			i64(r.AbandonMs), r.Method, i64(r.TTLMs), i64(expiresMs - nowMs)}).ToArray()
-	if err == nil && len(vals) != 10 {
+	if err == nil && len(vals) != 11 {
 		err = errors.New("unexpected reply")
 	}
 	var n [9]int64
@@ -128,7 +130,48 @@ func (s *Store) RouteVisitSpending(ctx context.Context, r RouteRoom, id string, 
 	}
 	a.Status, a.UntilMs, a.Place, a.Credit, a.Rate, a.Active, a.Cap, a.SeatMs, a.Waiting =
 		int(n[0]), n[1], n[2], n[3], n[4], n[5], n[6], n[7], n[8]
+	if woken, err := vals[10].AsStrSlice(); err == nil && len(woken) > 0 {
+		s.publishRoute(cctx, r.Name, "", woken)
+	}
 	return a, nil
+}
+
+// publishRoute tells every edge (SubscribeRouteRooms) that the origin
+// ended visitor ended's session ("" for none) and that seats were reserved
+// for the visitors woken: one message "<room> e<id> w<id> w<id>...". A lost
+// broadcast costs time, not correctness: a woken visitor claims the seat
+// at her next request, an ended pass fails at its next check.
+func (s *Store) publishRoute(ctx context.Context, name, ended string, woken []string) {
+	b := make([]byte, 0, len(name)+18*(len(woken)+1))
+	b = append(b, name...)
+	if ended != "" {
+		b = append(b, " e"...)
+		b = append(b, ended...)
+	}
+	for _, w := range woken {
+		b = append(b, " w"...)
+		b = append(b, w...)
+	}
+	// The reservations and the end are written: only the wake-up is lost
+	// if the broadcast fails.
+	_ = s.c.Do(ctx, s.publishCmd(routeRoomKind, name, string(b))).Error()
+}
+
+// SubscribeRouteRooms calls fn for each visitor a route room's broadcast
+// names: ended, the origin ended her session; else a seat was reserved for
+// her. fol.Products names the rooms (on a cluster, a channel each). As
+// SubscribeSoldOut, it waits at most until ctx is done for the channels.
+func (s *Store) SubscribeRouteRooms(ctx context.Context, fol Follow, fn func(room, id string, ended bool)) *Subscription {
+	return s.subscribe(ctx, &s.routeRoomSubs, routeRoomKind, fol, func(msg string) {
+		name, rest, _ := strings.Cut(msg, " ")
+		for rest != "" {
+			var f string
+			f, rest, _ = strings.Cut(rest, " ")
+			if len(f) == 17 && (f[0] == 'e' || f[0] == 'w') && validVisitor(f[1:]) {
+				fn(name, f[1:], f[0] == 'e')
+			}
+		}
+	})
 }
 
 // RouteRenew checks an admitted visitor's session at nowMs and, with
@@ -154,8 +197,9 @@ func (s *Store) RouteRenew(ctx context.Context, r RouteRoom, id string, nowMs, n
 
 // RouteEnd ends a visitor's session at nowMs (the origin said so); false:
 // it was not running. The seat goes in the same call to the next in line,
-// reserved until they ask again (RouteVisit claims it), and counts in the
-// rate of seats freed that a capped place's estimate comes from.
+// reserved until they ask again (RouteVisit claims it), and its occupancy
+// counts in the mean that a capped place's estimate comes from. Every
+// edge is told (SubscribeRouteRooms): the end, and whom to wake.
 func (s *Store) RouteEnd(ctx context.Context, r RouteRoom, id string, nowMs int64) (bool, error) {
 	if err := r.check(); err != nil {
 		return false, err
@@ -166,10 +210,26 @@ func (s *Store) RouteEnd(ctx context.Context, r RouteRoom, id string, nowMs int6
 	k := routeRoomKeys(r.Name)
 	cctx, cancel := s.call(ctx)
 	defer cancel()
-	n, err := routeEndScript.Exec(cctx, s.c, []string{k.Active, k.State, k.Queue, k.Seen},
-		[]string{id, i64(nowMs), i64(r.Rate), i64(r.Cap), i64(r.AbandonMs), r.Method}).AsInt64()
+	vals, err := routeEndScript.Exec(cctx, s.c, []string{k.Active, k.State, k.Queue, k.Seen, k.Since},
+		[]string{id, i64(nowMs), i64(r.Rate), i64(r.Cap), i64(r.AbandonMs), r.Method}).ToArray()
+	var n int64
+	if err == nil && len(vals) == 0 {
+		err = errors.New("unexpected reply")
+	}
+	if err == nil {
+		n, err = vals[0].AsInt64()
+	}
+	woken := make([]string, 0, len(vals))
+	for i := 1; err == nil && i < len(vals); i++ {
+		var w string
+		w, err = vals[i].ToString()
+		woken = append(woken, w)
+	}
 	if err != nil {
 		return false, fmt.Errorf("stock: route room end: %w", err)
+	}
+	if n == 1 {
+		s.publishRoute(cctx, r.Name, id, woken)
 	}
 	return n == 1, nil
 }
@@ -189,6 +249,14 @@ type RouteRoomInfo struct {
 	Abandoned int64 `json:"abandoned"`
 	Ended     int64 `json:"ended"`
 	Overlimit int64 `json:"overLimit"` // passthrough visitors the rules would have queued
+	// The lottery (methods random and an event's shuffled pre-queue):
+	// LotteryCommit is SHA-256 of the running draw's key (hex, set by the
+	// edge: room.Commit), public while it runs; LotteryKey the last
+	// finished draw's key, revealed. Key is the running draw's key, the
+	// edges' own (never shown).
+	LotteryCommit string `json:"lotteryCommit,omitempty"`
+	LotteryKey    string `json:"lotteryKey,omitempty"`
+	Key           string `json:"-"`
 }
 
 // RouteChange is an operator's change of a room: "" and nil keep a
@@ -196,6 +264,10 @@ type RouteRoomInfo struct {
 type RouteChange struct {
 	Method    string
 	Rate, Cap *int64
+	// DrawKey is a lottery key (hex, room.NewKey) for the draw if it has
+	// none yet; EndDraw reveals the draw's key (the draw is over).
+	DrawKey string
+	EndDraw bool
 }
 
 // RouteAdmin applies change (the zero change only reads) and answers the
@@ -224,9 +296,16 @@ func (s *Store) RouteAdmin(ctx context.Context, r RouteRoom, change RouteChange,
 	k := routeRoomKeys(r.Name)
 	cctx, cancel := s.call(ctx)
 	defer cancel()
+	if change.DrawKey != "" && !validLotteryKey(change.DrawKey) {
+		return RouteRoomInfo{}, fmt.Errorf("%w: lottery key", ErrInvalid)
+	}
+	end := ""
+	if change.EndDraw {
+		end = "1"
+	}
 	vals, err := routeAdminScript.Exec(cctx, s.c, []string{k.State, k.Queue, k.Active},
-		[]string{i64(nowMs), change.Method, rate, capArg, i64(max(r.TTLMs, 1))}).ToArray()
-	if err == nil && len(vals) != 10 {
+		[]string{i64(nowMs), change.Method, rate, capArg, i64(max(r.TTLMs, 1)), change.DrawKey, end}).ToArray()
+	if err == nil && len(vals) != 12 {
 		err = errors.New("unexpected reply")
 	}
 	var str [3]string
@@ -237,10 +316,14 @@ func (s *Store) RouteAdmin(ctx context.Context, r RouteRoom, change RouteChange,
 	for i := 0; err == nil && i < len(n); i++ {
 		n[i], err = vals[3+i].AsInt64()
 	}
+	var lot [2]string
+	for i := 0; err == nil && i < 2; i++ {
+		lot[i], err = vals[10+i].ToString()
+	}
 	if err != nil {
 		return RouteRoomInfo{}, fmt.Errorf("stock: route room admin: %w", err)
 	}
-	info := RouteRoomInfo{Method: str[0], Rate: r.Rate, Cap: r.Cap, Waiting: n[0], Active: n[1], Joined: n[2],
+	info := RouteRoomInfo{Key: lot[0], LotteryKey: lot[1], Method: str[0], Rate: r.Rate, Cap: r.Cap, Waiting: n[0], Active: n[1], Joined: n[2],
 		Admitted: n[3], Abandoned: n[4], Ended: n[5], Overlimit: n[6]}
 	info.MethodSet = info.Method != ""
 	if !info.MethodSet {
@@ -253,6 +336,12 @@ func (s *Store) RouteAdmin(ctx context.Context, r RouteRoom, change RouteChange,
 		info.Cap, _ = strconv.ParseInt(str[2], 10, 64)
 	}
 	return info, nil
+}
+
+// validLotteryKey: 64 lower-case hex digits (32 bytes).
+func validLotteryKey(k string) bool {
+	b, err := hex.DecodeString(k)
+	return err == nil && len(b) == 32 && hex.EncodeToString(b) == k
 }
 
 // validVisitor: a visitor id is 16 lower-case hex digits.

@@ -186,7 +186,7 @@ type Store struct {
 	pmu      sync.Mutex
 
 	// The broadcast subscriptions, one fanout per kind (pubsub.go).
-	soldOutSubs, changesSubs fanout
+	soldOutSubs, changesSubs, routeRoomSubs fanout
 
 	shares shares // batch entries' acknowledged orders (AckOutbox)
 

@@ -52,7 +52,8 @@ func (v *visitorAt) id(t *testing.T, rm *Room, nowMs int64) room.ID {
 func TestEventPrequeueShuffle(t *testing.T) {
 	st := stocktest.Open(t, redistest.Start(t))
 	t0 := time.UnixMilli(1_900_000_000_000)
-	c := conf.RouteRoomConfig{Name: "shop", MaxActive: 1, Session: time.Minute, Events: []conf.RoomEventConfig{
+	// Poll 1s: the late arrival's JSON request near the head is held that long.
+	c := conf.RouteRoomConfig{Name: "shop", MaxActive: 1, Session: time.Minute, Poll: time.Second, Events: []conf.RoomEventConfig{
 		{Name: "launch", Prequeue: "+10s", Start: "+20s", End: "+60s", MaxActive: 3}}}
 	rm, err := New(c.WithDefaults(), Options{Secrets: testSecrets, Store: st, Start: t0})
 	if err != nil {
@@ -79,7 +80,7 @@ func TestEventPrequeueShuffle(t *testing.T) {
 	byScore := slices.Clone(pre)
 	slices.SortFunc(byScore, func(x, y *visitorAt) int {
 		ix, iy := x.id(t, rm, ms(20*time.Second)), y.id(t, rm, ms(20*time.Second))
-		sx, sy := room.Score(rm.scoreKey, ix[:]), room.Score(rm.scoreKey, iy[:])
+		sx, sy := room.Score(*rm.live.lkey.Load(), ix.AppendHex(nil)), room.Score(*rm.live.lkey.Load(), iy.AppendHex(nil))
 		switch {
 		case sx < sy:
 			return -1

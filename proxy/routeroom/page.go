@@ -72,16 +72,17 @@ var builtinPage string
 var builtin = template.Must(template.New("room").Parse(builtinPage))
 
 // pollScript asks for the place every PollMs (three times as seldom in a
-// hidden tab), or when the estimate says the turn comes if sooner, with the
-// poll header, on the same URL, and reloads the page once admitted: the
+// hidden tab), or when the estimate says the turn comes if sooner, or when
+// the edge's retryMs says if sooner (where the edge holds polls: before the
+// turn, at once after a held poll ran out), with the poll header, on the same URL, and reloads the page once admitted: the
 // reload is the visitor's request, now let through.
 const pollScript = `<script>(function(){var P=%d,C=%s,D=%d,N="";
 function w(c,d){C="";try{var k=new Worker("/seckill/_static/pow.js");k.onmessage=function(e){k.terminate();if(e.data&&e.data.nonce!==undefined){C=c;N=e.data.nonce;q()}else t()};k.postMessage({challenge:c,difficulty:d})}catch(x){t()}}
 function q(){var h={"Flashgate-Room-Poll":"1","Accept":"application/json"};if(C){h["Flashgate-Room-Challenge"]=C;h["Flashgate-Room-Nonce"]=N;C=""}
 fetch(location.href,{headers:h,credentials:"same-origin",cache:"no-store"}).then(function(r){return r.json()}).then(function(a){if(a.status==="admitted"){location.reload();return}
 if(a.status==="challenge"){w(a.challenge,a.difficulty);return}
-var s=function(id,v){var e=document.getElementById(id);if(e&&v!==undefined)e.textContent=v};s("fg-place",a.place);s("fg-ahead",a.ahead);if(a.eta!==undefined)s("fg-eta",a.eta);var b=document.getElementById("fg-bar");if(b)b.style.width=a.progress+"%%";t(a.etaMs)}).catch(function(){t()})}
-function t(e){var d=document.hidden?3*P:P;if(e>0&&!document.hidden)d=Math.min(d,e+50);setTimeout(q,d)}if(C)w(C,D);else t()})()</script>`
+var s=function(id,v){var e=document.getElementById(id);if(e&&v!==undefined)e.textContent=v};s("fg-place",a.place);s("fg-ahead",a.ahead);if(a.eta!==undefined)s("fg-eta",a.eta);var b=document.getElementById("fg-bar");if(b)b.style.width=a.progress+"%%";t(a.etaMs,a.retryMs)}).catch(function(){t()})}
+function t(e,r){var d=document.hidden?3*P:P;if(e>0&&!document.hidden)d=Math.min(d,e+50);if(r>=0&&!document.hidden)d=Math.min(d,r);if(r===0)d=0;setTimeout(q,d)}if(C)w(C,D);else t()})()</script>`
 
 // Page renders the queue page: the operator's template, or the built-in one.
 type Page struct {

@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/binary"
+	"encoding/hex"
 	"fmt"
 	"log/slog"
 	"net/netip"
@@ -56,13 +57,13 @@ var visitorUser = []byte("visitor") // the tickets' "user": the cookie names the
 // Secrets are the keys a room signs with, derived from sale.token_secret
 // (room.DeriveSecret), the same on every edge.
 type Secrets struct {
-	Tickets, Passes, Bypass, Score, Challenge []byte
+	Tickets, Passes, Bypass, Challenge []byte
 }
 
 // DeriveSecrets derives the route rooms' keys from the token secret.
 func DeriveSecrets(tokenSecret []byte) Secrets {
 	return Secrets{Tickets: room.DeriveSecret(tokenSecret, "route ticket"), Passes: room.DeriveSecret(tokenSecret, "route pass"),
-		Bypass: room.DeriveSecret(tokenSecret, "route bypass"), Score: room.DeriveSecret(tokenSecret, "route lottery"),
+		Bypass:    room.DeriveSecret(tokenSecret, "route bypass"),
 		Challenge: room.DeriveSecret(tokenSecret, "route challenge")}
 }
 
@@ -79,7 +80,6 @@ type Room struct {
 	tickets   *room.Tickets
 	passes    *ptoken.Envelope
 	bypass    *ptoken.Envelope
-	scoreKey  []byte
 	cidrs     []netip.Prefix
 	paths     [][]byte
 	endHeader []byte
@@ -121,7 +121,7 @@ type Options struct {
 // and a reload refuse a broken template), bypass rules and keys.
 func New(c conf.RouteRoomConfig, o Options) (*Room, error) {
 	rm := &Room{cfg: c, store: o.Store, log: o.Log, name: []byte(c.Name), cookie: []byte(CookiePrefix + c.Name),
-		endHeader: []byte(c.EndHeader), recheckMs: c.Recheck.Milliseconds(), secure: o.CookieSecure, scoreKey: o.Secrets.Score}
+		endHeader: []byte(c.EndHeader), recheckMs: c.Recheck.Milliseconds(), secure: o.CookieSecure}
 	if rm.log == nil {
 		rm.log = slog.New(slog.DiscardHandler)
 	}
@@ -172,6 +172,7 @@ func New(c conf.RouteRoomConfig, o Options) (*Room, error) {
 	} else {
 		rm.live = newLive(rm.rr)
 	}
+	rm.live.recheckMs.Store(rm.recheckMs)
 	return rm, nil
 }
 
@@ -290,7 +291,7 @@ func (rm *Room) Gate(ctx *fasthttp.RequestCtx, clientIP netip.Addr, nowMs int64)
 		v.known = true
 		check := int64(binary.BigEndian.Uint64(payload[room.IDLen:]))
 		hold := m == methodQueueAll || m == methodPrequeue
-		if !hold && nowMs < check && !poll {
+		if !hold && nowMs < check && !poll && !rm.live.endedBefore(v.id, check) {
 			rm.live.count(resPass)
 			return v, true
 		}
@@ -416,14 +417,49 @@ func (rm *Room) recheck(v *Visit, until, nowMs int64) bool {
 func (rm *Room) visit(ctx *fasthttp.RequestCtx, v *Visit, nowMs int64, poll bool, cfg stock.RouteRoom, ev *event, pre bool, challengeID string, challengeExpMs int64) (Visit, bool) {
 	var hex [2 * room.IDLen]byte
 	id := string(v.id.AppendHex(hex[:0]))
-	idc := v.id // hashed by the score: a copy escapes, not the caller's Visit
-	cctx, cancel := context.WithTimeout(context.Background(), time.Second)
-	a, err := rm.store.RouteVisitSpending(cctx, cfg, id, room.Score(rm.scoreKey, idc[:]), nowMs, challengeID, challengeExpMs)
-	cancel()
+	var score float64
+	if cfg.Method == conf.RoomRandom || cfg.Method == methodPrequeueName {
+		key, err := rm.lotteryKey(nowMs)
+		if err != nil {
+			rm.live.count(resError)
+			rm.log.Warn("route room: no lottery key; the visitor waits", "room", rm.cfg.Name, "err", err)
+			rm.answerWaiting(ctx, v, waitAnswer{status: "busy", etaMs: -1, page: rm.pageOf(ev, pre), retryMs: rm.cfg.Poll.Milliseconds()}, nowMs)
+			return *v, false
+		}
+		score = room.Score(key, []byte(id))
+	}
+	call := func(nowMs int64, challengeID string, challengeExpMs int64) (stock.VisitAnswer, error) {
+		cctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		return rm.store.RouteVisitSpending(cctx, cfg, id, score, nowMs, challengeID, challengeExpMs)
+	}
+	// Where a freed seat goes to the head of the line at once, the edge
+	// may hold a waiting visitor's poll or app request (not her first: she
+	// hears her place at once; not a page: it shows at once), and listens
+	// for her wake-up before it asks (one between the answer and the hold
+	// is not lost).
+	var wake chan struct{}
+	if !pre && v.joinedMs > 0 && (poll || wantsJSON(ctx)) && holdable(cfg.Method, cfg.Rate, cfg.Cap) {
+		if wake = rm.live.await(v.id); wake != nil {
+			defer rm.live.unawait(v.id, wake)
+		}
+	}
+	a, err := call(nowMs, challengeID, challengeExpMs)
+	held := false
+	if err == nil && wake != nil && a.Status == stock.VisitWaiting {
+		var now int64
+		if held, now = rm.hold(&a, wake, nowMs); held {
+			// Her seat was reserved meanwhile (or the hold ran out): one
+			// more call claims it or tells the place now. The proof of
+			// work was spent by the first.
+			nowMs, v.nowMs = now, now
+			a, err = call(nowMs, "", 0)
+		}
+	}
 	if err != nil {
 		rm.live.count(resError)
 		rm.log.Warn("route room: visit failed; the visitor waits", "room", rm.cfg.Name, "err", err)
-		rm.answerWaiting(ctx, v, waitAnswer{status: "busy", etaMs: -1, page: rm.pageOf(ev, pre)}, nowMs)
+		rm.answerWaiting(ctx, v, waitAnswer{status: "busy", etaMs: -1, page: rm.pageOf(ev, pre), retryMs: rm.cfg.Poll.Milliseconds()}, nowMs)
 		return *v, false
 	}
 	if a.Status == stock.VisitReplayed {
@@ -447,7 +483,20 @@ func (rm *Room) visit(ctx *fasthttp.RequestCtx, v *Visit, nowMs int64, poll bool
 		return *v, true
 	}
 	rm.live.count(resWaiting)
-	w := waitAnswer{status: "waiting", place: a.Place, etaMs: eta(&a, nowMs), page: rm.pageOf(ev, pre)}
+	// When to ask again: where the edge holds requests, before the turn,
+	// so that her seat, when it frees, finds her held here — at once when
+	// a hold ran out (she is near the head), else half a hold before the
+	// estimate; elsewhere at the poll.
+	w := waitAnswer{status: "waiting", place: a.Place, etaMs: eta(&a, nowMs), page: rm.pageOf(ev, pre),
+		lottery: a.Method == conf.RoomRandom || a.Method == methodPrequeueName}
+	w.retryMs = rm.cfg.Poll.Milliseconds()
+	if limit := min(rm.cfg.Poll, holdMax).Milliseconds(); held {
+		w.retryMs = 0
+	} else if holdable(a.Method, a.Rate, a.Cap) && w.etaMs >= 0 {
+		// Not held (her first request, or the edge holds its most): not
+		// at once, or she would ask again and again.
+		w.retryMs = min(w.retryMs, max(w.etaMs-limit/2, limit/4))
+	}
 	if pre {
 		// The event has not started: the wait is until the start at least,
 		// and a shuffled pre-queue has no place until then.
@@ -458,6 +507,67 @@ func (rm *Room) visit(ctx *fasthttp.RequestCtx, v *Visit, nowMs int64, poll bool
 	}
 	rm.answerWaiting(ctx, v, w, nowMs)
 	return *v, false
+}
+
+// lotteryKey is the running draw's key, every edge's (Redis keeps it):
+// the one this edge read last, else read now — drawn now if the draw has
+// none yet.
+func (rm *Room) lotteryKey(nowMs int64) ([]byte, error) {
+	if k := rm.live.lkey.Load(); k != nil {
+		return *k, nil
+	}
+	key, _ := room.NewKey()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	info, err := rm.store.RouteAdmin(ctx, rm.live.config(), stock.RouteChange{DrawKey: key}, nowMs)
+	if err != nil {
+		return nil, err
+	}
+	rm.live.apply(&info)
+	if k := rm.live.lkey.Load(); k != nil {
+		return *k, nil
+	}
+	return nil, fmt.Errorf("the draw's key was revealed meanwhile")
+}
+
+// holdMax bounds how long the edge holds a waiting visitor's request (at
+// most the room's poll: she would have asked again by then anyway).
+const holdMax = 5 * time.Second
+
+// holdable: a capped room without a rate under fifo or random, where a
+// freed seat is reserved for the head of the line at once
+// (route_room_seats.lua) and the edges are told whom to wake.
+func holdable(method string, rate, cap int64) bool {
+	return cap > 0 && rate == 0 && (method == conf.RoomFIFO || method == conf.RoomRandom)
+}
+
+// maxHeld is how many requests one edge holds in a room of the cap at
+// most: as many as it has seats, 16 at least, 1024 at most. Whoever comes
+// beyond is answered at once, as without the hold.
+func maxHeld(cap int64) int64 { return min(max(cap, 16), 1024) }
+
+// hold holds a waiting visitor's request near the head (among the next
+// cap in line, or her seat due within the hold by the estimate) until a
+// seat is reserved for her, on any edge, or the hold runs out: true, and
+// the time then, when it held. A visitor near the head thus walks in the
+// moment her seat frees, not at her next poll.
+func (rm *Room) hold(a *stock.VisitAnswer, wake chan struct{}, nowMs int64) (bool, int64) {
+	limit := min(rm.cfg.Poll, holdMax)
+	near := a.Place <= a.Cap || eta(a, nowMs) <= limit.Milliseconds()
+	if !holdable(a.Method, a.Rate, a.Cap) || !near || !rm.live.hold(maxHeld(a.Cap)) {
+		return false, nowMs
+	}
+	defer rm.live.held.Add(-1)
+	start := time.Now()
+	t := time.NewTimer(limit)
+	select {
+	case <-wake:
+		rm.live.holds[0].Inc()
+	case <-t.C:
+		rm.live.holds[1].Inc()
+	}
+	t.Stop()
+	return true, nowMs + time.Since(start).Milliseconds()
 }
 
 // pageOf is the page in force: the event's, else the room's.
@@ -504,6 +614,9 @@ func (rm *Room) Finish(ctx *fasthttp.RequestCtx, v *Visit) {
 		}
 		return
 	}
+	// This edge knows at once, the others from the broadcast: a copy of
+	// the pass replayed is checked in Redis, not let in from memory.
+	rm.live.markEnded(v.id, v.nowMs)
 	var hex [2 * room.IDLen]byte
 	id := string(v.id.AppendHex(hex[:0]))
 	cctx, cancel := context.WithTimeout(context.Background(), time.Second)
@@ -579,6 +692,8 @@ type waitAnswer struct {
 	status       string
 	place, etaMs int64
 	page         *Page
+	retryMs      int64 // ask again after this long (rounded up to seconds in Retry-After)
+	lottery      bool  // placed by the lottery: the draw's commit and the visitor's id
 }
 
 func (rm *Room) answerWaiting(ctx *fasthttp.RequestCtx, v *Visit, w waitAnswer, nowMs int64) {
@@ -595,7 +710,7 @@ func (rm *Room) answerWaiting(ctx *fasthttp.RequestCtx, v *Visit, w waitAnswer, 
 		progress = min((first-w.place)*100/first, 99)
 	}
 	lang := Lang(ctx.Request.Header.Peek(fasthttp.HeaderAcceptLanguage))
-	retry := (rm.cfg.Poll.Milliseconds() + 999) / 1000
+	retry := (w.retryMs + 999) / 1000
 	h := &ctx.Response.Header
 	h.Set(fasthttp.HeaderCacheControl, "no-store")
 	h.Set(fasthttp.HeaderRetryAfter, strconv.FormatInt(retry, 10))
@@ -620,6 +735,25 @@ func (rm *Room) answerWaiting(ctx *fasthttp.RequestCtx, v *Visit, w waitAnswer, 
 		b = strconv.AppendInt(b, progress, 10)
 		b = append(b, `,"retryAfter":`...)
 		b = strconv.AppendInt(b, retry, 10)
+		b = append(b, `,"retryMs":`...)
+		b = strconv.AppendInt(b, w.retryMs, 10)
+		if w.lottery {
+			// Checkable: her score is HMAC-SHA256(key, id) once the key is
+			// out, and SHA-256(key) the commit shown now.
+			b = append(b, `,"id":"`...)
+			b = v.id.AppendHex(b)
+			b = append(b, '"')
+			if i := rm.live.info.Load(); i != nil && i.LotteryCommit != "" {
+				b = append(b, `,"lotteryCommit":"`...)
+				b = append(b, i.LotteryCommit...)
+				b = append(b, '"')
+			}
+		}
+		if i := rm.live.info.Load(); i != nil && i.LotteryKey != "" {
+			b = append(b, `,"lotteryKey":"`...) // the last finished draw's
+			b = append(b, i.LotteryKey...)
+			b = append(b, '"')
+		}
 		b = append(b, '}')
 		status := fasthttp.StatusServiceUnavailable // an API client must not take it for the route's answer
 		if poll {
@@ -776,6 +910,115 @@ type Live struct {
 	wait *metrics.Histogram
 	// win is the last minute's figures, fed by Tend.
 	win *window
+
+	// waiters are the waiting visitors whose request this edge may hold,
+	// woken when a seat is reserved for them (Registry.deliver); held
+	// counts the requests held now (maxHeld bounds it).
+	wmu     sync.Mutex
+	waiters map[room.ID]chan struct{}
+	held    atomic.Int64
+	holds   [2]metrics.Counter // held requests ended: woken, timed out
+	// ended holds the visitors whose session the origin ended (on any
+	// edge), with when this edge learnt it, for a recheck interval: a pass
+	// issued before then goes to Redis instead of in from memory. nEnded
+	// is its size, so that the admitted path reads no lock while it is
+	// empty; recheckMs the room's recheck.
+	// lkey is the running lottery draw's key as this edge last read it
+	// (nil: none, or not read yet).
+	lkey atomic.Pointer[[]byte]
+
+	emu       sync.RWMutex
+	ended     map[room.ID]int64
+	nEnded    atomic.Int64
+	recheckMs atomic.Int64
+}
+
+// await registers a waiting visitor's wake-up (nil: another request of
+// hers has it already); unawait removes it.
+func (l *Live) await(id room.ID) chan struct{} {
+	l.wmu.Lock()
+	defer l.wmu.Unlock()
+	if _, dup := l.waiters[id]; dup {
+		return nil
+	}
+	if l.waiters == nil {
+		l.waiters = map[room.ID]chan struct{}{}
+	}
+	c := make(chan struct{}, 1)
+	l.waiters[id] = c
+	return c
+}
+
+func (l *Live) unawait(id room.ID, c chan struct{}) {
+	l.wmu.Lock()
+	if l.waiters[id] == c {
+		delete(l.waiters, id)
+	}
+	l.wmu.Unlock()
+}
+
+// wake tells a visitor's held request that a seat was reserved for her.
+func (l *Live) wake(id room.ID) {
+	l.wmu.Lock()
+	c := l.waiters[id]
+	l.wmu.Unlock()
+	if c != nil {
+		select {
+		case c <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// hold takes one of the room's held requests if fewer than most are held.
+func (l *Live) hold(most int64) bool {
+	if l.held.Add(1) > most {
+		l.held.Add(-1)
+		return false
+	}
+	return true
+}
+
+// markEnded notes that visitor id's session ended at atMs.
+func (l *Live) markEnded(id room.ID, atMs int64) {
+	l.emu.Lock()
+	if l.ended == nil {
+		l.ended = map[room.ID]int64{}
+	}
+	if _, ok := l.ended[id]; !ok {
+		l.nEnded.Add(1)
+	}
+	l.ended[id] = max(l.ended[id], atMs)
+	l.emu.Unlock()
+}
+
+// endedBefore: visitor id's session ended after a pass whose check is due
+// at checkMs was issued (it was issued at checkMs − recheck at the latest).
+// Without an allocation: the admitted path asks it.
+func (l *Live) endedBefore(id room.ID, checkMs int64) bool {
+	if l.nEnded.Load() == 0 {
+		return false
+	}
+	l.emu.RLock()
+	at, ok := l.ended[id]
+	l.emu.RUnlock()
+	return ok && checkMs <= at+l.recheckMs.Load()
+}
+
+// pruneEnded forgets the ends whose every earlier pass is due for its check.
+func (l *Live) pruneEnded(nowMs int64) {
+	if l.nEnded.Load() == 0 {
+		return
+	}
+	keep := l.recheckMs.Load()
+	l.emu.Lock()
+	for id, at := range l.ended {
+		if at+keep < nowMs {
+			delete(l.ended, id)
+			l.nEnded.Add(-1)
+		}
+	}
+	l.emu.Unlock()
 }
 
 // waitBounds are the wait histogram's buckets, in seconds.
@@ -810,6 +1053,12 @@ func (l *Live) apply(info *stock.RouteRoomInfo) {
 		o = methodIndex(info.Method) + 1
 	}
 	l.override.Store(o)
+	info.LotteryCommit = ""
+	l.lkey.Store(nil)
+	if k, err := hex.DecodeString(info.Key); err == nil && len(k) > 0 {
+		info.LotteryCommit = room.Commit(info.Key)
+		l.lkey.Store(&k)
+	}
 	l.waiting.Store(info.Waiting)
 	l.active.Store(info.Active)
 	l.info.Store(info)
@@ -860,7 +1109,7 @@ func (r *Registry) Tend(ctx context.Context) {
 	}
 	nowMs := r.now() / 1e6
 	for name, l := range r.list() {
-		info, err := r.store.RouteAdmin(ctx, l.config(), stock.RouteChange{}, nowMs)
+		info, err := r.store.RouteAdmin(ctx, l.config(), l.drawChange(), nowMs)
 		if err != nil {
 			if ctx.Err() == nil {
 				r.log.Warn("route room: state not read", "room", name, "err", err)
@@ -869,7 +1118,55 @@ func (r *Registry) Tend(ctx context.Context) {
 		}
 		l.apply(&info)
 		l.win.add(nowMs, &info, l.wait)
+		l.pruneEnded(nowMs)
 	}
+}
+
+// drawChange is what Tend asks of the lottery: a key for a draw that runs
+// (random, a shuffled pre-queue) and has none; the key revealed when the
+// draw is over (the method in force is another).
+func (l *Live) drawChange() stock.RouteChange {
+	m := l.method.Load()
+	if o := l.override.Load(); o != 0 {
+		m = o - 1
+	}
+	drawing := m == methodRandom || m == methodPrequeue
+	var c stock.RouteChange
+	switch i := l.info.Load(); {
+	case drawing && l.lkey.Load() == nil:
+		c.DrawKey, _ = room.NewKey()
+	case !drawing && i != nil && i.Key != "":
+		c.EndDraw = true
+	}
+	return c
+}
+
+// names are the rooms' names (the channels a cluster follows).
+func (r *Registry) names() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := make([]string, 0, len(r.rooms))
+	for n := range r.rooms {
+		out = append(out, n)
+	}
+	return out
+}
+
+// deliver is a room broadcast: a seat reserved for visitor id (her held
+// request, if this edge holds it, goes on) or her session ended.
+func (r *Registry) deliver(name, id string, ended bool) {
+	r.mu.Lock()
+	l := r.rooms[name]
+	r.mu.Unlock()
+	v, ok := room.ParseID(id)
+	if l == nil || !ok {
+		return
+	}
+	if ended {
+		l.markEnded(v, r.now()/1e6)
+		return
+	}
+	l.wake(v)
 }
 
 // Stats is a room's figures over the last minute, as this edge's Tend
@@ -884,8 +1181,16 @@ func (r *Registry) Stats(name string) (Stats, bool) {
 	return l.win.stats(), true
 }
 
-// Run tends the rooms every tick until ctx ends.
+// Run listens to the rooms' broadcasts (seats reserved, sessions ended)
+// and tends the rooms every tick until ctx ends. A broadcast lost (Redis
+// unreachable a while) costs time, not a promise: a woken visitor's held
+// request asks again when its hold runs out, and an ended pass fails at
+// its next check.
 func (r *Registry) Run(ctx context.Context, tick time.Duration) {
+	if r.store != nil {
+		sub := r.store.SubscribeRouteRooms(ctx, stock.Follow{Products: r.names}, r.deliver)
+		defer sub.Stop()
+	}
 	t := time.NewTicker(tick)
 	defer t.Stop()
 	for {
@@ -912,6 +1217,13 @@ func (r *Registry) RegisterMetrics(reg *metrics.Registry) {
 		each(func(w *metrics.Writer, n string, l *Live) { w.Value(float64(l.waiting.Load()), label(n)) }))
 	reg.Register("flashgate_route_room_active", "Admitted visitors whose session runs, as this edge last read it.", "gauge",
 		each(func(w *metrics.Writer, n string, l *Live) { w.Value(float64(l.active.Load()), label(n)) }))
+	reg.Register("flashgate_route_room_held", "Waiting visitors' requests this edge holds until their seat frees (at most max(16, min(max_active, 1024)) a room).", "gauge",
+		each(func(w *metrics.Writer, n string, l *Live) { w.Value(float64(l.held.Load()), label(n)) }))
+	reg.Register("flashgate_route_room_holds_total", "Held requests ended: woken (a seat was reserved for the visitor, on any edge) or timed_out (the hold ran out).", "counter",
+		each(func(w *metrics.Writer, n string, l *Live) {
+			w.Value(float64(l.holds[0].Value()), label(n), metrics.Label{Name: "end", Value: "woken"})
+			w.Value(float64(l.holds[1].Value()), label(n), metrics.Label{Name: "end", Value: "timed_out"})
+		}))
 	reg.Register("flashgate_route_room_method", "The queueing method in force (1 for the method's label).", "gauge",
 		each(func(w *metrics.Writer, n string, l *Live) {
 			w.Value(1, label(n), metrics.Label{Name: "method", Value: methodName(l.Method())})

@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/cookiejar"
+	"net/url"
 	"strconv"
 	"strings"
 	"sync"
@@ -59,6 +60,27 @@ func startRouteRoomOrigin(t *testing.T) *routeRoomOrigin {
 	return o
 }
 
+// shopRoomConfig is the edges' config: the origin on /, and on /shop/
+// behind room shop of the cap, sessions of a minute, polls every poll.
+func shopRoomConfig(origin string, maxActive int, poll string) string {
+	return fmt.Sprintf(`
+upstreams:
+  pools:
+    - name: origin
+      servers: [%q]
+  routes:
+    - prefix: /
+      pool: origin
+    - prefix: /shop/
+      pool: origin
+      waiting_room:
+        name: shop
+        max_active: %d
+        session: 1m
+        poll: %s
+`, origin, maxActive, poll)
+}
+
 // TestRouteRoomTwoEdges: two real edge processes (the proxy binary) on one
 // real Redis in front of a loopback origin, a room with max_active 4. 16
 // visitors, each sending every request to the two edges in turn, wait
@@ -71,22 +93,7 @@ func TestRouteRoomTwoEdges(t *testing.T) {
 	bin := buildProxy(t)
 	r := redistest.New(t)
 	o := startRouteRoomOrigin(t)
-	cfg := fmt.Sprintf(`
-upstreams:
-  pools:
-    - name: origin
-      servers: [%q]
-  routes:
-    - prefix: /
-      pool: origin
-    - prefix: /shop/
-      pool: origin
-      waiting_room:
-        name: shop
-        max_active: 4
-        session: 1m
-        poll: 1s
-`, o.addr)
+	cfg := shopRoomConfig(o.addr, 4, "1s")
 	adminA := ordFreePort(t)
 	edges := []*process{
 		startProcess(t, bin, r.Addr(), cfg, "node_id: 1\nadmin: {addr: \""+adminA+"\"}\n"),
@@ -187,4 +194,92 @@ upstreams:
 		r.Body.Close()
 		return r.StatusCode == 503
 	})
+}
+
+// TestRouteRoomTwoEdgesWakeAndEnd: two real edges on one Redis, a room of
+// one seat. Visitor c's app request, at the head of the line, is held by
+// edge 2; the origin ends visitor a's session through edge 1, and edge 2
+// is told at once: c's held request is woken (not timed out) and goes on
+// to the origin, and a copy of a's pass from before the end, replayed on
+// edge 2, is not let in from memory (the room is full: it queues).
+func TestRouteRoomTwoEdgesWakeAndEnd(t *testing.T) {
+	bin := buildProxy(t)
+	r := redistest.New(t)
+	o := startRouteRoomOrigin(t)
+	cfg := shopRoomConfig(o.addr, 1, "5s")
+	admin2 := ordFreePort(t)
+	e1 := startProcess(t, bin, r.Addr(), cfg, "node_id: 1\n")
+	e2 := startProcess(t, bin, r.Addr(), cfg, "node_id: 2\nadmin: {addr: \""+admin2+"\"}\n")
+	get := func(c *http.Client, base, path, visitor string, hdr ...string) (int, http.Header) {
+		t.Helper()
+		req, _ := http.NewRequest("GET", "http://"+base+path, nil)
+		req.Header.Set("X-Visitor", visitor)
+		for i := 0; i+1 < len(hdr); i += 2 {
+			req.Header.Set(hdr[i], hdr[i+1])
+		}
+		resp, err := c.Do(req)
+		if err != nil {
+			t.Errorf("%s %s: %v", base, path, err)
+			return 0, nil
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		return resp.StatusCode, resp.Header
+	}
+	metric := func(series string) string {
+		resp, err := http.Get("http://" + admin2 + "/metrics")
+		if err != nil {
+			return ""
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		for _, l := range strings.Split(string(b), "\n") {
+			if strings.HasPrefix(l, series+" ") {
+				return strings.TrimPrefix(l, series+" ")
+			}
+		}
+		return ""
+	}
+	jarA, _ := cookiejar.New(nil)
+	a := &http.Client{Jar: jarA, Timeout: 10 * time.Second}
+	if st, h := get(a, e1.addr, "/shop/item", "a"); st != 200 || h.Get("X-Origin") != "yes" {
+		t.Fatalf("a: %d", st)
+	}
+	var pass string
+	for _, ck := range jarA.Cookies(&url.URL{Scheme: "http", Host: e1.addr}) {
+		if ck.Name == "fg_room_shop" {
+			pass = ck.Value
+		}
+	}
+	jarC, _ := cookiejar.New(nil)
+	c := &http.Client{Jar: jarC, Timeout: 10 * time.Second}
+	app := []string{"Accept", "application/json"}
+	if st, h := get(c, e2.addr, "/shop/item", "c", app...); st != 503 || h.Get("X-Origin") != "" {
+		t.Fatalf("c's first request: %d", st)
+	}
+	held := make(chan bool, 1)
+	go func() {
+		st, h := get(c, e2.addr, "/shop/item", "c", app...)
+		held <- st == 200 && h.Get("X-Origin") == "yes"
+	}()
+	await.Until(t, 5*time.Second, "edge 2 holds c's request", func() bool { return metric(`flashgate_route_room_held{room="shop"}`) == "1" })
+	if st, h := get(a, e1.addr, "/shop/done", "a"); st != 200 || h.Get("X-Origin") != "yes" {
+		t.Fatalf("a's end: %d", st)
+	}
+	if !<-held {
+		t.Fatal("c's held request did not reach the origin")
+	}
+	if w := metric(`flashgate_route_room_holds_total{room="shop",end="woken"}`); w != "1" {
+		t.Errorf("c's hold was not woken by the end on edge 1: woken %q, timed out %q", w, metric(`flashgate_route_room_holds_total{room="shop",end="timed_out"}`))
+	}
+	// a's pass from before the end, replayed on edge 2: queued, not in.
+	replay := &http.Client{Timeout: 10 * time.Second}
+	if st, h := get(replay, e2.addr, "/shop/item", "a-replayed", "Cookie", "fg_room_shop="+pass); st == 200 && h.Get("X-Origin") == "yes" {
+		t.Fatal("a's ended pass, replayed on edge 2, reached the origin")
+	}
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.served["a-replayed"] || o.maxActive > 1 {
+		t.Fatalf("origin: served the replay %v, at most %d at once (cap 1)", o.served["a-replayed"], o.maxActive)
+	}
 }
