@@ -27,12 +27,17 @@ const (
 	fRedisKill    = "redis-kill"     // kill -9 a master (its replica in sync), promotion, the old one back as a replica
 	fRedisLagKill = "redis-lag-kill" // the same onto a replica that lags (redistest.LagFailover)
 	fRedisPause   = "redis-pause"    // SIGSTOP a master past the node timeout: promoted replica, old master demoted on resume
+	fRedisStale   = "redis-snapshot" // SAVE on a master, later kill -9 it and restart it from that dump (its replica held back): the shard goes back in time
 	fBrokerOne    = "broker-one"     // one broker gone (its connections closed), back
 	fBrokerAll    = "broker-all"     // every broker gone (the kfake process SIGSTOPped), back
 	fClickHouse   = "clickhouse-kill"
 	fConsumerKill = "consumer-kill" // kill -9 an edge running the consumer while orders flow
 	fReload       = "reload"        // POST /admin/reload on an edge, during another fault
 )
+
+// staleDown is how long a master restarted from its snapshot stays down:
+// less than the node timeout (2 s), so the rest of the cluster serves on.
+const staleDown = time.Second
 
 // faultKinds are the kinds drawn, with their weights and durations.
 var faultKinds = []struct {
@@ -50,6 +55,7 @@ var faultKinds = []struct {
 	{fEdgePause, 8, 1 * time.Second, 4 * time.Second, "edge"},
 	{fRedisPause, 8, 4 * time.Second, 7 * time.Second, "redis"},
 	{fRedisLagKill, 5, 6 * time.Second, 9 * time.Second, "redis"},
+	{fRedisStale, 8, 3 * time.Second, 8 * time.Second, "redis"},
 	{fReload, 6, 0, 0, ""},
 }
 
@@ -70,7 +76,7 @@ func (f plannedFault) targetName() string {
 	switch f.Kind {
 	case fEdgeKill, fEdgePause, fConsumerKill, fReload:
 		return fmt.Sprintf("edge%d", f.Target+1)
-	case fRedisKill, fRedisLagKill, fRedisPause:
+	case fRedisKill, fRedisLagKill, fRedisPause, fRedisStale:
 		return "master of " + productID(f.Target)
 	case fBrokerOne:
 		return fmt.Sprintf("broker %d", f.Target)
@@ -124,7 +130,7 @@ func drawFaults(seed int64, n int, d time.Duration, edges, consumers, products, 
 			f.Target = rnd.IntN(edges)
 		case fConsumerKill:
 			f.Target = rnd.IntN(max(1, consumers))
-		case fRedisKill, fRedisLagKill, fRedisPause:
+		case fRedisKill, fRedisLagKill, fRedisPause, fRedisStale:
 			f.Target = rnd.IntN(products)
 		case fBrokerOne:
 			f.Target = rnd.IntN(brokers)
@@ -178,6 +184,8 @@ type nemesis struct {
 		AwaitMaster(string, string, time.Duration) string
 		LagFailover(string, time.Duration) string
 		Settled(time.Duration) error
+		Save(string)
+		RestartFromSave(string, time.Duration) string
 	}
 	set       *EdgeSet
 	gomaxproc int
@@ -257,6 +265,19 @@ func (n *nemesis) inject(ctx context.Context, f plannedFault) (ev FaultEvent) {
 		syscall.Kill(p.Pid(), syscall.SIGSTOP)
 		heal()
 		syscall.Kill(p.Pid(), syscall.SIGCONT)
+	case fRedisStale:
+		// The snapshot at the fault's start, the crash and the restart
+		// from it at its heal: the writes in between are forgotten.
+		key := stock.StockKey(productID(f.Target))
+		master := n.cluster.MasterOf(key)
+		ev.Target += " (" + master + ")"
+		n.cluster.Save(master)
+		heal()
+		replica := n.cluster.RestartFromSave(master, staleDown)
+		ev.Note = fmt.Sprintf("restarted from the dump of %.1fs (replica %s held back, %v down)", float64(ev.AtMs)/1000, replica, staleDown)
+		if err := n.cluster.Settled(60 * time.Second); err != nil {
+			ev.Err = "cluster not settled after the heal: " + err.Error()
+		}
 	case fRedisKill, fRedisPause, fRedisLagKill:
 		key := stock.StockKey(productID(f.Target))
 		master := n.cluster.MasterOf(key)
