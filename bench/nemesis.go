@@ -107,6 +107,9 @@ func (sc *Scenario) validateNemesis(errs *field.Errors) {
 	}
 }
 
+// chShards is the shards of `-clickhouse cluster`.
+const chShards = 2
+
 // nemesisProducts is the sale mix: p1, p2 plain, p3 small (it sells out),
 // p4 behind the waiting room, p5 with pay_timeout 3s.
 func nemesisProducts(sc *Scenario) []ProductSpec {
@@ -300,7 +303,12 @@ func runSchedule(ctx context.Context, sc *Scenario, f runFlags, bins map[string]
 	if kerr != nil {
 		return fail(kerr)
 	}
-	if err := env.StartClickHouse(); err != nil {
+	if f.chCluster {
+		err = env.StartClickHouseCluster(chShards)
+	} else {
+		err = env.StartClickHouse()
+	}
+	if err != nil {
 		return fail(err)
 	}
 	if err := env.StartOrigin(ctx); err != nil {
@@ -325,6 +333,30 @@ func runSchedule(ctx context.Context, sc *Scenario, f runFlags, bins map[string]
 		}
 		spec.Products = append(spec.Products, a)
 	}
+	// An edge whose Redis link a fault slows or cuts reaches every node
+	// through a delay proxy of its own from the start (the test-only
+	// -test-redis-dial: the cluster client dials the nodes' announced
+	// addresses, which a proxy in front of the seeds would not see).
+	links := map[int][]*DelayProxy{}
+	for _, p := range plan {
+		if (p.Kind != fLinkSlow && p.Kind != fLinkCut) || links[p.Target] != nil {
+			continue
+		}
+		var pairs []string
+		for _, a := range cluster.Addrs() {
+			d, err := startDelayProxy(fmt.Sprintf("edge%d-redis-%s", p.Target+1, a), a, Fault{})
+			if err != nil {
+				return fail(err)
+			}
+			defer d.Close()
+			links[p.Target] = append(links[p.Target], d)
+			pairs = append(pairs, a+"="+d.Addr())
+		}
+		for len(spec.EdgeArgs) <= p.Target {
+			spec.EdgeArgs = append(spec.EdgeArgs, nil)
+		}
+		spec.EdgeArgs[p.Target] = []string{"-test-redis-dial", strings.Join(pairs, ",")}
+	}
 	set, err := env.StartEdgesWith(ctx, spec, n.Edges, n.Consumers, false, f.gomaxprocs)
 	if err != nil {
 		return fail(err)
@@ -338,9 +370,13 @@ func runSchedule(ctx context.Context, sc *Scenario, f runFlags, bins map[string]
 		products[i].OpenMs = saleStart.Sub(start).Milliseconds()
 	}
 	load := newNemLoad(start, set.Addrs, set.Admins, users, products)
-	nem := &nemesis{env: env, cluster: cluster, set: set, gomaxproc: f.gomaxprocs, start: start, edgeDown: make([]bool, n.Edges),
+	nem := &nemesis{env: env, cluster: cluster, set: set, gomaxproc: f.gomaxprocs, start: start, edgeDown: make([]bool, n.Edges), links: links,
 		log: func(format string, args ...any) { logf(format, args...) }}
-	logf("fleet ready: %d edges (%d with the consumer), Redis Cluster 3+3, %d brokers, ClickHouse; load %v, %d shoppers", n.Edges, n.Consumers, n.Brokers, n.Duration, n.Shoppers)
+	chName := "ClickHouse"
+	if f.chCluster {
+		chName = fmt.Sprintf("a %d-shard ClickHouse cluster", chShards)
+	}
+	logf("fleet ready: %d edges (%d with the consumer), Redis Cluster 3+3, %d brokers, %s; load %v, %d shoppers", n.Edges, n.Consumers, n.Brokers, chName, n.Duration, n.Shoppers)
 
 	lctx, stopLoad := context.WithDeadline(ctx, start.Add(n.Duration))
 	defer stopLoad()
@@ -474,7 +510,7 @@ func metricValue(text, name string) (float64, bool) {
 func readFacts(ctx context.Context, h *History, env *Env, masterOf func(string) string, products []ProductSpec) {
 	var err error
 	db := conf.Defaults().ClickHouse.Database
-	if h.Stored, h.StoredRows, err = readStored(env.ch.HTTPAddr(), db); err != nil {
+	if h.Stored, h.StoredRows, err = readStored(env.chHTTP(), db); err != nil {
 		h.ReadErrs = append(h.ReadErrs, "seckill_order: "+err.Error())
 	}
 	k := conf.Defaults().Kafka

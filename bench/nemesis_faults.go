@@ -31,8 +31,19 @@ const (
 	fBrokerOne    = "broker-one"     // one broker gone (its connections closed), back
 	fBrokerAll    = "broker-all"     // every broker gone (the kfake process SIGSTOPped), back
 	fClickHouse   = "clickhouse-kill"
-	fConsumerKill = "consumer-kill" // kill -9 an edge running the consumer while orders flow
-	fReload       = "reload"        // POST /admin/reload on an edge, during another fault
+	fConsumerKill = "consumer-kill"  // kill -9 an edge running the consumer while orders flow
+	fReload       = "reload"         // POST /admin/reload on an edge, during another fault
+	fLinkSlow     = "edge-link-slow" // one edge's link to every Redis node delayed (its delay proxies)
+	fLinkCut      = "edge-link-cut"  // one edge's link to every Redis node black-holed: nothing passes, connections stay open
+	fEdgeClock    = "edge-clock"     // one edge restarted with its clock 2 s ahead or behind (-test-clock-offset), then back
+)
+
+// The link faults' delay each way (plus a uniform jitter): a round trip
+// of 120-320 ms against the edge's 200 ms Redis budget.
+const (
+	linkLatency = 60 * time.Millisecond
+	linkJitter  = 100 * time.Millisecond
+	clockSkew   = 2 * time.Second
 )
 
 // staleDown is how long a master restarted from its snapshot stays down:
@@ -57,6 +68,9 @@ var faultKinds = []struct {
 	{fRedisLagKill, 5, 6 * time.Second, 9 * time.Second, "redis"},
 	{fRedisStale, 8, 3 * time.Second, 8 * time.Second, "redis"},
 	{fReload, 6, 0, 0, ""},
+	{fLinkSlow, 6, 2 * time.Second, 6 * time.Second, "edge"},
+	{fLinkCut, 6, 2 * time.Second, 5 * time.Second, "edge"},
+	{fEdgeClock, 6, 5 * time.Second, 10 * time.Second, "edge"},
 }
 
 // plannedFault is one fault of a schedule, drawn before it runs.
@@ -65,16 +79,20 @@ type plannedFault struct {
 	Target int // the edge (0-based) or the product whose master; the broker node
 	At     time.Duration
 	For    time.Duration
+	Skew   time.Duration // edge-clock: the offset, +2 s or -2 s
 	group  string
 }
 
 func (f plannedFault) String() string {
+	if f.Skew != 0 {
+		return fmt.Sprintf("%5.1fs +%.1fs %s %s %+.0fs", f.At.Seconds(), f.For.Seconds(), f.Kind, f.targetName(), f.Skew.Seconds())
+	}
 	return fmt.Sprintf("%5.1fs +%.1fs %s %s", f.At.Seconds(), f.For.Seconds(), f.Kind, f.targetName())
 }
 
 func (f plannedFault) targetName() string {
 	switch f.Kind {
-	case fEdgeKill, fEdgePause, fConsumerKill, fReload:
+	case fEdgeKill, fEdgePause, fConsumerKill, fReload, fLinkSlow, fLinkCut, fEdgeClock:
 		return fmt.Sprintf("edge%d", f.Target+1)
 	case fRedisKill, fRedisLagKill, fRedisPause, fRedisStale:
 		return "master of " + productID(f.Target)
@@ -126,14 +144,22 @@ func drawFaults(seed int64, n int, d time.Duration, edges, consumers, products, 
 		f.For = f.For.Round(100 * time.Millisecond)
 		f.At = (first + time.Duration(rnd.Int64N(int64(last-first)))).Round(100 * time.Millisecond)
 		switch f.Kind {
-		case fEdgeKill, fEdgePause, fReload:
+		case fEdgeKill, fEdgePause, fReload, fLinkSlow, fLinkCut:
 			f.Target = rnd.IntN(edges)
+		case fEdgeClock:
+			f.Target = rnd.IntN(edges)
+			f.Skew = clockSkew
+			if rnd.IntN(2) == 0 {
+				f.Skew = -clockSkew
+			}
 		case fConsumerKill:
 			f.Target = rnd.IntN(max(1, consumers))
 		case fRedisKill, fRedisLagKill, fRedisPause, fRedisStale:
 			f.Target = rnd.IntN(products)
 		case fBrokerOne:
 			f.Target = rnd.IntN(brokers)
+		case fClickHouse:
+			f.Target = rnd.IntN(2) // the shard, with -clickhouse cluster
 		}
 		if f.group == "edge" {
 			f.group = fmt.Sprintf("edge%d", f.Target)
@@ -191,6 +217,8 @@ type nemesis struct {
 	gomaxproc int
 	start     time.Time
 	log       func(format string, args ...any)
+
+	links map[int][]*DelayProxy // an edge's proxies to every Redis node (the link faults' targets)
 
 	mu       sync.Mutex
 	edgeDown []bool // edges killed and not yet back
@@ -260,6 +288,36 @@ func (n *nemesis) inject(ctx context.Context, f plannedFault) (ev FaultEvent) {
 		n.mu.Lock()
 		n.edgeDown[i] = false
 		n.mu.Unlock()
+	case fEdgeClock:
+		// Restarted (SIGTERM, drained) with the offset, and at the heal
+		// restarted again on the true clock.
+		if err := n.restartEdge(ctx, f.Target, "-test-clock-offset", f.Skew.String()); err != nil {
+			ev.Err = err.Error()
+			return ev
+		}
+		ev.Note = fmt.Sprintf("clock %+.0fs", f.Skew.Seconds())
+		heal()
+		if err := n.restartEdge(ctx, f.Target); err != nil {
+			ev.Err = err.Error()
+		}
+	case fLinkSlow, fLinkCut:
+		proxies := n.links[f.Target]
+		if len(proxies) == 0 {
+			ev.Err = "no link proxies for this edge"
+			return ev
+		}
+		until := n.start.Add(f.At + f.For)
+		for _, d := range proxies {
+			if f.Kind == fLinkCut {
+				d.Hold(until)
+			} else {
+				d.SetDelay(linkLatency, linkJitter)
+			}
+		}
+		heal()
+		for _, d := range proxies {
+			d.SetDelay(0, 0)
+		}
 	case fEdgePause:
 		p := n.set.Procs[f.Target]
 		syscall.Kill(p.Pid(), syscall.SIGSTOP)
@@ -315,6 +373,17 @@ func (n *nemesis) inject(ctx context.Context, f plannedFault) (ev FaultEvent) {
 		heal()
 		syscall.Kill(pid, syscall.SIGCONT)
 	case fClickHouse:
+		if c := n.env.chc; c != nil {
+			// A cluster: one shard's server (the target drawn).
+			i := f.Target % c.Shards()
+			ev.Target = fmt.Sprintf("clickhouse shard %d (%s)", i+1, c.Node(i).Addr())
+			c.Stop(i)
+			heal()
+			if err := c.Start(i); err != nil {
+				ev.Err = err.Error()
+			}
+			break
+		}
 		n.env.ch.Stop()
 		heal()
 		if err := n.env.ch.Start(); err != nil {
@@ -333,6 +402,23 @@ func (n *nemesis) inject(ctx context.Context, f plannedFault) (ev FaultEvent) {
 	}
 	ev.HealMs = n.ms()
 	return ev
+}
+
+// restartEdge stops edge i (SIGTERM: it drains) and starts it again with
+// extra arguments, down meanwhile for the shoppers and the checks.
+func (n *nemesis) restartEdge(ctx context.Context, i int, extra ...string) error {
+	n.mu.Lock()
+	p := n.set.Procs[i]
+	n.edgeDown[i] = true
+	n.restarts++
+	run := n.restarts
+	n.mu.Unlock()
+	p.Stop(5 * time.Second)
+	err := n.env.RestartEdge(context.WithoutCancel(ctx), n.set, i, n.gomaxproc, productID(0), run, extra...)
+	n.mu.Lock()
+	n.edgeDown[i] = false
+	n.mu.Unlock()
+	return err
 }
 
 func (n *nemesis) brokerControl(action string, node int) error {
