@@ -181,6 +181,9 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 	}
 	ctx, stop := signalContext()
 	defer stop()
+	if sc.Soak != nil {
+		return cmdSoak(ctx, root, sc, f, stdout, stderr)
+	}
 	if sc.Nemesis != nil {
 		return cmdNemesis(ctx, root, sc, f, stdout, stderr)
 	}
