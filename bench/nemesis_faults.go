@@ -50,6 +50,10 @@ const (
 // less than the node timeout (2 s), so the rest of the cluster serves on.
 const staleDown = time.Second
 
+// laterKinds are the kinds added after the first schedules were found
+// (drawn from a stream of their own: drawFaults).
+var laterKinds = []string{fRedisStale, fLinkSlow, fLinkCut, fEdgeClock}
+
 // faultKinds are the kinds drawn, with their weights and durations.
 var faultKinds = []struct {
 	kind     string
@@ -107,14 +111,58 @@ func (f plannedFault) targetName() string {
 // drawFaults draws n faults over a load of length d from seed: every
 // fault starts after 2 s and heals before the last 10 s (the schedule's
 // quiet tail, where every sale must reopen). kinds, if not empty, limits
-// the kinds drawn.
+// the kinds drawn. The kinds added later (laterKinds: the snapshot, the
+// link and the clock) are drawn apart, from a stream of their own, (n+1)/2
+// of them, and fitted around the first kinds' faults: a seed's faults of
+// the first kinds are the ones it drew before they existed, so the seeds
+// found and fixed earlier replay as they did.
 func drawFaults(seed int64, n int, d time.Duration, edges, consumers, products, brokers int, kinds []string) []plannedFault {
-	rnd := rand.New(rand.NewPCG(uint64(seed), 0x6e656d65736973))
 	first, last := 2*time.Second, d-10*time.Second
 	if last <= first {
 		return nil
 	}
-	allowed := func(k string) bool { return len(kinds) == 0 || contains(kinds, k) }
+	allowed := func(later bool) func(string) bool {
+		return func(k string) bool {
+			return contains(laterKinds, k) == later && (len(kinds) == 0 || contains(kinds, k))
+		}
+	}
+	t := drawTargets{edges, consumers, products, brokers}
+	kept := drawSome(rand.New(rand.NewPCG(uint64(seed), 0x6e656d65736973)), n, first, last, allowed(false), t)
+	later := drawSome(rand.New(rand.NewPCG(uint64(seed), 0x6e656d6c61746572)), (n+1)/2, first, last, allowed(true), t)
+	// Fitted into the gaps their groups leave (heal and settle: 2 s).
+	busy := map[string][][2]time.Duration{}
+	for _, f := range kept {
+		if f.group != "" {
+			busy[f.group] = append(busy[f.group], [2]time.Duration{f.At, f.At + f.For + 2*time.Second})
+		}
+	}
+	for _, f := range later {
+		for moved := true; moved; {
+			moved = false
+			for _, iv := range busy[f.group] {
+				if f.At < iv[1] && f.At+f.For+2*time.Second > iv[0] {
+					f.At, moved = iv[1], true
+				}
+			}
+		}
+		if f.At+f.For > last {
+			continue
+		}
+		busy[f.group] = append(busy[f.group], [2]time.Duration{f.At, f.At + f.For + 2*time.Second})
+		kept = append(kept, f)
+	}
+	sort.SliceStable(kept, func(i, j int) bool { return kept[i].At < kept[j].At })
+	return kept
+}
+
+// drawTargets are the fleet's counts a target is drawn from.
+type drawTargets struct{ edges, consumers, products, brokers int }
+
+// drawSome draws n faults of the kinds allowed from rnd: one at a time
+// per group (a later one waits for the earlier to heal, and a second
+// more, or is dropped past the quiet tail), a reload in the middle of
+// another fault.
+func drawSome(rnd *rand.Rand, n int, first, last time.Duration, allowed func(string) bool, t drawTargets) []plannedFault {
 	total := 0
 	for _, k := range faultKinds {
 		if allowed(k.kind) {
@@ -145,21 +193,23 @@ func drawFaults(seed int64, n int, d time.Duration, edges, consumers, products, 
 		f.At = (first + time.Duration(rnd.Int64N(int64(last-first)))).Round(100 * time.Millisecond)
 		switch f.Kind {
 		case fEdgeKill, fEdgePause, fReload, fLinkSlow, fLinkCut:
-			f.Target = rnd.IntN(edges)
+			f.Target = rnd.IntN(t.edges)
 		case fEdgeClock:
-			f.Target = rnd.IntN(edges)
+			f.Target = rnd.IntN(t.edges)
 			f.Skew = clockSkew
 			if rnd.IntN(2) == 0 {
 				f.Skew = -clockSkew
 			}
 		case fConsumerKill:
-			f.Target = rnd.IntN(max(1, consumers))
+			f.Target = rnd.IntN(max(1, t.consumers))
 		case fRedisKill, fRedisLagKill, fRedisPause, fRedisStale:
-			f.Target = rnd.IntN(products)
+			f.Target = rnd.IntN(t.products)
 		case fBrokerOne:
-			f.Target = rnd.IntN(brokers)
+			f.Target = rnd.IntN(t.brokers)
 		case fClickHouse:
-			f.Target = rnd.IntN(2) // the shard, with -clickhouse cluster
+			// The shard, with -clickhouse cluster: from the time, not
+			// the stream, which stays as it was before clusters.
+			f.Target = int(f.At/(100*time.Millisecond)) % 2
 		}
 		if f.group == "edge" {
 			f.group = fmt.Sprintf("edge%d", f.Target)
@@ -171,8 +221,6 @@ func drawFaults(seed int64, n int, d time.Duration, edges, consumers, products, 
 		out = append(out, f)
 	}
 	sort.SliceStable(out, func(i, j int) bool { return out[i].At < out[j].At })
-	// One fault at a time per group: a later one waits for the earlier
-	// to heal (and a second more), or is dropped past the quiet tail.
 	busy := map[string]time.Duration{}
 	var kept []plannedFault
 	for _, f := range out {
@@ -185,7 +233,6 @@ func drawFaults(seed int64, n int, d time.Duration, edges, consumers, products, 
 		busy[f.group] = f.At + f.For + 2*time.Second // heal and settle
 		kept = append(kept, f)
 	}
-	// A reload lands in the middle of another fault, when there is one.
 	for _, r := range reloads {
 		if len(kept) > 0 {
 			o := kept[rnd.IntN(len(kept))]
@@ -193,7 +240,6 @@ func drawFaults(seed int64, n int, d time.Duration, edges, consumers, products, 
 		}
 		kept = append(kept, r)
 	}
-	sort.SliceStable(kept, func(i, j int) bool { return kept[i].At < kept[j].At })
 	return kept
 }
 
