@@ -328,8 +328,10 @@ func (n *nemesis) inject(ctx context.Context, f plannedFault) (ev FaultEvent) {
 		n.restarts++
 		run := n.restarts
 		n.mu.Unlock()
-		if err := n.env.RestartEdge(context.WithoutCancel(ctx), n.set, i, n.gomaxproc, productID(0), run); err != nil {
+		if tries, err := n.startEdge(ctx, i, run); err != nil {
 			ev.Err = err.Error()
+		} else if tries > 1 {
+			ev.Note = fmt.Sprintf("started at the %d. try", tries)
 		}
 		n.mu.Lock()
 		n.edgeDown[i] = false
@@ -460,11 +462,31 @@ func (n *nemesis) restartEdge(ctx context.Context, i int, extra ...string) error
 	run := n.restarts
 	n.mu.Unlock()
 	p.Stop(5 * time.Second)
-	err := n.env.RestartEdge(context.WithoutCancel(ctx), n.set, i, n.gomaxproc, productID(0), run, extra...)
+	_, err := n.startEdge(ctx, i, run, extra...)
 	n.mu.Lock()
 	n.edgeDown[i] = false
 	n.mu.Unlock()
 	return err
+}
+
+// startEdge starts edge i again as a supervisor would: an edge that
+// exits before it is ready (it refuses to start while a server it needs
+// is down) is started again every second, for at most a minute. It
+// returns the tries.
+func (n *nemesis) startEdge(ctx context.Context, i, run int, extra ...string) (int, error) {
+	deadline := time.Now().Add(time.Minute)
+	for try := 1; ; try++ {
+		err := n.env.RestartEdge(context.WithoutCancel(ctx), n.set, i, n.gomaxproc, productID(0), run*100+try, extra...)
+		if err == nil || time.Now().After(deadline) || ctx.Err() != nil {
+			if err != nil {
+				err = fmt.Errorf("not ready after %d tries: %w", try, err)
+			}
+			return try, err
+		}
+		n.set.Procs[i].Stop(2 * time.Second) // if it still runs, unready
+		n.log("nemesis: edge%d did not start (%s); again in 1 s", i+1, firstLines(err.Error(), 1))
+		pause(ctx, time.Second)
+	}
 }
 
 func (n *nemesis) brokerControl(action string, node int) error {

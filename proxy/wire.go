@@ -246,7 +246,11 @@ func openStock(ctx context.Context, cfg *conf.Config, log *slog.Logger, embedded
 func OpenOrderStore(ctx context.Context, cfg *conf.Config, dir string, live func() []string) (orderstore.Store, error) {
 	ch := cfg.ClickHouse
 	if ch.Addr == "" {
-		return orderstore.OpenFile(dir)
+		f, err := orderstore.OpenFile(dir)
+		if err != nil {
+			return nil, err // not a nil *File in the interface: a caller's close would call it
+		}
+		return f, nil
 	}
 	opts, err := orderstore.OptionsFrom(ch)
 	if err != nil {
@@ -257,7 +261,14 @@ func OpenOrderStore(ctx context.Context, cfg *conf.Config, dir string, live func
 	} else {
 		opts.Live = func(context.Context) ([]string, error) { return live(), nil }
 	}
-	return orderstore.OpenClickHouse(ctx, ch.Addr, ch.Database, opts)
+	s, err := orderstore.OpenClickHouse(ctx, ch.Addr, ch.Database, opts)
+	if err != nil {
+		// Not a nil *ClickHouse in the interface: openPipeline's close
+		// called its Close and the edge panicked when it started while
+		// ClickHouse was down (bench nemesis seed 108).
+		return nil, err
+	}
+	return s, nil
 }
 
 // sink adapts the publisher to the sale's OrderSink.
