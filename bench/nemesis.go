@@ -208,26 +208,16 @@ func cmdNemesis(ctx context.Context, root string, sc *Scenario, f runFlags, stdo
 		fmt.Fprintln(stderr, "bench run: the nemesis starts its own fleet: no -target, -pin, -pprof or -kafka edge")
 		return 2
 	}
-	if err := need("the nemesis scenario", toolRedis, toolRedisCLI, toolClickHouse); err != nil {
-		fmt.Fprintln(stderr, "bench:", err)
-		return 1
-	}
-	dir, progress, cleanup, err := runDir(sc.Name, f.keep, f.quiet, stderr)
-	if err != nil {
-		fmt.Fprintln(stderr, "bench:", err)
+	dir, progress, bins, cleanup, ok := fleetRunDir(root, "the nemesis scenario", sc, f, stderr)
+	if !ok {
 		return 1
 	}
 	defer cleanup()
-	b := newEnv(EnvOptions{Root: root, Dir: dir, ProxyBin: f.proxyBin, ProxyRev: f.proxyRev, Quiet: progress})
-	if err := b.build("./cmd/proxy", "./bench/origin"); err != nil {
-		fmt.Fprintln(stderr, "bench:", err)
-		return 1
-	}
 	res := &NemesisResult{Scenario: sc.Name, Started: time.Now().UTC(), Commit: proxyCommit(root, f.proxyRev), Machine: machineInfo()}
 	out := outDir(root, f, sc, res.Started)
 	for _, seed := range seeds {
 		t0 := time.Now()
-		sr := runSchedule(ctx, sc, f, b.bins, filepath.Join(dir, fmt.Sprintf("s%d", seed)), seed, progress)
+		sr := runSchedule(ctx, sc, f, bins, filepath.Join(dir, fmt.Sprintf("s%d", seed)), seed, progress)
 		sr.Seconds = time.Since(t0).Seconds()
 		if ctx.Err() != nil {
 			fmt.Fprintln(stderr, "bench: interrupted")
@@ -254,6 +244,28 @@ func cmdNemesis(ctx context.Context, root string, sc *Scenario, f runFlags, stdo
 		return 1
 	}
 	return 0
+}
+
+// fleetRunDir starts a nemesis or soak run: the tools checked, the run
+// directory made, the edge and the origin built. Not ok: the error is
+// printed (exit status 1).
+func fleetRunDir(root, what string, sc *Scenario, f runFlags, stderr io.Writer) (dir string, progress io.Writer, bins map[string]string, cleanup func(), ok bool) {
+	if err := need(what, toolRedis, toolRedisCLI, toolClickHouse); err != nil {
+		fmt.Fprintln(stderr, "bench:", err)
+		return "", nil, nil, nil, false
+	}
+	dir, progress, cleanup, err := runDir(sc.Name, f.keep, f.quiet, stderr)
+	if err != nil {
+		fmt.Fprintln(stderr, "bench:", err)
+		return "", nil, nil, nil, false
+	}
+	b := newEnv(EnvOptions{Root: root, Dir: dir, ProxyBin: f.proxyBin, ProxyRev: f.proxyRev, Quiet: progress})
+	if err := b.build("./cmd/proxy", "./bench/origin"); err != nil {
+		fmt.Fprintln(stderr, "bench:", err)
+		cleanup()
+		return "", nil, nil, nil, false
+	}
+	return dir, progress, b.bins, cleanup, true
 }
 
 // runSchedule plays one schedule on a fresh fleet and checks it.
@@ -292,7 +304,7 @@ func runSchedule(ctx context.Context, sc *Scenario, f runFlags, bins map[string]
 		products[i].OpenMs = fl.saleStart.Sub(start).Milliseconds()
 	}
 	load := newNemLoad(start, set.Addrs, set.Admins, users, products)
-	nem := &nemesis{env: env, cluster: cluster, set: set, gomaxproc: f.gomaxprocs, start: start, edgeDown: make([]bool, n.Edges), links: links,
+	nem := &nemesis{env: env, cluster: cluster, set: set, gomaxproc: f.gomaxprocs, start: start, edgeDown: make([]bool, n.Edges), edgeMu: make([]sync.Mutex, n.Edges), links: links,
 		log: func(format string, args ...any) { logf(format, args...) }}
 	chName := "ClickHouse"
 	if f.chCluster {

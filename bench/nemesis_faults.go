@@ -266,6 +266,8 @@ type nemesis struct {
 
 	links map[int][]*DelayProxy // an edge's proxies to every Redis node (the link faults' targets)
 
+	edgeMu []sync.Mutex // one fault at a time per edge (run)
+
 	mu       sync.Mutex
 	edgeDown []bool // edges killed and not yet back
 	restarts int
@@ -289,6 +291,14 @@ func (n *nemesis) run(ctx context.Context, plan []plannedFault) []FaultEvent {
 		wg.Go(func() {
 			if !pause(ctx, time.Until(n.start.Add(f.At))) {
 				return
+			}
+			// One fault at a time on an edge: a restart that outlasts
+			// its planned heal delays the next fault on that edge
+			// (its event has the time it really started).
+			if f.group != "" && strings.HasPrefix(f.group, "edge") {
+				mu := &n.edgeMu[f.Target]
+				mu.Lock()
+				defer mu.Unlock()
 			}
 			ev := n.inject(ctx, f)
 			n.mu.Lock()
@@ -328,13 +338,14 @@ func (n *nemesis) inject(ctx context.Context, f plannedFault) (ev FaultEvent) {
 		n.restarts++
 		run := n.restarts
 		n.mu.Unlock()
-		if tries, err := n.startEdge(ctx, i, run); err != nil {
+		tries, err := n.startEdge(ctx, i, run)
+		if err != nil {
 			ev.Err = err.Error()
 		} else if tries > 1 {
 			ev.Note = fmt.Sprintf("started at the %d. try", tries)
 		}
 		n.mu.Lock()
-		n.edgeDown[i] = false
+		n.edgeDown[i] = err != nil // it stays down when it never started
 		n.mu.Unlock()
 	case fEdgeClock:
 		// Restarted (SIGTERM, drained) with the offset, and at the heal
@@ -464,7 +475,7 @@ func (n *nemesis) restartEdge(ctx context.Context, i int, extra ...string) error
 	p.Stop(5 * time.Second)
 	_, err := n.startEdge(ctx, i, run, extra...)
 	n.mu.Lock()
-	n.edgeDown[i] = false
+	n.edgeDown[i] = err != nil
 	n.mu.Unlock()
 	return err
 }

@@ -213,24 +213,14 @@ func cmdSoak(ctx context.Context, root string, sc *Scenario, f runFlags, stdout,
 		fmt.Fprintln(stderr, "bench run: the soak starts its own fleet and draws no faults: no -target, -pin, -pprof, -kafka edge, -schedules, -kinds, -plan or -seeds")
 		return 2
 	}
-	if err := need("the soak", toolRedis, toolRedisCLI, toolClickHouse); err != nil {
-		fmt.Fprintln(stderr, "bench:", err)
-		return 1
-	}
-	dir, progress, cleanup, err := runDir(sc.Name, f.keep, f.quiet, stderr)
-	if err != nil {
-		fmt.Fprintln(stderr, "bench:", err)
+	dir, progress, bins, cleanup, ok := fleetRunDir(root, "the soak", sc, f, stderr)
+	if !ok {
 		return 1
 	}
 	defer cleanup()
-	b := newEnv(EnvOptions{Root: root, Dir: dir, ProxyBin: f.proxyBin, ProxyRev: f.proxyRev, Quiet: progress})
-	if err := b.build("./cmd/proxy", "./bench/origin"); err != nil {
-		fmt.Fprintln(stderr, "bench:", err)
-		return 1
-	}
 	res := &SoakResult{Scenario: sc.Name, Started: time.Now().UTC(), Commit: proxyCommit(root, f.proxyRev), Machine: machineInfo()}
 	logf := func(format string, args ...any) { fmt.Fprintf(progress, "bench: [soak] "+format+"\n", args...) }
-	if err := runSoak(ctx, sc, f, b.bins, filepath.Join(dir, "soak"), res, logf, progress); err != nil {
+	if err := runSoak(ctx, sc, f, bins, filepath.Join(dir, "soak"), res, logf, progress); err != nil {
 		fmt.Fprintln(stderr, "bench:", err)
 		return 1
 	}
