@@ -187,6 +187,10 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 	if sc.Nemesis != nil {
 		return cmdNemesis(ctx, root, sc, f, stdout, stderr)
 	}
+	if f.chCluster {
+		fmt.Fprintln(stderr, "bench run: -clickhouse cluster is for -s nemesis and -s soak")
+		return 2
+	}
 	if f.schedules != 0 || f.seedSet || f.duration != 0 || f.kinds != "" || f.plan || f.seeds != "" {
 		fmt.Fprintln(stderr, "bench run: -schedules, -seed, -seeds, -duration, -kinds and -plan are for -s nemesis")
 		return 2
