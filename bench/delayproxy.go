@@ -21,13 +21,16 @@ type DelayProxy struct {
 	f      Fault
 
 	stallUntil atomic.Int64 // unix ns
-	stalls     atomic.Int64
-	chunks     atomic.Int64
-	conns      atomic.Int64
-	stop       chan struct{}
-	wg         sync.WaitGroup
-	mu         sync.Mutex
-	open       map[net.Conn]struct{}
+	// extra latency and jitter (ns) on top of f, set while it runs (the
+	// nemesis' link faults): SetDelay.
+	extra, extraJitter atomic.Int64
+	stalls             atomic.Int64
+	chunks             atomic.Int64
+	conns              atomic.Int64
+	stop               chan struct{}
+	wg                 sync.WaitGroup
+	mu                 sync.Mutex
+	open               map[net.Conn]struct{}
 }
 
 func startDelayProxy(name, target string, f Fault) (*DelayProxy, error) {
@@ -43,6 +46,21 @@ func startDelayProxy(name, target string, f Fault) (*DelayProxy, error) {
 		go d.staller()
 	}
 	return d, nil
+}
+
+// SetDelay adds latency plus a uniform jitter to every chunk from now on
+// (0, 0: back to the proxy's own Fault).
+func (d *DelayProxy) SetDelay(latency, jitter time.Duration) {
+	d.extra.Store(int64(latency))
+	d.extraJitter.Store(int64(jitter))
+}
+
+// Hold holds all traffic, both ways, until t: connections stay open and
+// nothing passes (a black hole, as a link that drops every packet while
+// TCP keeps retransmitting); what was sent meanwhile arrives after t.
+func (d *DelayProxy) Hold(t time.Time) {
+	d.stallUntil.Store(t.UnixNano())
+	d.stalls.Add(1)
 }
 
 // Addr is where the edge connects instead of the target.
@@ -145,9 +163,12 @@ func (d *DelayProxy) pipe(src, dst net.Conn) {
 		buf := make([]byte, 32<<10)
 		n, err := src.Read(buf)
 		if n > 0 {
-			due := time.Now().Add(d.f.Latency).UnixNano()
+			due := time.Now().Add(d.f.Latency).UnixNano() + d.extra.Load()
 			if d.f.Jitter > 0 {
 				due += rand.Int64N(int64(d.f.Jitter))
+			}
+			if j := d.extraJitter.Load(); j > 0 {
+				due += rand.Int64N(j)
 			}
 			due = max(due, last) // never reorder
 			last = due

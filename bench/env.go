@@ -55,6 +55,7 @@ type Env struct {
 	EdgeConfig, OrdersConfig   string
 	PprofAddr                  string
 	ch                         *chtest.Server
+	chc                        *chtest.Cluster // -clickhouse cluster: the order store instead of ch
 	Delays                     []*DelayProxy
 	bins                       map[string]string
 }
@@ -86,6 +87,10 @@ func (e *Env) Close() {
 	if e.ch != nil {
 		e.ch.Close()
 		e.ch = nil
+	}
+	if e.chc != nil {
+		e.chc.Close()
+		e.chc = nil
 	}
 }
 
@@ -246,6 +251,31 @@ func (e *Env) StartClickHouse() error {
 	return err
 }
 
+// StartClickHouseCluster starts a ClickHouse cluster of shards shards of
+// one server each and a ZooKeeper (chtest.LaunchCluster, as the e2e
+// cluster tests) as the order store: the edges write through its
+// Distributed table (clickhouse.cluster).
+func (e *Env) StartClickHouseCluster(shards int) error {
+	if err := need("-clickhouse cluster", toolClickHouse); err != nil {
+		return err
+	}
+	dir := filepath.Join(e.opt.Dir, "clickhouse-cluster")
+	os.MkdirAll(dir, 0o755)
+	var err error
+	e.chc, err = chtest.LaunchCluster(dir, chtest.ClusterSpec{Shards: shards})
+	return err
+}
+
+// chHTTP is the HTTP address of a ClickHouse server holding the orders
+// table: the one server, or the first member of the cluster (its
+// seckill_order is the Distributed table over every shard).
+func (e *Env) chHTTP() string {
+	if e.chc != nil {
+		return e.chc.Node(0).HTTPAddr()
+	}
+	return e.ch.HTTPAddr()
+}
+
 // StartOrigin starts bench/origin, the stand-in for the origin pools.
 func (e *Env) StartOrigin(ctx context.Context) error {
 	if err := e.build("./bench/origin"); err != nil {
@@ -269,6 +299,7 @@ type EdgeSpec struct {
 	Products   []Activity
 	ScopeAll   bool           // ip_limit and conn_limit on every request (the nginx comparison)
 	Extra      map[string]any // merged last (a scenario's edge:)
+	EdgeArgs   [][]string     // edge i's command-line arguments after -c FILE (StartEdgesWith), e.g. the test-only -test-redis-dial
 }
 
 // Activity is one sale in the edge config.
@@ -407,6 +438,9 @@ func (e *Env) writeConfig(spec EdgeSpec, name string, node int, consumer bool) (
 	}
 	if e.ch != nil {
 		set["clickhouse"] = map[string]any{"addr": e.ch.Addr()}
+	}
+	if e.chc != nil {
+		set["clickhouse"] = map[string]any{"addr": e.chc.Addr(), "cluster": e.chc.Name()}
 	}
 	yamlmerge.Into(doc, set)
 	if spec.OriginAddr != "" {

@@ -12,9 +12,10 @@ import (
 type EdgeSet struct {
 	Procs          []*Proc
 	Addrs, Admins  []string
-	Configs        []string // each edge's config file (a restart reads it again)
-	Consumers      []bool   // which edges run the order consumer
-	ConsumerConfig string   // the config of a process holding the order store: `proxy reconcile -c` reads it
+	Configs        []string   // each edge's config file (a restart reads it again)
+	Consumers      []bool     // which edges run the order consumer
+	ConsumerConfig string     // the config of a process holding the order store: `proxy reconcile -c` reads it
+	Args           [][]string // each edge's command-line arguments after -c FILE (a restart uses them again)
 }
 
 // StartEdges starts n edges on spec, each ready and answering the status
@@ -62,7 +63,11 @@ func (e *Env) StartEdgesWith(ctx context.Context, spec EdgeSpec, n, consumers in
 		if err != nil {
 			return nil, err
 		}
-		p, err := e.procs.Start(name, -1, env, e.bins["proxy"], "-c", path)
+		var args []string
+		if i < len(spec.EdgeArgs) {
+			args = spec.EdgeArgs[i]
+		}
+		p, err := e.procs.Start(name, -1, env, e.bins["proxy"], append([]string{"-c", path}, args...)...)
 		if err != nil {
 			return nil, err
 		}
@@ -74,19 +79,22 @@ func (e *Env) StartEdgesWith(ctx context.Context, spec EdgeSpec, n, consumers in
 		}
 		set.Procs, set.Addrs, set.Admins = append(set.Procs, p), append(set.Addrs, addr), append(set.Admins, admin)
 		set.Configs, set.Consumers = append(set.Configs, path), append(set.Consumers, consumer)
+		set.Args = append(set.Args, args)
 	}
 	e.Edge, e.EdgeAddr, e.AdminAddr = set.Procs[0], set.Addrs[0], set.Admins[0]
 	return set, nil
 }
 
-// RestartEdge starts edge i again on its config (after a kill -9) under a
-// new log name, and waits until it is ready; set.Procs[i] is the new one.
-func (e *Env) RestartEdge(ctx context.Context, set *EdgeSet, i int, goMaxProcs int, firstProduct string, run int) error {
+// RestartEdge starts edge i again on its config and arguments (after a
+// kill -9), plus extra arguments for this run only, under a new log name,
+// and waits until it is ready; set.Procs[i] is the new one.
+func (e *Env) RestartEdge(ctx context.Context, set *EdgeSet, i int, goMaxProcs int, firstProduct string, run int, extra ...string) error {
 	var env []string
 	if goMaxProcs > 0 {
 		env = []string{"GOMAXPROCS=" + strconv.Itoa(goMaxProcs)}
 	}
-	p, err := e.procs.Start(fmt.Sprintf("edge%d.%d", i+1, run), -1, env, e.bins["proxy"], "-c", set.Configs[i])
+	args := append(append([]string{"-c", set.Configs[i]}, set.Args[i]...), extra...)
+	p, err := e.procs.Start(fmt.Sprintf("edge%d.%d", i+1, run), -1, env, e.bins["proxy"], args...)
 	if err != nil {
 		return err
 	}

@@ -107,6 +107,9 @@ func (sc *Scenario) validateNemesis(errs *field.Errors) {
 	}
 }
 
+// chShards is the shards of `-clickhouse cluster`.
+const chShards = 2
+
 // nemesisProducts is the sale mix: p1, p2 plain, p3 small (it sells out),
 // p4 behind the waiting room, p5 with pay_timeout 3s.
 func nemesisProducts(sc *Scenario) []ProductSpec {
@@ -205,26 +208,16 @@ func cmdNemesis(ctx context.Context, root string, sc *Scenario, f runFlags, stdo
 		fmt.Fprintln(stderr, "bench run: the nemesis starts its own fleet: no -target, -pin, -pprof or -kafka edge")
 		return 2
 	}
-	if err := need("the nemesis scenario", toolRedis, toolRedisCLI, toolClickHouse); err != nil {
-		fmt.Fprintln(stderr, "bench:", err)
-		return 1
-	}
-	dir, progress, cleanup, err := runDir(sc.Name, f.keep, f.quiet, stderr)
-	if err != nil {
-		fmt.Fprintln(stderr, "bench:", err)
+	dir, progress, bins, cleanup, ok := fleetRunDir(root, "the nemesis scenario", sc, f, stderr)
+	if !ok {
 		return 1
 	}
 	defer cleanup()
-	b := newEnv(EnvOptions{Root: root, Dir: dir, ProxyBin: f.proxyBin, ProxyRev: f.proxyRev, Quiet: progress})
-	if err := b.build("./cmd/proxy", "./bench/origin"); err != nil {
-		fmt.Fprintln(stderr, "bench:", err)
-		return 1
-	}
 	res := &NemesisResult{Scenario: sc.Name, Started: time.Now().UTC(), Commit: proxyCommit(root, f.proxyRev), Machine: machineInfo()}
 	out := outDir(root, f, sc, res.Started)
 	for _, seed := range seeds {
 		t0 := time.Now()
-		sr := runSchedule(ctx, sc, f, b.bins, filepath.Join(dir, fmt.Sprintf("s%d", seed)), seed, progress)
+		sr := runSchedule(ctx, sc, f, bins, filepath.Join(dir, fmt.Sprintf("s%d", seed)), seed, progress)
 		sr.Seconds = time.Since(t0).Seconds()
 		if ctx.Err() != nil {
 			fmt.Fprintln(stderr, "bench: interrupted")
@@ -253,6 +246,28 @@ func cmdNemesis(ctx context.Context, root string, sc *Scenario, f runFlags, stdo
 	return 0
 }
 
+// fleetRunDir starts a nemesis or soak run: the tools checked, the run
+// directory made, the edge and the origin built. Not ok: the error is
+// printed (exit status 1).
+func fleetRunDir(root, what string, sc *Scenario, f runFlags, stderr io.Writer) (dir string, progress io.Writer, bins map[string]string, cleanup func(), ok bool) {
+	if err := need(what, toolRedis, toolRedisCLI, toolClickHouse); err != nil {
+		fmt.Fprintln(stderr, "bench:", err)
+		return "", nil, nil, nil, false
+	}
+	dir, progress, cleanup, err := runDir(sc.Name, f.keep, f.quiet, stderr)
+	if err != nil {
+		fmt.Fprintln(stderr, "bench:", err)
+		return "", nil, nil, nil, false
+	}
+	b := newEnv(EnvOptions{Root: root, Dir: dir, ProxyBin: f.proxyBin, ProxyRev: f.proxyRev, Quiet: progress})
+	if err := b.build("./cmd/proxy", "./bench/origin"); err != nil {
+		fmt.Fprintln(stderr, "bench:", err)
+		cleanup()
+		return "", nil, nil, nil, false
+	}
+	return dir, progress, b.bins, cleanup, true
+}
+
 // runSchedule plays one schedule on a fresh fleet and checks it.
 func runSchedule(ctx context.Context, sc *Scenario, f runFlags, bins map[string]string, dir string, seed int64, progress io.Writer) (sr ScheduleResult) {
 	n := sc.Nemesis
@@ -275,72 +290,27 @@ func runSchedule(ctx context.Context, sc *Scenario, f runFlags, bins map[string]
 	}
 	logf("faults drawn: %s", strings.Join(sr.Planned, "; "))
 
-	env := newEnv(EnvOptions{Root: "", Dir: dir, GoMaxProcs: f.gomaxprocs, InfraCPU: -1, Kafka: "bench", Consumer: "edge", ClickHouse: true, Quiet: progress})
-	for k, v := range bins {
-		env.bins[k] = v
+	fl, err := startNemFleet(ctx, sc, f, bins, dir, progress, plan, 2*time.Minute)
+	if fl != nil {
+		defer fl.close()
 	}
-	defer env.Close()
-	redistest.Binary, redistest.CLIBinary = toolPath(toolRedis), toolPath(toolRedisCLI)
-	cluster, err := redistest.LaunchCluster(filepath.Join(dir, "redis-cluster"))
 	if err != nil {
 		return fail(err)
 	}
-	defer cluster.Close()
-	// The brokers' ports are picked free and bound by the child a moment
-	// later: another process may take one in between. Try again then.
-	var kerr error
-	for range 3 {
-		if kerr = env.StartKafkaCluster(ctx, n.Brokers); kerr == nil {
-			break
-		}
-		if env.Kafka != nil {
-			env.Kafka.Stop(time.Second)
-		}
-	}
-	if kerr != nil {
-		return fail(kerr)
-	}
-	if err := env.StartClickHouse(); err != nil {
-		return fail(err)
-	}
-	if err := env.StartOrigin(ctx); err != nil {
-		return fail(err)
-	}
-	saleStart := time.Now().Add(-time.Second)
-	spec := EdgeSpec{RedisAddr: strings.Join(cluster.Addrs(), ","), OriginAddr: env.OriginAddr, Extra: map[string]any{
-		"payments": map[string]any{"webhook_secret": nemesisWebhookSecret},
-		"orders":   map[string]any{"pay_timeout": n.PayTimeout.String()},
-	}}
-	for k, v := range sc.Edge {
-		spec.Extra[k] = v
-	}
-	for _, p := range products {
-		a := Activity{ID: p.ID, Stock: int(p.Stock), Limit: int(p.Limit), Price: sc.Price, Start: saleStart, End: saleStart.Add(2 * time.Hour)}
-		if p.PayTimeoutMs == 3000 {
-			a.PayTimeout = 3 * time.Second
-		}
-		if p.Room {
-			a.WaitingRoom = map[string]any{"enabled": true, "prequeue_opens": "1m", "admit_per_minute": p.AdmitPerMinute,
-				"max_active": 0, "session": "2m", "order": "fifo", "challenge": map[string]any{"difficulty": 0}}
-		}
-		spec.Products = append(spec.Products, a)
-	}
-	set, err := env.StartEdgesWith(ctx, spec, n.Edges, n.Consumers, false, f.gomaxprocs)
-	if err != nil {
-		return fail(err)
-	}
-	users, err := newUsers(n.Shoppers*6, benchSessionSecret, benchTokenSecret)
-	if err != nil {
-		return fail(err)
-	}
+	env, cluster, set, users, links := fl.env, fl.cluster, fl.set, fl.users, fl.links
+	products = fl.products
 	start := time.Now().Add(200 * time.Millisecond)
 	for i := range products {
-		products[i].OpenMs = saleStart.Sub(start).Milliseconds()
+		products[i].OpenMs = fl.saleStart.Sub(start).Milliseconds()
 	}
 	load := newNemLoad(start, set.Addrs, set.Admins, users, products)
-	nem := &nemesis{env: env, cluster: cluster, set: set, gomaxproc: f.gomaxprocs, start: start, edgeDown: make([]bool, n.Edges),
+	nem := &nemesis{env: env, cluster: cluster, set: set, gomaxproc: f.gomaxprocs, start: start, edgeDown: make([]bool, n.Edges), edgeMu: make([]sync.Mutex, n.Edges), links: links,
 		log: func(format string, args ...any) { logf(format, args...) }}
-	logf("fleet ready: %d edges (%d with the consumer), Redis Cluster 3+3, %d brokers, ClickHouse; load %v, %d shoppers", n.Edges, n.Consumers, n.Brokers, n.Duration, n.Shoppers)
+	chName := "ClickHouse"
+	if f.chCluster {
+		chName = fmt.Sprintf("a %d-shard ClickHouse cluster", chShards)
+	}
+	logf("fleet ready: %d edges (%d with the consumer), Redis Cluster 3+3, %d brokers, %s; load %v, %d shoppers", n.Edges, n.Consumers, n.Brokers, chName, n.Duration, n.Shoppers)
 
 	lctx, stopLoad := context.WithDeadline(ctx, start.Add(n.Duration))
 	defer stopLoad()
@@ -402,6 +372,136 @@ func runSchedule(ctx context.Context, sc *Scenario, f runFlags, bins map[string]
 	}
 	env.Close()
 	return sr
+}
+
+// nemFleet is a nemesis fleet, started: the Redis Cluster, the brokers,
+// ClickHouse, the origin and the edges, the sale mix and its shoppers'
+// user ids.
+type nemFleet struct {
+	env      *Env
+	cluster  *redistest.Cluster
+	set      *EdgeSet
+	users    *Users
+	products []ProductSpec
+	links    map[int][]*DelayProxy
+	proxies  []*DelayProxy
+	// saleStart is when every sale opened (a second before the edges
+	// started).
+	saleStart time.Time
+}
+
+func (fl *nemFleet) close() {
+	for _, d := range fl.proxies {
+		d.Close()
+	}
+	if fl.env != nil {
+		fl.env.Close()
+	}
+	if fl.cluster != nil {
+		fl.cluster.Close()
+	}
+}
+
+// startNemFleet starts a fleet for sc's nemesis section in dir (the
+// nemesis' schedules and the soak): the edges targeted by the plan's link
+// faults reach Redis through delay proxies of their own. roomSession is
+// the waiting room's session (an admitted shopper's turn). On an error
+// the fleet so far is returned too, for close.
+func startNemFleet(ctx context.Context, sc *Scenario, f runFlags, bins map[string]string, dir string, progress io.Writer, plan []plannedFault, roomSession time.Duration) (*nemFleet, error) {
+	n := sc.Nemesis
+	fl := &nemFleet{products: nemesisProducts(sc)}
+	products := fl.products
+	var err error
+	env := newEnv(EnvOptions{Root: "", Dir: dir, GoMaxProcs: f.gomaxprocs, InfraCPU: -1, Kafka: "bench", Consumer: "edge", ClickHouse: true, Quiet: progress})
+	for k, v := range bins {
+		env.bins[k] = v
+	}
+	fl.env = env
+	redistest.Binary, redistest.CLIBinary = toolPath(toolRedis), toolPath(toolRedisCLI)
+	cluster, err := redistest.LaunchCluster(filepath.Join(dir, "redis-cluster"))
+	if err != nil {
+		return fl, err
+	}
+	fl.cluster = cluster
+	// The brokers' ports are picked free and bound by the child a moment
+	// later: another process may take one in between. Try again then.
+	var kerr error
+	for range 3 {
+		if kerr = env.StartKafkaCluster(ctx, n.Brokers); kerr == nil {
+			break
+		}
+		if env.Kafka != nil {
+			env.Kafka.Stop(time.Second)
+		}
+	}
+	if kerr != nil {
+		return fl, kerr
+	}
+	if f.chCluster {
+		err = env.StartClickHouseCluster(chShards)
+	} else {
+		err = env.StartClickHouse()
+	}
+	if err != nil {
+		return fl, err
+	}
+	if err := env.StartOrigin(ctx); err != nil {
+		return fl, err
+	}
+	saleStart := time.Now().Add(-time.Second)
+	spec := EdgeSpec{RedisAddr: strings.Join(cluster.Addrs(), ","), OriginAddr: env.OriginAddr, Extra: map[string]any{
+		"payments": map[string]any{"webhook_secret": nemesisWebhookSecret},
+		"orders":   map[string]any{"pay_timeout": n.PayTimeout.String()},
+	}}
+	for k, v := range sc.Edge {
+		spec.Extra[k] = v
+	}
+	for _, p := range products {
+		a := Activity{ID: p.ID, Stock: int(p.Stock), Limit: int(p.Limit), Price: sc.Price, Start: saleStart, End: saleStart.Add(2 * time.Hour)}
+		if p.PayTimeoutMs == 3000 {
+			a.PayTimeout = 3 * time.Second
+		}
+		if p.Room {
+			a.WaitingRoom = map[string]any{"enabled": true, "prequeue_opens": "1m", "admit_per_minute": p.AdmitPerMinute,
+				"max_active": 0, "session": roomSession.String(), "order": "fifo", "challenge": map[string]any{"difficulty": 0}}
+		}
+		spec.Products = append(spec.Products, a)
+	}
+	// An edge whose Redis link a fault slows or cuts reaches every node
+	// through a delay proxy of its own from the start (the test-only
+	// -test-redis-dial: the cluster client dials the nodes' announced
+	// addresses, which a proxy in front of the seeds would not see).
+	links := map[int][]*DelayProxy{}
+	for _, p := range plan {
+		if (p.Kind != fLinkSlow && p.Kind != fLinkCut) || links[p.Target] != nil {
+			continue
+		}
+		var pairs []string
+		for _, a := range cluster.Addrs() {
+			d, err := startDelayProxy(fmt.Sprintf("edge%d-redis-%s", p.Target+1, a), a, Fault{})
+			if err != nil {
+				return fl, err
+			}
+			fl.proxies = append(fl.proxies, d)
+			links[p.Target] = append(links[p.Target], d)
+			pairs = append(pairs, a+"="+d.Addr())
+		}
+		for len(spec.EdgeArgs) <= p.Target {
+			spec.EdgeArgs = append(spec.EdgeArgs, nil)
+		}
+		spec.EdgeArgs[p.Target] = []string{"-test-redis-dial", strings.Join(pairs, ",")}
+	}
+	set, err := env.StartEdgesWith(ctx, spec, n.Edges, n.Consumers, false, f.gomaxprocs)
+	if err != nil {
+		return fl, err
+	}
+	fl.set, fl.saleStart = set, saleStart
+	fl.users, err = newUsers(n.Shoppers*6, benchSessionSecret, benchTokenSecret)
+	if err != nil {
+		return fl, err
+	}
+	fl.links = links
+	return fl, nil
 }
 
 // awaitQuiet waits until every edge has no unknown outcome left to
@@ -474,7 +574,7 @@ func metricValue(text, name string) (float64, bool) {
 func readFacts(ctx context.Context, h *History, env *Env, masterOf func(string) string, products []ProductSpec) {
 	var err error
 	db := conf.Defaults().ClickHouse.Database
-	if h.Stored, h.StoredRows, err = readStored(env.ch.HTTPAddr(), db); err != nil {
+	if h.Stored, h.StoredRows, err = readStored(env.chHTTP(), db); err != nil {
 		h.ReadErrs = append(h.ReadErrs, "seckill_order: "+err.Error())
 	}
 	k := conf.Defaults().Kafka

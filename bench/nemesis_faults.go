@@ -27,12 +27,32 @@ const (
 	fRedisKill    = "redis-kill"     // kill -9 a master (its replica in sync), promotion, the old one back as a replica
 	fRedisLagKill = "redis-lag-kill" // the same onto a replica that lags (redistest.LagFailover)
 	fRedisPause   = "redis-pause"    // SIGSTOP a master past the node timeout: promoted replica, old master demoted on resume
+	fRedisStale   = "redis-snapshot" // SAVE on a master, later kill -9 it and restart it from that dump (its replica held back): the shard goes back in time
 	fBrokerOne    = "broker-one"     // one broker gone (its connections closed), back
 	fBrokerAll    = "broker-all"     // every broker gone (the kfake process SIGSTOPped), back
 	fClickHouse   = "clickhouse-kill"
-	fConsumerKill = "consumer-kill" // kill -9 an edge running the consumer while orders flow
-	fReload       = "reload"        // POST /admin/reload on an edge, during another fault
+	fConsumerKill = "consumer-kill"  // kill -9 an edge running the consumer while orders flow
+	fReload       = "reload"         // POST /admin/reload on an edge, during another fault
+	fLinkSlow     = "edge-link-slow" // one edge's link to every Redis node delayed (its delay proxies)
+	fLinkCut      = "edge-link-cut"  // one edge's link to every Redis node black-holed: nothing passes, connections stay open
+	fEdgeClock    = "edge-clock"     // one edge restarted with its clock 2 s ahead or behind (-test-clock-offset), then back
 )
+
+// The link faults' delay each way (plus a uniform jitter): a round trip
+// of 120-320 ms against the edge's 200 ms Redis budget.
+const (
+	linkLatency = 60 * time.Millisecond
+	linkJitter  = 100 * time.Millisecond
+	clockSkew   = 2 * time.Second
+)
+
+// staleDown is how long a master restarted from its snapshot stays down:
+// less than the node timeout (2 s), so the rest of the cluster serves on.
+const staleDown = time.Second
+
+// laterKinds are the kinds added after the first schedules were found
+// (drawn from a stream of their own: drawFaults).
+var laterKinds = []string{fRedisStale, fLinkSlow, fLinkCut, fEdgeClock}
 
 // faultKinds are the kinds drawn, with their weights and durations.
 var faultKinds = []struct {
@@ -50,7 +70,11 @@ var faultKinds = []struct {
 	{fEdgePause, 8, 1 * time.Second, 4 * time.Second, "edge"},
 	{fRedisPause, 8, 4 * time.Second, 7 * time.Second, "redis"},
 	{fRedisLagKill, 5, 6 * time.Second, 9 * time.Second, "redis"},
+	{fRedisStale, 8, 3 * time.Second, 8 * time.Second, "redis"},
 	{fReload, 6, 0, 0, ""},
+	{fLinkSlow, 6, 2 * time.Second, 6 * time.Second, "edge"},
+	{fLinkCut, 6, 2 * time.Second, 5 * time.Second, "edge"},
+	{fEdgeClock, 6, 5 * time.Second, 10 * time.Second, "edge"},
 }
 
 // plannedFault is one fault of a schedule, drawn before it runs.
@@ -59,18 +83,22 @@ type plannedFault struct {
 	Target int // the edge (0-based) or the product whose master; the broker node
 	At     time.Duration
 	For    time.Duration
+	Skew   time.Duration // edge-clock: the offset, +2 s or -2 s
 	group  string
 }
 
 func (f plannedFault) String() string {
+	if f.Skew != 0 {
+		return fmt.Sprintf("%5.1fs +%.1fs %s %s %+.0fs", f.At.Seconds(), f.For.Seconds(), f.Kind, f.targetName(), f.Skew.Seconds())
+	}
 	return fmt.Sprintf("%5.1fs +%.1fs %s %s", f.At.Seconds(), f.For.Seconds(), f.Kind, f.targetName())
 }
 
 func (f plannedFault) targetName() string {
 	switch f.Kind {
-	case fEdgeKill, fEdgePause, fConsumerKill, fReload:
+	case fEdgeKill, fEdgePause, fConsumerKill, fReload, fLinkSlow, fLinkCut, fEdgeClock:
 		return fmt.Sprintf("edge%d", f.Target+1)
-	case fRedisKill, fRedisLagKill, fRedisPause:
+	case fRedisKill, fRedisLagKill, fRedisPause, fRedisStale:
 		return "master of " + productID(f.Target)
 	case fBrokerOne:
 		return fmt.Sprintf("broker %d", f.Target)
@@ -83,14 +111,58 @@ func (f plannedFault) targetName() string {
 // drawFaults draws n faults over a load of length d from seed: every
 // fault starts after 2 s and heals before the last 10 s (the schedule's
 // quiet tail, where every sale must reopen). kinds, if not empty, limits
-// the kinds drawn.
+// the kinds drawn. The kinds added later (laterKinds: the snapshot, the
+// link and the clock) are drawn apart, from a stream of their own, (n+1)/2
+// of them, and fitted around the first kinds' faults: a seed's faults of
+// the first kinds are the ones it drew before they existed, so the seeds
+// found and fixed earlier replay as they did.
 func drawFaults(seed int64, n int, d time.Duration, edges, consumers, products, brokers int, kinds []string) []plannedFault {
-	rnd := rand.New(rand.NewPCG(uint64(seed), 0x6e656d65736973))
 	first, last := 2*time.Second, d-10*time.Second
 	if last <= first {
 		return nil
 	}
-	allowed := func(k string) bool { return len(kinds) == 0 || contains(kinds, k) }
+	allowed := func(later bool) func(string) bool {
+		return func(k string) bool {
+			return contains(laterKinds, k) == later && (len(kinds) == 0 || contains(kinds, k))
+		}
+	}
+	t := drawTargets{edges, consumers, products, brokers}
+	kept := drawSome(rand.New(rand.NewPCG(uint64(seed), 0x6e656d65736973)), n, first, last, allowed(false), t)
+	later := drawSome(rand.New(rand.NewPCG(uint64(seed), 0x6e656d6c61746572)), (n+1)/2, first, last, allowed(true), t)
+	// Fitted into the gaps their groups leave (heal and settle: 2 s).
+	busy := map[string][][2]time.Duration{}
+	for _, f := range kept {
+		if f.group != "" {
+			busy[f.group] = append(busy[f.group], [2]time.Duration{f.At, f.At + f.For + 2*time.Second})
+		}
+	}
+	for _, f := range later {
+		for moved := true; moved; {
+			moved = false
+			for _, iv := range busy[f.group] {
+				if f.At < iv[1] && f.At+f.For+2*time.Second > iv[0] {
+					f.At, moved = iv[1], true
+				}
+			}
+		}
+		if f.At+f.For > last {
+			continue
+		}
+		busy[f.group] = append(busy[f.group], [2]time.Duration{f.At, f.At + f.For + 2*time.Second})
+		kept = append(kept, f)
+	}
+	sort.SliceStable(kept, func(i, j int) bool { return kept[i].At < kept[j].At })
+	return kept
+}
+
+// drawTargets are the fleet's counts a target is drawn from.
+type drawTargets struct{ edges, consumers, products, brokers int }
+
+// drawSome draws n faults of the kinds allowed from rnd: one at a time
+// per group (a later one waits for the earlier to heal, and a second
+// more, or is dropped past the quiet tail), a reload in the middle of
+// another fault.
+func drawSome(rnd *rand.Rand, n int, first, last time.Duration, allowed func(string) bool, t drawTargets) []plannedFault {
 	total := 0
 	for _, k := range faultKinds {
 		if allowed(k.kind) {
@@ -120,14 +192,24 @@ func drawFaults(seed int64, n int, d time.Duration, edges, consumers, products, 
 		f.For = f.For.Round(100 * time.Millisecond)
 		f.At = (first + time.Duration(rnd.Int64N(int64(last-first)))).Round(100 * time.Millisecond)
 		switch f.Kind {
-		case fEdgeKill, fEdgePause, fReload:
-			f.Target = rnd.IntN(edges)
+		case fEdgeKill, fEdgePause, fReload, fLinkSlow, fLinkCut:
+			f.Target = rnd.IntN(t.edges)
+		case fEdgeClock:
+			f.Target = rnd.IntN(t.edges)
+			f.Skew = clockSkew
+			if rnd.IntN(2) == 0 {
+				f.Skew = -clockSkew
+			}
 		case fConsumerKill:
-			f.Target = rnd.IntN(max(1, consumers))
-		case fRedisKill, fRedisLagKill, fRedisPause:
-			f.Target = rnd.IntN(products)
+			f.Target = rnd.IntN(max(1, t.consumers))
+		case fRedisKill, fRedisLagKill, fRedisPause, fRedisStale:
+			f.Target = rnd.IntN(t.products)
 		case fBrokerOne:
-			f.Target = rnd.IntN(brokers)
+			f.Target = rnd.IntN(t.brokers)
+		case fClickHouse:
+			// The shard, with -clickhouse cluster: from the time, not
+			// the stream, which stays as it was before clusters.
+			f.Target = int(f.At/(100*time.Millisecond)) % 2
 		}
 		if f.group == "edge" {
 			f.group = fmt.Sprintf("edge%d", f.Target)
@@ -139,8 +221,6 @@ func drawFaults(seed int64, n int, d time.Duration, edges, consumers, products, 
 		out = append(out, f)
 	}
 	sort.SliceStable(out, func(i, j int) bool { return out[i].At < out[j].At })
-	// One fault at a time per group: a later one waits for the earlier
-	// to heal (and a second more), or is dropped past the quiet tail.
 	busy := map[string]time.Duration{}
 	var kept []plannedFault
 	for _, f := range out {
@@ -153,7 +233,6 @@ func drawFaults(seed int64, n int, d time.Duration, edges, consumers, products, 
 		busy[f.group] = f.At + f.For + 2*time.Second // heal and settle
 		kept = append(kept, f)
 	}
-	// A reload lands in the middle of another fault, when there is one.
 	for _, r := range reloads {
 		if len(kept) > 0 {
 			o := kept[rnd.IntN(len(kept))]
@@ -161,7 +240,6 @@ func drawFaults(seed int64, n int, d time.Duration, edges, consumers, products, 
 		}
 		kept = append(kept, r)
 	}
-	sort.SliceStable(kept, func(i, j int) bool { return kept[i].At < kept[j].At })
 	return kept
 }
 
@@ -178,11 +256,17 @@ type nemesis struct {
 		AwaitMaster(string, string, time.Duration) string
 		LagFailover(string, time.Duration) string
 		Settled(time.Duration) error
+		Save(string)
+		RestartFromSave(string, time.Duration) string
 	}
 	set       *EdgeSet
 	gomaxproc int
 	start     time.Time
 	log       func(format string, args ...any)
+
+	links map[int][]*DelayProxy // an edge's proxies to every Redis node (the link faults' targets)
+
+	edgeMu []sync.Mutex // one fault at a time per edge (run)
 
 	mu       sync.Mutex
 	edgeDown []bool // edges killed and not yet back
@@ -207,6 +291,14 @@ func (n *nemesis) run(ctx context.Context, plan []plannedFault) []FaultEvent {
 		wg.Go(func() {
 			if !pause(ctx, time.Until(n.start.Add(f.At))) {
 				return
+			}
+			// One fault at a time on an edge: a restart that outlasts
+			// its planned heal delays the next fault on that edge
+			// (its event has the time it really started).
+			if f.group != "" && strings.HasPrefix(f.group, "edge") {
+				mu := &n.edgeMu[f.Target]
+				mu.Lock()
+				defer mu.Unlock()
 			}
 			ev := n.inject(ctx, f)
 			n.mu.Lock()
@@ -246,17 +338,63 @@ func (n *nemesis) inject(ctx context.Context, f plannedFault) (ev FaultEvent) {
 		n.restarts++
 		run := n.restarts
 		n.mu.Unlock()
-		if err := n.env.RestartEdge(context.WithoutCancel(ctx), n.set, i, n.gomaxproc, productID(0), run); err != nil {
+		tries, err := n.startEdge(ctx, i, run)
+		if err != nil {
 			ev.Err = err.Error()
+		} else if tries > 1 {
+			ev.Note = fmt.Sprintf("started at the %d. try", tries)
 		}
 		n.mu.Lock()
-		n.edgeDown[i] = false
+		n.edgeDown[i] = err != nil // it stays down when it never started
 		n.mu.Unlock()
+	case fEdgeClock:
+		// Restarted (SIGTERM, drained) with the offset, and at the heal
+		// restarted again on the true clock.
+		if err := n.restartEdge(ctx, f.Target, "-test-clock-offset", f.Skew.String()); err != nil {
+			ev.Err = err.Error()
+			return ev
+		}
+		ev.Note = fmt.Sprintf("clock %+.0fs", f.Skew.Seconds())
+		heal()
+		if err := n.restartEdge(ctx, f.Target); err != nil {
+			ev.Err = err.Error()
+		}
+	case fLinkSlow, fLinkCut:
+		proxies := n.links[f.Target]
+		if len(proxies) == 0 {
+			ev.Err = "no link proxies for this edge"
+			return ev
+		}
+		until := n.start.Add(f.At + f.For)
+		for _, d := range proxies {
+			if f.Kind == fLinkCut {
+				d.Hold(until)
+			} else {
+				d.SetDelay(linkLatency, linkJitter)
+			}
+		}
+		heal()
+		for _, d := range proxies {
+			d.SetDelay(0, 0)
+		}
 	case fEdgePause:
 		p := n.set.Procs[f.Target]
 		syscall.Kill(p.Pid(), syscall.SIGSTOP)
 		heal()
 		syscall.Kill(p.Pid(), syscall.SIGCONT)
+	case fRedisStale:
+		// The snapshot at the fault's start, the crash and the restart
+		// from it at its heal: the writes in between are forgotten.
+		key := stock.StockKey(productID(f.Target))
+		master := n.cluster.MasterOf(key)
+		ev.Target += " (" + master + ")"
+		n.cluster.Save(master)
+		heal()
+		replica := n.cluster.RestartFromSave(master, staleDown)
+		ev.Note = fmt.Sprintf("restarted from the dump of %.1fs (replica %s held back, %v down)", float64(ev.AtMs)/1000, replica, staleDown)
+		if err := n.cluster.Settled(60 * time.Second); err != nil {
+			ev.Err = "cluster not settled after the heal: " + err.Error()
+		}
 	case fRedisKill, fRedisPause, fRedisLagKill:
 		key := stock.StockKey(productID(f.Target))
 		master := n.cluster.MasterOf(key)
@@ -294,6 +432,17 @@ func (n *nemesis) inject(ctx context.Context, f plannedFault) (ev FaultEvent) {
 		heal()
 		syscall.Kill(pid, syscall.SIGCONT)
 	case fClickHouse:
+		if c := n.env.chc; c != nil {
+			// A cluster: one shard's server (the target drawn).
+			i := f.Target % c.Shards()
+			ev.Target = fmt.Sprintf("clickhouse shard %d (%s)", i+1, c.Node(i).Addr())
+			c.Stop(i)
+			heal()
+			if err := c.Start(i); err != nil {
+				ev.Err = err.Error()
+			}
+			break
+		}
 		n.env.ch.Stop()
 		heal()
 		if err := n.env.ch.Start(); err != nil {
@@ -312,6 +461,43 @@ func (n *nemesis) inject(ctx context.Context, f plannedFault) (ev FaultEvent) {
 	}
 	ev.HealMs = n.ms()
 	return ev
+}
+
+// restartEdge stops edge i (SIGTERM: it drains) and starts it again with
+// extra arguments, down meanwhile for the shoppers and the checks.
+func (n *nemesis) restartEdge(ctx context.Context, i int, extra ...string) error {
+	n.mu.Lock()
+	p := n.set.Procs[i]
+	n.edgeDown[i] = true
+	n.restarts++
+	run := n.restarts
+	n.mu.Unlock()
+	p.Stop(5 * time.Second)
+	_, err := n.startEdge(ctx, i, run, extra...)
+	n.mu.Lock()
+	n.edgeDown[i] = err != nil
+	n.mu.Unlock()
+	return err
+}
+
+// startEdge starts edge i again as a supervisor would: an edge that
+// exits before it is ready (it refuses to start while a server it needs
+// is down) is started again every second, for at most a minute. It
+// returns the tries.
+func (n *nemesis) startEdge(ctx context.Context, i, run int, extra ...string) (int, error) {
+	deadline := time.Now().Add(time.Minute)
+	for try := 1; ; try++ {
+		err := n.env.RestartEdge(context.WithoutCancel(ctx), n.set, i, n.gomaxproc, productID(0), run*100+try, extra...)
+		if err == nil || time.Now().After(deadline) || ctx.Err() != nil {
+			if err != nil {
+				err = fmt.Errorf("not ready after %d tries: %w", try, err)
+			}
+			return try, err
+		}
+		n.set.Procs[i].Stop(2 * time.Second) // if it still runs, unready
+		n.log("nemesis: edge%d did not start (%s); again in 1 s", i+1, firstLines(err.Error(), 1))
+		pause(ctx, time.Second)
+	}
 }
 
 func (n *nemesis) brokerControl(action string, node int) error {

@@ -24,6 +24,32 @@ type stringList []string
 func (s *stringList) String() string     { return strings.Join(*s, ",") }
 func (s *stringList) Set(v string) error { *s = append(*s, v); return nil }
 
+// chFlag is -clickhouse: a bool flag that also takes "cluster".
+type chFlag struct{ on, cluster *bool }
+
+func (c *chFlag) IsBoolFlag() bool { return true }
+func (c *chFlag) String() string {
+	if c.on == nil || !*c.on {
+		return "false"
+	}
+	if *c.cluster {
+		return "cluster"
+	}
+	return "true"
+}
+func (c *chFlag) Set(v string) error {
+	if v == "cluster" {
+		*c.on, *c.cluster = true, true
+		return nil
+	}
+	b, err := strconv.ParseBool(v)
+	if err != nil {
+		return fmt.Errorf("want true, false or cluster")
+	}
+	*c.on, *c.cluster = b, false
+	return nil
+}
+
 // runFlags are the flags of `bench run`.
 type runFlags struct {
 	scenario   string
@@ -33,16 +59,19 @@ type runFlags struct {
 	pin        bool
 	kafka      string
 	clickhouse bool
-	consumer   string
-	target     string
-	admin      string
-	proxyBin   string
-	proxyRev   string
-	keep       bool
-	quiet      bool
-	pprof      bool
-	quietPct   int
-	quietWait  time.Duration
+	// chCluster: -clickhouse cluster, a 2-shard ClickHouse cluster (the
+	// nemesis scenario).
+	chCluster bool
+	consumer  string
+	target    string
+	admin     string
+	proxyBin  string
+	proxyRev  string
+	keep      bool
+	quiet     bool
+	pprof     bool
+	quietPct  int
+	quietWait time.Duration
 	// waitReplicas > 0 sets redis.wait_replicas in the edges' config.
 	waitReplicas int
 	// edges lists the fleet scenario's points ("1,2,3"), over fleet.edges.
@@ -70,7 +99,7 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 	fs.IntVar(&f.gomaxprocs, "gomaxprocs", 1, "GOMAXPROCS of the edge (0: Go's default)")
 	fs.BoolVar(&f.pin, "pin", false, "pin the edge to CPU 1 and Redis, Kafka, the origin and bench to CPU 0 (taskset)")
 	fs.StringVar(&f.kafka, "kafka", "bench", `"bench": kfake in a process bench starts; "edge": the edge's embedded kfake (kafka.brokers empty)`)
-	fs.BoolVar(&f.clickhouse, "clickhouse", false, "store orders in a clickhouse-server bench starts (Debian clickhouse-server) instead of the edge's embedded store")
+	fs.Var(&chFlag{&f.clickhouse, &f.chCluster}, "clickhouse", "store orders in a clickhouse-server bench starts (Debian clickhouse-server) instead of the edge's embedded store; `-clickhouse cluster` (nemesis): a 2-shard cluster with ZooKeeper")
 	fs.StringVar(&f.consumer, "consumer", "edge", `"edge": the order consumer runs inside the edge; "separate": in a second cmd/proxy bench starts (keeps its CPU off the edge)`)
 	fs.StringVar(&f.target, "target", "", "load an edge that is already running (host:port) instead of starting one; the scenario's sale must exist there")
 	fs.StringVar(&f.admin, "admin", "", "with -target: its admin listener, for reconcile and metrics")
@@ -96,6 +125,14 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&f.kinds, "kinds", "", "-s nemesis: the fault kinds drawn, comma-separated (default all)")
 	if err := fs.Parse(args); err != nil {
 		return 2
+	}
+	// `-clickhouse cluster`: a bool flag's value is the next word here,
+	// and parsing stopped at it.
+	if f.clickhouse && fs.NArg() > 0 && fs.Arg(0) == "cluster" {
+		f.chCluster = true
+		if err := fs.Parse(fs.Args()[1:]); err != nil {
+			return 2
+		}
 	}
 	if f.scenario == "" && fs.NArg() > 0 {
 		f.scenario = fs.Arg(0)
@@ -144,8 +181,15 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 	}
 	ctx, stop := signalContext()
 	defer stop()
+	if sc.Soak != nil {
+		return cmdSoak(ctx, root, sc, f, stdout, stderr)
+	}
 	if sc.Nemesis != nil {
 		return cmdNemesis(ctx, root, sc, f, stdout, stderr)
+	}
+	if f.chCluster {
+		fmt.Fprintln(stderr, "bench run: -clickhouse cluster is for -s nemesis and -s soak")
+		return 2
 	}
 	if f.schedules != 0 || f.seedSet || f.duration != 0 || f.kinds != "" || f.plan || f.seeds != "" {
 		fmt.Fprintln(stderr, "bench run: -schedules, -seed, -seeds, -duration, -kinds and -plan are for -s nemesis")

@@ -72,6 +72,10 @@ type Scenario struct {
 	// promise from outside (nemesis.go).
 	Nemesis *Nemesis `yaml:"nemesis"`
 
+	// Soak runs the nemesis fleet without faults for a long time and
+	// samples what could grow without bound (soak.go).
+	Soak *Soak `yaml:"soak"`
+
 	// Quick is the -quick run's overrides, as -set key=value pairs
 	// (applied before any -set).
 	Quick map[string]string `yaml:"quick"`
@@ -383,6 +387,7 @@ func (sc *Scenario) validate() field.Errors {
 	sc.validateRoom(&errs)
 	sc.validateRouteRoom(&errs)
 	sc.validateNemesis(&errs)
+	sc.validateSoak(&errs)
 	return errs
 }
 

@@ -47,7 +47,7 @@ func TestOpenStockWithACLUserAndTLS(t *testing.T) {
 		t.Fatal(err)
 	}
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	store, err := openStock(ctx, doc.Config, log, false)
+	store, err := openStock(ctx, doc.Config, log, false, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -75,7 +75,7 @@ func TestOpenStockErrorsHideURLPasswords(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, err = openStock(context.Background(), doc.Config, slog.New(slog.NewTextHandler(io.Discard, nil)), false)
+	_, err = openStock(context.Background(), doc.Config, slog.New(slog.NewTextHandler(io.Discard, nil)), false, nil)
 	if err == nil || strings.Contains(err.Error(), "url-secret-pw") {
 		t.Fatalf("openStock = %v", err)
 	}

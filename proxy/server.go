@@ -36,6 +36,10 @@ type Options struct {
 	Now func() int64
 	// Version is reported by /healthz and the build-info metric.
 	Version string
+	// TestRedisDial is for fault tests only (cmd/proxy -test-redis-dial):
+	// every dial to a Redis address that is a key goes to its value (see
+	// stock.Options.TestDialMap).
+	TestRedisDial map[string]string
 }
 
 // Server is one edge process.

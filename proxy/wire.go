@@ -53,7 +53,7 @@ func (s *Server) assemble(doc *conf.Document) (*parts, *Snapshot, error) {
 	cfg := doc.Config
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	store, err := openStock(ctx, cfg, s.log, true)
+	store, err := openStock(ctx, cfg, s.log, true, s.opts.TestRedisDial)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -168,8 +168,9 @@ func (s *Server) checkReloadDemoLogin(doc *conf.Document) error {
 }
 
 // openStock connects to Redis, or, for an edge (embeddedOK) whose
-// redis.addr is empty, starts the embedded stand-in under data_dir.
-func openStock(ctx context.Context, cfg *conf.Config, log *slog.Logger, embeddedOK bool) (*stock.Store, error) {
+// redis.addr is empty, starts the embedded stand-in under data_dir. dial
+// is the test-only dial map (Options.TestRedisDial; nil in production).
+func openStock(ctx context.Context, cfg *conf.Config, log *slog.Logger, embeddedOK bool, dial map[string]string) (*stock.Store, error) {
 	rc := cfg.Redis
 	if rc.Embedded() && !embeddedOK {
 		return nil, errors.New("redis.addr is empty: the embedded Redis exists only inside an edge")
@@ -216,6 +217,7 @@ func openStock(ctx context.Context, cfg *conf.Config, log *slog.Logger, embedded
 		TLS:           tlsConf,
 		WaitReplicas:  rc.WaitReplicas,
 		WaitTimeout:   rc.WaitTimeout,
+		TestDialMap:   dial,
 	})
 	if err != nil {
 		// Not rc.Addr: a URL may hold the password. The error names the
@@ -244,7 +246,11 @@ func openStock(ctx context.Context, cfg *conf.Config, log *slog.Logger, embedded
 func OpenOrderStore(ctx context.Context, cfg *conf.Config, dir string, live func() []string) (orderstore.Store, error) {
 	ch := cfg.ClickHouse
 	if ch.Addr == "" {
-		return orderstore.OpenFile(dir)
+		f, err := orderstore.OpenFile(dir)
+		if err != nil {
+			return nil, err // not a nil *File in the interface: a caller's close would call it
+		}
+		return f, nil
 	}
 	opts, err := orderstore.OptionsFrom(ch)
 	if err != nil {
@@ -255,7 +261,14 @@ func OpenOrderStore(ctx context.Context, cfg *conf.Config, dir string, live func
 	} else {
 		opts.Live = func(context.Context) ([]string, error) { return live(), nil }
 	}
-	return orderstore.OpenClickHouse(ctx, ch.Addr, ch.Database, opts)
+	s, err := orderstore.OpenClickHouse(ctx, ch.Addr, ch.Database, opts)
+	if err != nil {
+		// Not a nil *ClickHouse in the interface: openPipeline's close
+		// called its Close and the edge panicked when it started while
+		// ClickHouse was down (bench nemesis seed 108).
+		return nil, err
+	}
+	return s, nil
 }
 
 // sink adapts the publisher to the sale's OrderSink.
@@ -465,7 +478,7 @@ func RunReconcile(ctx context.Context, cfg *conf.Config, log *slog.Logger) (reco
 // openLedger opens the two halves of the ledger a subcommand works on: the
 // Redis side and the order store.
 func openLedger(ctx context.Context, cfg *conf.Config, log *slog.Logger) (*stock.Store, orderstore.Store, error) {
-	st, err := openStock(ctx, cfg, log, false)
+	st, err := openStock(ctx, cfg, log, false, nil)
 	if err != nil {
 		return nil, nil, err
 	}

@@ -38,8 +38,10 @@ heavy='flashgate/test/e2e|flashgate/test/browser'
 go test -count=1 -timeout 12m $(go list ./... | grep -Ev "^($heavy)$") "$@"
 go test -count=1 -timeout 12m -p 1 ./test/e2e/ ./test/browser/ "$@"
 # The nemesis (bench/README.md, "The nemesis scenario"): two fixed fault
-# schedules (seeds 103 and 108: edges, a consumer, brokers and ClickHouse
-# killed or frozen), each on a fresh fleet of three edges, a Redis Cluster,
-# three brokers and ClickHouse, every promise checked from outside; ~2 min,
-# exits 1 on any violation. Needs redis-server, redis-cli, clickhouse-server.
-go run ./bench run -s nemesis -seeds 103,108 -duration 30s -q
+# schedules (seeds 112 and 127: edges killed, frozen and restarted with the
+# clock 2 s behind, a consumer killed, one edge's Redis link cut, brokers
+# and ClickHouse gone), each on a fresh fleet of three edges, a Redis
+# Cluster, three brokers and ClickHouse, every promise checked from outside;
+# ~2 min, exits 1 on any violation. Needs redis-server, redis-cli,
+# clickhouse-server.
+go run ./bench run -s nemesis -seeds 112,127 -duration 30s -q

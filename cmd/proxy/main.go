@@ -42,6 +42,10 @@ func run(args []string, stdout, stderr io.Writer) int {
 	showVersion := fs.Bool("version", false, "print the version and exit")
 	pprofAddr := fs.String("pprof", "", "serve the Go profiler on this loopback address (e.g. 127.0.0.1:6060; profiling only)")
 	blockRate := fs.Int("block-rate", 0, "with -pprof: runtime.SetBlockProfileRate in ns (0: off), for /debug/pprof/block")
+	// Test only: the nemesis (bench/nemesis_faults.go) skews one edge's
+	// clock and puts a proxy between one edge and Redis with these.
+	clockOffset := fs.Duration("test-clock-offset", 0, "TEST ONLY: run the edge's clock this far ahead (negative: behind), e.g. 2s; never in production")
+	redisDial := fs.String("test-redis-dial", "", "TEST ONLY: FROM=TO,...: dial Redis at TO whenever the client would dial FROM (a fault proxy per cluster node); never in production")
 	if !parseArgs(fs, args, stderr) {
 		return 2
 	}
@@ -80,7 +84,12 @@ func run(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "proxy: cannot start: %v\n", err)
 		return 1
 	}
-	srv, err := proxy.New(doc, proxy.Options{ConfigPath: path, Logger: logger, Version: version})
+	opts := proxy.Options{ConfigPath: path, Logger: logger, Version: version}
+	if err := testHooks(&opts, *clockOffset, *redisDial, logger); err != nil {
+		fmt.Fprintf(stderr, "proxy: %v\n", err)
+		return 2
+	}
+	srv, err := proxy.New(doc, opts)
 	if err != nil {
 		fmt.Fprintf(stderr, "proxy: cannot start: %s\n", indentErrors(err))
 		return 1

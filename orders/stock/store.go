@@ -94,6 +94,12 @@ type Options struct {
 	// what keeps the sale exact (see fence.go). Real Redis only.
 	WaitReplicas int
 	WaitTimeout  time.Duration
+	// TestDialMap is for fault tests only (cmd/proxy -test-redis-dial):
+	// a dial to a key's address goes to its value instead. A cluster
+	// client dials the addresses the cluster announces, so a proxy put
+	// between one edge and Redis must be reached this way. Not with a
+	// unix:// URL.
+	TestDialMap map[string]string
 	// Username and Password authenticate to a real Redis (Username "": the
 	// default user). Credentials in a redis:// URL take their place; giving
 	// them in both is an error.
@@ -434,6 +440,20 @@ func target(addr string, opts Options, co *rueidis.ClientOption) error {
 	}
 	if opts.TLS != nil {
 		co.TLSConfig = opts.TLS.Clone()
+	}
+	if m := opts.TestDialMap; len(m) > 0 {
+		if co.DialCtxFn != nil {
+			return errors.New("stock: a test dial map with a unix:// URL")
+		}
+		co.DialCtxFn = func(ctx context.Context, dst string, d *net.Dialer, tc *tls.Config) (net.Conn, error) {
+			if to, ok := m[dst]; ok {
+				dst = to
+			}
+			if tc != nil {
+				return (&tls.Dialer{NetDialer: d, Config: tc}).DialContext(ctx, "tcp", dst)
+			}
+			return d.DialContext(ctx, "tcp", dst)
+		}
 	}
 	switch {
 	case sen.MasterSet != "":
