@@ -43,7 +43,7 @@ func newKgoSourceFetch(c *Consumer, minBytes int32, maxWait time.Duration) (sour
 		kgo.SessionTimeout(c.cfg.SessionTimeout),
 		kgo.RebalanceTimeout(c.cfg.RebalanceTimeout),
 		kgo.HeartbeatInterval(time.Second),
-		kgo.FetchMaxWait(250 * time.Millisecond),
+		kgo.FetchMaxWait(maxWait),
 		kgo.FetchMaxBytes(10 << 20),
 		kgo.RetryBackoffFn(func(tries int) time.Duration {
 			return min(10*time.Millisecond<<min(tries, 6), 500*time.Millisecond)
