@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"strconv"
 	"sync/atomic"
 	"time"
 
@@ -68,6 +67,10 @@ type Config struct {
 	// live member's session or its JoinGroup's deadline runs out.
 	RebalanceTimeout time.Duration
 	Log              *slog.Logger
+
+	// newSource, if set, is the Kafka client Run reads with (tests;
+	// default newKafkaGoSource).
+	newSource func(*Consumer) (source, error)
 }
 
 // check rejects a config without what it needs, fills the zero edge.yaml
@@ -122,9 +125,8 @@ type Stats struct {
 // Consumer is one member of the orders consumer group.
 type Consumer struct {
 	cfg    Config
-	client *kafka.Client
-	dlq    *kafka.Writer
-	// closeConns closes the idle connections of client and dlq.
+	client *kafka.Client // the lag checks' and the dead-letter writer's
+	// closeConns closes the idle connections of client.
 	closeConns func()
 
 	dlqReady bool
@@ -151,16 +153,7 @@ func New(cfg Config) (*Consumer, error) {
 		cfg:        cfg,
 		client:     client,
 		closeConns: closeConns,
-		dlq: &kafka.Writer{
-			Addr:         client.Addr,
-			Transport:    client.Transport,
-			Topic:        cfg.DLQTopic,
-			Balancer:     &kafka.Hash{},
-			RequiredAcks: kafka.RequireAll,
-			BatchTimeout: 5 * time.Millisecond, // the 1 s default would stall every batch with a bad event
-			MaxAttempts:  3,
-		},
-		unmarked: map[string][]int64{},
+		unmarked:   map[string][]int64{},
 	}, nil
 }
 
@@ -178,34 +171,20 @@ func (c *Consumer) Stats() Stats {
 // A batch in progress when ctx ends is not committed: it is delivered again
 // to whoever consumes next, and storing it again is harmless.
 func (c *Consumer) Run(ctx context.Context) error {
-	r := kafka.NewReader(kafka.ReaderConfig{
-		Brokers:           c.cfg.Brokers,
-		GroupID:           c.cfg.Group,
-		Topic:             c.cfg.Topic,
-		Dialer:            c.cfg.Security.Dialer(),
-		QueueCapacity:     c.cfg.BatchSize,
-		MinBytes:          1,
-		MaxBytes:          10 << 20,
-		MaxWait:           250 * time.Millisecond,
-		CommitInterval:    0, // CommitMessages is synchronous: offsets move only after the store
-		StartOffset:       kafka.FirstOffset,
-		HeartbeatInterval: time.Second,
-		SessionTimeout:    c.cfg.SessionTimeout,
-		RebalanceTimeout:  c.cfg.RebalanceTimeout,
-		JoinGroupBackoff:  500 * time.Millisecond,
-		ReadBackoffMin:    10 * time.Millisecond,
-		ReadBackoffMax:    500 * time.Millisecond,
-		ErrorLogger: kafka.LoggerFunc(func(msg string, args ...any) {
-			c.cfg.Log.Warn("kafka reader: " + fmt.Sprintf(msg, args...))
-		}),
-	})
+	newSource := c.cfg.newSource
+	if newSource == nil {
+		newSource = newKafkaGoSource
+	}
+	src, err := newSource(c)
+	if err != nil {
+		return err
+	}
 	defer c.closeConns()
-	defer r.Close()
-	defer c.dlq.Close()
-	batch := make([]kafka.Message, 0, c.cfg.BatchSize)
+	defer src.close()
+	batch := make([]message, 0, c.cfg.BatchSize)
 	for {
 		var err error
-		batch, err = c.fetch(ctx, r, batch[:0])
+		batch, err = c.fetch(ctx, src, batch[:0])
 		if ctx.Err() != nil {
 			return nil
 		}
@@ -221,7 +200,7 @@ func (c *Consumer) Run(ctx context.Context) error {
 			continue
 		}
 		c.messages.Add(uint64(len(batch)))
-		if !c.process(ctx, r, batch) {
+		if !c.process(ctx, src, batch) {
 			return nil
 		}
 	}
@@ -239,34 +218,36 @@ func (c *Consumer) Run(ctx context.Context) error {
 // took 40-55 % of a core. A batch of one message, or a second without any,
 // sets it back to BatchTime, so a quiet sale answers as fast as before. A
 // batch BatchSize closed leaves it as it is.
-func (c *Consumer) fetch(ctx context.Context, r *kafka.Reader, batch []kafka.Message) ([]kafka.Message, error) {
+func (c *Consumer) fetch(ctx context.Context, src source, batch []message) ([]message, error) {
 	if c.window < c.cfg.BatchTime {
 		c.window = c.cfg.BatchTime
 	}
 	wait, cancel := context.WithTimeout(ctx, time.Second)
-	m, err := r.FetchMessage(wait)
+	batch, err := src.poll(wait, batch, c.cfg.BatchSize)
 	cancel()
-	if err != nil {
-		if errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
+	if len(batch) == 0 {
+		if err == nil || errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
 			c.window = c.cfg.BatchTime
 			return batch, nil
 		}
 		return batch, err
 	}
-	batch = append(batch, m)
-	// A message not taken when the deadline hits stays in the reader's
-	// queue for the next batch.
+	// Messages not taken when the deadline hits stay in the client's
+	// buffer for the next batch.
 	fill, cancel := context.WithTimeout(ctx, c.window)
 	defer cancel()
 	for len(batch) < c.cfg.BatchSize {
-		m, err := r.FetchMessage(fill)
-		if err != nil {
-			if ctx.Err() != nil {
-				return batch, ctx.Err()
-			}
+		n := len(batch)
+		batch, err = src.poll(fill, batch, c.cfg.BatchSize-n)
+		if ctx.Err() != nil {
+			return batch, ctx.Err()
+		}
+		if fill.Err() != nil {
 			break // batch time is up
 		}
-		batch = append(batch, m)
+		if err != nil && len(batch) == n {
+			break // the batch so far is good: the next fetch retries
+		}
 	}
 	switch {
 	case len(batch) == 1:
@@ -283,10 +264,10 @@ type rowKey struct {
 }
 
 // process handles one batch; false means ctx ended before it was committed.
-func (c *Consumer) process(ctx context.Context, r *kafka.Reader, batch []kafka.Message) bool {
+func (c *Consumer) process(ctx context.Context, src source, batch []message) bool {
 	rows := make([]orderstore.Row, 0, len(batch))
 	index := make(map[rowKey]int, len(batch))
-	var dead []kafka.Message
+	var dead []message
 	for i := range batch {
 		m := &batch[i]
 		ev, err := order.Decode(m.Value)
@@ -316,7 +297,7 @@ func (c *Consumer) process(ctx context.Context, r *kafka.Reader, batch []kafka.M
 		return false
 	}
 	if len(dead) > 0 {
-		if !c.retry(ctx, "dead-letter", func() error { return c.writeDLQ(ctx, dead) }, nil) {
+		if !c.retry(ctx, "dead-letter", func() error { return c.writeDLQ(ctx, src, dead) }, nil) {
 			return false
 		}
 		c.dead.Add(uint64(len(dead)))
@@ -343,7 +324,7 @@ func (c *Consumer) process(ctx context.Context, r *kafka.Reader, batch []kafka.M
 	// left the orders stored but "pending" in Redis for good: nothing
 	// would read them again.
 	c.mark(ctx, stored)
-	if err := r.CommitMessages(ctx, batch...); err != nil {
+	if err := src.commit(ctx, batch); err != nil {
 		if ctx.Err() != nil {
 			return false
 		}
@@ -360,22 +341,16 @@ func (c *Consumer) process(ctx context.Context, r *kafka.Reader, batch []kafka.M
 	return true
 }
 
-func deadLetter(m *kafka.Message, err error) kafka.Message {
-	return kafka.Message{
-		Key:   m.Key,
-		Value: m.Value,
-		// The headers of broker.Publisher.DeadLetter, so one topic has one
-		// format, plus where exactly the message was.
-		Headers: []kafka.Header{
-			{Key: broker.HeaderReason, Value: []byte(err.Error())},
-			{Key: broker.HeaderSource, Value: []byte(m.Topic)},
-			{Key: "partition", Value: strconv.AppendInt(nil, int64(m.Partition), 10)},
-			{Key: "offset", Value: strconv.AppendInt(nil, m.Offset, 10)},
-		},
+// deadLetter is m with why it could not be stored, for the dead-letter
+// topic.
+func deadLetter(m *message, err error) message {
+	return message{
+		Topic: m.Topic, Partition: m.Partition, Offset: m.Offset,
+		Key: m.Key, Value: m.Value, Reason: err.Error(),
 	}
 }
 
-func (c *Consumer) writeDLQ(ctx context.Context, msgs []kafka.Message) error {
+func (c *Consumer) writeDLQ(ctx context.Context, src source, msgs []message) error {
 	if !c.dlqReady {
 		if err := broker.EnsureTopics(ctx, c.cfg.Brokers, c.cfg.Security, broker.Topic{
 			Name: c.cfg.DLQTopic, Partitions: 1,
@@ -385,7 +360,7 @@ func (c *Consumer) writeDLQ(ctx context.Context, msgs []kafka.Message) error {
 		}
 		c.dlqReady = true
 	}
-	return c.dlq.WriteMessages(ctx, msgs...)
+	return src.deadLetter(ctx, msgs)
 }
 
 // retry runs f until it succeeds, with capped exponential backoff; false

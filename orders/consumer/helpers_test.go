@@ -33,7 +33,12 @@ import (
 // each test gets its own database.
 var ch *chtest.Server
 
-func TestMain(m *testing.M) { chtest.Main(m, &ch) }
+// TestMain is also the kfake broker process of BenchmarkConsumerLiveCPU
+// (kafkatest.StartProcess).
+func TestMain(m *testing.M) {
+	kafkatest.ServeChild()
+	chtest.Main(m, &ch)
+}
 
 // kafkaConf and ordersConf are the kafka: and orders: sections with conf's
 // defaults: what the edge passes the consumer.

@@ -1,0 +1,193 @@
+package consumer
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os/exec"
+	"sync"
+	"testing"
+	"time"
+
+	"flashgate/internal/kafkatest"
+	"flashgate/orders/broker"
+	"flashgate/orders/orderstore"
+)
+
+// liveRate is BenchmarkConsumerLiveCPU's events per second, fed every
+// 10 ms.
+const liveRate = 5000
+
+// BenchmarkConsumerLiveCPU measures the consumer as `bench compare` sees
+// it: the broker (kfake) in a process of its own and the events arriving
+// while the consumer runs, at liveRate (kcat produces them, fed through a
+// pipe every 10 ms), so the batches are what a steady stream makes, not a
+// backlog's. The process's CPU per order is then the consumer's (its
+// client, decode, store, mark, commit) plus the feeding, without the
+// broker's. Each store with both clients at the consumer's fetch settings
+// (1 byte, 250 ms: a fetch returns as soon as anything is written), and
+// with fetches that wait for 64 KiB or the batch time (min64k); the batch
+// time grows as the edge's does (orders.batch_time_max). It needs kcat and
+// -benchtime Nx.
+//
+//	go test -c -o /tmp/consumer.test ./orders/consumer/ && cd orders/consumer &&
+//	for i in 1 2 3; do /tmp/consumer.test -test.run '^$' -test.bench ConsumerLiveCPU/nop -test.benchtime 20000x; done
+//
+// Measured here, 3 alternating runs of 20,000 orders at 5,000/s (~480
+// orders per batch in every case), the 2 cores shared with five other jobs
+// (load average 13-16, which inflates every figure): CPU per order,
+// median (rounds), and the median of the rounds' ratios to kafka-go's:
+//
+//	nop  kafka-go         20.9 µs (18.5-23.9)
+//	nop  kgo              30.9 µs (29.5-38.7)  1.48
+//	nop  kafka-go-min64k  19.5 µs (19.0-20.0)  0.93
+//	nop  kgo-min64k       14.1 µs (13.0-14.6)  0.62
+//
+// (An earlier run of kafka-go and kgo alone: 28.2 and 38.3 µs, 1.36; the
+// file store adds the same to each: 33.0 and 43.0 µs in one run.) The
+// cost is fetch round trips (each a write and a read on loopback, and the
+// wake-ups): at 1 byte nearly every write of the producer is a fetch (kgo:
+// 1,130-1,340 fetches for 20,000 orders; 64 KiB and 250 ms: 52-55,
+// counted with a hook in one run each). kafka-go fetches each partition on
+// a connection of its own, kgo all of a broker's partitions in one
+// request, so only kgo gains much from waiting fetches. The consumer keeps
+// kafka-go at 1 byte: waiting fetches hold the first event of a quiet sale
+// up to the batch time in the broker before its batch's own batch time
+// starts (a batch could close at once when its fetch came back under the
+// minimum, having waited the batch time already: not built).
+
+func BenchmarkConsumerLiveCPU(b *testing.B) {
+	if _, err := exec.LookPath("kcat"); err != nil {
+		b.Skip("needs kcat")
+	}
+	for _, store := range []string{"nop", "file"} {
+		for _, client := range []struct {
+			name   string
+			source func(*Consumer) (source, error)
+		}{
+			{"kafka-go", newKafkaGoSource},
+			{"kgo", newKgoSource},
+			// Fetches that wait for 64 KiB or the batch time.
+			{"kafka-go-min64k", func(c *Consumer) (source, error) {
+				return newKafkaGoSourceFetch(c, 64<<10, ordersConf.BatchTime)
+			}},
+			{"kgo-min64k", func(c *Consumer) (source, error) { return newKgoSourceFetch(c, 64<<10, ordersConf.BatchTime) }},
+		} {
+			b.Run(store+"/"+client.name, func(b *testing.B) { benchConsumerLiveCPU(b, store, client.source) })
+		}
+	}
+}
+
+func benchConsumerLiveCPU(b *testing.B, store string, newSource func(*Consumer) (source, error)) {
+	if b.N < 2*ordersConf.BatchSize {
+		return // the testing package's probe run
+	}
+	kp := kafkatest.StartProcess(b)
+	brokers := []string{kp.Addr()}
+	ctx := context.Background()
+	if err := broker.EnsureTopics(ctx, brokers, broker.Security{}, broker.Topics(testTopic, kafkaConf.DLQTopic, 4)...); err != nil {
+		b.Fatal(err)
+	}
+	st := openStock(b)
+	var s orderstore.Store = discardStore{}
+	if store == "file" {
+		f, err := orderstore.OpenFile(b.TempDir())
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { f.Close() })
+		s = f
+	}
+	// The events as kcat's input lines: key TAB value.
+	var lines [][]byte
+	for p := range 8 {
+		n := b.N / 8
+		if p < b.N%8 {
+			n++
+		}
+		for _, ev := range benchEvents(n, fmt.Sprintf("live%d", p)) {
+			v, err := ev.Encode()
+			if err != nil {
+				b.Fatal(err)
+			}
+			lines = append(lines, append(append(append(ev.Key(), '\t'), v...), '\n'))
+		}
+	}
+	// Interleave the products, as concurrent purchases arrive.
+	mixed := make([][]byte, 0, len(lines))
+	per := (len(lines) + 7) / 8
+	for i := range per {
+		for p := 0; p < 8; p++ {
+			if j := p*per + i; j < len(lines) && (p+1)*per > j {
+				mixed = append(mixed, lines[j])
+			}
+		}
+	}
+	kcat := exec.Command("kcat", "-P", "-b", brokers[0], "-t", testTopic, "-K", "\t", "-X", "linger.ms=1")
+	in, err := kcat.StdinPipe()
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := kcat.Start(); err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { in.Close(); kcat.Wait() })
+
+	var (
+		mu              sync.Mutex
+		stored, skipped int
+		cpu0            time.Duration
+		wall0           time.Time
+		batches         int
+	)
+	done := make(chan struct{})
+	b.ResetTimer()
+	c := start(b, Config{Brokers: brokers, Store: s, Stock: st, newSource: newSource, BatchTimeMax: ordersConf.BatchTimeMax,
+		OnStored: func(m map[string][]int64) {
+			mu.Lock()
+			defer mu.Unlock()
+			n := 0
+			for _, ids := range m {
+				n += len(ids)
+			}
+			if stored == 0 {
+				skipped = n
+				cpu0, wall0 = processCPU(b), time.Now()
+			} else {
+				batches++
+			}
+			stored += n
+			if stored == len(mixed) {
+				close(done)
+			}
+		}})
+	const tick = 10 * time.Millisecond
+	perTick := liveRate * int(tick) / int(time.Second)
+	t := time.NewTicker(tick)
+	var buf bytes.Buffer
+	for lo := 0; lo < len(mixed); lo += perTick {
+		buf.Reset()
+		for _, l := range mixed[lo:min(lo+perTick, len(mixed))] {
+			buf.Write(l)
+		}
+		if _, err := in.Write(buf.Bytes()); err != nil {
+			b.Fatal(err)
+		}
+		<-t.C
+	}
+	t.Stop()
+	in.Close() // kcat sends its last lines at the end of its input
+	select {
+	case <-done:
+	case <-time.After(time.Minute):
+		mu.Lock()
+		defer mu.Unlock()
+		b.Fatalf("%d of %d stored in a minute (%+v)", stored, len(mixed), c.Stats())
+	}
+	cpu, wall := processCPU(b)-cpu0, time.Since(wall0)
+	b.StopTimer()
+	n := float64(len(mixed) - skipped)
+	b.ReportMetric(float64(cpu.Nanoseconds())/n, "cpu-ns/order")
+	b.ReportMetric(float64(wall.Nanoseconds())/n, "wall-ns/order")
+	b.ReportMetric(n/float64(batches), "orders/batch")
+}
