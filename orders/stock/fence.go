@@ -145,7 +145,7 @@ func (s *Store) LockRecovery(ctx context.Context, productID, owner string, ttl t
 	}
 	ctx, cancel := s.call(ctx)
 	defer cancel()
-	err := s.c.Do(ctx, s.c.B().Set().Key(recoverKey(productID)).Value(owner).Nx().Px(ttl).Build()).Error()
+	err := s.c.Do(ctx, s.c.B().Set().Key(RecoverKey(productID)).Value(owner).Nx().Px(ttl).Build()).Error()
 	if rueidis.IsRedisNil(err) {
 		return false, nil
 	}
@@ -155,6 +155,24 @@ func (s *Store) LockRecovery(ctx context.Context, productID, owner string, ttl t
 	return true, nil
 }
 
+// RenewRecovery extends the lock to ttl from now if owner still holds it;
+// false when it does not (it lapsed, and maybe another edge took it). The
+// lock is a short lease its holder renews while it rebuilds, so that a
+// holder that died (kill -9, a lost host) stops blocking the others within
+// one lease, not within a whole rebuild's budget.
+func (s *Store) RenewRecovery(ctx context.Context, productID, owner string, ttl time.Duration) (bool, error) {
+	if err := checkProduct(productID); err != nil {
+		return false, err
+	}
+	ctx, cancel := s.call(ctx)
+	defer cancel()
+	n, err := unlockScript.Exec(ctx, s.c, []string{RecoverKey(productID)}, []string{owner, i64(ttl.Milliseconds())}).AsInt64()
+	if err != nil {
+		return false, fmt.Errorf("stock: renew lock %s: %w", productID, err)
+	}
+	return n == 1, nil
+}
+
 // UnlockRecovery releases the lock if owner still holds it.
 func (s *Store) UnlockRecovery(ctx context.Context, productID, owner string) error {
 	if err := checkProduct(productID); err != nil {
@@ -162,5 +180,5 @@ func (s *Store) UnlockRecovery(ctx context.Context, productID, owner string) err
 	}
 	ctx, cancel := s.call(ctx)
 	defer cancel()
-	return unlockScript.Exec(ctx, s.c, []string{recoverKey(productID)}, []string{owner}).Error()
+	return unlockScript.Exec(ctx, s.c, []string{RecoverKey(productID)}, []string{owner}).Error()
 }
