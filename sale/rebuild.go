@@ -190,16 +190,7 @@ func (s *Service) recoverSale(ctx context.Context, a *catalog.Sale, fence string
 		return fmt.Errorf("sale %s: ledger: %w (the sale stays closed until the ledger answers)", p, err)
 	}
 	plan.Fence = fence
-	if st := s.settings.Load(); st != nil {
-		// Every token minted before now expires by now + its lifetime; a
-		// waiting room's token also by the end of its shopper's turn,
-		// which began before now. A horizon past the turns of shoppers
-		// admitted after the rebuild would refuse every token they get
-		// (nemesis seed 11: BAD_TOKEN for token_ttl after a failover).
-		life := st.TokenTTL.Milliseconds()
-		if a.Room != nil && a.Room.SessionMs > 0 {
-			life = min(life, a.Room.SessionMs)
-		}
+	if life, ok := s.tokenLife(a); ok {
 		plan.TokensFromMs = s.d.Now()/1e6 + life
 	}
 	res, reopened, err := s.d.Store.Rebuild(ctx, plan)
@@ -268,6 +259,24 @@ func (s *Service) holdLock(ctx context.Context, stop context.CancelFunc, p, owne
 			return
 		}
 	}
+}
+
+// tokenLife is the longest a purchase token of the sale lives, ms: every
+// token minted before now expires by now + tokenLife. A waiting room's
+// token also expires by the end of its shopper's turn, which began before
+// now. A horizon past the turns of shoppers admitted after it would refuse
+// every token they get (nemesis seed 11: BAD_TOKEN for token_ttl after a
+// failover). false before the settings are loaded.
+func (s *Service) tokenLife(a *catalog.Sale) (int64, bool) {
+	st := s.settings.Load()
+	if st == nil {
+		return 0, false
+	}
+	life := st.TokenTTL.Milliseconds()
+	if a.Room != nil && a.Room.SessionMs > 0 {
+		life = min(life, a.Room.SessionMs)
+	}
+	return life, true
 }
 
 // quiet waits until what this edge started before it saw the fence is

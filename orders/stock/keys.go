@@ -112,7 +112,8 @@ const (
 	catalogKey = "sk:catalog"
 	// sk:catalog:ver, hash: product id -> the entry's version (catalog.go).
 	catalogVersionKey = "sk:catalog:ver"
-	// sk:edges, hash: node id -> unix ms of its last Heartbeat.
+	// sk:edges, hash: node id -> unix ms of its last Heartbeat;
+	// <node id>:start -> unix ms its process started (EdgeBeat).
 	edgesKey = "sk:edges"
 	// sk:degrade, hash: product id -> "<version>:<0|1>" (lua/degrade.lua).
 	degradeKey = "sk:degrade"

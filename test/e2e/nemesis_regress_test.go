@@ -1,9 +1,13 @@
 package e2e
 
 import (
+	"errors"
 	"fmt"
+	"net"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -29,7 +33,10 @@ type nemRig struct {
 	consumer *edgeProc
 }
 
-func startNemRig(t *testing.T, env *ordEnv, redisAddr string, n int, extra ...string) *nemRig {
+// startNemRig starts the consumer on redisAddr and one edge per edgeRedis
+// (the Redis address each edge is given: a test's proxy in front of Redis
+// for one of them, say).
+func startNemRig(t *testing.T, env *ordEnv, redisAddr string, edgeRedis []string, extra ...string) *nemRig {
 	t.Helper()
 	bin := buildProxy(t)
 	rig := &nemRig{env: env}
@@ -37,11 +44,11 @@ func startNemRig(t *testing.T, env *ordEnv, redisAddr string, n int, extra ...st
 		return fmt.Sprintf("node_id: %d\nlisten: {addr: %q}\nadmin: {addr: %q}\nlog: {level: info, format: json}\nredis: {addr: %q}\n",
 			node, ordFreePort(t), ordFreePort(t), redisAddr)
 	}
-	for i := range n {
+	for i, ra := range edgeRedis {
 		node := 41 + i
 		addr, admin := ordFreePort(t), ordFreePort(t)
 		head := fmt.Sprintf("node_id: %d\nlisten: {addr: %q}\nadmin: {addr: %q}\nlog: {level: info, format: json}\nredis: {addr: %q}\n",
-			node, addr, admin, redisAddr)
+			node, addr, admin, ra)
 		cfg := writeConfig(t, append([]string{head}, env.pipeline(false, append([]string{foConfig}, extra...)...)...)...)
 		rig.procs = append(rig.procs, startEdgeProc(t, bin, "-c", cfg))
 		e := &edge{t: t, addr: addr, admin: admin, cfg: cfg, api: newAPIClient()}
@@ -107,7 +114,7 @@ func TestRebuildTakenOverWhenHolderKilled(t *testing.T) {
 	const p, units, sold = "rb1", 50, 6
 	r := redistest.New(t)
 	env := newOrdEnvOn(t, r, r.Addr())
-	rig := startNemRig(t, env, r.Addr(), 2, ordSales([]string{p}, units))
+	rig := startNemRig(t, env, r.Addr(), []string{r.Addr(), r.Addr()}, ordSales([]string{p}, units))
 	rig.buyN(t, p, "before", sold)
 	t.Cleanup(func() {
 		if t.Failed() {
@@ -159,4 +166,209 @@ func TestRebuildTakenOverWhenHolderKilled(t *testing.T) {
 		t.Errorf("stock after the rebuild and one purchase: %d, want %d", got, units-sold-1)
 	}
 	checkReconcile(t, survivor.admin, 1)
+}
+
+// holdProxy is a TCP proxy in front of Redis for one edge that can hold
+// what the edge sends instead of passing it on, and pass it on later: a
+// call the edge sent and never heard back from (its outcome unknown), that
+// reaches Redis late or never. A test-only stand-in: a real network can
+// lose or delay a request on demand only with root (tc, iptables).
+type holdProxy struct {
+	t       *testing.T
+	ln      net.Listener
+	target  string
+	holding atomic.Bool
+	replied atomic.Int64 // bytes Redis answered after release
+	mu      sync.Mutex
+	held    map[net.Conn][]byte // upstream conn -> bytes held for it
+	conns   []net.Conn
+	// releasedAt is when release sent the held bytes on (0: not yet).
+	releasedAt int64
+}
+
+func startHoldProxy(t *testing.T, target string) *holdProxy {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := &holdProxy{t: t, ln: ln, target: target, held: map[net.Conn][]byte{}}
+	t.Cleanup(func() {
+		ln.Close()
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		for _, c := range h.conns {
+			c.Close()
+		}
+	})
+	go h.accept()
+	return h
+}
+
+func (h *holdProxy) addr() string { return h.ln.Addr().String() }
+
+func (h *holdProxy) accept() {
+	for {
+		c, err := h.ln.Accept()
+		if err != nil {
+			return
+		}
+		up, err := net.Dial("tcp", h.target)
+		if err != nil {
+			c.Close()
+			continue
+		}
+		h.mu.Lock()
+		h.conns = append(h.conns, c, up)
+		h.mu.Unlock()
+		go h.answer(c, up)
+		go h.forward(c, up)
+	}
+}
+
+// answer passes Redis's answers back, and keeps reading them once the edge
+// is gone; what comes after a release is counted.
+func (h *holdProxy) answer(c, up net.Conn) {
+	buf := make([]byte, 64<<10)
+	released := false
+	for {
+		n, err := up.Read(buf)
+		h.mu.Lock()
+		released = released || h.releasedAt > 0
+		h.mu.Unlock()
+		if released {
+			h.replied.Add(int64(n))
+		}
+		if n > 0 {
+			c.Write(buf[:n]) // fails once the edge is dead: the answer is nobody's
+		}
+		if err != nil {
+			return
+		}
+	}
+}
+
+// forward passes what the edge sends on, or holds it while holding. The
+// upstream connection outlives the edge's, so that held bytes can still
+// reach Redis after the edge is gone.
+func (h *holdProxy) forward(c, up net.Conn) {
+	buf := make([]byte, 64<<10)
+	for {
+		n, err := c.Read(buf)
+		if n > 0 {
+			h.mu.Lock()
+			if h.holding.Load() {
+				h.held[up] = append(h.held[up], buf[:n]...)
+				h.mu.Unlock()
+			} else {
+				h.mu.Unlock()
+				if _, werr := up.Write(buf[:n]); werr != nil {
+					return
+				}
+			}
+		}
+		if err != nil {
+			if !errors.Is(err, net.ErrClosed) && h.heldFor(up) == 0 {
+				up.Close()
+			}
+			return
+		}
+	}
+}
+
+func (h *holdProxy) heldFor(up net.Conn) int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return len(h.held[up])
+}
+
+// release stops holding and sends every held byte on to Redis, counting
+// what Redis answers (the edge is gone: nobody reads it).
+func (h *holdProxy) release() int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.holding.Store(false)
+	total := 0
+	for up, b := range h.held {
+		if _, err := up.Write(b); err != nil {
+			h.t.Errorf("releasing %d held bytes: %v", len(b), err)
+		}
+		total += len(b)
+	}
+	h.releasedAt = time.Now().UnixNano()
+	h.held = map[net.Conn][]byte{}
+	return total
+}
+
+// TestUnknownOutcomeSettledWhenItsEdgeDies (issue 27 finding 4; nemesis
+// seeds 101 and 224): a purchase whose deduction was sent and never
+// answered gets 503 with its order id (outcome unknown); its edge is killed
+// with SIGKILL before it could settle it. Another edge's result call must
+// settle it — "failed" here, since the call never reached Redis — and a
+// late arrival of that deduction (the held bytes released to Redis) must
+// not place it after all. Before, nobody settled it: result answered 404
+// for good.
+func TestUnknownOutcomeSettledWhenItsEdgeDies(t *testing.T) {
+	if testing.Short() {
+		t.Skip("kills an edge process: skipped with -short")
+	}
+	const p, units = "uk1", 50
+	r := redistest.New(t)
+	env := newOrdEnvOn(t, r, r.Addr())
+	hold := startHoldProxy(t, r.Addr())
+	rig := startNemRig(t, env, r.Addr(), []string{hold.addr(), r.Addr()}, ordSales([]string{p}, units))
+	dying, other := rig.edges[0], rig.edges[1]
+	rig.buyN(t, p, "before", 2)
+	env.awaitRows(2, 15*time.Second)
+
+	jwt := env.j.get("lost0")
+	res, tok, err := dying.token(jwt, p)
+	if err != nil || res.status != 200 {
+		t.Fatalf("token: %v %v", res, err)
+	}
+	hold.holding.Store(true)
+	res, err = dying.buy(jwt, p, tok, 1)
+	order := jsonStr(res.body, "orderId")
+	if err != nil || res.status != 503 || order == "" || jsonStr(res.body, "status") != "unknown" {
+		t.Fatalf("purchase while its Redis call is held: %v %v, want 503 naming an order of unknown outcome", res, err)
+	}
+	rig.procs[0].kill9()
+	killed := time.Now()
+
+	result := func() resp {
+		res, err := other.do("GET", "/api/seckill/result?orderId="+order+"&productId="+p, jwt, nil)
+		if err != nil {
+			t.Fatalf("result: %v", err)
+		}
+		return res
+	}
+	var last resp
+	if !waitFor(15*time.Second, func() bool { last = result(); return last.status == 200 }) {
+		t.Fatalf("the other edge's result for order %s, 15s after its edge was killed: %v (want 200 failed)", order, last)
+	}
+	t.Logf("settled %v after its edge was killed: %s", time.Since(killed).Round(time.Millisecond), last.body)
+	if s := jsonStr(last.body, "status"); s != "failed" {
+		t.Fatalf("result of an order whose deduction never reached Redis: %s, want failed", last.body)
+	}
+
+	// The deduction reaches Redis late: it must place nothing.
+	if n := hold.release(); n == 0 {
+		t.Fatal("the proxy held nothing of the purchase")
+	}
+	if !waitFor(5*time.Second, func() bool { return hold.replied.Load() > 0 }) {
+		t.Fatal("Redis never answered the released deduction")
+	}
+	if s := jsonStr(result().body, "status"); s != "failed" {
+		t.Errorf("after the late deduction, result says %s, want failed still", s)
+	}
+	if got := env.rd.stock(p); got != units-2 {
+		t.Errorf("stock after the late deduction: %d, want %d (it placed the order)", got, units-2)
+	}
+	// The sale still sells (a new token: the settlement refused the older ones).
+	res, err = other.attempt(env.j.get("after0"), p, 1)
+	if err != nil || res.status != 200 {
+		t.Fatalf("purchase after the settlement: %v %v", res, err)
+	}
+	env.awaitRows(3, 15*time.Second)
+	checkReconcile(t, other.admin, 1)
 }
