@@ -372,3 +372,80 @@ func TestUnknownOutcomeSettledWhenItsEdgeDies(t *testing.T) {
 	env.awaitRows(3, 15*time.Second)
 	checkReconcile(t, other.admin, 1)
 }
+
+// TestRoomAdmitsAfterRedisRestartedEmpty (issue 27 finding 5): shoppers
+// wait in a sale's waiting room, some of them not yet admitted, when Redis
+// restarts empty. They keep polling with the tickets they hold, as the
+// nemesis's shoppers do; once the sale is open again, the room must admit
+// them again within a few seconds, each at the place she held. Before,
+// every one of them answered 404 NOT_JOINED for good: Redis forgot the
+// line, and only a shopper who joined again (at the back) got anywhere.
+func TestRoomAdmitsAfterRedisRestartedEmpty(t *testing.T) {
+	if testing.Short() {
+		t.Skip("restarts Redis under a live room: skipped with -short")
+	}
+	const p, waiting = "wr5", 40
+	r := redistest.New(t)
+	env := newOrdEnvOn(t, r, r.Addr())
+	item := fmt.Sprintf("  - {product_id: %s, name: room, price: \"9.90\", stock: 100, limit: 1, start: %q, end: %q,\n"+
+		"     waiting_room: {enabled: true, admit_per_minute: 30, session: 20s}}\n",
+		p, time.Now().Add(-time.Second).UTC().Format(time.RFC3339), time.Now().Add(time.Hour).UTC().Format(time.RFC3339))
+	rig := startNemRig(t, env, r.Addr(), []string{r.Addr()}, activities(item))
+	e := rig.edges[0]
+	tickets := make([]string, waiting)
+	for i := range tickets {
+		a, ck := e.roomCall("POST", "/api/seckill/queue", env.j.get("w"+strconv.Itoa(i)), "", []byte(`{"productId":"`+p+`"}`))
+		if a.status != 200 || ck == "" {
+			t.Fatalf("join %d: %v", i, a)
+		}
+		tickets[i] = ck
+	}
+	// poll asks every waiting shopper's place once: how many are admitted,
+	// and the answers by status.
+	places := make([]string, waiting)
+	poll := func() (admitted int, seen map[string]int) {
+		seen = map[string]int{}
+		for i, tk := range tickets {
+			q, ck := e.roomCall("GET", "/api/seckill/queue?productId="+p, env.j.get("w"+strconv.Itoa(i)), tk, nil)
+			if ck != "" {
+				tickets[i] = ck
+			}
+			s := jsonStr(q.body, "status")
+			if s == "" {
+				s = strconv.Itoa(q.status) + " " + q.code()
+			}
+			seen[s]++
+			if pl := jsonNum(q.body, "position"); pl != "" && places[i] == "" {
+				places[i] = pl
+			} else if pl != "" && pl != places[i] && s == "waiting" {
+				t.Errorf("shopper %d waits at place %s, was at %s before", i, pl, places[i])
+			}
+			if s == "admitted" {
+				admitted++
+			}
+		}
+		return admitted, seen
+	}
+	before, seen := poll()
+	t.Logf("before the restart: %v", seen)
+	if before == waiting {
+		t.Fatalf("everyone admitted before the fault: the test sees nothing")
+	}
+	r.Restart()
+	restarted := time.Now()
+	if !waitFor(15*time.Second, func() bool { return env.saleOpen(p) }) {
+		t.Fatalf("sale not reopened within 15s of Redis restarting empty")
+	}
+	reopened := time.Now()
+	t.Logf("sale reopened %v after the restart", reopened.Sub(restarted).Round(time.Millisecond))
+	var after int
+	ok := waitFor(10*time.Second, func() bool {
+		after, seen = poll()
+		return after > before
+	})
+	t.Logf("after the reopening: %v", seen)
+	if !ok {
+		t.Fatalf("%d of %d shoppers admitted 10s after the sale reopened (%d before the restart): %v", after, waiting, before, seen)
+	}
+	t.Logf("%d admitted %v after the reopening", after, time.Since(reopened).Round(time.Millisecond))
+}
