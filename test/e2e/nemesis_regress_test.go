@@ -40,16 +40,16 @@ func startNemRig(t *testing.T, env *ordEnv, redisAddr string, edgeRedis []string
 	t.Helper()
 	bin := buildProxy(t)
 	rig := &nemRig{env: env}
-	first := func(node int) string {
-		return fmt.Sprintf("node_id: %d\nlisten: {addr: %q}\nadmin: {addr: %q}\nlog: {level: info, format: json}\nredis: {addr: %q}\n",
-			node, ordFreePort(t), ordFreePort(t), redisAddr)
+	// config writes the config of node (the consumer with consumer set).
+	config := func(node int, addr, admin, redis string, consumer bool) string {
+		head := fmt.Sprintf("node_id: %d\nlisten: {addr: %q}\nadmin: {addr: %q}\nlog: {level: info, format: json}\nredis: {addr: %q}\n",
+			node, addr, admin, redis)
+		return writeConfig(t, append([]string{head}, env.pipeline(consumer, append([]string{foConfig}, extra...)...)...)...)
 	}
 	for i, ra := range edgeRedis {
 		node := 41 + i
 		addr, admin := ordFreePort(t), ordFreePort(t)
-		head := fmt.Sprintf("node_id: %d\nlisten: {addr: %q}\nadmin: {addr: %q}\nlog: {level: info, format: json}\nredis: {addr: %q}\n",
-			node, addr, admin, ra)
-		cfg := writeConfig(t, append([]string{head}, env.pipeline(false, append([]string{foConfig}, extra...)...)...)...)
+		cfg := config(node, addr, admin, ra, false)
 		rig.procs = append(rig.procs, startEdgeProc(t, bin, "-c", cfg))
 		e := &edge{t: t, addr: addr, admin: admin, cfg: cfg, api: newAPIClient()}
 		t.Cleanup(e.api.CloseIdleConnections)
@@ -57,8 +57,7 @@ func startNemRig(t *testing.T, env *ordEnv, redisAddr string, edgeRedis []string
 		rig.nodes = append(rig.nodes, node)
 	}
 	// After the edges: they create the topic the consumer's group reads.
-	docs := append([]string{first(40)}, env.pipeline(true, append([]string{foConfig}, extra...)...)...)
-	rig.consumer = startEdgeProc(t, bin, "orders", "-c", writeConfig(t, docs...))
+	rig.consumer = startEdgeProc(t, bin, "orders", "-c", config(40, ordFreePort(t), ordFreePort(t), redisAddr, true))
 	return rig
 }
 
