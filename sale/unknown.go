@@ -193,7 +193,9 @@ const orphanAge = 5 * time.Second
 // names the edge (its node) and the attempt's time; an edge that is alive
 // and started before the attempt follows it itself (resolveUnknowns), so
 // only an orphan — its edge's heartbeat stale, or its process started
-// after the attempt — is settled here: placed if its order is in Redis,
+// after the attempt — younger than the edge's own give-up (an id that names
+// no edge that ever ran, or is older, answers NOT_FOUND as before) is
+// settled here: placed if its order is in Redis,
 // else made impossible and recorded failed (stock.Store.ResolveOrphan),
 // which the shopper's result then says. Only an edge that can read the
 // order store settles one: an order whose Redis state expired is there.
@@ -207,7 +209,9 @@ func (s *Service) settleOrphan(productID, userID string, orderID int64) (stock.O
 	node, created := orderid.Node(orderID), orderid.Time(orderID).UnixMilli()
 	now := s.d.Now() / 1e6
 	switch {
-	case !loaded || s.d.Results == nil || created > now-orphanAge.Milliseconds():
+	case !loaded || s.d.Results == nil || created > now-orphanAge.Milliseconds() || created < now-unknownGiveUp.Milliseconds():
+		// Too young (its edge may still settle it), or older than any
+		// edge follows an unknown order: not made up here.
 		return stock.OrderInfo{}, false
 	case node == s.d.Node && s.startMs <= created:
 		return stock.OrderInfo{}, false // this process follows it
@@ -215,7 +219,10 @@ func (s *Service) settleOrphan(productID, userID string, orderID int64) (stock.O
 	ctx, cancel := context.WithTimeout(context.Background(), lookupTimeout)
 	defer cancel()
 	last, start, err := s.d.Store.EdgeBeat(ctx, node)
-	if err != nil || last >= now-3*s.interval.Milliseconds() && (start == 0 || start <= created) {
+	switch {
+	case err != nil || last == 0:
+		return stock.OrderInfo{}, false // no edge of that number ever ran
+	case last >= now-3*s.interval.Milliseconds() && (start == 0 || start <= created):
 		return stock.OrderInfo{}, false // alive, and it follows it
 	}
 	v, err := s.d.Store.ResolveOrphan(ctx, stock.Orphan{ProductID: productID, OrderID: orderID, UserID: userID,
