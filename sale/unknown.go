@@ -54,8 +54,9 @@ type unknowns struct {
 }
 
 type unknownAttempt struct {
-	a     stock.Attempt // strings owned
-	since int64         // unix ns, the edge's clock
+	a      stock.Attempt // strings owned
+	since  int64         // unix ns, the edge's clock
+	placed bool          // found placed in Redis, not yet in the order store
 }
 
 type unknownResult int
@@ -121,6 +122,19 @@ func (s *Service) resolveUnknowns() {
 			case errors.Is(err, stock.ErrClosed):
 				// Shutting down: what is placed goes the normal way.
 				u.results[unknownGivenUp].Inc()
+			case v == stock.Placed && time.Duration(s.d.Now()-p.since) <= unknownGiveUp && !s.storedOrder(&p.a):
+				// Placed in Redis, but its event is only in the outbox
+				// until the relay sends it: a Redis that goes back in time
+				// now (a lagging replica promoted) loses the order and its
+				// event, and the shopper who read "pending" would read
+				// NOT_FOUND for good (nemesis seed 202). Followed until the
+				// order store has it; gone from Redis meanwhile, it is
+				// settled again (failed, once the sale is rebuilt).
+				if !p.placed {
+					p.placed = true
+					s.d.Log.Info("purchase of unknown outcome placed; followed until stored", "product", p.a.ProductID, "order", p.a.ID)
+				}
+				keep = append(keep, p)
 			case v == stock.Placed:
 				progress = true
 				u.results[unknownPlaced].Inc()
@@ -239,6 +253,18 @@ func (s *Service) settleOrphan(productID, userID string, orderID int64) (stock.O
 		"product", productID, "order", orderID, "node", node, "verdict", v.String())
 	o, ok, err := s.d.Store.OrderState(ctx, productID, orderID)
 	return o, ok && err == nil
+}
+
+// storedOrder reports whether the order store has the attempt's order; true
+// when this edge has no order store to ask (Redis's word is all it has).
+func (s *Service) storedOrder(a *stock.Attempt) bool {
+	if s.d.Results == nil {
+		return true
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), lookupTimeout)
+	defer cancel()
+	_, found, err := s.d.Results.Get(ctx, a.ProductID, a.ID)
+	return err == nil && found
 }
 
 // unknownPending is how many attempts wait to be settled.

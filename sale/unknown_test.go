@@ -253,3 +253,64 @@ func TestResultSettlesOrphans(t *testing.T) {
 		t.Errorf("a token minted after the settlement: %d %s, want 200", code, body)
 	}
 }
+
+// TestPlacedUnknownFollowedUntilStored (nemesis seed 202): a purchase of
+// unknown outcome found placed in Redis is followed until the order store
+// has it. When Redis then loses the order before its event left the outbox
+// (here: the order deleted, as a lagging replica's promotion loses it), the
+// edge settles it again — failed — instead of leaving the shopper, who
+// read "pending", with NOT_FOUND for good.
+func TestPlacedUnknownFollowedUntilStored(t *testing.T) {
+	srv := redistest.New(t)
+	st := stocktest.Open(t, srv.Addr(), stocktest.WithOptions(stock.Options{Timeout: 300 * time.Millisecond}))
+	store, err := orderstore.OpenFile(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { store.Close() })
+	ids, _ := orderid.NewGenerator(1, func() int64 { return time.Now().UnixMilli() })
+	logs := new(logBuffer)
+	svc := New(Deps{Store: st, Sales: catalog.NewRegistry(), IDs: ids, Results: store, Node: 1, Breakers: NewBreakers(1000, time.Hour, nil, nil),
+		Log: slog.New(slog.NewTextHandler(logs, nil))})
+	now := time.Now()
+	sale := &catalog.Sale{ProductID: "pf", Name: "pf", PriceCents: 100, Stock: 10, Limit: 1,
+		StartMs: now.Add(-time.Hour).UnixMilli(), EndMs: now.Add(time.Hour).UnixMilli()}
+	if err := svc.Apply(context.Background(), &Settings{Catalog: []*catalog.Sale{sale}, TokenTTL: time.Minute}); err != nil {
+		t.Fatal(err)
+	}
+	r := &doRig{srv: srv, st: st, svc: svc, logs: logs}
+	if code := r.do("pf", "warmup"); code != 200 {
+		t.Fatalf("warm-up purchase: %d", code)
+	}
+	srv.Pause()
+	code, body := r.doBody("pf", "shopper")
+	srv.Resume()
+	ans := parseOrderAnswer(t, body)
+	if code != 503 || ans.Status != "unknown" {
+		t.Fatalf("purchase while Redis hangs: %d %s, want 503 unknown", code, body)
+	}
+	await.Until(t, 10*time.Second, "the edge found the attempt placed", func() bool {
+		return strings.Contains(logs.String(), "purchase of unknown outcome placed") ||
+			strings.Contains(logs.String(), "purchase of unknown outcome settled: placed")
+	})
+	if code, body := r.result("pf", "shopper", ans.OrderID); code != 200 || !strings.Contains(body, `"status":"pending"`) {
+		t.Fatalf("result of the placed order: %d %s, want pending", code, body)
+	}
+	// Redis loses the order (and its event with the outbox, never sent).
+	id, _ := strconv.ParseInt(ans.OrderID, 10, 64)
+	rd := (&roomRig{t: t}).client(srv.Addr())
+	ctx := context.Background()
+	if err := rd.Do(ctx, rd.B().Hdel().Key(stock.OrderBucketKey("pf", id)).Field(ans.OrderID).Build()).Error(); err != nil {
+		t.Fatal(err)
+	}
+	if err := rd.Do(ctx, rd.B().Del().Key(stock.OrderKey("pf", id)).Build()).Error(); err != nil {
+		t.Fatal(err)
+	}
+	await.Until(t, 10*time.Second, "the lost order settled failed", func() bool {
+		code, body := r.result("pf", "shopper", ans.OrderID)
+		return code == 200 && strings.Contains(body, `"status":"failed"`)
+	})
+	if n := svc.unknown.results[unknownPlaced].Value(); n != 0 {
+		t.Errorf("counted placed %d times for an order Redis lost before it was stored", n)
+	}
+}
