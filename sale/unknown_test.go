@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/binary"
 	"encoding/json"
-	"io"
 	"log/slog"
 	"strconv"
 	"strings"
@@ -172,28 +171,39 @@ func TestUnknownOutcomeNotPlacedReadsFailed(t *testing.T) {
 	}
 }
 
-// TestResultSettlesOrphans: a result call that finds no order settles it
-// as an orphan — failed, the sale then refusing the tokens minted before —
-// only when the order id names an edge that ran and is gone (its heartbeat
-// stale) or restarted after the order, and the order is between 5 s and 5
-// min old; any other id answers NOT_FOUND and writes nothing.
-func TestResultSettlesOrphans(t *testing.T) {
+// newStoredRig is a sale service of node 1 selling product (10 units,
+// token_ttl 1m) on its own Redis, with an order store to ask (the
+// embedded file store).
+func newStoredRig(t *testing.T, product string, opts stock.Options) *doRig {
+	t.Helper()
 	srv := redistest.New(t)
-	st := stocktest.Open(t, srv.Addr())
+	st := stocktest.Open(t, srv.Addr(), stocktest.WithOptions(opts))
 	store, err := orderstore.OpenFile(t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { store.Close() })
 	ids, _ := orderid.NewGenerator(1, func() int64 { return time.Now().UnixMilli() })
-	svc := New(Deps{Store: st, Sales: catalog.NewRegistry(), IDs: ids, Results: store, Node: 1, Breakers: NewBreakers(1000, time.Hour, nil, nil),
-		Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	logs := new(logBuffer)
+	svc := New(Deps{Store: st, Sales: catalog.NewRegistry(), IDs: ids, Results: store, Node: 1,
+		Breakers: NewBreakers(1000, time.Hour, nil, nil), Log: slog.New(slog.NewTextHandler(logs, nil))})
 	now := time.Now()
-	sale := &catalog.Sale{ProductID: "oh", Name: "oh", PriceCents: 100, Stock: 10, Limit: 1,
+	sale := &catalog.Sale{ProductID: product, Name: product, PriceCents: 100, Stock: 10, Limit: 1,
 		StartMs: now.Add(-time.Hour).UnixMilli(), EndMs: now.Add(time.Hour).UnixMilli()}
 	if err := svc.Apply(context.Background(), &Settings{Catalog: []*catalog.Sale{sale}, TokenTTL: time.Minute}); err != nil {
 		t.Fatal(err)
 	}
+	return &doRig{srv: srv, st: st, svc: svc, logs: logs}
+}
+
+// TestResultSettlesOrphans: a result call that finds no order settles it
+// as an orphan — failed, the sale then refusing the tokens minted before —
+// only when the order id names an edge that ran and is gone (its heartbeat
+// stale) or restarted after the order, and the order is between 5 s and 5
+// min old; any other id answers NOT_FOUND and writes nothing.
+func TestResultSettlesOrphans(t *testing.T) {
+	r := newStoredRig(t, "oh", stock.Options{})
+	svc, st, now := r.svc, r.st, time.Now()
 	ctx := context.Background()
 	// Edge 2 beat until 10 s ago (gone); edge 3 beats now, started an hour
 	// ago (alive: it follows its own); edge 4 beats now but started 2 s ago
@@ -261,24 +271,8 @@ func TestResultSettlesOrphans(t *testing.T) {
 // edge settles it again — failed — instead of leaving the shopper, who
 // read "pending", with NOT_FOUND for good.
 func TestPlacedUnknownFollowedUntilStored(t *testing.T) {
-	srv := redistest.New(t)
-	st := stocktest.Open(t, srv.Addr(), stocktest.WithOptions(stock.Options{Timeout: 300 * time.Millisecond}))
-	store, err := orderstore.OpenFile(t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { store.Close() })
-	ids, _ := orderid.NewGenerator(1, func() int64 { return time.Now().UnixMilli() })
-	logs := new(logBuffer)
-	svc := New(Deps{Store: st, Sales: catalog.NewRegistry(), IDs: ids, Results: store, Node: 1, Breakers: NewBreakers(1000, time.Hour, nil, nil),
-		Log: slog.New(slog.NewTextHandler(logs, nil))})
-	now := time.Now()
-	sale := &catalog.Sale{ProductID: "pf", Name: "pf", PriceCents: 100, Stock: 10, Limit: 1,
-		StartMs: now.Add(-time.Hour).UnixMilli(), EndMs: now.Add(time.Hour).UnixMilli()}
-	if err := svc.Apply(context.Background(), &Settings{Catalog: []*catalog.Sale{sale}, TokenTTL: time.Minute}); err != nil {
-		t.Fatal(err)
-	}
-	r := &doRig{srv: srv, st: st, svc: svc, logs: logs}
+	r := newStoredRig(t, "pf", stock.Options{Timeout: 300 * time.Millisecond})
+	srv, svc, logs := r.srv, r.svc, r.logs
 	if code := r.do("pf", "warmup"); code != 200 {
 		t.Fatalf("warm-up purchase: %d", code)
 	}
