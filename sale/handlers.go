@@ -447,6 +447,9 @@ func (s *Service) result(r *api.Call) {
 			}
 		}
 	}
+	if !ok {
+		o, ok = s.settleOrphan(string(r.ProductID), string(r.UserID), r.OrderID)
+	}
 	// Another shopper's order is indistinguishable from no order.
 	if !ok || o.UserID != string(r.UserID) {
 		api.UnknownOrder.Write(r.Ctx)

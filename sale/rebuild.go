@@ -46,8 +46,8 @@ type rebuilder struct {
 	wg      sync.WaitGroup
 }
 
-// recoverTimeout bounds one recovery after the in-flight bound: the lock's
-// lifetime, the drain, the ledger reads and the writes. A recovery that
+// recoverTimeout bounds one recovery after the in-flight bound: the wait
+// for the other edges, the drain, the ledger reads and the writes. A recovery that
 // fails leaves the sale fenced; the next refresh starts another.
 const recoverTimeout = 15 * time.Second
 
@@ -158,11 +158,19 @@ func (s *Service) recoverSale(ctx context.Context, a *catalog.Sale, fence string
 		return nil
 	}
 	owner := strconv.Itoa(s.d.Node) + "|" + fence
-	got, err := s.d.Store.LockRecovery(ctx, p, owner, s.d.InFlight+recoverTimeout)
+	got, err := s.d.Store.LockRecovery(ctx, p, owner, lockLease)
 	if err != nil || !got {
 		return err // another edge rebuilds; this one waits for the fence to lift
 	}
+	ctx, stop := context.WithCancel(ctx)
+	renewed := make(chan struct{})
+	go func() {
+		defer close(renewed)
+		s.holdLock(ctx, stop, p, owner)
+	}()
 	defer func() {
+		stop()
+		<-renewed
 		uctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		defer cancel()
 		if err := s.d.Store.UnlockRecovery(uctx, p, owner); err != nil {
@@ -182,16 +190,7 @@ func (s *Service) recoverSale(ctx context.Context, a *catalog.Sale, fence string
 		return fmt.Errorf("sale %s: ledger: %w (the sale stays closed until the ledger answers)", p, err)
 	}
 	plan.Fence = fence
-	if st := s.settings.Load(); st != nil {
-		// Every token minted before now expires by now + its lifetime; a
-		// waiting room's token also by the end of its shopper's turn,
-		// which began before now. A horizon past the turns of shoppers
-		// admitted after the rebuild would refuse every token they get
-		// (nemesis seed 11: BAD_TOKEN for token_ttl after a failover).
-		life := st.TokenTTL.Milliseconds()
-		if a.Room != nil && a.Room.SessionMs > 0 {
-			life = min(life, a.Room.SessionMs)
-		}
+	if life, ok := s.tokenLife(a); ok {
 		plan.TokensFromMs = s.d.Now()/1e6 + life
 	}
 	res, reopened, err := s.d.Store.Rebuild(ctx, plan)
@@ -219,6 +218,65 @@ func (s *Service) recoverSale(ctx context.Context, a *catalog.Sale, fence string
 		"ordersCorrected", len(plan.Orders), "waitedMs", waited.Milliseconds(), "waitedFor", why,
 		"closedMs", s.d.Now()/1e6-stock.FenceTime(fence))
 	return nil
+}
+
+// The rebuild lock is a lease its holder renews (holdLock): a holder that
+// dies (kill -9, its host lost) blocks the others for at most lockLease,
+// after which any edge's next refresh takes the rebuild over. Before, the
+// lock lived the whole rebuild budget (InFlight + recoverTimeout, ~20 s):
+// nemesis schedules with a Redis failover and an edge killed in the same
+// window kept sales closed 8–30 s (TestRebuildTakenOverWhenHolderKilled).
+// Losing the lease to a holder that was only slow (frozen past it) is
+// safe: every write of a rebuild is guarded by the fence, and two rebuilds
+// of one fence write the same (lua/set_buyers.lua, lua/reopen.lua).
+const (
+	lockLease = 1500 * time.Millisecond
+	lockRenew = lockLease / 5
+)
+
+// holdLock renews the rebuild lock every lockRenew until ctx ends; when the
+// lock is found lost, or not renewed for a whole lease, it cancels the
+// rebuild (stop): another edge may hold it now.
+func (s *Service) holdLock(ctx context.Context, stop context.CancelFunc, p, owner string) {
+	t := time.NewTicker(lockRenew)
+	defer t.Stop()
+	last := time.Now()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		held, err := s.d.Store.RenewRecovery(ctx, p, owner, lockLease)
+		switch {
+		case err == nil && held:
+			last = time.Now()
+		case err == nil || time.Since(last) >= lockLease:
+			if ctx.Err() == nil {
+				s.d.Log.Warn("rebuild lock lost; another edge may rebuild the sale", "product", p, "err", err)
+			}
+			stop()
+			return
+		}
+	}
+}
+
+// tokenLife is the longest a purchase token of the sale lives, ms: every
+// token minted before now expires by now + tokenLife. A waiting room's
+// token also expires by the end of its shopper's turn, which began before
+// now. A horizon past the turns of shoppers admitted after it would refuse
+// every token they get (nemesis seed 11: BAD_TOKEN for token_ttl after a
+// failover). false before the settings are loaded.
+func (s *Service) tokenLife(a *catalog.Sale) (int64, bool) {
+	st := s.settings.Load()
+	if st == nil {
+		return 0, false
+	}
+	life := st.TokenTTL.Milliseconds()
+	if a.Room != nil && a.Room.SessionMs > 0 {
+		life = min(life, a.Room.SessionMs)
+	}
+	return life, true
 }
 
 // quiet waits until what this edge started before it saw the fence is

@@ -27,7 +27,22 @@ type roomView struct {
 	keyed  atomic.Bool
 	ranked atomic.Bool
 	active atomic.Int64
-	joins  [numJoinResults]metrics.Counter
+	// seen is the most tickets this edge has seen the room give (the
+	// joined count's high-water mark): what a room Redis forgot numbers
+	// new joins after (stock.PlaceAsk.Seen).
+	seen  atomic.Int64
+	joins [numJoinResults]metrics.Counter
+}
+
+// store installs the admission state read from Redis.
+func (v *roomView) store(vs *room.State) {
+	v.state.Store(vs)
+	for {
+		cur := v.seen.Load()
+		if vs.Joined <= cur || v.seen.CompareAndSwap(cur, vs.Joined) {
+			return
+		}
+	}
 }
 
 type joinResult int

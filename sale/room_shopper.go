@@ -266,7 +266,8 @@ func (s *Service) place(r *api.Call, rm *room.Room, rv *roomView, id room.ID, he
 	nowMs := r.NowNano / 1e6
 	var idHex [2 * room.IDLen]byte
 	p, err := s.d.Store.RoomPlace(context.Background(), roomSaleOf(r.Sale.Sale), stock.PlaceAsk{
-		User: view(r.UserID), ID: view(id.AppendHex(idHex[:0])), NowMs: nowMs, MaxActive: rm.MaxActive, SessionMs: rm.SessionMs})
+		User: view(r.UserID), ID: view(id.AppendHex(idHex[:0])), NowMs: nowMs, MaxActive: rm.MaxActive, SessionMs: rm.SessionMs,
+		Held: max(held, 0), Seen: rv.seen.Load()})
 	if err != nil {
 		s.d.Log.Warn("queue place failed", "product", r.Sale.ProductID, "err", err)
 		return roomAnswer{}, api.Busy
@@ -289,7 +290,7 @@ func (s *Service) placeAnswer(rm *room.Room, rv *roomView, id room.ID, p stock.R
 		return roomAnswer{}, api.BadTicket
 	}
 	vs := stateOf(&p.State)
-	rv.state.Store(&vs)
+	rv.store(&vs)
 	a := roomAnswerOf(rm, &p, &vs, nowMs)
 	a.id, a.place, a.reissue = id, p.Place, joined || p.Place != held
 	return a, nil
@@ -447,7 +448,8 @@ func (s *Service) gate(r *api.Call, st *Settings, rm *room.Room) (untilMs int64,
 	}
 	var idHex [2 * room.IDLen]byte
 	p, err := s.d.Store.RoomPlace(context.Background(), roomSaleOf(r.Sale.Sale), stock.PlaceAsk{
-		User: view(r.UserID), ID: view(id.AppendHex(idHex[:0])), NowMs: nowMs, MaxActive: rm.MaxActive, SessionMs: rm.SessionMs})
+		User: view(r.UserID), ID: view(id.AppendHex(idHex[:0])), NowMs: nowMs, MaxActive: rm.MaxActive, SessionMs: rm.SessionMs,
+		Held: max(held, 0), Seen: rv.seen.Load()})
 	if err != nil {
 		return 0, refusal{rej: api.Busy}
 	}
@@ -458,7 +460,7 @@ func (s *Service) gate(r *api.Call, st *Settings, rm *room.Room) (untilMs int64,
 		return 0, refusal{rej: api.BadTicket}
 	}
 	vs := stateOf(&p.State)
-	rv.state.Store(&vs)
+	rv.store(&vs)
 	if p.UntilMs > nowMs {
 		return p.UntilMs, refusal{}
 	}

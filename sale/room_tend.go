@@ -114,7 +114,7 @@ func (s *Service) refreshRoom(ctx context.Context, e catalog.Entry, nowMs int64)
 	}
 	vs := stateOf(&info)
 	view := s.rooms.ensure(e.ProductID)
-	view.state.Store(&vs)
+	view.store(&vs)
 	if info.Ranked {
 		view.ranked.Store(true)
 	}

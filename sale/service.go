@@ -130,6 +130,7 @@ type Service struct {
 	interval time.Duration // the refresh loop's
 
 	unknown unknowns // purchases of unknown outcome to settle (unknown.go)
+	startMs int64    // when this Service was made, unix ms: the heartbeat says it (EdgeBeat)
 
 	rooms roomViews // the waiting rooms as this edge last read them (room.go)
 }
@@ -162,7 +163,7 @@ func New(d Deps) *Service {
 	if d.RefreshInterval <= 0 {
 		d.RefreshInterval = conf.SaleConfig{}.WithDefaults().RefreshInterval
 	}
-	s := &Service{d: d, interval: d.RefreshInterval, cat: newCatalogView()}
+	s := &Service{d: d, interval: d.RefreshInterval, cat: newCatalogView(), startMs: d.Now() / 1e6}
 	empty := map[string]bool{}
 	s.degraded.Store(&empty)
 	return s
@@ -261,7 +262,7 @@ func (s *Service) Start() {
 
 // heartbeat tells the other edges this one is alive (stock.Store.LiveEdges).
 func (s *Service) heartbeat(ctx context.Context) {
-	if err := s.d.Store.Heartbeat(ctx, s.d.Node, s.d.Now()/1e6); err != nil && ctx.Err() == nil {
+	if err := s.d.Store.Heartbeat(ctx, s.d.Node, s.d.Now()/1e6, s.startMs); err != nil && ctx.Err() == nil {
 		s.d.Log.Debug("heartbeat not written", "err", err)
 	}
 }

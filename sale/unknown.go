@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"flashgate/metrics"
+	"flashgate/orders/orderid"
 	"flashgate/orders/stock"
 )
 
@@ -20,7 +21,9 @@ import (
 // (placed: it goes the normal way, the outbox relay sends its event), or
 // makes sure it can never happen and records it as a failed order, which
 // the result call then answers. Until then the result call answers
-// NOT_FOUND, which the page reads as "not yet".
+// NOT_FOUND, which the page reads as "not yet". When the edge dies (or
+// restarts) before it settled the attempt, any edge's result call settles
+// it (settleOrphan).
 
 const (
 	// maxUnknown bounds the attempts waiting to be settled: one stall of
@@ -51,8 +54,9 @@ type unknowns struct {
 }
 
 type unknownAttempt struct {
-	a     stock.Attempt // strings owned
-	since int64         // unix ns, the edge's clock
+	a      stock.Attempt // strings owned
+	since  int64         // unix ns, the edge's clock
+	placed bool          // found placed in Redis, not yet in the order store
 }
 
 type unknownResult int
@@ -118,6 +122,19 @@ func (s *Service) resolveUnknowns() {
 			case errors.Is(err, stock.ErrClosed):
 				// Shutting down: what is placed goes the normal way.
 				u.results[unknownGivenUp].Inc()
+			case v == stock.Placed && time.Duration(s.d.Now()-p.since) <= unknownGiveUp && !s.storedOrder(&p.a):
+				// Placed in Redis, but its event is only in the outbox
+				// until the relay sends it: a Redis that goes back in time
+				// now (a lagging replica promoted) loses the order and its
+				// event, and the shopper who read "pending" would read
+				// NOT_FOUND for good (nemesis seed 202). Followed until the
+				// order store has it; gone from Redis meanwhile, it is
+				// settled again (failed, once the sale is rebuilt).
+				if !p.placed {
+					p.placed = true
+					s.d.Log.Info("purchase of unknown outcome placed; followed until stored", "product", p.a.ProductID, "order", p.a.ID)
+				}
+				keep = append(keep, p)
 			case v == stock.Placed:
 				progress = true
 				u.results[unknownPlaced].Inc()
@@ -175,6 +192,79 @@ func (s *Service) settleOne(a *stock.Attempt) (stock.Verdict, error) {
 		}
 	}
 	return s.d.Store.ResolveUnknown(ctx, a, true)
+}
+
+// orphanAge is how old a purchase of unknown outcome must be before an edge
+// other than the one that made it settles it from the shopper's result
+// call (settleOrphan). It also bounds how often such a settlement can make
+// a sale refuse the tokens minted before it: once per orphanAge at most,
+// whatever order ids a caller makes up.
+const orphanAge = 5 * time.Second
+
+// settleOrphan settles, from a result call that found no order, a purchase
+// of unknown outcome whose edge died or restarted before it settled it
+// (nemesis finding 4: its result answered NOT_FOUND for good). The order id
+// names the edge (its node) and the attempt's time; an edge that is alive
+// and started before the attempt follows it itself (resolveUnknowns), so
+// only an orphan — its edge's heartbeat stale, or its process started
+// after the attempt — younger than the edge's own give-up (an id that names
+// no edge that ever ran, or is older, answers NOT_FOUND as before) is
+// settled here: placed if its order is in Redis,
+// else made impossible and recorded failed (stock.Store.ResolveOrphan),
+// which the shopper's result then says. Only an edge that can read the
+// order store settles one: an order whose Redis state expired is there.
+// It answers the order as it then is, false for "not yet".
+func (s *Service) settleOrphan(productID, userID string, orderID int64) (stock.OrderInfo, bool) {
+	e, known := s.d.Sales.GetString(productID)
+	life, loaded := int64(0), false
+	if known {
+		life, loaded = s.tokenLife(e.Sale)
+	}
+	node, created := orderid.Node(orderID), orderid.Time(orderID).UnixMilli()
+	now := s.d.Now() / 1e6
+	switch {
+	case !loaded || s.d.Results == nil || created > now-orphanAge.Milliseconds() || created < now-unknownGiveUp.Milliseconds():
+		// Too young (its edge may still settle it), or older than any
+		// edge follows an unknown order: not made up here.
+		return stock.OrderInfo{}, false
+	case node == s.d.Node && s.startMs <= created:
+		return stock.OrderInfo{}, false // this process follows it
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), lookupTimeout)
+	defer cancel()
+	last, start, err := s.d.Store.EdgeBeat(ctx, node)
+	switch {
+	case err != nil || last == 0:
+		return stock.OrderInfo{}, false // no edge of that number ever ran
+	case last >= now-3*s.interval.Milliseconds() && (start == 0 || start <= created):
+		return stock.OrderInfo{}, false // alive, and it follows it
+	}
+	v, err := s.d.Store.ResolveOrphan(ctx, stock.Orphan{ProductID: productID, OrderID: orderID, UserID: userID,
+		TokensFromMs: now + life, CoveredMs: created + life})
+	if err != nil || v == stock.ResolveLater {
+		return stock.OrderInfo{}, false
+	}
+	if v == stock.NotPlaced {
+		s.unknown.results[unknownNotPlaced].Inc()
+	} else {
+		s.unknown.results[unknownPlaced].Inc()
+	}
+	s.d.Log.Info("purchase of unknown outcome settled for the edge that made it, which died or restarted",
+		"product", productID, "order", orderID, "node", node, "verdict", v.String())
+	o, ok, err := s.d.Store.OrderState(ctx, productID, orderID)
+	return o, ok && err == nil
+}
+
+// storedOrder reports whether the order store has the attempt's order; true
+// when this edge has no order store to ask (Redis's word is all it has).
+func (s *Service) storedOrder(a *stock.Attempt) bool {
+	if s.d.Results == nil {
+		return true
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), lookupTimeout)
+	defer cancel()
+	_, found, err := s.d.Results.Get(ctx, a.ProductID, a.ID)
+	return err == nil && found
 }
 
 // unknownPending is how many attempts wait to be settled.

@@ -2,7 +2,9 @@ package sale
 
 import (
 	"context"
+	"encoding/binary"
 	"encoding/json"
+	"log/slog"
 	"strconv"
 	"strings"
 	"testing"
@@ -12,8 +14,12 @@ import (
 
 	"flashgate/internal/await"
 	"flashgate/internal/redistest"
+	"flashgate/internal/stocktest"
+	"flashgate/orders/orderid"
+	"flashgate/orders/orderstore"
 	"flashgate/orders/stock"
 	"flashgate/sale/api"
+	"flashgate/sale/catalog"
 )
 
 // TestRefusedDeductionIsNotSent: with Redis stopped, a purchase whose call
@@ -162,5 +168,143 @@ func TestUnknownOutcomeNotPlacedReadsFailed(t *testing.T) {
 	rd.Do(ctx, rd.B().Set().Key(key).Value(left).Build())
 	if code := r.do("np", "shopper"); code != 200 {
 		t.Fatalf("a new attempt after the repair: %d, want 200", code)
+	}
+}
+
+// newStoredRig is a sale service of node 1 selling product (10 units,
+// token_ttl 1m) on its own Redis, with an order store to ask (the
+// embedded file store).
+func newStoredRig(t *testing.T, product string, opts stock.Options) *doRig {
+	t.Helper()
+	srv := redistest.New(t)
+	st := stocktest.Open(t, srv.Addr(), stocktest.WithOptions(opts))
+	store, err := orderstore.OpenFile(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { store.Close() })
+	ids, _ := orderid.NewGenerator(1, func() int64 { return time.Now().UnixMilli() })
+	logs := new(logBuffer)
+	svc := New(Deps{Store: st, Sales: catalog.NewRegistry(), IDs: ids, Results: store, Node: 1,
+		Breakers: NewBreakers(1000, time.Hour, nil, nil), Log: slog.New(slog.NewTextHandler(logs, nil))})
+	now := time.Now()
+	sale := &catalog.Sale{ProductID: product, Name: product, PriceCents: 100, Stock: 10, Limit: 1,
+		StartMs: now.Add(-time.Hour).UnixMilli(), EndMs: now.Add(time.Hour).UnixMilli()}
+	if err := svc.Apply(context.Background(), &Settings{Catalog: []*catalog.Sale{sale}, TokenTTL: time.Minute}); err != nil {
+		t.Fatal(err)
+	}
+	return &doRig{srv: srv, st: st, svc: svc, logs: logs}
+}
+
+// TestResultSettlesOrphans: a result call that finds no order settles it
+// as an orphan — failed, the sale then refusing the tokens minted before —
+// only when the order id names an edge that ran and is gone (its heartbeat
+// stale) or restarted after the order, and the order is between 5 s and 5
+// min old; any other id answers NOT_FOUND and writes nothing.
+func TestResultSettlesOrphans(t *testing.T) {
+	r := newStoredRig(t, "oh", stock.Options{})
+	svc, st, now := r.svc, r.st, time.Now()
+	ctx := context.Background()
+	// Edge 2 beat until 10 s ago (gone); edge 3 beats now, started an hour
+	// ago (alive: it follows its own); edge 4 beats now but started 2 s ago
+	// (restarted: it forgot); edge 5 never ran.
+	nowMs := now.UnixMilli()
+	for _, b := range []struct{ node, last, start int64 }{{2, nowMs - 10_000, nowMs - 3_600_000}, {3, nowMs, nowMs - 3_600_000}, {4, nowMs, nowMs - 2_000}} {
+		if err := st.Heartbeat(ctx, int(b.node), b.last, b.start); err != nil {
+			t.Fatal(err)
+		}
+	}
+	idOf := func(node int, ago time.Duration) int64 {
+		g, err := orderid.NewGenerator(node, func() int64 { return now.Add(-ago).UnixMilli() })
+		if err != nil {
+			t.Fatal(err)
+		}
+		return g.Next()
+	}
+	result := func(id int64) (int, string) {
+		req := &api.Call{Ctx: new(fasthttp.RequestCtx), NowNano: time.Now().UnixNano(), Endpoint: api.EndpointResult,
+			UserID: []byte("shopper"), ProductID: []byte("oh"), OrderID: id}
+		svc.Handle(req)
+		return req.Ctx.Response.StatusCode(), string(req.Ctx.Response.Body())
+	}
+	for _, tc := range []struct {
+		name   string
+		id     int64
+		failed bool
+	}{
+		{"gone edge, 6 s old", idOf(2, 6*time.Second), true},
+		{"restarted edge, 6 s old", idOf(4, 6*time.Second), true},
+		{"gone edge, 2 s old", idOf(2, 2*time.Second), false},
+		{"gone edge, 10 min old", idOf(2, 10*time.Minute), false},
+		{"live edge", idOf(3, 6*time.Second), false},
+		{"edge that never ran", idOf(5, 6*time.Second), false},
+	} {
+		code, body := result(tc.id)
+		if tc.failed && (code != 200 || !strings.Contains(body, `"status":"failed"`)) {
+			t.Errorf("%s: %d %s, want 200 failed", tc.name, code, body)
+		}
+		if !tc.failed && code != 404 {
+			t.Errorf("%s: %d %s, want 404", tc.name, code, body)
+		}
+	}
+	// The settlement refused the tokens minted before it (expiring within
+	// the token life from now); one minted after still buys.
+	buy := func(user string, tokenExp time.Time) (int, string) {
+		req := &api.Call{Ctx: new(fasthttp.RequestCtx), NowNano: time.Now().UnixNano(), Endpoint: api.EndpointDo,
+			UserID: []byte(user), ProductID: []byte("oh"), Qty: 1, TokenExpiresMs: tokenExp.UnixMilli(), Checked: api.TokenValid}
+		binary.BigEndian.PutUint64(req.TokenNonce[:], nonceSeq.Add(1))
+		svc.Handle(req)
+		return req.Ctx.Response.StatusCode(), string(req.Ctx.Response.Body())
+	}
+	if code, body := buy("older", now.Add(30*time.Second)); code != 403 || !strings.Contains(body, "BAD_TOKEN") {
+		t.Errorf("a token minted before the settlement: %d %s, want 403 BAD_TOKEN", code, body)
+	}
+	if code, body := buy("newer", time.Now().Add(2*time.Minute)); code != 200 {
+		t.Errorf("a token minted after the settlement: %d %s, want 200", code, body)
+	}
+}
+
+// TestPlacedUnknownFollowedUntilStored (nemesis seed 202): a purchase of
+// unknown outcome found placed in Redis is followed until the order store
+// has it. When Redis then loses the order before its event left the outbox
+// (here: the order deleted, as a lagging replica's promotion loses it), the
+// edge settles it again — failed — instead of leaving the shopper, who
+// read "pending", with NOT_FOUND for good.
+func TestPlacedUnknownFollowedUntilStored(t *testing.T) {
+	r := newStoredRig(t, "pf", stock.Options{Timeout: 300 * time.Millisecond})
+	srv, svc, logs := r.srv, r.svc, r.logs
+	if code := r.do("pf", "warmup"); code != 200 {
+		t.Fatalf("warm-up purchase: %d", code)
+	}
+	srv.Pause()
+	code, body := r.doBody("pf", "shopper")
+	srv.Resume()
+	ans := parseOrderAnswer(t, body)
+	if code != 503 || ans.Status != "unknown" {
+		t.Fatalf("purchase while Redis hangs: %d %s, want 503 unknown", code, body)
+	}
+	await.Until(t, 10*time.Second, "the edge found the attempt placed", func() bool {
+		return strings.Contains(logs.String(), "purchase of unknown outcome placed") ||
+			strings.Contains(logs.String(), "purchase of unknown outcome settled: placed")
+	})
+	if code, body := r.result("pf", "shopper", ans.OrderID); code != 200 || !strings.Contains(body, `"status":"pending"`) {
+		t.Fatalf("result of the placed order: %d %s, want pending", code, body)
+	}
+	// Redis loses the order (and its event with the outbox, never sent).
+	id, _ := strconv.ParseInt(ans.OrderID, 10, 64)
+	rd := (&roomRig{t: t}).client(srv.Addr())
+	ctx := context.Background()
+	if err := rd.Do(ctx, rd.B().Hdel().Key(stock.OrderBucketKey("pf", id)).Field(ans.OrderID).Build()).Error(); err != nil {
+		t.Fatal(err)
+	}
+	if err := rd.Do(ctx, rd.B().Del().Key(stock.OrderKey("pf", id)).Build()).Error(); err != nil {
+		t.Fatal(err)
+	}
+	await.Until(t, 10*time.Second, "the lost order settled failed", func() bool {
+		code, body := r.result("pf", "shopper", ans.OrderID)
+		return code == 200 && strings.Contains(body, `"status":"failed"`)
+	})
+	if n := svc.unknown.results[unknownPlaced].Value(); n != 0 {
+		t.Errorf("counted placed %d times for an order Redis lost before it was stored", n)
 	}
 }

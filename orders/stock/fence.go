@@ -110,12 +110,38 @@ func (s *Store) QuietNodes(ctx context.Context, productID, fence string) (map[in
 	return out, nil
 }
 
-// Heartbeat records that node is alive, for LiveEdges.
-func (s *Store) Heartbeat(ctx context.Context, node int, nowMs int64) error {
+// Heartbeat records that node is alive, for LiveEdges, and since when
+// (startMs, the process's start: EdgeBeat).
+func (s *Store) Heartbeat(ctx context.Context, node int, nowMs, startMs int64) error {
 	ctx, cancel := s.call(ctx)
 	defer cancel()
+	n := strconv.Itoa(node)
 	return s.c.Do(ctx, s.c.B().Hset().Key(edgesKey).FieldValue().
-		FieldValue(strconv.Itoa(node), i64(nowMs)).Build()).Error()
+		FieldValue(n, i64(nowMs)).FieldValue(n+startField, i64(startMs)).Build()).Error()
+}
+
+// startField follows a node's number in sk:edges: the start of the process
+// that beats for it (LiveEdges reads only the numbers).
+const startField = ":start"
+
+// EdgeBeat is node's last heartbeat and the start of the process that wrote
+// it, unix ms (0 when unknown: never beat, or an older edge that did not
+// write its start).
+func (s *Store) EdgeBeat(ctx context.Context, node int) (lastMs, startMs int64, err error) {
+	ctx, cancel := s.call(ctx)
+	defer cancel()
+	n := strconv.Itoa(node)
+	v, err := s.c.Do(ctx, s.c.B().Hmget().Key(edgesKey).Field(n, n+startField).Build()).ToArray()
+	if err != nil {
+		return 0, 0, fmt.Errorf("stock: edge %d: %w", node, err)
+	}
+	ms := make([]int64, 2)
+	for i := range min(len(v), 2) {
+		if str, err := v[i].ToString(); err == nil {
+			ms[i], _ = strconv.ParseInt(str, 10, 64)
+		}
+	}
+	return ms[0], ms[1], nil
 }
 
 // LiveEdges lists the nodes whose last heartbeat is at or after sinceMs.
@@ -145,7 +171,7 @@ func (s *Store) LockRecovery(ctx context.Context, productID, owner string, ttl t
 	}
 	ctx, cancel := s.call(ctx)
 	defer cancel()
-	err := s.c.Do(ctx, s.c.B().Set().Key(recoverKey(productID)).Value(owner).Nx().Px(ttl).Build()).Error()
+	err := s.c.Do(ctx, s.c.B().Set().Key(RecoverKey(productID)).Value(owner).Nx().Px(ttl).Build()).Error()
 	if rueidis.IsRedisNil(err) {
 		return false, nil
 	}
@@ -155,6 +181,24 @@ func (s *Store) LockRecovery(ctx context.Context, productID, owner string, ttl t
 	return true, nil
 }
 
+// RenewRecovery extends the lock to ttl from now if owner still holds it;
+// false when it does not (it lapsed, and maybe another edge took it). The
+// lock is a short lease its holder renews while it rebuilds, so that a
+// holder that died (kill -9, a lost host) stops blocking the others within
+// one lease, not within a whole rebuild's budget.
+func (s *Store) RenewRecovery(ctx context.Context, productID, owner string, ttl time.Duration) (bool, error) {
+	if err := checkProduct(productID); err != nil {
+		return false, err
+	}
+	ctx, cancel := s.call(ctx)
+	defer cancel()
+	n, err := unlockScript.Exec(ctx, s.c, []string{RecoverKey(productID)}, []string{owner, i64(ttl.Milliseconds())}).AsInt64()
+	if err != nil {
+		return false, fmt.Errorf("stock: renew lock %s: %w", productID, err)
+	}
+	return n == 1, nil
+}
+
 // UnlockRecovery releases the lock if owner still holds it.
 func (s *Store) UnlockRecovery(ctx context.Context, productID, owner string) error {
 	if err := checkProduct(productID); err != nil {
@@ -162,5 +206,5 @@ func (s *Store) UnlockRecovery(ctx context.Context, productID, owner string) err
 	}
 	ctx, cancel := s.call(ctx)
 	defer cancel()
-	return unlockScript.Exec(ctx, s.c, []string{recoverKey(productID)}, []string{owner}).Error()
+	return unlockScript.Exec(ctx, s.c, []string{RecoverKey(productID)}, []string{owner}).Error()
 }

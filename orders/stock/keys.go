@@ -35,8 +35,8 @@ const (
 	// hashes), buyersset. warm.lua writes it; the fence, the settle and the
 	// rebuild scripts update it.
 	metaSuffix = "meta"
-	// sk:{p}:recover, string: the owner of the rebuild lock
-	// (LockRecovery, lua/unlock.lua).
+	// sk:{p}:recover, string: the owner of the rebuild lock, a short lease
+	// its holder renews (LockRecovery, RenewRecovery, lua/unlock.lua).
 	recoverSuffix = "recover"
 	// sk:{p}:u:<user>, string integer: units the user bought; TTL sale end
 	// + BuyerGrace. Per-key layout: deduct.lua, settle.lua, set_buyers.lua.
@@ -112,7 +112,8 @@ const (
 	catalogKey = "sk:catalog"
 	// sk:catalog:ver, hash: product id -> the entry's version (catalog.go).
 	catalogVersionKey = "sk:catalog:ver"
-	// sk:edges, hash: node id -> unix ms of its last Heartbeat.
+	// sk:edges, hash: node id -> unix ms of its last Heartbeat;
+	// <node id>:start -> unix ms its process started (EdgeBeat).
 	edgesKey = "sk:edges"
 	// sk:degrade, hash: product id -> "<version>:<0|1>" (lua/degrade.lua).
 	degradeKey = "sk:degrade"
@@ -181,8 +182,9 @@ func RelaysKey(product string) string { return prefix(product) + relaysSuffix }
 // TimelineKey is sk:{p}:tl, the edges' per-second records of the sale.
 func TimelineKey(product string) string { return prefix(product) + timelineSuffix }
 
-// recoverKey is sk:{p}:recover, the lock of the edge rebuilding the sale.
-func recoverKey(product string) string { return prefix(product) + recoverSuffix }
+// RecoverKey is sk:{p}:recover, the lock of the edge rebuilding the sale
+// (exported for the tests that watch who holds it).
+func RecoverKey(product string) string { return prefix(product) + recoverSuffix }
 
 // BuyerKey is sk:{p}:u:<user>.
 func BuyerKey(product, user string) string { return prefix(product) + buyerSuffix + user }

@@ -180,6 +180,12 @@ type PlaceAsk struct {
 	NowMs     int64
 	MaxActive int64
 	SessionMs int64
+	// Held is the place the shopper's signed ticket carries (0: none); a
+	// shopper the room forgot is put back at it (lua/room_place.lua).
+	Held int64
+	// Seen is the most tickets the edge has seen the room give (its
+	// joined count): new joins are numbered past it after such a restore.
+	Seen int64
 }
 
 // RoomPlace reads the shopper's place and admits them if the line reached
@@ -195,7 +201,8 @@ func (s *Store) RoomPlace(ctx context.Context, r RoomSale, q PlaceAsk) (RoomPlac
 	defer cancel()
 	vals, err := wrPlaceScript.Exec(cctx, s.c,
 		[]string{roomKey(r.Product), roomUserKey(r.Product, q.User), roomRankKey(r.Product), roomActiveKey(r.Product), roomPreKey(r.Product)},
-		[]string{i64(q.NowMs), q.ID, i64(q.MaxActive), i64(q.SessionMs), i64(r.ExpireAtMs), i64(r.StartMs), i64(r.RatePerMinute)}).ToArray()
+		[]string{i64(q.NowMs), q.ID, i64(q.MaxActive), i64(q.SessionMs), i64(r.ExpireAtMs), i64(r.StartMs), i64(r.RatePerMinute),
+			i64(q.Held), i64(q.Seen)}).ToArray()
 	if err != nil {
 		return RoomPlace{}, fmt.Errorf("stock: room place: %w", err)
 	}

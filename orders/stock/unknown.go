@@ -7,6 +7,9 @@ import (
 	"strconv"
 
 	"github.com/redis/rueidis"
+
+	"flashgate/orders/order"
+	"flashgate/orders/orderid"
 )
 
 //go:embed lua/resolve_unknown.lua
@@ -84,6 +87,59 @@ func (s *Store) ResolveUnknown(ctx context.Context, a *Attempt, fence bool) (Ver
 	}
 	if n < 0 || n >= int64(len(verdictNames)) {
 		return ResolveLater, fmt.Errorf("stock: settle order %s/%d: script answered %d", p, a.ID, n)
+	}
+	return Verdict(n), nil
+}
+
+// Orphan is a purchase of unknown outcome whose edge died (or restarted)
+// before it settled it: another edge knows only what the shopper's result
+// call names — the order id (and with it the node and the creation time)
+// and the user.
+type Orphan struct {
+	ProductID string
+	OrderID   int64
+	UserID    string
+	// TokensFromMs: if the attempt's token may still be honoured, every
+	// token expiring at or before this is refused from now on (now + the
+	// longest token life, as a rebuild sets it).
+	TokensFromMs int64
+	// CoveredMs: the attempt's token expired at or before this (its
+	// creation + the longest token life); a sale already refusing tokens
+	// up to it needs no new horizon.
+	CoveredMs int64
+}
+
+// ResolveOrphan settles an orphan (see lua/resolve_unknown.lua, mode "2"):
+// Placed if its order exists, NotPlaced if it was settled failed or is
+// now — its token refused with every other token expiring by
+// TokensFromMs, so that its deduction can never run late, and a failed
+// order recorded for its result call — or ResolveLater while the sale is
+// closed or on an unverified Redis. The cost of not knowing the token:
+// shoppers holding a token minted before now are refused it once (403
+// BAD_TOKEN; they fetch another), as after a rebuild.
+func (s *Store) ResolveOrphan(ctx context.Context, o Orphan) (Verdict, error) {
+	if err := checkProduct(o.ProductID); err != nil {
+		return ResolveLater, err
+	}
+	if !order.ValidUserID(o.UserID) || o.OrderID <= 0 || o.TokensFromMs < o.CoveredMs {
+		return ResolveLater, fmt.Errorf("%w: orphan %+v", ErrInvalid, o)
+	}
+	if s.closed.Load() {
+		return ResolveLater, ErrClosed
+	}
+	p := o.ProductID
+	const noNonce = "000000000000000000000000" // KEYS[4] and [5] are unused in this mode
+	keys := []string{StockKey(p), MetaKey(p), OrderKey(p, o.OrderID), TokenKey(p, noNonce), TokenBucketKey(p, o.CoveredMs), OrderBucketKey(p, o.OrderID)}
+	args := []string{o.UserID, "0", "0", i64(orderid.Time(o.OrderID).UnixMilli()), strconv.Itoa(orderid.Node(o.OrderID)),
+		s.orderTTLMs, "2", s.layoutArg, noNonce, i64(o.OrderID), i64(o.TokensFromMs), i64(o.CoveredMs)}
+	ctx, cancel := s.call(ctx)
+	defer cancel()
+	n, err := resolveUnknownScript.Exec(ctx, s.c, keys, args).AsInt64()
+	if err != nil {
+		return ResolveLater, fmt.Errorf("stock: settle orphan %s/%d: %w", p, o.OrderID, err)
+	}
+	if n < 0 || n > int64(NotPlaced) {
+		return ResolveLater, fmt.Errorf("stock: settle orphan %s/%d: script answered %d", p, o.OrderID, n)
 	}
 	return Verdict(n), nil
 }

@@ -148,3 +148,47 @@ func TestSettleUnknownWaitsOnARedisThatMayHaveForgotten(t *testing.T) {
 		t.Fatalf("on the verified server: %v, want not placed", v)
 	}
 }
+
+// TestResolveOrphanRefusesItsToken: an orphan (its edge died before it
+// settled it; another edge knows only its order id and user) is settled
+// failed, and its deduction arriving late is refused: every token
+// expiring by the horizon is, while a token minted after still sells. An
+// orphan whose order exists is placed, and changes nothing.
+func TestResolveOrphanRefusesItsToken(t *testing.T) {
+	s, _ := openReal(t, Options{})
+	ctx := context.Background()
+	warm(t, s, "or", 10, 1)
+	a := attempt("or", "orphan", 1, 1)
+	o := Orphan{ProductID: "or", OrderID: a.ID, UserID: "orphan", CoveredMs: a.TokenExpiresMs, TokensFromMs: a.TokenExpiresMs + 1000}
+	if v, err := s.ResolveOrphan(ctx, o); err != nil || v != NotPlaced {
+		t.Fatalf("orphan never deducted: %v %v, want not placed", v, err)
+	}
+	if st, ok, err := s.OrderState(ctx, "or", a.ID); err != nil || !ok || st.State != StateFailed || st.UserID != "orphan" {
+		t.Fatalf("its order: %+v %v %v, want failed, the caller's user", st, ok, err)
+	}
+	if out := mustDeduct(t, s, a); out.Code != BadToken {
+		t.Fatalf("its late deduction: %v, want BAD_TOKEN", out.Code)
+	}
+	b := attempt("or", "minted-before", 1, 1)
+	b.TokenExpiresMs = o.TokensFromMs
+	if out := mustDeduct(t, s, b); out.Code != BadToken {
+		t.Fatalf("a token expiring at the horizon: %v, want BAD_TOKEN", out.Code)
+	}
+	c := attempt("or", "minted-after", 1, 1)
+	c.TokenExpiresMs = o.TokensFromMs + 1
+	if out := mustDeduct(t, s, c); out.Code != OK {
+		t.Fatalf("a token expiring after the horizon: %v, want OK", out.Code)
+	}
+	placed := Orphan{ProductID: "or", OrderID: c.ID, UserID: "minted-after", CoveredMs: c.TokenExpiresMs, TokensFromMs: c.TokenExpiresMs + 60_000}
+	if v, err := s.ResolveOrphan(ctx, placed); err != nil || v != Placed {
+		t.Fatalf("orphan whose order exists: %v %v, want placed", v, err)
+	}
+	d := attempt("or", "later", 1, 1)
+	d.TokenExpiresMs = c.TokenExpiresMs + 1
+	if out := mustDeduct(t, s, d); out.Code != OK {
+		t.Fatalf("a placed orphan moved the horizon: %v, want OK", out.Code)
+	}
+	if n := remaining(t, s, "or"); n != 8 {
+		t.Fatalf("stock %d, want 8", n)
+	}
+}

@@ -489,7 +489,7 @@ type edgeProc struct {
 }
 
 // startEdgeProc runs `bin args...` and waits for the edge's "started" log
-// line (JSON logs); it is stopped with SIGTERM (exit 0 expected) when the
+// line (JSON logs; `proxy orders`: the consumer's); it is stopped with SIGTERM (exit 0 expected) when the
 // test ends unless it was killed.
 func startEdgeProc(t *testing.T, bin string, args ...string) *edgeProc {
 	t.Helper()
@@ -513,7 +513,7 @@ func startEdgeProc(t *testing.T, bin string, args ...string) *edgeProc {
 				Msg string `json:"msg"`
 			}
 			parsed := json.Unmarshal([]byte(line), &rec) == nil
-			if parsed && rec.Msg == "flashgate edge started" {
+			if parsed && (rec.Msg == "flashgate edge started" || rec.Msg == "order consumer started") {
 				once.Do(func() { close(started) })
 			}
 			// Every 5xx is access-logged: under load they would push

@@ -14,6 +14,15 @@
 -- ARGV[6] order TTL ms   ARGV[7] "1" to fence, "0" to look only
 -- ARGV[8] "h": a failed order is made as a hash (Options.OrderHashes)
 -- ARGV[9] the token's nonce (its field in KEYS[5])   ARGV[10] the order id
+-- With ARGV[7] "2" (an orphan: the attempt's edge died before it settled
+-- it, and another edge settles it from the shopper's result call, knowing
+-- neither its token nor its quantity, price or creation: ARGV[2..4] are 0
+-- then): instead of the token's mark, every token expiring at or before
+-- ARGV[12] is refused from now on (meta tokens raised to ARGV[11], as a
+-- rebuild does), unless they are already (meta tokens >= ARGV[12], the
+-- orphan's creation + the longest token life): its token was minted before
+-- the attempt, so its late deduction, if any, is refused too. KEYS[4] and
+-- KEYS[5] are then unused.
 --
 -- Returns 1 placed (the order exists: the deduction ran and succeeded),
 -- 2 not placed (fenced, now or by an earlier call), 3 absent (looked only:
@@ -33,10 +42,13 @@ if meta[2] then
   local info = redis.pcall('INFO', 'server')
   if type(info) == 'string' and string.match(info, 'run_id:(%w+)') ~= meta[2] then return 0 end
 end
-if ARGV[7] ~= '1' then return 3 end
+if ARGV[7] == '0' then return 3 end
 -- The token mark outlives any late deduction worth fearing: as long as the
 -- order would have lived.
-if meta[3] == '2' then
+if ARGV[7] == '2' then
+  local from = tonumber(redis.call('HGET', KEYS[2], 'tokens') or '0') or 0
+  if from < tonumber(ARGV[12]) then redis.call('HSET', KEYS[2], 'tokens', math.max(from, tonumber(ARGV[11]))) end
+elseif meta[3] == '2' then
   -- The token hash lives at least that long: NX gives a new hash its
   -- expiry, GT lengthens an existing one's (and never shortens it).
   redis.call('HSET', KEYS[5], ARGV[9], '1')
