@@ -147,7 +147,7 @@ func (p *Pool) serve(ctx *fasthttp.RequestCtx, clientIP netip.Addr, proxies Trus
 	hook := p.m.OnResponse
 	var start time.Duration
 	if hook != nil {
-		start = monoNow()
+		start = MonoNow()
 	}
 
 	retries := 0
@@ -199,7 +199,7 @@ func (p *Pool) serve(ctx *fasthttp.RequestCtx, clientIP netip.Addr, proxies Trus
 	}
 	var waited time.Duration
 	if hook != nil {
-		waited = monoNow() - start
+		waited = MonoNow() - start
 	}
 	if failStatus != 0 {
 		writeError(ctx, failStatus)
@@ -212,13 +212,14 @@ func (p *Pool) serve(ctx *fasthttp.RequestCtx, clientIP netip.Addr, proxies Trus
 	}
 }
 
-// monoBase anchors monoNow.
-var monoBase = time.Now()
+// MonoBase anchors MonoNow.
+var MonoBase = time.Now()
 
-// monoNow reads the monotonic clock only: time.Since of a time.Time that
+// MonoNow reads the monotonic clock only: time.Since of a time.Time that
 // carries a monotonic reading skips the wall clock, so it costs one vDSO
-// clock_gettime where time.Now costs two (wall and monotonic).
-func monoNow() time.Duration { return time.Since(monoBase) }
+// clock_gettime where time.Now costs two (wall and monotonic). The edge's
+// request timing (proxy.reqClock) uses it too.
+func MonoNow() time.Duration { return time.Since(MonoBase) }
 
 // refuse answers a request the edge does not proxy and closes the
 // connection: a client that sent it may not frame what follows as we would.
@@ -390,28 +391,65 @@ func dialFunc(timeout time.Duration) fasthttp.DialFunc {
 	}
 }
 
-// maxDeadlineSlack bounds how much later than asked an origin connection's
-// socket deadline may fall (see originConn).
+// maxDeadlineSlack bounds how much later than asked a LazyConn's socket
+// deadline may fall.
 const maxDeadlineSlack = 100 * time.Millisecond
 
-// originConn is an origin connection that moves its socket deadlines
-// forward in steps instead of on every request. HostClient sets a read and
-// a write deadline per request (now + read_timeout, now + write_timeout),
-// each a timer update in the runtime; at sale rates a connection serves a
+// LazyConn is a TCP connection that moves its socket deadlines forward in
+// steps instead of on every request, as nginx defers a timer update that
+// would move it by less than NGX_TIMER_LAZY_DELAY. fasthttp sets a read and
+// a write deadline per request (now + timeout), each a timer update in the
+// runtime and one more clock read; at sale rates a connection serves a
 // request every few milliseconds, so the deadline already on the socket,
 // set a little further out than asked, still bounds the next request.
 // A timeout fires at most its slack late (1/16 of it, at most 100 ms),
 // never early: a deadline is kept only when it is not before the one asked.
-// HostClient uses a connection from one goroutine at a time.
-//
-// Its first read after a write yields the processor first: the origin has
-// not answered the request just written, so reading at once is an EAGAIN
-// read and a park on the poller; letting the runnable goroutines go first
-// gives the answer time to arrive (when none is runnable, it reads at once).
-type originConn struct {
+// Clearing a deadline and SetDeadline are exact. One goroutine at a time
+// sets a connection's deadlines (fasthttp's server and HostClient both).
+// Every other method is the TCP connection's (SyscallConn, ReadFrom: the
+// event streams' non-blocking sends and sendfile see through it).
+type LazyConn struct {
 	*net.TCPConn
 	read, write deadline
-	wrote       bool
+}
+
+// NewLazyConn wraps conn in a LazyConn when it is a TCP connection, and
+// returns it as it is otherwise.
+func NewLazyConn(conn net.Conn) net.Conn {
+	if tc, ok := conn.(*net.TCPConn); ok {
+		return &LazyConn{TCPConn: tc}
+	}
+	return conn
+}
+
+// SetReadDeadline asks for a read deadline of t (see LazyConn).
+func (c *LazyConn) SetReadDeadline(t time.Time) error {
+	return c.read.set(t, c.TCPConn.SetReadDeadline)
+}
+
+// SetWriteDeadline asks for a write deadline of t (see LazyConn).
+func (c *LazyConn) SetWriteDeadline(t time.Time) error {
+	return c.write.set(t, c.TCPConn.SetWriteDeadline)
+}
+
+// SetDeadline sets both exactly, as net.Conn's does.
+func (c *LazyConn) SetDeadline(t time.Time) error {
+	c.read, c.write = deadline{}, deadline{}
+	if err := c.TCPConn.SetDeadline(t); err != nil {
+		return err
+	}
+	c.read, c.write = deadline{at: t}, deadline{at: t}
+	return nil
+}
+
+// originConn is an origin connection: a LazyConn whose first read after a
+// write yields the processor first: the origin has not answered the
+// request just written, so reading at once is an EAGAIN read and a park on
+// the poller; letting the runnable goroutines go first gives the answer
+// time to arrive (when none is runnable, it reads at once).
+type originConn struct {
+	LazyConn
+	wrote bool
 }
 
 func (c *originConn) Write(p []byte) (int, error) {
@@ -436,27 +474,9 @@ type deadline struct {
 
 func newOriginConn(conn net.Conn) net.Conn {
 	if tc, ok := conn.(*net.TCPConn); ok {
-		return &originConn{TCPConn: tc}
+		return &originConn{LazyConn: LazyConn{TCPConn: tc}}
 	}
 	return conn
-}
-
-func (c *originConn) SetReadDeadline(t time.Time) error {
-	return c.read.set(t, c.TCPConn.SetReadDeadline)
-}
-
-func (c *originConn) SetWriteDeadline(t time.Time) error {
-	return c.write.set(t, c.TCPConn.SetWriteDeadline)
-}
-
-// SetDeadline sets both exactly, as net.Conn's does.
-func (c *originConn) SetDeadline(t time.Time) error {
-	c.read, c.write = deadline{}, deadline{}
-	if err := c.TCPConn.SetDeadline(t); err != nil {
-		return err
-	}
-	c.read, c.write = deadline{at: t}, deadline{at: t}
-	return nil
 }
 
 // set asks for a deadline of t: kept when the one on the socket is not
