@@ -207,24 +207,10 @@ func processCPU() time.Duration {
 //
 //	go test -run '^$' -bench ConnDeadlines -count 6 ./upstream/ | benchstat -col /conn -
 func BenchmarkConnDeadlines(b *testing.B) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer ln.Close()
 	const conns = 64
 	var clients, raw []net.Conn
 	for range conns {
-		c, err := net.Dial("tcp", ln.Addr().String())
-		if err != nil {
-			b.Fatal(err)
-		}
-		defer c.Close()
-		s, err := ln.Accept()
-		if err != nil {
-			b.Fatal(err)
-		}
-		defer s.Close()
+		c, s := tcpPair(b)
 		clients, raw = append(clients, c), append(raw, s)
 	}
 	const idle, read, write = 60 * time.Second, 5 * time.Second, 5 * time.Second

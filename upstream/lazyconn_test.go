@@ -1,7 +1,6 @@
 package upstream
 
 import (
-	"net"
 	"testing"
 	"time"
 )
@@ -12,21 +11,7 @@ import (
 // connection leave the socket's deadlines as they were: the read deadline
 // asked once the request is in never reaches it, the idle one is kept.
 func TestLazyConnServerCycleAllocs(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	client, err := net.Dial("tcp", ln.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer client.Close()
-	s, err := ln.Accept()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	client, s := tcpPair(t)
 	c := NewLazyConn(s).(*LazyConn)
 	req, buf := []byte("r"), make([]byte, 1)
 	cycle := func() {
