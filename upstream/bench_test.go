@@ -228,6 +228,8 @@ func BenchmarkConnDeadlines(b *testing.B) {
 			}
 			req, buf := []byte("r"), make([]byte, 1)
 			b.ReportAllocs()
+			cpu0 := processCPU()
+			defer func() { b.ReportMetric(float64(processCPU()-cpu0)/float64(b.N), "cpu-ns/op") }()
 			for i := 0; b.Loop(); i++ {
 				c := cs[i%conns]
 				if _, err := clients[i%conns].Write(req); err != nil {
