@@ -10,8 +10,9 @@ import (
 // reqClock is Handle's clock: one monotonic read per reading, where
 // time.Now reads the wall clock and the monotonic clock both (two vDSO
 // calls, ~25 ns each on a KVM clock). A request needs the monotonic time
-// for its latency and the wall time for its filters (NowNano: rate limits,
-// a session's expiry); the wall time is the monotonic reading plus the
+// for its latency and the wall time as its NowNano (the filters' rate
+// limits and session expiry, the sale's phase, token expiry and order
+// time); the wall time is the monotonic reading plus the
 // offset between the two clocks, taken from a time.Now at most
 // reqClockAnchor ago. A step or slew of the wall clock is seen within that
 // period; in between the wall time is off by at most the slew over it
