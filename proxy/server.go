@@ -264,10 +264,10 @@ func (s *Server) Serve(ln, adminLn net.Listener) error {
 
 // lazyListener hands out the shoppers' connections as upstream.LazyConn:
 // fasthttp sets three deadlines per keep-alive request (the idle wait, the
-// read, the write); the write deadline, now + write_timeout again and
-// again, then reaches the runtime's timers about once per 1/16 of the
-// timeout instead of on every answer. Every timeout still fires, at most
-// 1/16 of it (and at most 100 ms) late, never early.
+// read, the write), each a timer update in the runtime; through LazyConn a
+// busy connection's reach the timers about once per 100 ms instead of
+// three times per request. Every timeout still fires, at most 1/16 of it
+// (and at most 100 ms) late, never early.
 type lazyListener struct{ net.Listener }
 
 func (l lazyListener) Accept() (net.Conn, error) {
