@@ -196,3 +196,52 @@ func processCPU() time.Duration {
 	}
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
+
+// BenchmarkConnDeadlines: what fasthttp's server does with a keep-alive
+// connection's deadlines per request — the idle wait's read deadline, the
+// read of the request (it came whole), the read deadline once it is in, the
+// write deadline — on a real loopback socket, 64 connections as in bench
+// compare's wrk rounds, bare and as LazyConn. The client's write of the
+// request and the server's read are in both; the difference is what
+// LazyConn saves per request.
+//
+//	go test -run '^$' -bench ConnDeadlines -count 6 ./upstream/ | benchstat -col /conn -
+func BenchmarkConnDeadlines(b *testing.B) {
+	const conns = 64
+	var clients, raw []net.Conn
+	for range conns {
+		c, s := tcpPair(b)
+		clients, raw = append(clients, c), append(raw, s)
+	}
+	const idle, read, write = 60 * time.Second, 5 * time.Second, 5 * time.Second
+	for _, tc := range []struct {
+		name string
+		wrap func(net.Conn) net.Conn
+	}{
+		{"bare", func(c net.Conn) net.Conn { return c }},
+		{"lazy", NewLazyConn},
+	} {
+		b.Run("conn="+tc.name, func(b *testing.B) {
+			cs := make([]net.Conn, conns)
+			for i, c := range raw {
+				cs[i] = tc.wrap(c)
+			}
+			req, buf := []byte("r"), make([]byte, 1)
+			b.ReportAllocs()
+			cpu0 := processCPU()
+			defer func() { b.ReportMetric(float64(processCPU()-cpu0)/float64(b.N), "cpu-ns/op") }()
+			for i := 0; b.Loop(); i++ {
+				c := cs[i%conns]
+				if _, err := clients[i%conns].Write(req); err != nil {
+					b.Fatal(err)
+				}
+				c.SetReadDeadline(time.Now().Add(idle))
+				if _, err := c.Read(buf); err != nil {
+					b.Fatal(err)
+				}
+				c.SetReadDeadline(time.Now().Add(read))
+				c.SetWriteDeadline(time.Now().Add(write))
+			}
+		})
+	}
+}

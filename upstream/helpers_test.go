@@ -134,3 +134,22 @@ func mustBuild(t testing.TB, m *Manager, c conf.UpstreamsConfig) *Set {
 }
 
 func intPtr(n int) *int { return &n }
+
+// tcpPair is a connected loopback TCP pair, closed when the test ends.
+func tcpPair(tb testing.TB) (client, server net.Conn) {
+	tb.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	defer ln.Close()
+	if client, err = net.Dial("tcp", ln.Addr().String()); err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { client.Close() })
+	if server, err = ln.Accept(); err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { server.Close() })
+	return client, server
+}

@@ -147,7 +147,7 @@ func (p *Pool) serve(ctx *fasthttp.RequestCtx, clientIP netip.Addr, proxies Trus
 	hook := p.m.OnResponse
 	var start time.Duration
 	if hook != nil {
-		start = monoNow()
+		start = MonoNow()
 	}
 
 	retries := 0
@@ -199,7 +199,7 @@ func (p *Pool) serve(ctx *fasthttp.RequestCtx, clientIP netip.Addr, proxies Trus
 	}
 	var waited time.Duration
 	if hook != nil {
-		waited = monoNow() - start
+		waited = MonoNow() - start
 	}
 	if failStatus != 0 {
 		writeError(ctx, failStatus)
@@ -212,13 +212,14 @@ func (p *Pool) serve(ctx *fasthttp.RequestCtx, clientIP netip.Addr, proxies Trus
 	}
 }
 
-// monoBase anchors monoNow.
-var monoBase = time.Now()
+// MonoBase anchors MonoNow.
+var MonoBase = time.Now()
 
-// monoNow reads the monotonic clock only: time.Since of a time.Time that
+// MonoNow reads the monotonic clock only: time.Since of a time.Time that
 // carries a monotonic reading skips the wall clock, so it costs one vDSO
-// clock_gettime where time.Now costs two (wall and monotonic).
-func monoNow() time.Duration { return time.Since(monoBase) }
+// clock_gettime where time.Now costs two (wall and monotonic). The edge's
+// request timing (proxy.reqClock) uses it too.
+func MonoNow() time.Duration { return time.Since(MonoBase) }
 
 // refuse answers a request the edge does not proxy and closes the
 // connection: a client that sent it may not frame what follows as we would.
@@ -390,28 +391,101 @@ func dialFunc(timeout time.Duration) fasthttp.DialFunc {
 	}
 }
 
-// maxDeadlineSlack bounds how much later than asked an origin connection's
-// socket deadline may fall (see originConn).
+// maxDeadlineSlack bounds how much later than asked a LazyConn's socket
+// deadline may fall.
 const maxDeadlineSlack = 100 * time.Millisecond
 
-// originConn is an origin connection that moves its socket deadlines
-// forward in steps instead of on every request. HostClient sets a read and
-// a write deadline per request (now + read_timeout, now + write_timeout),
-// each a timer update in the runtime; at sale rates a connection serves a
-// request every few milliseconds, so the deadline already on the socket,
-// set a little further out than asked, still bounds the next request.
-// A timeout fires at most its slack late (1/16 of it, at most 100 ms),
-// never early: a deadline is kept only when it is not before the one asked.
-// HostClient uses a connection from one goroutine at a time.
+// LazyConn is a TCP connection that moves its socket deadlines forward in
+// steps instead of on every request, as nginx defers a timer update that
+// would move it by less than NGX_TIMER_LAZY_DELAY. fasthttp sets deadlines
+// per request (the server: the idle wait, the read, the write; HostClient:
+// the write and the read), each a timer update in the runtime and two more
+// clock reads; at sale rates a connection serves a request every few
+// milliseconds, so the deadline already on the socket, set a little further
+// out than asked, still bounds the next request. A timeout fires at most its
+// slack late (1/16 of it, at most 100 ms), never early: a deadline is kept
+// only when it is not before the one asked.
 //
-// Its first read after a write yields the processor first: the origin has
-// not answered the request just written, so reading at once is an EAGAIN
-// read and a park on the poller; letting the runnable goroutines go first
-// gives the answer time to arrive (when none is runnable, it reads at once).
-type originConn struct {
+// A read deadline reaches the socket at the next Read, not at once: the
+// server asks for the read timeout once a request's first byte is in, and
+// when the whole request came with it (as it does) no Read follows before
+// the next idle wait replaces that deadline — so on a busy keep-alive
+// connection neither reaches the runtime's timers. This departs from
+// net.Conn in one point: a Read already blocked in another goroutine keeps
+// the deadline it had. fasthttp's server and HostClient read and set a
+// connection's deadlines from one goroutine at a time, and nothing else
+// reads the connections LazyConn wraps (event streams write, and peek
+// without waiting). Clearing a deadline is exact at the next Read; a write
+// deadline and SetDeadline reach the socket at once.
+//
+// Every other method is the TCP connection's (SyscallConn, ReadFrom: the
+// event streams' non-blocking sends and sendfile see through it). What a
+// wrapper does lose: fasthttp writes an answer larger than its write
+// buffer (4 KiB) as one writev only to a *net.TCPConn; through LazyConn it
+// is a buffer's write and then the rest.
+type LazyConn struct {
 	*net.TCPConn
 	read, write deadline
-	wrote       bool
+	// readAsk is the read deadline asked and not yet on the socket, when
+	// readPending.
+	readAsk     time.Time
+	readPending bool
+}
+
+// NewLazyConn wraps conn in a LazyConn when it is a TCP connection, and
+// returns it as it is otherwise.
+func NewLazyConn(conn net.Conn) net.Conn {
+	if tc, ok := conn.(*net.TCPConn); ok {
+		return &LazyConn{TCPConn: tc}
+	}
+	return conn
+}
+
+// SetReadDeadline asks for a read deadline of t, which the next Read puts
+// on the socket unless the one there already bounds it (see LazyConn).
+func (c *LazyConn) SetReadDeadline(t time.Time) error {
+	if c.read.covers(t) {
+		c.readPending = false
+		return nil
+	}
+	c.readAsk, c.readPending = t, true
+	return nil
+}
+
+// Read reads from the connection under the read deadline last asked.
+func (c *LazyConn) Read(p []byte) (int, error) {
+	if c.readPending {
+		c.readPending = false
+		if err := c.read.set(c.readAsk, c.TCPConn.SetReadDeadline); err != nil {
+			return 0, err
+		}
+	}
+	return c.TCPConn.Read(p)
+}
+
+// SetWriteDeadline asks for a write deadline of t (see LazyConn).
+func (c *LazyConn) SetWriteDeadline(t time.Time) error {
+	return c.write.set(t, c.TCPConn.SetWriteDeadline)
+}
+
+// SetDeadline sets both exactly, as net.Conn's does.
+func (c *LazyConn) SetDeadline(t time.Time) error {
+	c.read, c.write, c.readPending = deadline{}, deadline{}, false
+	if err := c.TCPConn.SetDeadline(t); err != nil {
+		return err
+	}
+	c.read, c.write = deadline{at: t}, deadline{at: t}
+	return nil
+}
+
+// originConn is an origin connection: a LazyConn whose first read after a
+// write yields the processor first: the origin has not answered the
+// request just written, so reading at once is an EAGAIN read and a park on
+// the poller; letting the runnable goroutines go first gives the answer
+// time to arrive (when none is runnable, it reads at once).
+type originConn struct {
+	LazyConn
+	wrote bool
 }
 
 func (c *originConn) Write(p []byte) (int, error) {
@@ -424,7 +498,7 @@ func (c *originConn) Read(p []byte) (int, error) {
 		c.wrote = false
 		runtime.Gosched()
 	}
-	return c.TCPConn.Read(p)
+	return c.LazyConn.Read(p)
 }
 
 // deadline is what is set on the socket: at (zero: none), slack later
@@ -436,43 +510,30 @@ type deadline struct {
 
 func newOriginConn(conn net.Conn) net.Conn {
 	if tc, ok := conn.(*net.TCPConn); ok {
-		return &originConn{TCPConn: tc}
+		return &originConn{LazyConn: LazyConn{TCPConn: tc}}
 	}
 	return conn
 }
 
-func (c *originConn) SetReadDeadline(t time.Time) error {
-	return c.read.set(t, c.TCPConn.SetReadDeadline)
-}
-
-func (c *originConn) SetWriteDeadline(t time.Time) error {
-	return c.write.set(t, c.TCPConn.SetWriteDeadline)
-}
-
-// SetDeadline sets both exactly, as net.Conn's does.
-func (c *originConn) SetDeadline(t time.Time) error {
-	c.read, c.write = deadline{}, deadline{}
-	if err := c.TCPConn.SetDeadline(t); err != nil {
-		return err
+// covers reports whether the deadline on the socket stands for t: none
+// for none, else not before t and at most its slack after.
+func (d *deadline) covers(t time.Time) bool {
+	if t.IsZero() || d.at.IsZero() {
+		return t.IsZero() == d.at.IsZero()
 	}
-	c.read, c.write = deadline{at: t}, deadline{at: t}
-	return nil
+	late := d.at.Sub(t)
+	return late >= 0 && late <= d.slack
 }
 
-// set asks for a deadline of t: kept when the one on the socket is not
-// before t and at most its slack after; else set anew, slack later.
+// set asks for a deadline of t: kept when the one on the socket covers it;
+// else set anew, slack later.
 func (d *deadline) set(t time.Time, set func(time.Time) error) error {
+	if d.covers(t) {
+		return nil
+	}
 	if t.IsZero() {
-		if d.at.IsZero() {
-			return nil
-		}
 		*d = deadline{}
 		return set(t)
-	}
-	if !d.at.IsZero() {
-		if late := d.at.Sub(t); late >= 0 && late <= d.slack {
-			return nil
-		}
 	}
 	slack := max(min(time.Until(t)/16, maxDeadlineSlack), 0)
 	*d = deadline{} // unknown, should the set fail
