@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"sort"
 	"strings"
@@ -476,40 +477,64 @@ func checkStatuses(h *History, v *Verdict) {
 
 // checkRoom: nobody bought a room's sale without being admitted first,
 // and nobody was admitted before the line reached her at the room's rate.
+//
+// A token granted before any answer told the shopper she was admitted is
+// not by itself out of turn: the room admits by its rate in Redis, not by
+// her polls, and a poll that failed (her edge's link to Redis cut) or had
+// not come yet leaves her admission unseen (seed 112: three 503 polls, a
+// token, then "admitted"). Such a token is out of turn when the line could
+// not have reached her place by then, or when she never held a place.
 func checkRoom(h *History, v *Verdict, spec map[string]ProductSpec) {
 	admitted := map[string]int64{} // product/user -> first answer that said admitted
+	place := map[string]int64{}    // product/user -> her last place in line, from a 200
 	for _, op := range h.Ops {
 		p := spec[op.Product]
 		if !p.Room {
 			continue
 		}
+		k := op.Product + "/" + op.User
 		switch op.Kind {
 		case opJoin, opQueue:
-			if op.Status != 200 || !op.Admitted {
+			if op.Status != 200 {
 				continue
 			}
-			k := op.Product + "/" + op.User
+			if op.Position > 0 {
+				place[k] = op.Position
+			}
+			if !op.Admitted {
+				continue
+			}
 			if _, ok := admitted[k]; !ok {
 				admitted[k] = op.EndMs
 			}
-			if p.AdmitPerMinute > 0 {
-				// N(t): the places the line may have let in by the
-				// answer, plus two seconds' worth and a margin.
-				secs := float64(op.EndMs-p.OpenMs) / 1000
-				front := int64(float64(p.AdmitPerMinute)/60*(secs+2)) + 5
-				if op.Position > front {
-					v.add("admitted_early", op.EndMs, op.Product, op.User, "", "admitted at place %d, %.1fs after the opening; the line at %d/min reaches at most %d", op.Position, secs, p.AdmitPerMinute, front)
-				}
+			if front, secs := lineReach(p, op.EndMs); op.Position > front {
+				v.add("admitted_early", op.EndMs, op.Product, op.User, "", "admitted at place %d, %.1fs after the opening; the line at %d/min reaches at most %d", op.Position, secs, p.AdmitPerMinute, front)
 			}
 		case opToken:
 			if op.Status != 200 {
 				continue
 			}
-			if at, ok := admitted[op.Product+"/"+op.User]; !ok || at > op.StartMs {
-				v.add("out_of_turn", op.EndMs, op.Product, op.User, "", "a purchase token for a shopper the room had not admitted (early=%v)", op.Early)
+			if at, ok := admitted[k]; ok && at <= op.StartMs {
+				continue
+			}
+			pos, held := place[k]
+			front, secs := lineReach(p, op.EndMs)
+			if !held || pos > front {
+				v.add("out_of_turn", op.EndMs, op.Product, op.User, "", "a purchase token before any answer admitted her (early=%v), at place %d (0: none), %.1fs after the opening; the line reaches at most %d", op.Early, pos, secs, front)
 			}
 		}
 	}
+}
+
+// lineReach is N(t): the places a room's line may have let in by atMs,
+// plus two seconds' worth and a margin (edges' clocks, the rate's bucket);
+// a room without a rate reaches everyone.
+func lineReach(p ProductSpec, atMs int64) (front int64, secs float64) {
+	secs = float64(atMs-p.OpenMs) / 1000
+	if p.AdmitPerMinute <= 0 {
+		return math.MaxInt64, secs
+	}
+	return int64(float64(p.AdmitPerMinute)/60*(secs+2)) + 5, secs
 }
 
 // saleVerdict: an answer that is the sale deciding, not the sale closed.

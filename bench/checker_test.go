@@ -166,7 +166,17 @@ func TestCheckerFindsEachViolation(t *testing.T) {
 				Op{Kind: opEvent, Shopper: 3, Product: "p1", User: "a", OrderID: "1", EndMs: 300, Status: 200, State: "success"},
 				Op{Kind: opEvent, Shopper: 3, Product: "p1", User: "a", OrderID: "1", EndMs: 310, Status: 200, State: "pending"})
 		}, []string{"status_backwards"}, nil},
-		{"a token out of turn", func(h *History) { h.Ops[8].Status, h.Ops[8].Code = 200, "" }, []string{"out_of_turn"}, nil},
+		{"a token out of turn: far back in line", func(h *History) {
+			h.Ops[7].Position = 40 // the line at 60/min reaches place 7 by 0.125 s
+			h.Ops[8].Status, h.Ops[8].Code = 200, ""
+		}, []string{"out_of_turn"}, nil},
+		{"a token out of turn: never given a place", func(h *History) {
+			h.Ops[7].Status, h.Ops[7].Position = 503, 0
+			h.Ops[8].Status, h.Ops[8].Code = 200, ""
+		}, []string{"out_of_turn"}, nil},
+		{"a token at her turn, her admission unseen (her polls failed)", func(h *History) {
+			h.Ops[8].Status, h.Ops[8].Code = 200, ""
+		}, nil, nil},
 		{"admitted before the line reached her", func(h *History) { h.Ops[9].Position = 40 }, []string{"admitted_early"}, nil},
 		{"a sale slow to reopen", func(h *History) {
 			h.Ops[12].StartMs, h.Ops[12].EndMs = 8000, 8500 // still 503 RECOVERING at 8.5 s
