@@ -74,15 +74,7 @@ func benchConsumerCPU(b *testing.B, store string, newSource func(*Consumer) (sou
 	}
 	brokers, _ := startKafka(b)
 	st := openStock(b)
-	var s orderstore.Store = discardStore{}
-	if store == "file" {
-		f, err := orderstore.OpenFile(b.TempDir())
-		if err != nil {
-			b.Fatal(err)
-		}
-		b.Cleanup(func() { f.Close() })
-		s = f
-	}
+	s := benchStore(b, store)
 	var evs []order.Event
 	for p := range 8 {
 		n := b.N / 8
@@ -144,4 +136,19 @@ func processCPU(b *testing.B) time.Duration {
 		b.Fatal(err)
 	}
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// benchStore is a benchmark's order store: "file" for the file store in a
+// temporary folder, anything else for one that keeps nothing (the
+// consumer's own cost alone).
+func benchStore(b *testing.B, store string) orderstore.Store {
+	if store != "file" {
+		return discardStore{}
+	}
+	f, err := orderstore.OpenFile(b.TempDir())
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { f.Close() })
+	return f
 }

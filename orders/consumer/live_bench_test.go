@@ -11,7 +11,6 @@ import (
 
 	"flashgate/internal/kafkatest"
 	"flashgate/orders/broker"
-	"flashgate/orders/orderstore"
 )
 
 // liveRate is BenchmarkConsumerLiveCPU's events per second, fed every
@@ -89,15 +88,7 @@ func benchConsumerLiveCPU(b *testing.B, store string, newSource func(*Consumer) 
 		b.Fatal(err)
 	}
 	st := openStock(b)
-	var s orderstore.Store = discardStore{}
-	if store == "file" {
-		f, err := orderstore.OpenFile(b.TempDir())
-		if err != nil {
-			b.Fatal(err)
-		}
-		b.Cleanup(func() { f.Close() })
-		s = f
-	}
+	s := benchStore(b, store)
 	// The events as kcat's input lines: key TAB value.
 	var lines [][]byte
 	for p := range 8 {
