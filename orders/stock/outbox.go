@@ -44,7 +44,7 @@ func (s *Store) AckOutbox(ctx context.Context, productID string, ids ...string) 
 	if err := checkProduct(productID); err != nil {
 		return err
 	}
-	ids = s.shares.complete(ids)
+	ids = s.shares.complete(productID, ids)
 	if len(ids) == 0 {
 		return nil
 	}
@@ -69,11 +69,15 @@ func OutboxEntryID(outboxID string) string {
 	return id
 }
 
-// shares counts the acknowledged orders of batch entries (AckOutbox).
+// shares counts the acknowledged orders of batch entries (AckOutbox), per
+// product: an entry id is unique within its stream only, and two
+// products' entries written in the same millisecond have the same one.
 type shares struct {
 	mu sync.Mutex
-	m  map[string]int // entry id -> orders acknowledged so far
+	m  map[shareKey]int // -> orders acknowledged so far
 }
+
+type shareKey struct{ product, entry string }
 
 // maxShares bounds the batch entries counted at once: beyond it, the
 // counts of entries older than shareAge are dropped (their orders' publish
@@ -83,10 +87,10 @@ const (
 	shareAge  = time.Minute
 )
 
-// complete returns ids with every share id removed, and in its place the
-// entry id of each batch entry that the shares among ids complete (ids
-// itself when it holds no share id).
-func (sh *shares) complete(ids []string) []string {
+// complete returns product's ids with every share id removed, and in its
+// place the entry id of each batch entry that the shares among ids
+// complete (ids itself when it holds no share id).
+func (sh *shares) complete(product string, ids []string) []string {
 	if !slices.ContainsFunc(ids, func(id string) bool { return strings.IndexByte(id, '/') >= 0 }) {
 		return ids
 	}
@@ -106,22 +110,23 @@ func (sh *shares) complete(ids []string) []string {
 			sh.mu.Lock()
 			locked = true
 			if sh.m == nil {
-				sh.m = map[string]int{}
+				sh.m = map[shareKey]int{}
 			}
 		}
-		if got := sh.m[entry] + 1; got < n {
-			sh.m[entry] = got
+		k := shareKey{product, entry}
+		if got := sh.m[k] + 1; got < n {
+			sh.m[k] = got
 			continue
 		}
-		delete(sh.m, entry)
+		delete(sh.m, k)
 		out = append(out, entry)
 	}
 	if locked {
 		if len(sh.m) > maxShares {
 			old := strconv.FormatInt(time.Now().Add(-shareAge).UnixMilli(), 10)
-			for e := range sh.m {
-				if ms, _, _ := strings.Cut(e, "-"); len(ms) < len(old) || len(ms) == len(old) && ms < old {
-					delete(sh.m, e)
+			for k := range sh.m {
+				if ms, _, _ := strings.Cut(k.entry, "-"); len(ms) < len(old) || len(ms) == len(old) && ms < old {
+					delete(sh.m, k)
 				}
 			}
 		}
