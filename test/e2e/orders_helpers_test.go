@@ -20,11 +20,14 @@ import (
 
 	"github.com/ClickHouse/clickhouse-go/v2"
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
+	"github.com/segmentio/kafka-go"
 	"github.com/twmb/franz-go/pkg/kfake"
 
+	"flashgate/conf"
 	"flashgate/internal/chtest"
 	"flashgate/internal/kafkatest"
 	"flashgate/internal/redistest"
+	"flashgate/orders/order"
 	"flashgate/orders/stock"
 )
 
@@ -175,6 +178,16 @@ func (env *ordEnv) rows() map[int64]ordRow {
 // last count (or error) when the deadline passes first.
 func (env *ordEnv) awaitRows(want int64, d time.Duration) time.Duration {
 	env.t.Helper()
+	took, err := env.waitRows(want, d)
+	if err != nil {
+		env.t.Fatal(err)
+	}
+	return took
+}
+
+// waitRows is awaitRows that leaves the verdict to the caller, for a test
+// that goes on to say which orders are missing.
+func (env *ordEnv) waitRows(want int64, d time.Duration) (time.Duration, error) {
 	start := time.Now()
 	var n int64
 	var err error
@@ -182,9 +195,9 @@ func (env *ordEnv) awaitRows(want int64, d time.Duration) time.Duration {
 		n, err = env.rowCount("")
 		return err == nil && n == want
 	}) {
-		env.t.Fatalf("ClickHouse holds %d rows (err %v) after %v, want %d", n, err, d, want)
+		return d, fmt.Errorf("ClickHouse holds %d rows (err %v) after %v, want %d", n, err, d, want)
 	}
-	return time.Since(start)
+	return time.Since(start), nil
 }
 
 // orderStates reads state and created of every order (pipelined, per product).
@@ -596,4 +609,92 @@ func runProxy(t *testing.T, timeout time.Duration, bin string, args ...string) (
 		}
 	}
 	return code, stdout.String(), stderr.String()
+}
+
+// topicEvents reads the whole orders topic and groups the product's
+// events by order id.
+func (env *ordEnv) topicEvents(product string) map[int64][]order.Event {
+	env.t.Helper()
+	ctx, cancel := env.ctx()
+	defer cancel()
+	topic := conf.Defaults().Kafka.Topic
+	c, err := kafka.DialContext(ctx, "tcp", env.brokers[0])
+	if err != nil {
+		env.t.Fatal(err)
+	}
+	parts, err := c.ReadPartitions(topic)
+	c.Close()
+	if err != nil {
+		env.t.Fatal(err)
+	}
+	out := map[int64][]order.Event{}
+	for _, p := range parts {
+		conn, err := kafka.DialLeader(ctx, "tcp", env.brokers[0], topic, p.ID)
+		if err != nil {
+			env.t.Fatal(err)
+		}
+		first, last, err := conn.ReadOffsets()
+		if err != nil {
+			conn.Close()
+			env.t.Fatal(err)
+		}
+		if _, err := conn.Seek(first, kafka.SeekAbsolute); err != nil {
+			conn.Close()
+			env.t.Fatal(err)
+		}
+		for off := first; off < last; {
+			conn.SetReadDeadline(time.Now().Add(10 * time.Second))
+			b := conn.ReadBatch(1, 16<<20)
+			for {
+				m, err := b.ReadMessage()
+				if err != nil {
+					break
+				}
+				off = m.Offset + 1
+				ev, err := order.Decode(m.Value)
+				if err != nil {
+					env.t.Errorf("partition %d offset %d: %v", p.ID, m.Offset, err)
+					continue
+				}
+				if ev.ProductID == product {
+					out[ev.ID] = append(out[ev.ID], ev)
+				}
+			}
+			if err := b.Close(); err != nil && off < last {
+				conn.Close()
+				env.t.Fatalf("partition %d at %d of %d: %v", p.ID, off, last, err)
+			}
+		}
+		conn.Close()
+	}
+	return out
+}
+
+// explainMissing logs, for every order Redis holds but ClickHouse does
+// not, its Redis record and every event of it the orders topic holds: the
+// two places an order can have gone missing between.
+func (env *ordEnv) explainMissing(products []string) {
+	env.t.Helper()
+	rows := env.rows()
+	for _, p := range products {
+		ids, _ := env.rd.orders(p)
+		var missing []int64
+		for _, s := range ids {
+			id, _ := strconv.ParseInt(s, 10, 64)
+			if _, ok := rows[id]; !ok {
+				missing = append(missing, id)
+			}
+		}
+		if len(missing) == 0 {
+			continue
+		}
+		ctx, cancel := env.ctx()
+		recs, err := stock.ReadOrders(ctx, env.rd.c, p, missing)
+		cancel()
+		events := env.topicEvents(p)
+		for _, id := range missing {
+			env.t.Logf("missing from ClickHouse: %s/%d redis %+v (err %v); in the topic %d times: %+v",
+				p, id, recs[id], err, len(events[id]), events[id])
+		}
+	}
 }

@@ -107,7 +107,12 @@ func TestEdgeKilledMidRun(t *testing.T) {
 		}
 		deducted += perProduct - rem
 	}
-	took := env.awaitRows(deducted, 90*time.Second)
+	took, err := env.waitRows(deducted, 90*time.Second)
+	if err != nil {
+		// Go on: the checks below name the orders that are missing.
+		t.Error(err)
+		env.explainMissing(products)
+	}
 	t.Logf("%d rows (= units deducted) %v after the load ended", deducted, took.Round(time.Millisecond))
 	rows := env.rows()
 	for _, o := range ok {

@@ -568,65 +568,6 @@ func (run *pfRun) storeRows() map[int64]pfRow {
 	return out
 }
 
-// topicEvents reads the whole orders topic and groups the product's
-// events by order id.
-func (run *pfRun) topicEvents() map[int64][]order.Event {
-	run.t.Helper()
-	ctx, cancel := run.env.ctx()
-	defer cancel()
-	topic := conf.Defaults().Kafka.Topic
-	c, err := kafka.DialContext(ctx, "tcp", run.env.brokers[0])
-	if err != nil {
-		run.t.Fatal(err)
-	}
-	parts, err := c.ReadPartitions(topic)
-	c.Close()
-	if err != nil {
-		run.t.Fatal(err)
-	}
-	out := map[int64][]order.Event{}
-	for _, p := range parts {
-		conn, err := kafka.DialLeader(ctx, "tcp", run.env.brokers[0], topic, p.ID)
-		if err != nil {
-			run.t.Fatal(err)
-		}
-		first, last, err := conn.ReadOffsets()
-		if err != nil {
-			conn.Close()
-			run.t.Fatal(err)
-		}
-		if _, err := conn.Seek(first, kafka.SeekAbsolute); err != nil {
-			conn.Close()
-			run.t.Fatal(err)
-		}
-		for off := first; off < last; {
-			conn.SetReadDeadline(time.Now().Add(10 * time.Second))
-			b := conn.ReadBatch(1, 16<<20)
-			for {
-				m, err := b.ReadMessage()
-				if err != nil {
-					break
-				}
-				off = m.Offset + 1
-				ev, err := order.Decode(m.Value)
-				if err != nil {
-					run.t.Errorf("partition %d offset %d: %v", p.ID, m.Offset, err)
-					continue
-				}
-				if ev.ProductID == pfProduct {
-					out[ev.ID] = append(out[ev.ID], ev)
-				}
-			}
-			if err := b.Close(); err != nil && off < last {
-				conn.Close()
-				run.t.Fatalf("partition %d at %d of %d: %v", p.ID, off, last, err)
-			}
-		}
-		conn.Close()
-	}
-	return out
-}
-
 // verify checks every promise once the shoppers and payers are done.
 func (run *pfRun) verify() {
 	t, env := run.t, run.env
@@ -664,7 +605,7 @@ func (run *pfRun) verify() {
 
 	inRedis := run.redisOrders()
 	rows := run.storeRows()
-	events := run.topicEvents()
+	events := run.env.topicEvents(pfProduct)
 	run.mu.Lock()
 	answered := slices.Clone(run.orders)
 	minStock := run.minStock
