@@ -168,10 +168,9 @@ type span struct{ lo, hi int32 }
 
 var batchPool = sync.Pool{New: func() any { return new(batch) }}
 
-// spansPerAttempt: buyer, order and token keys, then user qty limit orderId
-// price now tokenTTL node payBy, then the token hash's and the order
-// bucket's positions.
-const spansPerAttempt = 14
+// spansPerAttempt: user qty limit orderId value now tokenTTL nonce pos,
+// deduct.lua's nine strings per attempt in its lean call.
+const spansPerAttempt = 9
 
 // Deduct runs one attempt through the product's group commit: while a
 // script call for the product is in flight (inFlightPerProduct), further
@@ -366,32 +365,67 @@ func (s *Store) exec(p *product, b *batch) {
 	}
 }
 
+// parse reads the lean call's answer, {remaining, codes, ids...} (lua/deduct.lua).
 func (s *Store) parse(b *batch, resp rueidis.RedisResult) error {
 	arr, err := resp.ToArray()
 	if err != nil {
 		return callError(err)
 	}
-	if len(arr) != len(b.send)+1 {
-		return fmt.Errorf("%w: deduct script returned %d values for %d attempts", ErrUnknown, len(arr), len(b.send))
+	return parseAnswers(b, arr)
+}
+
+// parseAnswers fills in b's outcomes from the lean call's answer.
+func parseAnswers(b *batch, arr []rueidis.RedisMessage) error {
+	if len(arr) < 2 {
+		return fmt.Errorf("%w: deduct script returned %d values", ErrUnknown, len(arr))
 	}
 	rem, err := arr[0].AsInt64()
 	if err != nil {
 		return fmt.Errorf("%w: %w", ErrUnknown, err)
 	}
+	// The codes, one digit per attempt, or 0 when every attempt succeeded
+	// (an integer: no string for rueidis to read).
+	var codes string
+	oks := len(b.send)
+	all := int64(-1)
+	if arr[1].IsInt64() {
+		all, _ = arr[1].AsInt64()
+	}
+	if all != 0 {
+		codes, err = arr[1].ToString()
+		if err != nil || len(codes) != len(b.send) {
+			return fmt.Errorf("%w: deduct script codes %q for %d attempts (%v)", ErrUnknown, codes, len(b.send), err)
+		}
+		oks = strings.Count(codes, "0")
+	}
+	ids := arr[2:]
+	if len(ids) != oks && (oks == 0 || len(ids) != 1) {
+		// One id per successful attempt, or one shared by all of them.
+		return fmt.Errorf("%w: deduct script returned %d ids for %d successes", ErrUnknown, len(ids), oks)
+	}
+	j := 0
 	for i, c := range b.send {
-		r := &arr[i+1]
-		if r.IsString() {
-			// OK: the reply is the outbox entry id. ToString hands out the
-			// reply's own string; the only allocation is rueidis' read.
-			id, _ := r.ToString()
-			c.out = Outcome{Code: OK, Remaining: rem, OutboxID: id}
+		code := OK
+		if codes != "" {
+			code = Code(codes[i] - '0')
+			if code >= Code(len(codeNames)) {
+				return fmt.Errorf("%w: deduct script code %q", ErrUnknown, codes[i])
+			}
+		}
+		if code != OK {
+			c.out = Outcome{Code: code, Remaining: rem}
 			continue
 		}
-		code, err := r.AsInt64()
-		if err != nil || code <= int64(OK) || code >= int64(len(codeNames)) {
-			return fmt.Errorf("%w: deduct script code %d (%v)", ErrUnknown, code, err)
+		// ToString hands out the reply's own string; the only allocation
+		// is rueidis' read.
+		id, err := ids[j].ToString()
+		if err != nil {
+			return fmt.Errorf("%w: deduct script id: %w", ErrUnknown, err)
 		}
-		c.out = Outcome{Code: Code(code), Remaining: rem}
+		if len(ids) > 1 {
+			j++
+		}
+		c.out = Outcome{Code: OK, Remaining: rem, OutboxID: id}
 	}
 	return nil
 }
@@ -434,44 +468,52 @@ type notSent struct{ err error }
 func (e notSent) Error() string   { return "stock: not sent, Redis refused the call: " + e.err.Error() }
 func (e notSent) Unwrap() []error { return []error{ErrNotSent, e.err} }
 
-// build lays out KEYS and ARGV for deduct.lua. Per-attempt keys, the user
-// and numbers are appended to one buffer and sliced into strings without
+// build lays out KEYS and ARGV for deduct.lua's lean call. Each attempt's
+// strings are appended to one buffer and sliced into strings without
 // copying; the strings are only made after the last append, so the buffer
 // cannot move under them. Nothing of the caller's Attempt is referenced by
 // the command, which rueidis may still hold after a timeout.
 //
-// Both layouts' keys go (docs/ledger.md): the per-key names of each attempt, the
-// product's 16 buyer hashes (built once per product) and the batch's used-
-// token hashes, one per token expiry bucket, named in the buffer too, so
-// that no call allocates once the buffers have grown.
+// Redis pays for every string of a call (docs/ledger.md, "What a purchase
+// costs Redis"), so an attempt sends nine and no key: what is constant per
+// call goes once (the per-key names' prefixes, from which the script names
+// a per-key sale's keys; the product's 16 buyer hashes, built once per
+// product), the order's value and outbox record go made (value), and the
+// attempt's buyer hash, token hash and order bucket go as one number (pos).
+// The batch's used-token hashes (one per token expiry bucket) and order
+// buckets are named in the buffer too, so that no call allocates once the
+// buffers have grown.
 func (b *batch) build(p *product, s *Store) {
 	b.buf, b.spans, b.buckets, b.obuckets = b.buf[:0], b.spans[:0], b.buckets[:0], b.obuckets[:0]
 	for _, c := range b.send {
 		a := &c.a
-		b.attemptKeys(p, a)
+		m := a.TokenExpiresMs / tokenBucketMs
+		t := slices.Index(b.buckets, m)
+		if t < 0 {
+			t = len(b.buckets)
+			b.buckets = append(b.buckets, m)
+		}
+		m = OrderBucket(a.ID)
+		o := slices.Index(b.obuckets, m)
+		if o < 0 {
+			o = len(b.obuckets)
+			b.obuckets = append(b.obuckets, m)
+		}
+	}
+	nt := len(b.buckets)
+	for _, c := range b.send {
+		a := &c.a
 		b.str("", "", a.UserID)
 		b.num("", "", int64(a.Qty))
 		b.num("", "", int64(a.Limit))
 		b.num("", "", a.ID)
-		b.num("", "", a.PriceCents)
+		b.orderValue(a)
 		b.num("", "", a.CreatedMs)
 		b.num("", "", a.TokenExpiresMs-a.CreatedMs)
-		b.num("", "", int64(a.Edge))
-		b.num("", "", a.PayByMs)
-		m := a.TokenExpiresMs / tokenBucketMs
-		j := slices.Index(b.buckets, m)
-		if j < 0 {
-			j = len(b.buckets)
-			b.buckets = append(b.buckets, m)
-		}
-		b.num("", "", int64(j+1))
-		m = OrderBucket(a.ID)
-		j = slices.Index(b.obuckets, m)
-		if j < 0 {
-			j = len(b.obuckets)
-			b.obuckets = append(b.obuckets, m)
-		}
-		b.num("", "", int64(j+1))
+		b.str("", "", a.TokenNonceHex)
+		t := slices.Index(b.buckets, a.TokenExpiresMs/tokenBucketMs)
+		o := slices.Index(b.obuckets, OrderBucket(a.ID))
+		b.num("", "", int64(BuyerShard(a.UserID)+BuyerShards*t+BuyerShards*nt*o))
 	}
 	for _, m := range b.buckets {
 		b.tokenBucketKey(p, m)
@@ -483,29 +525,38 @@ func (b *batch) build(p *product, s *Store) {
 	for _, m := range b.obuckets {
 		b.num("", "", orderBucketExpireAtMs(m, now, ttl))
 	}
+	b.num("", "", int64(nt))
 	b.num("", "", int64(len(b.obuckets)))
 	n := len(b.send)
+	tail := b.spans[n*spansPerAttempt:] // token buckets, order buckets, their expiries, T, B
+	no := len(b.obuckets)
 	b.keys = append(b.keys[:0], p.stockKey, p.outboxKey, p.metaKey)
 	b.keys = append(b.keys, p.shardKeys...)
-	b.args = append(b.args[:0], p.id, s.graceMs, s.orderTTLMs, s.fenceArg())
-	for i := range b.send {
-		sp := b.spans[i*spansPerAttempt : (i+1)*spansPerAttempt]
-		b.keys = append(b.keys, b.s(sp[0]), b.s(sp[1]), b.s(sp[2]))
-		b.args = append(b.args, b.s(sp[3]), b.s(sp[4]), b.s(sp[5]), b.s(sp[6]), b.s(sp[7]), b.s(sp[8]), b.s(sp[9]), b.s(sp[10]), b.s(sp[11]))
-	}
-	tail := b.spans[n*spansPerAttempt:] // token buckets, order buckets, their expiries, their count
-	nt, no := len(b.buckets), len(b.obuckets)
 	for _, sp := range tail[:nt+no] {
 		b.keys = append(b.keys, b.s(sp))
 	}
-	b.args = append(b.args, s.layoutArg)
-	for i, c := range b.send {
-		sp := b.spans[i*spansPerAttempt : (i+1)*spansPerAttempt]
-		b.args = append(b.args, shardArgs[BuyerShard(c.a.UserID)], b.s(sp[12]), b.s(sp[13]))
-	}
-	for _, sp := range tail[nt+no:] {
+	b.args = append(b.args[:0], p.id, s.graceMs, s.orderTTLMs, s.fenceArg(), s.layoutArg, p.buyerPre, p.orderPre, p.tokenPre,
+		b.s(tail[nt+2*no]), b.s(tail[nt+2*no+1]))
+	for _, sp := range tail[nt+no : nt+2*no] {
 		b.args = append(b.args, b.s(sp))
 	}
+	for _, sp := range b.spans[:n*spansPerAttempt] {
+		b.args = append(b.args, b.s(sp))
+	}
+}
+
+// orderValue appends a's order value as deduct.lua stores it after its
+// state byte, "<user>:<qty>:<price>:<created>:<node>:<payby>" (keys.go,
+// "sk:{p}:o:"), as one span.
+func (b *batch) orderValue(a *Attempt) {
+	lo := len(b.buf)
+	b.buf = append(append(b.buf, a.UserID...), ':')
+	b.buf = append(strconv.AppendInt(b.buf, int64(a.Qty), 10), ':')
+	b.buf = append(strconv.AppendInt(b.buf, a.PriceCents, 10), ':')
+	b.buf = append(strconv.AppendInt(b.buf, a.CreatedMs, 10), ':')
+	b.buf = append(strconv.AppendInt(b.buf, int64(a.Edge), 10), ':')
+	b.buf = strconv.AppendInt(b.buf, a.PayByMs, 10)
+	b.spans = append(b.spans, span{int32(lo), int32(len(b.buf))})
 }
 
 // execWait runs the deduction script and then WAIT on one dedicated

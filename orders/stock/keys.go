@@ -248,24 +248,22 @@ func TokenBucketKey(product string, expiresMs int64) string {
 }
 
 // productKeys are the keys the deduction names in every call of one
-// product, built once (deduct.go, Store.product).
+// product, built once (deduct.go, Store.product), and the per-key names'
+// prefixes it sends once a call: deduct.lua appends the user, order id or
+// nonce only for a sale of the per-key layouts.
 type productKeys struct {
 	prefix                       string // sk:{p}:
 	stockKey, outboxKey, metaKey string
 	shardKeys                    []string // sk:{p}:b:0..15
+	// sk:{p}:u:, sk:{p}:o:, sk:{p}:t: (BuyerKey, OrderKey, TokenKey
+	// without the user, id or nonce)
+	buyerPre, orderPre, tokenPre string
 }
 
 func keysOf(product string) productKeys {
 	return productKeys{prefix: prefix(product), stockKey: StockKey(product), outboxKey: OutboxKey(product),
-		metaKey: MetaKey(product), shardKeys: buyerShardKeys(product)}
-}
-
-// attemptKeys appends one attempt's per-key names to the batch's buffer, as
-// deduct.lua takes them: BuyerKey, OrderKey, TokenKey (deduct.go, build).
-func (b *batch) attemptKeys(p *product, a *Attempt) {
-	b.str(p.prefix, buyerSuffix, a.UserID)
-	b.num(p.prefix, orderSuffix, a.ID)
-	b.str(p.prefix, tokenSuffix, a.TokenNonceHex)
+		metaKey: MetaKey(product), shardKeys: buyerShardKeys(product),
+		buyerPre: BuyerKey(product, ""), orderPre: orderKeyPrefix(product), tokenPre: TokenKey(product, "")}
 }
 
 // tokenBucketKey appends TokenBucketKey of bucket (expiresMs /

@@ -9,33 +9,37 @@ import (
 	"flashgate/internal/redistest"
 )
 
-// BenchmarkLedgerRedisCPU is Redis' own CPU per purchase in the two ledgers
-// (keys.go), side by side: "orders" a sale warmed with OrderKeys (per order
-// a string SET PX and an XADD; its XDEL; its GET + SETRANGE mark), "batches"
-// one warmed without (per call one HSET per order bucket and one XADD; one
-// XDEL per entry; per stored batch one HMGET + one HSET per bucket). Both
-// sales keep their buyers and tokens in hashes (the default). A purchase is
-// the three calls of its life on the hot path: the deduction (the edge's
-// own call, batch.build), the outbox entry's removal once Kafka has the
+// BenchmarkLedgerRedisCPU is Redis' own CPU per purchase, side by side on
+// three servers: "orders", a sale warmed with OrderKeys (per order a string
+// SET PX and an XADD; its XDEL; its GET + SETRANGE mark); "prev", a sale of
+// ledger "b" (per call one HSET per order bucket and one XADD; one XDEL per
+// entry; per stored batch one HMGET + one HSET per bucket) called as the
+// previous version did (testdata/deduct_b.lua verbatim, three per-key names
+// and 12 strings an attempt, one answer per attempt); "batches", the same
+// ledger called as this version does (the lean call: nine strings an
+// attempt, the codes in one answer). All keep their buyers and tokens in
+// hashes (the default). A purchase is the three calls of its life on the
+// hot path: the deduction, the outbox entry's removal once Kafka has the
 // order (AckOutbox, as the publisher's acker sends it per call's orders),
 // and the consumer's success mark (MarkSuccess) with a pay deadline, so
 // that the due set's ZADD counts too. batch64 is one hot product's group
 // commit (64 attempts a call, every one a new shopper with a new token),
-// batch1 a quiet sale (one attempt a call, marked alone). The two servers
-// run in the same time window, call by call alternating, as
+// batch1 a quiet sale (one attempt a call, marked alone). The servers run
+// in the same time window, call by call in turn, as
 // BenchmarkOrderLayoutRedisCPU does:
 //
 //	go test -run '^$' -bench LedgerRedisCPU -benchtime 64000x -count 4 ./orders/stock/
 //
-// orders-us/op and batches-us/op are the two servers' CPU per purchase,
-// batches/orders their ratio, *-deduct-us, *-ack-us and *-mark-us the
-// split, *-calls/op the commands the scripts and the acks ran per purchase.
+// orders-us/op, prev-us/op and batches-us/op are the servers' CPU per
+// purchase, batches/orders and batches/prev their ratios (deduct-* the
+// deductions' alone), *-deduct-us, *-ack-us and *-mark-us the split,
+// *-calls/op the commands the scripts and the acks ran per purchase.
 // Results: bench/README.md, Findings.
 func BenchmarkLedgerRedisCPU(b *testing.B) {
 	for _, size := range []int{64, 1} {
 		b.Run("batch"+strconv.Itoa(size), func(b *testing.B) {
-			orders, batches := newLedgerBench(b, true, size), newLedgerBench(b, false, size)
-			ls := []*ledgerBench{orders, batches}
+			orders, prev, batches := newLedgerBench(b, true, false, size), newLedgerBench(b, false, true, size), newLedgerBench(b, false, false, size)
+			ls := []*ledgerBench{orders, prev, batches}
 			b.ResetTimer()
 			for _, step := range []func(*ledgerBench, *testing.B, int){(*ledgerBench).deduct, (*ledgerBench).ack, (*ledgerBench).mark} {
 				for _, l := range ls {
@@ -60,8 +64,10 @@ func BenchmarkLedgerRedisCPU(b *testing.B) {
 				b.ReportMetric((l.cpu[3]-l.cpu[2])/n, l.name+"-mark-us/op")
 				b.ReportMetric((l.cmds[3]-l.cmds[0])/n, l.name+"-calls/op")
 			}
-			b.ReportMetric((batches.cpu[3]-batches.cpu[0])/(orders.cpu[3]-orders.cpu[0]), "batches/orders")
-			b.ReportMetric((batches.cpu[1]-batches.cpu[0])/(orders.cpu[1]-orders.cpu[0]), "deduct-batches/orders")
+			for _, o := range []*ledgerBench{orders, prev} {
+				b.ReportMetric((batches.cpu[3]-batches.cpu[0])/(o.cpu[3]-o.cpu[0]), "batches/"+o.name)
+				b.ReportMetric((batches.cpu[1]-batches.cpu[0])/(o.cpu[1]-o.cpu[0]), "deduct-batches/"+o.name)
+			}
 		})
 	}
 }
@@ -70,6 +76,7 @@ func BenchmarkLedgerRedisCPU(b *testing.B) {
 type ledgerBench struct {
 	name      string
 	orderKeys bool
+	prev      bool // the previous version's deduction call (prevCall)
 	s         *Store
 	calls     []*batch
 	ids       [][]int64  // each call's order ids
@@ -79,7 +86,7 @@ type ledgerBench struct {
 
 const ledgerProduct = "ledger"
 
-func newLedgerBench(b *testing.B, orderKeys bool, size int) *ledgerBench {
+func newLedgerBench(b *testing.B, orderKeys, prev bool, size int) *ledgerBench {
 	srv := redistest.New(b)
 	ctx := context.Background()
 	s, err := Open(ctx, srv.Addr(), testOptions(Options{OrderKeys: orderKeys}))
@@ -91,7 +98,10 @@ func newLedgerBench(b *testing.B, orderKeys bool, size int) *ledgerBench {
 	if _, err := s.Warm(ctx, SaleStock{ProductID: p, Stock: 1 << 50, Limit: 1 << 30, EndMs: time.Now().Add(time.Hour).UnixMilli()}); err != nil {
 		b.Fatal(err)
 	}
-	l := &ledgerBench{name: map[bool]string{true: "orders", false: "batches"}[orderKeys], orderKeys: orderKeys, s: s}
+	l := &ledgerBench{name: map[bool]string{true: "orders", false: "batches"}[orderKeys], orderKeys: orderKeys, prev: prev, s: s}
+	if prev {
+		l.name = "prev"
+	}
 	now := time.Now().UnixMilli()
 	// The calls are built before the clock starts: only Redis is measured.
 	pr := s.product(p)
@@ -108,7 +118,15 @@ func newLedgerBench(b *testing.B, orderKeys bool, size int) *ledgerBench {
 			bt.send = append(bt.send, &call{a: a})
 			ids = append(ids, a.ID)
 		}
-		bt.build(pr, s)
+		if prev {
+			var as []Attempt
+			for _, c := range bt.send {
+				as = append(as, c.a)
+			}
+			bt.keys, bt.args = prevCall(s, p, now, as...)
+		} else {
+			bt.build(pr, s)
+		}
 		l.calls = append(l.calls, bt)
 		l.ids = append(l.ids, ids)
 	}
@@ -116,6 +134,9 @@ func newLedgerBench(b *testing.B, orderKeys bool, size int) *ledgerBench {
 	// Loads the scripts (on a sale that is not warmed: nothing is written).
 	const none = "none"
 	if err := deductScript.Exec(ctx, s.c, []string{StockKey(none), OutboxKey(none), MetaKey(none)}, []string{none, s.graceMs, s.orderTTLMs, s.fenceArg()}).Error(); err != nil {
+		b.Fatal(err)
+	}
+	if err := prevDeductScript.Exec(ctx, s.c, []string{StockKey(none), OutboxKey(none), MetaKey(none)}, []string{none, s.graceMs, s.orderTTLMs, s.fenceArg()}).Error(); err != nil {
 		b.Fatal(err)
 	}
 	if _, err := s.MarkSuccess(ctx, none, 1); err != nil {
@@ -128,11 +149,18 @@ func (l *ledgerBench) snap(b *testing.B) { l.snapOf(b, l.s.c) }
 
 func (l *ledgerBench) deduct(b *testing.B, i int) {
 	c := l.calls[i]
-	res, err := deductScript.Exec(context.Background(), l.s.c, c.keys, c.args).ToArray()
-	placed(b, l.name, res, err, len(c.send))
 	ids := make([]string, len(c.send))
-	for j := range ids {
-		ids[j], _ = res[j+1].ToString()
+	if l.prev {
+		res, err := prevDeductScript.Exec(context.Background(), l.s.c, c.keys, c.args).ToArray()
+		placed(b, l.name, res, err, len(c.send))
+		for j := range ids {
+			ids[j], _ = res[j+1].ToString()
+		}
+	} else {
+		res, err := deductScript.Exec(context.Background(), l.s.c, c.keys, c.args).ToArray()
+		for j, o := range placedLean(b, l.name, res, err, len(c.send)) {
+			ids[j] = o.OutboxID
+		}
 	}
 	l.outboxIDs[i] = ids
 }

@@ -3,13 +3,15 @@ package stock
 import (
 	"slices"
 	"strconv"
+	"strings"
 	"testing"
 )
 
-// TestDeductCallIsWhatDeductSends holds DeductCall, the script's call for
-// tools without a Store (bench's peers), to what Store.Deduct builds for
-// the same attempts: the fixed keys, each attempt's per-key names and its
-// nine arguments, in the same places.
+// TestDeductCallIsWhatDeductSends holds DeductCall, the script's older call
+// shape for tools without a Store (bench's peers), to what Store.Deduct's
+// lean call sends for the same attempts: the fixed keys and arguments, and
+// per attempt the same user, numbers, order value and per-key names (the
+// lean call's prefix + user, order id or nonce).
 func TestDeductCallIsWhatDeductSends(t *testing.T) {
 	s := &Store{graceMs: "604800000", orderTTLMs: "900000", layoutArg: layoutArg(false)}
 	p := &product{id: "pc", productKeys: keysOf("pc")}
@@ -29,19 +31,31 @@ func TestDeductCallIsWhatDeductSends(t *testing.T) {
 		})
 	}
 	keys, args := DeductCall("pc", s.graceMs, s.orderTTLMs, s.fenceArg(), want...)
-
-	// Deduct's keys: the fixed three, the 16 buyer hashes, 3 per attempt,
-	// then the token hashes; its arguments: the fixed four, 9 per attempt,
-	// then the order layout and 2 per attempt (the hashes' positions).
 	n := len(b.send)
-	sent := slices.Concat(b.keys[:3], b.keys[3+BuyerShards:3+BuyerShards+3*n])
-	if !slices.Equal(sent, keys) {
-		t.Errorf("keys:\nDeduct     %q\nDeductCall %q", sent, keys)
-	}
-	if got := b.args[:4+9*n]; !slices.Equal(got, args) {
-		t.Errorf("args:\nDeduct     %q\nDeductCall %q", got, args)
-	}
 	if len(keys) != 3+3*n || len(args) != 4+9*n {
-		t.Errorf("DeductCall made %d keys and %d args for %d attempts", len(keys), len(args), n)
+		t.Fatalf("DeductCall made %d keys and %d args for %d attempts", len(keys), len(args), n)
+	}
+	if !slices.Equal(b.keys[:3], keys[:3]) || !slices.Equal(b.args[:4], args[:4]) {
+		t.Errorf("fixed keys and args:\nDeduct     %q %q\nDeductCall %q %q", b.keys[:3], b.args[:4], keys[:3], args[:4])
+	}
+	// The lean call: ARGV[6..8] the per-key prefixes, ARGV[10] B, then B
+	// expiries, then nine strings per attempt.
+	nb, _ := strconv.Atoi(b.args[9])
+	lean := b.args[10+nb:]
+	if len(lean) != 9*n {
+		t.Fatalf("lean call: %d per-attempt strings for %d attempts", len(lean), n)
+	}
+	for i := range n {
+		l, o, k := lean[9*i:9*i+9], args[4+9*i:13+9*i], keys[3+3*i:6+3*i]
+		// user qty limit orderId value now tokenTTL nonce pos
+		if !slices.Equal(l[:4], o[:4]) || l[5] != o[5] || l[6] != o[6] {
+			t.Errorf("attempt %d: lean %q, older %q", i, l, o)
+		}
+		if v := strings.Join([]string{o[0], o[1], o[4], o[5], o[7], o[8]}, ":"); l[4] != v {
+			t.Errorf("attempt %d: lean order value %q, older call's fields make %q", i, l[4], v)
+		}
+		if got := []string{b.args[5] + l[0], b.args[6] + l[3], b.args[7] + l[7]}; !slices.Equal(got, k) {
+			t.Errorf("attempt %d: lean per-key names %q, older %q", i, got, k)
+		}
 	}
 }

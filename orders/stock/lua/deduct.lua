@@ -4,34 +4,43 @@
 -- A crash can therefore never leave a deduction without its outbox entry.
 --
 -- KEYS[1] sk:{p}:stock   KEYS[2] sk:{p}:outbox   KEYS[3] sk:{p}:meta
--- then, from this version's edges, KEYS[4..19] sk:{p}:b:0 .. sk:{p}:b:15
--- (the buyer hashes; absent from a call of the older shape, see below)
--- then per attempt i = 0..N-1 (K = 4, or 20 with the buyer hashes):
---   KEYS[K+3i] sk:{p}:u:<user>   KEYS[K+1+3i] sk:{p}:o:<orderId>   KEYS[K+2+3i] sk:{p}:t:<nonce>
--- then, with the buyer hashes, the batch's used-token hashes sk:{p}:tk:<bucket>
 -- ARGV[1] product   ARGV[2] buyer grace ms (after the sale end)   ARGV[3] order TTL ms
 -- ARGV[4] "1": fence the sale when this server is not the one its meta was
 -- verified on (real Redis; "0" for the embedded server, which has no run id)
--- then per attempt: ARGV[5+9i..13+9i] = user qty limit orderId price nowMs tokenTTLms node payByMs
--- and then ARGV[5+9N], optional: "h" writes the orders as hashes, the older
--- layout (Options.OrderHashes, for a rolling upgrade); else strings (keys.go)
--- (payByMs 0: no pay deadline; recorded in the order and the outbox entry,
--- the deadline itself starts to count once the order is stored: mark_success.lua)
--- With the buyer hashes ARGV[5+9N] is there, and per attempt
--- ARGV[6+9N+3i] its buyer hash (0..15: KEYS[4+that]), ARGV[7+9N+3i] its
--- token hash (1..: the one-based position among the token hashes) and
--- ARGV[8+9N+3i] its order bucket (1..: the position among the order
--- buckets); then per order bucket j = 1..B the unix ms its hash may expire
--- at (the bucket's end + order TTL), and last B. The order buckets' names
--- sk:{p}:ob:<bucket> are the last B keys, after the token hashes.
+--
+-- Two call shapes. This version's edges send the lean one (Store.Deduct):
+-- KEYS[4..19] sk:{p}:b:0 .. sk:{p}:b:15 (the buyer hashes), then the T
+-- used-token hashes sk:{p}:tk:<bucket>, then the B order buckets
+-- sk:{p}:ob:<bucket>; ARGV[5] "h" writes per-order orders as hashes, the
+-- older layout (Options.OrderHashes, for a rolling upgrade), "s" strings
+-- (keys.go); ARGV[6..8] the per-key name prefixes sk:{p}:u: sk:{p}:o:
+-- sk:{p}:t: (keys.go builds them; the script appends the user, order id or
+-- nonce only for a sale of the per-key layouts); ARGV[9] T, ARGV[10] B,
+-- ARGV[11..10+B] the unix ms each order bucket may expire at (its end +
+-- order TTL); then per attempt i = 0..N-1 nine strings from
+-- ARGV[11+B+9i]: user qty limit orderId value nowMs tokenTTLms nonce pos,
+-- where value is the order's "<user>:<qty>:<price>:<created>:<node>:<payby>"
+-- made on the edge (created = nowMs; payby 0: no pay deadline, recorded in
+-- the order and the outbox entry, the deadline itself starts to count once
+-- the order is stored: mark_success.lua) and pos its hashes' positions in
+-- one number, b + 16 * (t - 1) + 16 * T * (o - 1): buyer hash b (0..15,
+-- KEYS[4+b]), token hash t (1..T), order bucket o (1..B). No key and
+-- nothing constant per call goes per attempt: Redis pays for every string
+-- of a call (docs/ledger.md, "What a purchase costs Redis").
+--
+-- The older shape (bench's redis-benchmark and OpenResty peers, built by
+-- DeductCall) has no buyer hashes: per attempt KEYS sk:{p}:u:<user>
+-- sk:{p}:o:<orderId> sk:{p}:t:<nonce> from KEYS[4], and ARGV[5+9i..13+9i]
+-- = user qty limit orderId price nowMs tokenTTLms node payByMs, then
+-- ARGV[5+9N], optional, "h" as above. It can only serve a sale of the
+-- per-key buyers and the per-order ledger.
 --
 -- The orders and the outbox follow the sale's ledger (keys.go), the meta's
 -- "ledger": "b" one HSET per order bucket and ONE outbox entry for the whole
--- call, carrying all of its orders (field "orders"; r_i is then
--- "<entry id>/<orders in it>" for every successful attempt, AckOutbox
--- removes the entry once all of them are acknowledged); absent one order
--- key and one outbox entry per order. A call of the older shape can only
--- serve a sale of the per-key buyers and per-order ledger.
+-- call, carrying all of its orders (field "orders"; every successful
+-- attempt's answer is then "<entry id>/<orders in it>", AckOutbox removes
+-- the entry once all of them are acknowledged); absent one order key and
+-- one outbox entry per order.
 --
 -- The buyer counts and used tokens follow the sale's layout (keys.go), the
 -- meta's "layout": "2" the hashes, absent the per-key keys. The edge passes
@@ -39,29 +48,62 @@
 -- and the OpenResty peer call the script that way) can only serve a per-key
 -- sale, and is an error on a "2" one.
 --
--- Returns {remaining, r_1, ..., r_N}; remaining is the stock after the
--- whole batch, -1 when the sale is not warmed, -2 when it is fenced (closed
--- for a ledger rebuild: Redis went back in time). r_i is the outbox entry id
--- (a string, "<ms>-<seq>") for a successful attempt, so that the edge can
--- delete the entry once Kafka acknowledged the order; otherwise an integer
--- code: 1 SOLD_OUT, 2 LIMIT_REACHED, 3 BAD_TOKEN, 4 NOT_READY, 5 RECOVERING
--- (0, OK, is never returned: an OK is its entry id).
+-- Returns, to a lean call, {remaining, codes, ids...}: codes one digit per
+-- attempt, or the integer 0 when every attempt succeeded; ids the outbox entry ids of the successful attempts (ledger "b":
+-- one, "<entry id>/<orders in it>", the answer of every successful
+-- attempt; else one "<ms>-<seq>" per successful attempt, in order); to an
+-- older call {remaining, r_1, ..., r_N}, r_i a successful attempt's entry
+-- id or else its code. remaining is the stock after the whole batch, -1
+-- when the sale is not warmed, -2 when it is fenced (closed for a ledger
+-- rebuild: Redis went back in time). The codes: 0 OK, 1 SOLD_OUT,
+-- 2 LIMIT_REACHED, 3 BAD_TOKEN, 4 NOT_READY, 5 RECOVERING (an older
+-- call's OK is its entry id, never 0).
 -- Checks per attempt, in order: enough stock for qty, the token generation
 -- (meta tokens), token unused, limit; in both layouts.
 -- (SOLD_OUT wins over BAD_TOKEN/LIMIT_REACHED: all three write nothing.)
 -- The call's shape: the buyer hashes' names follow the fixed keys. (A
 -- per-key buyer key is sk:{p}:u:..., never sk:{p}:b:0.)
 local pre = string.sub(KEYS[1], 1, -6) -- sk:{p}: ("stock" off)
-local shaped = #KEYS >= 19 and KEYS[4] == pre .. 'b:0'
-local n, kb, nb = (#KEYS - 3) / 3, 4, 0
-if shaped then
-  nb = tonumber(ARGV[#ARGV])
-  n, kb = (#ARGV - 6 - nb) / 12, 20
+local lean = #KEYS >= 19 and KEYS[4] == pre .. 'b:0'
+local digit = {[0] = '0', '1', '2', '3', '4', '5'}
+-- A: the attempts' strings, nine each from A[base + 9i] as a lean call
+-- sends them (an older call's are laid out so once, below).
+local A, base, n, nt, hashes
+if lean then
+  nt = tonumber(ARGV[9])
+  A, base, hashes = ARGV, 11 + tonumber(ARGV[10]), ARGV[5] == 'h'
+  n = (#ARGV - base + 1) / 9
+else
+  n = (#KEYS - 3) / 3
+  A, base, hashes = {}, 1, ARGV[5 + 9 * n] == 'h'
+  for i = 0, n - 1 do
+    local a, o = 5 + 9 * i, 9 * i
+    A[o + 1], A[o + 2], A[o + 3], A[o + 4] = ARGV[a], ARGV[a + 1], ARGV[a + 2], ARGV[a + 3]
+    A[o + 5] = ARGV[a] .. ':' .. ARGV[a + 1] .. ':' .. ARGV[a + 4] .. ':' .. ARGV[a + 5] .. ':' .. ARGV[a + 7] .. ':' .. ARGV[a + 8]
+    A[o + 6], A[o + 7], A[o + 8], A[o + 9] = ARGV[a + 5], ARGV[a + 6], '', '0'
+  end
+end
+-- The per-key names of attempt i (the sale's layout is per key).
+local function buyerKey(i, a)
+  if lean then return ARGV[6] .. A[a] end
+  return KEYS[4 + 3 * i]
+end
+local function orderKey(i, a)
+  if lean then return ARGV[7] .. A[a + 3] end
+  return KEYS[5 + 3 * i]
+end
+local function tokenKey(i, a)
+  if lean then return ARGV[8] .. A[a + 7] end
+  return KEYS[6 + 3 * i]
 end
 local res = {0}
 local function closed(remaining, code)
   res[1] = remaining
-  for i = 2, n + 1 do res[i] = code end
+  if lean then
+    res[2] = string.rep(digit[code], n)
+  else
+    for i = 2, n + 1 do res[i] = code end
+  end
   return res
 end
 local stock = redis.call('GET', KEYS[1])
@@ -89,7 +131,10 @@ if ARGV[4] == '1' then
   -- ledger has been consulted (~5 µs per call, shared by the whole batch).
   local id = string.match(redis.call('INFO', 'server'), 'run_id:(%x+)')
   if id ~= meta[3] then
-    redis.call('HSET', KEYS[3], 'recovering', ARGV[10] .. ':' .. ARGV[12] .. ':runid')
+    -- The fence id (FenceID): the first attempt's now and node (the
+    -- node is the order value's fifth field).
+    local node = string.match(A[base + 4], '^[^:]*:[^:]*:[^:]*:[^:]*:([^:]*)')
+    redis.call('HSET', KEYS[3], 'recovering', A[base + 5] .. ':' .. node .. ':runid')
     return closed(-2, 5)
   end
 end
@@ -97,7 +142,7 @@ local hashed, batched = meta[5] == '2', meta[6] == 'b'
 -- A ledger this version does not know is a later version's: its orders
 -- would be where this version never looks. Closed, nothing written.
 if meta[6] and not batched then return closed(-1, 4) end
-if (hashed or batched) and not shaped then
+if (hashed or batched) and not lean then
   return redis.error_reply('deduct.lua: the sale keeps its buyers and tokens or its orders in hashes; the call names none')
 end
 local saleEnd = tonumber(meta[1] or '0') or 0
@@ -105,10 +150,9 @@ local saleEnd = tonumber(meta[1] or '0') or 0
 -- marks of the ones used in the lost window may be gone, so none of that
 -- generation is honoured.
 local tokensFrom = tonumber(meta[4] or '0') or 0
-local product, grace, ottl, hashes = ARGV[1], tonumber(ARGV[2]), ARGV[3], ARGV[5 + 9 * n] == 'h'
-local tail = 6 + 9 * n -- ARGV[tail+3i] buyer hash, ARGV[tail+1+3i] token hash, ARGV[tail+2+3i] order bucket
-local nonceAt = #pre + 3 -- sk:{p}:t:<nonce>
+local product, grace, ottl = ARGV[1], tonumber(ARGV[2]), ARGV[3]
 local taken = 0
+local codes = {} -- codes[i + 1]: attempt i's digit
 
 -- Redis time is the cost here (~1 µs per redis.call): per-key, a
 -- successful attempt makes 5 calls (6 with OrderHashes), a rejected one at
@@ -123,21 +167,22 @@ if hashed then
   -- first. Only attempts that can get past the stock and generation checks
   -- are read (the same tests as below: the stock only falls). Each
   -- attempt's numbers are parsed once.
-  local qtys, exps, nonce = {}, {}, {}
+  local qtys, exps, bs, ts = {}, {}, {}, {}
   local users, nonces = {}, {} -- hash -> fields to read
   for i = 0, n - 1 do
-    local a = 5 + 9 * i
-    local qty, exp = tonumber(ARGV[a + 1]), tonumber(ARGV[a + 5]) + tonumber(ARGV[a + 6])
+    local a = base + 9 * i
+    local qty, exp = tonumber(A[a + 1]), tonumber(A[a + 5]) + tonumber(A[a + 6])
     qtys[i], exps[i] = qty, exp
     if qty <= stock and exp > tokensFrom then
-      local b, t, nc = ARGV[tail + 3 * i], ARGV[tail + 1 + 3 * i], string.sub(KEYS[kb + 2 + 3 * i], nonceAt)
-      nonce[i] = nc
+      local pos = tonumber(A[a + 8])
+      local b, t = pos % 16, math.floor(pos / 16) % nt + 1
+      bs[i], ts[i] = b, t
       local f = users[b]
       if not f then f = {}; users[b] = f end
-      f[#f + 1] = ARGV[a]
+      f[#f + 1] = A[a]
       f = nonces[t]
       if not f then f = {}; nonces[t] = f end
-      f[#f + 1] = nc
+      f[#f + 1] = A[a + 7]
     end
   end
   local bought, used = {}, {} -- user -> units; token hash -> {nonce -> true}
@@ -146,7 +191,7 @@ if hashed then
     for j = 1, #f do bought[f[j]] = tonumber(v[j] or '0') end
   end
   for t, f in pairs(nonces) do
-    local v = redis.call('HMGET', KEYS[19 + 3 * n + t], unpack(f))
+    local v = redis.call('HMGET', KEYS[19 + t], unpack(f))
     local u = {}
     for j = 1, #f do u[f[j]] = v[j] and true or nil end
     used[t] = u
@@ -158,23 +203,23 @@ if hashed then
   local newest = 0 -- the latest now of a successful attempt (the buyers' TTL)
   local tokenEnd = {} -- token hash -> its bucket's end, ms from the edge's now
   for i = 0, n - 1 do
-    local a, qty = 5 + 9 * i, qtys[i]
+    local a, qty = base + 9 * i, qtys[i]
     local code = 0
     if stock < qty then
       code = 1
     elseif exps[i] <= tokensFrom then
       code = 3
     else
-      local t, user, nc = ARGV[tail + 1 + 3 * i], ARGV[a], nonce[i]
+      local t, user, nc = ts[i], A[a], A[a + 7]
       local count = bought[user] + qty
       if used[t][nc] then
         code = 3
-      elseif count > tonumber(ARGV[a + 2]) then
+      elseif count > tonumber(A[a + 2]) then
         code = 2 -- nothing written: the token stays unused
       else
         used[t][nc] = true
         bought[user] = count
-        local b = ARGV[tail + 3 * i]
+        local b = bs[i]
         local w = wb[b]
         if not w then w = {}; wb[b] = w end
         local j = at[user]
@@ -185,7 +230,7 @@ if hashed then
         end
         w[j + 1] = count
         w = wt[t]
-        local now = tonumber(ARGV[a + 5])
+        local now = tonumber(A[a + 5])
         if not w then
           w = {}; wt[t] = w
           -- The mark lives until its bucket (10 s of expiry times,
@@ -204,7 +249,7 @@ if hashed then
       stock = stock - qty
       taken = taken + qty
     end
-    res[i + 2] = code
+    codes[i + 1] = digit[code]
   end
   -- The counts and marks, one HSET and one expiry per hash written, before
   -- the orders: no hash without a TTL, and the buyers' TTL is the per-key
@@ -216,92 +261,112 @@ if hashed then
     redis.call('PEXPIREAT', KEYS[4 + b], exp)
   end
   for t, w in pairs(wt) do
-    local key = KEYS[19 + 3 * n + t]
+    local key = KEYS[19 + t]
     redis.call('HSET', key, unpack(w))
     redis.call('PEXPIRE', key, tokenEnd[t], 'NX')
   end
 else
   for i = 0, n - 1 do
-    local k, a = kb + 3 * i, 5 + 9 * i
-    local qty = tonumber(ARGV[a + 1])
+    local a = base + 9 * i
+    local qty = tonumber(A[a + 1])
     local code = 0
     if stock < qty then
       -- Checked first: it writes nothing and needs no reads, and once the
       -- stock is gone it is every remaining attempt's answer.
       code = 1
-    elseif tonumber(ARGV[a + 5]) + tonumber(ARGV[a + 6]) <= tokensFrom then
-      code = 3
-    elseif not redis.call('SET', KEYS[k + 2], '1', 'NX', 'PX', ARGV[a + 6]) then
-      -- Check and mark the one-time token in one call.
+    elseif tonumber(A[a + 5]) + tonumber(A[a + 6]) <= tokensFrom then
       code = 3
     else
-      -- bought + qty > limit, not bought >= limit: quantity counts.
-      local count = tonumber(redis.call('GET', KEYS[k]) or '0') + qty
-      if count > tonumber(ARGV[a + 2]) then
-        code = 2
-        redis.call('DEL', KEYS[k + 2]) -- a rejected attempt does not use up its token
+      local tk = tokenKey(i, a)
+      if not redis.call('SET', tk, '1', 'NX', 'PX', A[a + 6]) then
+        -- Check and mark the one-time token in one call.
+        code = 3
       else
-        stock = stock - qty
-        taken = taken + qty
-        -- Value and TTL in one call: no buyer key without a TTL.
-        redis.call('SET', KEYS[k], count, 'PXAT', math.max(saleEnd, tonumber(ARGV[a + 5])) + grace)
-        ok[#ok + 1] = i
+        -- bought + qty > limit, not bought >= limit: quantity counts.
+        local uk = buyerKey(i, a)
+        local count = tonumber(redis.call('GET', uk) or '0') + qty
+        if count > tonumber(A[a + 2]) then
+          code = 2
+          redis.call('DEL', tk) -- a rejected attempt does not use up its token
+        else
+          stock = stock - qty
+          taken = taken + qty
+          -- Value and TTL in one call: no buyer key without a TTL.
+          redis.call('SET', uk, count, 'PXAT', math.max(saleEnd, tonumber(A[a + 5])) + grace)
+          ok[#ok + 1] = i
+        end
       end
     end
-    res[i + 2] = code
+    codes[i + 1] = digit[code]
   end
 end
 
--- The orders and their outbox entries.
+-- The orders and their outbox entries. ids: the answers of the successful
+-- attempts, in order.
+local ids = {}
 if batched then
   -- Per order bucket one HSET of its orders (the string layout's values)
   -- and its expiry: NX gives a new hash one, GT lengthens an older one's
   -- to cover these orders' OrderTTL (never shortening what a rebuild or
   -- another edge gave it); then one outbox entry for the whole call.
   local wo, rec = {}, {}
+  local per = 16 * nt
   for j = 1, #ok do
-    local i = ok[j]
-    local a = 5 + 9 * i
-    local v = ARGV[a] .. ':' .. ARGV[a + 1] .. ':' .. ARGV[a + 4] .. ':' .. ARGV[a + 5] .. ':' ..
-      ARGV[a + 7] .. ':' .. ARGV[a + 8]
-    local ob = tonumber(ARGV[tail + 2 + 3 * i])
+    local a = base + 9 * ok[j]
+    local v, id = A[a + 4], A[a + 3]
+    local ob = math.floor(tonumber(A[a + 8]) / per) + 1
     local w = wo[ob]
     if not w then w = {}; wo[ob] = w end
-    w[#w + 1] = ARGV[a + 3]
+    w[#w + 1] = id
     w[#w + 1] = 'p:' .. v
-    rec[j] = ARGV[a + 3] .. ':' .. v
+    rec[j] = id .. ':' .. v
   end
   for ob, w in pairs(wo) do
-    local key = KEYS[#KEYS - nb + ob]
+    local key = KEYS[19 + nt + ob]
     redis.call('HSET', key, unpack(w))
-    local at = ARGV[#ARGV - nb - 1 + ob]
+    local at = ARGV[10 + ob]
     redis.call('PEXPIREAT', key, at, 'NX')
     redis.call('PEXPIREAT', key, at, 'GT')
   end
   if #ok > 0 then
-    local share = redis.call('XADD', KEYS[2], '*', 'product', product, 'orders', table.concat(rec, ';')) .. '/' .. #ok
-    for j = 1, #ok do res[ok[j] + 2] = share end
+    ids[1] = redis.call('XADD', KEYS[2], '*', 'product', product, 'orders', table.concat(rec, ';')) .. '/' .. #ok
   end
-  ok = {}
-end
-for j = 1, #ok do
-  local i = ok[j]
-  local k, a = kb + 3 * i, 5 + 9 * i
-  local user = ARGV[a]
-  if hashes then
-    redis.call('HSET', KEYS[k + 1], 'state', 'pending', 'user', user, 'qty', ARGV[a + 1],
-      'price', ARGV[a + 4], 'created', ARGV[a + 5], 'node', ARGV[a + 7], 'payby', ARGV[a + 8])
-    redis.call('PEXPIRE', KEYS[k + 1], ottl)
-  else
-    -- The order, value and TTL in one call (keys.go, "sk:{p}:o:"): the
-    -- state is its first byte, so the consumer's mark is one SETRANGE.
-    redis.call('SET', KEYS[k + 1], 'p:' .. user .. ':' .. ARGV[a + 1] .. ':' .. ARGV[a + 4] .. ':' ..
-      ARGV[a + 5] .. ':' .. ARGV[a + 7] .. ':' .. ARGV[a + 8], 'PX', ottl)
+else
+  for j = 1, #ok do
+    local i = ok[j]
+    local a = base + 9 * i
+    local user, ok_, id = A[a], orderKey(i, a), A[a + 3]
+    local v = A[a + 4]
+    local _, qty, price, created, node, payby = string.match(v, '^([^:]*):([^:]*):([^:]*):([^:]*):([^:]*):([^:]*)$')
+    if hashes then
+      redis.call('HSET', ok_, 'state', 'pending', 'user', user, 'qty', qty,
+        'price', price, 'created', created, 'node', node, 'payby', payby)
+      redis.call('PEXPIRE', ok_, ottl)
+    else
+      -- The order, value and TTL in one call (keys.go, "sk:{p}:o:"): the
+      -- state is its first byte, so the consumer's mark is one SETRANGE.
+      redis.call('SET', ok_, 'p:' .. v, 'PX', ottl)
+    end
+    ids[j] = redis.call('XADD', KEYS[2], '*', 'order', id, 'product', product, 'user', user,
+      'qty', qty, 'price', price, 'created', created, 'node', node, 'payby', payby)
   end
-  res[i + 2] = redis.call('XADD', KEYS[2], '*', 'order', ARGV[a + 3], 'product', product, 'user', user,
-    'qty', ARGV[a + 1], 'price', ARGV[a + 4], 'created', ARGV[a + 5], 'node', ARGV[a + 7], 'payby', ARGV[a + 8])
 end
 -- One write of the stock key for the whole batch.
 if taken > 0 then redis.call('DECRBY', KEYS[1], taken) end
 res[1] = stock
+if lean then
+  if #ok == n then res[2] = 0 else res[2] = table.concat(codes) end
+  for j = 1, #ids do res[j + 2] = ids[j] end
+  return res
+end
+local j = 0
+for i = 1, n do
+  local c = codes[i]
+  if c == '0' then
+    j = j + 1
+    res[i + 1] = ids[j]
+  else
+    res[i + 1] = tonumber(c)
+  end
+end
 return res
