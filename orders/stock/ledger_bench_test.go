@@ -14,10 +14,11 @@ import (
 // SET PX and an XADD; its XDEL; its GET + SETRANGE mark); "prev", a sale of
 // ledger "b" (per call one HSET per order bucket and one XADD; one XDEL per
 // entry; per stored batch one HMGET + one HSET per bucket) called as the
-// previous version did (testdata/deduct_b.lua verbatim, three per-key names
-// and 12 strings an attempt, one answer per attempt); "batches", the same
-// ledger called as this version does (the lean call: nine strings an
-// attempt, the codes in one answer). All keep their buyers and tokens in
+// previous version did (testdata/deduct_b.lua and mark_success_b.lua
+// verbatim: three per-key names and 12 strings an attempt, one answer per
+// attempt; three strings an order marked); "batches", the same ledger
+// called as this version does (the lean calls: nine strings an attempt, the
+// codes in one answer; two strings an order marked, its deadline as text). All keep their buyers and tokens in
 // hashes (the default). A purchase is the three calls of its life on the
 // hot path: the deduction, the outbox entry's removal once Kafka has the
 // order (AckOutbox, as the publisher's acker sends it per call's orders),
@@ -139,6 +140,9 @@ func newLedgerBench(b *testing.B, orderKeys, prev bool, size int) *ledgerBench {
 	if err := prevDeductScript.Exec(ctx, s.c, []string{StockKey(none), OutboxKey(none), MetaKey(none)}, []string{none, s.graceMs, s.orderTTLMs, s.fenceArg()}).Error(); err != nil {
 		b.Fatal(err)
 	}
+	if err := prevMarkScript.Exec(ctx, s.c, []string{DueKey(none)}, []string{"0"}).Error(); err != nil {
+		b.Fatal(err)
+	}
 	if _, err := s.MarkSuccess(ctx, none, 1); err != nil {
 		b.Fatal(err)
 	}
@@ -172,6 +176,13 @@ func (l *ledgerBench) ack(b *testing.B, i int) {
 }
 
 func (l *ledgerBench) mark(b *testing.B, i int) {
+	if l.prev {
+		keys, args := prevMarkCall(ledgerProduct, l.ids[i])
+		if n, err := prevMarkScript.Exec(context.Background(), l.s.c, keys, args).AsInt64(); err != nil || n != int64(len(l.ids[i])) {
+			b.Fatalf("%s mark: %d, %v", l.name, n, err)
+		}
+		return
+	}
 	if n, err := l.s.MarkSuccess(context.Background(), ledgerProduct, l.ids[i]...); err != nil || n != len(l.ids[i]) {
 		b.Fatalf("%s mark: %d, %v", l.name, n, err)
 	}

@@ -75,12 +75,6 @@ var markParts = []partVariant{
 	// No pay deadline written (no sorted-set member per order): the bound
 	// of keeping the deadlines per stored batch.
 	{"no-deadlines", []partEdit{{"if #due > 0 then redis.call('ZADD', KEYS[1], unpack(due)) end", ""}}},
-	// The deadline passed to ZADD as the text it was read as, not as a Lua
-	// number (which Redis formats back into text).
-	{"deadline-as-text", []partEdit{{
-		"  payby = tonumber(payby or '0') or 0\n  if payby > 0 then",
-		"  if payby and payby ~= '0' then",
-	}}},
 }
 
 // variantScript is src with v's edits applied.

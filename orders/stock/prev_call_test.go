@@ -19,9 +19,36 @@ import (
 // benchmark (BenchmarkLedgerRedisCPU).
 var (
 	//go:embed testdata/deduct_b.lua
-	prevDeductLua    string
+	prevDeductLua string
+	//go:embed testdata/mark_success_b.lua
+	prevMarkLua string
+
 	prevDeductScript = rueidis.NewLuaScript(prevDeductLua)
+	prevMarkScript   = rueidis.NewLuaScript(orderFnLua + prevMarkLua)
 )
+
+// prevMarkCall is the previous version's mark_success.lua call for ids:
+// the due set, their order buckets and their order keys; each id and its
+// bucket's position.
+func prevMarkCall(product string, ids []int64) (keys, args []string) {
+	keys, args = []string{DueKey(product)}, []string{""}
+	var buckets []int64
+	for _, id := range ids {
+		m := OrderBucket(id)
+		j := slices.Index(buckets, m)
+		if j < 0 {
+			j = len(buckets)
+			buckets = append(buckets, m)
+			keys = append(keys, OrderBucketKey(product, id))
+		}
+		args = append(args, i64(id), i64(int64(j+1)))
+	}
+	args[0] = i64(int64(len(buckets)))
+	for _, id := range ids {
+		keys = append(keys, OrderKey(product, id))
+	}
+	return keys, args
+}
 
 // prevCall is the previous version's KEYS and ARGV for attempts as of
 // nowMs: per attempt the three per-key names and 12 strings.

@@ -235,11 +235,13 @@ func (s *Store) MarkSuccess(ctx context.Context, productID string, orderIDs ...i
 }
 
 // markSuccessCall is mark_success.lua's KEYS and ARGV for ids: the due
-// set, the order bucket hashes they fall in, their order keys.
+// set and the order bucket hashes they fall in; the order keys' prefix,
+// then each id and its bucket's position.
 func markSuccessCall(productID string, ids []int64) (keys, args []string) {
-	keys = make([]string, 1, len(ids)+2)
+	keys = make([]string, 1, 3)
 	keys[0] = DueKey(productID)
-	args = make([]string, 1, 2*len(ids)+1)
+	args = make([]string, 2, 2*len(ids)+2)
+	args[1] = orderKeyPrefix(productID)
 	var buckets []int64
 	for _, id := range ids {
 		m := OrderBucket(id)
@@ -252,9 +254,6 @@ func markSuccessCall(productID string, ids []int64) (keys, args []string) {
 		args = append(args, i64(id), strconv.Itoa(j+1))
 	}
 	args[0] = strconv.Itoa(len(buckets))
-	for _, id := range ids {
-		keys = append(keys, OrderKey(productID, id))
-	}
 	return keys, args
 }
 

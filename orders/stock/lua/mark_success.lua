@@ -3,31 +3,33 @@
 -- with a pay deadline (payby > 0) enters the due set as it becomes success:
 -- from then on the deadline sweep (settle.go, lua/release.lua) may expire it.
 -- KEYS[1] sk:{p}:due   KEYS[2..1+B] the order bucket hashes sk:{p}:ob:<bucket>
--- the orders fall in (ledger "b")   KEYS[2+B+i] sk:{p}:o:<orderId> of order i
--- ARGV[1] B, then per order i = 0..N-1: ARGV[2+2i] its id, ARGV[3+2i] its
--- bucket (1..B). Returns how many changed.
+-- the orders fall in (ledger "b")
+-- ARGV[1] B, ARGV[2] the order keys' prefix sk:{p}:o: (keys.go; an order
+-- not in its bucket is looked for at that prefix + its id: the per-order
+-- ledger), then per order i = 0..N-1: ARGV[3+2i] its id, ARGV[4+2i] its
+-- bucket (1..B). Returns how many changed. No key and nothing constant
+-- goes per order: Redis pays for every string of a call.
 -- (order_fn.lua is prepended: every layout of an order is read.)
 --
 -- Redis' cost is per call, so a batch costs one HMGET and one HSET per
 -- bucket (ledger "b") and one ZADD; an order of the per-order ledger one
 -- GET and one SETRANGE.
-local nb = tonumber(ARGV[1])
-local n = (#ARGV - 1) / 2
+local n = (#ARGV - 2) / 2
 local changed = 0
 local due = {}
 -- The bucket fields, one HMGET per bucket.
 local ids, at = {}, {} -- bucket -> ids; order i -> its position in ids
 for i = 0, n - 1 do
-  local b = tonumber(ARGV[3 + 2 * i])
+  local b = tonumber(ARGV[4 + 2 * i])
   local f = ids[b]
   if not f then f = {}; ids[b] = f end
-  f[#f + 1] = ARGV[2 + 2 * i]
+  f[#f + 1] = ARGV[3 + 2 * i]
   at[i] = #f
 end
 local vals, marks, seen = {}, {}, {}
 for b, f in pairs(ids) do vals[b] = redis.call('HMGET', KEYS[1 + b], unpack(f)) end
 for i = 0, n - 1 do
-  local id, b = ARGV[2 + 2 * i], tonumber(ARGV[3 + 2 * i])
+  local id, b = ARGV[3 + 2 * i], tonumber(ARGV[4 + 2 * i])
   local v = vals[b][at[i]]
   local user, payby
   if v then
@@ -43,7 +45,7 @@ for i = 0, n - 1 do
       user, payby = string.match(v, '^p:([^:]+):[^:]*:[^:]*:[^:]*:[^:]*:(%d+)')
     end
   else
-    local k = KEYS[2 + nb + i]
+    local k = ARGV[2] .. id
     -- The string layout: one GET, and the mark is its first byte
     -- (SETRANGE keeps the TTL and rewrites nothing else).
     local s = redis.pcall('GET', k)
@@ -63,8 +65,9 @@ for i = 0, n - 1 do
       end
     end
   end
-  payby = tonumber(payby or '0') or 0
-  if payby > 0 then
+  -- The deadline goes to ZADD as the text read (a Lua number would be
+  -- formatted back into text): digits, "0" for none.
+  if payby and payby ~= '0' then
     due[#due + 1] = payby
     due[#due + 1] = id .. ':' .. user
   end
