@@ -227,3 +227,39 @@ func onBothServers(t *testing.T, test func(t *testing.T, s *Store)) {
 		t.Run(name, func(t *testing.T) { test(t, open(t)) })
 	}
 }
+
+// checkPlaced checks the orders a race placed on sale p: each in the
+// outbox once and nothing else there, and each readable by this version as
+// placed (pending). It returns their ids.
+func checkPlaced(t testing.TB, s *Store, p string, placed []Attempt) []int64 {
+	t.Helper()
+	ctx := context.Background()
+	obs, err := s.OutboxOrders(ctx, p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	inOutbox := map[int64]int{}
+	for _, o := range obs {
+		inOutbox[o.ID]++
+	}
+	ids := make([]int64, len(placed))
+	for i, a := range placed {
+		ids[i] = a.ID
+		if inOutbox[a.ID] != 1 {
+			t.Errorf("order %d in the outbox %d times", a.ID, inOutbox[a.ID])
+		}
+	}
+	if len(obs) != len(placed) {
+		t.Errorf("outbox has %d orders, %d placed", len(obs), len(placed))
+	}
+	got, err := s.Orders(ctx, p, ids)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, a := range placed {
+		if o := got[a.ID]; o.Order != a.Order || o.State != StatePending {
+			t.Errorf("order %d read by this version: %+v, want pending %+v", a.ID, o, a.Order)
+		}
+	}
+	return ids
+}

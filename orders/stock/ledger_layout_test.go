@@ -134,36 +134,10 @@ func TestLedgerRollingUpgrade(t *testing.T) {
 			if rem := remaining(t, s, p); rem != int64(stockN-sold) {
 				t.Errorf("remaining %d, sold %d of %d", rem, sold, stockN)
 			}
-			// Every order in the outbox once.
-			obs, err := s.OutboxOrders(ctx, p)
-			if err != nil {
-				t.Fatal(err)
-			}
-			inOutbox := map[int64]int{}
-			for _, o := range obs {
-				inOutbox[o.ID]++
-			}
-			ids := make([]int64, len(placed))
-			for i, a := range placed {
-				ids[i] = a.ID
-				if inOutbox[a.ID] != 1 {
-					t.Errorf("order %d in the outbox %d times", a.ID, inOutbox[a.ID])
-				}
-			}
-			if len(obs) != len(placed) {
-				t.Errorf("outbox has %d orders, %d placed", len(obs), len(placed))
-			}
-			// Readable by this version, whoever wrote it; by the previous
-			// one in the per-order ledger, and its own orders in either.
-			got, err := s.Orders(ctx, p, ids)
-			if err != nil {
-				t.Fatal(err)
-			}
-			for _, a := range placed {
-				if o := got[a.ID]; o.Order != a.Order || o.State != StatePending {
-					t.Errorf("order %d read by this version: %+v, want pending %+v", a.ID, o, a.Order)
-				}
-			}
+			// Every order in the outbox once, and readable by this version,
+			// whoever wrote it; by the previous one in the per-order ledger,
+			// and its own orders in either.
+			ids := checkPlaced(t, s, p, placed)
 			oldReads := placed
 			if !l.orderKeys {
 				oldReads = byOld

@@ -29,21 +29,10 @@ var (
 
 // prevMarkCall is the previous version's mark_success.lua call for ids:
 // the due set, their order buckets and their order keys; each id and its
-// bucket's position.
+// bucket's position (markSuccessCall's, without the order keys' prefix).
 func prevMarkCall(product string, ids []int64) (keys, args []string) {
-	keys, args = []string{DueKey(product)}, []string{""}
-	var buckets []int64
-	for _, id := range ids {
-		m := OrderBucket(id)
-		j := slices.Index(buckets, m)
-		if j < 0 {
-			j = len(buckets)
-			buckets = append(buckets, m)
-			keys = append(keys, OrderBucketKey(product, id))
-		}
-		args = append(args, i64(id), i64(int64(j+1)))
-	}
-	args[0] = i64(int64(len(buckets)))
+	keys, args = markSuccessCall(product, ids)
+	args = append(args[:1:1], args[2:]...)
 	for _, id := range ids {
 		keys = append(keys, OrderKey(product, id))
 	}
@@ -197,33 +186,7 @@ func TestLeanCallRacesPreviousCall(t *testing.T) {
 			if rem := remaining(t, s, p); rem != int64(stockN-sold) {
 				t.Errorf("remaining %d, sold %d of %d", rem, sold, stockN)
 			}
-			obs, err := s.OutboxOrders(ctx, p)
-			if err != nil {
-				t.Fatal(err)
-			}
-			inOutbox := map[int64]int{}
-			for _, o := range obs {
-				inOutbox[o.ID]++
-			}
-			ids := make([]int64, len(placed))
-			for i, a := range placed {
-				ids[i] = a.ID
-				if inOutbox[a.ID] != 1 {
-					t.Errorf("order %d in the outbox %d times", a.ID, inOutbox[a.ID])
-				}
-			}
-			if len(obs) != len(placed) {
-				t.Errorf("outbox has %d orders, %d placed", len(obs), len(placed))
-			}
-			got, err := s.Orders(ctx, p, ids)
-			if err != nil {
-				t.Fatal(err)
-			}
-			for _, a := range placed {
-				if o := got[a.ID]; o.Order != a.Order || o.State != StatePending {
-					t.Errorf("order %d: %+v, want pending %+v", a.ID, o, a.Order)
-				}
-			}
+			checkPlaced(t, s, p, placed)
 		})
 	}
 }
