@@ -222,6 +222,13 @@ func TestRebuildIsExactInBothLedgers(t *testing.T) {
 			})
 		}
 	}
+	// The per-key buyers and tokens too: their names are made in the
+	// scripts from prefixes (the lean calls), undeclared keys of the
+	// product's slot, which a Cluster node must serve.
+	t.Run("cluster/per-key-buyers", func(t *testing.T) {
+		s, _ := openCluster(t, Options{BuyerKeys: true, OrderKeys: true})
+		testRebuildExact(t, s, false)
+	})
 }
 
 func testRebuildExact(t *testing.T, s *Store, batches bool) {
