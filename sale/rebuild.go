@@ -15,18 +15,26 @@ import (
 )
 
 // Ledger is what warm-up rebuilds a sale from when its stock key is
-// missing: the order store, once every event that may still be on its way
-// has been stored (orderstore.Ledger implements it). nil means "no ledger":
+// missing: the order store, and the events Kafka acknowledged that the
+// consumer group has not stored yet — the topic's uncommitted tail, or,
+// when that cannot be read, a wait until the group drained
+// (orderstore.Ledger implements it). nil means "no ledger":
 // a sale known to be lost then stays closed, and only a sale never opened
 // anywhere (no meta in Redis, never seen by this edge) is warmed with the
 // configured stock.
 type Ledger interface {
-	// Rebuild waits until the pipeline drained (everything Kafka
-	// acknowledged is stored), then reads the product's ledger. orderIDs are orders warm-up counts itself
-	// unless stored (outbox entries) or corrects (surviving order
-	// hashes): the state says which of them are stored, consistently with
-	// its counts.
+	// Rebuild reads the product's ledger and the topic's uncommitted
+	// tail (State.Tail: events Kafka acknowledged that the store may not
+	// hold yet), or, without a tail, waits until the pipeline drained
+	// (everything Kafka acknowledged is stored) first. orderIDs are orders
+	// warm-up counts itself unless stored (outbox entries) or corrects
+	// (surviving order hashes): the state says which of them, and of the
+	// tail's, are stored, consistently with its counts.
 	Rebuild(ctx context.Context, productID string, orderIDs []int64) (orderstore.LedgerState, error)
+	// Statuses is the stored ones of the product's orders ids, now
+	// (without a drain): after the rebuild wrote the tail's orders as
+	// pending, for those the consumer stored meanwhile (markStoredTail).
+	Statuses(ctx context.Context, productID string, ids []int64) (map[int64]orderstore.OrderStatus, error)
 	// Settled is one page of the product's settled orders (paid,
 	// cancelled, expired) by order id, above afterID, at most limit;
 	// read after Rebuild, without another drain.
@@ -185,7 +193,7 @@ func (s *Service) recoverSale(ctx context.Context, a *catalog.Sale, fence string
 	if err != nil {
 		return err
 	}
-	plan, pending, err := s.plan(ctx, a, meta, known)
+	plan, notes, err := s.plan(ctx, a, meta, known)
 	if err != nil {
 		return fmt.Errorf("sale %s: ledger: %w (the sale stays closed until the ledger answers)", p, err)
 	}
@@ -197,6 +205,7 @@ func (s *Service) recoverSale(ctx context.Context, a *catalog.Sale, fence string
 	if err != nil {
 		return err
 	}
+	s.markStoredTail(ctx, p, notes.tailPending)
 	if !reopened {
 		return nil // another edge reopened it, or it was fenced again
 	}
@@ -214,7 +223,8 @@ func (s *Service) recoverSale(ctx context.Context, a *catalog.Sale, fence string
 	}
 	s.d.Log.Warn("sale recovered from the ledger", "product", p, "fence", fence,
 		"stockBefore", res.Before, "stockAfter", res.After, "initial", plan.Initial, "restocked", plan.Restocked,
-		"released", plan.Released, "buyers", len(plan.Buyers), "pendingUnits", pending,
+		"released", plan.Released, "buyers", len(plan.Buyers), "pendingUnits", notes.pending,
+		"tailEvents", notes.tail, "tailRead", notes.tailRead,
 		"ordersCorrected", len(plan.Orders), "waitedMs", waited.Milliseconds(), "waitedFor", why,
 		"closedMs", s.d.Now()/1e6-stock.FenceTime(fence))
 	return nil
@@ -373,11 +383,11 @@ func (s *Service) createStock(ctx context.Context, a *catalog.Sale, fence string
 		// was down: the ledger still knows the sale.
 		pctx, cancel := context.WithTimeout(ctx, recoverTimeout)
 		defer cancel()
-		plan, pending, err := s.plan(pctx, a, meta, known)
+		plan, notes, err := s.plan(pctx, a, meta, known)
 		if err != nil {
 			return fmt.Errorf("sale %s: ledger: %w (the sale stays closed until the ledger answers)", p, err)
 		}
-		lost = plan.Initial+plan.Restocked != plan.Stock || plan.Released > 0 || pending > 0
+		lost = plan.Initial+plan.Restocked != plan.Stock || plan.Released > 0 || notes.pending > 0
 	}
 	if lost {
 		if s.d.Ledger == nil {
@@ -404,13 +414,14 @@ func (s *Service) createStock(ctx context.Context, a *catalog.Sale, fence string
 // catalogue (planReads), leaves the arithmetic to planStock, then reads the
 // hashes of the stored orders planStock could not decide and gives them the
 // ledger's state (ledgerStates), and pages through the ledger's settled
-// orders while the rebuild writes (Rebuild.Settled). The second int64 is
-// the units of orders still on their way (in the outbox, not yet stored).
-func (s *Service) plan(ctx context.Context, a *catalog.Sale, meta stock.SaleStock, known bool) (stock.Rebuild, int64, error) {
+// orders while the rebuild writes (Rebuild.Settled). notes says what is
+// on its way (in the outbox or the topic's uncommitted tail, not yet
+// stored).
+func (s *Service) plan(ctx context.Context, a *catalog.Sale, meta stock.SaleStock, known bool) (stock.Rebuild, planNotes, error) {
 	p := a.ProductID
 	in, err := s.planReads(ctx, a, meta, known)
 	if err != nil {
-		return stock.Rebuild{}, 0, err
+		return stock.Rebuild{}, planNotes{}, err
 	}
 	sp := planStock(in)
 	if sp.lostRestock > 0 {
@@ -425,7 +436,7 @@ func (s *Service) plan(ctx context.Context, a *catalog.Sale, meta stock.SaleStoc
 	// hash any more has nothing stale to correct.
 	have, err := s.d.Store.Orders(ctx, p, sp.lookup)
 	if err != nil {
-		return stock.Rebuild{}, 0, err
+		return stock.Rebuild{}, planNotes{}, err
 	}
 	plan := sp.rebuild
 	plan.Orders = append(plan.Orders, ledgerStates(sp.lookup, have, in.ledger.Statuses)...)
@@ -447,7 +458,44 @@ func (s *Service) plan(ctx context.Context, a *catalog.Sale, meta stock.SaleStoc
 		}
 		return out, nil
 	}
-	return plan, sp.pending, nil
+	return plan, planNotes{pending: sp.pending, tail: len(in.ledger.Tail), tailRead: in.ledger.TailRead, tailPending: sp.tailPending}, nil
+}
+
+// planNotes is what a plan found on its way, for the rebuild's log and
+// markStoredTail.
+type planNotes struct {
+	pending     int64   // units of orders on their way (stockPlan.pending)
+	tail        int     // the tail's events of the product
+	tailRead    bool    // the tail stood in for the drain
+	tailPending []int64 // stockPlan.tailPending
+}
+
+// markStoredTail marks success (stock.Store.MarkSuccess: pending -> success,
+// and the deadline into the due set) the orders of the tail the rebuild
+// wrote as pending that the store holds now. The consumer marks each order
+// it stores, but one it stored before the rebuild wrote the order found no
+// order to mark (Redis had lost it) or had its mark overwritten: every
+// such store came before this read, and every later one is marked by the
+// consumer, which then finds the order pending. A failure leaves those
+// orders pending (their units and deadlines are right; the shopper's result
+// falls back to the store), and is logged.
+func (s *Service) markStoredTail(ctx context.Context, p string, ids []int64) {
+	if len(ids) == 0 {
+		return
+	}
+	stored, err := s.d.Ledger.Statuses(ctx, p, ids)
+	if err == nil && len(stored) > 0 {
+		done := make([]int64, 0, len(stored))
+		for _, id := range ids {
+			if _, ok := stored[id]; ok {
+				done = append(done, id)
+			}
+		}
+		_, err = s.d.Store.MarkSuccess(ctx, p, done...)
+	}
+	if err != nil {
+		s.d.Log.Warn("orders of the topic's tail stored during the rebuild not marked success; they read pending", "product", p, "err", err)
+	}
 }
 
 // planInput is what a rebuild's arithmetic (planStock) is computed from:
@@ -459,14 +507,15 @@ type planInput struct {
 	durable durableSale
 	events  []order.Event    // the old Redis's outbox
 	due     []stock.Deadline // its due set
-	ids     []int64          // the orders asked of the ledger, sorted
+	ids     []int64          // the orders asked of the ledger and the tail's, sorted
 	ledger  orderstore.LedgerState
 }
 
 // planReads gathers planStock's inputs. The outbox is read before the
-// ledger drains: an entry gone from it by then was acknowledged by Kafka,
-// so the drain stores it. No in-flight wait here: recoverSale waited for
-// the edges, or the sale is new.
+// ledger reads the topic's tail (or drains): an entry gone from it by then
+// was acknowledged by Kafka, so it is below the end offsets the tail is
+// read to (or the drain stores it). No in-flight wait here: recoverSale
+// waited for the edges, or the sale is new.
 func (s *Service) planReads(ctx context.Context, a *catalog.Sale, meta stock.SaleStock, known bool) (planInput, error) {
 	p := a.ProductID
 	in := planInput{sale: saleOf(a), meta: meta, known: known}
@@ -484,6 +533,10 @@ func (s *Service) planReads(ctx context.Context, a *catalog.Sale, meta stock.Sal
 	in.ids = askedOrders(in.events, hashes, in.due)
 	if in.ledger, err = s.d.Ledger.Rebuild(ctx, p, in.ids); err != nil {
 		return planInput{}, err
+	}
+	if len(in.ledger.Tail) > 0 {
+		// The ledger answered for the tail's orders too (Statuses).
+		in.ids = askedOrders(append(slices.Clip(in.events), in.ledger.Tail...), hashes, in.due)
 	}
 	if in.durable, err = s.durableSale(ctx, p); err != nil {
 		return planInput{}, err
@@ -519,7 +572,7 @@ type stockPlan struct {
 	// and Settled: SaleStock, Buyers, and the orders the ledger's deadlines
 	// and the outbox's settlements decide.
 	rebuild stock.Rebuild
-	pending int64 // units of orders on their way: in the outbox, not stored
+	pending int64 // units of orders on their way: in the outbox or the tail, not stored
 	held    int64 // units held: stored unpaid and paid, plus pending, less the releases on their way
 	// lostRestock is the units held beyond the sale's initial stock and
 	// known restocks, added to Restocked: restocks lost with Redis.
@@ -528,21 +581,33 @@ type stockPlan struct {
 	// settlement decides: those the old Redis holds a hash of take the
 	// ledger's state (ledgerStates).
 	lookup []int64
+	// tailPending is the tail's orders on their way that the plan writes
+	// as pending (markStoredTail marks those stored meanwhile).
+	tailPending []int64
 }
 
 // planStock is a rebuild's arithmetic: stock = initial + restocked − units
 // held, where held is the stored orders that keep their units (status 0
 // unpaid and 1 paid; cancelled and expired ones are status 2 and so
-// already back) plus the orders still in the outbox that the ledger has
-// not stored, less the releases still in the outbox; each buyer's count
-// from the same, exactly: for every user the ledger knows (stock.Rebuild
-// sets the users of settled orders it does not name to 0) and every user
-// the old Redis's outbox and due set name. A count is lowered as well as
-// raised, which is safe only here: every edge is quiet or past the
-// in-flight bound and the pipeline drained, so each purchase that wrote a
-// count is stored or still in the outbox (the deduction writes both in one
-// script), and the sale is fenced, so no purchase or release moves a count
-// until the rebuild lifts the fence. The order states follow the ledger
+// already back) plus the orders on their way that the ledger has not
+// stored — still in the outbox, or acknowledged by Kafka and in the
+// topic's uncommitted tail (the ledger's Tail) — less the releases on
+// their way (the same two places); each order id counts once, however
+// many of the store, the outbox and the tail (copies included) hold it.
+// Each buyer's count from the same, exactly: for every user the ledger
+// knows (stock.Rebuild sets the users of settled orders it does not name
+// to 0) and every user the old Redis's outbox, the tail and the due set
+// name. A count is lowered as well as raised, which is safe only here:
+// every edge is quiet or past the in-flight bound, and the tail was read
+// to the end offsets after the outbox (or the pipeline drained), so each
+// purchase that wrote a count is stored, in the tail or still in the
+// outbox (the deduction writes the count and the entry in one script, and
+// the entry goes only once Kafka acknowledged it), and the sale is fenced,
+// so no purchase or release moves a count until the rebuild lifts the
+// fence. The tail's orders on their way are written as pending, as the
+// deduction wrote them (Redis lost them with the rest): the consumer's
+// success mark finds them when it stores them, and they can be paid,
+// cancelled and expired meanwhile. The order states follow the ledger
 // too (and the settlements still in the outbox, which the relay is
 // delivering): every unpaid order with a deadline gets its hash (made
 // again if lost) and its place in the due set back — an overdue one too,
@@ -576,10 +641,12 @@ func planStock(in planInput) stockPlan {
 	for u, n := range st.Buyers {
 		buyers[u] = n
 	}
-	// Orders on their way: deducted, the relay re-sends them; they count.
-	onTheWay := make(map[int64]bool, len(in.events))
+	// Orders on their way: deducted, the relay re-sends them (the
+	// outbox), or acknowledged and not stored yet (the tail); they count.
+	way := append(slices.Clip(in.events), st.Tail...)
+	onTheWay := make(map[int64]bool, len(way))
 	var pending int64
-	for _, e := range in.events {
+	for _, e := range way {
 		if e.Type != order.TypeOrder || onTheWay[e.ID] {
 			continue
 		}
@@ -596,7 +663,7 @@ func planStock(in planInput) stockPlan {
 	// that are on their way themselves): Redis decided them, the store
 	// will know them.
 	settling := map[int64]order.Event{}
-	for _, e := range in.events {
+	for _, e := range way {
 		if e.Type == order.TypeOrder {
 			continue
 		}
@@ -627,7 +694,7 @@ func planStock(in planInput) stockPlan {
 			buyers[user] = 0
 		}
 	}
-	for _, e := range in.events {
+	for _, e := range way {
 		name(e.UserID)
 	}
 	for _, d := range in.due {
@@ -658,6 +725,16 @@ func planStock(in planInput) stockPlan {
 			done[id] = true
 		}
 	}
+	var tailPending []int64
+	for _, e := range st.Tail {
+		if e.Type != order.TypeOrder || !onTheWay[e.ID] || done[e.ID] {
+			continue
+		}
+		info := stock.OrderInfo{Order: e.Order, State: stock.StatePending}
+		fix = append(fix, info)
+		done[e.ID] = true
+		tailPending = append(tailPending, e.ID)
+	}
 	var rest []int64
 	for _, id := range in.ids {
 		if _, stored := st.Statuses[id]; stored && !done[id] {
@@ -666,7 +743,7 @@ func planStock(in planInput) stockPlan {
 	}
 	return stockPlan{
 		rebuild: stock.Rebuild{SaleStock: sale, Buyers: buyers, Orders: fix},
-		pending: pending, held: held, lostRestock: lost, lookup: rest,
+		pending: pending, held: held, lostRestock: lost, lookup: rest, tailPending: tailPending,
 	}
 }
 

@@ -24,15 +24,39 @@ func GroupLag(ctx context.Context, brokers []string, sec broker.Security, topic,
 }
 
 func groupLag(ctx context.Context, cl *kafka.Client, topic, group string) (int64, error) {
+	spans, err := uncommitted(ctx, cl, topic, group)
+	if err != nil {
+		return 0, err
+	}
+	var lag int64
+	for _, s := range spans {
+		lag += s.end - s.from
+	}
+	return lag, nil
+}
+
+// span is one partition's messages the group has not committed: the
+// offsets from (the committed offset, or the log start when nothing is
+// committed or it fell out of retention) up to end, exclusive (the
+// partition's end offset when asked).
+type span struct {
+	partition int
+	from, end int64
+}
+
+// uncommitted is every partition's span of topic that group has not
+// committed yet, as the brokers answer now; partitions with nothing
+// uncommitted are left out. A topic that does not exist has none.
+func uncommitted(ctx context.Context, cl *kafka.Client, topic, group string) ([]span, error) {
 	md, err := cl.Metadata(ctx, &kafka.MetadataRequest{Topics: []string{topic}})
 	if err != nil {
-		return 0, fmt.Errorf("consumer: lag: metadata: %w", err)
+		return nil, fmt.Errorf("consumer: lag: metadata: %w", err)
 	}
 	if len(md.Topics) != 1 || md.Topics[0].Error != nil {
 		if len(md.Topics) == 1 && errors.Is(md.Topics[0].Error, kafka.UnknownTopicOrPartition) {
-			return 0, nil // nothing was ever published
+			return nil, nil // nothing was ever published
 		}
-		return 0, fmt.Errorf("consumer: lag: topic %s: %v", topic, md.Topics)
+		return nil, fmt.Errorf("consumer: lag: topic %s: %v", topic, md.Topics)
 	}
 	var parts []int
 	var reqs []kafka.OffsetRequest
@@ -42,40 +66,40 @@ func groupLag(ctx context.Context, cl *kafka.Client, topic, group string) (int64
 	}
 	offs, err := cl.ListOffsets(ctx, &kafka.ListOffsetsRequest{Topics: map[string][]kafka.OffsetRequest{topic: reqs}})
 	if err != nil {
-		return 0, fmt.Errorf("consumer: lag: list offsets: %w", err)
+		return nil, fmt.Errorf("consumer: lag: list offsets: %w", err)
 	}
 	committed, err := cl.OffsetFetch(ctx, &kafka.OffsetFetchRequest{GroupID: group, Topics: map[string][]int{topic: parts}})
 	if errors.Is(err, kafka.GroupIdNotFound) {
 		committed, err = &kafka.OffsetFetchResponse{}, nil
 	}
 	if err != nil {
-		return 0, fmt.Errorf("consumer: lag: offset fetch: %w", err)
+		return nil, fmt.Errorf("consumer: lag: offset fetch: %w", err)
 	}
 	if committed.Error != nil && !errors.Is(committed.Error, kafka.GroupIdNotFound) {
 		// (A group that never committed is "not found" to some brokers.)
-		return 0, fmt.Errorf("consumer: lag: offset fetch: %w", committed.Error)
+		return nil, fmt.Errorf("consumer: lag: offset fetch: %w", committed.Error)
 	}
 	done := map[int]int64{}
 	for _, p := range committed.Topics[topic] {
 		if p.Error != nil && !errors.Is(p.Error, kafka.GroupIdNotFound) {
-			return 0, fmt.Errorf("consumer: lag: partition %d: %w", p.Partition, p.Error)
+			return nil, fmt.Errorf("consumer: lag: partition %d: %w", p.Partition, p.Error)
 		}
 		done[p.Partition] = p.CommittedOffset
 	}
-	var lag int64
+	var spans []span
 	for _, p := range offs.Topics[topic] {
 		if p.Error != nil {
-			return 0, fmt.Errorf("consumer: lag: partition %d: %w", p.Partition, p.Error)
+			return nil, fmt.Errorf("consumer: lag: partition %d: %w", p.Partition, p.Error)
 		}
 		c, ok := done[p.Partition]
 		if !ok || c < p.FirstOffset {
 			c = p.FirstOffset
 		}
 		if p.LastOffset > c {
-			lag += p.LastOffset - c
+			spans = append(spans, span{partition: p.Partition, from: c, end: p.LastOffset})
 		}
 	}
-	return lag, nil
+	return spans, nil
 }
 
 // WaitDrained polls GroupLag every poll (default 100ms) until it is 0 or
