@@ -287,3 +287,60 @@ func TestAskedOrders(t *testing.T) {
 		t.Fatalf("asked %v, want %v", got, want)
 	}
 }
+
+// The topic's uncommitted tail (the ledger's Tail) counts as the outbox
+// does, once per order id, whichever of the store, the outbox and the tail
+// (copies included) hold it; its orders on their way are written pending.
+func TestPlanStockTail(t *testing.T) {
+	in := planIn()
+	withDeadline := func(o order.Order) order.Order { o.PayByMs = 5000; return o }
+	// 1: stored unpaid, its cancel in the tail: released.
+	// 2: in the tail and stored (a consumer killed between its insert and
+	//    its commit): the ledger's, not counted again.
+	// 3: in the tail twice (a producer's retry): once, pending.
+	// 4: in the tail and in the outbox: once, pending.
+	// 5: in the tail with a deadline, paid in the tail: paid, not pending.
+	// 6: in the tail with a deadline: pending, the deadline kept.
+	// 7: only in the outbox: counted, no hash written (it has one).
+	in.events = []order.Event{placed(4, "u4", 1), placed(7, "u7", 1)}
+	in.ids = []int64{1, 2, 3, 4, 5, 6, 7}
+	in.ledger = orderstore.LedgerState{
+		Sold: 3, Buyers: map[string]int64{"u1": 1, "u2": 2},
+		Statuses: map[int64]orderstore.OrderStatus{1: unpaid(), 2: unpaid()},
+		Tail: []order.Event{
+			released(1, "u1", 1, order.ReasonCancelled, 60),
+			placed(2, "u2", 2),
+			placed(3, "u3", 1), placed(3, "u3", 1),
+			placed(4, "u4", 1),
+			{V: 1, Type: order.TypeOrder, Order: withDeadline(planOrder(5, "u5", 1))},
+			{V: 1, Type: order.TypePaid, Order: withDeadline(planOrder(5, "u5", 1)), PaidMs: 70},
+			{V: 1, Type: order.TypeOrder, Order: withDeadline(planOrder(6, "u6", 2))},
+		},
+		TailRead: true,
+	}
+	sp := planStock(in)
+	// Held: 2 (u2, stored) + 1 (3) + 1 (4) + 1 (5) + 2 (6) + 1 (7); u1's
+	// unit back.
+	if got, want := figuresOf(sp), (figures{Stock: 2, Initial: 10, Released: 1, Paid: 1, Pending: 6, Held: 8}); got != want {
+		t.Errorf("figures %+v, want %+v", got, want)
+	}
+	if want := map[string]int64{"u1": 0, "u2": 2, "u3": 1, "u4": 1, "u5": 1, "u6": 2, "u7": 1}; !maps.Equal(sp.rebuild.Buyers, want) {
+		t.Errorf("buyers %v, want %v", sp.rebuild.Buyers, want)
+	}
+	want := []stock.OrderInfo{
+		{Order: planOrder(1, "u1", 1), State: stock.StateReleased, ClosedMs: 60},
+		{Order: planOrder(3, "u3", 1), State: stock.StatePending},
+		{Order: planOrder(4, "u4", 1), State: stock.StatePending},
+		{Order: withDeadline(planOrder(5, "u5", 1)), State: stock.StatePaid, PaidMs: 70, ClosedMs: 70},
+		{Order: withDeadline(planOrder(6, "u6", 2)), State: stock.StatePending},
+	}
+	if got := sortedInfos(sp.rebuild.Orders); !slices.Equal(got, want) {
+		t.Errorf("orders\n got %+v\nwant %+v", got, want)
+	}
+	if got := slices.Sorted(slices.Values(sp.tailPending)); !slices.Equal(got, []int64{3, 4, 6}) {
+		t.Errorf("tail pending %v, want [3 4 6]", got)
+	}
+	if want := []int64{2}; !slices.Equal(sp.lookup, want) {
+		t.Errorf("lookup %v, want %v", sp.lookup, want)
+	}
+}
