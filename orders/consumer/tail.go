@@ -26,8 +26,10 @@ import (
 // stored — or between the committed offset and the end offset: the tail,
 // which anyone can read without being a member of the group.
 
-// tailFetchBytes bounds one fetch's answer.
-const tailFetchBytes = 4 << 20
+// tailFetchBytes bounds one fetch's answer (a broker answers at least one
+// record batch, however large: a fetch always makes progress). A variable
+// for TestTail, which makes it small to read a span in many fetches.
+var tailFetchBytes int64 = 4 << 20
 
 // Tail returns the events of productID that group has not committed on
 // topic: for each partition, from the committed offset (the log start when
