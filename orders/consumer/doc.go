@@ -26,6 +26,9 @@
 //     process killed between the two leaves no order stored but pending.
 //
 // Drained and GroupLag tell whether everything published is stored (the
-// group's committed offsets reached the end of every partition): warm-up
-// must wait for it before it trusts the ledger, reconcile before it counts.
+// group's committed offsets reached the end of every partition): reconcile
+// waits for it before it counts. Tail is what is not stored yet (the events
+// above the committed offsets): warm-up counts it beside the ledger rather
+// than wait for the drain, which a dead member's partitions hold up until
+// the group rebalances (orderstore.Ledger.Tail).
 package consumer

@@ -42,9 +42,12 @@
 //     for demos and single-node trials: one process at a time, the whole
 //     ledger in memory, the file never compacted.
 //
-// Ledger is the read side for warm-up: after Redis lost a sale it waits
-// until no event of the sale can still be on its way (InFlight, Drain) and
-// reads the units held (unpaid and paid), released and held per buyer
+// Ledger is the read side for warm-up: after Redis lost a sale (and the
+// edges waited until no event of the sale can still be on its way to
+// Kafka, InFlight) it reads the orders topic's uncommitted tail (Tail: what
+// Kafka acknowledged and the consumer group has not stored, returned for
+// the caller to count; without it, it waits for the group to drain, Drain)
+// and the units held (unpaid and paid), released and held per buyer
 // (Buyers), the unpaid orders' deadlines (Deadlines) and, page by page, the
 // settled orders (Settled), so that the sale reopens with exactly what is
 // left, nobody can buy beyond the limit, every unpaid order still expires,
