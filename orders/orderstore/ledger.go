@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"time"
 
 	"flashgate/orders/order"
 )
@@ -89,34 +90,71 @@ const rebuildTries = 5
 // (an entry gone from it by then was acknowledged, so it is below the end
 // offsets) and waited for the edges to be quiet. A read repeated because
 // the ledger moved needs no new tail: the store only gains events of it.
+// When it keeps moving (a live consumer storing the tail), Rebuild waits
+// for the drain after all, as without a tail.
 func (l Ledger) Rebuild(ctx context.Context, productID string, orderIDs []int64) (LedgerState, error) {
-	var tail []order.Event
-	var tailErr error
-	tailRead := false
 	if l.Tail != nil {
-		tail, tailErr = l.Tail(ctx, productID)
-		tailRead = tailErr == nil
-		if !tailRead {
-			tail = nil
-		}
-	}
-	ids := orderIDs
-	if len(tail) > 0 {
-		ids = withTail(orderIDs, tail)
-	}
-	for range rebuildTries {
-		var err error
-		if tailRead {
-			err = l.syncReplicas(ctx, productID)
-		} else if err = l.drain(ctx, productID); err != nil && tailErr != nil {
-			err = fmt.Errorf("%w (and the topic's tail could not be read: %v)", err, tailErr)
-		}
+		tail, err := l.Tail(ctx, productID)
 		if err != nil {
+			st, derr := l.rebuildDrained(ctx, productID, orderIDs)
+			if derr != nil {
+				derr = fmt.Errorf("%w (and the topic's tail could not be read: %v)", derr, err)
+			}
+			return st, derr
+		}
+		ids := orderIDs
+		if len(tail) > 0 {
+			ids = withTail(orderIDs, tail)
+		}
+		// The consumer may be storing the tail while the ledger is read
+		// (a live member behind, not a dead one): the read is repeated,
+		// a little later each time, so that a batch it stores is seen
+		// whole.
+		for try := range rebuildTries {
+			if try > 0 && !pause(ctx, time.Duration(try)*tailRetryPause) {
+				return LedgerState{}, ctx.Err()
+			}
+			if err := l.syncReplicas(ctx, productID); err != nil {
+				return LedgerState{}, err
+			}
+			st, stable, err := l.read(ctx, productID, ids)
+			if err != nil || stable {
+				st.Tail, st.TailRead = tail, true
+				return st, err
+			}
+		}
+		if l.Drain == nil {
+			return LedgerState{}, fmt.Errorf("orderstore: ledger of %s kept changing during %d reads", productID, rebuildTries)
+		}
+		// Still storing: a live consumer is working through the tail, and
+		// its drain will end; wait for it, as without a tail.
+	}
+	return l.rebuildDrained(ctx, productID, orderIDs)
+}
+
+// tailRetryPause is the pause before the second read of a ledger that
+// moved under the tail's rebuild; each next one waits one more.
+const tailRetryPause = 50 * time.Millisecond
+
+func pause(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}
+
+// rebuildDrained is Rebuild without the tail: it drains before every read.
+func (l Ledger) rebuildDrained(ctx context.Context, productID string, orderIDs []int64) (LedgerState, error) {
+	for range rebuildTries {
+		if err := l.drain(ctx, productID); err != nil {
 			return LedgerState{}, err
 		}
-		st, stable, err := l.read(ctx, productID, ids)
+		st, stable, err := l.read(ctx, productID, orderIDs)
 		if err != nil || stable {
-			st.Tail, st.TailRead = tail, tailRead
 			return st, err
 		}
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"reflect"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -120,4 +121,92 @@ func (m *movingStore) Buyers(ctx context.Context, p string) (map[string]int64, e
 		return b, m.Store.Insert(ctx, []Row{ledgerRow(m.id, "m", 1, StatusUnpaid)})
 	}
 	return m.Store.Buyers(ctx, p)
+}
+
+func TestLedgerRebuildWithTail(t *testing.T) {
+	ctx := context.Background()
+	fs, err := OpenFile(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fs.Close()
+	if err := fs.Insert(ctx, []Row{ledgerRow(1, "a", 2, StatusUnpaid)}); err != nil {
+		t.Fatal(err)
+	}
+	ev := func(id int64) order.Event {
+		return order.Event{V: 1, Type: order.TypeOrder, Order: ledgerRow(id, "t", 1, StatusUnpaid).Order}
+	}
+	tail := []order.Event{ev(1), ev(2), ev(3), ev(2)} // 1 stored already, 2 twice
+
+	t.Run("TailInsteadOfDrain", func(t *testing.T) {
+		drains := 0
+		l := Ledger{Store: fs, Tail: func(context.Context, string) ([]order.Event, error) { return tail, nil },
+			Drain: func(context.Context) error { drains++; return errors.New("a dead member's partitions") }}
+		st, err := l.Rebuild(ctx, "lp", []int64{9})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if drains != 0 || !st.TailRead || !reflect.DeepEqual(st.Tail, tail) {
+			t.Fatalf("drains %d, tail read %v: %+v", drains, st.TailRead, st.Tail)
+		}
+		// The tail's orders are asked: 1 is stored, 2 and 3 are not.
+		if want := map[int64]OrderStatus{1: {Status: StatusUnpaid}}; !reflect.DeepEqual(st.Statuses, want) || st.Sold != 2 {
+			t.Fatalf("statuses %+v sold %d, want %+v and 2", st.Statuses, st.Sold, want)
+		}
+	})
+
+	t.Run("UnreadableTailDrains", func(t *testing.T) {
+		drains := 0
+		l := Ledger{Store: fs, Tail: func(context.Context, string) ([]order.Event, error) { return nil, errors.New("no broker") },
+			Drain: func(context.Context) error { drains++; return nil }}
+		st, err := l.Rebuild(ctx, "lp", nil)
+		if err != nil || drains == 0 || st.TailRead || st.Tail != nil {
+			t.Fatalf("err %v, drains %d, tail read %v", err, drains, st.TailRead)
+		}
+		l.Drain = func(context.Context) error { return errors.New("lag 3") }
+		if _, err := l.Rebuild(ctx, "lp", nil); err == nil || !strings.Contains(err.Error(), "no broker") || !strings.Contains(err.Error(), "lag 3") {
+			t.Fatalf("neither tail nor drain: %v", err)
+		}
+	})
+
+	t.Run("StoredDuringTheReadIsReadAgain", func(t *testing.T) {
+		// The consumer stores a tail order in the middle of the read: its
+		// status and the counts must agree.
+		m := &movingStore{Store: fs, id: 3}
+		l := Ledger{Store: m, Tail: func(context.Context, string) ([]order.Event, error) { return tail, nil }}
+		st, err := l.Rebuild(ctx, "lp", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if m.reads.Load() < 2 || !st.TailRead {
+			t.Fatalf("the read was not repeated (%d), tail read %v", m.reads.Load(), st.TailRead)
+		}
+		if st.Statuses[3].Status != StatusUnpaid || st.Buyers["m"] != 1 {
+			t.Fatalf("order 3 stored but not counted consistently: %+v", st)
+		}
+	})
+
+	t.Run("KeptMovingDrains", func(t *testing.T) {
+		drains := 0
+		l := Ledger{Store: &alwaysMoving{Store: fs}, Tail: func(context.Context, string) ([]order.Event, error) { return tail, nil },
+			Drain: func(context.Context) error { drains++; return nil }}
+		if _, err := l.Rebuild(ctx, "lp", nil); err == nil || drains == 0 {
+			// (alwaysMoving never settles, so the drained reads fail too.)
+			t.Fatalf("err %v, drains %d", err, drains)
+		}
+	})
+}
+
+// alwaysMoving stores a new order of the product at every Buyers call.
+type alwaysMoving struct {
+	Store
+	id atomic.Int64
+}
+
+func (m *alwaysMoving) Buyers(ctx context.Context, p string) (map[string]int64, error) {
+	b, err := m.Store.Buyers(ctx, p)
+	if err != nil {
+		return nil, err
+	}
+	return b, m.Store.Insert(ctx, []Row{ledgerRow(1000+m.id.Add(1), "z", 1, StatusUnpaid)})
 }
