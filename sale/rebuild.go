@@ -202,10 +202,12 @@ func (s *Service) recoverSale(ctx context.Context, a *catalog.Sale, fence string
 		plan.TokensFromMs = s.d.Now()/1e6 + life
 	}
 	res, reopened, err := s.d.Store.Rebuild(ctx, plan)
+	// Also after a failed rebuild: it may have written some of the tail's
+	// orders pending, and the next one does not rewrite those stored by then.
+	s.markStoredTail(ctx, p, notes.tailPending)
 	if err != nil {
 		return err
 	}
-	s.markStoredTail(ctx, p, notes.tailPending)
 	if !reopened {
 		return nil // another edge reopened it, or it was fenced again
 	}
