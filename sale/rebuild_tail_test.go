@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strconv"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -202,4 +203,72 @@ func testRebuildReadsTail(t *testing.T, kind string) {
 		t.Fatalf("ledger %+v %v", tot, err)
 	}
 	r.reconcileClean(p)
+}
+
+// storingLedger is the edge's ledger with a consumer that stores one of
+// the tail's orders right after the ledger was read, before the rebuild
+// writes it: the consumer's success mark then finds no order (Redis lost
+// it) and marks nothing.
+type storingLedger struct {
+	orderstore.Ledger
+	store func(st orderstore.LedgerState)
+}
+
+func (l storingLedger) Rebuild(ctx context.Context, p string, ids []int64) (orderstore.LedgerState, error) {
+	st, err := l.Ledger.Rebuild(ctx, p, ids)
+	if err == nil {
+		l.store(st)
+	}
+	return st, err
+}
+
+// A tail order the consumer stores while the rebuild writes is marked
+// success by the rebuild (markStoredTail): written pending after the
+// consumer's mark, it would read pending for good.
+func TestRebuildMarksTailOrdersStoredMeanwhile(t *testing.T) {
+	ctx := context.Background()
+	const p, limit = "tm", 2
+	srv := redistest.New(t)
+	r := newRig(t, openRedisStore(t, srv.Addr()), openStoreKind(t, "file"))
+	r.acts = []*catalog.Sale{newActivity(p, 10, limit)}
+	if err := r.apply(); err != nil {
+		t.Fatal(err)
+	}
+	a, _ := r.buy(p, "a", 1, limit) // no consumer: both in the tail
+	b, _ := r.buy(p, "b", 2, limit)
+	var stored atomic.Bool
+	r.svc = sale.New(sale.Deps{Store: r.st, Sales: catalog.NewRegistry(), Log: discard,
+		Ledger: storingLedger{Ledger: orderstore.Ledger{Store: r.store, Drain: r.drain, Tail: r.tail},
+			store: func(st orderstore.LedgerState) {
+				if len(st.Tail) != 2 || stored.Swap(true) {
+					return
+				}
+				if err := r.store.Insert(ctx, []orderstore.Row{orderstore.FromEvent(new(broker.OrderEvent(&a.Order)))}); err != nil {
+					t.Error(err)
+				}
+			}}})
+	if err := r.apply(); err != nil {
+		t.Fatal(err)
+	}
+
+	srv.Restart()
+	await.NoError(t, 20*time.Second, "rebuilt", func() error {
+		r.svc.Refresh(ctx, false)
+		info, ok, err := r.st.SaleInfo(ctx, p)
+		if _, rebuilds := r.svc.Recovering(p); rebuilds == 0 || err != nil || !ok || info.Fence != "" {
+			return fmt.Errorf("not rebuilt (%d rebuilds): %+v %v %v", rebuilds, info, ok, err)
+		}
+		return nil
+	})
+	if !stored.Load() {
+		t.Fatal("the ledger's reader never saw the tail")
+	}
+	if info := r.info(p); info.Remaining != 7 {
+		t.Fatalf("remaining %d, want 7", info.Remaining)
+	}
+	for id, want := range map[int64]string{a.ID: stock.StateSuccess, b.ID: stock.StatePending} {
+		if o, ok, _ := r.st.OrderState(ctx, p, id); !ok || o.State != want {
+			t.Errorf("order %d: %+v %v, want %s", id, o, ok, want)
+		}
+	}
 }
