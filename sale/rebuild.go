@@ -55,7 +55,7 @@ type rebuilder struct {
 }
 
 // recoverTimeout bounds one recovery after the in-flight bound: the wait
-// for the other edges, the drain, the ledger reads and the writes. A recovery that
+// for the other edges, the tail (or the drain), the ledger reads and the writes. A recovery that
 // fails leaves the sale fenced; the next refresh starts another.
 const recoverTimeout = 15 * time.Second
 
@@ -128,11 +128,14 @@ func (s *Service) awaitRecoveries(ctx context.Context) {
 //     the fence, or until the in-flight bound (Deps.InFlight) since the
 //     fence passed, so that no event of a deduction from before it can
 //     still reach Kafka after the next step;
-//  3. it drains the pipeline and reads the ledger (plan), then
+//  3. it reads the outbox, the orders topic's uncommitted tail and the
+//     ledger (plan; the drain only when the tail cannot be read), then
 //     stock.Store.Rebuild lowers the stock to the ledger's, sets the
 //     buyers' counts to the ledger's (lowered as well as raised: a stale
 //     snapshot holds the units of orders released since), corrects order
-//     states, refuses older purchase tokens and lifts the fence.
+//     states (the tail's orders not stored yet made pending), refuses
+//     older purchase tokens and lifts the fence; the tail's orders stored
+//     meanwhile are marked success (markStoredTail).
 //
 // The other edges stop after step 1; their refresh sees the fence lifted.
 func (s *Service) recoverSale(ctx context.Context, a *catalog.Sale, fence string) error {
