@@ -24,15 +24,36 @@ func GroupLag(ctx context.Context, brokers []string, sec broker.Security, topic,
 }
 
 func groupLag(ctx context.Context, cl *kafka.Client, topic, group string) (int64, error) {
+	parts, err := partitionLags(ctx, cl, topic, group)
+	var lag int64
+	for _, p := range parts {
+		lag += p.Lag
+	}
+	return lag, err
+}
+
+// partitionLag is one partition of the topic as the group stands on it.
+type partitionLag struct {
+	Partition int
+	// Committed is the group's committed offset, or the log start when
+	// nothing (or something older than the log start) is committed.
+	Committed int64
+	End       int64 // the offset the next event will take
+	Lag       int64 // End - Committed, never below 0
+}
+
+// partitionLags is the group's lag per partition of topic (none when
+// nothing was ever published).
+func partitionLags(ctx context.Context, cl *kafka.Client, topic, group string) ([]partitionLag, error) {
 	md, err := cl.Metadata(ctx, &kafka.MetadataRequest{Topics: []string{topic}})
 	if err != nil {
-		return 0, fmt.Errorf("consumer: lag: metadata: %w", err)
+		return nil, fmt.Errorf("consumer: lag: metadata: %w", err)
 	}
 	if len(md.Topics) != 1 || md.Topics[0].Error != nil {
 		if len(md.Topics) == 1 && errors.Is(md.Topics[0].Error, kafka.UnknownTopicOrPartition) {
-			return 0, nil // nothing was ever published
+			return nil, nil // nothing was ever published
 		}
-		return 0, fmt.Errorf("consumer: lag: topic %s: %v", topic, md.Topics)
+		return nil, fmt.Errorf("consumer: lag: topic %s: %v", topic, md.Topics)
 	}
 	var parts []int
 	var reqs []kafka.OffsetRequest
@@ -42,40 +63,38 @@ func groupLag(ctx context.Context, cl *kafka.Client, topic, group string) (int64
 	}
 	offs, err := cl.ListOffsets(ctx, &kafka.ListOffsetsRequest{Topics: map[string][]kafka.OffsetRequest{topic: reqs}})
 	if err != nil {
-		return 0, fmt.Errorf("consumer: lag: list offsets: %w", err)
+		return nil, fmt.Errorf("consumer: lag: list offsets: %w", err)
 	}
 	committed, err := cl.OffsetFetch(ctx, &kafka.OffsetFetchRequest{GroupID: group, Topics: map[string][]int{topic: parts}})
 	if errors.Is(err, kafka.GroupIdNotFound) {
 		committed, err = &kafka.OffsetFetchResponse{}, nil
 	}
 	if err != nil {
-		return 0, fmt.Errorf("consumer: lag: offset fetch: %w", err)
+		return nil, fmt.Errorf("consumer: lag: offset fetch: %w", err)
 	}
 	if committed.Error != nil && !errors.Is(committed.Error, kafka.GroupIdNotFound) {
 		// (A group that never committed is "not found" to some brokers.)
-		return 0, fmt.Errorf("consumer: lag: offset fetch: %w", committed.Error)
+		return nil, fmt.Errorf("consumer: lag: offset fetch: %w", committed.Error)
 	}
 	done := map[int]int64{}
 	for _, p := range committed.Topics[topic] {
 		if p.Error != nil && !errors.Is(p.Error, kafka.GroupIdNotFound) {
-			return 0, fmt.Errorf("consumer: lag: partition %d: %w", p.Partition, p.Error)
+			return nil, fmt.Errorf("consumer: lag: partition %d: %w", p.Partition, p.Error)
 		}
 		done[p.Partition] = p.CommittedOffset
 	}
-	var lag int64
+	out := make([]partitionLag, 0, len(parts))
 	for _, p := range offs.Topics[topic] {
 		if p.Error != nil {
-			return 0, fmt.Errorf("consumer: lag: partition %d: %w", p.Partition, p.Error)
+			return nil, fmt.Errorf("consumer: lag: partition %d: %w", p.Partition, p.Error)
 		}
 		c, ok := done[p.Partition]
 		if !ok || c < p.FirstOffset {
 			c = p.FirstOffset
 		}
-		if p.LastOffset > c {
-			lag += p.LastOffset - c
-		}
+		out = append(out, partitionLag{Partition: p.Partition, Committed: c, End: p.LastOffset, Lag: max(0, p.LastOffset-c)})
 	}
-	return lag, nil
+	return out, nil
 }
 
 // WaitDrained polls GroupLag every poll (default 100ms) until it is 0 or
