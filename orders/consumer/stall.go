@@ -20,7 +20,7 @@ import (
 // response channel and its closed done channel. The leader assigns the
 // member partitions like any other, the group is Stable, no session
 // lapses, and those partitions' lag stays for good
-// (TestConsumerRejoinsAfterRepeatedKills, 1 run in ~9). Real Kafka starts
+// (TestConsumerRejoinsAfterRepeatedKills, 1 run in 15). Real Kafka starts
 // every member's session when a join completes, answered or not
 // (GroupCoordinator.onCompleteJoin); there, the same stall needs a member
 // that heartbeats but neither consumes nor rejoins a rebalance.

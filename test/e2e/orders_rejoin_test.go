@@ -27,7 +27,7 @@ import (
 //
 // A member killed while its JoinGroup was parked can also stay in the
 // group for good, holding partitions (kfake; orders/consumer/stall.go):
-// that failed this test 1 run in 9 before the consumers' stall watch. The
+// that failed this test 1 run in 15 before the consumers' stall watch. The
 // watch of a live consumer then rejoins: a partition's lag standing still
 // for StallAfter (30 s), read every 2 s, the rejoin between batches (≤ 1 s)
 // and the rebalance it starts (5 s: the dead member never rejoins) make
