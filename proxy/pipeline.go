@@ -278,4 +278,7 @@ func (p *pipeline) registerMetrics(reg *metrics.Registry) {
 	reg.Register("flashgate_orders_dead_lettered_total", "Events sent to the dead-letter topic.", "counter", func(w *metrics.Writer) {
 		w.Value(float64(p.consumer.Stats().DeadLettered))
 	})
+	reg.Register("flashgate_orders_consumer_rejoins_total", "Times this edge's consumer left and rejoined its group because a partition's lag stood still (a member holding it does not consume).", "counter", func(w *metrics.Writer) {
+		w.Value(float64(p.consumer.Stats().Rejoins))
+	})
 }

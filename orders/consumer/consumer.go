@@ -66,11 +66,29 @@ type Config struct {
 	// timeout, the rebalance ends, dropping the dead members, before a
 	// live member's session or its JoinGroup's deadline runs out.
 	RebalanceTimeout time.Duration
-	Log              *slog.Logger
+	// StallAfter is how long a partition with lag may keep the same
+	// committed offset, while this consumer's inserts succeed and the
+	// group is Stable, before the consumer leaves and rejoins the group to
+	// rebalance it (negative: never). See stall.go: kfake keeps a member
+	// killed mid-join for good. Default 3*SessionTimeout (30s): a dead
+	// member that the broker does drop holds its partitions, under kfake,
+	// for up to the join wait (RebalanceTimeout), its session from that
+	// join's end, and the rebalance that drops it (RebalanceTimeout) — 20s
+	// — plus a fetch and a commit; 2*SessionTimeout rejoined in 2 of 10
+	// runs of TestConsumerRejoinsAfterRepeatedKills while the group was
+	// recovering by itself.
+	StallAfter time.Duration
+	Log        *slog.Logger
 
 	// newSource, if set, is the Kafka client Run reads with (tests;
 	// default newKafkaGoSource).
 	newSource func(*Consumer) (source, error)
+	// stallCheck is how often the stall watch reads the group's offsets
+	// (default SessionTimeout/5: 2s); partitionLags and groupState how
+	// it reads them and the group's state (tests; default the brokers').
+	stallCheck    time.Duration
+	partitionLags func(context.Context, *Consumer) ([]partitionLag, error)
+	groupState    func(context.Context, *Consumer) (string, error)
 }
 
 // check rejects a config without what it needs, fills the zero edge.yaml
@@ -101,6 +119,18 @@ func (c *Config) check() error {
 	if c.RebalanceTimeout <= 0 {
 		c.RebalanceTimeout = c.SessionTimeout / 2
 	}
+	if c.StallAfter == 0 {
+		c.StallAfter = 3 * c.SessionTimeout
+	}
+	if c.stallCheck <= 0 {
+		c.stallCheck = c.SessionTimeout / 5
+	}
+	if c.partitionLags == nil {
+		c.partitionLags = kafkaPartitionLags
+	}
+	if c.groupState == nil {
+		c.groupState = kafkaGroupState
+	}
 	if c.Log == nil {
 		c.Log = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
@@ -120,6 +150,7 @@ type Stats struct {
 	CommitErrors uint64
 	MarkErrors   uint64 // failed MarkSuccess calls (retried with the next batch)
 	MarkPending  int64  // orders waiting for a MarkSuccess retry
+	Rejoins      uint64 // times the consumer left and rejoined the group over a stalled partition
 }
 
 // Consumer is one member of the orders consumer group.
@@ -136,6 +167,10 @@ type Consumer struct {
 	messages, batches, stored, paid, released, dups, dead atomic.Uint64
 	insertErrs, commitErrs, markErrs                      atomic.Uint64
 	markPending                                           atomic.Int64
+	// rejoin asks Run to leave and rejoin the group (the stall watch's
+	// verdict); rejoins counts the times it did.
+	rejoin  atomic.Bool
+	rejoins atomic.Uint64
 }
 
 // maxUnmarked bounds the MarkSuccess retry backlog: beyond it the oldest
@@ -163,7 +198,7 @@ func (c *Consumer) Stats() Stats {
 		Messages: c.messages.Load(), Batches: c.batches.Load(), Stored: c.stored.Load(), Paid: c.paid.Load(),
 		Released: c.released.Load(), Duplicates: c.dups.Load(), DeadLettered: c.dead.Load(),
 		InsertErrors: c.insertErrs.Load(), CommitErrors: c.commitErrs.Load(),
-		MarkErrors: c.markErrs.Load(), MarkPending: c.markPending.Load(),
+		MarkErrors: c.markErrs.Load(), MarkPending: c.markPending.Load(), Rejoins: c.rejoins.Load(),
 	}
 }
 
@@ -180,9 +215,35 @@ func (c *Consumer) Run(ctx context.Context) error {
 		return err
 	}
 	defer c.closeConns()
-	defer src.close()
+	defer func() { // the current one: a rejoin replaces it
+		if src != nil {
+			src.close()
+		}
+	}()
+	if c.cfg.StallAfter > 0 {
+		wctx, stop := context.WithCancel(ctx)
+		watched := make(chan struct{})
+		go func() {
+			defer close(watched)
+			c.watchStalls(wctx)
+		}()
+		defer func() { stop(); <-watched }()
+	}
 	batch := make([]message, 0, c.cfg.BatchSize)
 	for {
+		if c.rejoin.Load() {
+			// Between batches: everything fetched so far is committed.
+			// Closing the reader leaves the group (a rebalance); the new
+			// one joins as a new member.
+			src.close()
+			if src, err = newSource(c); err != nil {
+				src = nil
+				return err
+			}
+			c.rejoins.Add(1)
+			c.rejoin.Store(false)
+			c.cfg.Log.Info("orders consumer: left the group to rebalance it, joining again", "rejoins", c.rejoins.Load())
+		}
 		var err error
 		batch, err = c.fetch(ctx, src, batch[:0])
 		if ctx.Err() != nil {

@@ -25,6 +25,12 @@
 //     idempotent), then call OnStored. Marking before committing means a
 //     process killed between the two leaves no order stored but pending.
 //
+// Besides, every consumer watches the group's committed offsets (stall.go):
+// a partition whose lag stands still for StallAfter (3× the session) while
+// this consumer's own inserts succeed is held by a member that does not
+// consume it, and the consumer leaves and rejoins the group so that the
+// rebalance drops that member.
+//
 // Drained and GroupLag tell whether everything published is stored (the
 // group's committed offsets reached the end of every partition): reconcile
 // waits for it before it counts. Tail is what is not stored yet (the events

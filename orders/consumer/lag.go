@@ -24,30 +24,27 @@ func GroupLag(ctx context.Context, brokers []string, sec broker.Security, topic,
 }
 
 func groupLag(ctx context.Context, cl *kafka.Client, topic, group string) (int64, error) {
-	spans, err := uncommitted(ctx, cl, topic, group)
-	if err != nil {
-		return 0, err
-	}
+	parts, err := partitionLags(ctx, cl, topic, group)
 	var lag int64
-	for _, s := range spans {
-		lag += s.end - s.from
+	for _, p := range parts {
+		lag += p.Lag
 	}
-	return lag, nil
+	return lag, err
 }
 
-// span is one partition's messages the group has not committed: the
-// offsets from (the committed offset, or the log start when nothing is
-// committed or it fell out of retention) up to end, exclusive (the
-// partition's end offset when asked).
-type span struct {
-	partition int
-	from, end int64
+// partitionLag is one partition of the topic as the group stands on it.
+type partitionLag struct {
+	Partition int
+	// Committed is the group's committed offset, or the log start when
+	// nothing (or something older than the log start) is committed.
+	Committed int64
+	End       int64 // the offset the next event will take
+	Lag       int64 // End - Committed, never below 0
 }
 
-// uncommitted is every partition's span of topic that group has not
-// committed yet, as the brokers answer now; partitions with nothing
-// uncommitted are left out. A topic that does not exist has none.
-func uncommitted(ctx context.Context, cl *kafka.Client, topic, group string) ([]span, error) {
+// partitionLags is the group's lag per partition of topic (none when
+// nothing was ever published).
+func partitionLags(ctx context.Context, cl *kafka.Client, topic, group string) ([]partitionLag, error) {
 	md, err := cl.Metadata(ctx, &kafka.MetadataRequest{Topics: []string{topic}})
 	if err != nil {
 		return nil, fmt.Errorf("consumer: lag: metadata: %w", err)
@@ -86,7 +83,7 @@ func uncommitted(ctx context.Context, cl *kafka.Client, topic, group string) ([]
 		}
 		done[p.Partition] = p.CommittedOffset
 	}
-	var spans []span
+	out := make([]partitionLag, 0, len(parts))
 	for _, p := range offs.Topics[topic] {
 		if p.Error != nil {
 			return nil, fmt.Errorf("consumer: lag: partition %d: %w", p.Partition, p.Error)
@@ -95,8 +92,32 @@ func uncommitted(ctx context.Context, cl *kafka.Client, topic, group string) ([]
 		if !ok || c < p.FirstOffset {
 			c = p.FirstOffset
 		}
-		if p.LastOffset > c {
-			spans = append(spans, span{partition: p.Partition, from: c, end: p.LastOffset})
+		out = append(out, partitionLag{Partition: p.Partition, Committed: c, End: p.LastOffset, Lag: max(0, p.LastOffset-c)})
+	}
+	return out, nil
+}
+
+// span is one partition's messages the group has not committed: the
+// offsets from (the committed offset, or the log start when nothing is
+// committed or it fell out of retention) up to end, exclusive (the
+// partition's end offset when asked).
+type span struct {
+	partition int
+	from, end int64
+}
+
+// uncommitted is every partition's span of topic that group has not
+// committed yet, as the brokers answer now; partitions with nothing
+// uncommitted are left out. A topic that does not exist has none.
+func uncommitted(ctx context.Context, cl *kafka.Client, topic, group string) ([]span, error) {
+	parts, err := partitionLags(ctx, cl, topic, group)
+	if err != nil {
+		return nil, err
+	}
+	var spans []span
+	for _, p := range parts {
+		if p.Lag > 0 {
+			spans = append(spans, span{partition: p.Partition, from: p.Committed, end: p.End})
 		}
 	}
 	return spans, nil

@@ -3,7 +3,9 @@ package consumer
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/segmentio/kafka-go"
@@ -82,6 +84,17 @@ func newKafkaGoSourceFetch(c *Consumer, minBytes int, maxWait time.Duration) (so
 		ReadBackoffMax:    500 * time.Millisecond,
 		ErrorLogger: kafka.LoggerFunc(func(msg string, args ...any) {
 			c.cfg.Log.Warn("kafka reader: " + fmt.Sprintf(msg, args...))
+		}),
+		// The group's life (joined as member X in generation N, leader,
+		// assignments, leaving) is what explains a group that does not
+		// re-form; kafka-go says it only here, a few lines per
+		// rebalance. Debug: off unless log.level asks for it. Not its
+		// "no messages received … within the allocated time": every
+		// empty fetch (MaxWait, 250 ms) of every partition says it.
+		Logger: kafka.LoggerFunc(func(msg string, args ...any) {
+			if !strings.HasPrefix(msg, "no messages received") && c.cfg.Log.Enabled(context.Background(), slog.LevelDebug) {
+				c.cfg.Log.Debug("kafka reader: " + strings.TrimSpace(fmt.Sprintf(msg, args...)))
+			}
 		}),
 	})
 	return &kafkaGoSource{r: r, dlq: &kafka.Writer{

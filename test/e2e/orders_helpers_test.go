@@ -536,7 +536,7 @@ func startEdgeProc(t *testing.T, bin string, args ...string) *edgeProc {
 			}
 			p.mu.Lock()
 			p.tail = append(p.tail, line)
-			if len(p.tail) > 80 {
+			if len(p.tail) > 200 {
 				p.tail = p.tail[1:]
 			}
 			p.mu.Unlock()
