@@ -100,9 +100,12 @@ func TestMarkSuccess(t *testing.T) {
 // stamped (and trusted for VerifyTrust). The embedded server has no run id.
 func TestResultStateVerifiesTheServer(t *testing.T) {
 	ctx := context.Background()
-	for _, l := range ledgers {
+	for _, l := range []struct {
+		name string
+		opts Options
+	}{{"orders", Options{OrderKeys: true}}, {"batches", Options{}}, {"an older edge's hashes", Options{OrderKeys: true, OrderHashes: true}}} {
 		t.Run(l.name, func(t *testing.T) {
-			s, _ := openReal(t, Options{OrderKeys: l.orderKeys})
+			s, _ := openReal(t, l.opts)
 			const p = "rv"
 			warm(t, s, p, 10, 5)
 			a, b := attempt(p, "u", 1, 5), attempt(p, "v", 1, 5)
@@ -115,6 +118,9 @@ func TestResultStateVerifiesTheServer(t *testing.T) {
 					t.Fatalf("ResultState(%d) = %v, %v", id, ok, err)
 				}
 				return o.State, verified
+			}
+			if typ, _ := s.c.Do(ctx, s.c.B().Type().Key(OrderKey(p, a.ID)).Build()).ToString(); l.opts.OrderHashes && typ != "hash" {
+				t.Fatalf("the order of an older edge is a %q", typ)
 			}
 			if st, v := read(a.ID); st != StatePending || !v {
 				t.Fatalf("a pending order on its own server: %s, verified %v", st, v)
