@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"flashgate/sale/room"
 )
 
 // The checker must be able to fail: each case below is a hand-made
@@ -321,6 +323,32 @@ func TestDrawFaultsIsItsSeed(t *testing.T) {
 	for _, f := range drawFaults(5, 10, d, 3, 2, 5, 3, []string{fBrokerOne}) {
 		if f.Kind != fBrokerOne {
 			t.Fatalf("kinds limited to %s drew %s", fBrokerOne, f)
+		}
+	}
+}
+
+// TestLineReachIsTheRoomsLine: the checker's N(t) is the room's own
+// (sale/room State.Frontier): never below it at the moment the edge read its
+// clock (so no admission the room makes is flagged), and above it by no more
+// than the clock slack (so no token ahead of the line passes).
+func TestLineReachIsTheRoomsLine(t *testing.T) {
+	const startUnixMs = 1_796_000_000_000
+	for _, rate := range []int{60, 120, 600, 6000} {
+		for _, openMs := range []int64{-30_000, -1_234, 0, 777} {
+			st := room.State{Frozen: true, BaseMs: startUnixMs, Rate: int64(rate)}
+			p := ProductSpec{Room: true, AdmitPerMinute: rate, OpenMs: openMs}
+			for at := int64(-2_000); at < 40_000; at += 37 {
+				for _, skew := range []int64{0, 2000} {
+					edge := startUnixMs + (at - openMs) + skew // the edge's clock when the load's reads at
+					got, _ := lineReach(p, at, skew)
+					if want := st.Frontier(edge); got < want {
+						t.Fatalf("rate %d, open %d, at %d, skew %d: the checker's line %d, the room's %d", rate, openMs, at, skew, got, want)
+					}
+					if ahead := st.Frontier(edge + lineSlackMs); got > ahead {
+						t.Fatalf("rate %d, open %d, at %d, skew %d: the checker's line %d, past the room's %d %d ms later", rate, openMs, at, skew, got, ahead, lineSlackMs)
+					}
+				}
+			}
 		}
 	}
 }
