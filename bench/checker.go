@@ -126,8 +126,9 @@ type ProductSpec struct {
 type FaultEvent struct {
 	Kind    string `json:"kind"`
 	Target  string `json:"target"`
-	AtMs    int64  `json:"at_ms"`   // injected, ms since the load started
-	HealMs  int64  `json:"heal_ms"` // healed (the component back and ready); 0: never
+	AtMs    int64  `json:"at_ms"`             // injected, ms since the load started
+	HealMs  int64  `json:"heal_ms"`           // healed (the component back and ready); 0: never
+	SkewMs  int64  `json:"skew_ms,omitempty"` // edge-clock: the edge's offset meanwhile (ms, + ahead)
 	Note    string `json:"note,omitempty"`
 	Err     string `json:"error,omitempty"`
 	ReopenM int64  `json:"reopen_ms"` // filled by the checker: -1 stuck, -2 nothing to measure
@@ -478,12 +479,16 @@ func checkStatuses(h *History, v *Verdict) {
 // checkRoom: nobody bought a room's sale without being admitted first,
 // and nobody was admitted before the line reached her at the room's rate.
 //
-// A token granted before any answer told the shopper she was admitted is
-// not by itself out of turn: the room admits by its rate in Redis, not by
-// her polls, and a poll that failed (her edge's link to Redis cut) or had
-// not come yet leaves her admission unseen (seed 112: three 503 polls, a
-// token, then "admitted"). Such a token is out of turn when the line could
-// not have reached her place by then, or when she never held a place.
+// The room admits by the line alone (sale/room State.Frontier, in
+// lua/room_place_fn.lua): place P is let in by the first call — a join, a
+// poll, or the purchase-token call itself (the gate) — made once N(t) =
+// floor(rate * (t - start) / 60000) >= P on the edge's clock. So a token
+// granted before any answer said she was admitted is not by itself out of
+// turn: the gate admits her (seed 202, 205: a token 10 ms after a join that
+// said waiting; seed 112: her polls failed, her edge's Redis link cut). It
+// is out of turn when the line had not reached her place by the token's
+// answer, or when she never held a place. An answer that says admitted is
+// held to the same line.
 func checkRoom(h *History, v *Verdict, spec map[string]ProductSpec) {
 	admitted := map[string]int64{} // product/user -> first answer that said admitted
 	place := map[string]int64{}    // product/user -> her last place in line, from a 200
@@ -507,8 +512,8 @@ func checkRoom(h *History, v *Verdict, spec map[string]ProductSpec) {
 			if _, ok := admitted[k]; !ok {
 				admitted[k] = op.EndMs
 			}
-			if front, secs := lineReach(p, op.EndMs); op.Position > front {
-				v.add("admitted_early", op.EndMs, op.Product, op.User, "", "admitted at place %d, %.1fs after the opening; the line at %d/min reaches at most %d", op.Position, secs, p.AdmitPerMinute, front)
+			if front, secs := lineReach(p, op.EndMs, edgeSkewMs(h, op)); op.Position > front {
+				v.add("admitted_early", op.EndMs, op.Product, op.User, "", "admitted at place %d, %.1fs after the opening; the line at %d/min reaches %d", op.Position, secs, p.AdmitPerMinute, front)
 			}
 		case opToken:
 			if op.Status != 200 {
@@ -518,23 +523,55 @@ func checkRoom(h *History, v *Verdict, spec map[string]ProductSpec) {
 				continue
 			}
 			pos, held := place[k]
-			front, secs := lineReach(p, op.EndMs)
+			front, secs := lineReach(p, op.EndMs, edgeSkewMs(h, op))
 			if !held || pos > front {
-				v.add("out_of_turn", op.EndMs, op.Product, op.User, "", "a purchase token before any answer admitted her (early=%v), at place %d (0: none), %.1fs after the opening; the line reaches at most %d", op.Early, pos, secs, front)
+				v.add("out_of_turn", op.EndMs, op.Product, op.User, "", "a purchase token before any answer admitted her (early=%v), at place %d (0: none), %.1fs after the opening; the line at %d/min reaches %d", op.Early, pos, secs, p.AdmitPerMinute, front)
 			}
 		}
 	}
 }
 
-// lineReach is N(t): the places a room's line may have let in by atMs,
-// plus two seconds' worth and a margin (edges' clocks, the rate's bucket);
-// a room without a rate reaches everyone.
-func lineReach(p ProductSpec, atMs int64) (front int64, secs float64) {
+// lineSlackMs is what the checker cannot tell apart in time: op times and
+// the opening truncated to the ms, and the load's monotonic clock against
+// the edges' wall clock over a schedule.
+const lineSlackMs = 50
+
+// lineReach is N(t), the highest place a room's line had let in by the
+// answer at atMs, as the room computes it on an edge whose clock ran
+// skewMs ahead of the load's (a clock fault): floor(rate * (t - start) /
+// 60000), the sale's start being the line's origin; a room without a rate
+// reaches everyone. The answer's end bounds the moment the edge read its
+// clock.
+func lineReach(p ProductSpec, atMs, skewMs int64) (front int64, secs float64) {
 	secs = float64(atMs-p.OpenMs) / 1000
 	if p.AdmitPerMinute <= 0 {
 		return math.MaxInt64, secs
 	}
-	return int64(float64(p.AdmitPerMinute)/60*(secs+2)) + 5, secs
+	t := atMs + max(skewMs, 0) + lineSlackMs - p.OpenMs
+	if t <= 0 {
+		return 0, secs
+	}
+	return int64(p.AdmitPerMinute) * t / 60000, secs
+}
+
+// edgeSkewMs is how far ahead of the load's clock op's edge may have read
+// its own: a clock fault's offset while the edge ran with it (restarted
+// with it after AtMs, restarted without it by HealMs), 0 otherwise. A
+// history from before faults carried the offset counts +2 s.
+func edgeSkewMs(h *History, op Op) int64 {
+	edge := fmt.Sprintf("edge%d", op.Edge)
+	var skew int64
+	for _, f := range h.Faults {
+		if f.Kind != fEdgeClock || f.Target != edge || op.EndMs < f.AtMs || (f.HealMs > 0 && op.StartMs > f.HealMs) {
+			continue
+		}
+		s := f.SkewMs
+		if s == 0 {
+			s = clockSkew.Milliseconds()
+		}
+		skew = max(skew, s)
+	}
+	return skew
 }
 
 // saleVerdict: an answer that is the sale deciding, not the sale closed.

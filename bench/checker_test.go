@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"flashgate/sale/room"
 )
 
 // The checker must be able to fail: each case below is a hand-made
@@ -175,9 +177,47 @@ func TestCheckerFindsEachViolation(t *testing.T) {
 			h.Ops[8].Status, h.Ops[8].Code = 200, ""
 		}, []string{"out_of_turn"}, nil},
 		{"a token at her turn, her admission unseen (her polls failed)", func(h *History) {
-			h.Ops[8].Status, h.Ops[8].Code = 200, ""
+			// seed 112: the poll that would have said admitted failed
+			// (her edge's Redis link cut); the token at 1.1 s is hers
+			// (the line at 60/min reached place 1 at 1 s).
+			h.Ops[9].Status, h.Ops[9].Code, h.Ops[9].Admitted, h.Ops[9].State = 503, "DEGRADED", false, ""
 		}, nil, nil},
+		{"a token 10 ms after a join that said waiting, the line at her place by then: the gate admits her", func(h *History) {
+			// seeds 202, 205: the join at place 1 answered waiting just
+			// before 1 s, her early token just after is admitted by the
+			// token call itself; no answer ever said admitted.
+			h.Ops[7].StartMs, h.Ops[7].EndMs, h.Ops[7].State = 985, 995, "waiting"
+			h.Ops[8].StartMs, h.Ops[8].EndMs, h.Ops[8].Status, h.Ops[8].Code = 1000, 1005, 200, ""
+			h.Ops[9].Status, h.Ops[9].Code, h.Ops[9].Admitted, h.Ops[9].State = 503, "DEGRADED", false, ""
+		}, nil, nil},
+		{"a token a second before the line reached her place", func(h *History) {
+			// place 3 at 60/min is reached at 3 s; the token at 1.9 s is
+			// out of turn (a checker that allowed two seconds and five
+			// places of slack let it pass).
+			h.Ops[7].Position = 3
+			h.Ops[8].StartMs, h.Ops[8].EndMs, h.Ops[8].Status, h.Ops[8].Code = 1900, 1910, 200, ""
+			h.Ops[9].StartMs, h.Ops[9].EndMs, h.Ops[9].Position = 3000, 3010, 3
+			h.Ops[10].StartMs, h.Ops[10].EndMs = 3100, 3110
+		}, []string{"out_of_turn"}, nil},
+		{"that token on an edge whose clock ran 2 s ahead: her place reached on its clock", func(h *History) {
+			h.Ops[7].Position = 3
+			h.Ops[8].StartMs, h.Ops[8].EndMs, h.Ops[8].Status, h.Ops[8].Code = 1900, 1910, 200, ""
+			h.Ops[9].StartMs, h.Ops[9].EndMs, h.Ops[9].Position = 3000, 3010, 3
+			h.Ops[10].StartMs, h.Ops[10].EndMs = 3100, 3110
+			h.Faults = append(h.Faults, FaultEvent{Kind: fEdgeClock, Target: "edge2", AtMs: 500, HealMs: 2500, SkewMs: 2000})
+		}, nil, nil},
+		{"that token after the edge's clock was set right again", func(h *History) {
+			h.Ops[7].Position = 3
+			h.Ops[8].StartMs, h.Ops[8].EndMs, h.Ops[8].Status, h.Ops[8].Code = 1900, 1910, 200, ""
+			h.Ops[9].StartMs, h.Ops[9].EndMs, h.Ops[9].Position = 3000, 3010, 3
+			h.Ops[10].StartMs, h.Ops[10].EndMs = 3100, 3110
+			h.Faults = append(h.Faults, FaultEvent{Kind: fEdgeClock, Target: "edge2", AtMs: 500, HealMs: 1800, SkewMs: 2000},
+				FaultEvent{Kind: fEdgeClock, Target: "edge1", AtMs: 500, HealMs: 2500, SkewMs: 2000})
+		}, []string{"out_of_turn"}, nil},
 		{"admitted before the line reached her", func(h *History) { h.Ops[9].Position = 40 }, []string{"admitted_early"}, nil},
+		{"admitted a second before the line reached her", func(h *History) {
+			h.Ops[7].Position, h.Ops[9].Position = 2, 2 // place 2 is reached at 2 s; the answer at 1 s
+		}, []string{"admitted_early"}, nil},
 		{"a sale slow to reopen", func(h *History) {
 			h.Ops[12].StartMs, h.Ops[12].EndMs = 8000, 8500 // still 503 RECOVERING at 8.5 s
 			h.Ops[13].StartMs, h.Ops[13].EndMs = 8600, 8700
@@ -283,6 +323,32 @@ func TestDrawFaultsIsItsSeed(t *testing.T) {
 	for _, f := range drawFaults(5, 10, d, 3, 2, 5, 3, []string{fBrokerOne}) {
 		if f.Kind != fBrokerOne {
 			t.Fatalf("kinds limited to %s drew %s", fBrokerOne, f)
+		}
+	}
+}
+
+// TestLineReachIsTheRoomsLine: the checker's N(t) is the room's own
+// (sale/room State.Frontier): never below it at the moment the edge read its
+// clock (so no admission the room makes is flagged), and above it by no more
+// than the clock slack (so no token ahead of the line passes).
+func TestLineReachIsTheRoomsLine(t *testing.T) {
+	const startUnixMs = 1_796_000_000_000
+	for _, rate := range []int{60, 120, 600, 6000} {
+		for _, openMs := range []int64{-30_000, -1_234, 0, 777} {
+			st := room.State{Frozen: true, BaseMs: startUnixMs, Rate: int64(rate)}
+			p := ProductSpec{Room: true, AdmitPerMinute: rate, OpenMs: openMs}
+			for at := int64(-2_000); at < 40_000; at += 37 {
+				for _, skew := range []int64{0, 2000} {
+					edge := startUnixMs + (at - openMs) + skew // the edge's clock when the load's reads at
+					got, _ := lineReach(p, at, skew)
+					if want := st.Frontier(edge); got < want {
+						t.Fatalf("rate %d, open %d, at %d, skew %d: the checker's line %d, the room's %d", rate, openMs, at, skew, got, want)
+					}
+					if ahead := st.Frontier(edge + lineSlackMs); got > ahead {
+						t.Fatalf("rate %d, open %d, at %d, skew %d: the checker's line %d, past the room's %d %d ms later", rate, openMs, at, skew, got, ahead, lineSlackMs)
+					}
+				}
+			}
 		}
 	}
 }

@@ -354,7 +354,7 @@ func (n *nemesis) inject(ctx context.Context, f plannedFault) (ev FaultEvent) {
 			ev.Err = err.Error()
 			return ev
 		}
-		ev.Note = fmt.Sprintf("clock %+.0fs", f.Skew.Seconds())
+		ev.Note, ev.SkewMs = fmt.Sprintf("clock %+.0fs", f.Skew.Seconds()), f.Skew.Milliseconds()
 		heal()
 		if err := n.restartEdge(ctx, f.Target); err != nil {
 			ev.Err = err.Error()

@@ -42,7 +42,7 @@ func (s *Service) events(r *api.Call) {
 		}
 		return
 	}
-	o, ok, err := s.d.Store.OrderState(context.Background(), view(r.ProductID), r.OrderID)
+	o, ok, verified, err := s.d.Store.ResultState(context.Background(), view(r.ProductID), r.OrderID, s.runIDFence(r))
 	if err != nil {
 		st.Abort()
 		api.Busy.Write(ctx)
@@ -51,6 +51,14 @@ func (s *Service) events(r *api.Call) {
 	if !ok || o.UserID != string(r.UserID) {
 		st.Abort()
 		api.UnknownOrder.Write(ctx)
+		return
+	}
+	if !verified {
+		// Redis may hold an older state than the shopper was shown (see
+		// result): the stream starts once the sale is rebuilt; the page
+		// polls result meanwhile.
+		st.Abort()
+		api.Recovering.Write(ctx)
 		return
 	}
 	st.Serve(ctx, o)

@@ -423,10 +423,20 @@ func (s *Service) result(r *api.Call) {
 		rej.Write(r.Ctx)
 		return
 	}
-	o, ok, err := s.d.Store.OrderState(context.Background(), view(r.ProductID), r.OrderID)
+	o, ok, verified, err := s.d.Store.ResultState(context.Background(), view(r.ProductID), r.OrderID, s.runIDFence(r))
 	if err != nil {
 		api.Busy.Write(r.Ctx)
 		return
+	}
+	if ok && !verified && o.UserID == string(r.UserID) {
+		// Redis may hold an older state than the shopper was shown (a
+		// promoted replica that lagged, a restart from a snapshot, the
+		// sale being rebuilt): only the order store's final states are
+		// sure to be no step back; anything else waits for the rebuild.
+		if o, ok = s.storedFinal(r); !ok {
+			api.Recovering.Write(r.Ctx)
+			return
+		}
 	}
 	if !ok && s.d.Results != nil {
 		// The Redis state expired (or Redis lost it): the order store knows.
@@ -436,15 +446,7 @@ func (s *Service) result(r *api.Call) {
 			return
 		}
 		if found {
-			o, ok = stock.OrderInfo{Order: row.Order, State: stock.StateSuccess}, true
-			switch {
-			case row.Status == orderstore.StatusPaid:
-				o.State, o.PaidMs = stock.StatePaid, row.PaidMs
-			case row.Status == orderstore.StatusCancelled && row.Expired:
-				o.State = stock.StateExpired
-			case row.Status == orderstore.StatusCancelled:
-				o.State = stock.StateReleased
-			}
+			o, ok = storedState(row), true
 		}
 	}
 	if !ok {
@@ -457,6 +459,43 @@ func (s *Service) result(r *api.Call) {
 	}
 	r.Scratch = AppendResult(r.Scratch[:0], o)
 	api.WriteJSON(r.Ctx, fasthttp.StatusOK, r.Scratch)
+}
+
+// runIDFence is the fence a shopper's read of an order sets when it finds
+// the sale's Redis is not the server the sale was verified on
+// (stock.Store.ResultState), named as the deduction names its own.
+func (s *Service) runIDFence(r *api.Call) string {
+	return stock.FenceID(r.NowNano/1e6, s.d.Node, "runid")
+}
+
+// storedFinal is the order's state from the order store when it is final
+// (paid, cancelled, expired: each excludes the others, and none moves on),
+// for an order whose Redis state may be older than one its shopper saw.
+// Stored unpaid is not enough: a payment Redis accepted (and the shopper
+// saw) may not be stored yet.
+func (s *Service) storedFinal(r *api.Call) (stock.OrderInfo, bool) {
+	if s.d.Results == nil {
+		return stock.OrderInfo{}, false
+	}
+	row, found, err := s.d.Results.Get(context.Background(), string(r.ProductID), r.OrderID)
+	if err != nil || !found || row.Status != orderstore.StatusPaid && row.Status != orderstore.StatusCancelled {
+		return stock.OrderInfo{}, false
+	}
+	return storedState(row), true
+}
+
+// storedState is a stored order as the shopper sees it.
+func storedState(row orderstore.Row) stock.OrderInfo {
+	o := stock.OrderInfo{Order: row.Order, State: stock.StateSuccess}
+	switch {
+	case row.Status == orderstore.StatusPaid:
+		o.State, o.PaidMs = stock.StatePaid, row.PaidMs
+	case row.Status == orderstore.StatusCancelled && row.Expired:
+		o.State = stock.StateExpired
+	case row.Status == orderstore.StatusCancelled:
+		o.State = stock.StateReleased
+	}
+	return o
 }
 
 // ShopperStatus is the status a Redis order state is shown to the shopper

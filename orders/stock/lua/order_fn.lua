@@ -1,5 +1,6 @@
 -- An order's three layouts (keys.go has them in full), prepended to every
--- script that reads an order: in a sale of ledger "b" a field of its order
+-- script that reads an order (but order_result.lua, the poll's, which reads
+-- the state byte alone): in a sale of ledger "b" a field of its order
 -- bucket hash (sk:{p}:ob:<bucket>, field the order id) whose value is the
 -- string layout's; else the string a new edge writes once,
 --   <c>:<user>:<qty>:<price>:<created>:<node>:<payby>[:<paid>:<closed>]
