@@ -2,12 +2,15 @@ package broker
 
 import (
 	"context"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/segmentio/kafka-go"
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"flashgate/internal/kafkatest"
 )
@@ -123,4 +126,90 @@ func TestEnsureTopicsRefusesBadReplication(t *testing.T) {
 	if err != nil || len(md.Topics) != 1 || md.Topics[0].Error == nil {
 		t.Fatalf("bad.isr was created: %v %+v", err, md)
 	}
+}
+
+// controller is the node the brokers name as their controller.
+func controller(t *testing.T, brokers []string) int32 {
+	t.Helper()
+	cl, done := Security{}.Client(brokers, 5*time.Second)
+	defer done()
+	md, err := cl.Metadata(context.Background(), &kafka.MetadataRequest{})
+	if err != nil {
+		t.Fatalf("metadata: %v", err)
+	}
+	return int32(md.Controller.ID)
+}
+
+// TestEnsureTopicsAfterControllerRestart is bench/README's nemesis item 9
+// (seed 302): an edge that starts after a broker came back must start.
+// The topics exist; the controller broker is stopped and started again;
+// EnsureTopics, while it is down and after it is back, succeeds at once.
+// It used to ask the controller to create the existing topics and gave up
+// on the first NOT_CONTROLLER — and kfake names no live controller after
+// its controller's restart, so every start failed.
+func TestEnsureTopicsAfterControllerRestart(t *testing.T) {
+	c := kafkatest.StartCluster(t, 3)
+	brokers := c.Brokers()
+	// Two replicas, not three: kfake lists a partition's replicas only on
+	// brokers that are up, so with one down a 3-replica topic would read as
+	// weaker than asked (real Kafka lists the offline replica too).
+	topics := Replicated(Topics("ctl.orders", "ctl.dlq", 3), 2, 2)
+	if err := ensure(brokers, topics...); err != nil {
+		t.Fatal(err)
+	}
+	node := controller(t, brokers)
+	c.StopBroker(node)
+	quick := func(when string) {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		start := time.Now()
+		if err := EnsureTopics(ctx, brokers, Security{}, topics...); err != nil {
+			t.Fatalf("%s: %v", when, err)
+		}
+		if d := time.Since(start); d > 2*time.Second {
+			t.Errorf("%s: took %v", when, d)
+		}
+	}
+	quick("controller " + strconv.Itoa(int(node)) + " down")
+	c.StartBroker(node)
+	quick("controller " + strconv.Itoa(int(node)) + " back")
+	// A different partition count is kept, as before: no create is asked.
+	if err := ensure(brokers, Replicated(Topics("ctl.orders", "ctl.dlq", 6), 2, 2)...); err != nil {
+		t.Fatalf("more partitions wanted than the topic has: %v", err)
+	}
+	if got, err := c.DescribeTopic("ctl.orders"); err != nil || got.Partitions != 3 {
+		t.Fatalf("ctl.orders: %+v %v; want its 3 partitions kept", got, err)
+	}
+}
+
+// TestEnsureTopicsRetriesNotController: a create answered NOT_CONTROLLER
+// (the controller moved) is asked again of the controller the metadata
+// names now, and succeeds; one that keeps failing gives up within the
+// retry bound, naming the error.
+func TestEnsureTopicsRetriesNotController(t *testing.T) {
+	brokers, c := kafkatest.Start(t, kfake.NumBrokers(3))
+	h := c.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.CreateTopics}, Err: kerr.NotController, Count: 2})
+	if err := ensure(brokers, Topics("moved.orders", "moved.dlq", 2)...); err != nil {
+		t.Fatal(err)
+	}
+	if h.Hits() != 2 {
+		t.Errorf("fault hit %d times, want 2", h.Hits())
+	}
+	for _, name := range []string{"moved.orders", "moved.dlq"} {
+		if n, _ := topicState(t, brokers, name); n != 1 {
+			t.Fatalf("%s: %d replicas", name, n)
+		}
+	}
+
+	c.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.CreateTopics}, Err: kerr.NotController, Count: -1})
+	start := time.Now()
+	err := ensure(brokers, Topic{Name: "never.orders", Partitions: 1})
+	if err == nil || !strings.Contains(err.Error(), "never.orders") || !strings.Contains(err.Error(), "Not Controller") {
+		t.Fatalf("got %v; want the topic's NOT_CONTROLLER", err)
+	}
+	if d := time.Since(start); d > 8*time.Second {
+		t.Errorf("gave up after %v, want the retry bound (~5s)", d)
+	}
+	t.Logf("gave up after %v: %v", time.Since(start).Round(time.Millisecond), err)
 }
