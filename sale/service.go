@@ -267,7 +267,8 @@ func (s *Service) heartbeat(ctx context.Context) {
 	}
 }
 
-// Stop ends background work.
+// Stop ends background work, settling the purchases of unknown outcome it
+// can first (settleBeforeExit).
 func (s *Service) Stop() {
 	if s.stopLoop != nil {
 		s.stopLoop()
@@ -276,6 +277,7 @@ func (s *Service) Stop() {
 	if s.stopSub != nil {
 		s.stopSub()
 	}
+	s.settleBeforeExit(unknownExitBudget)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
 	s.awaitRecoveries(ctx)

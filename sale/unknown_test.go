@@ -199,8 +199,10 @@ func newStoredRig(t *testing.T, product string, opts stock.Options) *doRig {
 // TestResultSettlesOrphans: a result call that finds no order settles it
 // as an orphan — failed, the sale then refusing the tokens minted before —
 // only when the order id names an edge that ran and is gone (its heartbeat
-// stale) or restarted after the order, and the order is between 5 s and 5
-// min old; any other id answers NOT_FOUND and writes nothing.
+// stale) or restarted after the order (or less than 5 s before it by the
+// clocks, which may disagree), and the order is between 5 s and 5 min old,
+// or at once when its edge's process handed it off at a graceful exit;
+// any other id answers NOT_FOUND and writes nothing.
 func TestResultSettlesOrphans(t *testing.T) {
 	r := newStoredRig(t, "oh", stock.Options{})
 	svc, st, now := r.svc, r.st, time.Now()
@@ -209,10 +211,18 @@ func TestResultSettlesOrphans(t *testing.T) {
 	// ago (alive: it follows its own); edge 4 beats now but started 2 s ago
 	// (restarted: it forgot); edge 5 never ran.
 	nowMs := now.UnixMilli()
-	for _, b := range []struct{ node, last, start int64 }{{2, nowMs - 10_000, nowMs - 3_600_000}, {3, nowMs, nowMs - 3_600_000}, {4, nowMs, nowMs - 2_000}} {
+	// Edge 6 beats now, restarted with its clock behind: its start reads
+	// 2 s before the order (nemesis finding 10). Edge 7's last process
+	// exited gracefully 1 s ago and handed its unsettled ones off; the one
+	// after it beats now.
+	for _, b := range []struct{ node, last, start int64 }{{2, nowMs - 10_000, nowMs - 3_600_000}, {3, nowMs, nowMs - 3_600_000},
+		{4, nowMs, nowMs - 2_000}, {6, nowMs, nowMs - 8_000}, {7, nowMs, nowMs - 3_600_000}} {
 		if err := st.Heartbeat(ctx, int(b.node), b.last, b.start); err != nil {
 			t.Fatal(err)
 		}
+	}
+	if err := st.EdgeStopped(ctx, 7, nowMs-1_000); err != nil {
+		t.Fatal(err)
 	}
 	idOf := func(node int, ago time.Duration) int64 {
 		g, err := orderid.NewGenerator(node, func() int64 { return now.Add(-ago).UnixMilli() })
@@ -234,6 +244,9 @@ func TestResultSettlesOrphans(t *testing.T) {
 	}{
 		{"gone edge, 6 s old", idOf(2, 6*time.Second), true},
 		{"restarted edge, 6 s old", idOf(4, 6*time.Second), true},
+		{"edge restarted with its clock behind, 6 s old", idOf(6, 6*time.Second), true},
+		{"handed off at its edge's exit, 2 s old", idOf(7, 2*time.Second), true},
+		{"made after its edge's exit, 0.5 s old", idOf(7, 500*time.Millisecond), false},
 		{"gone edge, 2 s old", idOf(2, 2*time.Second), false},
 		{"gone edge, 10 min old", idOf(2, 10*time.Minute), false},
 		{"live edge", idOf(3, 6*time.Second), false},

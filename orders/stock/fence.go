@@ -124,24 +124,43 @@ func (s *Store) Heartbeat(ctx context.Context, node int, nowMs, startMs int64) e
 // that beats for it (LiveEdges reads only the numbers).
 const startField = ":start"
 
+// stopField follows a node's number in sk:edges: when its last process that
+// exited gracefully stopped following its purchases of unknown outcome
+// (EdgeStopped).
+const stopField = ":stop"
+
 // EdgeBeat is node's last heartbeat and the start of the process that wrote
 // it, unix ms (0 when unknown: never beat, or an older edge that did not
-// write its start).
-func (s *Store) EdgeBeat(ctx context.Context, node int) (lastMs, startMs int64, err error) {
+// write its start), and when a process of node last exited gracefully
+// (EdgeStopped; 0: never). stop is on the clock of the process that wrote
+// it, as the order ids it made are: comparing the two needs no agreement
+// between clocks.
+func (s *Store) EdgeBeat(ctx context.Context, node int) (lastMs, startMs, stopMs int64, err error) {
 	ctx, cancel := s.call(ctx)
 	defer cancel()
 	n := strconv.Itoa(node)
-	v, err := s.c.Do(ctx, s.c.B().Hmget().Key(edgesKey).Field(n, n+startField).Build()).ToArray()
+	v, err := s.c.Do(ctx, s.c.B().Hmget().Key(edgesKey).Field(n, n+startField, n+stopField).Build()).ToArray()
 	if err != nil {
-		return 0, 0, fmt.Errorf("stock: edge %d: %w", node, err)
+		return 0, 0, 0, fmt.Errorf("stock: edge %d: %w", node, err)
 	}
-	ms := make([]int64, 2)
-	for i := range min(len(v), 2) {
+	ms := make([]int64, 3)
+	for i := range min(len(v), 3) {
 		if str, err := v[i].ToString(); err == nil {
 			ms[i], _ = strconv.ParseInt(str, 10, 64)
 		}
 	}
-	return ms[0], ms[1], nil
+	return ms[0], ms[1], ms[2], nil
+}
+
+// EdgeStopped records that node's process is exiting at stopMs (its own
+// clock) and follows none of the purchases of unknown outcome it made
+// before: any edge may settle them at once (sale.settleOrphan), whatever
+// the clock of the process that takes the node's number next.
+func (s *Store) EdgeStopped(ctx context.Context, node int, stopMs int64) error {
+	ctx, cancel := s.call(ctx)
+	defer cancel()
+	return s.c.Do(ctx, s.c.B().Hset().Key(edgesKey).FieldValue().
+		FieldValue(strconv.Itoa(node)+stopField, i64(stopMs)).Build()).Error()
 }
 
 // LiveEdges lists the nodes whose last heartbeat is at or after sinceMs.

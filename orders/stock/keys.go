@@ -113,7 +113,8 @@ const (
 	// sk:catalog:ver, hash: product id -> the entry's version (catalog.go).
 	catalogVersionKey = "sk:catalog:ver"
 	// sk:edges, hash: node id -> unix ms of its last Heartbeat;
-	// <node id>:start -> unix ms its process started (EdgeBeat).
+	// <node id>:start -> unix ms its process started; <node id>:stop -> unix
+	// ms its last process exited gracefully (EdgeBeat, EdgeStopped).
 	edgesKey = "sk:edges"
 	// sk:degrade, hash: product id -> "<version>:<0|1>" (lua/degrade.lua).
 	degradeKey = "sk:degrade"

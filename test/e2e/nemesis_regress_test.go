@@ -370,6 +370,26 @@ func (h *holdProxy) release() int {
 	return total
 }
 
+// cut stops holding and drops what was held, as a link that lost the
+// requests: every connection through the proxy is closed on both sides, so
+// that the held bytes never reach Redis and the edge connects again (its
+// new connections pass).
+func (h *holdProxy) cut() int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.holding.Store(false)
+	total := 0
+	for _, b := range h.held {
+		total += len(b)
+	}
+	h.held = map[net.Conn][]byte{}
+	for _, c := range h.conns {
+		c.Close()
+	}
+	h.conns = nil
+	return total
+}
+
 // TestUnknownOutcomeSettledWhenItsEdgeDies (issue 27 finding 4; nemesis
 // seeds 101 and 224): a purchase whose deduction was sent and never
 // answered gets 503 with its order id (outcome unknown); its edge is killed

@@ -591,6 +591,33 @@ func (p *edgeProc) kill9() {
 	}
 }
 
+// term sends SIGTERM (a graceful stop: the edge drains) and returns at
+// once; awaitExit waits for the exit. The test's clean-up then has nothing
+// left to stop.
+func (p *edgeProc) term() {
+	p.t.Helper()
+	p.killed = true
+	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		p.t.Fatalf("SIGTERM: %v", err)
+	}
+}
+
+// awaitExit waits up to within for the process to exit, and fails unless
+// it exited 0.
+func (p *edgeProc) awaitExit(within time.Duration) {
+	p.t.Helper()
+	select {
+	case err := <-p.exited:
+		if err != nil {
+			p.t.Errorf("proxy exited with %v after SIGTERM\n%s", err, p.logTail())
+		}
+	case <-time.After(within):
+		p.cmd.Process.Kill()
+		<-p.exited
+		p.t.Fatalf("proxy did not stop within %v of SIGTERM\n%s", within, p.logTail())
+	}
+}
+
 // runProxy runs `bin args...` to completion (a subcommand) and returns its
 // exit code, stdout and stderr.
 func runProxy(t *testing.T, timeout time.Duration, bin string, args ...string) (int, string, string) {
