@@ -411,17 +411,7 @@ func TestUnknownOutcomeSettledWhenItsEdgeDies(t *testing.T) {
 	rig.buyN(t, p, "before", 2)
 	env.awaitRows(2, 15*time.Second)
 
-	jwt := env.j.get("lost0")
-	res, tok, err := dying.token(jwt, p)
-	if err != nil || res.status != 200 {
-		t.Fatalf("token: %v %v", res, err)
-	}
-	hold.holding.Store(true)
-	res, err = dying.buy(jwt, p, tok, 1)
-	order := jsonStr(res.body, "orderId")
-	if err != nil || res.status != 503 || order == "" || jsonStr(res.body, "status") != "unknown" {
-		t.Fatalf("purchase while its Redis call is held: %v %v, want 503 naming an order of unknown outcome", res, err)
-	}
+	jwt, order := buyWhileHeld(t, env, hold, dying, p)
 	rig.procs[0].kill9()
 	killed := time.Now()
 
@@ -455,7 +445,7 @@ func TestUnknownOutcomeSettledWhenItsEdgeDies(t *testing.T) {
 		t.Errorf("stock after the late deduction: %d, want %d (it placed the order)", got, units-2)
 	}
 	// The sale still sells (a new token: the settlement refused the older ones).
-	res, err = other.attempt(env.j.get("after0"), p, 1)
+	res, err := other.attempt(env.j.get("after0"), p, 1)
 	if err != nil || res.status != 200 {
 		t.Fatalf("purchase after the settlement: %v %v", res, err)
 	}
@@ -538,4 +528,24 @@ func TestRoomAdmitsAfterRedisRestartedEmpty(t *testing.T) {
 		t.Fatalf("%d of %d shoppers admitted 10s after the sale reopened (%d before the restart): %v", after, waiting, before, seen)
 	}
 	t.Logf("%d admitted %v after the reopening", after, time.Since(reopened).Round(time.Millisecond))
+}
+
+// buyWhileHeld makes shopper "lost0" buy p on e while hold keeps e's Redis
+// calls from arriving: the purchase must be answered 503 naming an order of
+// unknown outcome. It returns her session and that order's id; hold stays
+// holding.
+func buyWhileHeld(t *testing.T, env *ordEnv, hold *holdProxy, e *edge, p string) (jwt, order string) {
+	t.Helper()
+	jwt = env.j.get("lost0")
+	res, tok, err := e.token(jwt, p)
+	if err != nil || res.status != 200 {
+		t.Fatalf("token: %v %v", res, err)
+	}
+	hold.holding.Store(true)
+	res, err = e.buy(jwt, p, tok, 1)
+	order = jsonStr(res.body, "orderId")
+	if err != nil || res.status != 503 || order == "" || jsonStr(res.body, "status") != "unknown" {
+		t.Fatalf("purchase while its Redis call is held: %v %v, want 503 naming an order of unknown outcome", res, err)
+	}
+	return jwt, order
 }

@@ -50,17 +50,7 @@ func TestUnknownOutcomeSettledWhenItsEdgeRestarts(t *testing.T) {
 	rig.buyN(t, p, "before", 2)
 	env.awaitRows(2, 15*time.Second)
 
-	jwt := env.j.get("lost0")
-	res, tok, err := stopped.token(jwt, p)
-	if err != nil || res.status != 200 {
-		t.Fatalf("token: %v %v", res, err)
-	}
-	hold.holding.Store(true)
-	res, err = stopped.buy(jwt, p, tok, 1)
-	order := jsonStr(res.body, "orderId")
-	if err != nil || res.status != 503 || order == "" || jsonStr(res.body, "status") != "unknown" {
-		t.Fatalf("purchase while its Redis call is held: %v %v, want 503 naming an order of unknown outcome", res, err)
-	}
+	jwt, order := buyWhileHeld(t, env, hold, stopped, p)
 
 	// Stopped gracefully; its link comes back while it exits (once it
 	// says it settles before exiting, or it stopped), the held deduction
@@ -132,7 +122,7 @@ func TestUnknownOutcomeSettledWhenItsEdgeRestarts(t *testing.T) {
 	}
 	// The sale still sells, on the restarted edge too.
 	for i, e := range []*edge{stopped, other} {
-		res, err = e.attempt(env.j.get("after"+strconv.Itoa(i)), p, 1)
+		res, err := e.attempt(env.j.get("after"+strconv.Itoa(i)), p, 1)
 		if err != nil || res.status != 200 {
 			t.Fatalf("purchase on %s after the settlement: %v %v", e.addr, res, err)
 		}
