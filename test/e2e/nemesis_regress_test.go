@@ -149,15 +149,7 @@ func TestRebuildTakenOverWhenHolderKilled(t *testing.T) {
 	// Generous for a shared 2-core machine: the lease (1.5 s), the next
 	// refresh (1 s), the drain and the writes.
 	const bound = 6 * time.Second
-	if !waitFor(12*time.Second, func() bool { return env.saleOpen(p) }) {
-		t.Fatalf("sale still closed %v after its rebuild lock's holder was killed (want within %v); meta %v",
-			time.Since(killed).Round(time.Millisecond), bound, env.saleMeta(p))
-	}
-	took := time.Since(killed)
-	t.Logf("reopened %v after the holder was killed", took.Round(time.Millisecond))
-	if took > bound {
-		t.Errorf("sale reopened %v after its rebuild lock's holder was killed, want within %v", took.Round(time.Millisecond), bound)
-	}
+	awaitReopen(t, env, p, killed, bound, 12*time.Second, "its rebuild lock's holder was killed")
 	survivor := rig.edges[1-victim]
 	res, err := survivor.attempt(env.j.get("after0"), p, 1)
 	if err != nil || res.status != 200 {
@@ -206,15 +198,7 @@ func TestRebuildReopensWhileConsumerDead(t *testing.T) {
 	// Generous for a shared 2-core machine: two refresh intervals (1 s)
 	// before the edges' heartbeats are trusted, the tail, the writes.
 	const bound = 5 * time.Second
-	if !waitFor(20*time.Second, func() bool { return env.saleOpen(p) }) {
-		t.Fatalf("sale still closed %v after Redis restarted, the consumer dead (want within %v); meta %v",
-			time.Since(restarted).Round(time.Millisecond), bound, env.saleMeta(p))
-	}
-	took := time.Since(restarted)
-	t.Logf("reopened %v after Redis restarted, the consumer dead", took.Round(time.Millisecond))
-	if took > bound {
-		t.Errorf("sale reopened %v after Redis restarted, want within %v", took.Round(time.Millisecond), bound)
-	}
+	awaitReopen(t, env, p, restarted, bound, 20*time.Second, "Redis restarted, the consumer dead")
 	if n, err := env.rowCount(""); err != nil || n != before {
 		t.Fatalf("ClickHouse holds %d rows (%v) at the reopening, want %d: the test proves nothing", n, err, before)
 	}
@@ -548,4 +532,19 @@ func buyWhileHeld(t *testing.T, env *ordEnv, hold *holdProxy, e *edge, p string)
 		t.Fatalf("purchase while its Redis call is held: %v %v, want 503 naming an order of unknown outcome", res, err)
 	}
 	return jwt, order
+}
+
+// awaitReopen waits up to wait for sale p to reopen after since (when
+// what happened) and requires it within bound.
+func awaitReopen(t *testing.T, env *ordEnv, p string, since time.Time, bound, wait time.Duration, what string) {
+	t.Helper()
+	if !waitFor(wait, func() bool { return env.saleOpen(p) }) {
+		t.Fatalf("sale still closed %v after %s (want within %v); meta %v",
+			time.Since(since).Round(time.Millisecond), what, bound, env.saleMeta(p))
+	}
+	took := time.Since(since)
+	t.Logf("reopened %v after %s", took.Round(time.Millisecond), what)
+	if took > bound {
+		t.Errorf("sale reopened %v after %s, want within %v", took.Round(time.Millisecond), what, bound)
+	}
 }
