@@ -278,32 +278,35 @@ func fleetPlans(n, users, repeat int, products []string) []ordPlan {
 // outboxOf lists the outbox entries node wrote that are still there
 // (XRANGE over every product): the orders whose events its edge never
 // saw acknowledged.
-func (f *fleet) outboxOf(products []string, node int) []ordID {
+func (f *fleet) outboxOf(products []string, node int) (orders []ordID, entries int) {
 	f.t.Helper()
 	c := f.env.rd.c
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	var out []ordID
 	for _, p := range products {
-		entries, err := c.Do(ctx, c.B().Xrange().Key(stock.OutboxKey(p)).Start("-").End("+").Build()).AsXRange()
+		xs, err := c.Do(ctx, c.B().Xrange().Key(stock.OutboxKey(p)).Start("-").End("+").Build()).AsXRange()
 		if err != nil {
 			f.t.Fatalf("XRANGE outbox of %s: %v", p, err)
 		}
-		for _, e := range entries {
+		for _, e := range xs {
 			// One order's entry, or a deduction call's (ledger b): all
 			// of its orders are the same edge's.
 			evs, err := (&stock.OutboxEntry{ID: e.ID, Fields: e.FieldValues}).Events()
 			if err != nil {
 				f.t.Fatalf("outbox entry %s of %s: %v", e.ID, p, err)
 			}
+			mine := false
 			for _, ev := range evs {
 				if ev.Edge == node {
-					out = append(out, ordID{p, ev.ID})
+					orders, mine = append(orders, ordID{p, ev.ID}), true
 				}
+			}
+			if mine {
+				entries++
 			}
 		}
 	}
-	return out
+	return orders, entries
 }
 
 // phases splits the answers of a load by the moments of its scenario.
