@@ -172,7 +172,19 @@ func (s *Service) token(r *api.Call, st *Settings) {
 // the call's user and product, valid until exp. Every answer that hands one
 // out (the token call, the status, the queue's admission) writes it so, and
 // only after the token call's rules (checkRules, and a room's admission).
+//
+// A token is never minted to expire under the sale's token horizon (a
+// rebuild or a settled orphan refuses every token expiring by then, as it
+// may have been minted before and used on a server that forgot): a new
+// token's nonce was never used, and one cut short by its shopper's turn
+// (a waiting room's session shorter than token_ttl) would otherwise be
+// refused for the rest of a turn that began before the rebuild (nemesis
+// seed 11's leftover). So it lives until just past the horizon: her turn is
+// extended past the closure, by at most the horizon's span.
 func appendToken(b []byte, r *api.Call, st *Settings, expKey string, exp int64) []byte {
+	if r.Sale.State != nil {
+		exp = max(exp, r.Sale.TokensFrom()+1)
+	}
 	b = append(b, `"token":"`...)
 	b = st.Tokens.Mint(b, r.UserID, r.ProductID, exp)
 	b = append(b, `","`...)

@@ -218,6 +218,7 @@ func (s *Service) recoverSale(ctx context.Context, a *catalog.Sale, fence string
 	s.rb.counts[p]++
 	s.rb.mu.Unlock()
 	st := s.d.Sales.StateOf(p)
+	st.RaiseTokensFrom(plan.TokensFromMs)
 	st.SetRemaining(res.After)
 	st.SetSoldOut(res.After <= 0)
 	st.BumpGeneration() // buyers' counts changed under the "at the limit" cache

@@ -332,6 +332,7 @@ func (s *Service) Refresh(ctx context.Context, warm bool) error {
 		}
 		state := s.d.Sales.StateOf(a.ProductID)
 		state.SetRemaining(info.Remaining)
+		state.RaiseTokensFrom(info.TokensFromMs)
 		if state.SetSoldOut(info.Remaining <= 0) {
 			s.d.Log.Info("sold-out flag changed by refresh", "product", a.ProductID, "soldOut", info.Remaining <= 0, "remaining", info.Remaining)
 		}

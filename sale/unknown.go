@@ -384,6 +384,8 @@ func (s *Service) settleOrphan(productID, userID string, orderID int64) (stock.O
 		return stock.OrderInfo{}, false
 	}
 	if v == stock.NotPlaced {
+		// The script raised the sale's token horizon to now + life.
+		s.d.Sales.StateOf(productID).RaiseTokensFrom(now + life)
 		s.unknown.results[unknownNotPlaced].Inc()
 	} else {
 		s.unknown.results[unknownPlaced].Inc()

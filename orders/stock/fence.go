@@ -32,6 +32,7 @@ import (
 
 const (
 	fieldFence  = "recovering" // meta: the fence in force
+	fieldTokens = "tokens"     // meta: the token horizon (RebuildPlan.TokensFromMs)
 	quietPrefix = "quiet:"     // meta: quiet:<node> = the fence that node is quiet on
 )
 

@@ -61,6 +61,10 @@ type SaleInfo struct {
 	// Fence is set while the sale is closed for a ledger rebuild (see
 	// Fence), also when the stock key is missing; "" when it is open.
 	Fence string
+	// TokensFromMs is the meta's token horizon: the deduction refuses a
+	// purchase token expiring at or before it (a rebuild or a settled
+	// orphan raised it, RebuildPlan.TokensFromMs); 0 when none.
+	TokensFromMs int64
 }
 
 // Warm opens a sale: it writes the meta and creates the stock key only if
@@ -388,7 +392,7 @@ func (s *Store) SaleInfo(ctx context.Context, productID string) (SaleInfo, bool,
 		return SaleInfo{Fence: m[fieldFence]}, false, nil
 	}
 	num := func(k string) int64 { n, _ := strconv.ParseInt(m[k], 10, 64); return n }
-	info := SaleInfo{Remaining: rem, Fence: m[fieldFence], SaleStock: SaleStock{
+	info := SaleInfo{Remaining: rem, Fence: m[fieldFence], TokensFromMs: num(fieldTokens), SaleStock: SaleStock{
 		ProductID: productID, Stock: rem, Initial: num("initial"), Restocked: num("restocked"),
 		Released: num("released"), Paid: num("paid"), Expired: num("expired"),
 		Limit: int(num("limit")), Price: num("price"), StartMs: num("start"), EndMs: num("end"),

@@ -21,6 +21,24 @@ type State struct {
 	// gen counts releases and restocks seen for the product; caches of
 	// "this shopper is at the limit" include it, so a release forgets them.
 	gen atomic.Uint32
+	// tokensFrom is the highest token horizon seen for the sale (Unix ms):
+	// Redis refuses a purchase token expiring at or before it.
+	tokensFrom atomic.Int64
+}
+
+// TokensFrom is the highest token horizon this edge has seen for the sale:
+// a purchase token expiring at or before it is refused by the deduction.
+func (s *State) TokensFrom() int64 { return s.tokensFrom.Load() }
+
+// RaiseTokensFrom records a token horizon; a lower one than known changes
+// nothing (a stale read must not undo a later rebuild's).
+func (s *State) RaiseTokensFrom(ms int64) {
+	for {
+		cur := s.tokensFrom.Load()
+		if ms <= cur || s.tokensFrom.CompareAndSwap(cur, ms) {
+			return
+		}
+	}
 }
 
 // Generation is the product's release generation.

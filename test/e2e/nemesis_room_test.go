@@ -43,15 +43,15 @@ func TestRoomSaleSellsAfterRebuild(t *testing.T) {
 		}
 	}()
 
-	// buy joins the line as user, waits for her turn and buys: the last
-	// purchase answer, once it is a verdict of the sale (not 503) or the
-	// time is up.
-	buy := func(user string, within time.Duration) resp {
+	// buyWith waits for user's turn (joining the line unless she holds a
+	// ticket) and buys: the last purchase answer, once it is a verdict of
+	// the sale (not 503) or the time is up. admitOnly stops at her
+	// admission and answers her ticket in body.
+	buyWith := func(user, ticket string, within time.Duration, admitOnly bool) resp {
 		t.Helper()
 		jwt := j.get(user)
 		var last resp
 		deadline := time.Now().Add(within)
-		ticket := ""
 		for time.Now().Before(deadline) {
 			if ticket == "" {
 				a, ck := e.roomCall("POST", "/api/seckill/queue", jwt, "", []byte(`{"productId":"wr"}`))
@@ -75,6 +75,9 @@ func TestRoomSaleSellsAfterRebuild(t *testing.T) {
 				time.Sleep(100 * time.Millisecond)
 				continue
 			}
+			if admitOnly {
+				return resp{status: q.status, body: []byte(ticket)}
+			}
 			tk, _ := e.roomCall("POST", "/api/seckill/token", jwt, ticket, []byte(`{"productId":"wr"}`))
 			token := jsonStr(tk.body, "token")
 			if tk.status != 200 || token == "" {
@@ -90,9 +93,20 @@ func TestRoomSaleSellsAfterRebuild(t *testing.T) {
 		}
 		return last
 	}
+	buy := func(user string, within time.Duration) resp { return buyWith(user, "", within, false) }
 	if a := buy("before", 15*time.Second); a.status != 200 {
 		t.Fatalf("a purchase before the fault: %v", a)
 	}
+	// A shopper admitted before the fault who has not bought yet: her
+	// turn (the room's 20 s session) ends before the rebuild's token
+	// horizon (20 s after it). Before the horizon was known to the
+	// minting edge, every token she got after the rebuild expired under
+	// it and was refused 403 BAD_TOKEN for the rest of her turn.
+	early := buyWith("early", "", 15*time.Second, true)
+	if early.status != 200 {
+		t.Fatalf("the early shopper was not admitted before the fault: %v", early)
+	}
+	admittedAt := time.Now()
 	// The master of the sale's slot dies; its replica, in sync, is
 	// promoted: a server of another run id, so the sale is fenced and
 	// rebuilt from the ledger. The line itself is intact.
@@ -127,6 +141,14 @@ func TestRoomSaleSellsAfterRebuild(t *testing.T) {
 			}
 		}
 		t.Fatal("the sale was not rebuilt within 30s of the promotion")
+	}
+	// Her turn still runs (the rebuild took a few seconds of it).
+	if left := 20*time.Second - time.Since(admittedAt); left > 2*time.Second {
+		if a := buyWith("early", string(early.body), left-time.Second, false); a.status != 200 {
+			t.Fatalf("early, admitted before the fault, could not buy within her turn after the rebuild: %d %s", a.status, a.body)
+		}
+	} else {
+		t.Fatalf("the rebuild took the early shopper's whole turn (%v since her admission): the test proves nothing", time.Since(admittedAt))
 	}
 	for i := range 3 {
 		u := "after" + strconv.Itoa(i)
