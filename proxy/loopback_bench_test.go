@@ -247,10 +247,14 @@ func serveLoopback(b *testing.B, addr, req, wantStatus string, serverPids ...int
 	run(2 * loopbackConns) // connections' first requests, pools warm
 	b.ResetTimer()
 	cpu0 := serverCPU(serverPids)
+	r0, w0 := syscallsIO(serverPids)
 	run(b.N)
 	cpu := serverCPU(serverPids) - cpu0
+	r1, w1 := syscallsIO(serverPids)
 	b.StopTimer()
 	b.ReportMetric(float64(cpu)/float64(b.N), "cpu-ns/op")
+	b.ReportMetric(float64(r1-r0)/float64(b.N), "reads/op")
+	b.ReportMetric(float64(w1-w0)/float64(b.N), "writes/op")
 }
 
 // serverCPU is this process's user and system CPU time, or that of pids
@@ -272,6 +276,32 @@ func serverCPU(pids []int) time.Duration {
 		total += time.Duration(u+s) * 10 * time.Millisecond
 	}
 	return total
+}
+
+// syscallsIO is the number of read and write system calls this process
+// (or pids) made so far, from /proc's io accounting: the reads that found
+// nothing (EAGAIN) count too.
+func syscallsIO(pids []int) (reads, writes int64) {
+	if len(pids) == 0 {
+		pids = []int{os.Getpid()}
+	}
+	for _, pid := range pids {
+		io, err := os.ReadFile(fmt.Sprintf("/proc/%d/io", pid))
+		if err != nil {
+			continue
+		}
+		for line := range strings.Lines(string(io)) {
+			k, v, _ := strings.Cut(strings.TrimSpace(line), ": ")
+			n, _ := strconv.ParseInt(v, 10, 64)
+			switch k {
+			case "syscr":
+				reads += n
+			case "syscw":
+				writes += n
+			}
+		}
+	}
+	return reads, writes
 }
 
 // listenBare serves h as bench's barefasthttp does, on a plain listener.
