@@ -461,3 +461,14 @@ func startNginx(b *testing.B, origin string) (string, []int) {
 	})
 	return addr, pids
 }
+
+// BenchmarkLoopbackPage: GET /seckill/p1, the sale page, against a bare
+// fasthttp handler writing the edge's own bytes and headers.
+func BenchmarkLoopbackPage(b *testing.B) {
+	e, _ := soldOutEdge(b, benchEdgeChain)
+	bare := listenBare(b, pageHandler(e))
+	req := "GET /seckill/p1 HTTP/1.1\r\nHost: 127.0.0.1:8080\r\n\r\n"
+	edgeAddr := strings.TrimPrefix(e.base, "http://")
+	b.Run("server=edge", func(b *testing.B) { serveLoopback(b, edgeAddr, req, "200") })
+	b.Run("server=bare", func(b *testing.B) { serveLoopback(b, bare, req, "200") })
+}
