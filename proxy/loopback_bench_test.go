@@ -36,13 +36,20 @@ import (
 //
 //	nice -n 19 go test -run '^$' -bench Loopback -benchtime 100000x -count 4 ./proxy/
 //
-// With FG_LOOPBACK_PIN=1 (the default when the machine has two CPUs or
-// more) the server's threads run on CPU 1 and the child on CPU 0, as bench
-// compare pins them. Compare server=edge with server=bare (or nginx) of the
-// same run: the absolute numbers follow the machine's load.
+// FG_LOOPBACK_CONNS sets the number of connections (64). With
+// FG_LOOPBACK_PIN=1 (the default when the machine has two CPUs or more) the
+// server's threads run on CPU 1 and the child on CPU 0, as bench compare
+// pins them. Compare server=edge with server=bare (or nginx) of the same
+// run: the absolute numbers follow the machine's load.
 
-// loopbackConns is the number of connections the load keeps busy (wrk's -c64).
-const loopbackConns = 64
+// loopbackConns is the number of connections the load keeps busy: wrk's
+// -c64, or FG_LOOPBACK_CONNS (1: a server that waits for every request).
+func loopbackConns() int {
+	if n, err := strconv.Atoi(os.Getenv("FG_LOOPBACK_CONNS")); err == nil && n > 0 {
+		return n
+	}
+	return 64
+}
 
 // TestLoopbackChild is the child side of the loopback benchmarks; it does
 // nothing unless FG_LOOPBACK_CHILD names its role.
@@ -85,7 +92,7 @@ func childOrigin() {
 }
 
 // childLoad sends FG_LB_N copies of the request in FG_LB_REQFILE to
-// FG_LB_ADDR over loopbackConns connections, one in flight on each, and
+// FG_LB_ADDR over loopbackConns() connections, one in flight on each, and
 // fails unless every answer has the status FG_LB_STATUS.
 func childLoad() error {
 	req, err := os.ReadFile(os.Getenv("FG_LB_REQFILE"))
@@ -94,7 +101,7 @@ func childLoad() error {
 	}
 	n, _ := strconv.Atoi(os.Getenv("FG_LB_N"))
 	addr, want := os.Getenv("FG_LB_ADDR"), []byte("HTTP/1.1 "+os.Getenv("FG_LB_STATUS")+" ")
-	conns := make([]net.Conn, loopbackConns)
+	conns := make([]net.Conn, loopbackConns())
 	for i := range conns {
 		if conns[i], err = net.Dial("tcp", addr); err != nil {
 			return err
@@ -257,7 +264,7 @@ func serveLoopback(b *testing.B, addr, req, wantStatus string, serverPids ...int
 	if loopbackPin() && len(serverPids) == 0 {
 		defer pinProcess(b, 1)()
 	}
-	run(2 * loopbackConns) // connections' first requests, pools warm
+	run(2 * loopbackConns()) // connections' first requests, pools warm
 	b.ResetTimer()
 	cpu0 := serverCPU(serverPids)
 	r0, w0 := syscallsIO(serverPids)
