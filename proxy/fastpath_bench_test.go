@@ -186,7 +186,14 @@ func BenchmarkFastPathSoldOut(b *testing.B) {
 func BenchmarkFastPathPage(b *testing.B) {
 	e, _ := soldOutEdge(b, benchEdgeChain)
 	req := "GET /seckill/p1 HTTP/1.1\r\nHost: 127.0.0.1:8080\r\n\r\n"
-	// The edge's answer, taken apart once for the bare server to repeat.
+	bare := barePeer(pageHandler(e))
+	b.Run("server=edge", func(b *testing.B) { serveReplay(b, e.srv.public, req, "200") })
+	b.Run("server=bare", func(b *testing.B) { serveReplay(b, bare, req, "200") })
+}
+
+// pageHandler is a bare handler that answers the edge's sale page: its
+// bytes and headers, taken apart once.
+func pageHandler(e *edge) fasthttp.RequestHandler {
 	var page fasthttp.Response
 	ctx := requestCtx("GET", "/seckill/p1", "", "")
 	e.srv.Handle(ctx)
@@ -202,13 +209,11 @@ func BenchmarkFastPathPage(b *testing.B) {
 	}
 	ct := append([]byte(nil), page.Header.ContentType()...)
 	pageBody := append([]byte(nil), page.Body()...)
-	bare := barePeer(func(ctx *fasthttp.RequestCtx) {
+	return func(ctx *fasthttp.RequestCtx) {
 		for _, h := range hdrs {
 			ctx.Response.Header.SetCanonical(h.k, h.v)
 		}
 		ctx.Response.Header.SetContentTypeBytes(ct)
 		ctx.Response.SetBodyRaw(pageBody)
-	})
-	b.Run("server=edge", func(b *testing.B) { serveReplay(b, e.srv.public, req, "200") })
-	b.Run("server=bare", func(b *testing.B) { serveReplay(b, bare, req, "200") })
+	}
 }

@@ -95,8 +95,8 @@ func TestLazyConnKeepsSocketMethods(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	if _, ok := c.(*upstream.LazyConn); !ok {
-		t.Fatalf("accepted %T, want *upstream.LazyConn", c)
+	if _, ok := c.(*upstream.YieldConn); !ok {
+		t.Fatalf("accepted %T, want *upstream.YieldConn (lazy deadlines, a yield before the next request's read)", c)
 	}
 	if _, ok := c.(syscall.Conn); !ok {
 		t.Error("no SyscallConn: event streams would lose their non-blocking sends")

@@ -266,12 +266,17 @@ func (s *Server) Serve(ln, adminLn net.Listener) error {
 	return <-errc
 }
 
-// lazyListener hands out the shoppers' connections as upstream.LazyConn:
-// fasthttp sets three deadlines per keep-alive request (the idle wait, the
-// read, the write), each a timer update in the runtime; through LazyConn a
-// busy connection's reach the timers about once per 100 ms instead of
-// three times per request. Every timeout still fires, at most 1/16 of it
-// (and at most 100 ms) late, never early.
+// lazyListener hands out the shoppers' connections as upstream.YieldConn,
+// a LazyConn: fasthttp sets three deadlines per keep-alive request (the
+// idle wait, the read, the write), each a timer update in the runtime;
+// through LazyConn a busy connection's reach the timers about once per
+// 100 ms instead of three times per request. Every timeout still fires, at
+// most 1/16 of it (and at most 100 ms) late, never early. And the read for
+// a connection's next request yields first (YieldConn): right after the
+// answer is written that read finds nothing (an EAGAIN read, a park and a
+// wake-up through the poller, which a bare fasthttp server pays on every
+// keep-alive request); after the other connections' requests it mostly
+// finds the next request in.
 type lazyListener struct{ net.Listener }
 
 func (l lazyListener) Accept() (net.Conn, error) {
@@ -279,7 +284,7 @@ func (l lazyListener) Accept() (net.Conn, error) {
 	if err != nil {
 		return nil, err
 	}
-	return upstream.NewLazyConn(c), nil
+	return upstream.NewYieldConn(c), nil
 }
 
 // Shutdown stops accepting, waits for in-flight requests until ctx ends,

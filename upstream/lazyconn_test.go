@@ -1,6 +1,8 @@
 package upstream
 
 import (
+	"runtime"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -41,5 +43,49 @@ func TestLazyConnServerCycleAllocs(t *testing.T) {
 	}
 	if !c.readPending {
 		t.Error("the read deadline asked after the read is not pending")
+	}
+}
+
+// TestYieldConnReadAfterWriteYields: the first Read after a Write lets the
+// runnable goroutines run before it reads (the peer's reply to what was
+// written gets time to arrive: no EAGAIN read and park), a Read after a
+// Read does not yield, and neither allocates.
+func TestYieldConnReadAfterWriteYields(t *testing.T) {
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
+	client, s := tcpPair(t)
+	c := NewYieldConn(s).(*YieldConn)
+	one, buf := []byte("x"), make([]byte, 1)
+	// othersFirst: with a byte already in (a loopback write has delivered
+	// it when it returns), does a goroutine made runnable just before the
+	// Read run before the Read returns?
+	othersFirst := func() bool {
+		if _, err := client.Write(one); err != nil {
+			t.Fatal(err)
+		}
+		var ran atomic.Bool
+		done := make(chan struct{})
+		go func() { ran.Store(true); close(done) }()
+		if _, err := c.Read(buf); err != nil {
+			t.Fatal(err)
+		}
+		first := ran.Load()
+		<-done
+		return first
+	}
+	if _, err := c.Write(one); err != nil {
+		t.Fatal(err)
+	}
+	if !othersFirst() {
+		t.Error("the Read after a Write did not yield")
+	}
+	if othersFirst() {
+		t.Error("a Read after a Read yielded")
+	}
+	if n := testing.AllocsPerRun(100, func() {
+		c.Write(one)
+		client.Write(one)
+		c.Read(buf)
+	}); n != 0 {
+		t.Errorf("%v allocations per write and read", n)
 	}
 }

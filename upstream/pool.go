@@ -387,7 +387,7 @@ func dialFunc(timeout time.Duration) fasthttp.DialFunc {
 		if err != nil {
 			return nil, &dialError{err}
 		}
-		return newOriginConn(conn), nil
+		return NewYieldConn(conn), nil
 	}
 }
 
@@ -478,22 +478,38 @@ func (c *LazyConn) SetDeadline(t time.Time) error {
 	return nil
 }
 
-// originConn is an origin connection: a LazyConn whose first read after a
-// write yields the processor first: the origin has not answered the
-// request just written, so reading at once is an EAGAIN read and a park on
-// the poller; letting the runnable goroutines go first gives the answer
-// time to arrive (when none is runnable, it reads at once).
-type originConn struct {
+// YieldConn is a LazyConn whose first Read after a Write yields the
+// processor first. On both sides of the edge the read that follows a write
+// waits for the peer's reply to it — an origin's answer to the request just
+// written, a kept-alive shopper's next request after the answer just
+// written — so reading at once is mostly an EAGAIN read and a park on the
+// poller, and a wake-up through it later. Letting the runnable goroutines
+// (the other connections' requests) go first gives the reply time to
+// arrive: on a busy edge the read then finds it. When no other goroutine
+// is runnable the yield returns at once and the read is as before.
+type YieldConn struct {
 	LazyConn
 	wrote bool
 }
 
-func (c *originConn) Write(p []byte) (int, error) {
+// NewYieldConn wraps conn in a YieldConn when it is a TCP connection, and
+// returns it as it is otherwise.
+func NewYieldConn(conn net.Conn) net.Conn {
+	if tc, ok := conn.(*net.TCPConn); ok {
+		return &YieldConn{LazyConn: LazyConn{TCPConn: tc}}
+	}
+	return conn
+}
+
+// Write writes p; the next Read yields first.
+func (c *YieldConn) Write(p []byte) (int, error) {
 	c.wrote = true
 	return c.TCPConn.Write(p)
 }
 
-func (c *originConn) Read(p []byte) (int, error) {
+// Read reads as LazyConn's, after a yield when it is the first since a
+// Write.
+func (c *YieldConn) Read(p []byte) (int, error) {
 	if c.wrote {
 		c.wrote = false
 		runtime.Gosched()
@@ -506,13 +522,6 @@ func (c *originConn) Read(p []byte) (int, error) {
 type deadline struct {
 	at    time.Time
 	slack time.Duration
-}
-
-func newOriginConn(conn net.Conn) net.Conn {
-	if tc, ok := conn.(*net.TCPConn); ok {
-		return &originConn{LazyConn: LazyConn{TCPConn: tc}}
-	}
-	return conn
 }
 
 // covers reports whether the deadline on the socket stands for t: none

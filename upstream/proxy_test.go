@@ -541,7 +541,7 @@ func TestExpectContinueNotForwarded(t *testing.T) {
 	}
 }
 
-// TestOriginDeadlineNeverEarly pins originConn's deadline steps: a kept
+// TestOriginDeadlineNeverEarly pins the origin connections' deadline steps: a kept
 // deadline is never before the one asked and at most its slack (1/16 of
 // the timeout) after; a later ask past the slack, or a clear, reaches the
 // socket.
