@@ -269,7 +269,7 @@ func (c *Consumer) Run(ctx context.Context) error {
 
 // fetch waits for a first message (at most a second, so that MarkSuccess
 // retries run while idle), then collects more until BatchSize or the
-// batch's time.
+// batch's time (fillTime: less the fetch's own wait).
 //
 // The batch time starts at BatchTime and doubles, up to BatchTimeMax, after
 // every batch its timer closed with more than one message in it: events
@@ -295,7 +295,7 @@ func (c *Consumer) fetch(ctx context.Context, src source, batch []message) ([]me
 	}
 	// Messages not taken when the deadline hits stay in the client's
 	// buffer for the next batch.
-	fill, cancel := context.WithTimeout(ctx, c.window)
+	fill, cancel := context.WithTimeout(ctx, fillTime(c.window, src.fetchWait()))
 	defer cancel()
 	for len(batch) < c.cfg.BatchSize {
 		n := len(batch)
@@ -317,6 +317,17 @@ func (c *Consumer) fetch(ctx context.Context, src source, batch []message) ([]me
 		c.window = min(2*c.window, c.cfg.BatchTimeMax)
 	}
 	return batch, nil
+}
+
+// fillTime is how long a batch whose first message was just fetched
+// collects more: its batch time, less what that message may have waited in
+// the broker already (a waiting fetch: see waitBytes), so that an order of
+// a quiet sale is stored within the batch time as when fetches returned at
+// once — but at least a tenth of the batch time, to take the rest of the
+// fetch that brought it (and the other partitions' fetches of the same
+// moment) into the same batch.
+func fillTime(window, fetchWait time.Duration) time.Duration {
+	return max(window-fetchWait, window/10)
 }
 
 type rowKey struct {

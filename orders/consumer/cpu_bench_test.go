@@ -152,3 +152,68 @@ func benchStore(b *testing.B, store string) orderstore.Store {
 	b.Cleanup(func() { f.Close() })
 	return f
 }
+
+// nopSource is a source whose commits and dead letters succeed at once,
+// for BenchmarkProcess: the batches are handed to process directly.
+type nopSource struct{}
+
+func (nopSource) poll(_ context.Context, batch []message, _ int) ([]message, error) {
+	return batch, nil
+}
+func (nopSource) commit(context.Context, []message) error     { return nil }
+func (nopSource) deadLetter(context.Context, []message) error { return nil }
+func (nopSource) close()                                      {}
+func (nopSource) fetchWait() time.Duration                    { return 0 }
+
+// BenchmarkProcess is the consumer's own work per order, without a Kafka
+// client: batches of orders.batch_size events of 8 products (as a live
+// stream interleaves them) go straight to process — decode, validate,
+// dedupe, the store (discardStore), the success marks in a real
+// redis-server, the commit (none) — and it reports the CPU of this process
+// per order (Redis's is its own) and the allocations per order. Run the
+// builds to compare alternately, e.g.
+//
+//	go test -c -o /tmp/new.test ./orders/consumer/ && cd orders/consumer &&
+//	for i in 1 2 3; do /tmp/old.test -test.run '^$' -test.bench '^BenchmarkProcess$' -test.benchtime 200000x -test.cpu 1;
+//	/tmp/new.test -test.run '^$' -test.bench '^BenchmarkProcess$' -test.benchtime 200000x -test.cpu 1; done
+func BenchmarkProcess(b *testing.B) {
+	st := openStock(b)
+	c, err := New(Config{Brokers: []string{"127.0.0.1:1"}, Store: discardStore{}, Stock: st})
+	if err != nil {
+		b.Fatal(err)
+	}
+	size := ordersConf.BatchSize
+	var batches [][]message
+	for lo := 0; lo < b.N; lo += size {
+		n := min(size, b.N-lo)
+		batch := make([]message, 0, n)
+		for i := range n {
+			ev := benchEvents(1, fmt.Sprintf("proc%d", i%8))[0]
+			v, err := ev.Encode()
+			if err != nil {
+				b.Fatal(err)
+			}
+			batch = append(batch, message{Topic: testTopic, Partition: int32(i % 4), Offset: int64(lo + i), Key: ev.Key(), Value: v})
+		}
+		batches = append(batches, batch)
+	}
+	ctx := context.Background()
+	var mem0, mem1 runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&mem0)
+	cpu0 := processCPU(b)
+	b.ResetTimer()
+	for _, batch := range batches {
+		if !c.process(ctx, nopSource{}, batch) {
+			b.Fatal("process: not committed")
+		}
+	}
+	b.StopTimer()
+	cpu := processCPU(b) - cpu0
+	runtime.ReadMemStats(&mem1)
+	if got := c.Stats().Stored; got != uint64(b.N) || c.Stats().MarkErrors != 0 {
+		b.Fatalf("stored %d of %d, %d mark errors", got, b.N, c.Stats().MarkErrors)
+	}
+	b.ReportMetric(float64(cpu.Nanoseconds())/float64(b.N), "cpu-ns/order")
+	b.ReportMetric(float64(mem1.Mallocs-mem0.Mallocs)/float64(b.N), "allocs/order")
+}

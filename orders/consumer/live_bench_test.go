@@ -127,17 +127,24 @@ func BenchmarkConsumerLiveCPU(b *testing.B) {
 			name   string
 			source func(*Consumer) (source, error)
 		}{
+			// The consumer's: fetches wait for waitBytes or the batch
+			// time (newKafkaGoSource), and kgo's fetching alike.
 			{"kafka-go", newKafkaGoSource},
 			{"kgo", newKgoSource},
-			// Fetches that wait for 64 KiB or the batch time.
-			{"kafka-go-min64k", func(c *Consumer) (source, error) {
-				return newKafkaGoSourceFetch(c, 64<<10, ordersConf.BatchTime)
-			}},
-			{"kgo-min64k", func(c *Consumer) (source, error) { return newKgoSourceFetch(c, 64<<10, ordersConf.BatchTime) }},
+			// Fetches that return as soon as anything is written: the
+			// consumer's until issue 26 item 3.
+			{"kafka-go-at-once", atOnce(newKafkaGoSourceFetch)},
+			{"kgo-at-once", atOnce(newKgoSourceFetch)},
 		} {
 			b.Run(store+"/"+client.name, func(b *testing.B) { benchConsumerLiveCPU(b, store, client.source) })
 		}
 	}
+}
+
+// atOnce is a source whose fetches return as soon as anything is written
+// (1 byte, at most 250 ms).
+func atOnce[N int | int32](fetch func(*Consumer, N, time.Duration) (source, error)) func(*Consumer) (source, error) {
+	return func(c *Consumer) (source, error) { return fetch(c, 1, 250*time.Millisecond) }
 }
 
 func benchConsumerLiveCPU(b *testing.B, store string, newSource func(*Consumer) (source, error)) {
