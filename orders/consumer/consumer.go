@@ -161,6 +161,7 @@ type Consumer struct {
 	closeConns func()
 
 	dlqReady bool
+	dec      order.Decoder      // process's: a batch's orders share their product ids
 	unmarked map[string][]int64 // stored orders whose MarkSuccess failed
 	window   time.Duration      // the next batch's time (Run's goroutine only)
 
@@ -342,7 +343,7 @@ func (c *Consumer) process(ctx context.Context, src source, batch []message) boo
 	var dead []message
 	for i := range batch {
 		m := &batch[i]
-		ev, err := order.Decode(m.Value)
+		ev, err := c.dec.Decode(m.Value)
 		var row orderstore.Row
 		if err == nil {
 			row = orderstore.FromEvent(&ev)

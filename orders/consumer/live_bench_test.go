@@ -240,3 +240,54 @@ func benchConsumerLiveCPU(b *testing.B, store string, newSource func(*Consumer) 
 	b.ReportMetric(float64(wall.Nanoseconds())/n, "wall-ns/order")
 	b.ReportMetric(n/float64(batches), "orders/batch")
 }
+
+// BenchmarkConsumerIdleCPU is what the consumer costs with nothing to
+// consume: the broker (kfake) in its own process, a joined consumer (a
+// first order stored), then 5 s without events; it reports this process's
+// CPU per second of them (fetches that come back empty, heartbeats, the
+// stall watch). Per order of a stream this is cost/rate: 1 ms/s is 0.2 µs
+// an order at 5,000 orders/s. b.N is ignored (-benchtime 1x).
+func BenchmarkConsumerIdleCPU(b *testing.B) {
+	for _, client := range []struct {
+		name   string
+		source func(*Consumer) (source, error)
+	}{
+		{"kafka-go", newKafkaGoSource},
+		{"kgo", newKgoSource},
+		{"kafka-go-at-once", atOnce(newKafkaGoSourceFetch)},
+		{"kgo-at-once", atOnce(newKgoSourceFetch)},
+	} {
+		b.Run(client.name, func(b *testing.B) { benchConsumerIdleCPU(b, client.source) })
+	}
+}
+
+func benchConsumerIdleCPU(b *testing.B, newSource func(*Consumer) (source, error)) {
+	kp := kafkatest.StartProcess(b)
+	brokers := []string{kp.Addr()}
+	if err := broker.EnsureTopics(context.Background(), brokers, broker.Security{}, broker.Topics(testTopic, kafkaConf.DLQTopic, 4)...); err != nil {
+		b.Fatal(err)
+	}
+	stored := make(chan struct{}, 1)
+	start(b, Config{Brokers: brokers, Store: discardStore{}, Stock: openStock(b), newSource: newSource,
+		OnStored: func(map[string][]int64) {
+			select {
+			case stored <- struct{}{}:
+			default:
+			}
+		}})
+	w := newWriter(brokers, testTopic)
+	publish(b, w, benchEvents(1, "idle"))
+	w.Close()
+	select {
+	case <-stored:
+	case <-time.After(30 * time.Second):
+		b.Fatal("not stored in 30 s")
+	}
+	const idle = 5 * time.Second
+	b.ResetTimer()
+	cpu0 := processCPU(b)
+	time.Sleep(idle) // the measurement: nothing to wait for
+	cpu := processCPU(b) - cpu0
+	b.StopTimer()
+	b.ReportMetric(float64(cpu.Microseconds())/1000/idle.Seconds(), "cpu-ms/s")
+}

@@ -141,10 +141,21 @@ func (s *kafkaGoSource) poll(ctx context.Context, batch []message, _ int) ([]mes
 	return append(batch, message{Topic: m.Topic, Partition: int32(m.Partition), Offset: m.Offset, Key: m.Key, Value: m.Value}), nil
 }
 
+// commit passes the Reader one message per partition, the batch's last:
+// it commits each partition's highest offset (+1) of what it is given, so
+// the rest of the batch would only be copied and compared in its loops.
 func (s *kafkaGoSource) commit(ctx context.Context, batch []message) error {
 	s.msgs = s.msgs[:0]
+next:
 	for i := range batch {
-		s.msgs = append(s.msgs, kafka.Message{Topic: batch[i].Topic, Partition: int(batch[i].Partition), Offset: batch[i].Offset})
+		m := &batch[i]
+		for j := range s.msgs {
+			if c := &s.msgs[j]; c.Partition == int(m.Partition) && c.Topic == m.Topic {
+				c.Offset = max(c.Offset, m.Offset)
+				continue next
+			}
+		}
+		s.msgs = append(s.msgs, kafka.Message{Topic: m.Topic, Partition: int(m.Partition), Offset: m.Offset})
 	}
 	return s.r.CommitMessages(ctx, s.msgs...)
 }
