@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"math/rand/v2"
 	"strings"
 	"syscall"
@@ -58,20 +59,28 @@ func TestAppendFileRowMatchesJSON(t *testing.T) {
 	}
 }
 
-// BenchmarkFileInsert: the file store's Insert of batches of 500 rows of
-// 8 products (encode, append, one fsync, the in-memory view), CPU of this
-// process per row (the fsync's wait is not CPU). Old and new test
+// BenchmarkInsert: Insert of batches of 500 rows of 8 products into the
+// file store (encode, append, one fsync, the in-memory view) and into a
+// database of the test's clickhouse-server, CPU of this process per row
+// (the fsync's wait and ClickHouse's work are not in it). Old and new test
 // binaries alternating:
 //
 //	go test -c -o /tmp/new.test ./orders/orderstore/ && cd orders/orderstore &&
-//	for i in 1 2 3; do /tmp/old.test -test.run '^$' -test.bench FileInsert -test.benchtime 200000x -test.cpu 1;
-//	/tmp/new.test -test.run '^$' -test.bench FileInsert -test.benchtime 200000x -test.cpu 1; done
-func BenchmarkFileInsert(b *testing.B) {
-	s, err := OpenFile(b.TempDir())
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer s.Close()
+//	for i in 1 2 3; do /tmp/old.test -test.run '^$' -test.bench Insert -test.benchtime 200000x -test.cpu 1;
+//	/tmp/new.test -test.run '^$' -test.bench Insert -test.benchtime 200000x -test.cpu 1; done
+func BenchmarkInsert(b *testing.B) {
+	b.Run("file", func(b *testing.B) {
+		s, err := OpenFile(b.TempDir())
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer s.Close()
+		benchInsert(b, s)
+	})
+	b.Run("clickhouse", func(b *testing.B) { benchInsert(b, openCH(b, fmt.Sprintf("bench_insert_%d", time.Now().UnixNano()))) })
+}
+
+func benchInsert(b *testing.B, s Store) {
 	ctx := context.Background()
 	rows := make([]Row, 0, 500)
 	id := time.Now().UnixNano()
