@@ -139,9 +139,14 @@ func processCPU(b *testing.B) time.Duration {
 }
 
 // benchStore is a benchmark's order store: "file" for the file store in a
-// temporary folder, anything else for one that keeps nothing (the
+// temporary folder (the edge's embedded store, which bench compare's
+// consumer uses), "clickhouse" for a database of the test's
+// clickhouse-server, anything else for one that keeps nothing (the
 // consumer's own cost alone).
 func benchStore(b *testing.B, store string) orderstore.Store {
+	if store == "clickhouse" {
+		return openCH(b, ch.Addr())
+	}
 	if store != "file" {
 		return discardStore{}
 	}

@@ -86,14 +86,27 @@ func liveFeed(file, addr string) error {
 // this process only: the broker, the feeder and kcat are children, Redis
 // and ClickHouse servers of their own) is then the consumer's alone: its
 // client, decode, store, mark, commit. (Until the feeder moved out, its
-// pipe writes and wake-ups were ~15 % of the figure, in the notes below.) Each store with both clients at the consumer's fetch settings
-// (1 byte, 250 ms: a fetch returns as soon as anything is written), and
-// with fetches that wait for 64 KiB or the batch time (min64k); the batch
-// time grows as the edge's does (orders.batch_time_max). It needs kcat and
-// -benchtime Nx.
+// pipe writes and wake-ups were ~15 % of the figure, in the notes below.)
+// Each store with both clients fetching as the consumer does (newKafkaGoSource:
+// waiting for 64 KiB or the batch time) and with fetches that return as
+// soon as anything is written (at-once: 1 byte, 250 ms, the consumer's
+// until issue 26 item 3); the batch time grows as the edge's does
+// (orders.batch_time_max). It needs kcat and -benchtime Nx; -test.cpu 1
+// runs the consumer at GOMAXPROCS=1, as bench compare does.
 //
 //	go test -c -o /tmp/consumer.test ./orders/consumer/ && cd orders/consumer &&
-//	for i in 1 2 3; do /tmp/consumer.test -test.run '^$' -test.bench ConsumerLiveCPU/nop -test.benchtime 20000x; done
+//	for i in 1 2 3; do /tmp/consumer.test -test.run '^$' -test.bench ConsumerLiveCPU/nop -test.benchtime 20000x -test.cpu 1; done
+//
+// Measured with the feeder in a child process (2026-12-04, load average
+// 2-6), nop store, µs per order, rounds: kafka-go 11.9 10.5 9.4 and
+// 8.9 8.8 7.4 7.7; kafka-go-at-once 15.4 12.0 10.0 and 11.6 10.8 11.6
+// 11.5 (waiting / at once 0.64-0.95, median 0.78); kgo 6.0 5.7 5.1 and
+// 6.9 4.9 5.1 4.8 (0.51-0.77 of kafka-go); kgo-at-once 17.4 14.7 13.2.
+// The file store adds 2-4 µs, ClickHouse's client 1-2 (bench/README,
+// finding 12).
+//
+// The notes of the earlier setup (the feeder in this process, fetches at
+// once the consumer's, "min64k" the waiting ones):
 //
 // Measured here, 3 alternating runs of 20,000 orders at 5,000/s (~480
 // orders per batch in every case), the 2 cores shared with five other jobs
@@ -112,17 +125,16 @@ func liveFeed(file, addr string) error {
 // 1,130-1,340 fetches for 20,000 orders; 64 KiB and 250 ms: 52-55,
 // counted with a hook in one run each). kafka-go fetches each partition on
 // a connection of its own, kgo all of a broker's partitions in one
-// request, so only kgo gains much from waiting fetches. The consumer keeps
-// kafka-go at 1 byte: waiting fetches hold the first event of a quiet sale
-// up to the batch time in the broker before its batch's own batch time
-// starts (a batch could close at once when its fetch came back under the
-// minimum, having waited the batch time already: not built).
+// request, so only kgo gains much from waiting fetches. (Then the
+// consumer kept kafka-go at 1 byte for the first event of a quiet sale;
+// since fetch counts the broker's wait in the batch time, waiting fetches
+// store it sooner: BenchmarkQuietLatency.)
 
 func BenchmarkConsumerLiveCPU(b *testing.B) {
 	if _, err := exec.LookPath("kcat"); err != nil {
 		b.Skip("needs kcat")
 	}
-	for _, store := range []string{"nop", "file"} {
+	for _, store := range []string{"nop", "file", "clickhouse"} {
 		for _, client := range []struct {
 			name   string
 			source func(*Consumer) (source, error)
