@@ -584,6 +584,10 @@ func (d *decoder) productField(dst *string) error {
 		return nil
 	}
 	p := string(s)
+	if len(p) > MaxProductIDLen { // never valid: not worth keeping
+		*dst = p
+		return nil
+	}
 	d.products[p] = p
 	*dst = p
 	return nil
