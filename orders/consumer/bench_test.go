@@ -2,6 +2,7 @@ package consumer
 
 import (
 	"context"
+	"math/rand/v2"
 	"slices"
 	"sync"
 	"testing"
@@ -131,6 +132,61 @@ func BenchmarkEndToEndLatency(b *testing.B) {
 	slices.Sort(lat)
 	q := func(p float64) float64 { return float64(lat[int(p*float64(len(lat)-1))].Microseconds()) / 1000 }
 	b.ReportMetric(float64(b.N)/el.Seconds(), "orders/s")
+	b.ReportMetric(q(0.5), "p50_ms")
+	b.ReportMetric(q(0.99), "p99_ms")
+	b.ReportMetric(q(1), "max_ms")
+}
+
+// BenchmarkQuietLatency is a quiet sale: b.N orders one at a time, each
+// published at a random moment after the one before was stored, and the
+// time from its publish (Kafka acknowledged it, as the edge answers) to
+// its row being stored (OnStored): p50, p99, max. With fetches that wait
+// (the consumer's), an order waits in the broker for up to the batch time
+// and then a tenth of it for its batch (fillTime); with fetches that
+// return at once (at-once) it is fetched at once and then waits the whole
+// batch time. The batch time is conf's (orders.batch_time, 50 ms).
+//
+//	go test -run '^$' -bench QuietLatency -benchtime 100x ./orders/consumer/
+func BenchmarkQuietLatency(b *testing.B) {
+	for _, client := range []struct {
+		name   string
+		source func(*Consumer) (source, error)
+	}{{"kafka-go", newKafkaGoSource}, {"kafka-go-at-once", atOnce(newKafkaGoSourceFetch)}} {
+		b.Run(client.name, func(b *testing.B) { benchQuietLatency(b, client.source) })
+	}
+}
+
+func benchQuietLatency(b *testing.B, newSource func(*Consumer) (source, error)) {
+	brokers, _ := startKafka(b)
+	st := openStock(b)
+	w := newWriter(brokers, testTopic)
+	defer w.Close()
+	stored := make(chan time.Time, 1)
+	start(b, Config{Brokers: brokers, Store: discardStore{}, Stock: st, newSource: newSource, BatchTimeMax: ordersConf.BatchTimeMax,
+		OnStored: func(map[string][]int64) { stored <- time.Now() }})
+	// The group joined: a first order stored.
+	publish(b, w, benchEvents(1, "quiet"))
+	select {
+	case <-stored:
+	case <-time.After(30 * time.Second):
+		b.Fatal("not stored in 30 s")
+	}
+	lat := make([]time.Duration, 0, b.N)
+	b.ResetTimer()
+	for range b.N {
+		time.Sleep(time.Duration(rand.Int64N(int64(200 * time.Millisecond)))) // a random phase against the fetches
+		publish(b, w, benchEvents(1, "quiet"))
+		acked := time.Now()
+		select {
+		case at := <-stored:
+			lat = append(lat, at.Sub(acked))
+		case <-time.After(10 * time.Second):
+			b.Fatal("not stored in 10 s")
+		}
+	}
+	b.StopTimer()
+	slices.Sort(lat)
+	q := func(p float64) float64 { return float64(lat[int(p*float64(len(lat)-1))].Microseconds()) / 1000 }
 	b.ReportMetric(q(0.5), "p50_ms")
 	b.ReportMetric(q(0.99), "p99_ms")
 	b.ReportMetric(q(1), "max_ms")

@@ -161,6 +161,7 @@ type Consumer struct {
 	closeConns func()
 
 	dlqReady bool
+	dec      order.Decoder      // process's: a batch's orders share their product ids
 	unmarked map[string][]int64 // stored orders whose MarkSuccess failed
 	window   time.Duration      // the next batch's time (Run's goroutine only)
 
@@ -269,7 +270,7 @@ func (c *Consumer) Run(ctx context.Context) error {
 
 // fetch waits for a first message (at most a second, so that MarkSuccess
 // retries run while idle), then collects more until BatchSize or the
-// batch's time.
+// batch's time (fillTime: less the fetch's own wait).
 //
 // The batch time starts at BatchTime and doubles, up to BatchTimeMax, after
 // every batch its timer closed with more than one message in it: events
@@ -295,7 +296,7 @@ func (c *Consumer) fetch(ctx context.Context, src source, batch []message) ([]me
 	}
 	// Messages not taken when the deadline hits stay in the client's
 	// buffer for the next batch.
-	fill, cancel := context.WithTimeout(ctx, c.window)
+	fill, cancel := context.WithTimeout(ctx, fillTime(c.window, src.fetchWait()))
 	defer cancel()
 	for len(batch) < c.cfg.BatchSize {
 		n := len(batch)
@@ -319,6 +320,17 @@ func (c *Consumer) fetch(ctx context.Context, src source, batch []message) ([]me
 	return batch, nil
 }
 
+// fillTime is how long a batch whose first message was just fetched
+// collects more: its batch time, less what that message may have waited in
+// the broker already (a waiting fetch: see waitBytes), so that an order of
+// a quiet sale is stored within the batch time as when fetches returned at
+// once — but at least a tenth of the batch time, to take the rest of the
+// fetch that brought it (and the other partitions' fetches of the same
+// moment) into the same batch.
+func fillTime(window, fetchWait time.Duration) time.Duration {
+	return max(window-fetchWait, window/10)
+}
+
 type rowKey struct {
 	product string
 	order   int64
@@ -331,7 +343,7 @@ func (c *Consumer) process(ctx context.Context, src source, batch []message) boo
 	var dead []message
 	for i := range batch {
 		m := &batch[i]
-		ev, err := order.Decode(m.Value)
+		ev, err := c.dec.Decode(m.Value)
 		var row orderstore.Row
 		if err == nil {
 			row = orderstore.FromEvent(&ev)

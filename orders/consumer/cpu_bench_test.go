@@ -139,9 +139,14 @@ func processCPU(b *testing.B) time.Duration {
 }
 
 // benchStore is a benchmark's order store: "file" for the file store in a
-// temporary folder, anything else for one that keeps nothing (the
+// temporary folder (the edge's embedded store, which bench compare's
+// consumer uses), "clickhouse" for a database of the test's
+// clickhouse-server, anything else for one that keeps nothing (the
 // consumer's own cost alone).
 func benchStore(b *testing.B, store string) orderstore.Store {
+	if store == "clickhouse" {
+		return openCH(b, ch.Addr())
+	}
 	if store != "file" {
 		return discardStore{}
 	}
@@ -151,4 +156,69 @@ func benchStore(b *testing.B, store string) orderstore.Store {
 	}
 	b.Cleanup(func() { f.Close() })
 	return f
+}
+
+// nopSource is a source whose commits and dead letters succeed at once,
+// for BenchmarkProcess: the batches are handed to process directly.
+type nopSource struct{}
+
+func (nopSource) poll(_ context.Context, batch []message, _ int) ([]message, error) {
+	return batch, nil
+}
+func (nopSource) commit(context.Context, []message) error     { return nil }
+func (nopSource) deadLetter(context.Context, []message) error { return nil }
+func (nopSource) close()                                      {}
+func (nopSource) fetchWait() time.Duration                    { return 0 }
+
+// BenchmarkProcess is the consumer's own work per order, without a Kafka
+// client: batches of orders.batch_size events of 8 products (as a live
+// stream interleaves them; 8 such batches in turn) go straight to process — decode, validate,
+// dedupe, the store (discardStore), the success marks in a real
+// redis-server, the commit (none) — and it reports the CPU of this process
+// per order (Redis's is its own) and the allocations per order. Run the
+// builds to compare alternately, e.g.
+//
+//	go test -c -o /tmp/new.test ./orders/consumer/ && cd orders/consumer &&
+//	for i in 1 2 3; do /tmp/old.test -test.run '^$' -test.bench '^BenchmarkProcess$' -test.benchtime 200000x -test.cpu 1;
+//	/tmp/new.test -test.run '^$' -test.bench '^BenchmarkProcess$' -test.benchtime 200000x -test.cpu 1; done
+func BenchmarkProcess(b *testing.B) {
+	st := openStock(b)
+	c, err := New(Config{Brokers: []string{"127.0.0.1:1"}, Store: discardStore{}, Stock: st})
+	if err != nil {
+		b.Fatal(err)
+	}
+	// 8 batches, used in turn: a heap of b.N events would make the
+	// garbage collector's marking, not the consumer, the figure.
+	size := ordersConf.BatchSize
+	batches := make([][]message, 8)
+	for k := range batches {
+		for i := range size {
+			ev := benchEvents(1, fmt.Sprintf("proc%d", i%8))[0]
+			v, err := ev.Encode()
+			if err != nil {
+				b.Fatal(err)
+			}
+			batches[k] = append(batches[k], message{Topic: testTopic, Partition: int32(i % 4), Offset: int64(k*size + i), Key: ev.Key(), Value: v})
+		}
+	}
+	ctx := context.Background()
+	var mem0, mem1 runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&mem0)
+	cpu0 := processCPU(b)
+	b.ResetTimer()
+	for k, lo := 0, 0; lo < b.N; k, lo = k+1, lo+size {
+		batch := batches[k%len(batches)][:min(size, b.N-lo)]
+		if !c.process(ctx, nopSource{}, batch) {
+			b.Fatal("process: not committed")
+		}
+	}
+	b.StopTimer()
+	cpu := processCPU(b) - cpu0
+	runtime.ReadMemStats(&mem1)
+	if got := c.Stats().Stored; got != uint64(b.N) || c.Stats().MarkErrors != 0 {
+		b.Fatalf("stored %d of %d, %d mark errors", got, b.N, c.Stats().MarkErrors)
+	}
+	b.ReportMetric(float64(cpu.Nanoseconds())/float64(b.N), "cpu-ns/order")
+	b.ReportMetric(float64(mem1.Mallocs-mem0.Mallocs)/float64(b.N), "allocs/order")
 }

@@ -5,8 +5,9 @@
 // one succeeded, so that a crash or an outage anywhere loses nothing:
 //
 //  1. fetch up to BatchSize messages, or what arrived within BatchTime of
-//     the first one;
-//  2. decode them (order.Decode); a malformed event, or one whose row the
+//     the first one (the fetches wait in the broker for 64 KiB or the batch
+//     time, and that wait counts in the batch's time: source.go, fillTime);
+//  2. decode them (an order.Decoder per consumer); a malformed event, or one whose row the
 //     store cannot hold, goes to the dead-letter topic with its original
 //     bytes and a "reason" header (orders.HeaderReason), is logged and counted, and the group
 //     moves on past it;

@@ -34,8 +34,9 @@ import (
 var ch *chtest.Server
 
 // TestMain is also the kfake broker process of BenchmarkConsumerLiveCPU
-// (kafkatest.StartProcess).
+// (kafkatest.StartProcess) and its feeder (serveLiveFeed).
 func TestMain(m *testing.M) {
+	serveLiveFeed()
 	kafkatest.ServeChild()
 	chtest.Main(m, &ch)
 }

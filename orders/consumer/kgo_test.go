@@ -20,12 +20,17 @@ import (
 // channel. Test-only: it connects in plaintext (no broker.Security).
 type kgoSource struct {
 	cl      *kgo.Client
+	wait    time.Duration // as kafkaGoSource's
 	dlq     string
 	records []*kgo.Record // commit's, reused
 }
 
+// newKgoSource fetches as newKafkaGoSource does.
 func newKgoSource(c *Consumer) (source, error) {
-	return newKgoSourceFetch(c, 1, 250*time.Millisecond)
+	if c.cfg.BatchTime < minWaitingBatch {
+		return newKgoSourceFetch(c, 1, 250*time.Millisecond)
+	}
+	return newKgoSourceFetch(c, waitBytes, c.cfg.BatchTime)
 }
 
 func newKgoSourceFetch(c *Consumer, minBytes int32, maxWait time.Duration) (source, error) {
@@ -60,8 +65,14 @@ func newKgoSourceFetch(c *Consumer, minBytes int32, maxWait time.Duration) (sour
 	if err != nil {
 		return nil, fmt.Errorf("consumer: kafka client: %w", err)
 	}
-	return &kgoSource{cl: cl, dlq: c.cfg.DLQTopic}, nil
+	s := &kgoSource{cl: cl, dlq: c.cfg.DLQTopic}
+	if minBytes > 1 {
+		s.wait = maxWait
+	}
+	return s, nil
 }
+
+func (s *kgoSource) fetchWait() time.Duration { return s.wait }
 
 func (s *kgoSource) poll(ctx context.Context, batch []message, max int) ([]message, error) {
 	fs := s.cl.PollRecords(ctx, max)

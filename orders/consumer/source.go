@@ -39,31 +39,49 @@ type source interface {
 	deadLetter(ctx context.Context, msgs []message) error
 	// close leaves the group.
 	close()
+	// fetchWait is how long a message may have waited in the broker
+	// before its fetch returned it (0: fetches return at once).
+	fetchWait() time.Duration
 }
 
 // kafkaGoSource reads with kafka-go's Reader and dead-letters with its
 // Writer. BenchmarkConsumerCPU and BenchmarkConsumerLiveCPU run it side by
 // side with franz-go's client (kgoSource, in a test file): on a backlog
-// kgo took 0.8 of its CPU per order, on a steady stream 1.36-1.48 times it
-// (see there), so the consumer stays on kafka-go, the client of every
-// other produce and consume.
+// kgo took 0.8 of its CPU per order, on a steady stream with fetches that
+// return at once 1.36-1.48 times it, with waiting fetches about half (see
+// there and bench/README, finding 13); the consumer stays on kafka-go, the
+// client of every other produce and consume.
 type kafkaGoSource struct {
 	r    *kafka.Reader
 	dlq  *kafka.Writer
 	msgs []kafka.Message // commit's, reused
+	wait time.Duration   // the fetches' MaxWait when they wait for waitBytes
 }
 
+// waitBytes is how much a fetch waits for, at most the batch time
+// (orders.batch_time), when the batch time is at least minWaitingBatch.
+// A fetch that returns as soon as anything is written costs a round trip
+// (a write, a read and the wake-ups of a connection per partition) per
+// producer write: at 5,000 orders/s that was most of the consumer's CPU
+// per order (BenchmarkConsumerLiveCPU). An order then waits up to the batch
+// time in the broker, but fetch counts that wait in its batch's time, so
+// a quiet sale's order is stored no later than before.
+const waitBytes = 64 << 10
+
+// minWaitingBatch: under it, fetches return at once (1 byte, 250 ms as
+// before). A batch time that short asks for latency, and fetches waiting
+// that long would poll idle partitions hundreds of times a second.
+const minWaitingBatch = 10 * time.Millisecond
+
 func newKafkaGoSource(c *Consumer) (source, error) {
-	return newKafkaGoSourceFetch(c, 1, 250*time.Millisecond)
+	if c.cfg.BatchTime < minWaitingBatch {
+		return newKafkaGoSourceFetch(c, 1, 250*time.Millisecond)
+	}
+	return newKafkaGoSourceFetch(c, waitBytes, c.cfg.BatchTime)
 }
 
 // newKafkaGoSourceFetch's fetches return as soon as minBytes are there,
-// or after maxWait. The consumer's are 1 byte and 250 ms: an event is
-// fetched as soon as it is written. BenchmarkConsumerLiveCPU also measures
-// 64 KiB and the batch time (orders.batch_time): a steady stream then
-// takes fewer fetches, but the first event of a quiet sale waits up to the
-// batch time in the broker before its batch's own batch time starts, and
-// with a connection per partition kafka-go saved only 7 % of its CPU.
+// or after maxWait.
 func newKafkaGoSourceFetch(c *Consumer, minBytes int, maxWait time.Duration) (source, error) {
 	r := kafka.NewReader(kafka.ReaderConfig{
 		Brokers:           c.cfg.Brokers,
@@ -97,7 +115,7 @@ func newKafkaGoSourceFetch(c *Consumer, minBytes int, maxWait time.Duration) (so
 			}
 		}),
 	})
-	return &kafkaGoSource{r: r, dlq: &kafka.Writer{
+	s := &kafkaGoSource{r: r, dlq: &kafka.Writer{
 		Addr:         c.client.Addr,
 		Transport:    c.client.Transport,
 		Topic:        c.cfg.DLQTopic,
@@ -105,8 +123,14 @@ func newKafkaGoSourceFetch(c *Consumer, minBytes int, maxWait time.Duration) (so
 		RequiredAcks: kafka.RequireAll,
 		BatchTimeout: 5 * time.Millisecond, // the 1 s default would stall every batch with a bad event
 		MaxAttempts:  3,
-	}}, nil
+	}}
+	if minBytes > 1 {
+		s.wait = maxWait
+	}
+	return s, nil
 }
+
+func (s *kafkaGoSource) fetchWait() time.Duration { return s.wait }
 
 // poll fetches one message: the Reader hands them out one at a time.
 func (s *kafkaGoSource) poll(ctx context.Context, batch []message, _ int) ([]message, error) {
@@ -117,10 +141,21 @@ func (s *kafkaGoSource) poll(ctx context.Context, batch []message, _ int) ([]mes
 	return append(batch, message{Topic: m.Topic, Partition: int32(m.Partition), Offset: m.Offset, Key: m.Key, Value: m.Value}), nil
 }
 
+// commit passes the Reader one message per partition, the batch's last:
+// it commits each partition's highest offset (+1) of what it is given, so
+// the rest of the batch would only be copied and compared in its loops.
 func (s *kafkaGoSource) commit(ctx context.Context, batch []message) error {
 	s.msgs = s.msgs[:0]
+next:
 	for i := range batch {
-		s.msgs = append(s.msgs, kafka.Message{Topic: batch[i].Topic, Partition: int(batch[i].Partition), Offset: batch[i].Offset})
+		m := &batch[i]
+		for j := range s.msgs {
+			if c := &s.msgs[j]; c.Partition == int(m.Partition) && c.Topic == m.Topic {
+				c.Offset = max(c.Offset, m.Offset)
+				continue next
+			}
+		}
+		s.msgs = append(s.msgs, kafka.Message{Topic: m.Topic, Partition: int(m.Partition), Offset: m.Offset})
 	}
 	return s.r.CommitMessages(ctx, s.msgs...)
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -168,10 +169,17 @@ var decodeSeeds = []string{
 
 // agree fails t if Decode and encoding/json disagree on b: both must
 // refuse it (Decode with ErrMalformed) or both take the same event.
+// batchDecoder decodes every input agree sees, as the consumer's Decoder
+// decodes a stream: its shared product ids must change nothing.
+var batchDecoder Decoder
+
 func agree(t *testing.T, b []byte) {
 	t.Helper()
 	got, err := Decode(b)
 	want, wantErr := decodeJSON(b)
+	if got2, err2 := batchDecoder.Decode(b); got2 != got || (err2 == nil) != (err == nil) || err != nil && err2.Error() != err.Error() {
+		t.Fatalf("Decoder.Decode(%q) = %+v, %v; Decode: %+v, %v", b, got2, err2, got, err)
+	}
 	switch {
 	case (err == nil) != (wantErr == nil):
 		t.Fatalf("Decode(%q): err %v, encoding/json: %v", b, err, wantErr)
@@ -229,13 +237,32 @@ func FuzzDecodeMatchesJSON(f *testing.F) {
 	f.Fuzz(agree)
 }
 
+// TestPlainIntMatchesParseInt: parseInt's fast path gives strconv's value
+// where it answers, and leaves the rest to strconv.
+func TestPlainIntMatchesParseInt(t *testing.T) {
+	for _, s := range []string{"0", "-0", "7", "-7", "007", "9900", "1796038487397", "999999999999999999",
+		"-999999999999999999", "9223372036854775807", "-9223372036854775808", "9223372036854775808",
+		"", "-", "+1", "1.5", "1e3", "--1", "1-", "2147483647", "2147483648", "-2147483648", "-2147483649"} {
+		for _, bits := range []int{32, 64} {
+			n, ok := plainInt([]byte(s), bits)
+			want, err := strconv.ParseInt(s, 10, bits)
+			if ok && (err != nil || n != want) {
+				t.Errorf("plainInt(%q, %d) = %d; strconv.ParseInt: %d, %v", s, bits, n, want, err)
+			}
+			if !ok && err == nil && !strings.HasPrefix(s, "+") && len(strings.TrimPrefix(s, "-")) <= 18 {
+				t.Errorf("plainInt(%q, %d) left a plain number to strconv", s, bits)
+			}
+		}
+	}
+}
+
 // BenchmarkDecode: Decode against the encoding/json decoding it replaced.
 func BenchmarkDecode(b *testing.B) {
 	in := []byte(decodeSeeds[0])
 	for _, bc := range []struct {
 		name   string
 		decode func([]byte) (Event, error)
-	}{{"hand", Decode}, {"encoding-json", decodeJSON}} {
+	}{{"hand", Decode}, {"batch", new(Decoder).Decode}, {"encoding-json", decodeJSON}} {
 		b.Run(bc.name, func(b *testing.B) {
 			b.ReportAllocs()
 			for b.Loop() {

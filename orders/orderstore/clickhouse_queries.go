@@ -28,18 +28,48 @@ func (s *ClickHouse) Insert(ctx context.Context, rows []Row) error {
 		return fmt.Errorf("orderstore: insert: %w", err)
 	}
 	defer b.Abort() //nolint:errcheck // a no-op once sent
-	for i := range rows {
-		r := &rows[i]
-		if err := b.Append(uint64(r.ID), r.ProductID, r.UserID, uint32(r.Qty),
-			decimal.New(r.PriceCents, -2), r.Status, time.UnixMilli(r.CreatedMs).Truncate(time.Second),
-			uint64(r.UpdatedMs), uint16(r.Edge), time.Unix(r.PaidMs/1000, 0), b2u(r.Expired), uint64(r.PayByMs)); err != nil {
-			return fmt.Errorf("orderstore: insert: %w", err)
+	// Column by column, in colsList's order: a row at a time, the driver
+	// took its twelve values as interfaces (an allocation each) and
+	// dispatched each on its type — most of the insert's CPU per order.
+	var c insertColumns
+	c.fill(rows)
+	for i, col := range []any{c.id, c.product, c.user, c.qty, c.price, c.status, c.created, c.updated, c.edge, c.paid, c.expired, c.payBy} {
+		if err := b.Column(i).Append(col); err != nil {
+			return fmt.Errorf("orderstore: insert: column %d: %w", i, err)
 		}
 	}
 	if err := b.Send(); err != nil {
 		return fmt.Errorf("orderstore: insert %d rows: %w", len(rows), err)
 	}
 	return nil
+}
+
+// insertColumns are the rows of an Insert as colsList's columns.
+type insertColumns struct {
+	id, updated, payBy []uint64
+	product, user      []string
+	qty                []uint32
+	price              []decimal.Decimal
+	status, expired    []uint8
+	created, paid      []time.Time
+	edge               []uint16
+}
+
+func (c *insertColumns) fill(rows []Row) {
+	n := len(rows)
+	c.id, c.updated, c.payBy = make([]uint64, n), make([]uint64, n), make([]uint64, n)
+	c.product, c.user = make([]string, n), make([]string, n)
+	c.qty, c.price = make([]uint32, n), make([]decimal.Decimal, n)
+	c.status, c.expired = make([]uint8, n), make([]uint8, n)
+	c.created, c.paid = make([]time.Time, n), make([]time.Time, n)
+	c.edge = make([]uint16, n)
+	for i := range rows {
+		r := &rows[i]
+		c.id[i], c.product[i], c.user[i], c.qty[i] = uint64(r.ID), r.ProductID, r.UserID, uint32(r.Qty)
+		c.price[i], c.status[i] = decimal.New(r.PriceCents, -2), r.Status
+		c.created[i], c.updated[i], c.edge[i] = time.UnixMilli(r.CreatedMs).Truncate(time.Second), uint64(r.UpdatedMs), uint16(r.Edge)
+		c.paid[i], c.expired[i], c.payBy[i] = time.Unix(r.PaidMs/1000, 0), b2u(r.Expired), uint64(r.PayByMs)
+	}
 }
 
 // Get reads the newest row of one order.

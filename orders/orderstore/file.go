@@ -1,7 +1,6 @@
 package orderstore
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -9,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"sync"
 
 	"flashgate/orders/order"
@@ -51,25 +51,23 @@ func (fr *fileRow) row() Row {
 		Status: fr.Status, UpdatedMs: fr.UpdatedMs, PaidMs: fr.PaidMs, Expired: fr.Expired}
 }
 
-type fileKey struct {
-	product string
-	order   int64
-}
-
 // File is the embedded Store: an append-only JSON-lines log, fsynced per
 // Insert, replayed into memory at open, and the catalogue's own log beside
 // it (CatalogFileName). For demos and single-node trials (see the package
 // doc): one process per directory, the whole ledger in memory, the logs grow
 // by one line per event and are never compacted.
 type File struct {
-	mu       sync.Mutex
-	orders   *jsonLog
-	rows     map[fileKey]Row
-	products map[string]map[int64]struct{}
-	tallies  map[string]*fileTally // Totals per product, kept as rows are applied
-	cat      *jsonLog
-	catalog  map[catalogKey]CatalogRecord
-	closed   bool
+	mu     sync.Mutex
+	orders *jsonLog
+	// rows are the newest row of each order, by product: one map of a
+	// product's orders keyed by the id alone (one lookup of an integer per
+	// order stored, where a key of product and id hashed the product's
+	// name each time and a second map listed the product's ids).
+	rows    map[string]map[int64]Row
+	tallies map[string]*fileTally // Totals per product, kept as rows are applied
+	cat     *jsonLog
+	catalog map[catalogKey]CatalogRecord
+	closed  bool
 }
 
 // OpenFile opens (creating them if needed) the logs in dir and loads them.
@@ -80,7 +78,7 @@ func OpenFile(dir string) (*File, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("orderstore: %w", err)
 	}
-	s := &File{rows: map[fileKey]Row{}, products: map[string]map[int64]struct{}{}, tallies: map[string]*fileTally{}, catalog: map[catalogKey]CatalogRecord{}}
+	s := &File{rows: map[string]map[int64]Row{}, tallies: map[string]*fileTally{}, catalog: map[catalogKey]CatalogRecord{}}
 	var err error
 	s.orders, err = openLog(filepath.Join(dir, FileName), func(line []byte) error {
 		var fr fileRow
@@ -109,19 +107,17 @@ func OpenFile(dir string) (*File, error) {
 }
 
 func (s *File) apply(r Row) {
-	k := fileKey{r.ProductID, r.ID}
-	old, replaced := s.rows[k]
+	rows := s.rows[r.ProductID]
+	if rows == nil {
+		rows = map[int64]Row{}
+		s.rows[r.ProductID] = rows
+		s.tallies[r.ProductID] = &fileTally{users: map[string]int64{}}
+	}
+	old, replaced := rows[r.ID]
 	if replaced && !Newer(&r, &old) {
 		return
 	}
-	s.rows[k] = r
-	ids := s.products[r.ProductID]
-	if ids == nil {
-		ids = map[int64]struct{}{}
-		s.products[r.ProductID] = ids
-		s.tallies[r.ProductID] = &fileTally{users: map[string]int64{}}
-	}
-	ids[r.ID] = struct{}{}
+	rows[r.ID] = r
 	ft := s.tallies[r.ProductID]
 	if replaced {
 		ft.count(&old, -1)
@@ -205,16 +201,53 @@ func (s *File) Insert(ctx context.Context, rows []Row) error {
 			return err
 		}
 	}
-	return appendAll(ctx, s, s.orders, "append", rows, func(r *Row) any { return fileRowOf(r) }, s.apply)
+	return appendAll(ctx, s, s.orders, "append", rows, appendFileRow, s.apply)
 }
 
-// appendAll encodes items one JSON line each, appends them to the log with
-// one fsync and applies them to the in-memory view, under the store's lock.
-func appendAll[T any](ctx context.Context, s *File, log *jsonLog, what string, items []T, line func(*T) any, apply func(T)) error {
-	var buf bytes.Buffer
-	enc := json.NewEncoder(&buf)
+// appendFileRow appends r as encoding/json writes its fileRow, newline
+// included (TestAppendFileRowMatchesJSON), without reflection: the
+// consumer stores every order through it. r must be valid: a valid row's
+// product and user ids are letters, digits and _ . @ -, which JSON takes
+// as they are.
+func appendFileRow(dst []byte, r *Row) ([]byte, error) {
+	dst = strconv.AppendInt(append(dst, `{"o":`...), r.ID, 10)
+	dst = append(append(append(dst, `,"p":"`...), r.ProductID...), '"')
+	dst = append(append(append(dst, `,"u":"`...), r.UserID...), '"')
+	dst = strconv.AppendInt(append(dst, `,"q":`...), int64(r.Qty), 10)
+	dst = strconv.AppendInt(append(dst, `,"c":`...), r.PriceCents, 10)
+	dst = strconv.AppendInt(append(dst, `,"s":`...), int64(r.Status), 10)
+	dst = strconv.AppendInt(append(dst, `,"t":`...), r.CreatedMs, 10)
+	dst = strconv.AppendInt(append(dst, `,"v":`...), r.UpdatedMs, 10)
+	dst = strconv.AppendInt(append(dst, `,"e":`...), int64(r.Edge), 10)
+	if r.PayByMs != 0 {
+		dst = strconv.AppendInt(append(dst, `,"b":`...), r.PayByMs, 10)
+	}
+	if r.PaidMs != 0 {
+		dst = strconv.AppendInt(append(dst, `,"pt":`...), r.PaidMs, 10)
+	}
+	if r.Expired {
+		dst = append(dst, `,"x":true`...)
+	}
+	return append(dst, "}\n"...), nil
+}
+
+// appendJSON appends v as a json.Encoder writes it.
+func appendJSON(dst []byte, v any) ([]byte, error) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return dst, err
+	}
+	return append(append(dst, b...), '\n'), nil
+}
+
+// appendAll encodes items one JSON line each (line appends one, its
+// newline included), appends them to the log with one fsync and applies
+// them to the in-memory view, under the store's lock.
+func appendAll[T any](ctx context.Context, s *File, log *jsonLog, what string, items []T, line func([]byte, *T) ([]byte, error), apply func(T)) error {
+	buf := make([]byte, 0, 160*len(items)) // an order's line is ~150 bytes: no growing and copying
 	for i := range items {
-		if err := enc.Encode(line(&items[i])); err != nil {
+		var err error
+		if buf, err = line(buf, &items[i]); err != nil {
 			return fmt.Errorf("orderstore: %w", err)
 		}
 	}
@@ -226,7 +259,7 @@ func appendAll[T any](ctx context.Context, s *File, log *jsonLog, what string, i
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	if err := log.append(buf.Bytes()); err != nil {
+	if err := log.append(buf); err != nil {
 		return fmt.Errorf("orderstore: %s: %w", what, err)
 	}
 	for i := range items {
@@ -239,7 +272,7 @@ func appendAll[T any](ctx context.Context, s *File, log *jsonLog, what string, i
 func (s *File) Get(_ context.Context, productID string, orderID int64) (Row, bool, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	r, ok := s.rows[fileKey{productID, orderID}]
+	r, ok := s.rows[productID][orderID]
 	return r, ok, nil
 }
 
@@ -258,8 +291,8 @@ func (s *File) Buyers(_ context.Context, productID string) (map[string]int64, er
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	out := map[string]int64{}
-	for id := range s.products[productID] {
-		if r := s.rows[fileKey{productID, id}]; r.Status != StatusCancelled {
+	for _, r := range s.rows[productID] {
+		if r.Status != StatusCancelled {
 			out[r.UserID] += int64(r.Qty)
 		}
 	}
@@ -271,8 +304,9 @@ func (s *File) Statuses(_ context.Context, productID string, orderIDs []int64) (
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	out := make(map[int64]OrderStatus, len(orderIDs))
+	rows := s.rows[productID]
 	for _, id := range orderIDs {
-		if r, ok := s.rows[fileKey{productID, id}]; ok {
+		if r, ok := rows[id]; ok {
 			out[id] = r.orderStatus()
 		}
 	}
@@ -284,8 +318,8 @@ func (s *File) Deadlines(_ context.Context, productID string) ([]Row, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	out := []Row{}
-	for id := range s.products[productID] {
-		if r := s.rows[fileKey{productID, id}]; r.Status == StatusUnpaid && r.PayByMs > 0 {
+	for _, r := range s.rows[productID] {
+		if r.Status == StatusUnpaid && r.PayByMs > 0 {
 			out = append(out, r)
 		}
 	}
@@ -312,8 +346,8 @@ func (s *File) page(what, productID string, afterID int64, limit int, keep func(
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	out := []Row{}
-	for id := range s.products[productID] {
-		if r := s.rows[fileKey{productID, id}]; id > afterID && keep(&r) {
+	for id, r := range s.rows[productID] {
+		if id > afterID && keep(&r) {
 			out = append(out, r)
 		}
 	}
@@ -325,8 +359,8 @@ func (s *File) page(what, productID string, afterID int64, limit int, keep func(
 func (s *File) Products(context.Context) ([]string, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	out := make([]string, 0, len(s.products))
-	for p := range s.products {
+	out := make([]string, 0, len(s.rows))
+	for p := range s.rows {
 		out = append(out, p)
 	}
 	sort.Strings(out)
@@ -374,7 +408,9 @@ func (s *File) PutCatalog(ctx context.Context, recs ...CatalogRecord) error {
 	if err := validateRecords(recs); err != nil {
 		return err
 	}
-	return appendAll(ctx, s, s.cat, "catalogue append", recs, func(r *CatalogRecord) any { return fileCatalog(*r) }, s.applyCatalog)
+	return appendAll(ctx, s, s.cat, "catalogue append", recs, func(dst []byte, r *CatalogRecord) ([]byte, error) {
+		return appendJSON(dst, fileCatalog(*r))
+	}, s.applyCatalog)
 }
 
 // ReadCatalog reads the newest record of each key.

@@ -11,13 +11,10 @@ import (
 
 // countTotals is Totals counted over every row, as the file store did
 // before it kept a tally: the reference the tally is held to.
-func countTotals(rows map[fileKey]Row, productID string) Totals {
+func countTotals(rows map[string]map[int64]Row, productID string) Totals {
 	var t Totals
 	users := map[string]int64{}
-	for k, r := range rows {
-		if k.product != productID {
-			continue
-		}
+	for _, r := range rows[productID] {
 		q := int64(r.Qty)
 		switch {
 		case r.Status == StatusUnpaid:

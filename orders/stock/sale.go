@@ -306,6 +306,13 @@ func markSuccessCall(productID string, ids []int64) (keys, args []string) {
 	keys[0] = DueKey(productID)
 	args = make([]string, 2, 2*len(ids)+2)
 	args[1] = orderKeyPrefix(productID)
+	// The ids' text in one string, each argument a slice of it: one
+	// allocation a call, not one an order (the consumer marks every order).
+	text := make([]byte, 0, 19*len(ids))
+	for _, id := range ids {
+		text = strconv.AppendInt(text, id, 10)
+	}
+	all, at := string(text), 0
 	var buckets []int64
 	for _, id := range ids {
 		m := OrderBucket(id)
@@ -315,7 +322,10 @@ func markSuccessCall(productID string, ids []int64) (keys, args []string) {
 			buckets = append(buckets, m)
 			keys = append(keys, OrderBucketKey(productID, id))
 		}
-		args = append(args, i64(id), strconv.Itoa(j+1))
+		var digits [20]byte
+		n := len(strconv.AppendInt(digits[:0], id, 10))
+		args = append(args, all[at:at+n], strconv.Itoa(j+1))
+		at += n
 	}
 	args[0] = strconv.Itoa(len(buckets))
 	return keys, args

@@ -179,3 +179,18 @@ func TestResultStateVerifiesTheServer(t *testing.T) {
 		}
 	})
 }
+
+// TestMarkSuccessCallArgs: the ids' arguments, slices of one string, are
+// each id's decimal text, each followed by its bucket's position.
+func TestMarkSuccessCallArgs(t *testing.T) {
+	ids := []int64{1, 120850008860790784, 42, 120850008860790785, 9, 1<<63 - 1}
+	_, args := markSuccessCall("p1", ids)
+	if len(args) != 2+2*len(ids) {
+		t.Fatalf("%d arguments for %d ids", len(args), len(ids))
+	}
+	for k, id := range ids {
+		if got := args[2+2*k]; got != strconv.FormatInt(id, 10) {
+			t.Errorf("id %d: argument %q", id, got)
+		}
+	}
+}
