@@ -205,6 +205,14 @@ func (s *Service) do(r *api.Call, st *Settings) {
 	}
 	e := r.Sale
 	s.hit(e, r.NowNano/1e6, st)
+	id, ok := s.d.IDs.TryNext()
+	if !ok {
+		// This process has not read what its node's previous process
+		// issued (reserveIDs): an id now might repeat one of those.
+		s.outcomes[outDegraded].Inc()
+		api.Busy.Write(r.Ctx)
+		return
+	}
 	brk := s.d.Breakers.For(e.ProductID)
 	ok, probe := brk.Admit()
 	if !ok {
@@ -212,7 +220,7 @@ func (s *Service) do(r *api.Call, st *Settings) {
 		api.Busy.Write(r.Ctx)
 		return
 	}
-	a := s.attemptFor(r, e, st)
+	a := s.attemptFor(r, e, st, id)
 	// From the deduction until its event is published (or not): what a
 	// recovery waits for before it trusts the ledger.
 	defer s.d.Flights.Enter().Leave()
@@ -253,7 +261,7 @@ func (s *Service) buyable(r *api.Call, st *Settings) *api.Rejection {
 // attemptFor is the deduction r asks for. UserID is a view of the call's
 // buffer: Deduct copies what it keeps. The pay deadline is fixed here, on
 // the edge's clock, from the sale's pay timeout (0: none).
-func (s *Service) attemptFor(r *api.Call, e catalog.Entry, st *Settings) stock.Attempt {
+func (s *Service) attemptFor(r *api.Call, e catalog.Entry, st *Settings, id int64) stock.Attempt {
 	var nonceHex [2 * ptoken.NonceLen]byte
 	ptoken.NonceHex(nonceHex[:0], r.TokenNonce)
 	created := r.NowNano / 1e6
@@ -262,7 +270,7 @@ func (s *Service) attemptFor(r *api.Call, e catalog.Entry, st *Settings) stock.A
 		payBy = created + pt
 	}
 	return stock.Attempt{
-		Order: order.Order{ID: s.d.IDs.Next(), ProductID: e.ProductID, UserID: view(r.UserID), Qty: r.Qty,
+		Order: order.Order{ID: id, ProductID: e.ProductID, UserID: view(r.UserID), Qty: r.Qty,
 			PriceCents: e.PriceCents, CreatedMs: created, PayByMs: payBy, Edge: s.d.Node},
 		Limit: e.Limit, TokenNonceHex: view(nonceHex[:]), TokenExpiresMs: r.TokenExpiresMs,
 	}

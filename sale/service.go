@@ -131,6 +131,9 @@ type Service struct {
 
 	unknown unknowns // purchases of unknown outcome to settle (unknown.go)
 	startMs int64    // when this Service was made, unix ms: the heartbeat says it (EdgeBeat)
+	// idsFloored: this process's order ids start after its node's previous
+	// process's (reserveIDs); until then Start keeps the generator closed.
+	idsFloored atomic.Bool
 
 	rooms roomViews // the waiting rooms as this edge last read them (room.go)
 }
@@ -218,6 +221,15 @@ func (s *Service) Start() {
 			s.d.Log.Info("sold-out flag changed by broadcast", "product", product, "soldOut", soldOut)
 		}
 	}).Stop
+	if s.d.IDs != nil && !s.idsFloored.Load() {
+		// No order id before this process knows what its node's previous
+		// process may have issued (the warm-up's heartbeat could not
+		// read it): closed until a heartbeat does.
+		s.d.IDs.Bound(0)
+		rctx, rcancel := context.WithTimeout(context.Background(), 2*time.Second)
+		s.reserveIDs(rctx)
+		rcancel()
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	s.stopLoop = cancel
 	s.loopDone = make(chan struct{})
@@ -260,10 +272,71 @@ func (s *Service) Start() {
 	}()
 }
 
-// heartbeat tells the other edges this one is alive (stock.Store.LiveEdges).
+// heartbeat tells the other edges this one is alive (stock.Store.LiveEdges)
+// and keeps its order ids' reservation ahead of them.
 func (s *Service) heartbeat(ctx context.Context) {
+	// The reservation first: a first one falls back on the previous
+	// process's last heartbeat, which this one's would overwrite.
+	s.reserveIDs(ctx)
 	if err := s.d.Store.Heartbeat(ctx, s.d.Node, s.d.Now()/1e6, s.startMs); err != nil && ctx.Err() == nil {
 		s.d.Log.Debug("heartbeat not written", "err", err)
+	}
+}
+
+// idSpan is how far past its next order id an edge reserves the ids' times
+// in Redis, renewed every refresh interval (at least three of them, so a
+// late or failed renewal or two stays covered): a process killed now may
+// have issued ids up to its reservation, so its successor starts after it
+// — its ids at most this far ahead of its clock after a crash (a graceful
+// exit shrinks the reservation to its last id: releaseIDs). Issuing is not
+// held to the reservation, which lives on one Redis server that may be
+// failing over while the sales' own servers sell: only a process that
+// stops reaching it for longer than this, dies and is restarted with its
+// clock behind may repeat an id (or one whose Redis lost sk:edges).
+func (s *Service) idSpan() time.Duration { return max(5*time.Second, 3*s.interval) }
+
+// reserveIDs keeps the node's order id reservation ahead of this process's
+// ids (stock.Store.ReserveIDs); the first time, it starts the ids after
+// what the node's previous process may have issued and opens the generator.
+func (s *Service) reserveIDs(ctx context.Context) {
+	if s.d.IDs == nil {
+		return // a service that sells nothing (tests, tools)
+	}
+	how := stock.IDsRenew
+	if !s.idsFloored.Load() {
+		how = stock.IDsFirst
+	}
+	before, _, err := s.d.Store.ReserveIDs(ctx, s.d.Node, s.d.IDs.Tick(), s.idSpan().Milliseconds(), how, 3*s.interval.Milliseconds())
+	if err != nil {
+		if how == stock.IDsFirst {
+			s.d.Log.Warn("order ids not reserved yet: purchases answer busy until this edge reads what its node's previous process issued",
+				"node", s.d.Node, "err", err)
+		}
+		return
+	}
+	if how == stock.IDsFirst {
+		s.d.IDs.Floor(before)
+		s.d.IDs.NoBound()
+		s.idsFloored.Store(true)
+		if ahead := before - s.d.Now()/1e6; ahead >= 0 {
+			s.d.Log.Warn("this edge's clock is behind the order ids its node's previous process may have issued: its ids run ahead of its clock until it catches up",
+				"node", s.d.Node, "ahead_ms", ahead+1)
+		}
+	}
+}
+
+// releaseIDs closes the order id generator and shrinks the node's
+// reservation to the last id issued, so that the next process's ids do not
+// run ahead of its clock after a graceful restart.
+func (s *Service) releaseIDs() {
+	if s.d.IDs == nil || !s.idsFloored.Load() {
+		return // never reserved: the reservation is a predecessor's, kept
+	}
+	s.d.IDs.Bound(0)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	if _, _, err := s.d.Store.ReserveIDs(ctx, s.d.Node, s.d.IDs.Tick(), 0, stock.IDsExit, 0); err != nil {
+		s.d.Log.Debug("order id reservation not shrunk at exit", "err", err)
 	}
 }
 
@@ -278,6 +351,7 @@ func (s *Service) Stop() {
 		s.stopSub()
 	}
 	s.settleBeforeExit(unknownExitBudget)
+	s.releaseIDs()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
 	s.awaitRecoveries(ctx)

@@ -17,7 +17,10 @@
 //     generator never waits: when the clock goes backwards it keeps counting
 //     from the last timestamp, and when more than 4096 ids are wanted in one
 //     millisecond it borrows the next one, so it may run ahead of the clock.
-//     Restarting takes longer than the lead it can build up in practice
-//     (seconds of sustained >4 M ids/s); an edge whose clock was set back
-//     by more than its restart time must change node id or wait.
+//     Across processes the edge keeps it so (sale.Service.reserveIDs): each
+//     process reserves in Redis the times its ids may carry, a few seconds
+//     ahead, and the next process of the node starts its ids after that
+//     reservation (Floor), however far behind its clock reads (nemesis seed
+//     557: an edge restarted 2 s behind had answered one id to two
+//     purchases). Until it has read it, TryNext refuses (Bound).
 package orderid

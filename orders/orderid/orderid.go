@@ -31,6 +31,9 @@ type Generator struct {
 	// uniqueness argument: a CAS from old to a larger value hands out each
 	// value once, whatever the clock does.
 	state atomic.Uint64
+	// limit is the latest tick (ms since Epoch) TryNext may issue: past it
+	// the generator is closed (Bound). Next ignores it.
+	limit atomic.Int64
 	node  uint64
 	now   func() int64
 }
@@ -51,6 +54,7 @@ func NewGenerator(node int, now func() int64) (*Generator, error) {
 			time.UnixMilli(now()).UTC().Format(time.RFC3339), Epoch.Format(time.RFC3339))
 	}
 	g := &Generator{node: uint64(node), now: now}
+	g.limit.Store(maxTick)
 	// Start just below the clock's current millisecond, so the first id is
 	// (now, 0). At ms == 0 this wraps to MaxUint64, whose successor is 0.
 	g.state.Store(uint64(ms)<<seqBits - 1)
@@ -64,6 +68,17 @@ func NewGenerator(node int, now func() int64) (*Generator, error) {
 // on two cores (mostly the clock read), so the tie goes to the lock-free one,
 // where a descheduled goroutine cannot hold the others up.
 func (g *Generator) Next() int64 {
+	id, _ := g.next(maxTick)
+	return id
+}
+
+// TryNext is Next within the bound Bound set: false, and nothing used up,
+// when the next id would carry a later time than the bound allows.
+func (g *Generator) TryNext() (int64, bool) {
+	return g.next(g.limit.Load())
+}
+
+func (g *Generator) next(limit int64) (int64, bool) {
 	ms := g.now() - epochMs
 	switch {
 	case ms < 0:
@@ -80,11 +95,52 @@ func (g *Generator) Next() int64 {
 		if next>>seqBits > maxTick {
 			panic("orderid: timestamp space exhausted")
 		}
+		if int64(next>>seqBits) > limit {
+			return 0, false
+		}
 		if g.state.CompareAndSwap(old, next) {
-			return int64(next>>seqBits<<(nodeBits+seqBits) | g.node<<seqBits | next&(1<<seqBits-1))
+			return int64(next>>seqBits<<(nodeBits+seqBits) | g.node<<seqBits | next&(1<<seqBits-1)), true
 		}
 	}
 }
+
+// Floor makes every id issued from now on carry a time after unixMs: the
+// ids a previous process of this node may have issued up to then are
+// never issued again, whatever this process's clock reads. Ids run ahead
+// of the clock until it passes unixMs. A floor at or below what was
+// issued changes nothing.
+func (g *Generator) Floor(unixMs int64) {
+	ms := unixMs - epochMs + 1 // the first tick allowed
+	if ms <= 0 {
+		return
+	}
+	if ms > maxTick {
+		ms = maxTick
+	}
+	want := uint64(ms)<<seqBits - 1 // "issued up to the tick before"
+	for {
+		old := g.state.Load()
+		if old+1 >= want+1 || g.state.CompareAndSwap(old, want) {
+			return
+		}
+	}
+}
+
+// Tick is the time, Unix ms, the next id will carry at least: the clock's,
+// or the last id's when the ids run ahead of it.
+func (g *Generator) Tick() int64 {
+	ms := max(g.now()-epochMs, int64((g.state.Load()+1)>>seqBits))
+	return ms + epochMs
+}
+
+// Bound lets TryNext issue ids carrying times up to unixMs only (a time
+// before Epoch closes it); NoBound lifts it.
+func (g *Generator) Bound(unixMs int64) {
+	g.limit.Store(max(unixMs-epochMs, -1))
+}
+
+// NoBound lets TryNext issue every id Next would.
+func (g *Generator) NoBound() { g.limit.Store(maxTick) }
 
 // Node returns the node that issued id.
 func Node(id int64) int {

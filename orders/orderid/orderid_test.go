@@ -267,12 +267,75 @@ func FuzzParse(f *testing.F) {
 	})
 }
 
+// A process restarted with its clock behind its previous run starts its
+// ids after the floor (what the previous one may have issued), runs ahead
+// of its clock until it catches up, and Tick says so; a floor below what
+// was issued changes nothing.
+func TestFloorAfterRestartBehind(t *testing.T) {
+	c := newClock(base)
+	prev := mustGen(t, 4, c.now)
+	var last int64
+	for range 5000 { // over a millisecond's sequence: the ids borrow ahead
+		last = prev.Next()
+	}
+	c.ms.Store(base - 2000) // the next process, 2 s behind
+	g := mustGen(t, 4, c.now)
+	if id := g.Next(); id >= last {
+		t.Fatalf("without a floor the id %d is after %d: the test proves nothing", id, last)
+	}
+	g = mustGen(t, 4, c.now)
+	g.Floor(Time(last).UnixMilli())
+	if tick := g.Tick(); tick != Time(last).UnixMilli()+1 {
+		t.Errorf("Tick %d after the floor, want %d", tick, Time(last).UnixMilli()+1)
+	}
+	a := g.Next()
+	if a <= last || Time(a).UnixMilli() != Time(last).UnixMilli()+1 || seq(a) != 0 {
+		t.Fatalf("first id after the floor %d (ms %d seq %d), want the tick after %d's", a, Time(a).UnixMilli(), seq(a), last)
+	}
+	g.Floor(base - 60_000) // lower: nothing changes
+	if b := g.Next(); b != a+1 {
+		t.Fatalf("a lower floor moved the ids: %d after %d", b, a)
+	}
+	c.ms.Store(base + 5000) // the clock passes the floor: ids follow it again
+	if b := g.Next(); Time(b).UnixMilli() != base+5000 || g.Tick() != base+5000 {
+		t.Fatalf("id %d at ms %d, Tick %d, want the clock's %d", b, Time(b).UnixMilli(), g.Tick(), base+5000)
+	}
+}
+
+// TryNext issues nothing past the bound, and uses nothing up when it
+// refuses; Next ignores the bound; NoBound lifts it.
+func TestBound(t *testing.T) {
+	c := newClock(base)
+	g := mustGen(t, 2, c.now)
+	g.Bound(0) // closed
+	if id, ok := g.TryNext(); ok || id != 0 {
+		t.Fatalf("closed: TryNext = %d, %v", id, ok)
+	}
+	g.Bound(base)
+	a, ok := g.TryNext()
+	if !ok || Time(a).UnixMilli() != base || seq(a) != 0 {
+		t.Fatalf("within the bound: %d (ms %d seq %d), %v", a, Time(a).UnixMilli(), seq(a), ok)
+	}
+	c.ms.Store(base + 1)
+	if _, ok := g.TryNext(); ok {
+		t.Fatal("an id past the bound")
+	}
+	if b := g.Next(); b != a+1<<(nodeBits+seqBits)-seq(a) || Time(b).UnixMilli() != base+1 {
+		t.Fatalf("Next after a refused TryNext: %d (ms %d), want the next ms's first", b, Time(b).UnixMilli())
+	}
+	g.NoBound()
+	if _, ok := g.TryNext(); !ok {
+		t.Fatal("NoBound did not lift the bound")
+	}
+}
+
 func TestAllocs(t *testing.T) {
 	g := mustGen(t, 1, newClock(base).now)
 	dst := make([]byte, 0, 32)
 	var id int64
 	cases := map[string]func(){
 		"Next":          func() { id = g.Next() },
+		"TryNext":       func() { id, _ = g.TryNext() },
 		"AppendDecimal": func() { dst = AppendDecimal(dst[:0], id) },
 		"Parse":         func() { id, _ = Parse(dst) },
 		"Node and Time": func() { _, _ = Node(id), Time(id) },
