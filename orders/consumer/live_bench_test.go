@@ -130,24 +130,28 @@ func liveFeed(file, addr string) error {
 // since fetch counts the broker's wait in the batch time, waiting fetches
 // store it sooner: BenchmarkQuietLatency.)
 
+// liveClients are the Kafka clients and fetch settings the live and idle
+// benchmarks compare.
+var liveClients = []struct {
+	name   string
+	source func(*Consumer) (source, error)
+}{
+	// The consumer's: fetches wait for waitBytes or the batch time
+	// (newKafkaGoSource), and kgo's fetching alike.
+	{"kafka-go", newKafkaGoSource},
+	{"kgo", newKgoSource},
+	// Fetches that return as soon as anything is written: the consumer's
+	// until issue 26 item 3.
+	{"kafka-go-at-once", atOnce(newKafkaGoSourceFetch)},
+	{"kgo-at-once", atOnce(newKgoSourceFetch)},
+}
+
 func BenchmarkConsumerLiveCPU(b *testing.B) {
 	if _, err := exec.LookPath("kcat"); err != nil {
 		b.Skip("needs kcat")
 	}
 	for _, store := range []string{"nop", "file", "clickhouse"} {
-		for _, client := range []struct {
-			name   string
-			source func(*Consumer) (source, error)
-		}{
-			// The consumer's: fetches wait for waitBytes or the batch
-			// time (newKafkaGoSource), and kgo's fetching alike.
-			{"kafka-go", newKafkaGoSource},
-			{"kgo", newKgoSource},
-			// Fetches that return as soon as anything is written: the
-			// consumer's until issue 26 item 3.
-			{"kafka-go-at-once", atOnce(newKafkaGoSourceFetch)},
-			{"kgo-at-once", atOnce(newKgoSourceFetch)},
-		} {
+		for _, client := range liveClients {
 			b.Run(store+"/"+client.name, func(b *testing.B) { benchConsumerLiveCPU(b, store, client.source) })
 		}
 	}
@@ -260,15 +264,7 @@ func benchConsumerLiveCPU(b *testing.B, store string, newSource func(*Consumer) 
 // stall watch). Per order of a stream this is cost/rate: 1 ms/s is 0.2 µs
 // an order at 5,000 orders/s. b.N is ignored (-benchtime 1x).
 func BenchmarkConsumerIdleCPU(b *testing.B) {
-	for _, client := range []struct {
-		name   string
-		source func(*Consumer) (source, error)
-	}{
-		{"kafka-go", newKafkaGoSource},
-		{"kgo", newKgoSource},
-		{"kafka-go-at-once", atOnce(newKafkaGoSourceFetch)},
-		{"kgo-at-once", atOnce(newKgoSourceFetch)},
-	} {
+	for _, client := range liveClients {
 		b.Run(client.name, func(b *testing.B) { benchConsumerIdleCPU(b, client.source) })
 	}
 }
