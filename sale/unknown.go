@@ -178,7 +178,15 @@ func (s *Service) settleBeforeExit(budget time.Duration) {
 	}
 	hctx, hcancel := context.WithTimeout(context.Background(), time.Second)
 	defer hcancel()
-	if err := s.d.Store.EdgeStopped(hctx, s.d.Node, s.d.Now()/1e6); err != nil {
+	// The mark is the time of the order ids this process made: its clock,
+	// or later when its ids run ahead of it (started after a crash behind
+	// its predecessor's reservation, reserveIDs), so that every one of
+	// them is handed off.
+	stopMs := s.d.Now() / 1e6
+	if s.d.IDs != nil {
+		stopMs = max(stopMs, s.d.IDs.Tick())
+	}
+	if err := s.d.Store.EdgeStopped(hctx, s.d.Node, stopMs); err != nil {
 		// Then they wait for this node's heartbeat to go stale, or for
 		// its next process's start (settleOrphan).
 		s.d.Log.Warn("could not record this edge's exit; its unsettled purchases are settled once its heartbeat is stale",
